@@ -1,0 +1,108 @@
+"""Seeds: one master seed, derived per repeat and per rank, applied everywhere.
+
+Formula (docs/contracts.md, "Seeds"): for master seed ``S``, repeat ``k`` and rank ``r``::
+
+    ss    = numpy.random.SeedSequence(entropy=S, spawn_key=(k, r))
+    words = ss.generate_state(4, dtype=numpy.uint64)
+    python   = int(words[0])            # random.seed
+    numpy    = int(words[1]) % 2**32    # numpy.random.seed (legacy global state)
+    torch    = int(words[2])            # torch.manual_seed (CPU and every CUDA device)
+    loader   = int(words[3])            # torch.Generator of the DataLoader (shuffling)
+
+DataLoader workers are seeded by torch from the loader generator (``base_seed + worker_id``);
+:func:`seed_worker` copies that seed into ``random`` and ``numpy`` inside each worker.
+SeedSequence's mixing makes the streams of different (k, r) statistically independent.
+torch is imported only by the functions that apply seeds, never by deriving them.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+FORMULA = (
+    "SeedSequence(entropy=master_seed, spawn_key=(repeat, rank)).generate_state(4, uint64) "
+    "-> python, numpy (mod 2**32), torch, dataloader"
+)
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """The seeds one process of one repeat uses."""
+
+    master: int
+    repeat: int
+    rank: int
+    python: int
+    numpy: int
+    torch: int
+    loader: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def derive(master_seed: int, repeat: int = 0, rank: int = 0) -> Seeds:
+    """Derive the seeds of (repeat, rank) from the master seed (formula in module doc)."""
+    if master_seed < 0 or repeat < 0 or rank < 0:
+        raise ValueError("seeds, repeat and rank indices must be non-negative integers")
+    ss = np.random.SeedSequence(entropy=int(master_seed), spawn_key=(int(repeat), int(rank)))
+    words = [int(w) for w in ss.generate_state(4, dtype=np.uint64)]
+    return Seeds(
+        master=int(master_seed),
+        repeat=int(repeat),
+        rank=int(rank),
+        python=words[0],
+        numpy=words[1] % 2**32,
+        torch=words[2],
+        loader=words[3],
+    )
+
+
+def apply(seeds: Seeds) -> None:
+    """Seed python's ``random``, numpy's global state and torch (CPU and all CUDA devices)."""
+    import torch
+
+    random.seed(seeds.python)
+    np.random.seed(seeds.numpy)
+    torch.manual_seed(seeds.torch)  # seeds every CUDA device too
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seeds.torch)
+
+
+def loader_generator(seeds: Seeds) -> Any:
+    """A ``torch.Generator`` for a DataLoader (shuffle order and worker base seeds)."""
+    import torch
+
+    gen = torch.Generator()
+    gen.manual_seed(seeds.loader)
+    return gen
+
+
+def seed_worker(worker_id: int) -> None:
+    """``worker_init_fn`` for DataLoaders: seed ``random`` and numpy from torch's worker seed."""
+    import torch
+
+    worker_seed = torch.initial_seed() % 2**32
+    np.random.seed(worker_seed)
+    random.seed(worker_seed)
+
+
+def plan(master_seed: int, repeats: int, world_size: int = 1, same_seed: bool = False) -> list[dict[str, Any]]:
+    """All seeds of a run, as recorded in the manifest's ``seeds`` facet.
+
+    With ``same_seed`` every repeat uses repeat 0's seeds (a determinism check).
+    """
+    out = []
+    for k in range(repeats):
+        source = 0 if same_seed else k
+        out.append(
+            {
+                "repeat": k,
+                "ranks": [derive(master_seed, source, r).as_dict() for r in range(world_size)],
+            }
+        )
+    return out

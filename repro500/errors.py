@@ -1,0 +1,39 @@
+"""Exit codes and the exceptions that carry them.
+
+The exit codes are a documented contract (docs/contracts.md): scripts and CI systems
+branch on them.  Library code raises these exceptions with one sentence a user can act
+on; the command line prints that sentence and exits with the code, never a traceback.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0  # passed / reproduced / no result-relevant difference
+EXIT_FAIL = 1  # failed / not reproduced / result-relevant difference
+EXIT_USAGE = 2  # usage error (click's own code)
+EXIT_INCONCLUSIVE = 3  # too few repeats, or the interval straddles the band
+EXIT_INVALID = 4  # invalid input: missing, corrupt, tampered, unreadable
+EXIT_INTERRUPTED = 130  # Ctrl-C: what finished is kept, the rest can be resumed
+
+
+class ReproError(Exception):
+    """An error a user can fix; ``str(err)`` is the sentence shown to them."""
+
+    exit_code = EXIT_INVALID
+
+
+class InvalidInput(ReproError):
+    """Missing, corrupt, tampered or unreadable input (exit 4)."""
+
+    exit_code = EXIT_INVALID
+
+
+class UsageError(ReproError):
+    """Arguments that do not make sense together (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class RunFailed(ReproError):
+    """The work itself failed in a way that is the run's result, not a bug (exit 1)."""
+
+    exit_code = EXIT_FAIL
