@@ -1,0 +1,121 @@
+"""Recipe validation: strict sections, located errors, overrides and the open division."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from repro500 import recipe as recipes
+from repro500.errors import InvalidInput, UsageError
+
+GOOD = """\
+schema: repro500/recipe/v1
+name: tiny
+fixed:
+  workload: classification
+  model: resnet20
+  dataset:
+    name: synthetic-classification
+    params: {samples: 64}
+  target: {metric: accuracy, value: 0.5}
+  epochs: 2
+mutable:
+  batch_size: 16
+  optimizer: {name: sgd, lr: 0.1}
+acceptance:
+  accuracy: {target: 0.5, direction: higher, tolerance: 0.1}
+repeats: 2
+seed: 7
+"""
+
+
+def write(tmp_path, text, name="r.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_good_recipe_resolves_defaults(tmp_path):
+    r = recipes.load(write(tmp_path, GOOD))
+    assert r.name == "tiny" and r.repeats == 2 and r.seed == 7
+    assert r.mutable["batch_size"] == 16
+    assert r.mutable["optimizer"]["momentum"] == 0.9  # default merged under the recipe's values
+    assert r.mutable["engine"] == "local"
+    assert r.fixed["target"]["direction"] == "higher"
+    assert not r.open_division
+    params = r.flat_params()
+    assert params["fixed.model"] == "resnet20"
+    assert params["mutable.optimizer.lr"] == "0.1"
+
+
+@pytest.mark.parametrize(
+    ("bad", "good", "message"),
+    [
+        ("  batch_size: 16", "  batch_size: big", r"r.yaml:12: mutable.batch_size must be an integer, got 'big'"),
+        ("  batch_size: 16", "  batch_size: 16\n  colour: red", r"r.yaml:13: unknown key mutable.colour"),
+        ("  epochs: 2\n", "  epochs: 2\n  batch_size: 8\n", r"batch_size is in both fixed and mutable"),
+        ("  workload: classification", "  workload: painting", r"r.yaml:4: fixed.workload must be one of"),
+        ("repeats: 2", "repeats: 0", r"r.yaml:16: repeats must be at least 1"),
+        ("  accuracy: {target: 0.5, direction: higher, tolerance: 0.1}",
+         "  accuracy: {target: 0.5, direction: sideways}", r"acceptance.accuracy.direction must be one of higher, lower"),
+        ("  epochs: 2\n", "", r"fixed.epochs is required"),
+        ("seed: 7", "seeds: 7", r"r.yaml:17: unknown key seeds"),
+    ],
+)
+def test_bad_recipes_name_the_line(tmp_path, bad, good, message):
+    assert bad in GOOD
+    path = write(tmp_path, GOOD.replace(bad, good))
+    with pytest.raises(InvalidInput, match=message):
+        recipes.load(path)
+
+
+def test_malformed_yaml_and_missing_file(tmp_path):
+    with pytest.raises(InvalidInput, match=r"r.yaml:3: malformed YAML"):
+        recipes.load(write(tmp_path, "fixed:\n  a: 1\n b: [\n"))
+    with pytest.raises(InvalidInput, match="does not exist"):
+        recipes.load(tmp_path / "nope.yaml")
+
+
+def test_set_overrides_mutable_and_refuses_fixed(tmp_path):
+    path = write(tmp_path, GOOD)
+    r = recipes.load(path, overrides=["batch_size=32", "optimizer.lr=0.05", "compressor.name=topk", "compressor.ratio=0.01"])
+    assert r.mutable["batch_size"] == 32
+    assert r.mutable["optimizer"] == {**r.mutable["optimizer"], "lr": 0.05}
+    assert r.mutable["compressor"] == {"name": "topk", "ratio": 0.01}
+    assert r.overrides["mutable.batch_size"] == 32
+    with pytest.raises(UsageError, match="open division"):
+        recipes.load(path, overrides=["epochs=10"])
+    with pytest.raises(UsageError, match="unknown key 'colour'"):
+        recipes.load(path, overrides=["colour=red"])
+    with pytest.raises(InvalidInput, match="mutable.batch_size must be an integer"):
+        recipes.load(path, overrides=["batch_size=big"])
+
+
+def test_open_division_is_recorded(tmp_path):
+    r = recipes.load(write(tmp_path, GOOD), overrides=["epochs=5"], open_division=True)
+    assert r.fixed["epochs"] == 5
+    assert r.open_division is True
+    assert r.to_dict()["open_division"] is True
+    # declaring the open division without changing a fixed key changes nothing
+    assert recipes.load(write(tmp_path, GOOD), open_division=True).open_division is False
+
+
+def test_params_file_applies_like_dvc_would(tmp_path):
+    recipe_path = write(tmp_path, GOOD)
+    params = write(tmp_path, "run:\n  recipe: r.yaml\n  repeats: 5\n  mutable:\n    batch_size: 8\n    optimizer: {lr: 0.2}\n",
+                   name="params.yaml")
+    r = recipes.load(recipe_path, params_file=params)
+    assert r.repeats == 5 and r.mutable["batch_size"] == 8 and r.mutable["optimizer"]["lr"] == 0.2
+    bad = write(tmp_path, "run:\n  fixed:\n    epochs: 9\n", name="bad.yaml")
+    with pytest.raises(UsageError, match="open division"):
+        recipes.load(recipe_path, params_file=bad)
+
+
+def test_round_trip_through_run_directory(tmp_path):
+    r = recipes.load(write(tmp_path, GOOD), overrides=["batch_size=32"])
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "recipe.yaml").write_text(r.to_yaml())
+    back = recipes.from_run_dir(run_dir)
+    assert back.to_dict() == r.to_dict()
