@@ -1,0 +1,48 @@
+"""``repro500 run``: thin CLI over :func:`repro500.runner.run`."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+
+@click.command(context_settings={"show_default": True})
+@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@click.option("--repeats", "-n", type=click.IntRange(min=1), help="Number of repeats (default: the recipe's).")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a mutable key, e.g. --set batch_size=128 --set optimizer.lr=0.05. Fixed keys need --open-division.")
+@click.option("--params", "params_file", type=click.Path(dir_okay=False),
+              help="A DVC params.yaml whose 'run' section (repeats, seed, mutable) overrides the recipe.")
+@click.option("--out", "out_dir", default="runs", type=click.Path(file_okay=False), help="Where run directories are created.")
+@click.option("--run-id", help="Name of the run directory (default: UTC time, recipe name and a random suffix).")
+@click.option("--deterministic", is_flag=True, help="Use torch's deterministic algorithms (recorded in the manifest).")
+@click.option("--same-seed", is_flag=True, help="Give every repeat repeat 0's seeds: a determinism check.")
+@click.option("--open-division", is_flag=True, help="Allow overriding fixed keys; recorded with the results.")
+@click.option("--nproc", type=click.IntRange(min=1), help="Ranks per node for a distributed engine (implies engine=ddp).")
+@click.option("--resume", type=click.Path(file_okay=False, exists=False), metavar="RUN_DIR",
+              help="Complete an interrupted run: rerun only its missing repeats, with the same seeds.")
+@click.option("--tracking/--no-tracking", default=True, help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).")
+@click.option("--experiment", help="MLflow experiment name (default: repro500/<recipe name>).")
+def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
+        run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
+        resume: str | None, tracking: bool, experiment: str | None) -> None:
+    """Run a benchmark RECIPE several times with full provenance, then verify it.
+
+    Exit code: the verdict's (0 pass, 1 fail, 3 inconclusive), 4 for invalid input,
+    130 when interrupted (finished repeats are kept; complete with --resume).
+    """
+    from repro500.errors import UsageError
+    from repro500.runner import RunOptions
+    from repro500.runner import run as run_recipe
+
+    if resume and recipe:
+        raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
+    if resume and (overrides or params_file or repeats or nproc):
+        raise UsageError("--resume reruns a run exactly as recorded; --set, --params, --repeats and --nproc do not apply")
+    options = RunOptions(recipe=recipe, repeats=repeats, overrides=list(overrides), params_file=params_file,
+                         out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
+                         open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
+                         experiment=experiment, run_id=run_id, argv=["repro500", *sys.argv[1:]])
+    outcome = run_recipe(options)
+    sys.exit(outcome.exit_code)

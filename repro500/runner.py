@@ -1,0 +1,527 @@
+"""``repro500 run``: capture -> repeats -> summaries -> digest list -> MLflow -> verdict.
+
+The run directory is the source of truth (docs/contracts.md); MLflow mirrors it.  Finished
+repeats are complete on disk (their ``summary.json`` is written last and atomically) and
+FINISHED in MLflow before the next one starts, so Ctrl-C, SIGTERM or a crash loses at most
+the repeat in flight; ``--resume`` reruns exactly the missing repeats with the same seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from repro500 import atomic, bundle
+from repro500 import recipe as recipes
+from repro500.capture import seeds as seeding
+from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, UsageError
+
+FINISHED_STATUSES = ("completed", "diverged")
+
+
+@dataclass
+class RunOptions:
+    recipe: str | None = None
+    repeats: int | None = None
+    overrides: list[str] = field(default_factory=list)
+    params_file: str | None = None
+    out_dir: str = "runs"
+    deterministic: bool = False
+    same_seed: bool = False
+    open_division: bool = False
+    resume: str | None = None
+    nproc: int | None = None
+    tracking: bool = True
+    experiment: str | None = None
+    run_id: str | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    exit_code: int
+    verdict: Any = None
+    summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+def _utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _new_run_id(name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in name)[:40]
+    return f"{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}-{safe}-{secrets.token_hex(2)}"
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a batch system's preemption) is handled like Ctrl-C: keep what finished."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _data_paths(recipe: recipes.Recipe) -> list[str]:
+    ds = recipe.fixed["dataset"]
+    paths: list[str] = []
+    for key in ("path", "eval_path"):
+        value = ds.get(key)
+        if isinstance(value, str):
+            paths.append(value)
+        elif isinstance(value, list):
+            paths.extend(str(v) for v in value)
+    out = []
+    for p in dict.fromkeys(paths):
+        if any(ch in p for ch in "*?["):
+            import glob
+
+            matches = sorted(glob.glob(p))
+            if not matches:
+                raise InvalidInput(f"fixed.dataset.path {p!r} matches no file; generate the data first (repro500 data generate)")
+            out.extend(matches)
+        else:
+            if not Path(p).exists():
+                raise InvalidInput(f"dataset {p} does not exist; generate it first (repro500 data generate ...) or fix fixed.dataset.path")
+            out.append(p)
+    return out
+
+
+def preflight(recipe: recipes.Recipe) -> dict[str, Any]:
+    """Everything that can be checked before any training: model, dataset, engine, data paths."""
+    from repro500.workloads.data import open_dataset
+    from repro500.workloads.models import model_task
+
+    fixed, mutable = recipe.fixed, recipe.mutable
+    task = model_task(fixed["model"])
+    if task != fixed["workload"]:
+        raise InvalidInput(f"{recipe.source}: model {fixed['model']} is a {task} model but fixed.workload is {fixed['workload']}")
+    _data_paths(recipe)
+    ds = fixed["dataset"]
+    params = dict(ds.get("params") or {})
+    data_seed = int(params.pop("seed", 0))
+    dataset = open_dataset(ds["name"], "train", path=ds.get("path"), seed=data_seed, params=params)
+    info = dict(getattr(dataset, "info", {}))
+    if info.get("task") and info["task"] != fixed["workload"]:
+        raise InvalidInput(f"{recipe.source}: dataset {ds['name']} is for {info['task']}, but fixed.workload is {fixed['workload']}")
+    if mutable["engine"] == "local" and mutable.get("nproc", 1) > 1:
+        raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
+    if mutable["engine"] != "local":
+        cores = os.cpu_count() or 1
+        if mutable["device"] == "cpu" and mutable["nproc"] > cores:
+            print(f"repro500: warning: {mutable['nproc']} ranks on {cores} CPU cores will oversubscribe the machine", file=sys.stderr)
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+class _Run:
+    """The state of one ``repro500 run`` while it executes."""
+
+    def __init__(self, options: RunOptions, console: Console) -> None:
+        self.options = options
+        self.console = console
+        self.tracker: Any = None
+        self.resumed = False
+        if options.resume:
+            self._open_existing(Path(options.resume))
+        else:
+            self._create_new()
+
+    # ----- setup ----------------------------------------------------------------------------
+    def _create_new(self) -> None:
+        opts = self.options
+        if not opts.recipe:
+            raise UsageError("give a RECIPE file, or --resume RUN_DIR")
+        self.recipe = recipes.load(opts.recipe, overrides=opts.overrides, params_file=opts.params_file,
+                                   open_division=opts.open_division, repeats=opts.repeats)
+        if opts.nproc is not None:
+            if opts.nproc < 1:
+                raise UsageError("--nproc must be at least 1")
+            self.recipe.mutable["nproc"] = opts.nproc
+            self.recipe.overrides["mutable.nproc"] = opts.nproc
+            if opts.nproc > 1 and self.recipe.mutable["engine"] == "local":
+                self.recipe.mutable["engine"] = "ddp"
+        if opts.deterministic:
+            self.recipe.mutable["deterministic"] = True
+        self.info = preflight(self.recipe)
+        self.run_id = opts.run_id or _new_run_id(self.recipe.name)
+        self.run_dir = Path(opts.out_dir) / self.run_id
+        if self.run_dir.exists():
+            raise InvalidInput(f"run directory {self.run_dir} already exists; choose another --run-id")
+        self.meta: dict[str, Any] = {
+            "schema": bundle.RUN_SCHEMA,
+            "run_id": self.run_id,
+            "status": "running",
+            "created_utc": _utc(),
+            "finished_utc": None,
+            "argv": self._safe_argv(),
+            "recipe_path": str(opts.recipe),
+            "recipe_name": self.recipe.name,
+            "repeats": self.recipe.repeats,
+            "same_seed": bool(opts.same_seed),
+            "deterministic": bool(self.recipe.mutable.get("deterministic")),
+            "open_division": self.recipe.open_division,
+            "overrides": self.recipe.overrides,
+            "engine": self.recipe.mutable["engine"],
+            "world_size": int(self.recipe.mutable.get("nproc", 1)),
+            "compressor": self.recipe.mutable.get("compressor", "none"),
+            "mlflow": None,
+            "resumes": [],
+        }
+
+    def _open_existing(self, run_dir: Path) -> None:
+        run_json = run_dir / "run.json"
+        if not run_json.is_file():
+            raise InvalidInput(f"{run_dir} is not a repro500 run directory (no run.json); nothing to resume")
+        try:
+            self.meta = json.loads(run_json.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise InvalidInput(f"{run_json} cannot be read ({err})") from None
+        if self.meta.get("schema") != bundle.RUN_SCHEMA:
+            raise InvalidInput(f"{run_json} is not a {bundle.RUN_SCHEMA} document")
+        self.recipe = recipes.from_run_dir(run_dir)
+        self.info = preflight(self.recipe)
+        self.run_dir = run_dir
+        self.run_id = self.meta["run_id"]
+        self.resumed = True
+        self.meta["status"] = "running"
+
+    def _safe_argv(self) -> list[str]:
+        from repro500.redact import scrub
+
+        return scrub(list(self.options.argv))
+
+    # ----- the run --------------------------------------------------------------------------
+    def execute(self) -> RunOutcome:
+        from repro500.workloads import train
+
+        opts = self.options
+        train.environment_for_determinism()
+        if opts.tracking:
+            from repro500 import tracking
+
+            tracking.check_reachable()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        manifest = self._capture()
+        if not self.resumed:
+            atomic.write_text(self.run_dir / "recipe.yaml", self.recipe.to_yaml())
+        self._write_meta()
+        if opts.tracking:
+            self._start_tracking(manifest)
+
+        summaries = self._existing_summaries()
+        todo = [k for k in range(self.recipe.repeats) if k not in summaries]
+        if self.resumed:
+            self.console.print(f"Resuming [bold]{self.run_id}[/]: {len(summaries)} of {self.recipe.repeats} repeats already finished; running {todo}")
+        else:
+            self.console.print(f"Run [bold]{self.run_id}[/] -> {self.run_dir}")
+        interrupted = False
+        try:
+            with _sigterm_as_interrupt(), self._progress() as progress:
+                repeats_task = progress.add_task("repeats", total=self.recipe.repeats, completed=len(summaries))
+                for k in todo:
+                    summaries[k] = self._run_repeat(k, progress)
+                    progress.advance(repeats_task)
+                    if summaries[k]["status"] == "failed":
+                        break
+        except KeyboardInterrupt:
+            interrupted = True
+        failed = [k for k, s in summaries.items() if s.get("status") == "failed"]
+        status = "interrupted" if interrupted else "failed" if failed else "completed"
+        self._finalise(summaries, status)
+        if interrupted:
+            self.console.print(f"[yellow]Interrupted.[/] Finished repeats are kept in {self.run_dir}; "
+                               f"complete the run with: repro500 run --resume {self.run_dir}")
+            if self.tracker:
+                self.tracker.end_parent("KILLED")
+            return RunOutcome(self.run_dir, EXIT_INTERRUPTED, summaries=summaries)
+        self._table(summaries)
+        if failed:
+            err = summaries[failed[0]].get("error") or "unknown error"
+            if self.tracker:
+                self.tracker.end_parent("FAILED")
+            raise ReproError(f"repeat {failed[0]} failed: {err} (finished repeats are kept in {self.run_dir})")
+        verdict = self._verify()
+        return RunOutcome(self.run_dir, verdict.exit_code, verdict=verdict, summaries=summaries)
+
+    def _capture(self) -> dict[str, Any]:
+        from repro500.capture import env as env_facet
+        from repro500.capture.manifest import build_manifest, write_manifest
+
+        mutable = self.recipe.mutable
+        world = int(mutable.get("nproc", 1))
+        facets = {
+            "seeds": {
+                "master": self.recipe.seed,
+                "formula": seeding.FORMULA,
+                "same_seed": bool(self.meta.get("same_seed")),
+                "plan": seeding.plan(self.recipe.seed, self.recipe.repeats, world, bool(self.meta.get("same_seed"))),
+            },
+            "runtime": self._runtime_state(env_facet),
+            "distributed": {"engine": mutable["engine"], "world_size": world,
+                            "compressor": mutable.get("compressor", "none")},
+        }
+        manifest, artifacts = build_manifest(_data_paths(self.recipe), extra_facets=facets, progress=True)
+        if self.resumed:
+            self._record_resume(manifest)
+            return json.loads((self.run_dir / "manifest.json").read_text(encoding="utf-8"))
+        write_manifest(manifest, artifacts, self.run_dir)
+        return manifest
+
+    def _runtime_state(self, env_facet: Any) -> dict[str, Any]:
+        from repro500.workloads import train
+
+        train.set_determinism(bool(self.recipe.mutable.get("deterministic")))
+        state = env_facet.runtime_state()
+        train.set_determinism(False)
+        return state
+
+    def _record_resume(self, manifest: dict[str, Any]) -> None:
+        from repro500.capture.manifest import load_manifest
+        from repro500.verify.diff import diff_manifests, is_result_relevant
+
+        original = load_manifest(self.run_dir / "manifest.json")
+        relevant = [d for d in diff_manifests(original, manifest) if is_result_relevant(d)]
+        if relevant:
+            shown = "; ".join(f"{d.facet}.{d.key}: {d.a!r} -> {d.b!r}" for d in relevant[:3])
+            self.console.print(f"[yellow]warning:[/] the environment changed since the run started: {shown}")
+        self.meta.setdefault("resumes", []).append({
+            "utc": _utc(), "manifest_digest": manifest["digest"]["value"],
+            "result_relevant_differences": [f"{d.facet}.{d.key}" for d in relevant],
+        })
+
+    def _start_tracking(self, manifest: dict[str, Any]) -> None:
+        from repro500 import tracking
+        from repro500.capture.hardware import gpu_model
+
+        self.tracker = tracking.Tracker(self.options.experiment or f"repro500/{self.recipe.name}")
+        previous = self.meta.get("mlflow") or {}
+        if self.resumed and previous.get("parent_run_id") and previous.get("tracking_uri") == tracking._safe_uri(self.tracker.uri):
+            self.tracker.resume_parent(previous["parent_run_id"])
+            self.meta["mlflow"]["repeat_run_ids"] = previous.get("repeat_run_ids", {})
+        else:
+            code = manifest.get("facets", {}).get("code", {}) or {}
+            mutable = self.recipe.mutable
+            compressor = mutable.get("compressor", "none")
+            tags = {
+                "repro500.run_id": self.run_id,
+                "repro500.manifest_digest": manifest["digest"]["value"],
+                "repro500.recipe": self.recipe.name,
+                "repro500.dirty": str(bool(code.get("dirty"))).lower(),
+                "repro500.gpu_model": gpu_model(manifest),
+                "repro500.world_size": str(mutable.get("nproc", 1)),
+                "repro500.engine": mutable["engine"],
+                "repro500.compressor": compressor if isinstance(compressor, str) else compressor.get("name", "?"),
+                "repro500.open_division": str(self.recipe.open_division).lower(),
+                "repro500.deterministic": str(bool(mutable.get("deterministic"))).lower(),
+                "repro500.repeats": str(self.recipe.repeats),
+                "mlflow.source.name": str(self.options.recipe or self.recipe.source),
+                "mlflow.source.type": "LOCAL",
+            }
+            if code.get("commit"):
+                tags["mlflow.source.git.commit"] = code["commit"]
+            if code.get("branch"):
+                tags["mlflow.source.git.branch"] = code["branch"]
+            remotes = code.get("remotes") or {}
+            if isinstance(remotes, dict) and remotes:
+                tags["mlflow.source.git.repoURL"] = remotes.get("origin") or next(iter(remotes.values()))
+            elif isinstance(remotes, list) and remotes:
+                first = remotes[0]
+                tags["mlflow.source.git.repoURL"] = first.get("url", "") if isinstance(first, dict) else str(first)
+            parent = self.tracker.start_parent(self.run_id, self.recipe.flat_params(), tags)
+            self.meta["mlflow"] = {"tracking_uri": tracking._safe_uri(self.tracker.uri),
+                                   "experiment_id": self.tracker.experiment_id,
+                                   "parent_run_id": parent, "repeat_run_ids": {}}
+            files = [self.run_dir / n for n in ("manifest.json", "code.diff", "recipe.yaml")]
+            self.tracker.log_artifacts(parent, files)
+        self._write_meta()
+
+    def _existing_summaries(self) -> dict[int, dict[str, Any]]:
+        out: dict[int, dict[str, Any]] = {}
+        for k in range(self.recipe.repeats):
+            path = bundle.repeat_dir(self.run_dir, k) / "summary.json"
+            if path.is_file():
+                try:
+                    summary = json.loads(path.read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError):
+                    continue
+                if summary.get("status") in FINISHED_STATUSES:
+                    out[k] = summary
+        return out
+
+    def _repeat_seeds(self, k: int, rank: int = 0) -> seeding.Seeds:
+        source = 0 if self.meta.get("same_seed") else k
+        return seeding.derive(self.recipe.seed, source, rank)
+
+    def _run_repeat(self, k: int, progress: Progress) -> dict[str, Any]:
+        from repro500.workloads import train
+
+        out = bundle.repeat_dir(self.run_dir, k)
+        if out.exists():
+            shutil.rmtree(out)  # an unfinished attempt: start this repeat afresh with the same seeds
+        out.mkdir(parents=True)
+        seeds = self._repeat_seeds(k)
+        spec = train.TrainSpec.from_recipe(self.recipe.fixed, self.recipe.mutable)
+        mlflow_id = None
+        if self.tracker:
+            mlflow_id = self.tracker.start_repeat(k, {"repro500.seed": str(seeds.torch), "repro500.run_id": self.run_id})
+            self.meta["mlflow"]["repeat_run_ids"][str(k)] = mlflow_id
+            self._write_meta()
+        epoch_task = progress.add_task(f"repeat {k} epoch 1/{spec.epochs}", total=None)
+
+        def on_epoch_start(epoch: int, steps: int) -> None:
+            progress.reset(epoch_task, total=steps, description=f"repeat {k} epoch {epoch}/{spec.epochs}")
+
+        def on_step(record: dict[str, Any]) -> None:
+            progress.advance(epoch_task)
+
+        def on_epoch_end(record: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+            if self.tracker and mlflow_id:
+                self.tracker.log_epoch(mlflow_id, record, steps)
+
+        callbacks = train.Callbacks(on_epoch_start, on_step, on_epoch_end)
+        try:
+            if self.recipe.mutable.get("engine", "local") == "local":
+                summary = train.train_repeat(spec, k, seeds, out, callbacks=callbacks)
+            else:
+                from repro500.workloads.engines import launch
+
+                summary = launch.run_distributed(self.recipe, spec, k, seeds, out, callbacks=callbacks)
+        except KeyboardInterrupt:
+            self._mark_killed(k, seeds, out, mlflow_id, "interrupted by the user")
+            progress.remove_task(epoch_task)
+            raise
+        except ReproError:
+            self._mark_killed(k, seeds, out, mlflow_id, "stopped by an input error")
+            raise
+        except Exception as err:  # noqa: BLE001 - a crash of one repeat is recorded, not lost
+            (out / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
+            summary = {"schema": bundle.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "failed",
+                       "seeds": seeds.as_dict(), "metrics": {}, "error": f"{type(err).__name__}: {err}"}
+            atomic.write_json(out / "summary.json", summary)
+            if self.tracker and mlflow_id:
+                self.tracker.end_repeat(mlflow_id, summary, [out / "summary.json", out / "error.log"], "FAILED")
+            progress.remove_task(epoch_task)
+            return summary
+        progress.remove_task(epoch_task)
+        if self.tracker and mlflow_id:
+            files = [out / n for n in ("summary.json", "metrics.jsonl", "mllog.txt")]
+            self.tracker.end_repeat(mlflow_id, summary, files, "FINISHED")
+        return summary
+
+    def _mark_killed(self, k: int, seeds: seeding.Seeds, out: Path, mlflow_id: str | None, reason: str) -> None:
+        summary = {"schema": bundle.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "killed",
+                   "seeds": seeds.as_dict(), "metrics": {}, "error": reason}
+        atomic.write_json(out / "summary.json", summary)
+        if self.tracker and mlflow_id:
+            self.tracker.kill(mlflow_id, reason)
+
+    def _finalise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
+        # include killed/failed repeats' summaries too, so the aggregate says what happened to each
+        all_summaries = dict(summaries)
+        for k in range(self.recipe.repeats):
+            path = bundle.repeat_dir(self.run_dir, k) / "summary.json"
+            if k not in all_summaries and path.is_file():
+                with suppress(OSError, json.JSONDecodeError):
+                    all_summaries[k] = json.loads(path.read_text(encoding="utf-8"))
+        atomic.write_json(self.run_dir / "summary.json", aggregate(self.run_id, self.recipe, all_summaries))
+        self.meta["status"] = status
+        self.meta["finished_utc"] = _utc()
+        self._write_meta()
+        bundle.write_sums(self.run_dir)
+
+    def _write_meta(self) -> None:
+        atomic.write_json(self.run_dir / "run.json", self.meta)
+
+    def _verify(self) -> Any:
+        from repro500.verify.verdict import render, verify_run, write_verdict
+
+        verdict = verify_run(self.run_dir)
+        write_verdict(verdict, self.run_dir)
+        render(verdict, self.console)
+        if self.tracker:
+            self.tracker.log_artifacts(self.tracker.parent_id, [self.run_dir / "summary.json", self.run_dir / "verdict.json"])
+            self.tracker.end_parent("FINISHED", tags={"repro500.verdict": verdict.status})
+        return verdict
+
+    @contextmanager
+    def _progress(self) -> Iterator[Progress]:
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), console=self.console, transient=True)
+        with progress:
+            yield progress
+
+    def _table(self, summaries: dict[int, dict[str, Any]]) -> None:
+        metric = self.recipe.fixed["target"]["metric"]
+        table = Table(title=f"{self.recipe.name}: {len(summaries)} repeats")
+        for col in ("repeat", "status", "epochs", metric, "time_to_quality_s", "throughput_samples_per_s", "params"):
+            table.add_column(col)
+        for k in sorted(summaries):
+            s = summaries[k]
+            m = s.get("metrics") or {}
+            table.add_row(str(k), s.get("status", "?"), str(s.get("epochs_run", "")), _fmt(m.get(metric)),
+                          _fmt(s.get("time_to_quality_s")), _fmt(m.get("throughput_samples_per_s")),
+                          (s.get("final_param_digest") or "")[:12])
+        self.console.print(table)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def aggregate(run_id: str, recipe: recipes.Recipe, summaries: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The aggregate ``summary.json`` (repro500/summary/v1): values of completed repeats per metric."""
+    metrics: dict[str, dict[str, list[Any]]] = {}
+    for k in sorted(summaries):
+        s = summaries[k]
+        if s.get("status") != "completed":
+            continue
+        for name, value in (s.get("metrics") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                entry = metrics.setdefault(name, {"repeats": [], "values": []})
+                entry["repeats"].append(k)
+                entry["values"].append(value)
+    return {
+        "schema": bundle.SUMMARY_SCHEMA,
+        "run_id": run_id,
+        "recipe_name": recipe.name,
+        "workload": recipe.fixed["workload"],
+        "repeats_planned": recipe.repeats,
+        "repeats": {str(k): summaries[k].get("status", "unknown") for k in sorted(summaries)},
+        "acceptance": recipe.acceptance,
+        "target": recipe.fixed["target"],
+        "metrics": metrics,
+        "final_param_digests": {str(k): s.get("final_param_digest") for k, s in sorted(summaries.items()) if s.get("final_param_digest")},
+        "seeds": {str(k): (s.get("seeds") or {}).get("torch") for k, s in sorted(summaries.items())},
+    }
+
+
+def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
+    """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
+    console = console or Console(stderr=False)
+    return _Run(options, console).execute()

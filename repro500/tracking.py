@@ -1,0 +1,195 @@
+"""MLflow tracking: one parent run per ``repro500 run``, one nested run per repeat.
+
+Uses ``MlflowClient`` with explicit run ids rather than MLflow's fluent API, so that nested runs,
+resumed runs and runs fed from another process (distributed engines) need no global state.
+MLflow derives git tags from ``sys.argv[0]``, which is the console script here, so repro500 sets
+``mlflow.source.git.*`` itself (docs/contracts.md, "MLflow").  Everything logged goes through
+:func:`repro500.redact.scrub` first: no secret reaches a tracking server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from repro500.errors import InvalidInput
+
+# MLflow caps: 6000 characters per param value, 8000 per tag, 100 params/tags and 1000 metrics per batch
+PARAM_MAX_CHARS = 6000
+TAG_MAX_CHARS = 8000
+BATCH_PARAMS = 100
+BATCH_METRICS = 1000
+
+STEP_METRIC_KEYS = (
+    "loss", "lr", "step_time_s", "time_data_s", "time_forward_s", "time_backward_s", "time_comm_s",
+    "time_compress_s", "time_optimizer_s", "peak_memory_bytes", "bytes_sent", "bytes_received",
+    "compression_ratio",
+)
+
+
+def tracking_uri() -> str:
+    """The tracking URI in effect: ``MLFLOW_TRACKING_URI`` or MLflow's default (SQLite ``mlflow.db``)."""
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+@contextlib.contextmanager
+def _fast_failing_http() -> Iterator[None]:
+    # MLflow retries an unreachable server with back-off for minutes; the pre-flight check must not.
+    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
+    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "5"
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _safe_uri(uri: str) -> str:
+    from repro500.redact import redact_url
+
+    return redact_url(uri)
+
+
+def check_reachable() -> str:
+    """Fail fast, before any training, when the tracking store cannot be used. Returns the URI."""
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        db_path = Path(uri.removeprefix("sqlite:///"))
+        parent = db_path.parent if str(db_path.parent) else Path(".")
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} is not writable: directory {parent} does not exist or is read-only")
+    try:
+        with _fast_failing_http():
+            MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as err:  # noqa: BLE001 - any failure here means "unreachable"
+        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        raise InvalidInput(
+            f"MLflow tracking store {_safe_uri(uri)} is unreachable ({reason}); check MLFLOW_TRACKING_URI "
+            "or run with --no-tracking"
+        ) from None
+    return uri
+
+
+def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class Tracker:
+    """Logs one ``repro500 run`` to MLflow."""
+
+    def __init__(self, experiment: str) -> None:
+        from mlflow.tracking import MlflowClient
+
+        self.uri = tracking_uri()
+        self.client = MlflowClient(self.uri)
+        found = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        self.parent_id: str | None = None
+
+    # ----- parent ---------------------------------------------------------------------------
+    def start_parent(self, name: str, params: dict[str, str], tags: dict[str, str]) -> str:
+        from mlflow.entities import Param, RunTag
+
+        from repro500.redact import scrub
+
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tags(tags))
+        self.parent_id = run.info.run_id
+        clean = scrub(params)
+        items = [Param(k[:250], str(v)[:PARAM_MAX_CHARS]) for k, v in sorted(clean.items())]
+        for chunk in _chunks(items, BATCH_PARAMS):
+            self.client.log_batch(self.parent_id, params=chunk)
+        if not items:
+            self.client.log_batch(self.parent_id, tags=[RunTag("repro500.params", "none")])
+        return self.parent_id
+
+    def resume_parent(self, parent_id: str) -> None:
+        self.parent_id = parent_id
+        self.client.update_run(parent_id, status="RUNNING")
+
+    def end_parent(self, status: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
+        if self.parent_id is None:
+            return
+        if metrics:
+            self.log_metrics(self.parent_id, metrics)
+        if tags:
+            self.set_tags(self.parent_id, tags)
+        self.client.set_terminated(self.parent_id, status=status)
+
+    # ----- repeats --------------------------------------------------------------------------
+    def start_repeat(self, repeat: int, tags: dict[str, str]) -> str:
+        run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, "repro500.repeat": str(repeat)}
+        run = self.client.create_run(self.experiment_id, run_name=f"repeat-{repeat}", tags=self._tags(run_tags))
+        return run.info.run_id
+
+    def log_epoch(self, run_id: str, epoch_record: dict[str, Any], step_records: list[dict[str, Any]]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics: list[Any] = []
+        for rec in step_records:
+            for key in STEP_METRIC_KEYS:
+                value = rec.get(key)
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    metrics.append(Metric(key, float(value), now, int(rec["step"])))
+        epoch = int(epoch_record["epoch"])
+        for key, value in (epoch_record.get("metrics") or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics.append(Metric(f"eval_{key}", float(value), now, epoch))
+        metrics.append(Metric("epoch_train_time_s", float(epoch_record.get("train_time_s") or 0.0), now, epoch))
+        for chunk in _chunks(metrics, BATCH_METRICS):
+            self.client.log_batch(run_id, metrics=chunk)
+
+    def end_repeat(self, run_id: str, summary: dict[str, Any], files: Iterable[Path], status: str) -> None:
+        metrics = {k: v for k, v in (summary.get("metrics") or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.log_metrics(run_id, metrics)
+        self.set_tags(run_id, {"repro500.status": summary.get("status", "unknown"),
+                               "repro500.final_param_digest": summary.get("final_param_digest") or ""})
+        for path in files:
+            if Path(path).is_file():
+                self.client.log_artifact(run_id, str(path))
+        self.client.set_terminated(run_id, status=status)
+
+    def kill(self, run_id: str, reason: str) -> None:
+        self.set_tags(run_id, {"repro500.status": "killed", "repro500.error": reason})
+        self.client.set_terminated(run_id, status="KILLED")
+
+    # ----- plumbing -------------------------------------------------------------------------
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+        for chunk in _chunks(items, BATCH_METRICS):
+            self.client.log_batch(run_id, metrics=chunk)
+
+    def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, v) for k, v in self._tags(tags).items()]
+        for chunk in _chunks(items, BATCH_PARAMS):
+            self.client.log_batch(run_id, tags=chunk)
+
+    def log_artifacts(self, run_id: str, files: Iterable[Path]) -> None:
+        for path in files:
+            if Path(path).is_file():
+                self.client.log_artifact(run_id, str(path))
+
+    @staticmethod
+    def _tags(tags: dict[str, str]) -> dict[str, str]:
+        from repro500.redact import scrub
+
+        clean = scrub({k: "" if v is None else str(v) for k, v in tags.items()})
+        return {k[:250]: str(v)[:TAG_MAX_CHARS] for k, v in clean.items()}

@@ -1,0 +1,163 @@
+"""Launch one repeat on several ranks with an existing distributed launcher.
+
+- ``ddp``: torch's elastic launcher (``python -m torch.distributed.run``, i.e. torchrun), Gloo on
+  CPU and NCCL on GPU; multi-node through torchrun's standard rendezvous options.
+- ``horovod``: ``horovodrun -np N -H localhost:N --gloo``.
+
+The launching process (the one that owns the run directory and MLflow) follows the workers by
+reading rank 0's ``metrics.jsonl`` as it grows, so progress bars and MLflow stay live.  When a
+rank dies, torchrun stops the others; the failure is reported naming the rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from repro500.capture import seeds as seeding
+from repro500.errors import ReproError, UsageError
+
+POLL_S = 0.5
+COLLECTIVE_TIMEOUT_S = 300
+
+
+class RankFailed(ReproError):
+    """A rank of a distributed repeat exited with an error."""
+
+    exit_code = 1
+
+
+def launcher_command(engine: str, nproc: int, job_path: Path, rendezvous: dict[str, Any] | None = None) -> list[str]:
+    worker = ["-m", "repro500.workloads.engines.worker", str(job_path)]
+    if engine == "ddp":
+        rdzv = rendezvous or {}
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+               "--max-restarts=0", "--monitor-interval=1"]
+        if rdzv.get("nnodes", 1) > 1:
+            cmd += [f"--nnodes={rdzv['nnodes']}", f"--node-rank={rdzv.get('node_rank', 0)}",
+                    f"--rdzv-backend={rdzv.get('backend', 'c10d')}", f"--rdzv-endpoint={rdzv['endpoint']}",
+                    f"--rdzv-id={rdzv.get('id', 'repro500')}"]
+        else:
+            cmd.append("--standalone")
+        return cmd + worker
+    if engine == "horovod":
+        horovodrun = shutil.which("horovodrun")
+        if horovodrun is None:
+            raise UsageError("engine horovod needs Horovod: build it with scripts/build_horovod.sh (see docs/distributed.md)")
+        return [horovodrun, "-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo", sys.executable, *worker]
+    raise UsageError(f"unknown engine {engine!r}; choose local, ddp or horovod")
+
+
+_ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.IGNORECASE)
+
+
+def failed_rank(stderr_text: str) -> int | None:
+    """The rank torchrun's failure report names as the root cause, if any."""
+    match = _ROOT_CAUSE.search(stderr_text)
+    return int(match.group(1)) if match else None
+
+
+def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, out_dir: Path,
+                    callbacks: Any = None, rendezvous: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Run one repeat on ``mutable.nproc`` ranks; returns rank 0's summary."""
+    engine = recipe.mutable["engine"]
+    nproc = int(recipe.mutable.get("nproc", 1))
+    job = {
+        "spec": dataclasses.asdict(spec),
+        "repeat": repeat,
+        "master_seed": seeds.master,
+        "seed_repeat": seeds.repeat,
+        "out_dir": str(Path(out_dir).resolve()),
+        "engine": engine,
+        "timeout_s": COLLECTIVE_TIMEOUT_S,
+    }
+    with tempfile.TemporaryDirectory(prefix="repro500-job-") as tmp:
+        job_path = Path(tmp) / "job.json"
+        job_path.write_text(json.dumps(job), encoding="utf-8")
+        log_path = Path(tmp) / "launcher.log"
+        cmd = launcher_command(engine, nproc, job_path, rendezvous)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+        with open(log_path, "w+", encoding="utf-8") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            follower = _MetricsFollower(Path(out_dir) / "metrics.jsonl", callbacks)
+            try:
+                while proc.poll() is None:
+                    follower.poll()
+                    time.sleep(POLL_S)
+                follower.poll()
+            except KeyboardInterrupt:
+                _stop(proc)
+                raise
+            log.seek(0)
+            output = log.read()
+        if proc.returncode != 0:
+            rank = failed_rank(output)
+            tail = " | ".join(line.strip() for line in output.strip().splitlines()[-6:])[-600:]
+            who = f"rank {rank}" if rank is not None else "a rank"
+            (Path(out_dir) / "launcher.log").write_text(output, encoding="utf-8")
+            raise RankFailed(f"{who} of the {engine} job exited with an error (exit {proc.returncode}): {tail}")
+    summary_path = Path(out_dir) / "summary.json"
+    if not summary_path.is_file():
+        raise RankFailed(f"the {engine} job ended without rank 0 writing {summary_path}")
+    return json.loads(summary_path.read_text(encoding="utf-8"))
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Ctrl-C: ask the launcher's process group to stop, then insist."""
+    for sig, wait_s in ((signal.SIGINT, 20), (signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class _MetricsFollower:
+    """Reads new lines of rank 0's metrics.jsonl and replays them into the trainer callbacks."""
+
+    def __init__(self, path: Path, callbacks: Any) -> None:
+        self.path = path
+        self.callbacks = callbacks
+        self.offset = 0
+        self.steps: list[dict[str, Any]] = []
+        self.epoch = 0
+
+    def poll(self) -> None:
+        if self.callbacks is None or not self.path.is_file():
+            return
+        with open(self.path, encoding="utf-8") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        complete, _, _ = chunk.rpartition("\n")
+        if not complete:
+            return
+        self.offset += len((complete + "\n").encode("utf-8"))
+        for line in complete.splitlines():
+            record = json.loads(line)
+            if record.get("kind") == "step":
+                if record["epoch"] != self.epoch:
+                    self.epoch = record["epoch"]
+                    if self.callbacks.on_epoch_start:
+                        self.callbacks.on_epoch_start(self.epoch, None)  # step count unknown here
+                self.steps.append(record)
+                if self.callbacks.on_step:
+                    self.callbacks.on_step(record)
+            elif record.get("kind") == "epoch":
+                if self.callbacks.on_epoch_end:
+                    self.callbacks.on_epoch_end(record, self.steps)
+                self.steps = []
