@@ -295,6 +295,8 @@ def train_repeat(
         device = resolve_device(spec.device, dist)
         task = Task(spec.workload)
         train_loader, eval_loader, info = build_data(spec, dist, seeds)
+        if mllog:
+            mllog.log_samples(len(train_loader.dataset), len(eval_loader.dataset))
         model = build_model(spec, info).to(device)
         train_model, hook_state = _wrap_distributed(model, spec, dist, device)
         optimizer = build_optimizer(train_model.parameters(), spec.optimizer)
@@ -385,8 +387,7 @@ def train_repeat(
             eval_metrics = evaluate(task, model, eval_loader, device, info) if dist.is_main else {}
             if mllog:
                 mllog.eval_stop(epoch)
-                if eval_metrics.get(metric_name) is not None:
-                    mllog.eval_accuracy(eval_metrics[metric_name], epoch)
+                mllog.log_eval(eval_metrics, epoch)
             reached = measure.target_reached(eval_metrics.get(metric_name), target_value, direction)
             reached = _broadcast_flag(reached, dist)
             wall_s = time.perf_counter() - run_start
@@ -527,16 +528,20 @@ def _broadcast_flag(flag: bool, dist: Dist) -> bool:
 
 
 def _mlperf_logger(spec: TrainSpec, out_dir: Path, seeds: seeding.Seeds, dist: Dist) -> Any:
-    from repro500.workloads.mlperf import MLPerfLogger
+    from repro500.workloads.mlperf import BENCHMARK_FOR_TASK, MLPerfLogger
 
+    gpus = torch.cuda.device_count() if spec.device in ("cuda", "auto") and torch.cuda.is_available() else 0
     return MLPerfLogger(
         out_dir / "mllog.txt",
-        benchmark=spec.mlperf_benchmark or spec.model,
+        benchmark=spec.mlperf_benchmark or BENCHMARK_FOR_TASK[spec.workload],
         seed=seeds.torch,
         global_batch_size=spec.batch_size * dist.world_size,
         optimizer=spec.optimizer,
+        lr_schedule=spec.lr_schedule,
         epochs=spec.epochs,
         target=spec.target,
+        world_size=dist.world_size,
+        accelerators_per_node=gpus,
     )
 
 

@@ -1,0 +1,167 @@
+"""Evaluation metrics against hand counts and numpy, accumulated over several batches."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from repro500.errors import UsageError
+from repro500.workloads.evaluation import (
+    COSMO_PARAMETERS,
+    PRIMARY_METRIC,
+    ClassificationEvaluator,
+    DetectionEvaluator,
+    RegressionEvaluator,
+    make_evaluator,
+)
+
+
+def test_classification_accuracy_matches_a_manual_count_over_batches():
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(50, 10, generator=generator)
+    labels = torch.randint(0, 10, (50,), generator=generator)
+    evaluator = make_evaluator("classification", num_classes=10)
+    for start in range(0, 50, 16):  # uneven last batch
+        evaluator.update(logits[start : start + 16], labels[start : start + 16])
+    result = evaluator.compute()
+
+    correct = sum(
+        int(row.argmax()) == int(label) for row, label in zip(logits, labels, strict=True)
+    )
+    in_top5 = sum(
+        int(label) in row.topk(5).indices.tolist()
+        for row, label in zip(logits, labels, strict=True)
+    )
+    assert result["accuracy"] == pytest.approx(correct / 50)
+    assert result["top5_accuracy"] == pytest.approx(in_top5 / 50)
+    assert result["loss"] == pytest.approx(F.cross_entropy(logits, labels).item(), rel=1e-6)
+    assert all(type(value) is float for value in result.values())
+
+
+def test_classification_without_top5_for_five_classes():
+    evaluator = ClassificationEvaluator(5)
+    evaluator.update(torch.eye(5), torch.tensor([0, 1, 2, 3, 0]))
+    result = evaluator.compute()
+    assert set(result) == {"accuracy", "loss"}
+    assert result["accuracy"] == pytest.approx(4 / 5)
+
+
+def test_classification_diverged_model_gives_none_not_nan():
+    evaluator = ClassificationEvaluator(10)
+    evaluator.update(torch.full((4, 10), float("nan")), torch.tensor([0, 1, 2, 3]))
+    result = evaluator.compute()
+    assert result["loss"] is None
+    assert not any(isinstance(v, float) and math.isnan(v) for v in result.values())
+
+
+def test_classification_nothing_evaluated_is_all_none():
+    assert ClassificationEvaluator(10).compute() == {
+        "accuracy": None,
+        "loss": None,
+        "top5_accuracy": None,
+    }
+
+
+def test_classification_rejects_wrong_shape():
+    with pytest.raises(UsageError, match=r"shape \(batch, 10\)"):
+        ClassificationEvaluator(10).update(torch.randn(4, 3), torch.zeros(4, dtype=torch.long))
+
+
+BOXES = torch.tensor(
+    [[10.0, 10.0, 40.0, 30.0], [60.0, 50.0, 90.0, 80.0], [100.0, 20.0, 140.0, 35.0]]
+)
+LABELS = torch.tensor([1, 2, 4])
+NAMES = ["tropical_depression", "tropical_cyclone", "extratropical_cyclone", "atmospheric_river"]
+
+
+def test_detection_perfect_predictions_score_one():
+    evaluator = DetectionEvaluator(class_names=NAMES)
+    truth = [{"boxes": BOXES, "labels": LABELS}, {"boxes": BOXES[:1] + 5, "labels": LABELS[:1]}]
+    preds = [
+        {"boxes": BOXES.clone(), "scores": torch.tensor([0.9, 0.8, 0.7]), "labels": LABELS.clone()},
+        {"boxes": BOXES[:1] + 5, "scores": torch.tensor([0.95]), "labels": LABELS[:1]},
+    ]
+    evaluator.update(preds[:1], truth[:1])
+    evaluator.update(preds[1:], truth[1:])
+    result = evaluator.compute()
+    assert result["map_50"] == 1.0
+    assert result["map"] == 1.0
+    assert result["ap_50_tropical_depression"] == 1.0
+    assert result["ap_50_atmospheric_river"] == 1.0
+    assert result["ap_50_extratropical_cyclone"] is None  # no ground truth of that class
+
+
+def test_detection_missed_box_scores_below_one():
+    evaluator = make_evaluator("detection")
+    evaluator.update(
+        [
+            {
+                "boxes": BOXES[:2].clone(),
+                "scores": torch.tensor([0.9, 0.8]),
+                "labels": LABELS[:2].clone(),
+            }
+        ],
+        [{"boxes": BOXES, "labels": LABELS}],
+    )
+    result = evaluator.compute()
+    assert result["map_50"] < 1.0
+    # Classes 1 and 2 are found exactly, class 4 is missed: COCO averages over classes.
+    assert result["map_50"] == pytest.approx(2 / 3, abs=1e-3)
+    assert result["ap_50_1"] == 1.0 and result["ap_50_4"] == 0.0
+
+
+def test_detection_nothing_evaluated_is_none():
+    result = DetectionEvaluator(class_names=NAMES).compute()
+    assert result["map_50"] is None and result["map"] is None
+    assert result["ap_50_tropical_cyclone"] is None
+
+
+def test_regression_metrics_match_numpy():
+    rng = np.random.default_rng(0)
+    predictions = rng.uniform(-1, 1, size=(30, 4)).astype(np.float32)
+    targets = rng.uniform(0.2, 1, size=(30, 4)).astype(np.float32) * rng.choice(
+        [-1, 1], size=(30, 4)
+    )
+    evaluator = make_evaluator("regression")
+    for start in (0, 7, 20):
+        stop = {0: 7, 7: 20, 20: 30}[start]
+        evaluator.update(
+            torch.from_numpy(predictions[start:stop]), torch.from_numpy(targets[start:stop])
+        )
+    result = evaluator.compute()
+    error = predictions.astype(np.float64) - targets
+    assert result["mse"] == pytest.approx(np.mean(error**2), rel=1e-5)
+    assert result["mae"] == pytest.approx(np.mean(np.abs(error)), rel=1e-5)
+    relative = np.mean(np.abs(error) / np.abs(targets), axis=0)
+    for index, name in enumerate(COSMO_PARAMETERS):
+        assert result[f"rel_error_{name}"] == pytest.approx(relative[index], rel=1e-5)
+
+
+def test_regression_custom_parameters_and_shape_check():
+    evaluator = RegressionEvaluator(("a", "b"))
+    evaluator.update(torch.tensor([[1.0, 2.0]]), torch.tensor([[2.0, 2.0]]))
+    assert evaluator.compute() == {"mse": 0.5, "mae": 0.5, "rel_error_a": 0.5, "rel_error_b": 0.0}
+    with pytest.raises(UsageError, match=r"shape \(batch, 2\)"):
+        evaluator.update(torch.zeros(3, 4), torch.zeros(3, 4))
+
+
+def test_unknown_task_and_missing_classes_are_usage_errors():
+    with pytest.raises(UsageError, match="unknown task 'segmentation'"):
+        make_evaluator("segmentation")
+    with pytest.raises(UsageError, match="needs num_classes"):
+        make_evaluator("classification")
+
+
+def test_primary_metrics_are_names_the_evaluators_return():
+    returned = {
+        "classification": ClassificationEvaluator(10).compute(),
+        "detection": DetectionEvaluator().compute(),
+        "regression": RegressionEvaluator().compute(),
+    }
+    for task, (metric, direction) in PRIMARY_METRIC.items():
+        assert metric in returned[task]
+        assert direction in ("higher", "lower")
