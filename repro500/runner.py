@@ -272,17 +272,13 @@ class _Run:
         mutable = self.recipe.mutable
         world = int(mutable.get("nproc", 1))
         facets = {
-            "seeds": {
-                "master": self.recipe.seed,
-                "formula": seeding.FORMULA,
-                "same_seed": bool(self.meta.get("same_seed")),
-                "plan": seeding.plan(self.recipe.seed, self.recipe.repeats, world, bool(self.meta.get("same_seed"))),
-            },
             "runtime": self._runtime_state(env_facet),
             "distributed": {"engine": mutable["engine"], "world_size": world,
                             "compressor": mutable.get("compressor", "none")},
         }
-        manifest, artifacts = build_manifest(_data_paths(self.recipe), extra_facets=facets, progress=True)
+        manifest, artifacts = build_manifest(
+            _data_paths(self.recipe), extra_facets=facets, progress=True, seed=self.recipe.seed,
+            repeats=self.recipe.repeats, world_size=world, same_seed=bool(self.meta.get("same_seed")))
         if self.resumed:
             self._record_resume(manifest)
             return json.loads((self.run_dir / "manifest.json").read_text(encoding="utf-8"))
@@ -343,12 +339,9 @@ class _Run:
                 tags["mlflow.source.git.commit"] = code["commit"]
             if code.get("branch"):
                 tags["mlflow.source.git.branch"] = code["branch"]
-            remotes = code.get("remotes") or {}
-            if isinstance(remotes, dict) and remotes:
+            remotes = {r["name"]: r["url"] for r in code.get("remotes") or [] if r.get("url")}
+            if remotes:
                 tags["mlflow.source.git.repoURL"] = remotes.get("origin") or next(iter(remotes.values()))
-            elif isinstance(remotes, list) and remotes:
-                first = remotes[0]
-                tags["mlflow.source.git.repoURL"] = first.get("url", "") if isinstance(first, dict) else str(first)
             parent = self.tracker.start_parent(self.run_id, self.recipe.flat_params(), tags)
             self.meta["mlflow"] = {"tracking_uri": tracking._safe_uri(self.tracker.uri),
                                    "experiment_id": self.tracker.experiment_id,

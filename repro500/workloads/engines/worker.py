@@ -28,7 +28,7 @@ def _rank_record(dist: train.Dist, device: str) -> dict[str, Any]:
     try:
         from repro500.capture import hardware
 
-        record["hardware"] = hardware.collect()
+        record["hardware"] = hardware.hardware()
     except Exception as err:  # noqa: BLE001 - a rank's hardware facet failing must not stop training
         record["hardware_error"] = f"{type(err).__name__}: {err}"
     return record

@@ -1,0 +1,252 @@
+"""The ``environment`` facet (no torch import) and ``runtime_state()`` (torch imported).
+
+``repro500 capture`` must stay fast, and importing torch alone costs seconds, so the
+environment facet reads torch's build facts from files: the distribution metadata,
+``torch/version.py`` (parsed, not executed) and the versions of the ``nvidia-cudnn-*`` /
+``nvidia-nccl-*`` wheels torch loads its libraries from.  What only a live torch can say
+(threads, ``torch.__config__.show()``, determinism flags) is :func:`runtime_state`, which
+``repro500 run`` calls after seeding, when torch is loaded anyway, and records as the
+``runtime`` facet (``repro500 capture --runtime`` does the same on demand).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from repro500.capture.registry import CaptureContext, facet
+from repro500.redact import redact_env, redact_url
+
+# Distributions whose version is torch's cuDNN / NCCL (pip wheels torch depends on).
+_CUDNN_DISTS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11")
+_NCCL_DISTS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
+
+
+def _normalize(name: str) -> str:
+    # PEP 503 normalisation: "Foo_Bar.baz" and "foo-bar-baz" are one project
+    return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
+
+
+def _install_source(dist: metadata.Distribution) -> dict[str, Any] | None:
+    """Where a distribution came from when it was not an index release (PEP 610)."""
+    try:
+        raw = dist.read_text("direct_url.json")
+    except OSError:
+        return None
+    if not raw:
+        return None
+    try:
+        info = json.loads(raw)
+    except json.JSONDecodeError:
+        return {"kind": "unknown", "url": None}
+    url = redact_url(str(info.get("url", "")))
+    if "vcs_info" in info:
+        vcs = info["vcs_info"]
+        return {"kind": "vcs", "url": url, "vcs": vcs.get("vcs"), "commit": vcs.get("commit_id"),
+                "requested_revision": vcs.get("requested_revision")}
+    if "dir_info" in info:
+        return {"kind": "local", "url": url, "editable": bool(info["dir_info"].get("editable"))}
+    return {"kind": "archive", "url": url}
+
+
+def distributions() -> list[dict[str, Any]]:
+    """Every installed distribution visible to this interpreter, sorted by name.
+
+    The first one found on ``sys.path`` wins, as it does for ``import``.
+    """
+    seen: dict[str, dict[str, Any]] = {}
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if not name:
+            continue
+        key = _normalize(name)
+        if key in seen:
+            continue
+        entry: dict[str, Any] = {"name": name, "version": dist.version}
+        source = _install_source(dist)
+        if source:
+            entry["source"] = source
+        seen[key] = entry
+    return [seen[k] for k in sorted(seen)]
+
+
+def _dist_version(names: tuple[str, ...], dists: dict[str, str]) -> str | None:
+    for name in names:
+        if name in dists:
+            return dists[name]
+    return None
+
+
+def _literal_assignments(path: Path) -> dict[str, Any]:
+    """Top-level ``name = <literal>`` assignments of a Python file, without running it."""
+    out: dict[str, Any] = {}
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in tree.body:
+        target = value = None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        if isinstance(target, ast.Name) and value is not None:
+            try:
+                out[target.id] = ast.literal_eval(value)
+            except ValueError:
+                continue
+    return out
+
+
+def torch_build(dist_versions: dict[str, str]) -> dict[str, Any]:
+    """torch's build facts read from files; ``{"installed": False}`` without torch."""
+    spec = importlib.util.find_spec("torch")  # finds the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        return {"installed": False}
+    pkg_dir = Path(next(iter(spec.submodule_search_locations)))
+    info: dict[str, Any] = {"installed": True, "path": str(pkg_dir),
+                            "source": "package files (torch not imported)"}
+    version_file = pkg_dir / "version.py"
+    if version_file.is_file():
+        facts = _literal_assignments(version_file)
+        info.update(
+            version=facts.get("__version__"),
+            git_version=facts.get("git_version"),
+            cuda=facts.get("cuda"),
+            hip=facts.get("hip"),
+            debug=facts.get("debug"),
+        )
+    else:
+        info["version"] = dist_versions.get("torch")
+    info["cudnn"] = _dist_version(_CUDNN_DISTS, dist_versions)
+    info["nccl"] = _dist_version(_NCCL_DISTS, dist_versions)
+    info["torchvision"] = dist_versions.get("torchvision")
+    info["triton"] = dist_versions.get("triton")
+    return info
+
+
+def _os_release() -> dict[str, str]:
+    try:
+        rel = platform.freedesktop_os_release()
+    except OSError:
+        return {}
+    return {k: rel[k] for k in ("ID", "VERSION_ID", "PRETTY_NAME") if k in rel}
+
+
+def python_info() -> dict[str, Any]:
+    return {
+        "version": platform.python_version(),
+        "implementation": platform.python_implementation(),
+        "executable": sys.executable,
+        "prefix": sys.prefix,
+        "virtualenv": sys.prefix != sys.base_prefix,
+        "compiler": platform.python_compiler(),
+    }
+
+
+def os_info() -> dict[str, Any]:
+    libc_name, libc_version = platform.libc_ver()
+    uname = platform.uname()
+    return {
+        "system": uname.system,
+        "kernel": uname.release,
+        "kernel_build": uname.version,
+        "machine": uname.machine,
+        "distribution": _os_release(),
+        "libc": f"{libc_name} {libc_version}".strip() or None,
+        "hostname": socket.gethostname(),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """The environment facet's data (see module docstring)."""
+    dists = distributions()
+    versions = {_normalize(d["name"]): d["version"] for d in dists}
+    return {
+        "python": python_info(),
+        "os": os_info(),
+        "torch_build": torch_build(versions),
+        "distributions": dists,
+        "env": redact_env(os.environ),
+    }
+
+
+@facet("environment")
+def environment_facet(ctx: CaptureContext) -> dict[str, Any]:
+    return environment()
+
+
+def _maybe(func: Any, *args: Any) -> Any:
+    """``func(*args)``, or None where this torch build or machine lacks it."""
+    try:
+        return func(*args)
+    except Exception:  # e.g. NCCL absent in a CPU-only build, no CUDA device
+        return None
+
+
+def runtime_state() -> dict[str, Any]:
+    """torch's live build and determinism state (imports torch).
+
+    Call it after seeding and after the trainer set its determinism flags: it records what
+    is in force, not what was asked for.
+    """
+    import torch
+
+    cuda_available = torch.cuda.is_available()
+    nccl = _maybe(torch.cuda.nccl.version) if hasattr(torch.cuda, "nccl") else None
+    build = {
+        "version": torch.__version__,
+        "git_version": torch.version.git_version,
+        "cuda": torch.version.cuda,
+        "hip": torch.version.hip,
+        "debug": torch.version.debug,
+        "cudnn": _maybe(torch.backends.cudnn.version),
+        "nccl": ".".join(str(p) for p in nccl) if isinstance(nccl, tuple) else nccl,
+        "num_threads": torch.get_num_threads(),
+        "num_interop_threads": torch.get_num_interop_threads(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "openmp": torch.backends.openmp.is_available(),
+        "config": torch.__config__.show(),
+        "cuda_available": cuda_available,
+        "cuda_device_count": torch.cuda.device_count() if cuda_available else 0,
+        "cuda_devices": [
+            {"name": torch.cuda.get_device_name(i),
+             "capability": ".".join(map(str, torch.cuda.get_device_capability(i)))}
+            for i in range(torch.cuda.device_count())
+        ] if cuda_available else [],
+    }
+    matmul = torch.backends.cuda.matmul
+    determinism = {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "deterministic_warn_only": torch.is_deterministic_algorithms_warn_only_enabled(),
+        "cudnn_enabled": torch.backends.cudnn.enabled,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
+        "cudnn_allow_tf32": torch.backends.cudnn.allow_tf32,
+        "cuda_matmul_allow_tf32": matmul.allow_tf32,
+        "cuda_matmul_allow_fp16_reduced_precision": matmul.allow_fp16_reduced_precision_reduction,
+        "cuda_matmul_allow_bf16_reduced_precision": matmul.allow_bf16_reduced_precision_reduction,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        # newer per-backend precision knobs, where this torch has them
+        "fp32_precision": {
+            name: getattr(obj, "fp32_precision", None)
+            for name, obj in (("cuda_matmul", matmul), ("cudnn", torch.backends.cudnn),
+                              ("mkldnn", torch.backends.mkldnn))
+        },
+        "fill_uninitialized_memory": getattr(
+            torch.utils.deterministic, "fill_uninitialized_memory", None
+        ),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+        "pythonhashseed": os.environ.get("PYTHONHASHSEED"),
+    }
+    return {"torch": build, "determinism": determinism}
+
+
+@facet("runtime", default=False)
+def runtime_facet(ctx: CaptureContext) -> dict[str, Any]:
+    return runtime_state()

@@ -1,0 +1,228 @@
+"""Keep secrets out of everything repro500 writes.
+
+Two independent tests decide that something is secret:
+
+* its **name** looks secret (:func:`is_secret_name`): an environment variable, a JSON key
+  or an assignment in a diff called ``GITHUB_TOKEN``, ``aws_secret_access_key``,
+  ``apiKey``, ``DB_PASSWORD`` ...;
+* its **content** looks like a credential (:func:`redact_text`): cloud access keys,
+  GitHub/GitLab/Hugging Face/Slack/OpenAI tokens, JWTs, ``scheme://user:pass@host`` URLs,
+  PEM blocks.
+
+Either way the value is replaced by :data:`REDACTED`.  Manifests, MLflow params and tags,
+diffs and reports all pass through here (:func:`scrub` for JSON data), so a secret never
+reaches a file, a tracking server or a published bundle.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+REDACTED = "[REDACTED]"
+
+# A name is split into words (``_``, ``-``, ``.``, spaces, camelCase); it is secret when a
+# word is one of these.  Whole words, not substrings, so ``tokenizer``, ``monkey`` or
+# ``author`` stay readable while ``HF_TOKEN``, ``apiKey`` and ``X-Auth-Token`` do not.
+SECRET_WORDS = frozenset(
+    {
+        "TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PASSPHRASE",
+        "KEY", "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "CREDENTIAL", "CREDENTIALS",
+        "CREDS", "AUTH", "AUTHORIZATION", "COOKIE", "COOKIES", "SESSION", "SESSIONID",
+        "PRIVATE", "SIGNATURE", "SALT", "BEARER", "JWT", "DSN",
+    }
+)
+# Compound words written without separators (``MYTOKEN``, ``dbpassword``).
+_SECRET_SUFFIXES = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "APIKEY", "ACCESSKEY", "CREDENTIALS")
+# Names that contain a secret word but are well known not to hold one.
+_NOT_SECRET_NAMES = frozenset(
+    {"PWD", "OLDPWD", "SSH_AUTH_SOCK", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS",
+     "XDG_SESSION_DESKTOP"}
+)
+
+_WORD_SPLIT = re.compile(r"[^A-Za-z0-9]+|(?<=[a-z0-9])(?=[A-Z])")
+
+# Content patterns, each matching the secret itself (replaced whole).
+_TOKEN_PATTERNS = [
+    re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),  # AWS key id
+    re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"),  # GitHub tokens
+    re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}\b"),  # GitHub fine-grained tokens
+    re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}\b"),  # GitLab
+    re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"),  # Hugging Face
+    re.compile(r"\bxox[abposre]-[A-Za-z0-9-]{10,}\b"),  # Slack tokens
+    re.compile(r"https://hooks\.slack\.com/services/[A-Za-z0-9/_-]+"),  # Slack webhooks
+    re.compile(r"\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{20,}\b"),  # OpenAI / Anthropic
+    re.compile(r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}\b"),  # Stripe
+    re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),  # Google API keys
+    re.compile(r"\bnpm_[A-Za-z0-9]{36}\b"),  # npm
+    re.compile(r"\bpypi-[A-Za-z0-9_-]{50,}\b"),  # PyPI upload tokens
+    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
+    # An AWS secret access key: exactly 40 base64 characters with upper, lower and digits.
+    # Requiring all three classes spares git/torch commit ids (40 lower-case hex digits).
+    re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+               r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
+]
+# A PEM block, or its beginning when the end was cut off (a diff hunk, a truncated value).
+_PEM = re.compile(
+    r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
+)
+# ``scheme://user:password@host``: the user-info part goes, the host stays readable.
+_URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^\s/@:]+):([^\s/@]+)@")
+# ``NAME = value`` / ``NAME: value`` / ``"NAME": "value"`` in free text (diffs, logs) where
+# NAME is *strongly* secret (:func:`_strong_secret_name`).  The value must look like a
+# literal: a quoted string of 6+ characters or a bare 8+ character token that is not an
+# attribute access or a call, so code such as ``token = self.get_token()`` stays readable.
+_ASSIGNMENT = re.compile(
+    r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<q1>["']?)(?P<sep>\s*[:=]\s*)"""
+    r"""(?P<value>"[^"\n]{6,}"|'[^'\n]{6,}'|[A-Za-z0-9+/_=:@~-]{8,}(?![\w.(\[]))"""
+)
+_BEARER = re.compile(r"\b(Bearer|Basic|token)\s+[A-Za-z0-9._~+/=-]{16,}")
+_STRONG_WORDS = frozenset(
+    {"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PASSPHRASE",
+     "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "CREDENTIAL", "CREDENTIALS", "CREDS",
+     "COOKIE", "SESSIONID", "AUTHORIZATION", "BEARER", "JWT", "DSN"}
+)
+# ``KEY`` alone is too common in code (``sort_key``, ``spawn_key``); it is strongly secret
+# only after one of these words (``API_KEY``, ``aws_secret_access_key``, ``AccountKey``).
+_KEY_QUALIFIERS = frozenset(
+    {"API", "ACCESS", "SECRET", "PRIVATE", "ACCOUNT", "SIGNING", "ENCRYPTION", "CLIENT", "APP",
+     "SERVICE", "LICENSE", "SSH", "GPG", "MASTER", "SHARED", "STORAGE", "SUBSCRIPTION", "AUTH"}
+)
+
+
+def _words(name: str) -> list[str]:
+    return [w.upper() for w in _WORD_SPLIT.split(name) if w]
+
+
+def _strong_secret_name(name: str) -> bool:
+    words = _words(name)
+    if any(w in _STRONG_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words):
+        return True
+    return any(w == "KEY" and i > 0 and words[i - 1] in _KEY_QUALIFIERS
+               for i, w in enumerate(words))
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a variable/key name suggests its value is a credential."""
+    upper = name.upper()
+    if upper in _NOT_SECRET_NAMES:
+        return False
+    words = _words(name)
+    return any(w in SECRET_WORDS or w.endswith(_SECRET_SUFFIXES) for w in words)
+
+
+def _redact_assignment(match: re.Match[str]) -> str:
+    if not _strong_secret_name(match.group("name")):
+        return match.group(0)
+    value = match.group("value")
+    if value.startswith(("$", "${", "os.environ", "os.getenv", "getenv", REDACTED)):
+        return match.group(0)  # a reference to a secret, not the secret itself
+    quote = value[0] if value[0] in "\"'" else ""
+    return f"{match.group('name')}{match.group('q1')}{match.group('sep')}{quote}{REDACTED}{quote}"
+
+
+def redact_text(text: str) -> str:
+    """Replace credential-looking content in free text (diffs, messages, values)."""
+    if not text:
+        return text
+    text = _PEM.sub(REDACTED, text)
+    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    for pattern in _TOKEN_PATTERNS:
+        text = pattern.sub(REDACTED, text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    return _ASSIGNMENT.sub(_redact_assignment, text)
+
+
+def redact_url(url: str) -> str:
+    """A URL with any credentials removed (``https://user:pw@host/x`` -> ``https://[REDACTED]@host/x``).
+
+    A bare user name is kept for ssh-style URLs (``ssh://git@host``, ``git@host:org/repo``)
+    and replaced for http(s), where a lone user name is almost always a token.
+    """
+    if "://" not in url:
+        return redact_text(url)  # scp-like ``git@host:path`` or a local path
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return redact_text(url)
+    if parts.username is None and parts.password is None:
+        return redact_text(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    keep_user = parts.password is None and parts.scheme in ("ssh", "git+ssh", "ssh+git")
+    userinfo = parts.username if keep_user else REDACTED
+    return redact_text(urlunsplit(parts._replace(netloc=f"{userinfo}@{host}")))
+
+
+# Environment variables whose values can change a result; every other variable is recorded
+# by name only.  Prefixes end with "_"; the rest are exact names.
+ENV_VALUE_PREFIXES = (
+    "CUDA_", "CUDNN_", "CUBLAS_", "CUBLASLT_", "NCCL_", "NVIDIA_", "OMP_", "KMP_", "GOMP_",
+    "MKL_", "OPENBLAS_", "BLIS_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TORCHELASTIC_",
+    "HOROVOD_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "I_MPI_", "MV2_", "UCX_", "FI_",
+    "GLOO_", "TRITON_", "HIP_", "ROCM_", "HSA_", "MIOPEN_", "XLA_", "ONEDNN_", "DNNL_",
+    "REPRO500_",
+)
+ENV_VALUE_NAMES = frozenset(
+    {
+        "PYTHONHASHSEED", "PYTHONPATH", "PYTHONOPTIMIZE", "MASTER_ADDR", "MASTER_PORT",
+        "WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+        "ROLE_RANK", "LD_LIBRARY_PATH", "LD_PRELOAD", "CUDA_HOME", "CUDA_PATH",
+        "CUBLAS_WORKSPACE_CONFIG", "DVC_NO_ANALYTICS", "MLFLOW_TRACKING_URI",
+        "MLFLOW_EXPERIMENT_NAME", "OPENBLAS_NUM_THREADS", "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS", "TZ", "LANG", "LC_ALL",
+    }
+)
+
+
+def env_value_kept(name: str) -> bool:
+    """True when an environment variable's value is recorded (allowlisted and not secret)."""
+    return (name in ENV_VALUE_NAMES or name.startswith(ENV_VALUE_PREFIXES)) and not is_secret_name(name)
+
+
+def redact_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    """Record an environment: ``{"values": {name: value}, "names": [name, ...]}``.
+
+    Values are kept only for result-relevant variables (:data:`ENV_VALUE_PREFIXES`,
+    :data:`ENV_VALUE_NAMES`), and even those pass through :func:`redact_text`; every other
+    variable is listed by name only.  Secret-named variables are listed by name only too.
+    """
+    values: dict[str, str] = {}
+    names: list[str] = []
+    for name in sorted(environ):
+        if env_value_kept(name):
+            value = str(environ[name])
+            values[name] = redact_url(value) if "://" in value else redact_text(value)
+        else:
+            names.append(name)
+    return {"values": values, "names": names}
+
+
+def scrub(obj: Any) -> Any:
+    """A copy of JSON-like data with secrets replaced by :data:`REDACTED`.
+
+    Values under secret-looking keys are replaced whole (containers too, since a nested
+    ``{"user": ..., "pw": ...}`` under ``credentials`` is secret as a unit); booleans and
+    ``None`` are kept, they cannot hold a secret.  Every string anywhere is passed through
+    :func:`redact_text`.  Keys themselves are kept.
+    """
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            if isinstance(key, str) and is_secret_name(key) and not _harmless(value):
+                out[key] = REDACTED
+            else:
+                out[key] = scrub(value)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [scrub(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_url(obj) if "://" in obj and " " not in obj else redact_text(obj)
+    return obj
+
+
+def _harmless(value: Any) -> bool:
+    return value is None or isinstance(value, bool) or value == "" or value == REDACTED

@@ -1,0 +1,279 @@
+"""Compare two manifests: what differs, ranked by how likely it is to change results.
+
+Each facet is flattened into ``key -> value`` pairs (lists of records become keyed by
+their ``name``/``path``/``index``, so a changed package is one row, not a shifted list),
+the pairs are compared, and each difference gets an *impact* from :data:`RULES`: the
+first rule whose pattern matches ``facet.key`` wins.  Library, CUDA and cuDNN versions,
+the GPU model and driver, determinism flags, data digests and the code commit/diff rank
+first; host names and times last.  A difference is *result-relevant* when its impact is
+at least :data:`RELEVANT_IMPACT`; ``repro500 diff`` exits 1 when there is one.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SCHEMA = "repro500/diff/v1"
+RELEVANT_IMPACT = 50
+_MISSING = "<absent>"
+
+# (pattern over "facet.key", impact 0-100, why it matters). First match wins.
+RULES: list[tuple[str, int, str]] = [
+    ("*.<facet>", 55, "the facet was captured on one side only; the two cannot be compared there"),
+    ("environment.torch_build.path", 5, "install location only"),
+    ("environment.torch_build.source", 0, "how the facts were read"),
+    ("environment.torch_build.*", 100, "the torch build (version, CUDA, cuDNN, NCCL) changes kernels and numerics"),
+    ("runtime.torch.num_threads", 70, "intra-op threads change CPU reduction order and speed"),
+    ("runtime.torch.num_interop_threads", 60, "inter-op threads change CPU scheduling and speed"),
+    ("runtime.torch.*", 100, "the torch build or device set changes kernels and numerics"),
+    ("runtime.determinism.*", 95, "determinism settings change numerical results"),
+    ("environment.distributions.torch*", 100, "the deep-learning framework changed"),
+    ("environment.distributions.nvidia-*", 95, "a CUDA library (cuDNN, cuBLAS, NCCL, ...) changed"),
+    ("environment.distributions.triton*", 95, "the kernel compiler changed"),
+    ("environment.distributions.numpy*", 85, "a numerical library changed"),
+    ("environment.distributions.scipy*", 80, "a numerical library changed"),
+    ("environment.distributions.*.source*", 75, "the package was installed from a different source"),
+    ("environment.distributions.*", 60, "an installed library changed"),
+    ("data.*", 95, "the input data differ"),
+    ("code.commit", 95, "different code"),
+    ("code.diff*", 95, "different uncommitted changes"),
+    ("code.dirty", 90, "uncommitted changes on one side"),
+    ("code.in_repo", 80, "only one side ran from a git work tree"),
+    ("code.untracked.*", 60, "an untracked source file differs"),  # refined in _impact
+    ("code.commit_time", 5, "follows the commit"),
+    ("code.branch", 10, "branch names do not change code; the commit does"),
+    ("code.detached", 10, "branch names do not change code; the commit does"),
+    ("code.*", 5, "repository location or remotes"),
+    ("seeds.*", 90, "different random seeds"),
+    ("distributed.*", 90, "a different process layout changes reduction order"),
+    ("artifacts.code.diff*", 95, "different uncommitted changes"),
+    ("hardware.gpus.*.name", 95, "a different GPU model"),
+    ("hardware.gpu_count", 90, "a different number of GPUs"),
+    ("hardware.gpus.*.compute_capability", 95, "a different GPU architecture"),
+    ("hardware.gpu_driver.*", 85, "a different GPU driver / CUDA driver"),
+    ("hardware.gpus.*.mig*", 75, "a different MIG partitioning"),
+    ("hardware.gpu_links*", 65, "a different GPU interconnect changes collective algorithms and speed"),
+    ("hardware.gpus.*.memory_total_bytes", 60, "a different GPU memory size"),
+    ("hardware.gpus.*.power_limit_w", 55, "a different power limit changes speed"),
+    ("hardware.gpus.*.*clock*", 55, "different clocks change speed"),
+    ("hardware.gpus.*.ecc_enabled", 40, "ECC changes usable memory and speed"),
+    ("hardware.gpus.*.pcie_max*", 40, "a different PCIe link"),
+    ("hardware.gpus.*.uuid", 20, "a different card of the same model"),
+    ("hardware.gpus.*.pci_bus_id", 15, "the same model in another slot"),
+    ("hardware.gpus.*", 20, "a GPU property that rarely changes results"),
+    ("hardware.gpu_reason", 10, "why no GPU was seen"),
+    ("hardware.cpu.current_frequency_mhz", 2, "the current clock varies with load"),
+    ("hardware.cpu.model*", 60, "a different CPU model changes CPU kernels and speed"),
+    ("hardware.cpu.flags", 60, "different CPU instruction sets select different kernels"),
+    ("hardware.cpu.vendor", 60, "a different CPU vendor"),
+    ("hardware.cpu.architecture", 90, "a different CPU architecture"),
+    ("hardware.cpu.usable_cpus", 55, "a different number of usable CPUs changes threading"),
+    ("hardware.cgroup.cpu_limit_cores", 55, "a different container CPU limit"),
+    ("hardware.cpu.*", 30, "a CPU property that affects speed"),
+    ("hardware.cgroup.*", 30, "a different container limit"),
+    ("hardware.memory.total_bytes", 20, "a different amount of memory"),
+    ("hardware.memory.*", 20, "memory configuration"),
+    ("hardware.numa*", 30, "a different NUMA layout affects speed"),
+    ("hardware.infiniband*", 40, "a different interconnect affects multi-node speed"),
+    ("hardware.network*", 15, "network interfaces"),
+    ("hardware.*", 20, "hardware detail"),
+    ("environment.python.version", 80, "a different Python version"),
+    ("environment.python.implementation", 80, "a different Python implementation"),
+    ("environment.python.*", 5, "interpreter location"),
+    ("environment.env.values.CUBLAS_WORKSPACE_CONFIG", 90, "cuBLAS determinism depends on it"),
+    ("environment.env.values.PYTHONHASHSEED", 70, "hash randomisation changes iteration order"),
+    ("environment.env.values.NCCL_*", 75, "NCCL settings change collective algorithms and results"),
+    ("environment.env.values.CUDA_VISIBLE_DEVICES", 70, "a different set of visible GPUs"),
+    ("environment.env.values.*_NUM_THREADS", 65, "thread counts change reduction order and speed"),
+    ("environment.env.values.LD_*", 60, "different shared libraries may be loaded"),
+    ("environment.env.values.TORCH*", 60, "a torch setting changed"),
+    ("environment.env.values.PYTORCH_*", 60, "a torch setting changed"),
+    ("environment.env.values.*", 40, "a result-relevant environment variable changed"),
+    ("environment.env.names*", 3, "other environment variables (names only)"),
+    ("environment.os.libc", 60, "a different C library"),
+    ("environment.os.kernel", 30, "a different kernel"),
+    ("environment.os.system", 60, "a different operating system"),
+    ("environment.os.distribution*", 25, "a different OS release"),
+    ("environment.os.kernel_build", 5, "kernel build string"),
+    ("environment.os.hostname", 1, "host names do not change results"),
+    ("environment.*", 20, "environment detail"),
+    ("facet_errors.*", 55, "a facet could be gathered on one side only"),
+    ("tool.version", 20, "a different repro500 version"),
+    ("tool.*", 5, "tool identity"),
+    ("created_utc", 0, "capture time"),
+]
+_CODE_SUFFIXES = (".py", ".pyx", ".pxd", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu",
+                  ".cuh", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".txt")
+_ID_KEYS = ("index", "rank", "repeat", "node", "port", "path", "name")
+
+
+@dataclass(frozen=True)
+class Difference:
+    """One key that differs between manifest A and B (``"<absent>"`` on a missing side)."""
+
+    facet: str
+    key: str
+    a: Any
+    b: Any
+    impact: int  # 0-100: higher = more likely to change results
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def is_result_relevant(diff: Difference) -> bool:
+    """True when the difference could plausibly change a benchmark result."""
+    return diff.impact >= RELEVANT_IMPACT
+
+
+def _record_id(item: Mapping[str, Any]) -> str | None:
+    for key in _ID_KEYS:
+        if key in item and isinstance(item[key], (str, int)):
+            return str(item[key])
+    return None
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "l": [{"name": "x", "v": 2}]}`` -> ``{"a.b": 1, "l.x.v": 2}``.
+
+    Lists of records with an identifying key are keyed by it; other lists are leaves.
+    Empty mappings vanish (their keys show up as absent on the other side).
+    """
+    out: dict[str, Any] = {}
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        ids = [_record_id(v) for v in value]
+        if all(i is not None for i in ids) and len(set(ids)) == len(ids):
+            for ident, item in zip(ids, value, strict=True):
+                out.update(flatten(item, f"{prefix}.{ident}" if prefix else str(ident)))
+            return out
+    out[prefix] = value
+    return out
+
+
+def _impact(facet: str, key: str) -> tuple[int, str]:
+    full = f"{facet}.{key}" if key else facet
+    if facet == "code" and key.startswith("untracked."):
+        path = key[len("untracked."):].rsplit(".", 1)[0]
+        if not path.endswith(_CODE_SUFFIXES):
+            return 20, "an untracked non-source file differs"
+    for pattern, impact, reason in RULES:
+        if fnmatch.fnmatchcase(full, pattern):
+            return impact, reason
+    return 10, "other detail"
+
+
+def _sections(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The comparable parts: each facet, plus facet errors, artifacts, tool and time."""
+    sections = dict(manifest.get("facets") or {})
+    for extra in ("facet_errors", "artifacts", "tool", "created_utc"):
+        if extra in manifest:
+            sections[extra] = manifest[extra]
+    return sections
+
+
+def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
+    """Every difference between two manifests, most result-relevant first."""
+    sa, sb = _sections(a), _sections(b)
+    diffs: list[Difference] = []
+    for facet in sorted(set(sa) | set(sb)):
+        if facet not in sa or facet not in sb:
+            impact, reason = _impact(facet, "<facet>")
+            if facet in ("facet_errors", "artifacts"):
+                impact, reason = _impact(facet, "x")
+            diffs.append(Difference(facet, "", "present" if facet in sa else _MISSING,
+                                    "present" if facet in sb else _MISSING, impact, reason))
+            continue
+        fa, fb = flatten(sa[facet]), flatten(sb[facet])
+        for key in sorted(set(fa) | set(fb)):
+            va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
+            if va == vb:
+                continue
+            impact, reason = _impact(facet, key)
+            diffs.append(Difference(facet, key, va, vb, impact, reason))
+    diffs.sort(key=lambda d: (-d.impact, d.facet, d.key))
+    return diffs
+
+
+def _changed_list(va: Any, vb: Any) -> str | None:
+    """For two lists of scalars (CPU flags, env names): ``+added -removed`` instead of both."""
+    if isinstance(va, list) and isinstance(vb, list):
+        try:
+            added, removed = sorted(set(vb) - set(va)), sorted(set(va) - set(vb))
+        except TypeError:
+            return None
+        parts = [f"+{x}" for x in added[:5]] + [f"-{x}" for x in removed[:5]]
+        more = len(added) + len(removed) - len(parts)
+        return " ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+    return None
+
+
+def short(value: Any, width: int = 48) -> str:
+    """A one-line rendering of a value for the table."""
+    text = value if isinstance(value, str) else repr(value)
+    text = re.sub(r"\s+", " ", text)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def to_json(diffs: list[Difference], a_label: str = "A", b_label: str = "B") -> dict[str, Any]:
+    """The ``repro500/diff/v1`` document ``repro500 diff --json`` prints."""
+    return {
+        "schema": SCHEMA,
+        "a": a_label,
+        "b": b_label,
+        "relevant_impact": RELEVANT_IMPACT,
+        "result_relevant": any(is_result_relevant(d) for d in diffs),
+        "differences": [dict(d.as_dict(), result_relevant=is_result_relevant(d)) for d in diffs],
+    }
+
+
+def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
+           console: Any = None, show_all: bool = False) -> None:
+    """Print the differences as rich tables, one per facet, most relevant facet first.
+
+    Without ``show_all`` only the first 15 low-impact differences of each facet are shown.
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    if not diffs:
+        console.print("[green]No differences.[/green]")
+        return
+    by_facet: dict[str, list[Difference]] = {}
+    for d in diffs:  # already sorted by impact, so facets come out most relevant first
+        by_facet.setdefault(d.facet, []).append(d)
+    for facet, items in by_facet.items():
+        table = Table(title=f"{facet}", title_justify="left", show_lines=False, expand=False)
+        table.add_column("impact", justify="right")
+        table.add_column("key", overflow="fold")
+        table.add_column(a_label, overflow="fold", max_width=40)
+        table.add_column(b_label, overflow="fold", max_width=40)
+        table.add_column("why it matters", overflow="fold")
+        low_shown = 0
+        for d in items:
+            relevant = is_result_relevant(d)
+            if not relevant and not show_all:
+                low_shown += 1
+                if low_shown > 15:
+                    continue
+            style = "bold red" if d.impact >= 90 else ("yellow" if relevant else "dim")
+            delta = _changed_list(d.a, d.b)
+            table.add_row(str(d.impact), d.key or "(whole facet)",
+                          short(d.a) if delta is None else f"{len(d.a)} items",
+                          short(d.b) if delta is None else delta, d.reason, style=style)
+        if low_shown > 15 and not show_all:
+            table.caption = f"{low_shown - 15} more low-impact differences (use --all)"
+        console.print(table)
+    relevant = [d for d in diffs if is_result_relevant(d)]
+    summary = (f"[bold red]{len(relevant)} result-relevant difference(s)[/bold red]"
+               if relevant else "[green]no result-relevant difference[/green]")
+    console.print(f"{summary}, {len(diffs)} in all (relevant = impact >= {RELEVANT_IMPACT}).")

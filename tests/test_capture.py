@@ -1,0 +1,238 @@
+"""``repro500 capture`` as users run it: a real git repo, real files, a real subprocess."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro500.capture import registry
+from repro500.capture.manifest import SCHEMA, build_manifest, load_manifest, seal, write_manifest
+from repro500.digest import canonical_digest
+from repro500.errors import InvalidInput
+
+REPRO500 = str(Path(sys.executable).parent / "repro500")
+
+# Fake credentials planted where a careless tool would pick them up.
+PLANTED = {
+    "AWS_ACCESS_KEY_ID": "AKIAIOSFODNN7EXAMPLE",
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "GITHUB_TOKEN": "ghp_" + "Zy9Xw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0FeDcBa",
+    "HF_TOKEN": "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm123456",
+    "MLFLOW_TRACKING_PASSWORD": "correct-horse-battery-staple",
+    "TORCH_DIST_INIT": "tcp://bob:HunterPw2Secret@10.0.0.1:29500",  # allowlisted prefix
+}
+REMOTE_PASSWORD = "Sup3rS3cretRemotePw"
+DIFF_SECRET = "sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe"
+SECRET_STRINGS = [*PLANTED.values(), "HunterPw2Secret", REMOTE_PASSWORD, DIFF_SECRET]
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", "-c", "user.name=Test", "-c", "user.email=t@example.com",
+         "-c", "commit.gpgsign=false", *args],
+        cwd=repo, check=True, capture_output=True, text=True,
+    ).stdout
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def dirty_repo(tmp_path):
+    """A repo with one commit, a modified tracked file and an untracked file."""
+    repo = tmp_path / "proj"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "train.py").write_text("LR = 0.1\n")
+    (repo / "config.py").write_text("BATCH = 32\n")
+    (repo / ".gitignore").write_text("ignored.log\nout/\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "initial")
+    git(repo, "remote", "add", "origin",
+        f"https://alice:{REMOTE_PASSWORD}@github.com/org/proj.git")
+    (repo / "train.py").write_text("LR = 0.2  # tuned\n")
+    (repo / "config.py").write_text(f'BATCH = 32\nOPENAI_API_KEY = "{DIFF_SECRET}"\n')
+    (repo / "new_module.py").write_text("def f():\n    return 1\n")
+    (repo / "ignored.log").write_text("noise\n")
+    return repo
+
+
+def run_cli(args: list[str], cwd: Path, extra_env: dict[str, str] | None = None):
+    env = {**os.environ, **(extra_env or {})}
+    return subprocess.run([REPRO500, *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_capture_records_dirty_repo_and_never_writes_a_secret(dirty_repo, tmp_path):
+    data = dirty_repo / "out" / "data.bin"  # ignored directory, digested with --data
+    data.parent.mkdir()
+    data.write_bytes(b"\x00\x01" * 1000)
+    out = run_cli(["capture", "-o", "out/m/manifest.json", "--data", "out/data.bin", "--json",
+                   "--seed", "7", "--repeats", "2"], dirty_repo, PLANTED)
+    assert out.returncode == 0, out.stderr
+    printed = json.loads(out.stdout)
+    manifest = load_manifest(dirty_repo / "out" / "m")  # digest checked
+    assert printed == manifest
+    code = manifest["facets"]["code"]
+    assert code["in_repo"] and code["dirty"] and code["branch"] == "main"
+    assert code["commit"] == git(dirty_repo, "rev-parse", "HEAD").strip()
+    assert code["remotes"] == [{"name": "origin",
+                                "url": "https://[REDACTED]@github.com/org/proj.git"}]
+    assert [u["path"] for u in code["untracked"]] == ["new_module.py"]  # ignored.log is not
+    assert code["untracked"][0]["sha256"] == hashlib.sha256(
+        (dirty_repo / "new_module.py").read_bytes()).hexdigest()
+    diff_file = dirty_repo / "out" / "m" / "code.diff"
+    diff = diff_file.read_bytes()
+    assert code["diff"]["sha256"] == hashlib.sha256(diff).hexdigest()
+    assert manifest["artifacts"]["code.diff"]["sha256"] == code["diff"]["sha256"]
+    assert b"+LR = 0.2  # tuned" in diff and code["diff"]["redactions"] == 1
+    # The recorded diff is a real patch: it applies to the commit (secret line redacted).
+    git(dirty_repo, "stash", "-q")
+    git(dirty_repo, "apply", "--check", str(diff_file))
+    git(dirty_repo, "stash", "pop", "-q")
+    assert manifest["facets"]["data"]["entries"][0]["md5"] == hashlib.md5(
+        data.read_bytes()).hexdigest()
+    assert len(manifest["facets"]["seeds"]["plan"]) == 2
+    env = manifest["facets"]["environment"]["env"]
+    assert "GITHUB_TOKEN" in env["names"] and "GITHUB_TOKEN" not in env["values"]
+    assert env["values"]["TORCH_DIST_INIT"] == "tcp://[REDACTED]@10.0.0.1:29500"
+    assert manifest["facet_errors"] == {}
+    # Grep every file written and everything printed for every planted secret.
+    written = [p for p in (dirty_repo / "out" / "m").rglob("*") if p.is_file()]
+    assert {p.name for p in written} == {"manifest.json", "code.diff"}
+    for blob in [p.read_bytes() for p in written] + [out.stdout.encode(), out.stderr.encode()]:
+        for secret in SECRET_STRINGS:
+            assert secret.encode() not in blob, f"{secret} leaked"
+
+
+def test_capture_summary_and_missing_data_path(dirty_repo):
+    out = run_cli(["capture"], dirty_repo)
+    assert out.returncode == 0, out.stderr
+    for facet in ("code", "environment", "seeds", "data", "hardware"):
+        assert facet in out.stdout
+    assert "dirty" in out.stdout and "GPUs:" in out.stdout
+    assert not (dirty_repo / "manifest.json").exists()  # without -o nothing is written
+
+    bad = run_cli(["capture", "-o", "m.json", "--data", "no/such/dir"], dirty_repo)
+    assert bad.returncode == 4
+    assert bad.stderr.strip() == ("repro500: error: data path 'no/such/dir' does not exist: "
+                                  "check the path")
+    assert "Traceback" not in bad.stderr and not (dirty_repo / "m.json").exists()
+    usage = run_cli(["capture", "--seed", "1", "--repeats", "0"], dirty_repo)
+    assert usage.returncode == 2 and "--repeats" in usage.stderr and "Traceback" not in usage.stderr
+
+
+def test_broken_link_in_data_directory_is_one_line_exit_4(tmp_path):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    (ds / "ok.bin").write_bytes(b"1")
+    (ds / "dangling").symlink_to(tmp_path / "gone")
+    out = run_cli(["capture", "--data", str(ds)], tmp_path)
+    assert out.returncode == 4
+    assert out.stderr.count("\n") == 1 and "broken symbolic link" in out.stderr
+
+
+def test_outside_a_repo_is_recorded_not_an_error(tmp_path):
+    manifest, artifacts = build_manifest(repo_dir=tmp_path)
+    assert manifest["facets"]["code"]["in_repo"] is False
+    assert "not inside a git work tree" in manifest["facets"]["code"]["reason"]
+    assert artifacts == {}
+
+
+def test_a_failing_facet_is_recorded_and_the_capture_goes_on(monkeypatch, tmp_path):
+    def broken(ctx):
+        raise RuntimeError("sensor offline; see https://u:LeakyPw99@internal.example/x")
+
+    monkeypatch.setitem(registry._REGISTRY, "thermals", registry.Facet("thermals", broken, True))
+    manifest, _ = build_manifest(repo_dir=tmp_path)
+    assert "thermals" not in manifest["facets"]
+    assert manifest["facet_errors"]["thermals"].startswith("RuntimeError: sensor offline")
+    assert "LeakyPw99" not in manifest["facet_errors"]["thermals"]
+    assert {"code", "environment", "seeds", "data", "hardware"} <= set(manifest["facets"])
+
+
+def test_manifest_shape_digest_and_round_trip(tmp_path):
+    manifest, artifacts = build_manifest(
+        repo_dir=tmp_path, extra_facets={"distributed": {"world_size": 2, "ranks": (0, 1)}})
+    assert manifest["schema"] == SCHEMA and manifest["tool"]["name"] == "repro500"
+    assert manifest["created_utc"].endswith("Z")
+    body = {k: v for k, v in manifest.items() if k != "digest"}
+    assert manifest["digest"] == {"algorithm": "sha256", "canonicalization": "repro500-c14n/v1",
+                                  "value": canonical_digest(body)}
+    path = write_manifest(manifest, {"extra.txt": b"hello\n"}, tmp_path / "run")
+    assert path == tmp_path / "run" / "manifest.json"
+    loaded = load_manifest(tmp_path / "run")
+    assert loaded == manifest and loaded["facets"]["distributed"]["ranks"] == [0, 1]
+    assert (tmp_path / "run" / "extra.txt").read_bytes() == b"hello\n"
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("content,message", [
+    ('{"schema": "repro500/manifest/v1", "facets": {', "is not valid JSON"),
+    ('{"schema": "something/else", "facets": {}}', "is not a repro500 manifest"),
+    ("[1, 2]", "is not a repro500 manifest"),
+    ('{"schema": "repro500/manifest/v1", "facets": {}}', "has no digest"),
+])
+def test_corrupt_manifests_are_invalid_input(tmp_path, content, message):
+    bad = tmp_path / "manifest.json"
+    bad.write_text(content)
+    with pytest.raises(InvalidInput, match=message):
+        load_manifest(bad)
+    with pytest.raises(InvalidInput, match="does not exist"):
+        load_manifest(tmp_path / "nope.json")
+    (tmp_path / "run").mkdir()
+    with pytest.raises(InvalidInput, match="has no manifest.json"):
+        load_manifest(tmp_path / "run")
+
+
+def test_an_edited_manifest_is_detected(tmp_path):
+    manifest, _ = build_manifest(repo_dir=tmp_path)
+    path = write_manifest(manifest, {}, tmp_path / "m.json")
+    doc = json.loads(path.read_text())
+    doc["facets"]["environment"]["torch_build"]["version"] = "9.9.9"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InvalidInput, match="edited after capture"):
+        load_manifest(path)
+    path.write_text(json.dumps(seal(doc)))  # re-sealed by its author: consistent again
+    assert load_manifest(path)["facets"]["environment"]["torch_build"]["version"] == "9.9.9"
+
+
+def test_environment_reads_torch_build_without_importing_torch(tmp_path):
+    code = ("import sys, json; from repro500.capture.manifest import build_manifest;"
+            f"m, _ = build_manifest(repo_dir={str(tmp_path)!r});"
+            "print(json.dumps([m['facets']['environment']['torch_build'], 'torch' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    build, imported = json.loads(out.stdout)
+    assert imported is False
+    import importlib.metadata
+
+    assert build["version"].split("+")[0] == importlib.metadata.version("torch")
+    assert build["cuda"] and build["cudnn"] and build["nccl"]
+
+
+def test_runtime_state_records_determinism_flags():
+    import torch
+
+    from repro500.capture.env import runtime_state
+
+    before = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        state = runtime_state()
+    finally:
+        torch.use_deterministic_algorithms(before)
+    det = state["determinism"]
+    assert det["deterministic_algorithms"] is True and det["deterministic_warn_only"] is True
+    assert det["float32_matmul_precision"] == torch.get_float32_matmul_precision()
+    assert state["torch"]["version"] == torch.__version__
+    assert state["torch"]["num_threads"] == torch.get_num_threads()
+    assert "PyTorch built with" in state["torch"]["config"]
+    json.dumps(state)  # JSON-able as it is

@@ -1,0 +1,139 @@
+"""``repro500 diff``: ranked differences and the documented exit codes."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from repro500.capture.manifest import build_manifest, seal, write_manifest
+from repro500.verify.diff import (
+    RELEVANT_IMPACT,
+    diff_manifests,
+    flatten,
+    is_result_relevant,
+    to_json,
+)
+
+REPRO500 = str(Path(sys.executable).parent / "repro500")
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    os.environ.setdefault("REPRO500_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+    manifest, _ = build_manifest(repo_dir=tmp_path_factory.mktemp("norepo"), seed=1)
+    return manifest
+
+
+def variant(manifest: dict, **changes) -> dict:
+    """A re-sealed copy with ``a.b.c=value`` changes applied."""
+    doc = copy.deepcopy(manifest)
+    for dotted, value in changes.items():
+        node = doc
+        *parents, last = dotted.split("__")
+        for key in parents:
+            node = node[key]
+        node[last] = value
+    return seal(doc)
+
+
+def test_identical_manifests_have_no_differences(base):
+    assert diff_manifests(base, copy.deepcopy(base)) == []
+
+
+def test_torch_version_ranks_above_hostname_and_only_it_is_relevant(base):
+    other = variant(base, facets__environment__torch_build__version="2.13.0",
+                    facets__environment__os__hostname="elsewhere", created_utc="2030-01-01T00:00:00Z")
+    diffs = diff_manifests(base, other)
+    keys = [(d.facet, d.key) for d in diffs]
+    assert keys.index(("environment", "torch_build.version")) < keys.index(
+        ("environment", "os.hostname"))
+    assert diffs[0].key == "torch_build.version" and diffs[0].b == "2.13.0"
+    relevant = [d for d in diffs if is_result_relevant(d)]
+    assert [d.key for d in relevant] == ["torch_build.version"]
+    assert diffs[-1].facet == "created_utc"
+
+
+def test_ranking_of_typical_changes(base):
+    dists = copy.deepcopy(base["facets"]["environment"]["distributions"])
+    for d in dists:
+        if d["name"].lower() in ("numpy", "rich"):
+            d["version"] = "0.0.1"
+    other = variant(
+        base,
+        facets__environment__distributions=dists,
+        facets__seeds__master_seed=2,
+        facets__data={"entries": [{"path": "ds", "md5": "x.dir", "size": 1, "nfiles": 1}]},
+        facets__environment__env__names=["NEW_VAR"],
+    )
+    impact = {(d.facet, d.key): d.impact for d in diff_manifests(base, other)}
+    numpy_key = next(k for k in impact if k[1].lower().startswith("distributions.numpy"))
+    rich_key = next(k for k in impact if k[1].lower().startswith("distributions.rich"))
+    assert impact[numpy_key] > impact[rich_key] >= RELEVANT_IMPACT
+    assert impact[("seeds", "master_seed")] >= RELEVANT_IMPACT
+    assert impact[("data", "entries.ds.md5")] >= 90
+    assert impact[("environment", "env.names")] < RELEVANT_IMPACT
+
+
+def test_flatten_keys_records_by_identity():
+    flat = flatten({"gpus": [{"index": 0, "name": "A"}, {"index": 1, "name": "A"}],
+                    "d": [{"name": "torch", "version": "1"}], "flags": ["a", "b"], "e": {}})
+    assert flat == {"gpus.0.index": 0, "gpus.0.name": "A", "gpus.1.index": 1,
+                    "gpus.1.name": "A", "d.torch.name": "torch", "d.torch.version": "1",
+                    "flags": ["a", "b"]}
+
+
+def test_missing_facet_is_reported_once(base):
+    other = seal({**base, "facets": {**base["facets"], "runtime": {"torch": {"version": "x"}}}})
+    diffs = diff_manifests(base, other)
+    assert [(d.facet, d.key, d.a, d.b) for d in diffs] == [("runtime", "", "<absent>", "present")]
+    assert is_result_relevant(diffs[0])
+    doc = to_json(diffs, "a.json", "b.json")
+    assert doc["schema"] == "repro500/diff/v1" and doc["result_relevant"] is True
+    json.dumps(doc)
+
+
+def run_diff(*args: str):
+    return subprocess.run([REPRO500, "diff", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_cli_exit_codes_table_and_json(base, tmp_path):
+    a = write_manifest(base, {}, tmp_path / "a")  # a run directory
+    same_host = write_manifest(variant(base, facets__environment__os__hostname="h2"), {},
+                               tmp_path / "b.json")
+    newer = write_manifest(variant(base, facets__environment__torch_build__cuda="12.1"), {},
+                           tmp_path / "c.json")
+    ok = run_diff(str(tmp_path / "a"), str(same_host))
+    assert ok.returncode == 0, ok.stderr
+    assert "hostname" in ok.stdout and "no result-relevant difference" in ok.stdout
+    bad = run_diff(str(a), str(newer), "--json")
+    assert bad.returncode == 1, bad.stderr
+    doc = json.loads(bad.stdout)
+    assert doc["result_relevant"] is True
+    assert doc["differences"][0]["key"] == "torch_build.cuda"
+    assert doc["differences"][0]["a"] == base["facets"]["environment"]["torch_build"]["cuda"]
+    table = run_diff(str(a), str(newer))
+    assert table.returncode == 1 and "torch_build.cuda" in table.stdout
+    assert "1 result-relevant difference" in table.stdout
+
+
+def test_cli_unreadable_or_tampered_input_exits_4(base, tmp_path):
+    good = write_manifest(base, {}, tmp_path / "good.json")
+    corrupt = tmp_path / "corrupt.json"
+    corrupt.write_text(good.read_text()[:200])
+    tampered = tmp_path / "tampered.json"
+    doc = json.loads(good.read_text())
+    doc["facets"]["seeds"]["master_seed"] = 99
+    tampered.write_text(json.dumps(doc))
+    for other, phrase in ((corrupt, "is not valid JSON"), (tampered, "edited after capture"),
+                          (tmp_path / "absent.json", "does not exist")):
+        out = run_diff(str(good), str(other))
+        assert out.returncode == 4
+        assert out.stderr.startswith("repro500: error: manifest") and phrase in out.stderr
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

@@ -1,0 +1,198 @@
+"""Data digests equal DVC's, the cache skips unchanged files, changes are reported."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from repro500.capture import data
+from repro500.errors import InvalidInput
+
+DVC = str(Path(sys.executable).parent / "dvc")
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def make_tree(root: Path) -> None:
+    """Names that exercise DVC's relpath sort order, nesting, unicode and empty files."""
+    files = {
+        "a.txt": b"x", "a/b.txt": b"yy\r\n", "a-b/c": b"q", "B": b"Z", "\u00e9.txt": b"u",
+        "empty": b"", "deep/er/still/f.bin": os.urandom(3000), "big.bin": os.urandom(3 << 20),
+        "sub/.git/config": b"ignored by dvc", "sub/file": b"h",
+    }
+    for rel, blob in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+    (root / "link").symlink_to("a.txt")
+
+
+def old(path: Path, seconds: int = 10) -> None:
+    """Backdate a file's mtime so it is outside the racy window and may be cached."""
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 1_000_000_000))
+
+
+def test_digests_equal_what_dvc_add_writes(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "DVC_NO_ANALYTICS": "1"}
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    make_tree(repo / "ds")
+    (repo / "single.bin").write_bytes(os.urandom(10_000))
+    ours = data.digest_paths([repo / "ds", repo / "single.bin"], use_cache=False)
+    subprocess.run([DVC, "init", "-q"], cwd=repo, check=True, env=env)
+    subprocess.run([DVC, "add", "-q", "ds", "single.bin"], cwd=repo, check=True, env=env,
+                   capture_output=True)
+    for entry, name in zip(ours, ("ds", "single.bin"), strict=True):
+        (out,) = yaml.safe_load((repo / f"{name}.dvc").read_text())["outs"]
+        assert entry["md5"] == out["md5"]
+        assert entry["size"] == out["size"] and entry["hash"] == out["hash"] == "md5"
+        assert entry["nfiles"] == out.get("nfiles")
+    assert ours[0]["md5"].endswith(".dir") and ours[0]["nfiles"] == 10
+
+
+def test_directory_formula_is_recomputable_from_the_docs(tmp_path):
+    (tmp_path / "d" / "x").mkdir(parents=True)
+    (tmp_path / "d" / "x" / "1").write_bytes(b"one")
+    (tmp_path / "d" / "2").write_bytes(b"two")
+    listing = [{"md5": hashlib.md5(b"two").hexdigest(), "relpath": "2"},
+               {"md5": hashlib.md5(b"one").hexdigest(), "relpath": "x/1"}]
+    expected = hashlib.md5(json.dumps(listing, sort_keys=True).encode()).hexdigest() + ".dir"
+    entry = data.digest_path(tmp_path / "d")
+    assert entry == {"path": str(tmp_path / "d"), "kind": "directory", "hash": "md5",
+                     "md5": expected, "size": 6, "nfiles": 2}
+
+
+def test_cache_skips_unchanged_files_and_notices_changes(tmp_path, monkeypatch):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    for i in range(5):
+        (ds / f"f{i}").write_bytes(os.urandom(1000))
+        old(ds / f"f{i}")
+    reads: list[str] = []
+    real = data.md5_file
+    monkeypatch.setattr(data, "md5_file", lambda p, *a: reads.append(p) or real(p, *a))
+    first = data.digest_path(ds)
+    assert len(reads) == 5
+    reads.clear()
+    assert data.digest_path(ds) == first and reads == []  # warm: nothing read
+    (ds / "f3").write_bytes(os.urandom(1000))  # same size, new content and mtime
+    changed = data.digest_path(ds)
+    assert reads == [str(ds / "f3")] and changed["md5"] != first["md5"]
+    reads.clear()
+    (ds / "fresh").write_bytes(b"new")  # too recent to cache ("racy"): re-read next time
+    data.digest_path(ds)
+    data.digest_path(ds)
+    assert reads.count(str(ds / "fresh")) == 2
+    reads.clear()
+    assert data.digest_paths([ds], use_cache=False)[0]["md5"] == data.digest_path(ds)["md5"]
+
+
+def test_damaged_cache_file_is_replaced_not_fatal(tmp_path):
+    cache_file = tmp_path / "cache" / "hashes" / "md5.sqlite"
+    cache_file.parent.mkdir(parents=True)
+    cache_file.write_bytes(b"this is not a sqlite database" * 100)
+    f = tmp_path / "f.bin"
+    f.write_bytes(b"abc")
+    assert data.digest_path(f)["md5"] == hashlib.md5(b"abc").hexdigest()
+    assert (cache_file.parent / "md5.sqlite.damaged").exists()
+
+
+def test_compare_reports_changed_and_missing_paths(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    Path("ds").mkdir()
+    Path("ds/a").write_bytes(b"1")
+    Path("single").write_bytes(b"2")
+    recorded = data.digest_paths(["ds", "single"])
+    assert data.compare(recorded) == []
+    Path("ds/b").write_bytes(b"new file")
+    Path("single").unlink()
+    problems = data.compare(recorded)
+    assert len(problems) == 2
+    assert problems[0].startswith("data path 'ds' changed: md5 is ")
+    assert "2 files" in problems[0] and "1 files" in problems[0]
+    assert problems[1] == "data path 'single' recorded in the manifest is missing here"
+
+
+def test_bad_paths_are_invalid_input(tmp_path):
+    with pytest.raises(InvalidInput, match="does not exist"):
+        data.digest_path(tmp_path / "missing")
+    (tmp_path / "ds").mkdir()
+    (tmp_path / "ds" / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(InvalidInput, match="broken symbolic link"):
+        data.digest_path(tmp_path / "ds")
+
+
+def test_module_cli_prints_entries(tmp_path):
+    (tmp_path / "f").write_bytes(b"hello\n")
+    out = subprocess.run([sys.executable, "-m", "repro500.capture.data", str(tmp_path / "f")],
+                         capture_output=True, text=True, check=True,
+                         env={**os.environ, "REPRO500_CACHE_DIR": str(tmp_path / "c")})
+    assert json.loads(out.stdout)[0]["md5"] == "b1946ac92492d2347c6235b4d2611184"
+    bad = subprocess.run([sys.executable, "-m", "repro500.capture.data", str(tmp_path / "no")],
+                         capture_output=True, text=True)
+    assert bad.returncode == 4 and bad.stderr.startswith("repro500: error: data path")
+
+
+@pytest.mark.parametrize("sizes", [
+    [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 4095, 4096, 4097, 70_000, 300_000, 2_500_000],
+    [1_048_576] * 9 + [1_048_577, 1_048_575, 3],  # chunk-boundary sizes
+    [5] * 40,  # many tiny files: lanes refill every round
+])
+def test_multibuffer_kernel_matches_hashlib(tmp_path, sizes):
+    from repro500.capture import md5mb
+
+    if not md5mb.available():
+        pytest.skip("no C compiler with GCC vector extensions here; hashlib is used instead")
+    paths = []
+    for i, n in enumerate(sizes):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(n))
+        paths.append(str(path))
+    seen: list[int] = []
+    got = md5mb.md5_files(paths, on_bytes=seen.append)
+    assert got == {p: hashlib.md5(Path(p).read_bytes()).hexdigest() for p in paths}
+    assert sum(seen) == sum(sizes)  # progress counts the data bytes, not the padding
+
+
+def test_both_engines_give_the_same_directory_digest(tmp_path, monkeypatch):
+    ds = tmp_path / "ds"
+    for i in range(30):
+        (ds / str(i % 3)).mkdir(parents=True, exist_ok=True)
+        (ds / str(i % 3) / f"{i}.bin").write_bytes(os.urandom(i * 997))
+    simd = data.digest_paths([ds], use_cache=False, jobs=2)
+    monkeypatch.setenv("REPRO500_MD5MB", "0")
+    monkeypatch.setattr(data.md5mb, "_lib", None)
+    plain = data.digest_paths([ds], use_cache=False, jobs=2)
+    assert simd == plain
+
+
+def test_an_interrupted_hash_stops_the_other_workers_promptly():
+    import threading
+    import time
+
+    seen_stop = threading.Event()
+
+    def work(item, stop):
+        if item == "boom":
+            time.sleep(0.05)
+            raise KeyboardInterrupt  # what Ctrl-C looks like to the waiting caller
+        if stop.wait(timeout=10):
+            seen_stop.set()
+        return item
+
+    start = time.perf_counter()
+    with pytest.raises(KeyboardInterrupt):
+        data._parallel(work, ["slow", "boom"], workers=2)  # the slow one is waited on first
+    assert seen_stop.is_set() and time.perf_counter() - start < 5
