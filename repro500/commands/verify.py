@@ -1,0 +1,114 @@
+"""``repro500 verify``, ``repro500 pack`` and ``repro500 unpack``: thin wrappers over repro500.verify and repro500.bundle."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import click
+
+
+def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, float]:
+    margins: dict[str, float] = {}
+    for item in value:
+        name, sep, delta = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not METRIC=DELTA (e.g. accuracy=0.01)")
+        try:
+            number = float(delta)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: {delta!r} is not a number") from None
+        if not (math.isfinite(number) and number > 0):
+            raise click.BadParameter(f"{item!r}: the margin must be a number > 0")
+        if name in margins:
+            raise click.BadParameter(f"{name!r} is given twice")
+        margins[name] = number
+    return margins
+
+
+@click.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--against", "-a", metavar="REF", type=click.Path(path_type=Path), default=None,
+              help="Reference: another run directory, a packed .tar.gz, or a published-results .yaml/.json file.")
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level: bands use (1-alpha) bounds, equivalence (1-2 alpha) intervals.")
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+              help="Equivalence margin for a metric (repeatable); overrides the published or acceptance margin.")
+@click.option("--json", "as_json", is_flag=True, help="Print verdict.json to stdout instead of the summary.")
+@click.option("--expect-sums", metavar="SHA256", default=None,
+              help="SHA-256 of SHA256SUMS published elsewhere; a different digest makes the run INVALID.")
+@click.option("--no-write", is_flag=True, help="Do not write verdict.json into the run directory.")
+@click.pass_context
+def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
+           as_json: bool, expect_sums: str | None, no_write: bool) -> None:
+    """Decide whether RUN holds (its acceptance bands) or reproduces a reference.
+
+    RUN is a run directory (runs/<run-id>) or an archive made by `repro500 pack`.
+    Writes RUN/verdict.json (not with --no-write, nor for an archive).
+
+    \b
+    Exit codes: 0 pass/reproduced, 1 fail/not reproduced, 2 usage error,
+                3 inconclusive, 4 invalid input (missing, corrupt, tampered).
+    """
+    from repro500.verify.verdict import render, verify_run, write_verdict
+
+    verdict = verify_run(run_dir, against=against, alpha=alpha, margins=margins or None,
+                         expect_sums_digest=expect_sums)
+    if not no_write and run_dir.is_dir():
+        try:
+            write_verdict(verdict, run_dir)
+        except OSError as err:
+            click.echo(f"repro500: warning: could not write {run_dir / 'verdict.json'} ({err.strerror})", err=True)
+    if as_json:
+        click.echo(json.dumps(verdict.to_dict(), indent=2, sort_keys=True, allow_nan=False))
+    else:
+        from rich.console import Console
+
+        render(verdict, Console())
+    ctx.exit(verdict.exit_code)
+
+
+@click.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--out", "-o", type=click.Path(path_type=Path), default=None,
+              help="Archive to write (default: <RUN>.tar.gz next to the run directory; a directory gets <run-id>.tar.gz).")
+@click.option("--force", is_flag=True, help="Replace an existing archive.")
+def pack(run_dir: Path, out: Path | None, force: bool) -> None:
+    """Pack RUN into one .tar.gz that `repro500 verify` accepts anywhere.
+
+    The run directory must match its SHA256SUMS. Packing the same directory twice gives
+    byte-identical archives; publish the printed digests so others can check their copy.
+    """
+    from repro500 import bundle
+    from repro500.digest import file_digest
+
+    archive = bundle.pack(run_dir, out, force=force)
+    click.echo(f"packed {run_dir} -> {archive} ({archive.stat().st_size} bytes)")
+    click.echo(f"archive sha256: {file_digest(archive)}")
+    click.echo(f"SHA256SUMS sha256: {file_digest(run_dir / bundle.SUMS_NAME)} (repro500 verify --expect-sums)")
+
+
+@click.command()
+@click.argument("archive", type=click.Path(path_type=Path))
+@click.option("--dest", "-d", type=click.Path(path_type=Path), default=Path("."), show_default=True,
+              help="Directory to unpack into; the run lands in DEST/<run-id>.")
+@click.pass_context
+def unpack(ctx: click.Context, archive: Path, dest: Path) -> None:
+    """Unpack ARCHIVE safely and check its files against SHA256SUMS.
+
+    Archives with absolute paths, '..' components, links pointing outside, or device files
+    are refused before anything is written. Exit 4 when the archive is corrupt, unsafe, or
+    its files do not match SHA256SUMS.
+    """
+    from repro500 import bundle
+    from repro500.errors import EXIT_INVALID
+
+    target = bundle.unpack(archive, dest)
+    report = bundle.check_sums(target)
+    click.echo(f"unpacked {archive} -> {target}")
+    if not report.ok:
+        click.echo(f"repro500: error: {target} does not match its SHA256SUMS ({report.describe()})", err=True)
+        ctx.exit(EXIT_INVALID)
+    click.echo(f"all {len(bundle.read_sums(target))} files match SHA256SUMS; next: repro500 verify {target}")

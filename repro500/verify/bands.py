@@ -1,0 +1,103 @@
+"""Bands: did the run meet each acceptance criterion, judged across repeats?
+
+A criterion is decided on a one-sided (1 - alpha) confidence bound of the mean, never on
+the best repeat.  For "higher is better" with threshold ``target - tolerance``:
+
+* PASS when the lower bound >= threshold (confident the mean meets the band);
+* FAIL when the upper bound < threshold (confident it misses);
+* INCONCLUSIVE otherwise (the interval straddles the threshold), with an estimate of the
+  repeats that would decide it.
+
+"Lower is better" mirrors this with threshold ``target + tolerance``.  With zero variance
+the bounds equal the mean and the decision is exact; with one repeat it is INCONCLUSIVE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from repro500.verify import stats
+from repro500.verify.rundir import Criterion, RunData
+
+
+@dataclass
+class BandResult:
+    metric: str
+    direction: str
+    target: float
+    tolerance: float
+    threshold: float
+    n: int
+    mean: float | None
+    lower_bound: float | None
+    upper_bound: float | None
+    bound_confidence: float
+    status: str  # PASS | FAIL | INCONCLUSIVE
+    reason: str
+    repeats_needed: int | None = None
+    advice: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def check_band(criterion: Criterion, values: list[float], alpha: float, *, unsuccessful: int = 0) -> BandResult:
+    """Decide one criterion from the values of the completed repeats."""
+    c = criterion
+    higher = c.direction == "higher"
+    sign = ">=" if higher else "<="
+    res = BandResult(
+        metric=c.metric, direction=c.direction, target=c.target, tolerance=c.tolerance,
+        threshold=c.threshold, n=len(values), mean=None, lower_bound=None, upper_bound=None,
+        bound_confidence=1.0 - alpha, status="INCONCLUSIVE", reason="",
+    )
+    band = f"{sign} {c.threshold:.6g} (target {c.target:.6g}, tolerance {c.tolerance:.6g})"
+    if not values:
+        if unsuccessful:
+            res.status = "FAIL"
+            res.reason = f"no completed repeat reported {c.metric} ({unsuccessful} did not complete); band {band}"
+        else:
+            res.reason = f"no repeat reported {c.metric}; band {band}"
+            res.advice.append(f"check that the workload records '{c.metric}' in each repeat summary")
+        return res
+    desc = stats.describe(values, alpha)
+    res.mean = desc["mean"]
+    if len(values) == 1:
+        res.reason = f"one repeat ({values[0]:.6g}) cannot bound the mean; band {band}"
+        res.advice.append("run at least 3 repeats (repro500 run --repeats 3) so a confidence bound exists")
+        return res
+    low, high = stats.one_sided_bounds(values, alpha)
+    res.lower_bound, res.upper_bound = low, high
+    level = f"{1.0 - alpha:.0%}"
+    decisive, opposite = (low, high) if higher else (high, low)
+    meets = decisive >= c.threshold if higher else decisive <= c.threshold
+    misses = opposite < c.threshold if higher else opposite > c.threshold
+    which, other = ("lower", "upper") if higher else ("upper", "lower")
+    if desc["zero_variance"]:
+        res.status = "PASS" if meets else "FAIL"
+        res.reason = f"all {len(values)} repeats gave {values[0]:.6g} (zero variance): {'meets' if meets else 'misses'} band {band}"
+    elif meets:
+        res.status = "PASS"
+        res.reason = f"{which} {level} bound {decisive:.6g} {sign} {c.threshold:.6g}: meets band {band}"
+    elif misses:
+        res.status = "FAIL"
+        res.reason = f"{other} {level} bound {opposite:.6g} is beyond {c.threshold:.6g}: misses band {band}"
+    else:
+        res.reason = f"{level} bounds [{low:.6g}, {high:.6g}] straddle the threshold {c.threshold:.6g}"
+        res.repeats_needed = stats.repeats_needed(
+            desc["mean"] - c.threshold, desc["std"], 0.0, alpha, kind="one-sided"
+        )
+        if res.repeats_needed:
+            res.advice.append(
+                f"{c.metric}: about {res.repeats_needed} repeats would decide the band "
+                "(estimate from the observed spread)"
+            )
+        else:
+            res.advice.append(f"{c.metric}: the mean sits on the threshold; more repeats will not decide it")
+    return res
+
+
+def check_bands(run: RunData, alpha: float) -> list[BandResult]:
+    unsuccessful = len(run.unsuccessful)
+    return [check_band(c, run.values(c.metric), alpha, unsuccessful=unsuccessful) for c in run.acceptance]

@@ -1,0 +1,207 @@
+"""Equivalence to a reference: REPRODUCED, NOT REPRODUCED or INCONCLUSIVE, per metric.
+
+The question "does the rerun reproduce the reference within +-margin?" is an equivalence
+question, decided on the (1 - 2 alpha) confidence interval of ``diff = run - reference``
+(two one-sided tests at level alpha each; stats.py):
+
+* **REPRODUCED**: the interval lies inside [-margin, +margin].
+* **NOT REPRODUCED**: the interval lies entirely outside it (all of it above +margin or all
+  below -margin): the run differs by more than the margin, itself shown at level alpha.
+  This is a positive finding of a difference, not merely "equivalence not shown".
+* **INCONCLUSIVE**: the interval straddles a margin edge; the verdict says how many
+  repeats would likely decide it, from the observed spread.
+
+``non_inferiority`` (a published claim such as "accuracy >= 93 %") is one-sided: for
+higher-is-better, REPRODUCED when the lower end of the interval is >= -margin, NOT
+REPRODUCED when its upper end is < -margin (mirrored for lower-is-better).
+
+References: another run (two-sample Welch TOST on per-repeat values), published
+per-repeat values (Welch TOST), or a single published value (one-sample TOST, the value
+taken as exact).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from repro500.errors import InvalidInput, UsageError
+from repro500.verify import stats
+from repro500.verify.reference import Reference
+from repro500.verify.rundir import RunData
+
+REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
+
+
+@dataclass
+class EquivalenceResult:
+    metric: str
+    test: str  # equivalence | non_inferiority
+    direction: str
+    margin: float
+    margin_source: str
+    status: str
+    reason: str
+    tost: dict[str, Any]
+    p_value: float | None = None  # of the test that decides: TOST max, or the one-sided test
+    repeats_needed: int | None = None
+    advice: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric, "test": self.test, "direction": self.direction,
+            "margin": self.margin, "margin_source": self.margin_source, "status": self.status,
+            "reason": self.reason, "p_value": self.p_value, "tost": self.tost,
+            "repeats_needed": self.repeats_needed, "advice": self.advice,
+        }
+
+
+def classify(res: stats.TostResult, test: str, direction: str) -> tuple[str, str]:
+    """(status, reason) from a TOST result; see the module docstring for the rules."""
+    m = res.margin
+    if res.ci_low is None or res.ci_high is None:
+        return INCONCLUSIVE, "; ".join(res.notes) or "no interval could be computed"
+    level = f"{res.ci_confidence:.0%}"
+    if res.exact:
+        where = f"difference {res.diff:+.6g} (zero variance, exact)"
+    else:
+        where = f"{level} CI of the difference [{res.ci_low:+.6g}, {res.ci_high:+.6g}]"
+    lo, hi = res.ci_low, res.ci_high
+    if test == "equivalence":
+        if lo >= -m and hi <= m:
+            return REPRODUCED, f"{where} lies inside ±{m:.6g}"
+        if lo > m or hi < -m:
+            side = "above +" if lo > m else "below -"
+            return NOT_REPRODUCED, f"{where} lies entirely {side}{m:.6g}"
+        return INCONCLUSIVE, f"{where} straddles the margin ±{m:.6g}"
+    # non-inferiority: only a shortfall in the metric's good direction counts
+    edge = f"{-m:+.6g}" if m else "0"
+    if direction == "higher":
+        if lo >= -m:
+            return REPRODUCED, f"{where}: lower end >= {edge} (not worse than the reference by more than the margin)"
+        if hi < -m:
+            return NOT_REPRODUCED, f"{where}: entirely below {edge} (worse than the reference)"
+        return INCONCLUSIVE, f"{where} straddles {edge}"
+    edge = f"{m:+.6g}" if m else "0"
+    if hi <= m:
+        return REPRODUCED, f"{where}: upper end <= {edge} (not worse than the reference by more than the margin)"
+    if lo > m:
+        return NOT_REPRODUCED, f"{where}: entirely above {edge} (worse than the reference)"
+    return INCONCLUSIVE, f"{where} straddles {edge}"
+
+
+def compare_values(
+    metric: str,
+    run_values: list[float],
+    ref_values: list[float],
+    margin: float,
+    alpha: float,
+    *,
+    single_value: bool = False,
+    test: str = "equivalence",
+    direction: str = "higher",
+    margin_source: str = "--margin",
+) -> EquivalenceResult:
+    """Compare one metric; ``single_value`` treats the reference as one exact number."""
+    if single_value:
+        res = stats.tost_one_sample(run_values, ref_values[0], margin, alpha)
+    else:
+        res = stats.tost_two_sample(run_values, ref_values, margin, alpha)
+    status, reason = classify(res, test, direction)
+    if test == "equivalence":
+        p_value = res.p_value
+    else:  # non-inferiority: only the test against a shortfall in the good direction
+        p_value = res.p_lower if direction == "higher" else res.p_upper
+    out = EquivalenceResult(metric=metric, test=test, direction=direction, margin=float(margin),
+                            margin_source=margin_source, status=status, reason=reason,
+                            tost=res.to_dict(), p_value=p_value)
+    if status == INCONCLUSIVE:
+        _advise(out, res, test, direction, alpha, single_value)
+    return out
+
+
+def _advise(out: EquivalenceResult, res: stats.TostResult, test: str, direction: str,
+            alpha: float, single_value: bool) -> None:
+    if res.ci_low is None:
+        out.advice.append(f"{out.metric}: run at least 3 repeats (repro500 run --repeats 3) so an interval exists")
+        return
+    diff, m = res.diff, res.margin
+    if test == "equivalence":
+        kind = "equivalence" if abs(diff) < m else "difference"
+        shifted = diff
+    else:
+        kind, shifted = "one-sided", (diff + m if direction == "higher" else m - diff)
+        m = 0.0
+    std_b = None if single_value else res.std_b
+    n = stats.repeats_needed(shifted, res.std_a or 0.0, m, alpha, std_b=std_b,
+                             n_b=None if single_value else res.n_b, kind=kind)
+    both = False
+    if n is None and std_b is not None:
+        n = stats.repeats_needed(shifted, res.std_a or 0.0, m, alpha, std_b=std_b, kind=kind)
+        both = n is not None
+    out.repeats_needed = n
+    if n is None:
+        out.advice.append(f"{out.metric}: the difference sits too close to the margin for more repeats to decide it")
+    elif both:
+        out.advice.append(f"{out.metric}: about {n} repeats on both the run and the reference would decide it")
+    else:
+        out.advice.append(f"{out.metric}: about {n} run repeats would decide it (estimate from the observed spread)")
+
+
+def compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, float] | None = None) -> list[EquivalenceResult]:
+    """Compare every metric the reference and the margins name (see docs/verify.md)."""
+    margins = dict(margins or {})
+    for name, value in margins.items():
+        if not value > 0:
+            raise UsageError(f"--margin {name}={value}: an equivalence margin must be > 0")
+    run_metrics = set(run.metric_names())
+    results = []
+    if ref.published is not None:
+        pub = ref.published
+        missing = [name for name in pub.metrics if name not in run_metrics]
+        if missing:
+            raise InvalidInput(
+                f"{pub.path} names metric {missing[0]!r}, which the run does not report "
+                f"(run metrics: {', '.join(sorted(run_metrics)) or 'none'})"
+            )
+        unknown = sorted(set(margins) - set(pub.metrics))
+        if unknown:
+            raise UsageError(f"--margin names {unknown[0]!r}, which {pub.path.name} does not publish (it has: {', '.join(pub.metrics)})")
+        for name, metric in pub.metrics.items():
+            margin, source = (margins[name], "--margin") if name in margins else (metric.margin, "published file")
+            results.append(compare_values(
+                name, run.values(name), metric.values, margin, alpha, single_value=metric.single,
+                test=metric.test, direction=metric.direction, margin_source=source,
+            ))
+        return results
+    shared = [name for name in run.metric_names() if ref.values.get(name)]
+    if not shared:
+        raise InvalidInput(
+            f"reference {ref.path} has no metric in common with the run (reference: "
+            f"{', '.join(sorted(ref.values)) or 'none'}; run: {', '.join(sorted(run_metrics)) or 'none'})"
+        )
+    unknown = sorted(set(margins) - set(shared))
+    if unknown:
+        raise UsageError(f"--margin names {unknown[0]!r}, which the run and the reference do not both report (shared: {', '.join(shared)})")
+    chosen: dict[str, tuple[float, str, str]] = {}
+    for c in run.acceptance:
+        if c.tolerance > 0 and c.metric not in margins:
+            if c.metric not in shared:
+                raise InvalidInput(
+                    f"reference {ref.path} does not report {c.metric!r}, the run's acceptance metric "
+                    f"(reference metrics: {', '.join(sorted(ref.values)) or 'none'})"
+                )
+            chosen[c.metric] = (c.tolerance, "acceptance tolerance", c.direction)
+    directions = {c.metric: c.direction for c in run.acceptance}
+    for name, value in margins.items():
+        chosen[name] = (value, "--margin", directions.get(name, "higher"))
+    if not chosen:
+        raise UsageError(
+            "no equivalence margin: pass --margin METRIC=DELTA for the metrics to compare "
+            f"(shared metrics: {', '.join(shared)})"
+        )
+    for name in [n for n in shared if n in chosen]:
+        margin, source, direction = chosen[name]
+        results.append(compare_values(name, run.values(name), ref.values[name], margin, alpha,
+                                      direction=direction, margin_source=source))
+    return results

@@ -1,0 +1,257 @@
+"""Integrity: is this run directory what the run wrote?
+
+Checks, in order (docs/verify.md, "Integrity"):
+
+1. every file against ``SHA256SUMS`` (edited, missing or extra files make the verdict INVALID);
+2. optionally the digest of ``SHA256SUMS`` itself against one published elsewhere;
+3. ``manifest.json``: schema and its canonical digest (``repro500-c14n/v1``);
+4. ``run.json`` schema;
+5. the aggregate ``summary.json`` recomputed from the per-repeat summaries;
+6. cross-file consistency (summary values vs ``metrics.jsonl`` epoch records, final
+   parameter digests vs ``params.jsonl``): reported as warnings, not INVALID, because they
+   depend on how a workload defines its summary metric;
+7. data files re-hashed where they are present, compared with the manifest's data facet.
+
+What this does and does not detect: ``SHA256SUMS`` catches accidental corruption and
+naive edits.  Someone who edits a number, recomputes the aggregate *and* rewrites
+``SHA256SUMS`` produces a self-consistent directory; nothing inside a directory can
+prevent that.  The defence is an anchor kept elsewhere: the ``sums_digest`` printed by
+``repro500 verify``/``pack`` (publish it, or compare with ``--expect-sums``), the MLflow
+run's metrics, or the archive's SHA-256.  Step 6 catches a forger who forgets the
+``metrics.jsonl`` records.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro500 import bundle
+from repro500.digest import canonical_digest, file_digest
+from repro500.errors import InvalidInput
+from repro500.verify.rundir import RunData
+
+MANIFEST_SCHEMA = "repro500/manifest/v1"
+
+
+@dataclass
+class IntegrityResult:
+    """Problems make the verdict INVALID; warnings are shown but do not change it."""
+
+    label: str = "run"
+    sums: dict[str, Any] = field(default_factory=dict)
+    sums_digest: str | None = None
+    files_checked: int = 0
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label, "ok": self.ok, "sums": self.sums, "sums_digest": self.sums_digest,
+            "files_checked": self.files_checked, "problems": self.problems,
+            "warnings": self.warnings, "notes": self.notes,
+        }
+
+
+def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: str | None = None) -> IntegrityResult:
+    """Steps 1-4: digests, manifest and run.json (no summary parsing needed)."""
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InvalidInput(f"{root} is not a run directory (it does not exist or is not a directory)")
+    result = IntegrityResult(label=label)
+    report = bundle.check_sums(root)  # raises InvalidInput when SHA256SUMS is missing/malformed
+    result.sums = report.as_dict()
+    result.files_checked = len(bundle.read_sums(root))
+    result.sums_digest = file_digest(root / bundle.SUMS_NAME)
+    if not report.ok:
+        result.problems.append(f"files do not match SHA256SUMS ({report.describe()})")
+    if expect_sums_digest and expect_sums_digest.strip().lower() != result.sums_digest:
+        result.problems.append(
+            f"SHA256SUMS has digest {result.sums_digest}, not the expected {expect_sums_digest.strip()}"
+        )
+    _check_manifest(root / "manifest.json", result)
+    _check_run_json(root / "run.json", result)
+    return result
+
+
+def _load_for_check(path: Path, result: IntegrityResult) -> dict[str, Any] | None:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        result.problems.append(f"{path.name} is not readable JSON ({err.__class__.__name__})")
+        return None
+    if not isinstance(value, dict):
+        result.problems.append(f"{path.name} is not a JSON object")
+        return None
+    return value
+
+
+def _check_manifest(path: Path, result: IntegrityResult) -> None:
+    if not path.exists():
+        result.problems.append("manifest.json is missing: the run's provenance cannot be checked")
+        return
+    manifest = _load_for_check(path, result)
+    if manifest is None:
+        return
+    if manifest.get("schema") != MANIFEST_SCHEMA:
+        result.problems.append(f"manifest.json has schema {manifest.get('schema')!r}, expected {MANIFEST_SCHEMA!r}")
+        return
+    if not isinstance(manifest.get("facets"), dict):
+        result.problems.append("manifest.json has no 'facets' object")
+    recorded = manifest.get("digest")
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("value"), str):
+        result.problems.append("manifest.json has no digest.value: it cannot be checked")
+        return
+    body = {k: v for k, v in manifest.items() if k != "digest"}
+    try:
+        actual = canonical_digest(body)
+    except ValueError:  # NaN/Infinity in the manifest: not canonical JSON
+        result.problems.append("manifest.json contains NaN or Infinity: not canonical JSON")
+        return
+    if actual != recorded["value"]:
+        result.problems.append(
+            f"manifest.json digest mismatch: recorded {recorded['value'][:12]}..., recomputed {actual[:12]}... "
+            "(the manifest was edited after capture)"
+        )
+
+
+def _check_run_json(path: Path, result: IntegrityResult) -> None:
+    if not path.exists():
+        result.notes.append("run.json is absent (older or hand-made run directory)")
+        return
+    doc = _load_for_check(path, result)
+    if doc is not None and doc.get("schema") != bundle.RUN_SCHEMA:
+        result.problems.append(f"run.json has schema {doc.get('schema')!r}, expected {bundle.RUN_SCHEMA!r}")
+
+
+# --------------------------------------------------------------------------- step 5
+
+
+def check_aggregate(run: RunData, result: IntegrityResult) -> None:
+    """The aggregate summary must equal what the per-repeat summaries say."""
+    statuses = run.summary.get("repeats") or {}
+    for k, doc in sorted(run.repeats.items()):
+        recorded = statuses.get(str(k))
+        if recorded is not None and recorded != doc.get("status"):
+            result.problems.append(
+                f"summary.json says repeat {k} is {recorded!r} but repeats/{k}/summary.json says "
+                f"{doc.get('status')!r}"
+            )
+    for key, recorded in statuses.items():
+        if str(key).isdigit() and int(key) not in run.repeats and recorded == "completed":
+            result.problems.append(f"summary.json lists repeat {key} as completed but repeats/{key}/summary.json is absent")
+    for metric, entry in (run.summary.get("metrics") or {}).items():
+        if not isinstance(entry, dict):
+            result.problems.append(f"summary.json: metrics.{metric} is not an object")
+            continue
+        expected = run.indexed_values(metric)
+        got_repeats = [int(k) for k in entry.get("repeats", [])] if isinstance(entry.get("repeats"), list) else None
+        got_values = entry.get("values")
+        if got_repeats != [k for k, _ in expected] or got_values != [v for _, v in expected]:
+            result.problems.append(
+                f"summary.json: metrics.{metric} says {_short(got_values)} for repeats {got_repeats}, but the "
+                f"repeat summaries give {_short([v for _, v in expected])} for {[k for k, _ in expected]}"
+            )
+    digests = run.summary.get("final_param_digests")
+    if isinstance(digests, dict):
+        for key, digest in digests.items():
+            k = int(key) if str(key).isdigit() else None
+            if k in run.repeats and run.repeats[k].get("final_param_digest") != digest:
+                result.problems.append(
+                    f"summary.json: final_param_digests[{key}] differs from repeats/{key}/summary.json"
+                )
+
+
+def _short(values: Any) -> str:
+    text = json.dumps(values)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --------------------------------------------------------------------------- step 6
+
+
+def check_consistency(run: RunData, result: IntegrityResult) -> None:
+    """Warnings where a repeat summary disagrees with its own metrics.jsonl / params.jsonl."""
+    for k in run.completed:
+        doc = run.repeats[k]
+        epoch_values = _epoch_metric_values(run.repeat_file(k, "metrics.jsonl"))
+        for metric, value in (doc.get("metrics") or {}).items():
+            seen = epoch_values.get(metric)
+            if seen and value is not None and value not in seen:
+                result.warnings.append(
+                    f"repeats/{k}/summary.json: {metric}={value} matches no epoch record in metrics.jsonl"
+                )
+        params = _params_digests(run.repeat_file(k, "params.jsonl"))
+        final = doc.get("final_param_digest")
+        if params and "final" in params and final and params["final"] != final:
+            result.warnings.append(
+                f"repeats/{k}/summary.json: final_param_digest differs from params.jsonl's final line"
+            )
+
+
+def _epoch_metric_values(path: Path) -> dict[str, set[float]]:
+    out: dict[str, set[float]] = {}
+    if not path.is_file():
+        return out
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            if '"epoch"' not in line or '"metrics"' not in line:
+                continue  # step records are the bulk of the file; skip them unparsed
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if record.get("kind") != "epoch":
+                continue
+            for name, value in (record.get("metrics") or {}).items():
+                if isinstance(value, (int, float)):
+                    out.setdefault(name, set()).add(value)
+    return out
+
+
+def _params_digests(path: Path) -> dict[str, str]:
+    out: dict[str, str] = {}
+    if not path.is_file():
+        return out
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and "epoch" in record and isinstance(record.get("digest"), str):
+                out[str(record["epoch"])] = record["digest"]
+    return out
+
+
+# --------------------------------------------------------------------------- step 7
+
+
+def check_data(run: RunData, result: IntegrityResult) -> None:
+    """Re-hash the data files the manifest recorded, where they exist on this machine."""
+    entries = (((run.manifest or {}).get("facets") or {}).get("data") or {}).get("entries") or []
+    if not entries:
+        return
+    present = [e for e in entries if isinstance(e, dict) and e.get("path") and Path(e["path"]).exists()]
+    skipped = len(entries) - len(present)
+    if skipped:
+        result.notes.append(f"{skipped} recorded data path(s) are not on this machine: not re-hashed")
+    if not present:
+        return
+    try:
+        from repro500.capture.data import compare
+    except ImportError:
+        result.notes.append("data not re-hashed: repro500.capture.data.compare is not available")
+        return
+    mismatches = compare(present)
+    for sentence in mismatches:
+        result.problems.append(f"data: {sentence}")
+    if not mismatches:
+        result.notes.append(f"{len(present)} data path(s) re-hashed: they match the manifest")

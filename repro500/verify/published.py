@@ -1,0 +1,196 @@
+"""Published results: numbers from a paper or leaderboard that a rerun can be verified against.
+
+Format ``repro500/published/v1`` (YAML or JSON; docs/verify.md, "Published results")::
+
+    schema: repro500/published/v1
+    benchmark: HPC AI500 image classification        # what was measured
+    recipe: imagenet_resnet50                        # optional: the repro500 recipe that reruns it
+    source:
+      citation: "Jiang et al., HPC AI500 V2.0 ..."   # required
+      url: https://...                               # optional: url, doi, table, note
+    metrics:
+      accuracy:                                      # a metric name the run's summaries use
+        value: 0.763                                 # or values: [0.761, 0.764, ...] (per-repeat)
+        margin: 0.005                                # allowed difference (same unit as value)
+        direction: higher                            # higher | lower is better
+        test: equivalence                            # or non_inferiority; default equivalence
+        unit: fraction                               # optional
+    epochs_to_quality: [38, 40, 41]                  # optional: for the convergence check
+    manifest: reference_manifest.json                # optional: inline object or a path
+
+Unknown keys are refused so that a typo is not silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro500.errors import InvalidInput
+
+SCHEMA = "repro500/published/v1"
+TESTS = ("equivalence", "non_inferiority")
+_TOP_KEYS = {"schema", "benchmark", "recipe", "source", "metrics", "epochs_to_quality", "manifest", "notes"}
+_SOURCE_KEYS = {"citation", "url", "doi", "table", "note"}
+_METRIC_KEYS = {"value", "values", "margin", "direction", "test", "unit", "note"}
+
+
+@dataclass
+class PublishedMetric:
+    name: str
+    values: list[float]  # one element when the source gives a single value
+    margin: float
+    direction: str
+    test: str = "equivalence"
+    unit: str | None = None
+    note: str | None = None
+    single: bool = True  # True when the source gave ``value`` (compared one-sample)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "values": self.values, "single": self.single, "margin": self.margin,
+                "direction": self.direction, "test": self.test, "unit": self.unit, "note": self.note}
+
+
+@dataclass
+class Published:
+    path: Path
+    benchmark: str
+    source: dict[str, str]
+    metrics: dict[str, PublishedMetric]
+    recipe: str | None = None
+    epochs_to_quality: list[float] | None = None
+    manifest: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def citation(self) -> str:
+        return self.source.get("citation", "")
+
+
+def _fail(path: Path, where: str, what: str) -> InvalidInput:
+    return InvalidInput(f"{path}: {where} {what}")
+
+
+def _num(value: Any, path: Path, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise _fail(path, where, f"is {value!r}, not a finite number")
+    return float(value)
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"{path} does not exist: give a published-results YAML or JSON file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__})") from None
+    if path.suffix.lower() == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise InvalidInput(f"{path} is not valid JSON (line {err.lineno})") from None
+    import yaml
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise InvalidInput(f"{path} is not valid YAML{where}") from None
+
+
+def load_published(path: str | Path) -> Published:
+    """Read and validate a published-results file; InvalidInput names the first problem."""
+    path = Path(path)
+    doc = _read(path)
+    if not isinstance(doc, dict):
+        raise InvalidInput(f"{path} must hold a mapping with schema: {SCHEMA}")
+    if doc.get("schema") != SCHEMA:
+        raise _fail(path, "schema", f"is {doc.get('schema')!r}: published results need schema: {SCHEMA}")
+    unknown = sorted(set(doc) - _TOP_KEYS)
+    if unknown:
+        raise _fail(path, "key", f"{unknown[0]!r} is unknown (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    benchmark = doc.get("benchmark")
+    if not isinstance(benchmark, str) or not benchmark.strip():
+        raise _fail(path, "benchmark", "is missing: name what was measured")
+    source = doc.get("source")
+    if not isinstance(source, dict) or not isinstance(source.get("citation"), str) or not source["citation"].strip():
+        raise _fail(path, "source.citation", "is missing: say where the numbers come from")
+    bad = sorted(set(source) - _SOURCE_KEYS)
+    if bad:
+        raise _fail(path, f"source.{bad[0]}", f"is unknown (allowed: {', '.join(sorted(_SOURCE_KEYS))})")
+    metrics_raw = doc.get("metrics")
+    if not isinstance(metrics_raw, dict) or not metrics_raw:
+        raise _fail(path, "metrics", "must map at least one metric name to {value, margin, direction}")
+    metrics = {str(name): _metric(str(name), spec, path) for name, spec in metrics_raw.items()}
+    epochs = doc.get("epochs_to_quality")
+    if epochs is not None:
+        if isinstance(epochs, dict) and set(epochs) <= {"values", "note"}:
+            epochs = epochs.get("values")
+        if not isinstance(epochs, list) or not epochs:
+            raise _fail(path, "epochs_to_quality", "must be a non-empty list of numbers")
+        epochs = [_num(v, path, f"epochs_to_quality[{i}]") for i, v in enumerate(epochs)]
+    recipe = doc.get("recipe")
+    if recipe is not None and not isinstance(recipe, str):
+        raise _fail(path, "recipe", "must be a recipe name")
+    notes = doc.get("notes")
+    return Published(
+        path=path, benchmark=benchmark.strip(), source={k: str(v) for k, v in source.items()},
+        metrics=metrics, recipe=recipe, epochs_to_quality=epochs,
+        manifest=_manifest(doc.get("manifest"), path),
+        notes=[str(n) for n in notes] if isinstance(notes, list) else ([str(notes)] if notes else []),
+    )
+
+
+def _metric(name: str, spec: Any, path: Path) -> PublishedMetric:
+    where = f"metrics.{name}"
+    if not isinstance(spec, dict):
+        raise _fail(path, where, "must be a mapping with value (or values), margin and direction")
+    bad = sorted(set(spec) - _METRIC_KEYS)
+    if bad:
+        raise _fail(path, f"{where}.{bad[0]}", f"is unknown (allowed: {', '.join(sorted(_METRIC_KEYS))})")
+    if ("value" in spec) == ("values" in spec):
+        raise _fail(path, where, "needs exactly one of value (a number) or values (per-repeat numbers)")
+    if "value" in spec:
+        values, single = [_num(spec["value"], path, f"{where}.value")], True
+    else:
+        raw = spec["values"]
+        if not isinstance(raw, list) or not raw:
+            raise _fail(path, f"{where}.values", "must be a non-empty list of numbers")
+        values, single = [_num(v, path, f"{where}.values[{i}]") for i, v in enumerate(raw)], False
+    direction = spec.get("direction")
+    if direction not in ("higher", "lower"):
+        raise _fail(path, f"{where}.direction", f"is {direction!r}: use higher or lower")
+    test = spec.get("test", "equivalence")
+    if test not in TESTS:
+        raise _fail(path, f"{where}.test", f"is {test!r}: use {' or '.join(TESTS)}")
+    if "margin" not in spec:
+        raise _fail(path, f"{where}.margin", "is missing: give the difference that still counts as reproduced")
+    margin = _num(spec["margin"], path, f"{where}.margin")
+    if margin < 0 or (margin == 0 and test == "equivalence"):
+        raise _fail(path, f"{where}.margin", f"is {margin!r}: an equivalence margin must be > 0")
+    unit, note = spec.get("unit"), spec.get("note")
+    return PublishedMetric(name=name, values=values, margin=margin, direction=direction, test=test,
+                           unit=str(unit) if unit is not None else None,
+                           note=str(note) if note is not None else None, single=single)
+
+
+def _manifest(raw: Any, path: Path) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    if isinstance(raw, str):
+        target = Path(raw) if Path(raw).is_absolute() else path.parent / raw
+        if target.is_dir():
+            target = target / "manifest.json"
+        try:
+            raw = json.loads(target.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise _fail(path, "manifest", f"points to {target}, which does not exist") from None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise _fail(path, "manifest", f"points to {target}, which is not readable JSON ({err.__class__.__name__})") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("facets"), dict):
+        raise _fail(path, "manifest", "must be a manifest object with a 'facets' mapping (or a path to one)")
+    return raw

@@ -1,0 +1,170 @@
+"""The one-screen terminal summary of a verdict (rich)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:  # the verdict module imports this one
+    from repro500.verify.verdict import Verdict
+
+STYLES = {
+    "PASS": "bold green", "REPRODUCED": "bold green", "FAIL": "bold red",
+    "NOT REPRODUCED": "bold red", "INCONCLUSIVE": "bold yellow", "INVALID": "bold magenta",
+    "SKIPPED": "dim",
+}
+MAX_STAT_ROWS = 8
+
+
+def _g(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _status(text: str) -> str:
+    return f"[{STYLES.get(text, 'bold')}]{text}[/]"
+
+
+def render(verdict: Verdict, console: Console | None = None) -> None:
+    """Print the verdict: status and why, then one short block per section."""
+    console = console or Console()
+    head = f"[bold]repro500 verify[/] {verdict.run_dir}"
+    against = verdict.against or {}
+    if against:
+        head += f"  against {against.get('benchmark') or against.get('label') or against.get('path')}"
+    console.print(f"{head}  (alpha = {verdict.alpha:g})", highlight=False)
+    if against.get("source"):
+        citation = " ".join(str(against["source"].get("citation", "")).split())
+        citation = citation if len(citation) <= 110 else citation[:107] + "..."
+        console.print(f"  [dim]source: {citation}[/]", highlight=False)
+    console.print(f"{_status(verdict.status)}  (exit {verdict.exit_code})")
+    for reason in verdict.reasons[:6]:
+        console.print(f"  {reason}", highlight=False)
+    _integrity(verdict, console)
+    if verdict.status == "INVALID":
+        _advice(verdict, console)
+        return
+    _bands(verdict, console)
+    _equivalence(verdict, console)
+    _statistics(verdict, console)
+    _other_sections(verdict, console)
+    _advice(verdict, console)
+
+
+def _integrity(verdict: Verdict, console: Console) -> None:
+    for label, check in (("Integrity", verdict.integrity), ("Reference integrity", verdict.reference_integrity)):
+        if check is None:
+            continue
+        if check.ok:
+            line = f"ok: {check.files_checked} files match SHA256SUMS (digest {(check.sums_digest or '')[:16]})"
+        else:
+            line = f"[magenta]{len(check.problems)} problem(s)[/]" + (
+                " (listed above)" if verdict.status == "INVALID" else ": " + "; ".join(check.problems[:3]))
+        console.print(f"[bold]{label}[/]  {line}", highlight=False)
+        for text in (check.warnings[:3] + check.notes[:2]):
+            console.print(f"  [dim]{text}[/]", highlight=False)
+
+
+def _bands(verdict: Verdict, console: Console) -> None:
+    if not verdict.bands:
+        return
+    table = Table(title="Bands (one-sided bound across repeats)", title_justify="left", box=None, pad_edge=False)
+    for col in ("metric", "band", "n", "mean", "bound", "status"):
+        table.add_column(col)
+    for b in verdict.bands:
+        sign = ">=" if b.direction == "higher" else "<="
+        bound = b.lower_bound if b.direction == "higher" else b.upper_bound
+        table.add_row(b.metric, f"{sign} {_g(b.threshold)}", str(b.n), _g(b.mean), _g(bound), _status(b.status))
+    console.print(table)
+
+
+def _equivalence(verdict: Verdict, console: Console) -> None:
+    if not verdict.equivalence:
+        return
+    console.print("[bold]Equivalence to the reference[/]")
+    for e in verdict.equivalence:
+        t = e.tost
+        interval = "no interval"
+        if t.get("ci_low") is not None:
+            interval = f"{t['ci_confidence']:.0%} CI [{_g(t['ci_low'], 3)}, {_g(t['ci_high'], 3)}]"
+        margin = f"margin ±{_g(e.margin)}" if e.test == "equivalence" else f"non-inferiority margin {_g(e.margin)}"
+        p = f", p = {_g(e.p_value, 2)}" if e.p_value is not None else ""
+        console.print(f"  {e.metric}  {_status(e.status)}  diff {_g(t.get('diff'), 3)}, {interval}, {margin}{p}",
+                      highlight=False)
+        ref = f"{_g(t.get('mean_b'))} (n={t['n_b']})" if t.get("n_b") else f"{_g(t.get('mean_b'))} (exact value)"
+        console.print(f"    [dim]run {_g(t.get('mean_a'))} (n={t.get('n_a')}) vs reference {ref}; "
+                      f"{t.get('method')}; margin from {e.margin_source}[/]", highlight=False)
+
+
+def _statistics(verdict: Verdict, console: Console) -> None:
+    if not verdict.statistics:
+        return
+    decisive = [b.metric for b in verdict.bands] + [e.metric for e in verdict.equivalence or []]
+    names = [n for n in verdict.statistics if n in decisive or n == "time_to_quality_s"]
+    names = names or list(verdict.statistics)[:MAX_STAT_ROWS]
+    conf = f"{1 - verdict.alpha:.0%}"
+    table = Table(title="Statistics across repeats", title_justify="left", box=None, pad_edge=False)
+    for col in ("metric", "n", "mean ± std", "cv", f"{conf} t-interval", "median [order-stat CI] conf"):
+        table.add_column(col)
+    for name in names:
+        s = verdict.statistics[name]
+        ci = "-" if s["ci_low"] is None else f"[{_g(s['ci_low'])}, {_g(s['ci_high'])}]"
+        med = _g(s["median"])
+        if s["median_ci_low"] is not None:
+            med += f" [{_g(s['median_ci_low'])}, {_g(s['median_ci_high'])}] {s['median_ci_confidence']:.0%}"
+        mean = _g(s["mean"]) + (f" ± {_g(s['std'], 2)}" if s["std"] is not None else "")
+        cv = "-" if s["cv"] is None else f"{s['cv']:.2%}"
+        table.add_row(name, str(s["n"]), mean, cv, ci, med)
+    console.print(table)
+    hidden = len(verdict.statistics) - len(names)
+    if hidden > 0:
+        console.print(f"  [dim]{hidden} more metric(s) in verdict.json (repro500 verify --json)[/]")
+
+
+def _other_sections(verdict: Verdict, console: Console) -> None:
+    t = verdict.time_to_train
+    if t is not None:
+        ttq = t.time_to_quality_s
+        line = ""
+        if ttq.get("n"):
+            om = ttq.get("olympic_mean")
+            line = f"time_to_quality_s olympic mean {_g(om)}" if om is not None else f"time_to_quality_s mean {_g(ttq.get('mean'))}"
+            line += f" (n={ttq['n']}); "
+        console.print(f"[bold]Time-to-train[/]  {line}{_status(t.status)} {t.reason}", highlight=False)
+    d = verdict.determinism
+    if d is not None:
+        console.print(f"[bold]Determinism[/]  {_status(d.status)} {d.reason}", highlight=False)
+        if d.cross_run:
+            same = sum(1 for pair in d.cross_run if pair["identical"])
+            console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
+                          "with bitwise-identical parameters", highlight=False)
+    p = verdict.provenance
+    if p is not None:
+        if not p.available:
+            console.print(f"[bold]Provenance[/]  {p.note}", highlight=False)
+        else:
+            relevant = f", {p.result_relevant} result-relevant" if p.result_relevant is not None else ""
+            console.print(f"[bold]Provenance[/]  {p.total} difference(s) from the reference{relevant}", highlight=False)
+            for row in p.top:
+                console.print(f"  {row['facet']}.{row['key']}: {_g(row['run'])} vs {_g(row['reference'])}"
+                              f"  [dim](impact {row['impact']}; {row['reason']})[/]", highlight=False)
+    f = verdict.valid_flops
+    if f is not None and f.repeats:
+        first = f.repeats[0]
+        summary = f.summary or {}
+        console.print(
+            f"[bold]Valid FLOPS[/]  mean {_g(summary.get('mean'))} FLOP/s over {summary.get('n', 0)} repeat(s); "
+            f"repeat {first['repeat']}: {_g(first['flops_per_s'])} FLOP/s x ({_g(first['achieved'])} / "
+            f"{_g(first['target'])})^{_g(first['exponent'])}", highlight=False)
+        for text in f.mismatches[:2]:
+            console.print(f"  [yellow]{text}[/]", highlight=False)
+
+
+def _advice(verdict: Verdict, console: Console) -> None:
+    for text in verdict.advice[:5]:
+        console.print(f"[cyan]advice[/]  {text}", highlight=False)

@@ -1,0 +1,204 @@
+"""Read a run directory (docs/contracts.md, "Run directory") into plain data.
+
+Everything the verdict needs is loaded into memory here, so a packed bundle can be
+unpacked into a temporary directory, read, and deleted.  Malformed files raise
+:class:`repro500.errors.InvalidInput` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro500 import bundle
+from repro500.errors import InvalidInput
+
+DIRECTIONS = ("higher", "lower")
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One acceptance criterion: ``metric`` must reach ``target`` within ``tolerance``."""
+
+    metric: str
+    target: float
+    direction: str  # "higher" (achieved >= target - tolerance) or "lower" (<= target + tolerance)
+    tolerance: float = 0.0
+
+    @property
+    def threshold(self) -> float:
+        return self.target - self.tolerance if self.direction == "higher" else self.target + self.tolerance
+
+
+@dataclass
+class RunData:
+    """A run directory's documents, as read from disk."""
+
+    path: Path
+    summary: dict[str, Any]
+    repeats: dict[int, dict[str, Any]]  # repeat index -> repeat summary
+    run: dict[str, Any] | None = None  # run.json
+    manifest: dict[str, Any] | None = None
+    recipe: dict[str, Any] | None = None
+    acceptance: list[Criterion] = field(default_factory=list)
+
+    @property
+    def run_id(self) -> str:
+        return str((self.run or {}).get("run_id") or self.summary.get("run_id") or self.path.name)
+
+    def status(self, k: int) -> str:
+        return str(self.repeats[k].get("status", "unknown"))
+
+    @property
+    def completed(self) -> list[int]:
+        return [k for k in sorted(self.repeats) if self.status(k) == "completed"]
+
+    @property
+    def unsuccessful(self) -> dict[int, str]:
+        """Repeats that ended in a state other than completed, with that state."""
+        out = {k: self.status(k) for k in sorted(self.repeats) if self.status(k) != "completed"}
+        for key, state in (self.summary.get("repeats") or {}).items():
+            if str(key).isdigit() and int(key) not in self.repeats:
+                out[int(key)] = str(state)
+        return out
+
+    def values(self, metric: str) -> list[float]:
+        """The metric's value in every completed repeat that reported it, by repeat index."""
+        return [v for _, v in self.indexed_values(metric)]
+
+    def indexed_values(self, metric: str) -> list[tuple[int, float]]:
+        out = []
+        for k in self.completed:
+            value = (self.repeats[k].get("metrics") or {}).get(metric)
+            if value is not None:
+                out.append((k, value))
+        return out
+
+    def metric_names(self) -> list[str]:
+        """Every metric any completed repeat reported, acceptance metrics first."""
+        names: list[str] = [c.metric for c in self.acceptance]
+        for k in self.completed:
+            for name, value in (self.repeats[k].get("metrics") or {}).items():
+                if name not in names and value is not None:
+                    names.append(name)
+        return names
+
+    def repeat_file(self, k: int, name: str) -> Path:
+        return bundle.repeat_dir(self.path, k) / name
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object from ``path``; InvalidInput naming the file when missing or malformed."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidInput(f"{path} is missing: {what} is required in a run directory") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__}): check the file") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidInput(f"{path} is not valid JSON (line {err.lineno}): the file is corrupt") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{path} must hold a JSON object ({what})")
+    return value
+
+
+def check_schema(doc: dict[str, Any], expected: str, path: Path) -> None:
+    if doc.get("schema") != expected:
+        raise InvalidInput(f"{path} has schema {doc.get('schema')!r}, expected {expected!r}")
+
+
+def number(value: Any, where: str) -> float:
+    """A finite float, or InvalidInput naming where the bad value is."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInput(f"{where} is {value!r}, not a number")
+    if not math.isfinite(value):
+        raise InvalidInput(f"{where} is {value!r}: values must be finite")
+    return float(value)
+
+
+def parse_acceptance(raw: Any, where: str) -> list[Criterion]:
+    """Acceptance criteria from ``{metric: {target, direction, tolerance}}`` (or a list of them)."""
+    if raw is None:
+        return []
+    if isinstance(raw, list):
+        items = []
+        for i, entry in enumerate(raw):
+            if not isinstance(entry, dict) or "metric" not in entry:
+                raise InvalidInput(f"{where}[{i}] must be a mapping with a 'metric' key")
+            items.append((str(entry["metric"]), entry))
+    elif isinstance(raw, dict):
+        items = list(raw.items())
+    else:
+        raise InvalidInput(f"{where} must map metric names to {{target, direction, tolerance}}")
+    out = []
+    for metric, spec in items:
+        if not isinstance(spec, dict):
+            raise InvalidInput(f"{where}.{metric} must be a mapping with target and direction")
+        direction = spec.get("direction")
+        if direction not in DIRECTIONS:
+            raise InvalidInput(f"{where}.{metric}.direction is {direction!r}: use 'higher' or 'lower'")
+        tolerance = number(spec.get("tolerance", 0.0), f"{where}.{metric}.tolerance")
+        if tolerance < 0:
+            raise InvalidInput(f"{where}.{metric}.tolerance is negative: use a value >= 0")
+        target = number(spec.get("target"), f"{where}.{metric}.target")
+        out.append(Criterion(metric=str(metric), target=target, direction=direction, tolerance=tolerance))
+    return out
+
+
+def _read_recipe(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        value = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise InvalidInput(f"{path} is not readable YAML ({err.__class__.__name__})") from None
+    return value if isinstance(value, dict) else None
+
+
+def load_run(path: str | Path) -> RunData:
+    """Load a run directory's summaries, run.json, manifest and recipe (no integrity checks)."""
+    root = Path(path)
+    if not root.exists():
+        raise InvalidInput(f"{root} does not exist: give a run directory such as runs/<run-id>")
+    if not root.is_dir():
+        raise InvalidInput(f"{root} is not a directory: give a run directory (or unpack the archive)")
+    summary = read_json(root / "summary.json", "the aggregate summary")
+    check_schema(summary, bundle.SUMMARY_SCHEMA, root / "summary.json")
+    repeats: dict[int, dict[str, Any]] = {}
+    repeats_dir = root / "repeats"
+    if repeats_dir.is_dir():
+        for child in sorted(repeats_dir.iterdir()):
+            if child.is_dir() and child.name.isdigit() and (child / "summary.json").exists():
+                doc = read_json(child / "summary.json", "a repeat summary")
+                check_schema(doc, bundle.REPEAT_SUMMARY_SCHEMA, child / "summary.json")
+                _check_metrics(doc, child / "summary.json")
+                repeats[int(child.name)] = doc
+    if not repeats:
+        raise InvalidInput(f"{root} has no repeats/<k>/summary.json: no repeat finished")
+    run = read_json(root / "run.json", "run.json") if (root / "run.json").exists() else None
+    if run is not None:
+        check_schema(run, bundle.RUN_SCHEMA, root / "run.json")
+    manifest = read_json(root / "manifest.json", "the manifest") if (root / "manifest.json").exists() else None
+    recipe = _read_recipe(root / "recipe.yaml")
+    if summary.get("acceptance") is not None:
+        acceptance = parse_acceptance(summary["acceptance"], f"{root / 'summary.json'}: acceptance")
+    else:
+        acceptance = parse_acceptance((recipe or {}).get("acceptance"), f"{root / 'recipe.yaml'}: acceptance")
+    return RunData(path=root, summary=summary, repeats=repeats, run=run, manifest=manifest,
+                   recipe=recipe, acceptance=acceptance)
+
+
+def _check_metrics(doc: dict[str, Any], path: Path) -> None:
+    metrics = doc.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise InvalidInput(f"{path}: metrics must be a JSON object")
+    for name, value in metrics.items():
+        if value is not None:
+            number(value, f"{path}: metrics.{name}")

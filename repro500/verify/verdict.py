@@ -1,0 +1,255 @@
+"""The verdict: every section of ``repro500 verify`` joined into one status and exit code.
+
+Sections (docs/verify.md): integrity, bands, statistics, equivalence, time-to-train,
+determinism, provenance diff, Valid FLOPS.  How they combine:
+
+* any integrity problem (run or reference)  -> INVALID (exit 4); nothing else is decided;
+* without a reference, the **bands** and **determinism** decide: any FAIL -> FAIL (1),
+  else any INCONCLUSIVE -> INCONCLUSIVE (3), else PASS (0);
+* with a reference, **equivalence**, **determinism** and the **time-to-train**
+  convergence check decide the same way, reported as REPRODUCED / NOT REPRODUCED /
+  INCONCLUSIVE; the bands are still shown;
+* determinism and time-to-train only count when they could run (SKIPPED is neutral;
+  an inconclusive convergence check is a note, not a block);
+* nothing to decide (no acceptance criteria, no reference) -> INCONCLUSIVE.
+
+Statistics, provenance and Valid FLOPS are information, never a cause.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from repro500 import __version__, atomic, bundle
+from repro500.errors import (
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    EXIT_INVALID,
+    EXIT_OK,
+    InvalidInput,
+    UsageError,
+)
+from repro500.verify import equivalence, integrity
+from repro500.verify.bands import BandResult, check_bands
+from repro500.verify.determinism import DeterminismResult, check_determinism, compare_with_reference
+from repro500.verify.equivalence import EquivalenceResult
+from repro500.verify.flops import FlopsResult, valid_flops
+from repro500.verify.integrity import IntegrityResult
+from repro500.verify.provenance import ProvenanceResult, provenance_diff
+from repro500.verify.reference import Reference, load_reference
+from repro500.verify.render import render  # noqa: F401 - part of this module's interface
+from repro500.verify.rundir import load_run
+from repro500.verify.stats import describe
+from repro500.verify.timing import TimingResult, check_time_to_train
+
+SCHEMA = "repro500/verdict/v1"
+VERDICT_NAME = "verdict.json"
+STATUSES = ("PASS", "FAIL", "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE", "INVALID")
+EXIT_CODES = {
+    "PASS": EXIT_OK, "REPRODUCED": EXIT_OK, "FAIL": EXIT_FAIL, "NOT REPRODUCED": EXIT_FAIL,
+    "INCONCLUSIVE": EXIT_INCONCLUSIVE, "INVALID": EXIT_INVALID,
+}
+
+
+@dataclass
+class Verdict:
+    status: str
+    alpha: float
+    run_dir: str
+    run_id: str | None = None
+    reasons: list[str] = field(default_factory=list)
+    advice: list[str] = field(default_factory=list)
+    against: dict[str, Any] | None = None
+    margins: dict[str, float] = field(default_factory=dict)
+    integrity: IntegrityResult | None = None
+    reference_integrity: IntegrityResult | None = None
+    statistics: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bands: list[BandResult] = field(default_factory=list)
+    equivalence: list[EquivalenceResult] | None = None
+    time_to_train: TimingResult | None = None
+    determinism: DeterminismResult | None = None
+    provenance: ProvenanceResult | None = None
+    valid_flops: FlopsResult | None = None
+    created_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.status]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The verdict.json document (schema ``repro500/verdict/v1``), NaN-free."""
+        def section(obj: Any) -> Any:
+            return None if obj is None else obj.to_dict()
+
+        doc = {
+            "schema": SCHEMA, "tool": {"name": "repro500", "version": __version__},
+            "created_utc": self.created_utc, "run_dir": self.run_dir, "run_id": self.run_id,
+            "status": self.status, "exit_code": self.exit_code, "alpha": self.alpha,
+            "margins": self.margins, "reasons": self.reasons, "advice": self.advice,
+            "against": self.against, "integrity": section(self.integrity),
+            "reference_integrity": section(self.reference_integrity),
+            "statistics": self.statistics, "bands": [b.to_dict() for b in self.bands],
+            "equivalence": None if self.equivalence is None else [e.to_dict() for e in self.equivalence],
+            "time_to_train": section(self.time_to_train), "determinism": section(self.determinism),
+            "provenance": section(self.provenance), "valid_flops": section(self.valid_flops),
+        }
+        return _clean(doc)
+
+
+def _clean(value: Any) -> Any:
+    """Plain JSON types only; any non-finite float becomes None (verdict.json is NaN-free)."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, numbers.Integral):  # numpy integers included
+        return int(value)
+    if isinstance(value, float) or hasattr(value, "__float__"):
+        f = float(value)
+        return f if math.isfinite(f) else None
+    return str(value)
+
+
+def write_verdict(verdict: Verdict, run_dir: str | Path) -> Path:
+    """Write ``verdict.json`` into the run directory, atomically (not covered by SHA256SUMS)."""
+    target = Path(run_dir) / VERDICT_NAME
+    atomic.write_json(target, verdict.to_dict())
+    return target
+
+
+def verify_run(
+    run_dir: str | Path,
+    *,
+    against: str | Path | None = None,
+    alpha: float = 0.05,
+    margins: dict[str, float] | None = None,
+    expect_sums_digest: str | None = None,
+) -> Verdict:
+    """Verify a run directory (or a packed run) on its own criteria or against a reference.
+
+    Raises InvalidInput for input that cannot be read at all (missing directory, no
+    SHA256SUMS, corrupt JSON) and UsageError for arguments that do not fit together;
+    tampering is reported as a Verdict with status INVALID.
+    """
+    if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 0.5):
+        raise UsageError(f"alpha {alpha!r} is outside (0, 0.5): use e.g. 0.05")
+    if margins and against is None:
+        raise UsageError("--margin needs --against: margins are for comparing with a reference")
+    path = Path(run_dir)
+    if bundle.is_archive(path):
+        with tempfile.TemporaryDirectory(prefix="repro500-verify-") as tmp:
+            try:
+                verdict = _verify_dir(bundle.unpack(path, tmp), against, alpha, margins, expect_sums_digest)
+            except InvalidInput as err:
+                if tmp not in str(err):
+                    raise
+                raise InvalidInput(f"{path}: {str(err).replace(tmp, '<archive>')}") from None
+        verdict.run_dir = str(path)
+        return verdict
+    return _verify_dir(path, against, alpha, margins, expect_sums_digest)
+
+
+def _verify_dir(root: Path, against: str | Path | None, alpha: float,
+                margins: dict[str, float] | None, expect_sums_digest: str | None) -> Verdict:
+    verdict = Verdict(status="INCONCLUSIVE", alpha=float(alpha), run_dir=str(root), margins=dict(margins or {}))
+    check = integrity.check_files(root, expect_sums_digest=expect_sums_digest)
+    verdict.integrity = check
+    if not check.ok:
+        return _invalid(verdict, check.problems)
+    run = load_run(root)
+    verdict.run_id = run.run_id
+    integrity.check_aggregate(run, check)
+    integrity.check_consistency(run, check)
+    integrity.check_data(run, check)
+    if not check.ok:
+        return _invalid(verdict, check.problems)
+
+    ref: Reference | None = None
+    if against is not None:
+        ref = load_reference(against)
+        verdict.against = ref.describe()
+        verdict.reference_integrity = ref.integrity
+        if ref.integrity is not None and not ref.integrity.ok:
+            return _invalid(verdict, [f"reference: {p}" for p in ref.integrity.problems])
+
+    for name in run.metric_names():
+        values = run.values(name)
+        if values:
+            verdict.statistics[name] = describe(values, alpha)
+    verdict.bands = check_bands(run, alpha)
+    verdict.determinism = check_determinism(run)
+    verdict.valid_flops = valid_flops(run, alpha)
+    repeat_docs = [run.repeats[k] for k in sorted(run.repeats)]
+    if ref is not None:
+        verdict.equivalence = equivalence.compare(run, ref, alpha, margins)
+        verdict.time_to_train = check_time_to_train(
+            repeat_docs, alpha, reference_epochs=ref.epochs_to_quality, reference_times_s=ref.time_to_quality_s)
+        verdict.provenance = provenance_diff(run.manifest, ref.manifest)
+        if ref.run is not None:
+            verdict.determinism.cross_run = compare_with_reference(run, ref.run)
+    else:
+        verdict.time_to_train = check_time_to_train(repeat_docs, alpha)
+    _decide(verdict, ref is not None)
+    _collect_advice(verdict, run)
+    return verdict
+
+
+def _invalid(verdict: Verdict, problems: list[str]) -> Verdict:
+    verdict.status = "INVALID"
+    verdict.reasons = list(problems)
+    verdict.advice.append("the bundle is not what the run wrote: obtain an untouched copy (or rerun) and verify again")
+    return verdict
+
+
+def _decide(verdict: Verdict, with_reference: bool) -> None:
+    items: list[tuple[str, str]] = []  # (PASS|FAIL|INCONCLUSIVE, reason)
+    if with_reference:
+        mapping = {"REPRODUCED": "PASS", "NOT REPRODUCED": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE"}
+        items += [(mapping[e.status], f"{e.metric}: {e.reason}") for e in verdict.equivalence or []]
+        t = verdict.time_to_train
+        if t is not None and t.status in ("PASS", "FAIL"):
+            items.append((t.status, f"time-to-train: {t.reason}"))
+    else:
+        items += [(b.status, f"{b.metric}: {b.reason}") for b in verdict.bands]
+    d = verdict.determinism
+    if d is not None and d.status in ("PASS", "FAIL"):
+        items.append((d.status, f"determinism: {d.reason}"))
+    if not items:
+        verdict.status = "INCONCLUSIVE"
+        verdict.reasons = ["nothing to decide: the run has no acceptance criteria and no reference was given "
+                           "(add acceptance to the recipe or pass --against)"]
+        return
+    for outcome in ("FAIL", "INCONCLUSIVE", "PASS"):
+        chosen = [reason for status, reason in items if status == outcome]
+        if chosen:
+            break
+    if with_reference:
+        verdict.status = {"PASS": "REPRODUCED", "FAIL": "NOT REPRODUCED"}.get(outcome, outcome)
+    else:
+        verdict.status = outcome
+    verdict.reasons = chosen
+
+
+def _collect_advice(verdict: Verdict, run: Any) -> None:
+    advice: list[str] = []
+    for b in verdict.bands:
+        advice += b.advice
+    for e in verdict.equivalence or []:
+        advice += e.advice
+    state = (run.run or {}).get("status")
+    if state and state != "completed":
+        advice.append(f"run.json says the run is {state!r}: `repro500 run --resume {run.path}` completes it")
+    unsuccessful = run.unsuccessful
+    if unsuccessful:
+        shown = ", ".join(f"{k}: {s}" for k, s in unsuccessful.items())
+        advice.append(f"repeats not completed ({shown}) are excluded from every statistic")
+    seen = set()
+    verdict.advice += [a for a in advice if not (a in seen or seen.add(a))]

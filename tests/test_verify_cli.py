@@ -1,0 +1,153 @@
+"""`repro500 verify / pack / unpack` from the command line: exit codes, one-line errors, --json."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from test_verify_rundir import edit_json, make_run
+
+from repro500 import cli
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(cli.cli, [str(a) for a in args])
+
+
+def _one_line_error(result) -> str:
+    text = result.output.strip()
+    assert "Traceback" not in text
+    return text
+
+
+@pytest.fixture
+def runs(tmp_path):
+    return {
+        "pass": make_run(tmp_path, "pass"),
+        "fail": make_run(tmp_path, "fail", values={"accuracy": [0.70, 0.71, 0.72]}),
+        "inconclusive": make_run(tmp_path, "inconclusive", values={"accuracy": [0.95]}),
+        "ref_far": make_run(tmp_path, "ref_far", values={"accuracy": [0.80, 0.801, 0.799]}),
+    }
+
+
+def test_exit_codes_follow_the_contract(runs):
+    assert _invoke("verify", runs["pass"]).exit_code == 0
+    assert _invoke("verify", runs["fail"]).exit_code == 1
+    assert _invoke("verify", runs["inconclusive"]).exit_code == 3
+    assert _invoke("verify", runs["pass"], "--against", runs["pass"]).exit_code == 0
+    assert _invoke("verify", runs["pass"], "--against", runs["ref_far"]).exit_code == 1
+    edit_json(runs["pass"] / "repeats" / "0" / "summary.json", lambda d: d["metrics"].update(accuracy=0.9))
+    tampered = _invoke("verify", runs["pass"])
+    assert tampered.exit_code == 4
+    assert "INVALID" in tampered.output and "repeats/0/summary.json" in tampered.output
+
+
+def test_summary_shows_status_and_writes_verdict_json(runs):
+    result = _invoke("verify", runs["pass"])
+    assert "PASS" in result.output and "Bands" in result.output
+    doc = json.loads((runs["pass"] / "verdict.json").read_text())
+    assert doc["status"] == "PASS"
+    assert not (runs["fail"] / "verdict.json").exists()
+    _invoke("verify", runs["fail"], "--no-write")
+    assert not (runs["fail"] / "verdict.json").exists()
+
+
+def test_json_prints_the_verdict_document(runs):
+    result = _invoke("verify", runs["inconclusive"], "--json")
+    doc = json.loads(result.output)
+    assert doc["schema"] == "repro500/verdict/v1" and doc["status"] == "INCONCLUSIVE" and doc["exit_code"] == 3
+
+
+@pytest.mark.parametrize("args, code, text", [
+    (["--margin", "accuracy"], 2, "METRIC=DELTA"),
+    (["--margin", "accuracy=-1"], 2, "> 0"),
+    (["--margin", "accuracy=abc"], 2, "not a number"),
+    (["--alpha", "0.7"], 2, "alpha"),
+])
+def test_bad_options_are_usage_errors(runs, args, code, text):
+    result = _invoke("verify", runs["pass"], "--against", runs["pass"], *args)
+    assert result.exit_code == code
+    assert text in result.output
+
+
+def test_user_errors_are_one_line_with_their_code(runs, tmp_path):
+    missing = _invoke("verify", tmp_path / "nope")
+    assert missing.exit_code == 4
+    assert _one_line_error(missing).startswith("repro500: error:") and "nope" in missing.output
+    unknown = _invoke("verify", runs["pass"], "--against", runs["pass"], "--margin", "top5=0.1")
+    assert unknown.exit_code == 2
+    assert _one_line_error(unknown) .startswith("repro500: error: --margin names 'top5'")
+    no_ref = _invoke("verify", runs["pass"], "--margin", "accuracy=0.1")
+    assert no_ref.exit_code == 2
+
+
+def test_pack_unpack_verify_round_trip_and_truncation(runs, tmp_path):
+    archive = tmp_path / "pass.tar.gz"
+    packed = _invoke("pack", runs["pass"], "-o", archive)
+    assert packed.exit_code == 0, packed.output
+    assert "archive sha256:" in packed.output and "SHA256SUMS sha256:" in packed.output
+    unpacked = _invoke("unpack", archive, "--dest", tmp_path / "elsewhere")
+    assert unpacked.exit_code == 0, unpacked.output
+    assert "files match SHA256SUMS" in unpacked.output
+    assert _invoke("verify", tmp_path / "elsewhere" / "pass").exit_code == 0
+    truncated = tmp_path / "truncated.tar.gz"
+    truncated.write_bytes(archive.read_bytes()[:400])
+    result = _invoke("unpack", truncated, "--dest", tmp_path / "other")
+    assert result.exit_code == 4 and "corrupt or truncated" in _one_line_error(result)
+    assert _invoke("verify", runs["pass"], "--against", truncated).exit_code == 4
+
+
+def test_expect_sums_detects_a_rewritten_bundle(runs):
+    good = (runs["pass"] / "SHA256SUMS").read_bytes()
+    import hashlib
+
+    digest = hashlib.sha256(good).hexdigest()
+    assert _invoke("verify", runs["pass"], "--expect-sums", digest).exit_code == 0
+    assert _invoke("verify", runs["pass"], "--expect-sums", "0" * 64).exit_code == 4
+
+
+def _console_script() -> list[str]:
+    script = Path(sys.executable).parent / "repro500"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "repro500.cli"]
+
+
+def test_real_subprocess_exit_codes_and_json(runs):
+    ok = subprocess.run([*_console_script(), "verify", str(runs["pass"]), "--json"],
+                        capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["status"] == "PASS"
+    inconclusive = subprocess.run([*_console_script(), "verify", str(runs["inconclusive"])],
+                                  capture_output=True, text=True, timeout=120)
+    assert inconclusive.returncode == 3
+    assert "INCONCLUSIVE" in inconclusive.stdout and "at least 3 repeats" in inconclusive.stdout
+    (runs["fail"] / "SHA256SUMS").unlink()
+    broken = subprocess.run([*_console_script(), "verify", str(runs["fail"])],
+                            capture_output=True, text=True, timeout=120)
+    assert broken.returncode == 4
+    assert broken.stderr.strip().count("\n") == 0 and "SHA256SUMS is missing" in broken.stderr
+    assert "Traceback" not in broken.stderr
+
+
+@pytest.mark.slow
+def test_verify_passes_on_a_real_quickstart_run(tmp_path):
+    """The run issue's quickstart, run for real, verifies (and still does after pack/unpack)."""
+    recipe = Path(__file__).resolve().parent.parent / "experiments" / "quickstart.yaml"
+    if not recipe.exists():
+        pytest.skip("experiments/quickstart.yaml is not there yet")
+    pytest.importorskip("repro500.runner")
+    env_cmd = [*_console_script(), "run", str(recipe), "--no-tracking", "--run-id", "qs", "--out", str(tmp_path / "runs")]
+    ran = subprocess.run(env_cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert ran.returncode in (0, 1, 3), ran.stderr[-2000:]
+    run_dir = tmp_path / "runs" / "qs"
+    verdict = subprocess.run([*_console_script(), "verify", str(run_dir), "--json"],
+                             capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert verdict.returncode == 0, verdict.stdout[-3000:] + verdict.stderr[-2000:]
+    assert json.loads(verdict.stdout)["status"] == "PASS"
+    archive = tmp_path / "qs.tar.gz"
+    assert subprocess.run([*_console_script(), "pack", str(run_dir), "-o", str(archive)], timeout=120).returncode == 0
+    again = subprocess.run([*_console_script(), "verify", str(archive)], capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stdout[-2000:]
