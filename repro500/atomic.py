@@ -15,6 +15,17 @@ from pathlib import Path
 from typing import Any
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# mkstemp creates files readable by the owner only; a finished file gets the permissions a plain
+# open() would have given it (0666 minus the umask).
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
 @contextlib.contextmanager
 def atomic_path(target: str | Path, suffix: str = ".partial") -> Iterator[Path]:
     """Yield a temporary path next to *target*; rename it to *target* on success.
@@ -27,6 +38,7 @@ def atomic_path(target: str | Path, suffix: str = ".partial") -> Iterator[Path]:
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
     os.close(fd)
     tmp = Path(tmp_name)
+    os.chmod(tmp, _FILE_MODE)
     try:
         yield tmp
         os.replace(tmp, target)

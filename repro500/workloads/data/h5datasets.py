@@ -1,0 +1,251 @@
+"""torch Datasets over HDF5 files: EWA detection, cosmo regression, classification.
+
+Real files and generated ones go through the same code (layout.py).  Reads are lazy: a
+dataset holds file paths and sample counts, and every DataLoader worker opens its own
+h5py handles on its first read (h5files.LazyFiles).  Images are normalised per channel
+with statistics from the files (normstats.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, get_worker_info
+
+from repro500.errors import InvalidInput
+from repro500.workloads.data import h5files, normstats
+from repro500.workloads.data.layout import (
+    COSMO_PARAMS,
+    EWA_CHANNELS,
+    EWA_CLASSES,
+    classification_samples,
+    cosmo_samples,
+    ewa_samples,
+)
+
+_IN_MEMORY_BYTES = 256 * 1024**2  # a classification split this small is read once, whole
+
+
+def _empty(shape: tuple[int, ...]) -> torch.Tensor:
+    """A float32 tensor to read a sample into.
+
+    In a DataLoader worker it is allocated in shared memory, so handing it to the main
+    process costs no copy (torch would otherwise copy every sample into shared memory).
+    """
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.float32)
+    n = int(np.prod(shape))
+    storage = torch.UntypedStorage._new_shared(n * 4)  # what torch's own collate uses
+    return torch.tensor([], dtype=torch.float32).set_(storage, 0, shape)
+
+
+def _pooled_stats(parts: list[h5files.FilePart], dataset: str, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    stats = []
+    for path in dict.fromkeys(p.path for p in parts):  # each file once, in order
+        with h5files.open_h5(path) as h5:
+            stats.append(normstats.file_stats(Path(path), h5, dataset, axis))
+    mean, std = normstats.pool(stats)
+    return mean, normstats.safe_std(std)
+
+
+def _same(values: list[Any], what: str) -> Any:
+    if len(set(values)) > 1:
+        raise InvalidInput(f"the data files disagree on {what}: {sorted(set(values))}; use files of one data set")
+    return values[0]
+
+
+class EwaDataset(Dataset):
+    """Extreme-Weather detection samples: (image [16, H, W], {"boxes": [n, 4], "labels": [n]}).
+
+    Boxes are converted from the file's rows ``ymin, xmin, ymax, xmax, class`` to
+    torchvision's ``(x1, y1, x2, y2)`` pixel coordinates, clipped to the image and at least
+    one pixel wide and tall; labels are ``class + 1`` (0 is torchvision's background).
+    """
+
+    def __init__(self, path: h5files.PathSpec, split: str, params: dict[str, Any]) -> None:
+        eval_fraction = float(params.get("eval_fraction", h5files.DEFAULT_EVAL_FRACTION))
+        parts = h5files.select(path, split, count=ewa_samples, eval_fraction=eval_fraction)
+        shapes = []
+        for p in dict.fromkeys(q.path for q in parts):
+            with h5files.open_h5(p) as h5:
+                shapes.append(tuple(h5["images"].shape[2:]))
+        self.height, self.width = _same(shapes, "image size")
+        mean, std = _pooled_stats(parts, "images", 0)
+        self._mean = mean.astype(np.float32).reshape(-1, 1, 1)
+        self._inv_std = (1.0 / std).astype(np.float32).reshape(-1, 1, 1)
+        self.files = h5files.LazyFiles(parts)
+        self.info = {
+            "task": "detection",
+            "num_classes": len(EWA_CLASSES),
+            "class_names": list(EWA_CLASSES),
+            "label_offset": 1,
+            "in_channels": len(EWA_CHANNELS),
+            "sample_shape": [len(EWA_CHANNELS), self.height, self.width],
+            "num_targets": None,
+            "channel_names": list(EWA_CHANNELS),
+            "channel_mean": mean.tolist(),
+            "channel_std": std.tolist(),
+        }
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        h5, j = self.files.locate(index)
+        images = h5["images"]
+        out = _empty((len(EWA_CHANNELS), self.height, self.width))
+        arr = out.numpy()
+        if images.dtype == np.float32 and images.compression is None:
+            # Channel by channel: each 3.5 MB plane is normalised while it is still in the
+            # CPU cache, instead of a second and third pass over the whole 56 MB sample.
+            for c in range(arr.shape[0]):
+                images.read_direct(arr[c], np.s_[j, c])
+                arr[c] -= self._mean[c]
+                arr[c] *= self._inv_std[c]
+        else:  # compressed chunks are decompressed whole: read the sample once
+            arr[...] = images[j]
+            arr -= self._mean
+            arr *= self._inv_std
+        return out, self.target(np.asarray(h5["boxes"][j]))
+
+    def target(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
+        """A torchvision detection target from the file's box rows of one sample."""
+        rows = rows[rows[:, 4] >= 0].astype(np.float32)
+        y1 = np.clip(rows[:, 0], 0, self.height - 1)
+        x1 = np.clip(rows[:, 1], 0, self.width - 1)
+        y2 = np.clip(np.maximum(rows[:, 2], y1 + 1), 0, self.height)
+        x2 = np.clip(np.maximum(rows[:, 3], x1 + 1), 0, self.width)
+        boxes = np.stack([x1, y1, x2, y2], axis=1).reshape(-1, 4)
+        return {
+            "boxes": torch.from_numpy(np.ascontiguousarray(boxes, dtype=np.float32)),
+            "labels": torch.from_numpy(rows[:, 4].astype(np.int64) + 1),
+        }
+
+
+class CosmoDataset(Dataset):
+    """CosmoFlow crops: (log1p(counts) [C, crop, crop, crop], unitPar [4]).
+
+    Each universe is cut into ``(D // crop)^3`` non-overlapping crops (the real benchmark
+    trains on 128^3 crops of 512^3 universes); every crop of a universe has its targets.
+    ``log1p`` is the normalisation of the MLPerf HPC CosmoFlow reference.
+    """
+
+    def __init__(self, path: h5files.PathSpec, split: str, params: dict[str, Any]) -> None:
+        eval_fraction = float(params.get("eval_fraction", h5files.DEFAULT_EVAL_FRACTION))
+        parts = h5files.select(path, split, count=cosmo_samples, eval_fraction=eval_fraction)
+        shapes = []
+        for p in dict.fromkeys(q.path for q in parts):
+            with h5files.open_h5(p) as h5:
+                shapes.append(tuple(h5["full"].shape[-4:]))
+        (d, _, _, c) = _same(shapes, "volume shape")
+        crop = int(params.get("crop", min(d, 128)))
+        if not 1 <= crop <= d:
+            raise InvalidInput(f"crop {crop} does not fit volumes of {d}^3 voxels: use 1..{d}")
+        self.size, self.channels, self.crop = d, c, crop
+        self.per_axis = d // crop
+        self.crops_per_universe = self.per_axis**3
+        self.files = h5files.LazyFiles(parts)
+        self.info = {
+            "task": "regression",
+            "num_classes": None,
+            "in_channels": c,
+            "sample_shape": [c, crop, crop, crop],
+            "num_targets": len(COSMO_PARAMS),
+            "target_names": list(COSMO_PARAMS),
+            "target_range": [-1.0, 1.0],
+        }
+
+    def __len__(self) -> int:
+        return len(self.files) * self.crops_per_universe
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        universe, k = divmod(index, self.crops_per_universe)
+        h5, j = self.files.locate(universe)
+        cz, cy, cx = np.unravel_index(k, (self.per_axis,) * 3)
+        c = self.crop
+        window = (slice(cz * c, cz * c + c), slice(cy * c, cy * c + c), slice(cx * c, cx * c + c))
+        full, par = h5["full"], h5["unitPar"]
+        if full.ndim == 4:  # a real per-universe file
+            counts, target = full[window], par[()]
+        else:
+            counts, target = full[(j, *window)], par[j]
+        volume = np.log1p(np.moveaxis(counts.astype(np.float32), -1, 0))
+        return torch.from_numpy(np.ascontiguousarray(volume)), torch.from_numpy(np.asarray(target, dtype=np.float32))
+
+
+class ClassificationH5Dataset(Dataset):
+    """Classification images from HDF5: (image float32 [C, H, W], label int64 scalar)."""
+
+    def __init__(self, path: h5files.PathSpec, split: str, params: dict[str, Any]) -> None:
+        eval_fraction = float(params.get("eval_fraction", h5files.DEFAULT_EVAL_FRACTION))
+        parts = h5files.select(path, split, count=classification_samples, eval_fraction=eval_fraction)
+        shapes, classes, max_label, itemsize = [], [], 0, 1
+        for p in dict.fromkeys(q.path for q in parts):
+            with h5files.open_h5(p) as h5:
+                shapes.append(tuple(h5["images"].shape[1:]))
+                itemsize = max(itemsize, h5["images"].dtype.itemsize)
+                names = h5.attrs.get("class_names")
+                if names is not None:
+                    classes.append(len(names))
+                else:
+                    labels = h5["labels"][()]
+                    if labels.size and labels.min() < 0:
+                        raise InvalidInput(f"{p}: 'labels' holds negative values; classes are 0..K-1")
+                    max_label = max(max_label, int(labels.max()) + 1 if labels.size else 0)
+        self.sample_shape = _same(shapes, "image shape")
+        num_classes = max(classes + [max_label])
+        mean, std = _pooled_stats(parts, "images", 0)
+        self._mean = mean.astype(np.float32).reshape(-1, 1, 1)
+        self._inv_std = (1.0 / std).astype(np.float32).reshape(-1, 1, 1)
+        self.files = h5files.LazyFiles(parts)
+        self._cache: tuple[np.ndarray, np.ndarray] | None = None
+        self._small = len(self.files) * int(np.prod(self.sample_shape)) * itemsize <= _IN_MEMORY_BYTES
+        self.info = {
+            "task": "classification",
+            "num_classes": num_classes,
+            "in_channels": self.sample_shape[0],
+            "sample_shape": list(self.sample_shape),
+            "num_targets": None,
+            "class_names": _class_names(parts[0].path, num_classes),
+        }
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def _load_all(self) -> tuple[np.ndarray, np.ndarray]:
+        images, labels = [], []
+        for k, part in enumerate(self.files.parts):
+            h5 = self.files.handle(k)
+            images.append(h5["images"][part.start:part.stop])
+            labels.append(h5["labels"][part.start:part.stop])
+        return np.concatenate(images), np.concatenate(labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._small:
+            if self._cache is None:
+                self._cache = self._load_all()
+            if not 0 <= index < len(self):
+                raise IndexError(f"sample {index} is out of range (0..{len(self) - 1})")
+            pixels, label = self._cache[0][index], self._cache[1][index]
+        else:
+            h5, j = self.files.locate(index)
+            pixels, label = h5["images"][j], h5["labels"][j]
+        image = (pixels.astype(np.float32) - self._mean) * self._inv_std
+        return torch.from_numpy(image), torch.tensor(int(label), dtype=torch.int64)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cache"] = None  # each worker reads its own copy instead of pickling it
+        return state
+
+
+def _class_names(path: Path, num_classes: int) -> list[str]:
+    with h5files.open_h5(path) as h5:
+        names = h5.attrs.get("class_names")
+    if names is not None and len(names) == num_classes:
+        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+    return [str(k) for k in range(num_classes)]
+

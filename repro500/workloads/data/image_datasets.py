@@ -1,0 +1,81 @@
+"""Image-file data sets: CIFAR-10's python archive and torchvision's ImageFolder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from repro500.errors import InvalidInput
+from repro500.workloads.data.cifar import CLASSES, FILES, MEAN, STD, batch_dir, read_batch
+
+# ImageNet's channel statistics: the usual normalisation for photographs in class folders.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+class Cifar10(Dataset):
+    """CIFAR-10 images normalised with the training set's channel statistics."""
+
+    def __init__(self, path: str | Path, split: str) -> None:
+        if split not in FILES:
+            raise InvalidInput(f"unknown split {split!r}: use train or eval")
+        root = batch_dir(path)
+        parts = [read_batch(root / name) for name in FILES[split]]
+        self.images = np.concatenate([p[0] for p in parts])
+        self.labels = np.concatenate([p[1] for p in parts])
+        self._mean = (np.array(MEAN, dtype=np.float32) * 255.0).reshape(3, 1, 1)
+        self._inv_std = (1.0 / (np.array(STD, dtype=np.float32) * 255.0)).reshape(3, 1, 1)
+        self.info = {
+            "task": "classification",
+            "num_classes": 10,
+            "class_names": list(CLASSES),
+            "in_channels": 3,
+            "sample_shape": [3, 32, 32],
+            "num_targets": None,
+        }
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        image = (self.images[index].astype(np.float32) - self._mean) * self._inv_std
+        return torch.from_numpy(image), torch.tensor(int(self.labels[index]), dtype=torch.int64)
+
+
+def _label_tensor(label: int) -> Any:
+
+    return torch.tensor(label, dtype=torch.int64)
+
+
+def image_folder(root: Path, split: str, params: dict[str, Any]) -> Any:
+    from torchvision import datasets, transforms
+
+    names = ("train",) if split == "train" else ("val", "eval", "test")
+    folder = next((root / n for n in names if (root / n).is_dir()), None)
+    if folder is None:
+        raise InvalidInput(
+            f"{root} has no {' or '.join(names)} directory: an image folder needs "
+            f"{root}/train/<class>/*.jpg and {root}/val/<class>/*.jpg"
+        )
+    steps: list[Any] = []
+    size = params.get("size")
+    if size is not None:
+        steps += [transforms.Resize(int(size)), transforms.CenterCrop(int(size))]
+    steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
+    try:
+        ds = datasets.ImageFolder(str(folder), transform=transforms.Compose(steps), target_transform=_label_tensor)
+    except (FileNotFoundError, RuntimeError) as err:
+        raise InvalidInput(f"{folder} is not a usable image folder: {err}") from None
+    ds.info = {
+        "task": "classification",
+        "num_classes": len(ds.classes),
+        "class_names": list(ds.classes),
+        "in_channels": 3,
+        "sample_shape": [3, int(size), int(size)] if size is not None else None,
+        "num_targets": None,
+    }
+    return ds

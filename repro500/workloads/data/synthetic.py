@@ -1,0 +1,78 @@
+"""The synthetic classification data set in memory: no file, samples made on demand.
+
+Sample ``i`` of a split is exactly sample ``i`` of a file that ``repro500 data generate
+classification`` writes with the same seed and parameters (classification.py), so a run
+on the in-memory data and a run on the file see the same images.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from repro500.errors import InvalidInput
+from repro500.workloads.data.classification import (
+    ClassificationGenerator,
+    ClassificationParams,
+    parse_size,
+)
+from repro500.workloads.data.normstats import Moments, safe_std
+
+DEFAULT_SAMPLES = {"train": 1024, "eval": 512}
+STATS_SAMPLES = 64  # normalisation statistics come from the first train samples
+_KNOWN = {"samples", "train_samples", "eval_samples", "classes", "channels", "size", "noise"}
+
+
+class SyntheticClassification(Dataset):
+    """(image float32 [C, H, W] normalised per channel, label int64 scalar), made on demand."""
+
+    def __init__(self, split: str, seed: int = 0, params: dict[str, Any] | None = None) -> None:
+        params = dict(params or {})
+        unknown = set(params) - _KNOWN
+        if unknown:
+            raise InvalidInput(
+                f"unknown synthetic-classification parameters {sorted(unknown)}: use {sorted(_KNOWN)}"
+            )
+        size = params.get("size")
+        try:
+            h, w = parse_size(None if size is None else str(size))
+            gen_params = ClassificationParams(
+                classes=int(params.get("classes", 10)), channels=int(params.get("channels", 3)),
+                height=h, width=w, noise=float(params.get("noise", ClassificationParams.noise)),
+            )
+        except ValueError as err:
+            raise InvalidInput(f"bad synthetic-classification parameters: {err}") from None
+        n = params.get("samples", params.get(f"{split}_samples", DEFAULT_SAMPLES[split]))
+        if int(n) < 1:
+            raise InvalidInput(f"synthetic-classification needs at least 1 {split} sample, not {n}")
+        self.samples = int(n)
+        self.generator = ClassificationGenerator(gen_params, seed, split)
+        stats_gen = ClassificationGenerator(gen_params, seed, "train")
+        moments = Moments()
+        for i in range(STATS_SAMPLES):
+            moments.add(stats_gen.sample(i)["images"], 0)
+        mean, std = moments.mean_std()
+        self._mean = np.asarray(mean, dtype=np.float32).reshape(-1, 1, 1)
+        self._inv_std = (1.0 / safe_std(np.asarray(std))).astype(np.float32).reshape(-1, 1, 1)
+        self.info = {
+            "task": "classification",
+            "num_classes": gen_params.classes,
+            "in_channels": gen_params.channels,
+            "sample_shape": [gen_params.channels, h, w],
+            "num_targets": None,
+            "class_names": self.generator.attrs()["class_names"],
+            "params": gen_params.as_dict(),
+        }
+
+    def __len__(self) -> int:
+        return self.samples
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= index < self.samples:
+            raise IndexError(f"sample {index} is out of range (0..{self.samples - 1})")
+        sample = self.generator.sample(index)
+        image = (sample["images"].astype(np.float32) - self._mean) * self._inv_std
+        return torch.from_numpy(image), torch.tensor(int(sample["labels"]), dtype=torch.int64)

@@ -1,0 +1,220 @@
+"""``open_dataset``: real layouts and generated files load through the same code."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from repro500.errors import InvalidInput
+from repro500.workloads.data import collate_detection, open_dataset
+from repro500.workloads.data.generate import generate
+
+
+@pytest.fixture(autouse=True)
+def _own_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+
+
+def _write_real_climo(path, n=10, h=64, w=96):
+    """A file laid out like the Extreme Weather dataset's climo_YYYY.h5: no repro500 attributes."""
+    rng = np.random.default_rng(0)
+    images = rng.normal(size=(n, 16, h, w)).astype(np.float32)
+    images *= np.arange(1, 17, dtype=np.float32)[None, :, None, None] * 100  # very different channel scales
+    images += np.arange(16, dtype=np.float32)[None, :, None, None] * 1000
+    boxes = np.full((n, 15, 5), -1, dtype=np.int32)
+    boxes[0, 0] = (10, 20, 30, 50, 1)  # ymin, xmin, ymax, xmax, class (tropical cyclone)
+    boxes[0, 1] = (40, 0, 60, 95, 3)
+    boxes[1, 0] = (5, 5, 5, 9, 0)  # degenerate in y: must still be a valid torchvision box
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("images", data=images)
+        h5.create_dataset("boxes", data=boxes)
+    return images, boxes
+
+
+def test_ewa_loader_reads_a_file_in_the_real_layout(tmp_path):
+    years = tmp_path / "climo"
+    years.mkdir()
+    images, _ = _write_real_climo(years / "climo_1979.h5")
+    train = open_dataset("ewa", "train", path=years)
+    evaluation = open_dataset("ewa", "eval", path=years / "climo_1979.h5")
+    assert len(train) == 9 and len(evaluation) == 1  # the last 10% of samples is held out
+    assert train.info["task"] == "detection" and train.info["in_channels"] == 16
+    assert train.info["channel_names"][6] == "TMQ" and train.info["num_classes"] == 4
+
+    image, target = train[0]
+    assert image.dtype == torch.float32 and image.shape == (16, 64, 96)
+    # normalised per channel with statistics computed from the file
+    stacked = torch.stack([train[i][0] for i in range(9)])
+    assert stacked.mean(dim=(0, 2, 3)).abs().max() < 0.1
+    assert ((stacked.std(dim=(0, 2, 3)) - 1).abs() < 0.1).all()
+    expected = (images[0] - train.info["channel_mean"][5]) / train.info["channel_std"][5]
+    np.testing.assert_allclose(image[5].numpy(), expected[5], rtol=1e-4, atol=1e-4)
+    # (ymin, xmin, ymax, xmax, class) -> torchvision (x1, y1, x2, y2), labels class + 1
+    assert target["boxes"].tolist() == [[20, 10, 50, 30], [0, 40, 95, 60]]
+    assert target["labels"].tolist() == [2, 4] and target["labels"].dtype == torch.int64
+    degenerate = train[1][1]["boxes"]
+    assert degenerate.tolist() == [[5, 5, 9, 6]]
+    empty = train[2][1]
+    assert empty["boxes"].shape == (0, 4) and empty["labels"].shape == (0,)
+    assert evaluation[0][0].shape == (16, 64, 96)
+    # statistics were computed once and cached for the next run
+    assert list((tmp_path / "cache" / "data-stats").glob("*.json"))
+
+
+def test_ewa_loader_reads_shards_in_sample_order_with_workers(tmp_path):
+    for i in range(2):
+        generate("ewa", tmp_path / "shards" / f"train-{i}.h5", samples=6, size="48x72", shard=(i, 2), seed=4)
+    generate("ewa", tmp_path / "one.h5", samples=6, size="48x72", seed=4)
+    whole = open_dataset("ewa", "train", path=tmp_path / "one.h5")
+    # given in the wrong order on purpose: shards are ordered by their sample offset
+    shards = open_dataset("ewa", "train", path=[tmp_path / "shards" / "train-1.h5", tmp_path / "shards" / "train-0.h5"])
+    assert len(shards) == len(whole) == 6
+    loader = DataLoader(shards, batch_size=2, num_workers=2, collate_fn=collate_detection)
+    got = [(img, tgt) for images, targets in loader for img, tgt in zip(images, targets, strict=True)]
+    for i, (img, tgt) in enumerate(got):
+        ref_img, ref_tgt = whole[i]
+        torch.testing.assert_close(img, ref_img, rtol=1e-5, atol=1e-5)  # pooled shard stats = one-pass stats
+        assert torch.equal(tgt["boxes"], ref_tgt["boxes"]) and torch.equal(tgt["labels"], ref_tgt["labels"])
+    with pytest.raises(InvalidInput, match="overlapping shards"):
+        open_dataset("ewa", "train", path=[tmp_path / "one.h5", tmp_path / "shards" / "train-1.h5"])
+
+
+def test_split_directories_and_split_attributes_choose_the_files(tmp_path):
+    generate("ewa", tmp_path / "d" / "train.h5", samples=3, size="48x72")
+    generate("ewa", tmp_path / "d" / "eval.h5", samples=2, size="48x72", split="eval")
+    assert len(open_dataset("ewa", "train", path=tmp_path / "d")) == 3
+    assert len(open_dataset("ewa", "eval", path=tmp_path / "d")) == 2
+    assert len(open_dataset("ewa", "eval", path=str(tmp_path / "d" / "*.h5"))) == 2
+    with pytest.raises(InvalidInput, match="--split eval"):
+        open_dataset("ewa", "eval", path=tmp_path / "d" / "train.h5")
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    generate("ewa", mixed / "synthetic.h5", samples=2, size="64x96")
+    _write_real_climo(mixed / "climo_1980.h5", n=3)
+    with pytest.raises(InvalidInput, match="mixes generated files"):
+        open_dataset("ewa", "eval", path=mixed)
+
+
+def test_imagefolder_reads_class_directories(tmp_path):
+    from PIL import Image
+
+    for split in ("train", "val"):
+        for k, cls in enumerate(("cat", "dog")):
+            (tmp_path / split / cls).mkdir(parents=True)
+            for i in range(2):
+                Image.new("RGB", (40, 30), (100 * k, 50, 20 * i)).save(tmp_path / split / cls / f"{i}.png")
+    train = open_dataset("imagefolder", "train", path=tmp_path, params={"size": 24})
+    evaluation = open_dataset("imagefolder", "eval", path=tmp_path, params={"size": 24})
+    assert len(train) == len(evaluation) == 4 and train.info["num_classes"] == 2
+    image, label = train[3]
+    assert image.shape == (3, 24, 24) and label.dtype == torch.int64 and label.item() == 1
+    assert train.info["class_names"] == ["cat", "dog"]
+
+
+def _write_cifar(root, per_batch=4, test=3):
+    rng = np.random.default_rng(1)
+    folder = root / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    batches = {}
+    for name, n in [*((f"data_batch_{i}", per_batch) for i in range(1, 6)), ("test_batch", test)]:
+        data = rng.integers(0, 256, size=(n, 3072), dtype=np.uint8)
+        labels = [int(x) for x in rng.integers(0, 10, size=n)]
+        batches[name] = (data, labels)
+        with open(folder / name, "wb") as fh:
+            pickle.dump({b"batch_label": name.encode(), b"labels": labels, b"data": data,
+                         b"filenames": [b"x.png"] * n}, fh, protocol=2)
+    return batches
+
+
+def test_cifar10_loader_reads_the_python_pickle_archive(tmp_path):
+    batches = _write_cifar(tmp_path)
+    train = open_dataset("cifar10", "train", path=tmp_path)
+    test = open_dataset("cifar10", "eval", path=tmp_path / "cifar-10-batches-py")
+    assert len(train) == 20 and len(test) == 3 and train.info["num_classes"] == 10
+    image, label = train[5]  # batch 2, row 1
+    data, labels = batches["data_batch_2"]
+    assert label.item() == labels[1] and label.dtype == torch.int64
+    red = data[1, :1024].reshape(32, 32).astype(np.float32)
+    np.testing.assert_allclose(image[0].numpy(), (red / 255 - 0.4914) / 0.2470, rtol=1e-5, atol=1e-5)
+    assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+
+
+def test_cifar10_loader_refuses_missing_and_malicious_batches(tmp_path):
+    _write_cifar(tmp_path)
+    folder = tmp_path / "cifar-10-batches-py"
+    (folder / "data_batch_3").unlink()
+    with pytest.raises(InvalidInput, match="data_batch_3 is missing"):
+        open_dataset("cifar10", "train", path=tmp_path)
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo pwned > " + str(tmp_path / "pwned"),))
+
+    (folder / "test_batch").write_bytes(pickle.dumps({b"data": Evil(), b"labels": []}))
+    with pytest.raises(InvalidInput, match="not a CIFAR-10 python batch"):
+        open_dataset("cifar10", "eval", path=tmp_path)
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_cosmo_loader_returns_crops_and_targets(tmp_path):
+    generate("cosmo", tmp_path / "c.h5", samples=2, size="16")
+    ds = open_dataset("cosmo", "train", path=tmp_path / "c.h5", params={"crop": 8})
+    assert len(ds) == 2 * 8 and ds.info["num_targets"] == 4 and ds.info["task"] == "regression"
+    volume, target = ds[9]  # universe 1, crop 1
+    with h5py.File(tmp_path / "c.h5", "r") as h5:
+        counts, unit = h5["full"][1, 0:8, 0:8, 8:16, :], h5["unitPar"][1]
+    np.testing.assert_allclose(volume.numpy(), np.log1p(np.moveaxis(counts, -1, 0).astype(np.float32)))
+    assert volume.shape == (4, 8, 8, 8) and torch.equal(target, torch.from_numpy(unit))
+
+    # real CosmoFlow files hold one universe each: (D, D, D, 4) counts and (4,) targets
+    real = [tmp_path / "real" / f"univ_ics_2019-03_a1000066{k}.hdf5" for k in (8, 9)]
+    real[0].parent.mkdir()
+    for k, path in enumerate(real):
+        with h5py.File(path, "w") as h5:
+            h5["full"] = np.random.default_rng(k).poisson(2.0, size=(16, 16, 16, 4)).astype(np.int16)
+            h5["unitPar"] = np.array([0.1, -0.2, 0.3, -0.4 + k], dtype=np.float32)
+    train = open_dataset("cosmo", "train", path=tmp_path / "real")
+    evaluation = open_dataset("cosmo", "eval", path=tmp_path / "real")
+    assert len(train) == len(evaluation) == 1  # a universe is never split between train and eval
+    assert evaluation[0][1].tolist() == pytest.approx([0.1, -0.2, 0.3, 0.6])
+    assert train[0][0].shape == (4, 16, 16, 16)
+    with pytest.raises(InvalidInput, match="too few"):
+        open_dataset("cosmo", "eval", path=real[0])
+
+
+def test_synthetic_classification_matches_the_generated_file(tmp_path):
+    generate("classification", tmp_path / "cls.h5", samples=32, seed=9)
+    in_memory = open_dataset("synthetic-classification", "train", seed=9, params={"samples": 32})
+    from_file = open_dataset("classification-h5", "train", path=tmp_path / "cls.h5")
+    assert len(in_memory) == len(from_file) == 32 and in_memory.info["num_classes"] == 10
+    with h5py.File(tmp_path / "cls.h5", "r") as h5:
+        pixels, labels = h5["images"][()], h5["labels"][()]
+    for i in (0, 13, 31):
+        assert np.array_equal(in_memory.generator.sample(i)["images"], pixels[i])
+        image, label = from_file[i]
+        assert label.item() == labels[i] == in_memory[i][1].item()
+        assert image.shape == (3, 32, 32) and image.dtype == torch.float32
+    assert open_dataset("synthetic-classification", "eval").samples == 512
+
+
+def test_bad_dataset_requests_are_one_clear_error(tmp_path):
+    generate("cosmo", tmp_path / "c.h5", samples=1, size="8")
+    cases = [
+        (("imagenet", "train"), {}, "unknown dataset"),
+        (("ewa", "train"), {"path": tmp_path / "nope.h5"}, "does not exist"),
+        (("ewa", "train"), {}, "needs a path"),
+        (("ewa", "train"), {"path": tmp_path / "c.h5"}, "not an EWA file"),
+        (("ewa", "valid"), {"path": tmp_path / "c.h5"}, "unknown split"),
+        (("imagefolder", "train"), {"path": tmp_path}, "no train directory"),
+        (("cosmo", "train"), {"path": tmp_path / "c.h5", "params": {"crop_size": 4}}, "does not take"),
+        (("cosmo", "train"), {"path": tmp_path / "c.h5", "params": {"crop": 9}}, "does not fit"),
+    ]
+    for args, kwargs, message in cases:
+        with pytest.raises(InvalidInput, match=message):
+            open_dataset(*args, **kwargs)
