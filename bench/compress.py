@@ -1,0 +1,152 @@
+"""Compression kernels against their anchors, on a ResNet-50-sized gradient (25.6M fp32).
+
+    python bench/compress.py [--numel 25600000] [--runs 7]
+
+Top-k 1%: the custom kernel (sampled threshold, repro500::topk_threshold) against
+torch.topk(g.abs(), k), target <= 0.05x, and against one read pass over the gradient
+(torch.sum: the memory floor no selection can beat).  QSGD (127 levels, buckets of 512)
+and the 1-bit sign kernels: effective GB/s (bytes read + bytes written per second), with
+the pure-PyTorch references for comparison.  Variants are interleaved and each figure is
+the median of --runs.  On a GPU the same kernels also report the fraction of the
+device's peak memory bandwidth.  Always exits 0; a missed target prints MISSED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+
+from repro500.ext import ops, reference
+
+TARGET_TOPK_RATIO = 0.05
+
+
+def _timed(fn: Callable[[], object], sync: Callable[[], None]) -> float:
+    sync()
+    start = time.perf_counter()
+    fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def _medians(
+    variants: dict[str, Callable[[], object]], runs: int, sync: Callable[[], None]
+) -> dict[str, float]:
+    for fn in variants.values():  # warm-up (allocator, first-touch, lazy init)
+        fn()
+    samples: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(runs):
+        for name, fn in variants.items():  # interleaved, so drift hits every variant alike
+            samples[name].append(_timed(fn, sync))
+    return {name: statistics.median(values) for name, values in samples.items()}
+
+
+def _peak_bandwidth_bytes_per_s(device: torch.device) -> float | None:
+    props = torch.cuda.get_device_properties(device)
+    clock_khz = getattr(props, "memory_clock_rate", None)
+    bus_bits = getattr(props, "memory_bus_width", None)
+    if clock_khz and bus_bits:
+        return 2.0 * clock_khz * 1e3 * bus_bits / 8  # double data rate
+    return None
+
+
+def bench(device: torch.device, numel: int, runs: int) -> None:
+    on_gpu = device.type == "cuda"
+    sync = torch.cuda.synchronize if on_gpu else (lambda: None)
+    g = torch.randn(numel, generator=torch.Generator().manual_seed(0)).to(device)
+    k = numel // 100
+    topk = torch.ops.repro500.topk_threshold
+    times = _medians(
+        {
+            "custom top-k": lambda: topk(g, k),
+            "torch.topk(|g|)": lambda: torch.topk(g.abs(), k),
+            "read floor": lambda: torch.sum(g),
+        },
+        runs,
+        sync,
+    )
+    ratio = times["custom top-k"] / times["torch.topk(|g|)"]
+    floor_ratio = times["custom top-k"] / times["read floor"]
+    print(f"[{device.type}] top-k 1% of {numel:,} fp32 (k={k:,}), median of {runs}:")
+    for name, seconds in times.items():
+        print(f"  {name:<18} {seconds * 1e3:9.2f} ms")
+    verdict = "met" if ratio <= TARGET_TOPK_RATIO else "MISSED"
+    print(
+        f"  custom / torch.topk = {ratio:.4f}x (target <= {TARGET_TOPK_RATIO}x: {verdict}; "
+        f"{ratio / TARGET_TOPK_RATIO:.2f} of target)"
+    )
+    print(f"  custom / read floor = {floor_ratio:.2f}x")
+
+    codes, scales = torch.ops.repro500.stochastic_quantize(g, 127, 512, False, 1)
+    packed, scale = torch.ops.repro500.sign_pack(g)
+    n_buckets = scales.numel()
+    moved = {  # bytes read + written by each kernel
+        "qsgd quantize": 4 * numel + numel + 4 * n_buckets,
+        "qsgd dequantize": numel + 4 * n_buckets + 4 * numel,
+        "sign pack": 4 * numel + packed.numel() + 4,
+        "sign unpack": packed.numel() + 4 * numel,
+    }
+    kernels = {
+        "qsgd quantize": lambda: torch.ops.repro500.stochastic_quantize(g, 127, 512, False, 1),
+        "qsgd dequantize": lambda: torch.ops.repro500.stochastic_dequantize(
+            codes, scales, 127, 512
+        ),
+        "sign pack": lambda: torch.ops.repro500.sign_pack(g),
+        "sign unpack": lambda: torch.ops.repro500.sign_unpack(packed, scale, numel),
+    }
+    references = {
+        "qsgd quantize": lambda: reference.stochastic_quantize(g, 127, 512, False, 1),
+        "qsgd dequantize": lambda: reference.stochastic_dequantize(codes, scales, 127, 512),
+        "sign pack": lambda: reference.sign_pack(g),
+        "sign unpack": lambda: reference.sign_unpack(packed, scale, numel),
+    }
+    variants = {**kernels, **{f"{name} (reference)": fn for name, fn in references.items()}}
+    times = _medians(variants, max(3, runs // 2), sync)
+    peak = _peak_bandwidth_bytes_per_s(device) if on_gpu else None
+    print(
+        f"[{device.type}] QSGD (127 levels, buckets of 512) and 1-bit sign kernels, effective GB/s:"
+    )
+    for name in kernels:
+        gbps = moved[name] / times[name] / 1e9
+        ref_gbps = moved[name] / times[f"{name} (reference)"] / 1e9
+        speedup = times[f"{name} (reference)"] / times[name]
+        line = (
+            f"  {name:<16} {gbps:7.2f} GB/s  ({times[name] * 1e3:8.2f} ms; "
+            f"reference {ref_gbps:6.2f} GB/s, kernel {speedup:5.1f}x faster)"
+        )
+        if peak:
+            line += f"  {gbps * 1e9 / peak:.1%} of peak HBM bandwidth"
+        print(line)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--numel", type=int, default=25_600_000, help="gradient size in elements (ResNet-50: 25.6M)"
+    )
+    parser.add_argument(
+        "--runs", type=int, default=7, help="timed runs per variant (median reported)"
+    )
+    args = parser.parse_args()
+    if not ops.load_native():
+        print(f"MISSED: the C++ operators could not be built ({ops.native_error()})")
+        return 0
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads")
+    bench(torch.device("cpu"), args.numel, args.runs)
+    if torch.cuda.is_available():
+        if ops.load_native(cuda=True):
+            bench(torch.device("cuda"), args.numel, args.runs)
+        else:
+            print(f"GPU present but the CUDA operators did not build: {ops.native_error()}")
+    else:
+        print("no GPU: skipped the CUDA kernels and the HBM-bandwidth fractions")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

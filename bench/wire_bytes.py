@@ -1,0 +1,193 @@
+"""Bytes on the wire: 2-rank Gloo DDP of a ResNet-20-sized model, top-k 1% vs dense allreduce.
+
+    python bench/wire_bytes.py [--steps 5] [--ratio 0.01]
+
+Two processes (torch.multiprocessing, localhost Gloo) train ResNet-20 (CIFAR-10 shape,
+0.27M parameters) for a few steps, once with the "none" compressor (dense ring allreduce)
+and once with top-k 1% + error feedback, through repro500.ext.ddp_hook.  Reported per step
+per rank:
+
+- bytes_sent by the hook's accounting (ring model, docs/compression.md), and
+- bytes actually sent on rank 0's TCP sockets (the kernel's tcp_info via `ss`; Gloo's
+  framing included), as an independent check of the model.
+
+Target: top-k's bytes <= 1/40 of the dense allreduce's.  Always exits 0; a miss prints MISSED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+TARGET_RATIO = 1 / 40
+WORLD = 2
+
+
+class _Block(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
+
+
+def resnet20(num_classes: int = 10) -> nn.Module:
+    """He et al. 2016's CIFAR ResNet-20: 3 stages x 3 blocks, 16/32/64 channels."""
+    layers: list[nn.Module] = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
+    cin = 16
+    for cout, stride in [(16, 1), (32, 2), (64, 2)]:
+        for i in range(3):
+            layers.append(_Block(cin, cout, stride if i == 0 else 1))
+            cin = cout
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes)]
+    return nn.Sequential(*layers)
+
+
+def tcp_bytes(pid: int) -> tuple[int, int] | None:
+    """(sent, received) over every TCP socket of *pid*, from `ss -tinp`; None without ss."""
+    if shutil.which("ss") is None:
+        return None
+    text = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=False).stdout
+    sent = received = 0
+    mine = False
+    for line in text.splitlines():
+        if not line.startswith((" ", "\t")):
+            mine = f"pid={pid}," in line
+            continue
+        if mine:
+            sent += sum(int(v) for v in re.findall(r"bytes_sent:(\d+)", line))
+            received += sum(int(v) for v in re.findall(r"bytes_received:(\d+)", line))
+    return sent, received
+
+
+def _worker(rank: int, port: int, spec: object, steps: int, out_path: str) -> None:
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    from repro500.ext import ddp_hook
+
+    torch.manual_seed(0)
+    # forward_sync_buffers=False: measure the gradient exchange alone, not the BatchNorm
+    # buffers DDP would otherwise broadcast before every forward.
+    model = DistributedDataParallel(resnet20(), forward_sync_buffers=False)
+    state = ddp_hook.register(model, spec)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(16, 3, 32, 32, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+    def step() -> dict:
+        optimizer.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        return state.step_stats()
+
+    # Two warm-up steps: DDP rebuilds its buckets after the first, and the ops load then.
+    step()
+    step()
+    dist.barrier()
+    before = tcp_bytes(os.getpid())
+    stats = [step() for _ in range(steps)]
+    dist.barrier()
+    after = tcp_bytes(os.getpid())
+    if rank == 0:
+        torch.save(
+            {
+                "stats": stats,
+                "params": sum(p.numel() for p in model.parameters()),
+                "tcp": None if before is None else (after[0] - before[0], after[1] - before[1]),
+            },
+            out_path,
+        )
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(spec: object, steps: int) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "result.pt")
+        mp.spawn(_worker, args=(_free_port(), spec, steps, out), nprocs=WORLD, join=True)
+        return torch.load(out, weights_only=False)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--steps", type=int, default=5, help="measured steps (after 2 warm-up steps)"
+    )
+    parser.add_argument("--ratio", type=float, default=0.01, help="top-k ratio")
+    args = parser.parse_args()
+    from repro500.ext import ops
+
+    ops.load_native()  # compile once here, not in both ranks
+    dense = run("none", args.steps)
+    sparse = run({"name": "topk", "ratio": args.ratio}, args.steps)
+    print(
+        f"ResNet-20 ({dense['params']:,} parameters), {WORLD} ranks, Gloo on localhost, "
+        f"{args.steps} steps"
+    )
+    rows = []
+    for name, result in [("none (dense allreduce)", dense), (f"topk {args.ratio:g} + EF", sparse)]:
+        model_bytes = sum(s["bytes_sent"] for s in result["stats"]) / args.steps
+        tcp = result["tcp"][0] / args.steps if result["tcp"] else None
+        comp = sum(s["time_compress_s"] for s in result["stats"]) / args.steps
+        decomp = sum(s["time_decompress_s"] for s in result["stats"]) / args.steps
+        rows.append((model_bytes, tcp))
+        tcp_text = (
+            f"{tcp:12,.0f} B measured on TCP"
+            if tcp is not None
+            else "(ss not available: no TCP measurement)"
+        )
+        print(
+            f"  {name:<24} {model_bytes:12,.0f} B/step/rank by the ring model; {tcp_text}; "
+            f"compress {comp * 1e3:.2f} ms, decompress {decomp * 1e3:.2f} ms per step"
+        )
+    ratio = rows[1][0] / rows[0][0]
+    verdict = "met" if ratio <= TARGET_RATIO else "MISSED"
+    print(
+        f"  top-k / dense bytes (model)    = {ratio:.4f} = 1/{1 / ratio:.1f} "
+        f"(target <= 1/40: {verdict}; {ratio / TARGET_RATIO:.2f} of target)"
+    )
+    if rows[0][1] and rows[1][1]:
+        tcp_ratio = rows[1][1] / rows[0][1]
+        tcp_verdict = "met" if tcp_ratio <= TARGET_RATIO else "MISSED"
+        print(
+            f"  top-k / dense bytes (TCP)      = {tcp_ratio:.4f} = 1/{1 / tcp_ratio:.1f} "
+            f"(target <= 1/40: {tcp_verdict})"
+        )
+        print(
+            f"  model vs TCP, dense: {rows[0][0] / rows[0][1]:.3f}; "
+            f"top-k: {rows[1][0] / rows[1][1]:.3f} (1.0 = the model is exact)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

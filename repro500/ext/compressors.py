@@ -1,0 +1,435 @@
+"""Gradient compressors (GRACE's split: Compressor / Memory / Communicator).
+
+A :class:`Compressor` turns one flat gradient tensor into a *payload* (the tensors that go on
+the wire) and a *ctx* (what stays on this rank to decode it), and back:
+
+    payload, ctx = compressor.compress(tensor, name)
+    tensor_hat   = compressor.decompress(payload, ctx)
+
+``summable`` compressors have payloads that may be summed elementwise across ranks (the
+communicator allreduces them); the others are allgathered and each rank's payload is
+decompressed and summed (``aggregate``).  Error feedback lives in :mod:`repro500.ext.memory`,
+the collectives in :mod:`repro500.ext.communicator`.
+
+``get(spec)`` builds one from a name (``"topk"``) or a dict (``{"name": "topk", "ratio":
+0.01}``); the valid names and parameters are in :data:`PARAMETERS` and docs/compression.md.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from repro500.errors import UsageError
+from repro500.ext import ops
+
+
+@dataclass(frozen=True)
+class Ctx:
+    """What a rank keeps to decode a payload: the original shape, dtype and size."""
+
+    shape: torch.Size
+    dtype: torch.dtype
+    numel: int
+    indices: torch.Tensor | None = None  # random-k: the shared positions (never sent)
+
+
+def _ctx(tensor: torch.Tensor, indices: torch.Tensor | None = None) -> Ctx:
+    return Ctx(tensor.shape, tensor.dtype, tensor.numel(), indices)
+
+
+def stable_hash(*parts: object) -> int:
+    """A 63-bit hash of *parts* that is the same in every process (``hash()`` is salted)."""
+    text = "\0".join(str(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1
+
+
+class Compressor:
+    """Base class: identity compression of floating tensors ("none")."""
+
+    name = "none"
+    summable = True  # payloads may be summed across ranks (allreduce)
+    default_memory = "none"
+    # Nominal wire cost per element of an fp32 gradient, for documentation and planning;
+    # the communicator counts the bytes of the real payload, not this number.
+    bits_per_element: float | None = 32.0
+    uses_ops = False  # True when compress/decompress call the repro500 operators
+
+    @property
+    def needs_ops(self) -> bool:
+        """Whether this compressor or its error feedback runs the repro500 operators."""
+        return self.uses_ops or self.memory != "none"
+
+    def __init__(self, memory: str | None = None, **params: Any) -> None:
+        self.params = params
+        self.memory = memory or self.default_memory
+        self.rank = 0
+        self.world_size = 1
+        self._steps: dict[object, int] = {}
+
+    def bind(self, rank: int, world_size: int) -> None:
+        """Tell the compressor which rank it runs on (seeds of stochastic compressors)."""
+        self.rank, self.world_size = rank, world_size
+
+    def spec(self) -> dict[str, Any]:
+        """The canonical JSON-able description (what the manifest and MLflow record)."""
+        return {"name": self.name, **self.params, "memory": self.memory}
+
+    def _next_step(self, name: object) -> int:
+        step = self._steps.get(name, 0)
+        self._steps[name] = step + 1
+        return step
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        return [tensor.reshape(-1)], _ctx(tensor)
+
+    def decompress(self, payload: list[torch.Tensor], ctx: Ctx) -> torch.Tensor:
+        return payload[0].to(ctx.dtype).view(ctx.shape)
+
+    def aggregate(self, payloads: list[list[torch.Tensor]], ctx: Ctx) -> torch.Tensor:
+        """The SUM over ranks of the decompressed payloads (allgather path)."""
+        total = self.decompress(payloads[0], ctx).clone()
+        for payload in payloads[1:]:
+            total += self.decompress(payload, ctx)
+        return total
+
+
+class NoneCompressor(Compressor):
+    pass
+
+
+class CastCompressor(Compressor):
+    """fp16 / bf16: cast on the way out, cast back on the way in (summable)."""
+
+    def __init__(self, dtype: torch.dtype, name: str, memory: str | None = None) -> None:
+        super().__init__(memory=memory)
+        self.cast_dtype = dtype
+        self.name = name
+        self.bits_per_element = 16.0
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        return [tensor.reshape(-1).to(self.cast_dtype)], _ctx(tensor)
+
+
+def _k_of(numel: int, ratio: float) -> int:
+    return min(numel, max(1, int(numel * ratio)))
+
+
+class TopKCompressor(Compressor):
+    """The k = max(1, int(ratio*n)) largest magnitudes: values + int32 indices (allgather)."""
+
+    name = "topk"
+    uses_ops = True
+    summable = False
+    default_memory = "residual"
+
+    def __init__(self, ratio: float = 0.01, memory: str | None = None) -> None:
+        super().__init__(memory=memory, ratio=ratio)
+        self.ratio = ratio
+        self.bits_per_element = 64.0 * ratio
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        flat = tensor.reshape(-1)
+        values, indices = ops.topk(flat, _k_of(flat.numel(), self.ratio))
+        return [values, indices], _ctx(tensor)
+
+    def decompress(self, payload: list[torch.Tensor], ctx: Ctx) -> torch.Tensor:
+        values, indices = payload
+        out = torch.zeros(ctx.numel, dtype=ctx.dtype, device=values.device)
+        out[indices.long()] = values.to(ctx.dtype)
+        return out.view(ctx.shape)
+
+    def aggregate(self, payloads: list[list[torch.Tensor]], ctx: Ctx) -> torch.Tensor:
+        # One scatter-add of every rank's (index, value) pairs instead of P dense tensors.
+        values = torch.cat([p[0] for p in payloads]).to(ctx.dtype)
+        indices = torch.cat([p[1] for p in payloads]).long()
+        out = torch.zeros(ctx.numel, dtype=ctx.dtype, device=values.device)
+        return out.index_add_(0, indices, values).view(ctx.shape)
+
+
+class RandomKCompressor(Compressor):
+    """k random positions shared by all ranks (seed, name, step): only values travel; summable."""
+
+    name = "randomk"
+    summable = True
+    default_memory = "residual"
+
+    def __init__(self, ratio: float = 0.01, seed: int = 0, memory: str | None = None) -> None:
+        super().__init__(memory=memory, ratio=ratio, seed=seed)
+        self.ratio, self.seed = ratio, seed
+        self.bits_per_element = 32.0 * ratio
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        flat = tensor.reshape(-1)
+        n = flat.numel()
+        # Every rank draws the same positions: the generator depends on nothing rank-local.
+        gen = torch.Generator().manual_seed(
+            stable_hash("randomk", self.seed, name, self._next_step(name))
+        )
+        indices = torch.randperm(n, generator=gen)[: _k_of(n, self.ratio)].sort().values
+        indices = indices.to(flat.device)
+        return [flat[indices]], _ctx(tensor, indices)
+
+    def decompress(self, payload: list[torch.Tensor], ctx: Ctx) -> torch.Tensor:
+        out = torch.zeros(ctx.numel, dtype=ctx.dtype, device=payload[0].device)
+        out[ctx.indices] = payload[0].to(ctx.dtype)
+        return out.view(ctx.shape)
+
+
+class QSGDCompressor(Compressor):
+    """QSGD with *levels* magnitudes per sign, stochastic rounding, an L2 norm per bucket."""
+
+    name = "qsgd"
+    uses_ops = True
+    summable = False
+    default_memory = "none"  # unbiased: no error feedback needed
+
+    def __init__(
+        self, levels: int = 127, bucket_size: int = 512, seed: int = 0, memory: str | None = None
+    ) -> None:
+        super().__init__(memory=memory, levels=levels, bucket_size=bucket_size, seed=seed)
+        self.levels, self.bucket_size, self.seed = levels, bucket_size, seed
+        # int8 codes on the wire (1 byte) plus one float32 norm per bucket.
+        self.bits_per_element = 8.0 + 32.0 / bucket_size
+        self.max_norm = False
+
+    def _seed(self, name: object) -> int:
+        # Independent noise per rank, tensor and step, reproducible from the recipe's seed.
+        return stable_hash(self.name, self.seed, self.rank, name, self._next_step(name))
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        codes, scales = ops.quantize(
+            tensor.reshape(-1), self.levels, self.bucket_size, self.max_norm, self._seed(name)
+        )
+        return [codes, scales], _ctx(tensor)
+
+    def decompress(self, payload: list[torch.Tensor], ctx: Ctx) -> torch.Tensor:
+        codes, scales = payload
+        return (
+            ops.dequantize(codes, scales, self.levels, self.bucket_size)
+            .to(ctx.dtype)
+            .view(ctx.shape)
+        )
+
+
+class TernGradCompressor(QSGDCompressor):
+    """TernGrad: clip to ±clip_sigmas·σ, then {-1, 0, 1} · max|x| per bucket, stochastically."""
+
+    name = "terngrad"
+
+    def __init__(
+        self,
+        clip_sigmas: float | None = 2.5,
+        bucket_size: int = 4096,
+        seed: int = 0,
+        memory: str | None = None,
+    ) -> None:
+        Compressor.__init__(
+            self, memory=memory, clip_sigmas=clip_sigmas, bucket_size=bucket_size, seed=seed
+        )
+        self.clip_sigmas, self.bucket_size, self.seed = clip_sigmas, bucket_size, seed
+        self.levels, self.max_norm = 1, True
+        self.bits_per_element = 8.0 + 32.0 / bucket_size
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        flat = tensor.reshape(-1)
+        if self.clip_sigmas is not None and flat.numel() > 1:
+            # Gradient clipping of the paper (Wen et al. 2017, sec. 3.3): bounds the scale.
+            bound = float(self.clip_sigmas * flat.float().std())
+            flat = flat.clamp(-bound, bound)
+        codes, scales = ops.quantize(flat, 1, self.bucket_size, True, self._seed(name))
+        return [codes, scales], _ctx(tensor)
+
+
+class EFSignCompressor(Compressor):
+    """EF-signSGD: one bit per element, scaled by mean |x|; pairs with error feedback."""
+
+    name = "efsignsgd"
+    uses_ops = True
+    summable = False
+    default_memory = "efsign"
+    bits_per_element = 1.0
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        packed, scale = ops.sign_pack(tensor.reshape(-1))
+        return [packed, scale], _ctx(tensor)
+
+    def decompress(self, payload: list[torch.Tensor], ctx: Ctx) -> torch.Tensor:
+        packed, scale = payload
+        return ops.sign_unpack(packed, scale, ctx.numel).to(ctx.dtype).view(ctx.shape)
+
+
+class PowerSGDCompressor(Compressor):
+    """PowerSGD (Vogels et al. 2019) through torch's own ``powerSGD_hook`` (DDP only).
+
+    Its compression communicates (two allreduces per step), so it has no stand-alone
+    compress/decompress; :func:`repro500.ext.ddp_hook.register` wires it to torch's hook.
+    """
+
+    name = "powersgd"
+    summable = True
+    default_memory = "none"  # error feedback lives inside torch's PowerSGDState
+
+    def __init__(
+        self,
+        rank: int = 1,
+        start_iter: int = 10,
+        min_compression_rate: float = 2.0,
+        warm_start: bool = True,
+        error_feedback: bool = True,
+        seed: int = 0,
+        memory: str | None = None,
+    ) -> None:
+        super().__init__(
+            memory=memory,
+            rank=rank,
+            start_iter=start_iter,
+            min_compression_rate=min_compression_rate,
+            warm_start=warm_start,
+            error_feedback=error_feedback,
+            seed=seed,
+        )
+        self.matrix_rank = rank
+        self.bits_per_element = None  # (n+m)·r per n×m matrix: depends on the shapes
+
+    def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
+        raise UsageError(
+            "the powersgd compressor communicates while compressing; use it through "
+            "repro500.ext.ddp_hook.register (the ddp engine), not compress()."
+        )
+
+    def decompress(self, payload: list[torch.Tensor], ctx: Ctx) -> torch.Tensor:
+        raise UsageError(
+            "the powersgd compressor has no stand-alone decompress; use the ddp engine."
+        )
+
+
+# name -> (class, {parameter: (kind, default, description)}); kinds are checked by get().
+PARAMETERS: dict[str, dict[str, tuple[str, Any, str]]] = {
+    "none": {},
+    "fp16": {},
+    "bf16": {},
+    "topk": {"ratio": ("ratio", 0.01, "fraction of elements kept, in (0, 1]")},
+    "randomk": {
+        "ratio": ("ratio", 0.01, "fraction of elements kept, in (0, 1]"),
+        "seed": ("int>=0", 0, "seed of the shared random positions"),
+    },
+    "qsgd": {
+        "levels": ("levels", 127, "quantization levels s per sign, 1..127"),
+        "bucket_size": ("int>=1", 512, "elements per L2-norm bucket"),
+        "seed": ("int>=0", 0, "seed of the stochastic rounding"),
+    },
+    "terngrad": {
+        "clip_sigmas": ("float>0|null", 2.5, "clip at this many standard deviations (null: off)"),
+        "bucket_size": ("int>=1", 4096, "elements per max-norm scale"),
+        "seed": ("int>=0", 0, "seed of the stochastic rounding"),
+    },
+    "efsignsgd": {},
+    "powersgd": {
+        "rank": ("int>=1", 1, "matrix approximation rank r"),
+        "start_iter": ("int>=2", 10, "steps of plain allreduce before compressing"),
+        "min_compression_rate": ("float>0", 2.0, "compress a matrix only if it saves this factor"),
+        "warm_start": ("bool", True, "reuse Q from the previous step"),
+        "error_feedback": ("bool", True, "carry the approximation error to the next step"),
+        "seed": ("int>=0", 0, "seed of the initial Q"),
+    },
+}
+MEMORIES = ("none", "residual", "efsign")
+_CLASSES: dict[str, Any] = {
+    "none": NoneCompressor,
+    "topk": TopKCompressor,
+    "randomk": RandomKCompressor,
+    "qsgd": QSGDCompressor,
+    "terngrad": TernGradCompressor,
+    "efsignsgd": EFSignCompressor,
+    "powersgd": PowerSGDCompressor,
+}
+
+
+def names() -> list[str]:
+    return list(PARAMETERS)
+
+
+def _check(name: str, key: str, kind: str, value: Any) -> Any:
+    def bad(expect: str) -> UsageError:
+        return UsageError(f"compressor {name!r}: {key}={value!r} is invalid; expected {expect}.")
+
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if kind == "ratio":
+        if not is_number or not 0 < value <= 1:
+            raise bad("a ratio in (0, 1], e.g. 0.01")
+        return float(value)
+    if kind == "levels":
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 127:
+            raise bad("an integer number of levels in 1..127 (codes are int8)")
+        return value
+    if kind.startswith("int>="):
+        low = int(kind[5:])
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise bad(f"an integer >= {low}")
+        return value
+    if kind == "float>0":
+        if not is_number or not value > 0 or not math.isfinite(value):
+            raise bad("a positive number")
+        return float(value)
+    if kind == "float>0|null":
+        if value is None:
+            return None
+        return _check(name, key, "float>0", value)
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    raise AssertionError(f"unknown parameter kind {kind}")
+
+
+def get(spec: str | Mapping[str, Any] | Compressor | None) -> Compressor:
+    """Build a compressor from a name, a dict with "name" and parameters, or pass one through.
+
+    Raises :class:`repro500.errors.UsageError` (one sentence listing the valid choices) for
+    an unknown name, an unknown parameter or a value out of range.
+    """
+    if isinstance(spec, Compressor):
+        return spec
+    if spec is None:
+        spec = "none"
+    if isinstance(spec, str):
+        spec = {"name": spec}
+    if not isinstance(spec, Mapping):
+        raise UsageError(
+            f"compressor spec {spec!r} is neither a name nor a mapping; use e.g. "
+            "'topk' or {name: topk, ratio: 0.01}."
+        )
+    params = dict(spec)
+    name = str(params.pop("name", "")).strip().lower()
+    if name not in PARAMETERS:
+        raise UsageError(
+            f"unknown compressor {name!r}; valid compressors: {', '.join(PARAMETERS)}."
+        )
+    memory = params.pop("memory", None)
+    if memory is not None and memory not in MEMORIES:
+        raise UsageError(
+            f"compressor {name!r}: memory={memory!r} is unknown; "
+            f"valid memories: {', '.join(MEMORIES)}."
+        )
+    schema = PARAMETERS[name]
+    unknown = sorted(set(params) - set(schema))
+    if unknown:
+        valid = ", ".join(schema) or "none besides name and memory"
+        raise UsageError(
+            f"compressor {name!r} has no parameter {unknown[0]!r}; valid parameters: {valid}."
+        )
+    values = {
+        key: _check(name, key, kind, params.get(key, default))
+        for key, (kind, default, _) in schema.items()
+    }
+    if name == "fp16":
+        return CastCompressor(torch.float16, "fp16", memory=memory)
+    if name == "bf16":
+        return CastCompressor(torch.bfloat16, "bf16", memory=memory)
+    return _CLASSES[name](memory=memory, **values)

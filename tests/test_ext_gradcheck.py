@@ -1,0 +1,69 @@
+"""The gradient checker (Deep500 level 0) on plain torch ops and the repro500 operators."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from repro500.ext import ops, reference
+from repro500.ext.gradcheck import check_gradients
+
+
+@pytest.fixture(scope="module")
+def native():
+    assert ops.load_native(), ops.native_error()
+    return torch.ops.repro500
+
+
+def test_plain_torch_ops_pass():
+    x = torch.randn(6, 4, generator=torch.Generator().manual_seed(0))
+    w = torch.randn(4, 3, generator=torch.Generator().manual_seed(1))
+    report = check_gradients(torch.matmul, (x, w), atol=1e-7, rtol=1e-5)
+    assert report.passed, report.summary()
+    assert [item.index for item in report.inputs] == [0, 1]
+    assert check_gradients(torch.tanh, (x,)).passed
+
+
+class _WrongSin(torch.autograd.Function):
+    """sin with a backward that is 1% off: the checker must notice."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.sin()
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * x.cos() * 1.01
+
+
+def test_a_wrong_backward_fails_with_its_error_reported():
+    x = torch.linspace(-1, 1, 9)
+    report = check_gradients(_WrongSin.apply, (x,), atol=1e-6, rtol=1e-4)
+    assert not report.passed
+    assert report.inputs[0].max_rel_error == pytest.approx(0.01, rel=1e-3)
+    assert "FAIL" in report.summary()
+    json.dumps(report.as_dict())  # recordable as is
+
+
+def test_custom_op_gradients(native):
+    x = torch.randn(40, generator=torch.Generator().manual_seed(2))
+    codes, scales = native.stochastic_quantize(x, 7, 8, False, 1)
+    packed, scale = native.sign_pack(x)
+    for op, inputs in [
+        (native.stochastic_dequantize, (codes, scales, 7, 8)),
+        (native.sign_unpack, (packed, scale, 40)),
+        (native.topk_threshold, (x, 5)),
+        (reference.stochastic_dequantize, (codes, scales, 7, 8)),
+        (reference.topk, (x, 5)),
+    ]:
+        report = check_gradients(op, inputs, atol=1e-6, rtol=1e-4)
+        assert report.passed, report.summary()
+
+
+def test_inputs_without_floating_tensors_are_rejected():
+    with pytest.raises(ValueError, match="no floating tensor input"):
+        check_gradients(torch.neg, (torch.arange(3),))
