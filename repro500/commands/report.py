@@ -1,0 +1,52 @@
+"""``repro500 report``: a thin click command over repro500.report.write_report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from repro500.commands.verify import _parse_margins
+
+
+@click.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--against", "-a", metavar="REF", type=click.Path(path_type=Path), default=None,
+              help="Compare with a reference: another run directory, a packed .tar.gz, or a published-results "
+                   ".yaml/.json file (the verdict is computed now).")
+@click.option("--out", "-o", metavar="PATH", type=click.Path(path_type=Path), default=None,
+              help="Where to write the report (default: RUN/report.html; <run-id>.report.html next to an "
+                   "archive; a directory gets report.html).")
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=None,
+              help="Significance level when the verdict is computed (default: the stored verdict's, else 0.05).")
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+              help="Equivalence margin for a metric (repeatable); needs --against.")
+@click.option("--open", "open_browser", is_flag=True, help="Open the written report in the default web browser.")
+@click.pass_context
+def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | None, alpha: float | None,
+           margins: dict[str, float], open_browser: bool) -> None:
+    """Write one self-contained HTML report of RUN and print its path.
+
+    RUN is a run directory (runs/<run-id>) or an archive made by `repro500 pack`. The page
+    shows convergence curves with a confidence band, per-metric distributions against the
+    acceptance band (and the reference), the step-time breakdown, bytes on the wire, the
+    scaling model when present, provenance and the verdict. Plots are embedded; the page has
+    no scripts and loads nothing from elsewhere.
+
+    \b
+    Exit codes: 0 written, 2 usage error, 4 RUN or REF missing or unreadable
+                (a run failing its integrity check still gets a report, with exit 4).
+    """
+    from repro500.errors import EXIT_OK
+    from repro500.report import write_report
+
+    result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None)
+    click.echo(str(result.path))
+    if result.exit_code != EXIT_OK:
+        click.echo(f"repro500: error: {run_dir} fails its integrity check (verdict {result.status}); "
+                   "the report lists the problems", err=True)
+    if open_browser:
+        import webbrowser
+
+        webbrowser.open(result.path.resolve().as_uri())
+    ctx.exit(result.exit_code)
