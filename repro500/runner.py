@@ -114,14 +114,20 @@ def preflight(recipe: recipes.Recipe) -> dict[str, Any]:
     from repro500.workloads.models import model_task
 
     fixed, mutable = recipe.fixed, recipe.mutable
-    task = model_task(fixed["model"])
+    try:
+        task = model_task(fixed["model"])
+    except UsageError as err:  # a recipe's content is input, not command-line usage: exit 4
+        raise InvalidInput(f"{recipe.source}: fixed.model: {err}") from None
     if task != fixed["workload"]:
         raise InvalidInput(f"{recipe.source}: model {fixed['model']} is a {task} model but fixed.workload is {fixed['workload']}")
     _data_paths(recipe)
     ds = fixed["dataset"]
     params = dict(ds.get("params") or {})
     data_seed = int(params.pop("seed", 0))
-    dataset = open_dataset(ds["name"], "train", path=ds.get("path"), seed=data_seed, params=params)
+    try:
+        dataset = open_dataset(ds["name"], "train", path=ds.get("path"), seed=data_seed, params=params)
+    except UsageError as err:
+        raise InvalidInput(f"{recipe.source}: fixed.dataset: {err}") from None
     info = dict(getattr(dataset, "info", {}))
     if info.get("task") and info["task"] != fixed["workload"]:
         raise InvalidInput(f"{recipe.source}: dataset {ds['name']} is for {info['task']}, but fixed.workload is {fixed['workload']}")
