@@ -29,7 +29,7 @@ from rich.table import Table
 from repro500 import atomic, bundle
 from repro500 import recipe as recipes
 from repro500.capture import seeds as seeding
-from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, UsageError
+from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed, UsageError
 
 FINISHED_STATUSES = ("completed", "diverged")
 
@@ -131,6 +131,13 @@ def preflight(recipe: recipes.Recipe) -> dict[str, Any]:
     info = dict(getattr(dataset, "info", {}))
     if info.get("task") and info["task"] != fixed["workload"]:
         raise InvalidInput(f"{recipe.source}: dataset {ds['name']} is for {info['task']}, but fixed.workload is {fixed['workload']}")
+    compressor = mutable.get("compressor", "none")
+    if compressor not in ("none", None):
+        from repro500.ext.compressors import get as get_compressor
+
+        get_compressor(compressor)  # an unknown name or a bad ratio: UsageError before any work
+        if mutable["engine"] == "local":
+            raise UsageError("a gradient compressor needs a distributed engine: add --nproc 2 (or more)")
     if mutable["engine"] == "local" and mutable.get("nproc", 1) > 1:
         raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
     if mutable["engine"] != "local":
@@ -149,6 +156,7 @@ class _Run:
         self.console = console
         self.tracker: Any = None
         self.resumed = False
+        self.repeat_errors: dict[int, ReproError] = {}
         if options.resume:
             self._open_existing(Path(options.resume))
         else:
@@ -264,10 +272,14 @@ class _Run:
             return RunOutcome(self.run_dir, EXIT_INTERRUPTED, summaries=summaries)
         self._table(summaries)
         if failed:
-            err = summaries[failed[0]].get("error") or "unknown error"
             if self.tracker:
                 self.tracker.end_parent("FAILED")
-            raise ReproError(f"repeat {failed[0]} failed: {err} (finished repeats are kept in {self.run_dir})")
+            known = self.repeat_errors.get(failed[0])
+            if known is not None:
+                raise known
+            err = summaries[failed[0]].get("error") or "unknown error"
+            raise RunFailed(f"repeat {failed[0]} failed: {err}; the traceback is in "
+                            f"{bundle.repeat_dir(self.run_dir, failed[0]) / 'error.log'} and finished repeats are kept")
         verdict = self._verify()
         return RunOutcome(self.run_dir, verdict.exit_code, verdict=verdict, summaries=summaries)
 
@@ -411,11 +423,11 @@ class _Run:
             self._mark_killed(k, seeds, out, mlflow_id, "interrupted by the user")
             progress.remove_task(epoch_task)
             raise
-        except ReproError:
-            self._mark_killed(k, seeds, out, mlflow_id, "stopped by an input error")
-            raise
         except Exception as err:  # noqa: BLE001 - a crash of one repeat is recorded, not lost
-            (out / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
+            if isinstance(err, ReproError):
+                self.repeat_errors[k] = err  # re-raised with its own exit code once the run is closed
+            else:
+                (out / "error.log").write_text(traceback.format_exc(), encoding="utf-8")
             summary = {"schema": bundle.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "failed",
                        "seeds": seeds.as_dict(), "metrics": {}, "error": f"{type(err).__name__}: {err}"}
             atomic.write_json(out / "summary.json", summary)
@@ -461,7 +473,10 @@ class _Run:
         render(verdict, self.console)
         if self.tracker:
             self.tracker.log_artifacts(self.tracker.parent_id, [self.run_dir / "summary.json", self.run_dir / "verdict.json"])
-            self.tracker.end_parent("FINISHED", tags={"repro500.verdict": verdict.status})
+            means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
+                     for name, m in json.loads((self.run_dir / "summary.json").read_text())["metrics"].items()
+                     if m["values"]}
+            self.tracker.end_parent("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
         return verdict
 
     @contextmanager

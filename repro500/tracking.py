@@ -153,7 +153,9 @@ class Tracker:
             self.client.log_batch(run_id, metrics=chunk)
 
     def end_repeat(self, run_id: str, summary: dict[str, Any], files: Iterable[Path], status: str) -> None:
-        metrics = {k: v for k, v in (summary.get("metrics") or {}).items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        # "final_" keeps the repeat's outcome apart from the per-step and per-epoch histories
+        metrics = {f"final_{k}": v for k, v in (summary.get("metrics") or {}).items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
         self.log_metrics(run_id, metrics)
         self.set_tags(run_id, {"repro500.status": summary.get("status", "unknown"),
                                "repro500.final_param_digest": summary.get("final_param_digest") or ""})

@@ -275,7 +275,6 @@ def train_repeat(
     *,
     dist: Dist | None = None,
     callbacks: Callbacks | None = None,
-    comm_stats: Callable[[], dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Train one repeat; returns its summary (also written to ``out_dir/summary.json`` on rank 0)."""
     dist = dist or Dist()
@@ -298,8 +297,14 @@ def train_repeat(
         if mllog:
             mllog.log_samples(len(train_loader.dataset), len(eval_loader.dataset))
         model = build_model(spec, info).to(device)
-        train_model, hook_state = _wrap_distributed(model, spec, dist, device)
+        compressor = compressor_spec(spec.compressor, seeds)
+        train_model, hook_state = _wrap_ddp(model, compressor, dist, device)
         optimizer = build_optimizer(train_model.parameters(), spec.optimizer)
+        if dist.engine == "horovod":
+            from repro500.ext.horovod import distributed_optimizer
+
+            optimizer = distributed_optimizer(optimizer, model, compressor)
+            hook_state = optimizer
         base_lrs = [g["lr"] for g in optimizer.param_groups]
         steps_per_epoch = len(train_loader)
 
@@ -335,6 +340,8 @@ def train_repeat(
                 factor = lr_factor(spec.lr_schedule, epoch - 1 + i / steps_per_epoch, spec.epochs)
                 for group, base in zip(optimizer.param_groups, base_lrs, strict=True):
                     group["lr"] = base * factor
+                if hook_state is not None and hasattr(hook_state, "set_learning_rate"):
+                    hook_state.set_learning_rate(optimizer.param_groups[0]["lr"])  # EF-signSGD scales by lr
                 _sync(device)
                 t0 = time.perf_counter()
                 loss = task.loss(train_model, inputs, targets)
@@ -363,8 +370,6 @@ def train_repeat(
                 }
                 if hook_state is not None:
                     record.update(hook_state.step_stats())
-                elif comm_stats is not None:
-                    record.update(comm_stats())
                 step_records.append(record)
                 if writer:
                     writer.metric(record)
@@ -505,21 +510,39 @@ def _flops_per_sample(task: Task, model: torch.nn.Module, loader: Any, device: t
     return flops / n if flops is not None else None
 
 
-def _wrap_distributed(model: torch.nn.Module, spec: TrainSpec, dist: Dist, device: torch.device) -> tuple[torch.nn.Module, Any]:
-    if dist.world_size <= 1 or dist.engine != "ddp":
+def compressor_spec(spec: Any, seeds: seeding.Seeds) -> dict[str, Any]:
+    """The recipe's compressor as a dict, seeded from the repeat unless the recipe gives a seed.
+
+    Rank 0's seed is used on every rank: random-k needs the same positions everywhere; the
+    stochastic quantizers add the rank themselves.
+    """
+    from repro500.ext.compressors import PARAMETERS
+
+    out = {"name": spec} if isinstance(spec, str) else dict(spec)
+    if "seed" in PARAMETERS.get(str(out.get("name", "")).lower(), {}):
+        out.setdefault("seed", seeding.derive(seeds.master, seeds.repeat, 0).torch % 2**31)
+    return out
+
+
+def _wrap_ddp(model: torch.nn.Module, compressor: dict[str, Any], dist: Dist,
+              device: torch.device) -> tuple[torch.nn.Module, Any]:
+    if dist.engine != "ddp" or dist.world_size <= 1:
         return model, None
     from torch.nn.parallel import DistributedDataParallel
 
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     from repro500.ext import ddp_hook
 
-    state = ddp_hook.register(ddp, spec.compressor)
-    return ddp, state
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return ddp, ddp_hook.register(ddp, compressor)
 
 
 def _broadcast_flag(flag: bool, dist: Dist) -> bool:
     if dist.world_size <= 1:
         return flag
+    if dist.engine == "horovod":
+        import horovod.torch as hvd
+
+        return bool(hvd.broadcast_object(flag, root_rank=0))
     import torch.distributed as tdist
 
     tensor = torch.tensor([1 if flag else 0], dtype=torch.int32)

@@ -63,7 +63,10 @@ _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.IGNOR
 
 def failed_rank(stderr_text: str) -> int | None:
     """The rank torchrun's failure report names as the root cause, if any."""
-    match = _ROOT_CAUSE.search(stderr_text)
+    # torchrun lists the ranks it stopped under "Failures:" and the one that failed first under
+    # "Root Cause"; only the latter is the culprit.
+    _, marker, root = stderr_text.rpartition("Root Cause")
+    match = _ROOT_CAUSE.search(root if marker else stderr_text)
     return int(match.group(1)) if match else None
 
 
@@ -103,10 +106,13 @@ def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, o
             output = log.read()
         if proc.returncode != 0:
             rank = failed_rank(output)
-            tail = " | ".join(line.strip() for line in output.strip().splitlines()[-6:])[-600:]
+            cause = output.rpartition("Root Cause")[2] or output
+            detail = next((line.split(":", 1)[1].strip() for line in cause.splitlines()
+                           if line.strip().startswith(("traceback", "exitcode"))), "")
             who = f"rank {rank}" if rank is not None else "a rank"
             (Path(out_dir) / "launcher.log").write_text(output, encoding="utf-8")
-            raise RankFailed(f"{who} of the {engine} job exited with an error (exit {proc.returncode}): {tail}")
+            raise RankFailed(f"{who} of the {engine} job failed ({detail or f'launcher exit {proc.returncode}'}); "
+                             f"the other ranks were stopped; full log: {Path(out_dir) / 'launcher.log'}")
     summary_path = Path(out_dir) / "summary.json"
     if not summary_path.is_file():
         raise RankFailed(f"the {engine} job ended without rank 0 writing {summary_path}")

@@ -1,0 +1,59 @@
+"""Tiny recipes for tests that run real training on the CPU in seconds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+TINY_CLASSIFICATION = {
+    "schema": "repro500/recipe/v1",
+    "name": "tiny",
+    "fixed": {
+        "workload": "classification",
+        "model": "resnet20",
+        "dataset": {
+            "name": "synthetic-classification",
+            "params": {"train_samples": 256, "eval_samples": 128, "size": "16x16", "noise": 0.04, "seed": 3},
+        },
+        "target": {"metric": "accuracy", "value": 0.99, "direction": "higher"},
+        "epochs": 2,
+        "mlperf_benchmark": "resnet",
+    },
+    "mutable": {
+        "batch_size": 32,
+        "eval_batch_size": 128,
+        "optimizer": {"name": "sgd", "lr": 0.1, "momentum": 0.9},
+        "lr_schedule": {"name": "cosine", "warmup_epochs": 0.5},
+        "device": "cpu",
+        "threads": 1,
+    },
+    "acceptance": {"accuracy": {"target": 0.2, "direction": "higher", "tolerance": 0.05}},
+    "repeats": 2,
+    "seed": 11,
+}
+
+
+def write_recipe(path: Path, recipe: dict | None = None, **changes: object) -> Path:
+    """Write a recipe (default: the tiny classification one) with top-level or dotted changes."""
+    data = yaml.safe_load(yaml.safe_dump(recipe or TINY_CLASSIFICATION))
+    for key, value in changes.items():
+        node = data
+        parts = key.split("__")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def repro500(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300, **kwargs):
+    """Run the real ``repro500`` console entry point in a subprocess."""
+    full_env = dict(os.environ, PYTHONUNBUFFERED="1", **(env or {}))
+    return subprocess.run(
+        [sys.executable, "-m", "repro500.cli", *args], cwd=cwd, env=full_env, capture_output=True,
+        text=True, timeout=timeout, **kwargs,
+    )

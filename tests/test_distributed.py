@@ -1,0 +1,103 @@
+"""The ddp engine: torchrun-launched ranks, equivalence with one process, faults, compression."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from runhelpers import repro500, write_recipe
+
+from repro500.runner import RunOptions, run
+
+COSMO = {
+    "schema": "repro500/recipe/v1",
+    "name": "tinycosmo",
+    "fixed": {
+        "workload": "regression",
+        "model": "cosmoflow",  # no batch norm: two ranks can equal one process exactly
+        "model_options": {"crop_size": 16, "base_channels": 4, "depth": 2, "fc1_size": 16, "fc2_size": 8},
+        "dataset": {"name": "cosmo", "path": "cosmo.h5", "eval_path": "cosmo-eval.h5", "params": {"crop": 16}},
+        "target": {"metric": "mae", "value": 0.0, "direction": "lower"},
+        "epochs": 2,
+        "mlperf_benchmark": "cosmoflow",
+    },
+    "mutable": {"batch_size": 8, "eval_batch_size": 16, "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+                "device": "cpu", "threads": 1},
+    "acceptance": {"mae": {"target": 1.0, "direction": "lower", "tolerance": 0.0}},
+    "repeats": 1,
+    "seed": 5,
+}
+
+
+@pytest.fixture
+def cosmo_data(in_tmp):
+    for out, split, n in (("cosmo.h5", "train", "40"), ("cosmo-eval.h5", "eval", "8")):
+        result = repro500("data", "generate", "cosmo", "--out", out, "--samples", n, "--size", "16",
+                          "--seed", "2", "--split", split, cwd=in_tmp)
+        assert result.returncode == 0, result.stderr
+    return in_tmp / "cosmo.h5"
+
+
+def _final(run_dir):
+    return json.loads((run_dir / "repeats/0/summary.json").read_text())
+
+
+def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_data):
+    recipe = write_recipe(in_tmp / "c.yaml", COSMO)
+    single = run(RunOptions(recipe=str(recipe), tracking=False, run_id="single",
+                            overrides=["batch_size=16"]))
+    double = run(RunOptions(recipe=str(recipe), tracking=False, run_id="double", nproc=2,
+                            overrides=["batch_size=8"]))
+    a, b = _final(single.run_dir), _final(double.run_dir)
+    assert b["world_size"] == 2 and b["engine"] == "ddp"
+    assert a["samples_seen"] == b["samples_seen"]
+    for metric in ("mse", "mae"):
+        assert b["metrics"][metric] == pytest.approx(a["metrics"][metric], rel=1e-4, abs=1e-6)
+    ranks = json.loads((double.run_dir / "repeats/0/ranks.json").read_text())
+    assert ranks["backend"] == "gloo" and [r["rank"] for r in ranks["ranks"]] == [0, 1]
+    assert all("hardware" in r for r in ranks["ranks"])
+    step = json.loads((double.run_dir / "repeats/0/metrics.jsonl").read_text().splitlines()[0])
+    assert step["bytes_sent"] > 0 and step["compression_ratio"] == pytest.approx(1.0)
+
+
+def test_a_rank_that_dies_fails_the_run_naming_it_and_keeps_finished_repeats(in_tmp, cosmo_data):
+    write_recipe(in_tmp / "c.yaml", COSMO, repeats=2, fixed__epochs=40)
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "c.yaml", "--nproc", "2", "--no-tracking",
+                             "--run-id", "r"],
+                            cwd=in_tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = in_tmp / "runs/r"
+    ranks_file = run_dir / "repeats/1/ranks.json"
+    deadline = time.monotonic() + 240
+    while not ranks_file.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    victim = json.loads(ranks_file.read_text())["ranks"][1]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    out, err = proc.communicate(timeout=120)
+    assert time.monotonic() - killed_at < 60
+    assert proc.returncode == 1, err
+    assert "rank 1" in err and "Traceback" not in err
+    assert _final(run_dir)["status"] == "completed"
+    assert json.loads((run_dir / "repeats/1/summary.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.slow
+def test_topk_with_error_feedback_on_the_quickstart_still_meets_its_band(in_tmp):
+    """Issue 6: top-k 1% + error feedback, 2 ranks, the quickstart recipe and data."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for split, n in (("train", "2048"), ("eval", "512")):
+        result = repro500("data", "generate", "classification", "--out", f"data/quickstart-{split}.h5",
+                          "--samples", n, "--seed", "500", "--noise", "0.04", "--split", split, cwd=in_tmp)
+        assert result.returncode == 0, result.stderr
+    outcome = run(RunOptions(recipe=os.path.join(root, "experiments/quickstart.yaml"), tracking=False, nproc=2,
+                             overrides=["batch_size=32", "compressor.name=topk", "compressor.ratio=0.01"]))
+    assert outcome.verdict.status == "PASS", outcome.verdict.to_dict()["reasons"]
+    step = json.loads((outcome.run_dir / "repeats/0/metrics.jsonl").read_text().splitlines()[0])
+    assert step["compression_ratio"] > 40

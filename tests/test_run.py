@@ -1,0 +1,215 @@
+"""`repro500 run` end to end: bundle, MLflow structure, determinism, interruption and resume."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from runhelpers import repro500, write_recipe
+
+from repro500 import bundle
+from repro500.errors import EXIT_INTERRUPTED, InvalidInput, UsageError
+from repro500.runner import RunOptions, run
+
+
+@pytest.fixture
+def sqlite_store(in_tmp, monkeypatch):
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store):
+    from mlflow.tracking import MlflowClient
+
+    recipe = write_recipe(in_tmp / "tiny.yaml")
+    outcome = run(RunOptions(recipe=str(recipe), argv=["repro500", "run", "tiny.yaml"]))
+    run_dir = outcome.run_dir
+    assert outcome.exit_code == 0, outcome.verdict.status
+    for name in ("run.json", "manifest.json", "recipe.yaml", "summary.json", "SHA256SUMS", "verdict.json"):
+        assert (run_dir / name).is_file(), name
+    for k in (0, 1):
+        for name in ("metrics.jsonl", "summary.json", "params.jsonl", "mllog.txt"):
+            assert (run_dir / "repeats" / str(k) / name).is_file()
+    assert bundle.check_sums(run_dir).ok
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "completed"
+    summaries = [json.loads((run_dir / "repeats" / str(k) / "summary.json").read_text()) for k in (0, 1)]
+    assert [s["status"] for s in summaries] == ["completed", "completed"]
+    assert summaries[0]["seeds"]["torch"] != summaries[1]["seeds"]["torch"]
+    assert summaries[0]["final_param_digest"] != summaries[1]["final_param_digest"]
+    assert summaries[0]["metrics"]["train_flops"] > 0 and summaries[0]["metrics"]["valid_flops"] > 0
+    steps = [json.loads(line) for line in (run_dir / "repeats/0/metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in steps if r["kind"] == "step")
+    for key in ("time_data_s", "time_forward_s", "time_backward_s", "time_optimizer_s", "peak_memory_bytes"):
+        assert step[key] is not None and step[key] >= 0
+    assert sum(r["kind"] == "epoch" for r in steps) == summaries[0]["epochs_run"]
+
+    client = MlflowClient(sqlite_store)
+    parent = client.get_run(meta["mlflow"]["parent_run_id"])
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["repro500.manifest_digest"] == manifest["digest"]["value"]
+    assert parent.data.tags["repro500.run_id"] == run_dir.name
+    assert parent.data.tags["repro500.gpu_model"] == "none"
+    assert parent.data.tags["repro500.world_size"] == "1"
+    assert parent.data.tags["repro500.verdict"] == "PASS"
+    assert parent.data.params["fixed.model"] == "resnet20"
+    assert parent.data.params["mutable.batch_size"] == "32"
+    assert {"manifest.json", "recipe.yaml", "summary.json", "verdict.json"} <= {
+        a.path for a in client.list_artifacts(parent.info.run_id)}
+    children = client.search_runs([parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert sorted(c.data.tags["repro500.repeat"] for c in children) == ["0", "1"]
+    for child in children:
+        assert child.info.status == "FINISHED"
+        assert child.data.tags["repro500.status"] == "completed"
+        history = client.get_metric_history(child.info.run_id, "loss")
+        assert len(history) == sum(r["kind"] == "step" for r in steps)
+        assert "eval_accuracy" in child.data.metrics and "final_accuracy" in child.data.metrics
+        assert {"summary.json", "metrics.jsonl", "mllog.txt"} <= {a.path for a in client.list_artifacts(child.info.run_id)}
+
+
+def test_same_seed_deterministic_repeats_have_identical_digests(in_tmp):
+    recipe = write_recipe(in_tmp / "tiny.yaml", fixed__epochs=1)
+    outcome = run(RunOptions(recipe=str(recipe), same_seed=True, deterministic=True, tracking=False))
+    s = [json.loads((outcome.run_dir / "repeats" / str(k) / "summary.json").read_text()) for k in (0, 1)]
+    assert s[0]["seeds"] == s[1]["seeds"]
+    assert s[0]["final_param_digest"] == s[1]["final_param_digest"]
+    assert s[0]["epoch_param_digests"] == s[1]["epoch_param_digests"]
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["facets"]["runtime"]["determinism"]["deterministic_algorithms"] is True
+    verdict = json.loads((outcome.run_dir / "verdict.json").read_text())
+    assert verdict["determinism"]["status"] == "PASS"
+
+
+def test_mlperf_log_of_a_real_run_passes_the_compliance_checker(in_tmp):
+    from repro500.workloads.mlperf import check_compliance
+
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1)
+    outcome = run(RunOptions(recipe=str(recipe), tracking=False))
+    result = check_compliance(outcome.run_dir / "repeats/0/mllog.txt")
+    assert result.passed, result.output
+
+
+def test_diverged_repeat_is_recorded_not_a_crash(in_tmp):
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, mutable__optimizer={"name": "sgd", "lr": 1.0e12})
+    outcome = run(RunOptions(recipe=str(recipe), tracking=False))
+    summary = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())
+    assert summary["status"] == "diverged"
+    assert "loss became" in summary["error"]
+    assert outcome.exit_code == 1  # the only repeat diverged: the result does not hold
+    assert "did not complete" in " ".join(outcome.verdict.to_dict()["reasons"])
+    assert bundle.check_sums(outcome.run_dir).ok
+
+
+@pytest.mark.parametrize(
+    ("change", "error", "message"),
+    [
+        ({"fixed__model": "resnet7"}, InvalidInput, "fixed.model: unknown model 'resnet7'"),
+        ({"fixed__dataset": {"name": "classification-h5", "path": "nope.h5"}}, InvalidInput, "dataset nope.h5 does not exist"),
+        ({"fixed__dataset": {"name": "mnist"}}, InvalidInput, "mnist"),
+        ({"fixed__model": "cosmoflow"}, InvalidInput, "is a regression model but fixed.workload is classification"),
+        ({"mutable__compressor": "zip"}, UsageError, "unknown compressor 'zip'"),
+        ({"mutable__compressor": "topk"}, UsageError, "needs a distributed engine"),
+    ],
+)
+def test_bad_input_is_refused_before_any_work(in_tmp, change, error, message):
+    recipe = write_recipe(in_tmp / "tiny.yaml", **change)
+    with pytest.raises(error, match=message):
+        run(RunOptions(recipe=str(recipe), tracking=False))
+    assert not (in_tmp / "runs").exists()
+
+
+def test_cli_bad_input_one_line_and_exit_code(in_tmp):
+    (in_tmp / "broken.yaml").write_text("fixed:\n  model: [\n")
+    result = repro500("run", "broken.yaml", cwd=in_tmp)
+    assert result.returncode == 4
+    assert result.stderr.strip().startswith("repro500: error: broken.yaml:")
+    assert "Traceback" not in result.stderr
+
+    write_recipe(in_tmp / "tiny.yaml")
+    start = time.monotonic()
+    result = repro500("run", "tiny.yaml", cwd=in_tmp, env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:9"})
+    assert result.returncode == 4, result.stderr
+    assert "unreachable" in result.stderr and "Traceback" not in result.stderr
+    assert time.monotonic() - start < 60
+    assert not (in_tmp / "runs").exists()
+
+
+def test_sigint_keeps_finished_repeats_and_resume_completes(in_tmp):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    write_recipe(in_tmp / "tiny.yaml", repeats=3, fixed__epochs=3)
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "tiny.yaml", "--run-id", "r1"],
+                            cwd=in_tmp, env={**__import__("os").environ, "MLFLOW_TRACKING_URI": uri},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = in_tmp / "runs" / "r1"
+    deadline = time.monotonic() + 240
+    # interrupt in the middle of repeat 1, once repeat 0 is finished
+    while time.monotonic() < deadline:
+        if (run_dir / "repeats/0/summary.json").exists() and (run_dir / "repeats/1/metrics.jsonl").exists() \
+                and (run_dir / "repeats/1/metrics.jsonl").stat().st_size > 0:
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "--resume" in out + err
+    first = (run_dir / "repeats/0/summary.json").read_bytes()
+    assert json.loads(first)["status"] == "completed"
+    assert json.loads((run_dir / "repeats/1/summary.json").read_text())["status"] == "killed"
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    assert bundle.check_sums(run_dir).ok
+    client = MlflowClient(uri)
+    ids = meta["mlflow"]["repeat_run_ids"]
+    assert client.get_run(ids["0"]).info.status == "FINISHED"
+    assert client.get_run(ids["1"]).info.status == "KILLED"
+
+    result = repro500("run", "--resume", "runs/r1", cwd=in_tmp, env={"MLFLOW_TRACKING_URI": uri})
+    assert result.returncode in (0, 1, 3), result.stderr
+    assert (run_dir / "repeats/0/summary.json").read_bytes() == first  # finished work untouched
+    summaries = [json.loads((run_dir / "repeats" / str(k) / "summary.json").read_text()) for k in range(3)]
+    assert [s["status"] for s in summaries] == ["completed"] * 3
+    plan = json.loads((run_dir / "manifest.json").read_text())["facets"]["seeds"]["plan"]
+    assert [s["seeds"]["torch"] for s in summaries] == [p["ranks"][0]["torch"] for p in plan]
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "completed" and len(meta["resumes"]) == 1
+    assert bundle.check_sums(run_dir).ok
+    parent = client.get_run(meta["mlflow"]["parent_run_id"])
+    assert parent.info.status == "FINISHED"
+    assert client.get_run(meta["mlflow"]["repeat_run_ids"]["1"]).info.status == "FINISHED"
+
+
+def test_detection_workload_trains_and_evaluates_through_the_trainer(in_tmp):
+    for split, n in (("train", "4"), ("eval", "2")):
+        result = repro500("data", "generate", "ewa", "--out", f"ewa-{split}.h5", "--samples", n, "--size", "64x96",
+                          "--seed", "1", "--split", split, cwd=in_tmp)
+        assert result.returncode == 0, result.stderr
+    recipe = {
+        "name": "tinyewa",
+        "fixed": {
+            "workload": "detection", "model": "fasterrcnn_mobilenet_v3_fpn",
+            "model_options": {"min_size": 64, "max_size": 96, "anchor_sizes": [8, 16, 32],
+                              "rpn_pre_nms_top_n": 50, "rpn_post_nms_top_n": 20, "box_batch_size_per_image": 32},
+            "dataset": {"name": "ewa", "path": "ewa-train.h5", "eval_path": "ewa-eval.h5"},
+            "target": {"metric": "map_50", "value": 0.35}, "epochs": 1,
+        },
+        "mutable": {"batch_size": 2, "eval_batch_size": 2, "optimizer": {"name": "sgd", "lr": 0.001}, "threads": 1},
+        "acceptance": {"map_50": {"target": 0.35, "tolerance": 0.35}},
+        "repeats": 1, "seed": 2,
+    }
+    outcome = run(RunOptions(recipe=str(write_recipe(in_tmp / "d.yaml", recipe)), tracking=False))
+    summary = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["samples_seen"] == 4  # two steps of two images
+    assert summary["metrics"]["map_50"] is not None and 0.0 <= summary["metrics"]["map_50"] <= 1.0
+    mllog = (outcome.run_dir / "repeats/0/mllog.txt").read_text()
+    assert '"key": "run_stop"' in mllog
