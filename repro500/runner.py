@@ -49,6 +49,9 @@ class RunOptions:
     tracking: bool = True
     experiment: str | None = None
     run_id: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
 
 
@@ -174,8 +177,10 @@ class _Run:
                 raise UsageError("--nproc must be at least 1")
             self.recipe.mutable["nproc"] = opts.nproc
             self.recipe.overrides["mutable.nproc"] = opts.nproc
-            if opts.nproc > 1 and self.recipe.mutable["engine"] == "local":
+            if (opts.nproc > 1 or opts.nnodes > 1) and self.recipe.mutable["engine"] == "local":
                 self.recipe.mutable["engine"] = "ddp"
+        if opts.nnodes > 1 and self.recipe.mutable["engine"] == "local":
+            self.recipe.mutable["engine"] = "ddp"
         if opts.deterministic:
             self.recipe.mutable["deterministic"] = True
         self.info = preflight(self.recipe)
@@ -198,7 +203,8 @@ class _Run:
             "open_division": self.recipe.open_division,
             "overrides": self.recipe.overrides,
             "engine": self.recipe.mutable["engine"],
-            "world_size": int(self.recipe.mutable.get("nproc", 1)),
+            "world_size": int(self.recipe.mutable.get("nproc", 1)) * opts.nnodes,
+            "nnodes": opts.nnodes,
             "compressor": self.recipe.mutable.get("compressor", "none"),
             "mlflow": None,
             "resumes": [],
@@ -288,7 +294,7 @@ class _Run:
         from repro500.capture.manifest import build_manifest, write_manifest
 
         mutable = self.recipe.mutable
-        world = int(mutable.get("nproc", 1))
+        world = int(self.meta.get("world_size") or mutable.get("nproc", 1))
         facets = {
             "runtime": self._runtime_state(env_facet),
             "distributed": {"engine": mutable["engine"], "world_size": world,
@@ -344,7 +350,7 @@ class _Run:
                 "repro500.recipe": self.recipe.name,
                 "repro500.dirty": str(bool(code.get("dirty"))).lower(),
                 "repro500.gpu_model": gpu_model(manifest),
-                "repro500.world_size": str(mutable.get("nproc", 1)),
+                "repro500.world_size": str(self.meta.get("world_size", 1)),
                 "repro500.engine": mutable["engine"],
                 "repro500.compressor": compressor if isinstance(compressor, str) else compressor.get("name", "?"),
                 "repro500.open_division": str(self.recipe.open_division).lower(),
@@ -418,7 +424,8 @@ class _Run:
             else:
                 from repro500.workloads.engines import launch
 
-                summary = launch.run_distributed(self.recipe, spec, k, seeds, out, callbacks=callbacks)
+                summary = launch.run_distributed(self.recipe, spec, k, seeds, out, callbacks=callbacks,
+                                                 rendezvous=rendezvous(self.options))
         except KeyboardInterrupt:
             self._mark_killed(k, seeds, out, mlflow_id, "interrupted by the user")
             progress.remove_task(epoch_task)
@@ -535,7 +542,57 @@ def aggregate(run_id: str, recipe: recipes.Recipe, summaries: dict[int, dict[str
     }
 
 
+def rendezvous(options: RunOptions) -> dict[str, Any] | None:
+    """torchrun's multi-node rendezvous (static: node 0 hosts rank 0)."""
+    if options.nnodes <= 1:
+        return None
+    return {"nnodes": options.nnodes, "node_rank": options.node_rank, "endpoint": options.rdzv_endpoint}
+
+
+def _check_multinode(options: RunOptions) -> None:
+    if options.nnodes <= 1:
+        return
+    if not options.rdzv_endpoint or not options.run_id:
+        raise UsageError("a multi-node run needs --rdzv-endpoint HOST:PORT and the same --run-id on every node")
+    if not 0 <= options.node_rank < options.nnodes:
+        raise UsageError(f"--node-rank must be in 0..{options.nnodes - 1}")
+    if options.resume:
+        raise UsageError("--resume is for single-node runs; rerun the multi-node run with a new --run-id")
+
+
+def _follow_node(options: RunOptions, console: Console) -> RunOutcome:
+    """A node other than 0 of a multi-node run: it only hosts ranks; node 0 captures, logs and writes."""
+    import tempfile
+
+    from repro500.workloads import train
+    from repro500.workloads.engines import launch
+
+    recipe = recipes.load(options.recipe or "", overrides=options.overrides, params_file=options.params_file,
+                          open_division=options.open_division, repeats=options.repeats)
+    if options.nproc:
+        recipe.mutable["nproc"] = options.nproc
+    if recipe.mutable["engine"] == "local":
+        recipe.mutable["engine"] = "ddp"
+    if options.deterministic:
+        recipe.mutable["deterministic"] = True
+    preflight(recipe)
+    spec = train.TrainSpec.from_recipe(recipe.fixed, recipe.mutable)
+    assert options.run_id is not None
+    with tempfile.TemporaryDirectory(prefix="repro500-node-") as scratch:
+        for k in range(recipe.repeats):
+            seeds = seeding.derive(recipe.seed, 0 if options.same_seed else k, 0)
+            console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")
+            out = Path(scratch) / str(k)
+            out.mkdir()
+            launch.run_distributed(recipe, spec, k, seeds, out, rendezvous=rendezvous(options),
+                                   expect_summary=False)
+    return RunOutcome(Path(options.out_dir) / options.run_id, 0)
+
+
 def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
     console = console or Console(stderr=False)
+    _check_multinode(options)
+    if options.node_rank > 0:
+        return _follow_node(options, console)
     return _Run(options, console).execute()

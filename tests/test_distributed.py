@@ -101,3 +101,28 @@ def test_topk_with_error_feedback_on_the_quickstart_still_meets_its_band(in_tmp)
     assert outcome.verdict.status == "PASS", outcome.verdict.to_dict()["reasons"]
     step = json.loads((outcome.run_dir / "repeats/0/metrics.jsonl").read_text().splitlines()[0])
     assert step["compression_ratio"] > 40
+
+
+def test_two_nodes_through_torchrun_rendezvous(in_tmp, cosmo_data):
+    """Multi-node as users run it (one `repro500 run` per node), both nodes on loopback."""
+    from repro500.ui import free_port
+
+    write_recipe(in_tmp / "c.yaml", COSMO, fixed__epochs=1)
+    common = ["run", "c.yaml", "--nproc", "1", "--nnodes", "2", "--no-tracking", "--run-id", "mn",
+              "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    follower = subprocess.Popen([sys.executable, "-m", "repro500.cli", *common, "--node-rank", "1"], cwd=in_tmp,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    leader = repro500(*common, "--node-rank", "0", cwd=in_tmp, timeout=240)
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, err
+    assert leader.returncode in (0, 1, 3), leader.stderr
+    ranks = json.loads((in_tmp / "runs/mn/repeats/0/ranks.json").read_text())
+    assert ranks["world_size"] == 2
+    assert _final(in_tmp / "runs/mn")["world_size"] == 2
+
+
+def test_multinode_needs_endpoint_and_run_id(in_tmp):
+    write_recipe(in_tmp / "c.yaml", COSMO)
+    result = repro500("run", "c.yaml", "--nnodes", "2", "--nproc", "1", cwd=in_tmp)
+    assert result.returncode == 2 and "--rdzv-endpoint" in result.stderr

@@ -20,13 +20,17 @@ import click
 @click.option("--same-seed", is_flag=True, help="Give every repeat repeat 0's seeds: a determinism check.")
 @click.option("--open-division", is_flag=True, help="Allow overriding fixed keys; recorded with the results.")
 @click.option("--nproc", type=click.IntRange(min=1), help="Ranks per node for a distributed engine (implies engine=ddp).")
+@click.option("--nnodes", default=1, type=click.IntRange(min=1), help="Nodes of a multi-node ddp run (torchrun rendezvous).")
+@click.option("--node-rank", default=0, type=click.IntRange(min=0), help="This node's rank; node 0 writes the run directory and logs to MLflow.")
+@click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun rendezvous endpoint for --nnodes > 1 (usually node 0).")
 @click.option("--resume", type=click.Path(file_okay=False, exists=False), metavar="RUN_DIR",
               help="Complete an interrupted run: rerun only its missing repeats, with the same seeds.")
 @click.option("--tracking/--no-tracking", default=True, help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).")
 @click.option("--experiment", help="MLflow experiment name (default: repro500/<recipe name>).")
 def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
-        resume: str | None, tracking: bool, experiment: str | None) -> None:
+        nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool,
+        experiment: str | None) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Exit code: the verdict's (0 pass, 1 fail, 3 inconclusive), 4 for invalid input,
@@ -43,6 +47,7 @@ def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], par
     options = RunOptions(recipe=recipe, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
-                         experiment=experiment, run_id=run_id, argv=["repro500", *sys.argv[1:]])
+                         experiment=experiment, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
+                         rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]])
     outcome = run_recipe(options)
     sys.exit(outcome.exit_code)

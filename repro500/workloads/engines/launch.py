@@ -44,9 +44,11 @@ def launcher_command(engine: str, nproc: int, job_path: Path, rendezvous: dict[s
         cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
                "--max-restarts=0", "--monitor-interval=1"]
         if rdzv.get("nnodes", 1) > 1:
+            # Static rendezvous: global rank = node_rank * nproc + local_rank, so rank 0 (which
+            # writes the run directory) is always on node 0. c10d would assign ranks by arrival.
+            host, _, port = str(rdzv["endpoint"]).rpartition(":")
             cmd += [f"--nnodes={rdzv['nnodes']}", f"--node-rank={rdzv.get('node_rank', 0)}",
-                    f"--rdzv-backend={rdzv.get('backend', 'c10d')}", f"--rdzv-endpoint={rdzv['endpoint']}",
-                    f"--rdzv-id={rdzv.get('id', 'repro500')}"]
+                    f"--master-addr={host}", f"--master-port={port}"]
         else:
             cmd.append("--standalone")
         return cmd + worker
@@ -71,7 +73,8 @@ def failed_rank(stderr_text: str) -> int | None:
 
 
 def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, out_dir: Path,
-                    callbacks: Any = None, rendezvous: dict[str, Any] | None = None) -> dict[str, Any]:
+                    callbacks: Any = None, rendezvous: dict[str, Any] | None = None,
+                    expect_summary: bool = True) -> dict[str, Any]:
     """Run one repeat on ``mutable.nproc`` ranks; returns rank 0's summary."""
     engine = recipe.mutable["engine"]
     nproc = int(recipe.mutable.get("nproc", 1))
@@ -114,6 +117,8 @@ def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, o
             raise RankFailed(f"{who} of the {engine} job failed ({detail or f'launcher exit {proc.returncode}'}); "
                              f"the other ranks were stopped; full log: {Path(out_dir) / 'launcher.log'}")
     summary_path = Path(out_dir) / "summary.json"
+    if not expect_summary:
+        return {}
     if not summary_path.is_file():
         raise RankFailed(f"the {engine} job ended without rank 0 writing {summary_path}")
     return json.loads(summary_path.read_text(encoding="utf-8"))
