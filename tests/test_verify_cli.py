@@ -136,9 +136,11 @@ def test_real_subprocess_exit_codes_and_json(runs):
 def test_verify_passes_on_a_real_quickstart_run(tmp_path):
     """The run issue's quickstart, run for real, verifies (and still does after pack/unpack)."""
     recipe = Path(__file__).resolve().parent.parent / "experiments" / "quickstart.yaml"
-    if not recipe.exists():
-        pytest.skip("experiments/quickstart.yaml is not there yet")
-    pytest.importorskip("repro500.runner")
+    for split, n in (("train", "2048"), ("eval", "512")):  # the data make demo generates
+        made = subprocess.run([*_console_script(), "data", "generate", "classification", "--out",
+                               f"data/quickstart-{split}.h5", "--samples", n, "--seed", "500", "--noise", "0.04",
+                               "--split", split], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
     env_cmd = [*_console_script(), "run", str(recipe), "--no-tracking", "--run-id", "qs", "--out", str(tmp_path / "runs")]
     ran = subprocess.run(env_cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert ran.returncode in (0, 1, 3), ran.stderr[-2000:]
