@@ -218,3 +218,25 @@ def test_bad_dataset_requests_are_one_clear_error(tmp_path):
     for args, kwargs, message in cases:
         with pytest.raises(InvalidInput, match=message):
             open_dataset(*args, **kwargs)
+
+
+def test_cifar10_augmentation_crops_and_flips_only_the_training_split(tmp_path):
+    import torch
+
+    _write_cifar(tmp_path)
+    plain = open_dataset("cifar10", "train", path=tmp_path)
+    augmented = open_dataset("cifar10", "train", path=tmp_path, params={"augment": True})
+    evaluation = open_dataset("cifar10", "eval", path=tmp_path, params={"augment": True})
+    reference, _ = plain[0]
+    torch.manual_seed(0)
+    draws = [augmented[0][0] for _ in range(20)]
+    assert all(d.shape == reference.shape for d in draws)
+    assert any(not torch.equal(d, reference) for d in draws)  # crops and flips happen
+    # every draw is the padded image shifted by at most 4 pixels, possibly mirrored
+    padded = torch.nn.functional.pad(reference, (4, 4, 4, 4))
+    for d in draws:
+        windows = [padded[:, t:t + 32, s:s + 32] for t in range(9) for s in range(9)]
+        assert any(torch.equal(d, w) or torch.equal(d, w.flip(-1)) for w in windows)
+    torch.manual_seed(0)
+    assert torch.equal(augmented[0][0], draws[0])  # reproducible from torch's seed
+    assert torch.equal(evaluation[0][0], open_dataset("cifar10", "eval", path=tmp_path)[0][0])

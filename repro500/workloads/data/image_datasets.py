@@ -18,11 +18,17 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 class Cifar10(Dataset):
-    """CIFAR-10 images normalised with the training set's channel statistics."""
+    """CIFAR-10 images normalised with the training set's channel statistics.
 
-    def __init__(self, path: str | Path, split: str) -> None:
+    ``augment`` (training split only): the standard CIFAR augmentation of He et al. and Deep500's
+    recipe, a random 32x32 crop of the image padded by 4 pixels and a random horizontal flip. The
+    draws use torch's generator, which repro500 seeds per repeat and per DataLoader worker.
+    """
+
+    def __init__(self, path: str | Path, split: str, augment: bool = False) -> None:
         if split not in FILES:
             raise InvalidInput(f"unknown split {split!r}: use train or eval")
+        self.augment = augment and split == "train"
         root = batch_dir(path)
         parts = [read_batch(root / name) for name in FILES[split]]
         self.images = np.concatenate([p[0] for p in parts])
@@ -42,8 +48,14 @@ class Cifar10(Dataset):
         return len(self.labels)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
-        image = (self.images[index].astype(np.float32) - self._mean) * self._inv_std
-        return torch.from_numpy(image), torch.tensor(int(self.labels[index]), dtype=torch.int64)
+        image = torch.from_numpy((self.images[index].astype(np.float32) - self._mean) * self._inv_std)
+        if self.augment:
+            padded = torch.nn.functional.pad(image, (4, 4, 4, 4))  # zero = the mean after normalising
+            top, left = (int(v) for v in torch.randint(0, 9, (2,)))
+            image = padded[:, top : top + 32, left : left + 32]
+            if bool(torch.randint(0, 2, (1,))):
+                image = image.flip(-1)
+        return image.contiguous(), torch.tensor(int(self.labels[index]), dtype=torch.int64)
 
 
 def _label_tensor(label: int) -> Any:
@@ -63,7 +75,10 @@ def image_folder(root: Path, split: str, params: dict[str, Any]) -> Any:
         )
     steps: list[Any] = []
     size = params.get("size")
-    if size is not None:
+    if params.get("augment") and split == "train":
+        # the usual ImageNet training augmentation (torchvision's reference recipe)
+        steps += [transforms.RandomResizedCrop(int(size or 224)), transforms.RandomHorizontalFlip()]
+    elif size is not None:
         steps += [transforms.Resize(int(size)), transforms.CenterCrop(int(size))]
     steps += [transforms.ToTensor(), transforms.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
     try:

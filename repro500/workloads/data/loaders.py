@@ -27,8 +27,8 @@ DATASETS = ("synthetic-classification", "classification-h5", "cifar10", "imagefo
 PARAMS = {  # the params each data set understands (docs/data.md)
     "synthetic-classification": {"samples", "train_samples", "eval_samples", "classes", "channels", "size", "noise"},
     "classification-h5": {"eval_fraction"},
-    "cifar10": set(),
-    "imagefolder": {"size"},
+    "cifar10": {"augment"},
+    "imagefolder": {"size", "augment"},
     "ewa": {"eval_fraction"},
     "cosmo": {"eval_fraction", "crop"},
 }
@@ -64,7 +64,7 @@ def open_dataset(
     if name == "cifar10":
         from repro500.workloads.data.image_datasets import Cifar10
 
-        return Cifar10(_one_path(name, path), split)
+        return Cifar10(_one_path(name, path), split, augment=bool(params.get("augment", False)))
     if name == "imagefolder":
         from repro500.workloads.data.image_datasets import image_folder
 
