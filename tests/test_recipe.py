@@ -119,3 +119,21 @@ def test_round_trip_through_run_directory(tmp_path):
     (run_dir / "recipe.yaml").write_text(r.to_yaml())
     back = recipes.from_run_dir(run_dir)
     assert back.to_dict() == r.to_dict()
+
+
+def test_every_shipped_recipe_is_valid():
+    from pathlib import Path
+
+    from repro500.workloads.data.loaders import DATASETS, PARAMS
+    from repro500.workloads.models import model_options, model_task
+
+    shipped = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.yaml"))
+    assert len(shipped) >= 8
+    for path in shipped:
+        r = recipes.load(path)
+        assert model_task(r.fixed["model"]) == r.fixed["workload"], path
+        assert set(r.fixed["model_options"]) <= set(model_options(r.fixed["model"])), path
+        ds = r.fixed["dataset"]
+        assert ds["name"] in DATASETS, path
+        assert set(ds["params"]) - {"seed"} <= PARAMS[ds["name"]], path
+        assert r.fixed["target"]["metric"] in r.acceptance or r.acceptance, path
