@@ -402,7 +402,8 @@ class _Run:
         spec = train.TrainSpec.from_recipe(self.recipe.fixed, self.recipe.mutable)
         mlflow_id = None
         if self.tracker:
-            mlflow_id = self.tracker.start_repeat(k, {"repro500.seed": str(seeds.torch), "repro500.run_id": self.run_id})
+            mlflow_id = self.tracker.start_repeat(k, {"repro500.seed": str(seeds.torch), "repro500.run_id": self.run_id},
+                                                  params=self.recipe.flat_params())
             self.meta["mlflow"]["repeat_run_ids"][str(k)] = mlflow_id
             self._write_meta()
         epoch_task = progress.add_task(f"repeat {k} epoch 1/{spec.epochs}", total=None)

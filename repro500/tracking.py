@@ -101,19 +101,19 @@ class Tracker:
 
     # ----- parent ---------------------------------------------------------------------------
     def start_parent(self, name: str, params: dict[str, str], tags: dict[str, str]) -> str:
-        from mlflow.entities import Param, RunTag
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tags(tags))
+        self.parent_id = run.info.run_id
+        self.log_params(self.parent_id, params)
+        return self.parent_id
+
+    def log_params(self, run_id: str, params: dict[str, str]) -> None:
+        from mlflow.entities import Param
 
         from repro500.redact import scrub
 
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tags(tags))
-        self.parent_id = run.info.run_id
-        clean = scrub(params)
-        items = [Param(k[:250], str(v)[:PARAM_MAX_CHARS]) for k, v in sorted(clean.items())]
+        items = [Param(k[:250], str(v)[:PARAM_MAX_CHARS]) for k, v in sorted(scrub(params).items())]
         for chunk in _chunks(items, BATCH_PARAMS):
-            self.client.log_batch(self.parent_id, params=chunk)
-        if not items:
-            self.client.log_batch(self.parent_id, tags=[RunTag("repro500.params", "none")])
-        return self.parent_id
+            self.client.log_batch(run_id, params=chunk)
 
     def resume_parent(self, parent_id: str) -> None:
         self.parent_id = parent_id
@@ -129,9 +129,11 @@ class Tracker:
         self.client.set_terminated(self.parent_id, status=status)
 
     # ----- repeats --------------------------------------------------------------------------
-    def start_repeat(self, repeat: int, tags: dict[str, str]) -> str:
+    def start_repeat(self, repeat: int, tags: dict[str, str], params: dict[str, str] | None = None) -> str:
         run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, "repro500.repeat": str(repeat)}
         run = self.client.create_run(self.experiment_id, run_name=f"repeat-{repeat}", tags=self._tags(run_tags))
+        if params:  # the recipe on every repeat too: repeats and reruns compare side by side in the UI
+            self.log_params(run.info.run_id, params)
         return run.info.run_id
 
     def log_epoch(self, run_id: str, epoch_record: dict[str, Any], step_records: list[dict[str, Any]]) -> None:

@@ -1,0 +1,64 @@
+"""`repro500 ui`: MLflow's UI on loopback over repro500's store, read back through MLflow's REST API."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+from runhelpers import write_recipe
+
+from repro500 import ui
+from repro500.errors import InvalidInput
+from repro500.runner import RunOptions, run
+
+
+def _post(url: str, payload: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_ui_serves_repro500_runs_on_loopback(in_tmp, monkeypatch):
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    run(RunOptions(recipe=str(write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1))))
+    port = ui.free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "ui", "--port", str(port)], cwd=in_tmp,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        line = proc.stdout.readline()  # printed once the UI answers
+        assert f"http://127.0.0.1:{port}" in line, line
+        base = f"http://127.0.0.1:{port}"
+        with urllib.request.urlopen(f"{base}/health", timeout=10) as response:
+            assert response.status == 200
+        experiments = _post(f"{base}/api/2.0/mlflow/experiments/search", {"max_results": 10})["experiments"]
+        exp = next(e for e in experiments if e["name"] == "repro500/tiny")
+        runs = _post(f"{base}/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
+        assert len(runs) == 2  # the parent and one repeat
+        tags = [{t["key"]: t["value"] for t in r["data"]["tags"]} for r in runs]
+        parent = next(t for t in tags if "mlflow.parentRunId" not in t)
+        child = next(t for t in tags if "mlflow.parentRunId" in t)
+        assert parent["repro500.verdict"] in ("PASS", "FAIL", "INCONCLUSIVE")
+        assert parent["repro500.manifest_digest"] and child["repro500.repeat"] == "0"
+        for r in runs:  # params on parent and repeats alike, so runs compare side by side
+            assert {"fixed.model", "mutable.batch_size"} <= {p["key"] for p in r["data"].get("params", [])}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    time.sleep(0.5)
+    assert not ui.port_in_use("127.0.0.1", port)  # the server and its workers are gone
+
+
+def test_ui_refuses_a_missing_store(in_tmp, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(InvalidInput, match="no MLflow store"):
+        ui.start(port=ui.free_port())
