@@ -2,10 +2,11 @@
 
 P processes (``torch.multiprocessing.spawn``) join a Gloo group on 127.0.0.1 and run each
 collective on float32 messages from 4 B to ``max_bytes`` (a factor 4 apart): ``warmup``
-untimed calls, then ``reps`` timed ones, each after a barrier (more for cheap messages: as many
-as fit in ``budget_s``, up to 50, because a shared machine's noise hits short calls hardest).  A repetition's time is the
-slowest rank's (the collective is done when every rank is), the point's time the median
-over repetitions.  Each process uses one thread, as a DDP rank on a shared CPU would.
+untimed calls, then ``reps`` timed ones, each after a barrier (more for cheap messages: as
+many as fit in ``budget_s``, up to 50, because a shared machine's noise hits short calls
+hardest).  A repetition's time is the slowest rank's (the collective is done when every rank
+is), the point's time the median over repetitions.  Each process uses one thread, as a DDP
+rank on a shared CPU would.
 
 The measurement is cached in ``repro500.cache.cache_dir("scaling")``, one file per host and
 torch version (the two things that change the numbers without changing the code); a cached
@@ -31,7 +32,7 @@ from typing import Any
 
 from repro500 import atomic
 from repro500.cache import cache_dir
-from repro500.errors import ReproError, UsageError
+from repro500.errors import RunFailed, UsageError
 from repro500.scaling.alphabeta import COLLECTIVES
 from repro500.scaling.fit import Point
 
@@ -120,6 +121,19 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _time_once(collective: str, send: Any, recv: Any, all_gather: Any) -> float:
+    """Seconds one collective takes on this rank, started right after a barrier."""
+    import torch.distributed as dist
+
+    dist.barrier()
+    start = time.perf_counter()
+    if collective == "allreduce":
+        dist.all_reduce(send)
+    else:
+        all_gather(recv, send)
+    return time.perf_counter() - start
+
+
 def _worker(rank: int, world_size: int, port: int, settings: Settings, out_path: str) -> None:
     """One process of the measurement (top level so that spawn can pickle it)."""
     from datetime import timedelta
@@ -138,22 +152,13 @@ def _worker(rank: int, world_size: int, port: int, settings: Settings, out_path:
             for nbytes in settings.sizes_bytes():
                 send = torch.ones(nbytes // 4, dtype=torch.float32)
                 recv = torch.empty(send.numel() * world_size, dtype=torch.float32)
-
-                def once() -> float:
-                    dist.barrier()
-                    start = time.perf_counter()
-                    if collective == "allreduce":
-                        dist.all_reduce(send)
-                    else:
-                        all_gather(recv, send)
-                    return time.perf_counter() - start
-
-                warm = torch.tensor([max([once() for _ in range(settings.warmup)], default=0.0)])
+                args = (collective, send, recv, all_gather)
+                warm = torch.tensor([max(_time_once(*args) for _ in range(settings.warmup))])
                 dist.all_reduce(warm, op=dist.ReduceOp.MAX)  # every rank must run the same count
                 reps = settings.reps
                 if warm.item() > 0:
                     reps = max(reps, min(MAX_REPS, int(settings.budget_s / warm.item())))
-                times = [once() for _ in range(reps)]
+                times = [_time_once(*args) for _ in range(reps)]
                 slowest = torch.tensor(times, dtype=torch.float64)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 results.append(Point(collective, world_size, nbytes, statistics.median(slowest.tolist())))
@@ -184,7 +189,7 @@ def measure(settings: Settings | None = None) -> Measurement:
                 raw = json.loads(out_path.read_text(encoding="utf-8"))
             except Exception as err:  # a failing child surfaces as ProcessRaisedException
                 detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-                raise ReproError(f"timing Gloo collectives on {p} processes failed ({detail}); "
+                raise RunFailed(f"timing Gloo collectives on {p} processes failed ({detail}); "
                                  "check that 127.0.0.1 accepts local TCP connections") from None
             points.extend(Point.from_dict(r) for r in raw)
     return Measurement(host=host, torch_version=torch_version,

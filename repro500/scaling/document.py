@@ -1,0 +1,222 @@
+"""The ``repro500/scaling/v1`` document: fit, workload, predictions, the check, assumptions.
+
+:func:`build` gathers the inputs (a run directory and/or explicit values), fits the model to
+this machine's collective timings and predicts; :func:`write` stores the document as
+``RUN/derived/scaling.json`` (a view: ``derived/`` is not covered by SHA256SUMS, and
+``repro500 report`` plots it).  docs/scaling.md documents every field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from repro500 import __version__, atomic
+from repro500.errors import UsageError
+from repro500.scaling import fit as fitting
+from repro500.scaling import measure, predict, sizes, wire
+from repro500.scaling.alphabeta import FORMULAS
+from repro500.scaling.rundir import RunTimings, read_run
+
+SCHEMA = "repro500/scaling/v1"
+PATH = Path("derived") / "scaling.json"
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a prediction is asked for; None means "take it from the run directory"."""
+
+    run_dir: Path | None = None
+    params: int | None = None
+    model_name: str | None = None
+    compressor: str | Mapping[str, Any] | None = None
+    compute_time_s: float | None = None
+    compute_run_dir: Path | None = None  # a single-rank run whose steps give the compute time
+    p_values: tuple[int, ...] = predict.DEFAULT_P
+    overlap: float = 0.0
+
+
+def _ran_with(run: RunTimings | None, spec: Mapping[str, Any]) -> bool:
+    """Whether *run* exchanged gradients on several ranks with the compressor *spec*."""
+    if run is None or run.world_size < 2:
+        return False
+    ran = wire.compressor_spec(run.compressor)
+    # The trainer derives a compressor's seed from the repeat when the recipe gives none.
+    return {k: v for k, v in ran.items() if k != "seed"} == {k: v for k, v in spec.items() if k != "seed"}
+
+
+def _params(inputs: Inputs, run: RunTimings | None) -> tuple[int, str]:
+    if inputs.params is not None and inputs.model_name is not None:
+        raise UsageError("give either --params or --model, not both")
+    if inputs.params is not None:
+        if inputs.params < 1:
+            raise UsageError(f"--params {inputs.params} must be a positive number of parameters")
+        return inputs.params, "given (--params)"
+    if inputs.model_name is not None:
+        return sizes.params_of(inputs.model_name), f"table of known models ({inputs.model_name}, default options)"
+    if run is not None and run.world_size > 1 and run.dense_bytes_sent:
+        n = wire.dense_params_from_bytes(run.dense_bytes_sent, run.world_size)
+        return n, f"the run's recorded dense_bytes_sent on {run.world_size} ranks (float32 gradients)"
+    if run is not None and run.model_name:
+        return sizes.params_of(run.model_name), f"table of known models ({run.model_name}, the run's model)"
+    raise UsageError("the model size is unknown: give --params N, --model NAME or a RUN_DIR")
+
+
+def _workload(inputs: Inputs, run: RunTimings | None, spec: dict[str, Any], params: int,
+              notes: list[str]) -> predict.Workload:
+    same = _ran_with(run, spec)
+    summable = wire.is_summable(spec)
+    if spec["name"] == "powersgd":
+        if not (same and run.last_bytes_sent):
+            raise UsageError("powersgd's wire size depends on every layer's shape: give a RUN_DIR of a "
+                             "multi-rank run that used the same powersgd settings")
+        total = wire.payload_from_bytes_sent(run.last_bytes_sent, run.world_size, summable)
+        buckets = wire.scaled_buckets(params, total)
+        notes.append(f"powersgd payload: {total} bytes per step, from the run's last step, spread over the "
+                     "buckets by size; torch's hook runs several allreduces per bucket, counted here as one")
+    else:
+        buckets = wire.buckets(spec, params)
+    if inputs.compute_time_s is not None and inputs.compute_run_dir is not None:
+        raise UsageError("give either --compute-s or --compute-from, not both")
+    compute_run = read_run(inputs.compute_run_dir) if inputs.compute_run_dir is not None else run
+    if inputs.compute_time_s is not None:
+        if not inputs.compute_time_s > 0:
+            raise UsageError(f"--compute-s {inputs.compute_time_s} must be a positive number of seconds")
+        compute, data = inputs.compute_time_s, 0.0
+        notes.append(f"compute time per step {compute:.6g} s as given (--compute-s), data loading not included")
+    elif compute_run is not None:
+        compute, data = compute_run.compute_time_s, compute_run.data_time_s
+        notes.append(f"compute time per step {compute:.6g} s from {compute_run.path} "
+                     f"({compute_run.world_size} rank(s); mean of {compute_run.steps} steps, each repeat's first "
+                     f"step left out), plus {data:.6g} s of data loading")
+        if compute_run.world_size > 1:
+            # DDP overlaps the first buckets' collectives with the rest of the backward pass, so
+            # removing their whole recorded time removes some computation too.
+            notes.append("that compute time is forward + backward + optimizer minus the recorded communication "
+                         "and compression time; DDP overlaps part of the communication with the backward pass, so "
+                         "it is biased low: give --compute-from a single-rank run (same per-rank batch and "
+                         "threads) for an independent check")
+    else:
+        raise UsageError("the compute time per step is unknown: give --compute-s SECONDS, --compute-from "
+                         "a single-rank run, or a RUN_DIR")
+    compress = decompress = 0.0
+    decompress_p = 2
+    if same and run.compress_time_s is not None:
+        # Even "none" costs something here: the bucket is divided by P before the allreduce.
+        compress, decompress = run.compress_time_s, run.decompress_time_s or 0.0
+        decompress_p = run.world_size
+        notes.append(f"compression {compress:.6g} s and decompression {decompress:.6g} s per step as "
+                     f"recorded on {run.world_size} ranks" + ("" if summable else
+                     "; decompression grows with P (one allgathered payload per process)"))
+    elif spec["name"] != "none":
+        notes.append(f"compression time of {spec['name']} not measured (no multi-rank RUN_DIR with it): "
+                     "left out, so the step time is optimistic by that much")
+    return predict.Workload(params=params, buckets=buckets, summable=summable, compute_time_s=compute,
+                            data_time_s=data, compress_time_s=compress, decompress_time_s=decompress,
+                            decompress_p=decompress_p)
+
+
+def _model_summary(fits: Mapping[str, Any], measurement: measure.Measurement) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, f in fits.items():
+        out[f"{name}_latency_s"] = f.latency_s
+        out[f"{name}_gamma_s_per_byte"] = f.gamma_s_per_byte
+        out[f"{name}_r2"] = f.r2
+        out[f"{name}_rms_rel_residual"] = f.rms_rel_residual
+    out.update(host=measurement.host, torch_version=measurement.torch_version,
+               measured_utc=measurement.measured_utc, measured_p=list(measurement.settings.p_values))
+    return out
+
+
+def _check(run: RunTimings, prediction: predict.Prediction, workload: predict.Workload) -> dict[str, Any]:
+    base = workload.data_time_s + workload.compute_time_s
+    out: dict[str, Any] = {
+        "p": run.world_size, "step_time_s": run.step_time_s, "steps": run.steps,
+        "efficiency": base / run.step_time_s if run.step_time_s > 0 else None,
+        "comm_time_s": run.comm_time_s, "bytes_per_rank": run.bytes_sent,
+        "predicted_step_time_s": prediction.step_time_s,
+        "predicted_comm_time_s": prediction.comm_time_s,
+        "predicted_bytes_per_rank": prediction.bytes_per_rank,
+        "relative_error": ((prediction.step_time_s - run.step_time_s) / run.step_time_s
+                           if run.step_time_s > 0 else None),
+    }
+    if run.bytes_sent:
+        out["bytes_relative_error"] = (prediction.bytes_per_rank - run.bytes_sent) / run.bytes_sent
+    return out
+
+
+def build(inputs: Inputs, *, settings: measure.Settings | None = None, remeasure: bool = False,
+          measurement: measure.Measurement | None = None) -> dict[str, Any]:
+    """The scaling document for *inputs* (measuring the collectives first if nothing is cached)."""
+    run = read_run(inputs.run_dir) if inputs.run_dir is not None else None
+    requested = inputs.compressor if inputs.compressor is not None else (run.compressor if run else "none")
+    spec = wire.compressor_spec(requested)
+    params, params_source = _params(inputs, run)
+    notes: list[str] = []
+    workload = _workload(inputs, run, spec, params, notes)
+    if measurement is None:
+        measurement = measure.measured(settings, remeasure=remeasure)
+    fits = fitting.fit_all(measurement.points)
+    p_values = set(inputs.p_values)
+    same_run = _ran_with(run, spec)
+    if same_run:
+        p_values.add(run.world_size)
+    predictions = predict.predict(workload, fits, p_values, inputs.overlap)
+    measured_p = sorted(set(measurement.settings.p_values))
+    assumptions = [
+        "weak scaling: every process keeps the run's per-rank batch, so its compute time per step does not "
+        "change with P (true when every rank has cores or a GPU of its own)",
+        ("no overlap of communication and computation: predicted step times are upper bounds"
+         if inputs.overlap == 0 else
+         f"{inputs.overlap:.0%} of the communication time is hidden behind computation (at most the compute time)"),
+        f"one {workload.collective} per DDP gradient bucket (1 MiB first, then 25 MiB; "
+        f"{sum(b.count for b in workload.buckets)} buckets), float32 gradients; payload bytes from repro500.ext's "
+        f"accounting for compressor {spec['name']}",
+        f"collective times from the alpha-beta model ({FORMULAS[workload.collective]}) fitted to Gloo timings "
+        f"on {measurement.host} with P = {', '.join(map(str, measured_p))}; larger P assumes every link "
+        "behaves like this machine's loopback",
+        f"parameters: {params} from {params_source}",
+        *notes,
+    ]
+    if measured_p == [2]:
+        assumptions.append("measured on 2 processes only, where log2 P and (P-1)/P coincide: L and gamma are "
+                           "extrapolated to every P")
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repro500_version": __version__,
+        "model": _model_summary(fits, measurement),
+        "collectives": {name: f.as_dict() for name, f in fits.items()},
+        "measurement": {"host": measurement.host, "torch_version": measurement.torch_version,
+                        "measured_utc": measurement.measured_utc, "cached": measurement.cached,
+                        "settings": measurement.as_dict()["settings"],
+                        "points": fitting.residuals(fits, measurement.points)},
+        "workload": {"params": params, "params_source": params_source, "compressor": spec,
+                     "collective": workload.collective,
+                     "buckets": [b.as_dict() for b in workload.buckets],
+                     "compute_time_s": workload.compute_time_s, "data_time_s": workload.data_time_s,
+                     "compress_time_s": workload.compress_time_s,
+                     "decompress_time_s": workload.decompress_time_s, "overlap": inputs.overlap,
+                     "run_dir": str(run.path) if run else None,
+                     "compute_run_dir": str(inputs.compute_run_dir) if inputs.compute_run_dir else None},
+        "predictions": [p.as_dict() for p in predictions],
+        "assumptions": assumptions,
+    }
+    if same_run:
+        at_run = next(p for p in predictions if p.p == run.world_size)
+        doc["measured"] = _check(run, at_run, workload)
+    elif run is not None and run.world_size > 1:
+        assumptions.append(f"no check against the run: it used compressor {wire.compressor_spec(run.compressor)['name']}, "
+                           f"the prediction is for {spec['name']}")
+    return doc
+
+
+def write(run_dir: str | Path, doc: Mapping[str, Any]) -> Path:
+    """Write *doc* to RUN/derived/scaling.json atomically; returns the path."""
+    path = Path(run_dir) / PATH
+    atomic.write_json(path, doc)
+    return path
+

@@ -1,0 +1,225 @@
+"""`repro500 model` on crafted run directories, with a seeded timing cache (no Gloo here)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from test_verify_rundir import make_run
+
+from repro500 import bundle
+from repro500.cli import cli
+from repro500.report import write_report
+from repro500.scaling import measure
+from repro500.scaling.alphabeta import coefficients
+from repro500.scaling.fit import Point
+
+LATENCY_S, GAMMA = 50e-6, 1e-9
+STEP = {"time_data_s": 0.004, "time_forward_s": 0.02, "time_backward_s": 0.05, "time_optimizer_s": 0.006,
+        "step_time_s": 0.082, "time_comm_s": 0.012, "time_compress_s": 0.001, "time_decompress_s": 0.0005,
+        "bytes_sent": 1_078_888, "bytes_received": 1_078_888, "dense_bytes_sent": 1_078_888, "tensors": 2}
+DATA_URI = re.compile(r'<img class="plot" src="data:image/png;base64,')
+
+
+@pytest.fixture
+def timings(tmp_path, monkeypatch):
+    """A cache holding exact alpha-beta timings (L = 50 us, gamma = 1 ns/B) for this host."""
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+    host, torch_version = measure.host_key()
+    points = [Point(c, 2, m, sum(a * v for a, v in zip(coefficients(c, m, 2), (LATENCY_S, GAMMA), strict=True)))
+              for c in ("allreduce", "allgather") for m in (4 * 4**k for k in range(13))]
+    m = measure.Measurement(host, torch_version, "2026-11-22T00:00:00Z", measure.Settings(), points)
+    measure.write_cache(m)
+    return m
+
+
+def craft_run(parent: Path, name: str = "run-2", *, world_size: int = 2, compressor="none",
+              with_timings: bool = True) -> Path:
+    """A sealed run directory whose step records carry the timings above (first step: warm-up)."""
+    root = make_run(parent, name, values={"accuracy": [0.93, 0.94]})
+    for rdir in sorted((root / "repeats").iterdir()):
+        k = int(rdir.name)
+        epochs = [line for line in (rdir / "metrics.jsonl").read_text().splitlines() if '"epoch"' in line
+                  and json.loads(line)["kind"] == "epoch"]
+        steps = []
+        for i in range(6):
+            record = {"kind": "step", "repeat": k, "epoch": 1, "step": i + 1, "loss": 1.0, "lr": 0.1, "samples": 64}
+            if with_timings:
+                record.update(STEP)
+                if i == 0:  # warm-up: left out by the model
+                    record.update(step_time_s=5.0, time_forward_s=4.0)
+                if world_size == 1:
+                    record.update(time_comm_s=None, time_compress_s=None, time_decompress_s=None,
+                                  bytes_sent=None, bytes_received=None, dense_bytes_sent=None)
+            steps.append(json.dumps(record))
+        (rdir / "metrics.jsonl").write_text("\n".join(steps + epochs) + "\n")
+    run = json.loads((root / "run.json").read_text())
+    run.update(world_size=world_size, engine="ddp" if world_size > 1 else "local")
+    (root / "run.json").write_text(json.dumps(run))
+    recipe = yaml.safe_load((root / "recipe.yaml").read_text())
+    recipe["mutable"].update(compressor=compressor, nproc=world_size)
+    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
+    bundle.write_sums(root)
+    return root
+
+
+def invoke(*args):
+    return CliRunner().invoke(cli, ["model", *map(str, args)])
+
+
+def test_model_checks_p2_writes_scaling_json_and_the_report_plots_it(tmp_path, timings):
+    run = craft_run(tmp_path)
+    result = invoke(run, "--write", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["schema"] == "repro500/scaling/v1"
+    assert doc == json.loads((run / "derived" / "scaling.json").read_text())
+    assert doc["model"]["allreduce_latency_s"] == pytest.approx(LATENCY_S, rel=1e-9)
+    assert doc["model"]["allreduce_gamma_s_per_byte"] == pytest.approx(GAMMA, rel=1e-9)
+    assert doc["model"]["allreduce_r2"] == pytest.approx(1.0)
+    assert [p["p"] for p in doc["predictions"]] == [2, 8, 16, 32, 64, 128, 256, 512, 1024]
+    work = doc["workload"]
+    assert work["params"] == 269_722  # from the recorded dense bytes
+    assert work["compute_time_s"] == pytest.approx(0.02 + 0.05 + 0.006 - 0.012 - 0.001 - 0.0005)
+    # by hand: two buckets (1 MiB and 30312 B), one allreduce each, at P = 2
+    comm = 2 * (2 * LATENCY_S) + GAMMA * (1_048_576 + 30_312)
+    predicted = 0.004 + 0.0625 + 0.0015 + comm
+    measured = doc["measured"]
+    assert measured["p"] == 2 and measured["steps"] == 10  # 2 repeats x 5 steps after warm-up
+    assert measured["step_time_s"] == pytest.approx(0.082)
+    assert measured["predicted_step_time_s"] == pytest.approx(predicted)
+    assert measured["relative_error"] == pytest.approx((predicted - 0.082) / 0.082)
+    assert measured["bytes_relative_error"] == 0
+    assert any("upper bounds" in a for a in doc["assumptions"])
+    # the integrity of the run is untouched, and the report draws the model
+    report = write_report(run)
+    assert report.exit_code == 0 and "scaling" in report.sections
+    page = report.path.read_text()
+    scaling = page[page.index('id="scaling"'):page.index('id="provenance"')]
+    assert DATA_URI.search(scaling)
+    assert "allreduce_latency_s" in scaling and "no scaling model" not in scaling
+
+
+def test_table_output_names_the_relative_error(tmp_path, timings):
+    result = invoke(craft_run(tmp_path))
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "relative error" in out and "check at P = 2" in out
+    for p in ("8", "64", "1024"):
+        assert re.search(rf"│\s+{p} │", out)
+    assert not (tmp_path / "run-2" / "derived").exists()  # nothing written without --write
+
+
+def test_explicit_model_and_compressor_without_a_run(timings):
+    result = invoke("--model", "resnet50", "--compute-s", "0.25", "--compressor", "{name: topk, ratio: 0.01}",
+                    "--p", "8,1024", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert [p["p"] for p in doc["predictions"]] == [8, 1024]
+    assert doc["workload"]["collective"] == "allgather" and doc["workload"]["params"] == 25_557_032
+    assert "measured" not in doc
+    assert any("compression time of topk not measured" in a for a in doc["assumptions"])
+    eff = [p["efficiency"] for p in doc["predictions"]]
+    assert 0 < eff[1] < eff[0] < 1
+
+
+def test_single_rank_run_gives_compute_time_but_no_check(tmp_path, timings):
+    result = invoke(craft_run(tmp_path, "run-1", world_size=1), "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["workload"]["compute_time_s"] == pytest.approx(0.076)
+    assert doc["workload"]["params"] == 269_722  # resnet20 from the recipe, by the table
+    assert "measured" not in doc
+
+
+def test_compute_from_a_single_rank_run_is_an_independent_check(tmp_path, timings):
+    two, one = craft_run(tmp_path), craft_run(tmp_path, "run-1", world_size=1)
+    result = invoke(two, "--compute-from", one, "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["workload"]["compute_time_s"] == pytest.approx(0.076)  # nothing subtracted on one rank
+    assert doc["workload"]["compute_run_dir"] == str(one)
+    comm = 2 * (2 * LATENCY_S) + GAMMA * (1_048_576 + 30_312)
+    predicted = 0.004 + 0.076 + 0.0015 + comm  # compression as recorded by the 2-rank run
+    assert doc["measured"]["relative_error"] == pytest.approx((predicted - 0.082) / 0.082)
+    assert not any("biased low" in a for a in doc["assumptions"])
+    alone = json.loads(invoke(two, "--json").stdout)
+    assert any("biased low" in a for a in alone["assumptions"])
+
+
+def test_another_compressor_than_the_run_is_not_checked(tmp_path, timings):
+    result = invoke(craft_run(tmp_path), "--compressor", "fp16", "--json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert "measured" not in doc
+    assert any("no check against the run" in a for a in doc["assumptions"])
+
+
+@pytest.mark.parametrize(("args", "code", "message"), [
+    (["{tmp}/nope"], 4, "does not exist: give a run directory"),
+    (["{untimed}"], 4, "has no step records with timings"),
+    (["{run}", "--compressor", "zip"], 2, "unknown compressor 'zip'"),
+    (["{run}", "--compressor", "{name: topk, ratio: 2}"], 2, "ratio=2 is invalid"),
+    (["--params", "1000"], 2, "compute time per step is unknown"),
+    (["--compute-s", "0.1"], 2, "model size is unknown"),
+    (["--params", "10", "--model", "resnet20", "--compute-s", "1"], 2, "either --params or --model"),
+    (["--model", "gpt5", "--compute-s", "1"], 2, "no parameter count is known for model 'gpt5'"),
+    (["--params", "10", "--compute-s", "1", "--write"], 2, "--write stores RUN_DIR"),
+    (["{run}", "--compute-s", "1", "--compute-from", "{run}"], 2, "either --compute-s or --compute-from"),
+    (["{run}", "--compute-from", "{tmp}/nope"], 4, "does not exist"),
+    (["--params", "10", "--compute-s", "1", "--p", "8,x"], 2, "not a positive integer"),
+    (["--params", "10", "--compute-s", "1", "--compressor", "powersgd"], 2, "powersgd's wire size"),
+])
+def test_bad_input_is_one_line_and_the_documented_exit_code(tmp_path, timings, args, code, message):
+    run = craft_run(tmp_path)
+    untimed = craft_run(tmp_path, "untimed", with_timings=False)
+    for key, value in {"{tmp}": tmp_path, "{run}": run, "{untimed}": untimed}.items():
+        args = [a.replace(key, str(value)) for a in args]
+    result = invoke(*args)
+    assert result.exit_code == code, result.output
+    assert message in result.output
+    assert "Traceback" not in result.output
+    assert not (run / "derived").exists()
+
+
+def test_corrupt_cache_is_measured_again(tmp_path, monkeypatch, timings):
+    measure.cache_path().write_text("{not json")
+    calls = []
+
+    def fake_measure(settings=None):
+        calls.append(settings)
+        return timings
+
+    monkeypatch.setattr(measure, "measure", fake_measure)
+    result = invoke("--params", "1000", "--compute-s", "0.1", "--json")
+    assert result.exit_code == 0, result.output
+    assert len(calls) == 1
+    assert "ignoring the unreadable collective timings" in result.stderr
+    assert json.loads(measure.cache_path().read_text())["schema"] == "repro500/collectives/v1"
+    # now cached: no second measurement, also not with --remeasure off and default settings
+    assert invoke("--params", "1000", "--compute-s", "0.1").exit_code == 0
+    assert len(calls) == 1
+    # other measurement settings than the cached ones, or --remeasure: measured again
+    assert invoke("--params", "1000", "--compute-s", "0.1", "--measure-reps", "3").exit_code == 0
+    assert invoke("--params", "1000", "--compute-s", "0.1", "--remeasure").exit_code == 0
+    assert len(calls) == 3 and calls[1].reps == 3
+
+
+def test_a_failing_measurement_is_one_line_exit_1(monkeypatch, tmp_path):
+    import torch.multiprocessing
+
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "empty-cache"))
+
+    def broken_spawn(*args, **kwargs):
+        raise RuntimeError("\n-- Process 0 terminated with the following error:\nRuntimeError: Connection refused")
+
+    monkeypatch.setattr(torch.multiprocessing, "spawn", broken_spawn)
+    result = invoke("--params", "1000", "--compute-s", "0.1")
+    assert result.exit_code == 1, result.output
+    assert "timing Gloo collectives on 2 processes failed (RuntimeError: Connection refused)" in result.output
+    assert "Traceback" not in result.output
+    assert not measure.cache_path().exists()
