@@ -16,6 +16,7 @@ reaches a file, a tracking server or a published bundle.
 
 from __future__ import annotations
 
+import keyword
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -61,8 +62,10 @@ _TOKEN_PATTERNS = [
     re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),  # JWT
     # An AWS secret access key: exactly 40 base64 characters with upper, lower and digits.
     # Requiring all three classes spares git/torch commit ids (40 lower-case hex digits).
-    re.compile(r"(?<![A-Za-z0-9/+=])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
-               r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
+    # ``=`` may touch it on either side (``KEY=<secret>``, ``=<secret>=``): it is a separator
+    # there, and a key padded with ``=`` would no longer be 40 characters.
+    re.compile(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
+               r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"),
 ]
 # A PEM block, or its beginning when the end was cut off (a diff hunk, a truncated value).
 _PEM = re.compile(
@@ -72,12 +75,16 @@ _PEM = re.compile(
 _URL_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)([^\s/@:]+):([^\s/@]+)@")
 # ``NAME = value`` / ``NAME: value`` / ``"NAME": "value"`` in free text (diffs, logs) where
 # NAME is *strongly* secret (:func:`_strong_secret_name`).  The value must look like a
-# literal: a quoted string of 6+ characters or a bare 8+ character token that is not an
+# literal: a quoted string of 3+ characters or a bare 4+ character token that is not an
 # attribute access or a call, so code such as ``token = self.get_token()`` stays readable.
+# Short is allowed on purpose: ``DB_PASSWORD=hunter2`` is exactly what people commit.
 _ASSIGNMENT = re.compile(
     r"""(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?P<q1>["']?)(?P<sep>\s*[:=]\s*)"""
-    r"""(?P<value>"[^"\n]{6,}"|'[^'\n]{6,}'|[A-Za-z0-9+/_=:@~-]{8,}(?![\w.(\[]))"""
+    r"""(?P<value>"[^"\n]{3,}"|'[^'\n]{3,}'|[A-Za-z0-9+/_=:@~!%*#^-]{4,}(?![\w.(\[]))"""
 )
+# Bare words that are code, not a credential (``password = None``, ``token: null``,
+# ``if password: pass``).
+_LITERAL_WORDS = frozenset({*keyword.kwlist, "null", "true", "false", "none", "self", "nil"})
 _BEARER = re.compile(r"\b(Bearer|Basic|token)\s+[A-Za-z0-9._~+/=-]{16,}")
 _STRONG_WORDS = frozenset(
     {"TOKEN", "SECRET", "SECRETS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PASSPHRASE",
@@ -117,7 +124,7 @@ def _redact_assignment(match: re.Match[str]) -> str:
     if not _strong_secret_name(match.group("name")):
         return match.group(0)
     value = match.group("value")
-    if value.startswith(("$", "${", "os.environ", "os.getenv", "getenv", REDACTED)):
+    if value in _LITERAL_WORDS or value.startswith(("$", "${", "os.environ", "os.getenv", "getenv", REDACTED)):
         return match.group(0)  # a reference to a secret, not the secret itself
     quote = value[0] if value[0] in "\"'" else ""
     return f"{match.group('name')}{match.group('q1')}{match.group('sep')}{quote}{REDACTED}{quote}"
@@ -135,6 +142,15 @@ def redact_text(text: str) -> str:
     return _ASSIGNMENT.sub(_redact_assignment, text)
 
 
+def _redact_query(query: str) -> str:
+    """``?user=bob&password=x`` -> ``?user=bob&password=[REDACTED]``; the layout is kept byte for byte."""
+    out = []
+    for item in query.split("&"):
+        name, sep, value = item.partition("=")
+        out.append(f"{name}{sep}{REDACTED}" if sep and value and is_secret_name(name) else item)
+    return "&".join(out)
+
+
 def redact_url(url: str) -> str:
     """A URL with any credentials removed (``https://user:pw@host/x`` -> ``https://[REDACTED]@host/x``).
 
@@ -147,8 +163,10 @@ def redact_url(url: str) -> str:
         parts = urlsplit(url)
     except ValueError:
         return redact_text(url)
+    if parts.query:
+        parts = parts._replace(query=_redact_query(parts.query))
     if parts.username is None and parts.password is None:
-        return redact_text(url)
+        return redact_text(urlunsplit(parts))
     host = parts.hostname or ""
     if parts.port is not None:
         host = f"{host}:{parts.port}"

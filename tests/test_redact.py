@@ -122,3 +122,22 @@ _json_leaves = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_si
 def test_scrub_never_leaks_a_planted_credential(tree, secret, prefix):
     planted = {"data": tree, "note": f"{prefix}{secret}{prefix}", "list": [tree, secret]}
     assert secret not in json.dumps(scrub(planted), ensure_ascii=False)
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("+DB_PASSWORD=hunter2", "hunter2"),
+    ("+password: hunter2", "hunter2"),
+    ("api_key = 'abc'", "abc"),
+    ("postgresql://u@h/db?sslmode=require&password=hunter2", "hunter2"),
+    ("https://h/db?password=abc123", "abc123"),
+])
+def test_short_secrets_after_a_secret_name_are_redacted(text, secret):
+    out = redact_url(text) if "://" in text else redact_text(text)
+    assert secret not in out and REDACTED in out
+
+
+def test_query_strings_keep_their_harmless_parameters():
+    url = "postgresql://db:5432/x?sslmode=require&password=hunter2&application_name=repro500"
+    assert redact_url(url) == f"postgresql://db:5432/x?sslmode=require&password={REDACTED}&application_name=repro500"
+    for code in ["password = None", "token: null", "if password: pass"]:
+        assert redact_text(code) == code
