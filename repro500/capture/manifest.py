@@ -21,7 +21,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +125,7 @@ def build_manifest(
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "tool": {"name": "repro500", "version": __version__},
-        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "facets": {name: scrub(jsonable(value)) for name, value in gathered.items()},
         "facet_errors": {name: redact_text(reason) for name, reason in errors.items()},
         "artifacts": {

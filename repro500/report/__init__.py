@@ -15,7 +15,7 @@ from __future__ import annotations
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from repro500 import __version__, atomic, bundle
@@ -131,7 +131,7 @@ def build_html(
             verdict.warnings.append(text)
     toc = [(ident, title) for ident, title, _ in body]
     head = sections.header(view, verdict, toc)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     footer = html.Markup(
         f"<footer>Written by repro500 {html.esc(__version__)} at {html.esc(now)} from "
         f"<code>{html.esc(shown_path or str(root))}</code>. This page is self-contained (plots embedded, no "

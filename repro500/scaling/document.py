@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -186,7 +186,7 @@ def build(inputs: Inputs, *, settings: measure.Settings | None = None, remeasure
                            "extrapolated to every P")
     doc: dict[str, Any] = {
         "schema": SCHEMA,
-        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "repro500_version": __version__,
         "model": _model_summary(fits, measurement),
         "collectives": {name: f.as_dict() for name, f in fits.items()},

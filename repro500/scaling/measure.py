@@ -25,7 +25,7 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -193,7 +193,7 @@ def measure(settings: Settings | None = None) -> Measurement:
                                  "check that 127.0.0.1 accepts local TCP connections") from None
             points.extend(Point.from_dict(r) for r in raw)
     return Measurement(host=host, torch_version=torch_version,
-                       measured_utc=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                       measured_utc=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                        settings=settings, points=points, wall_time_s=time.perf_counter() - started)
 
 

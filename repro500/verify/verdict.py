@@ -22,7 +22,7 @@ import math
 import numbers
 import tempfile
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +76,7 @@ class Verdict:
     determinism: DeterminismResult | None = None
     provenance: ProvenanceResult | None = None
     valid_flops: FlopsResult | None = None
-    created_utc: str = field(default_factory=lambda: datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
     def exit_code(self) -> int:
