@@ -40,9 +40,11 @@ def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str,
 @click.option("--expect-sums", metavar="SHA256", default=None,
               help="SHA-256 of SHA256SUMS published elsewhere; a different digest makes the run INVALID.")
 @click.option("--no-write", is_flag=True, help="Do not write verdict.json into the run directory.")
+@click.option("--metrics", "metrics_path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the verdict's numbers as flat JSON for `dvc metrics show/diff` (docs/dvc.md).")
 @click.pass_context
 def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
-           as_json: bool, expect_sums: str | None, no_write: bool) -> None:
+           as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None) -> None:
     """Decide whether RUN holds (its acceptance bands) or reproduces a reference.
 
     RUN is a run directory (runs/<run-id>) or an archive made by `repro500 pack`.
@@ -61,6 +63,10 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
             write_verdict(verdict, run_dir)
         except OSError as err:
             click.echo(f"repro500: warning: could not write {run_dir / 'verdict.json'} ({err.strerror})", err=True)
+    if metrics_path is not None:
+        from repro500.publish.dvcmetrics import write_metrics
+
+        write_metrics(verdict.to_dict(), metrics_path)
     if as_json:
         click.echo(json.dumps(verdict.to_dict(), indent=2, sort_keys=True, allow_nan=False))
     else:

@@ -1,0 +1,89 @@
+"""``repro500 publish`` and ``repro500 reproduce``: thin click commands over repro500.publish."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from repro500.commands.verify import _parse_margins
+
+
+@click.command()
+@click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
+@click.option("--out", "-o", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory to write the publication into (must not exist, or be empty, unless --force).")
+@click.option("--benchmark", help="What was measured, as published.yaml states it (default: recipe name and run id).")
+@click.option("--citation", help="Where the result is reported, e.g. a paper (default: the run id and today's date).")
+@click.option("--url", help="A URL for the result (paper, repository, leaderboard).")
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+              help="Equivalence margin for an acceptance metric (repeatable); default: its acceptance tolerance.")
+@click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              help="Directory the run ran in: its relative data paths are read there for their generator parameters.")
+@click.option("--force", is_flag=True, help="Replace an existing publication directory (only once the new one is complete).")
+def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
+            margins: dict[str, float], data_root: Path, force: bool) -> None:
+    """Write a self-contained publication of RUN into --out for others to reproduce.
+
+    RUN is a run directory (runs/<run-id>) or a packed run. The publication holds the packed
+    run, published.yaml (per-repeat values, margins from the acceptance tolerances), the
+    recipe, params.yaml (how to regenerate the data), dvc.yaml, a README with the exact
+    commands, and SHA256SUMS.
+
+    \b
+    Exit codes: 0 written; 2 usage error; 4 RUN missing, incomplete or tampered, or
+                --out exists (without --force).
+    """
+    from repro500.publish.publication import publish as write_publication
+
+    result = write_publication(run_dir, out, benchmark=benchmark, citation=citation, url=url,
+                               margins=margins or None, data_root=data_root, force=force)
+    click.echo(f"published {run_dir} -> {result.path} (metrics: {', '.join(result.metrics)}; "
+               f"the run's own verdict: {result.status})")
+    for note in result.notes:
+        click.echo(f"note: {note}")
+    click.echo(f"archive sha256: {result.archive_sha256}")
+    click.echo(f"publication SHA256SUMS sha256: {result.publication_digest}")
+    click.echo(f"\nTo reproduce and verify it (also in {result.path / 'README.md'}):\n"
+               f"  repro500 reproduce {result.path}\n"
+               f"  repro500 reproduce <git URL> --path <its directory in the repository>   # once committed")
+
+
+@click.command()
+@click.argument("source", metavar="SOURCE")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Working directory for the data, the rerun and verdict.json (default: reproductions/<run-id>).")
+@click.option("--repeats", "-n", type=click.IntRange(min=1), default=None,
+              help="Repeats of the rerun (default: the published number).")
+@click.option("--rev", help="git SOURCE: branch, tag or commit to reproduce (default: HEAD).")
+@click.option("--path", "subpath", metavar="DIR",
+              help="The publication's directory inside SOURCE (needed when a repository holds several).")
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the verdict.")
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+              help="Override a published equivalence margin (repeatable).")
+@click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              help="Where to look for data that cannot be regenerated (copied when its md5 matches).")
+@click.option("--tracking/--no-tracking", default=False,
+              help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db).")
+@click.pass_context
+def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
+              subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool) -> None:
+    """Rerun a published result from SOURCE and verify it against the publication.
+
+    SOURCE is a publication directory (repro500 publish), a git URL or repository path
+    holding one (cloned bare: no hooks, no LFS or other filters run), or a packed run.
+    The data is regenerated from its recorded generator parameters (or copied, or pulled
+    with DVC), the recipe rerun with the published seed and repeats, and the rerun verified
+    against the published values; the verdict is printed with the provenance diff.
+
+    \b
+    Exit codes: 0 REPRODUCED, 1 NOT REPRODUCED, 2 usage error, 3 INCONCLUSIVE,
+                4 invalid input: a tampered or incomplete publication, an unsafe archive,
+                data that cannot be recreated; 130 interrupted.
+    """
+    from repro500.publish.reproduce import reproduce as run_reproduce
+
+    result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
+                           margins=margins or None, data_root=data_root, tracking=tracking)
+    ctx.exit(result.exit_code)

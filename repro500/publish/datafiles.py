@@ -1,0 +1,224 @@
+"""The data a run read, and how to recreate it byte for byte.
+
+A run's manifest records each data path with its DVC-compatible md5 (capture/data.py) but
+not how the data was made.  Files written by ``repro500 data generate`` describe themselves
+in their HDF5 root attributes (kind, seed, split, parameters, sample count, shard), and the
+same attributes give the same bytes, so :func:`describe` turns a recorded path into a
+*generation spec* and :func:`regenerate` replays it.  Data without such attributes (real
+data) has no spec; a reproduction then needs ``dvc pull`` or a copy of the files.
+
+A spec is plain JSON-able data, stored in a publication's ``params.yaml``::
+
+    {"out": "data/quickstart-train.h5", "kind": "classification", "seed": 500,
+     "split": "train", "samples": 2048, "shard": "0/1", "size": "32x32",
+     "compression": "none", "options": {"classes": 10, "channels": 3, "noise": 0.04}}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from repro500.errors import InvalidInput, ReproError
+
+GENERATOR_PREFIX = "repro500.workloads.data."
+# options `repro500 data generate` accepts on its command line, by kind
+CLI_OPTIONS = {"classification": ("classes", "channels", "noise"), "cosmo": ("channels",), "ewa": ()}
+SPEC_KEYS = ("out", "kind", "seed", "split", "samples", "shard", "size", "compression", "options")
+
+
+@dataclass
+class DataEntry:
+    """One data path the run read: its recorded digest and how to recreate it."""
+
+    path: str
+    md5: str
+    size_bytes: int | None = None
+    nfiles: int | None = None
+    generate: list[dict[str, Any]] | None = None  # None: cannot be regenerated
+    note: str | None = None  # why not, when generate is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "md5": self.md5, "bytes": self.size_bytes, "nfiles": self.nfiles,
+                "generate": self.generate, "note": self.note}
+
+
+@dataclass
+class DataPlan:
+    entries: list[DataEntry] = field(default_factory=list)
+
+    @property
+    def regenerable(self) -> bool:
+        return all(e.generate for e in self.entries)
+
+
+def safe_relpath(text: Any, what: str) -> PurePosixPath:
+    """A relative POSIX path without ``..``: anything else could write outside the work directory."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"{what} is {text!r}: expected a relative path")
+    path = PurePosixPath(text)
+    if path.is_absolute() or text.startswith("\\") or (len(text) > 1 and text[1] == ":"):
+        raise InvalidInput(f"{what} {text!r} is an absolute path: a reproduction only writes inside its directory")
+    if ".." in path.parts:
+        raise InvalidInput(f"{what} {text!r} leaves its directory with '..': refusing it")
+    return path
+
+
+def _attr(h5: Any, name: str) -> Any:
+    value = h5.attrs.get(name)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if hasattr(value, "item"):  # numpy scalar
+        return value.item()
+    return value
+
+
+def _compression(h5: Any) -> str:
+    for name in h5:
+        filt = getattr(h5[name], "compression", None)
+        return str(filt) if filt else "none"
+    return "none"
+
+
+def file_spec(path: str | Path, out: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(spec, None) for a file written by ``repro500 data generate``, else (None, why not)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as h5:
+            generator = _attr(h5, "generator")
+            if not isinstance(generator, str) or not generator.startswith(GENERATOR_PREFIX):
+                return None, f"{out} was not written by repro500 data generate (no generator attribute)"
+            raw = {name: _attr(h5, name) for name in ("kind", "seed", "split", "params", "samples_total", "shard")}
+            compression = _compression(h5)
+    except OSError as err:
+        return None, f"{out} is not a readable HDF5 file ({err.__class__.__name__})"
+    try:
+        params = json.loads(raw["params"])
+        spec = {"out": out, "kind": str(raw["kind"]), "seed": int(raw["seed"]), "split": str(raw["split"]),
+                "samples": int(raw["samples_total"]), "shard": str(raw["shard"])}
+    except (TypeError, ValueError, json.JSONDecodeError):
+        return None, f"{out} has incomplete generator attributes"
+    if "height" in params and "width" in params:
+        spec["size"] = f"{params.pop('height')}x{params.pop('width')}"
+    elif "size" in params:
+        spec["size"] = str(params.pop("size"))
+    spec["compression"] = compression
+    spec["options"] = params
+    try:
+        _build(spec)
+    except ReproError as err:
+        return None, f"{out}: its generator parameters are not accepted by this repro500 ({err})"
+    return spec, None
+
+
+def _build(spec: dict[str, Any]) -> Any:
+    from repro500.workloads.data.generate import build_generator
+
+    options = dict(spec.get("options") or {})
+    return build_generator(spec["kind"], seed=spec["seed"], split=spec["split"], size=spec.get("size"), options=options)
+
+
+def describe(manifest: dict[str, Any], data_root: str | Path) -> DataPlan:
+    """The data plan of a run: every path of the manifest's data facet, with a spec where possible.
+
+    Relative paths are looked up under ``data_root`` (the directory the run ran in).  A file
+    whose md5 differs from the manifest is not described: it is no longer what the run read.
+    """
+    from repro500.capture.data import digest_path
+
+    root = Path(data_root)
+    plan = DataPlan()
+    facet = ((manifest.get("facets") or {}).get("data") or {})
+    for raw in facet.get("entries") or []:
+        entry = DataEntry(path=str(raw.get("path")), md5=str(raw.get("md5")), size_bytes=raw.get("size"),
+                          nfiles=raw.get("nfiles"))
+        plan.entries.append(entry)
+        try:
+            rel = safe_relpath(entry.path, "data path")
+        except InvalidInput as err:
+            entry.note = str(err)
+            continue
+        local = root / rel
+        if not local.exists():
+            entry.note = f"{entry.path} is not under {root}: its generator parameters could not be read"
+            continue
+        if digest_path(local)["md5"] != entry.md5:
+            entry.note = f"{local} changed since the run (md5 differs from the manifest)"
+            continue
+        files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+        specs = []
+        for file in files:
+            spec, why = file_spec(file, (rel / file.relative_to(local)).as_posix() if local.is_dir() else rel.as_posix())
+            if spec is None:
+                entry.note = why
+                break
+            specs.append(spec)
+        else:
+            entry.generate = specs
+    return plan
+
+
+def check_spec(spec: Any, where: str) -> dict[str, Any]:
+    """Validate a spec read from a publication (it comes from someone else)."""
+    if not isinstance(spec, dict) or set(spec) - set(SPEC_KEYS):
+        raise InvalidInput(f"{where} must be a mapping with keys {', '.join(SPEC_KEYS)}")
+    safe_relpath(spec.get("out"), f"{where}.out")
+    for key, kind in (("kind", str), ("seed", int), ("split", str), ("samples", int), ("shard", str),
+                      ("compression", str)):
+        if not isinstance(spec.get(key), kind) or isinstance(spec.get(key), bool):
+            raise InvalidInput(f"{where}.{key} is {spec.get(key)!r}: expected a {kind.__name__}")
+    if spec.get("size") is not None and not isinstance(spec["size"], str):
+        raise InvalidInput(f"{where}.size is {spec['size']!r}: expected text such as 32x32")
+    if not isinstance(spec.get("options") or {}, dict):
+        raise InvalidInput(f"{where}.options must be a mapping")
+    try:
+        _build(spec)
+    except ReproError as err:
+        raise InvalidInput(f"{where}: {err}") from None
+    return spec
+
+
+def regenerate(spec: dict[str, Any], root: str | Path) -> Path:
+    """Write the file of ``spec`` under ``root`` (replacing one that is there); returns its path."""
+    from repro500.workloads.data.generate import generate, parse_shard
+
+    out = Path(root) / safe_relpath(spec["out"], "data path")
+    generate(spec["kind"], out, samples=spec["samples"], seed=spec["seed"], split=spec["split"],
+             size=spec.get("size"), shard=parse_shard(spec["shard"]), compression=spec["compression"],
+             force=True, options=dict(spec.get("options") or {}))
+    return out
+
+
+def generate_command(spec: dict[str, Any]) -> str | None:
+    """The ``repro500 data generate`` command line of a spec, or None when the CLI cannot say it.
+
+    The command line takes only some generator options; one it lacks is fine at its default
+    value and makes the spec inexpressible otherwise (repro500 reproduce still replays it).
+    """
+    defaults = _build({**spec, "options": {}}).params.as_dict()
+    args = ["repro500", "data", "generate", spec["kind"], "--out", spec["out"], "--split", spec["split"],
+            "--samples", str(spec["samples"]), "--seed", str(spec["seed"])]
+    if spec.get("size"):
+        args += ["--size", spec["size"]]
+    if spec["shard"] != "0/1":
+        args += ["--shard", spec["shard"]]
+    if spec["compression"] != "none":
+        args += ["--compression", spec["compression"]]
+    for name, value in sorted((spec.get("options") or {}).items()):
+        if name in CLI_OPTIONS.get(spec["kind"], ()):
+            args += [f"--{name}", str(value)]
+        elif defaults.get(name) != value:
+            return None
+    return " ".join(shlex.quote(a) for a in args + ["--force"])
+
+
+def md5_matches(path: Path, md5: str) -> bool:
+    """True when ``path`` exists and its DVC-compatible md5 is ``md5``."""
+    from repro500.capture.data import digest_path
+
+    return os.path.exists(path) and digest_path(path)["md5"] == md5

@@ -1,0 +1,74 @@
+"""A verdict's numbers as a flat DVC metrics file (``repro500 verify --metrics FILE``).
+
+``verdict.json`` is a deep document with lists and sentences; ``dvc metrics show`` and
+``dvc metrics diff`` compare leaves by their dotted key, and a list makes its elements
+anonymous.  This view keeps the numbers and statuses a reader compares across experiments,
+keyed by metric name (docs/dvc.md, "metrics/verdict.json")::
+
+    {"status": "PASS", "exit_code": 0, "alpha": 0.05,
+     "accuracy": {"n": 3, "mean": 0.93, "std": 0.004, "cv": 0.0043, "ci_low": 0.92, "ci_high": 0.94,
+                  "band": {"threshold": 0.92, "bound": 0.923, "status": "PASS"},
+                  "reproduced": {"diff": 0.001, "ci_low": -0.004, "ci_high": 0.006,
+                                 "margin": 0.03, "p_value": 0.001, "status": "REPRODUCED"}},
+     "throughput_samples_per_s": {"mean": 480.2, "cv": 0.034}, ...,
+     "time_to_train": {"status": "SKIPPED"}, "determinism": {"status": "SKIPPED"}}
+
+Metrics the verdict decides on (acceptance bands, equivalence) get their interval; every
+other metric only its mean and coefficient of variation, so that ``dvc metrics show`` stays
+a readable table.  ``null`` values are left out (DVC shows them as "-" anyway).  It is a view of the verdict,
+not a contract of its own, so it carries no ``schema`` key (that would be one more column in
+every ``dvc exp show``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from repro500 import atomic
+from repro500.errors import InvalidInput
+
+DECIDED_KEYS = ("n", "mean", "std", "cv", "ci_low", "ci_high")  # metrics with a band or an equivalence test
+OTHER_KEYS = ("mean", "cv")
+
+
+def _numbers(source: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {key: source[key] for key in keys if source.get(key) is not None}
+
+
+def verdict_metrics(doc: dict[str, Any]) -> dict[str, Any]:
+    """The flat metrics view of a verdict document (``Verdict.to_dict()``)."""
+    out: dict[str, Any] = {"status": doc.get("status"), "exit_code": doc.get("exit_code"), "alpha": doc.get("alpha")}
+    decided = {b.get("metric") for b in doc.get("bands") or []} | {e.get("metric") for e in doc.get("equivalence") or []}
+    for name, stats in sorted((doc.get("statistics") or {}).items()):
+        out[name] = _numbers(stats, DECIDED_KEYS if name in decided else OTHER_KEYS)
+    for band in doc.get("bands") or []:
+        bound = band.get("lower_bound") if band.get("direction") == "higher" else band.get("upper_bound")
+        entry = out.setdefault(band["metric"], {})
+        entry["band"] = _numbers({"threshold": band.get("threshold"), "bound": bound, "status": band.get("status")},
+                                 ("threshold", "bound", "status"))
+    for item in doc.get("equivalence") or []:
+        tost = item.get("tost") or {}
+        entry = out.setdefault(item["metric"], {})
+        entry["reproduced"] = _numbers(
+            {"diff": tost.get("diff"), "ci_low": tost.get("ci_low"), "ci_high": tost.get("ci_high"),
+             "margin": item.get("margin"), "p_value": item.get("p_value"), "status": item.get("status")},
+            ("diff", "ci_low", "ci_high", "margin", "p_value", "status"))
+    timing = doc.get("time_to_train") or {}
+    if timing.get("status"):
+        out["time_to_train"] = {"status": timing["status"]}
+    determinism = doc.get("determinism") or {}
+    if determinism.get("status"):
+        out["determinism"] = {"status": determinism["status"]}
+    return {key: value for key, value in out.items() if value is not None}
+
+
+def write_metrics(doc: dict[str, Any], path: str | Path) -> Path:
+    """Write :func:`verdict_metrics` of ``doc`` to ``path`` atomically; returns the path."""
+    target = Path(path)
+    try:
+        atomic.write_json(target, verdict_metrics(doc))
+    except OSError as err:
+        raise InvalidInput(f"could not write the metrics file {target} ({err.strerror or err.__class__.__name__}): "
+                           "give a writable path") from None
+    return target

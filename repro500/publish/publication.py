@@ -1,0 +1,488 @@
+"""``repro500 publish``: a run packaged so that anyone can rerun and verify it.
+
+A publication is a directory (docs/publish.md)::
+
+    publication.json   repro500/publication/v1: what is here, digests, how the run was made
+    <run-id>.tar.gz    the packed run (repro500 pack): the reference, verifiable anywhere
+    published.yaml     repro500/published/v1: the run's per-repeat values, margins from the
+                       acceptance tolerances, epochs-to-quality, the reference manifest
+    manifest.json      the run's manifest (provenance of the reference)
+    recipe.yaml        the resolved recipe, runnable with `repro500 run`
+    params.yaml        data: how to recreate each data file; run: repeats and seed
+    dvc.yaml           generate -> run -> verify, for `dvc repro`
+    README.md          the exact commands to reproduce and verify
+    SHA256SUMS         every file above (`sha256sum -c SHA256SUMS`)
+
+:func:`open_publication` reads one back and checks it before anything runs: its digest
+list, the archive against its recorded SHA-256 and its own ``SHA256SUMS``, and every number
+of ``published.yaml``, the recipe, the seed and the data digests against the packed run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from repro500 import __version__, atomic, bundle
+from repro500.digest import canonical_digest, file_digest
+from repro500.errors import InvalidInput, UsageError
+from repro500.publish.datafiles import (
+    DataEntry,
+    check_spec,
+    describe,
+    generate_command,
+    safe_relpath,
+)
+
+SCHEMA = "repro500/publication/v1"
+INDEX = "publication.json"
+PUBLISHED = "published.yaml"
+MANIFEST = "manifest.json"
+RECIPE = "recipe.yaml"
+PARAMS = "params.yaml"
+DVC_FILE = "dvc.yaml"
+README = "README.md"
+RERUN_ID = "rerun"  # the run id dvc.yaml gives the rerun
+# keys of a resolved recipe.yaml that `repro500 run` does not take back as a recipe
+_RESOLVED_ONLY = ("open_division", "overrides")
+
+
+@dataclass
+class PublishResult:
+    path: Path
+    archive: Path
+    archive_sha256: str
+    sums_digest: str  # SHA-256 of the run's SHA256SUMS (repro500 verify --expect-sums)
+    publication_digest: str  # SHA-256 of the publication's SHA256SUMS
+    status: str  # the run's own verdict when it was published
+    metrics: list[str]
+    notes: list[str] = field(default_factory=list)
+    readme: str = ""
+
+
+def _utc() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def runnable_recipe(resolved: dict[str, Any]) -> dict[str, Any]:
+    """A run directory's resolved ``recipe.yaml`` as a recipe that ``repro500 run`` accepts."""
+    return {k: v for k, v in resolved.items() if k not in _RESOLVED_ONLY}
+
+
+def published_metrics(run: Any, margins: dict[str, float] | None) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """(metrics section of published.yaml, {metric: {margin, source}}, notes) for a loaded run."""
+    margins = dict(margins or {})
+    criteria = {c.metric: c for c in run.acceptance}
+    unknown = sorted(set(margins) - set(criteria))
+    if unknown:
+        raise UsageError(f"--margin {unknown[0]}: not an acceptance metric of the run "
+                         f"(its acceptance metrics are {', '.join(sorted(criteria)) or 'none'})")
+    section: dict[str, Any] = {}
+    used: dict[str, Any] = {}
+    notes: list[str] = []
+    for name, crit in criteria.items():
+        margin = margins.get(name, crit.tolerance)
+        source = "--margin" if name in margins else "acceptance tolerance"
+        values = run.values(name)
+        if margin <= 0:
+            notes.append(f"{name} is not published: its acceptance tolerance is 0 (give --margin {name}=DELTA)")
+            continue
+        if not values:
+            notes.append(f"{name} is not published: no completed repeat reported it")
+            continue
+        section[name] = {"values": [float(v) for v in values], "margin": float(margin), "direction": crit.direction,
+                         "test": "equivalence", "note": f"per-repeat values of the packed run; margin: {source}"}
+        used[name] = {"margin": float(margin), "source": source}
+    if not section:
+        raise UsageError("no acceptance metric of the run can be published: each needs a tolerance > 0 and "
+                         "completed repeats (give --margin METRIC=DELTA)")
+    return section, used, notes
+
+
+def _epochs_to_quality(run: Any) -> list[float]:
+    return [float(run.repeats[k]["epochs_to_quality"]) for k in run.completed
+            if run.repeats[k].get("epochs_to_quality") is not None]
+
+
+def _rerun_flags(run_meta: dict[str, Any]) -> list[str]:
+    flags = []
+    if run_meta.get("same_seed"):
+        flags.append("--same-seed")
+    if run_meta.get("deterministic"):
+        flags.append("--deterministic")
+    return flags
+
+
+def _dvc_yaml(entries: list[DataEntry], flags: list[str]) -> str:
+    commands, outs, skipped = [], [], []
+    for entry in entries:
+        for spec in entry.generate or []:
+            command = generate_command(spec)
+            if command is None:
+                skipped.append(spec["out"])
+            else:
+                commands.append(command)
+                outs.append(spec["out"])
+        if not entry.generate:
+            skipped.append(entry.path)
+    stages: dict[str, Any] = {}
+    if commands:
+        stages["generate"] = {"desc": "Recreate the run's synthetic data from its generator parameters",
+                              "cmd": commands, "outs": outs}
+    tolerate = " || test $? -eq 1 -o $? -eq 3"
+    stages["run"] = {
+        "desc": "Rerun the published recipe with the published seed and repeats",
+        "cmd": " ".join(["repro500 run", RECIPE, "--params", PARAMS, "--out runs --run-id", RERUN_ID,
+                         *flags, "--no-tracking"]) + tolerate,
+        "deps": [RECIPE, *[e.path for e in entries]],
+        "params": ["run"],
+        "outs": [f"runs/{RERUN_ID}"],
+    }
+    stages["verify"] = {
+        "desc": "Verify the rerun against the published results",
+        "cmd": f"repro500 verify runs/{RERUN_ID} --against {PUBLISHED} --no-write --metrics metrics/verdict.json"
+               + tolerate,
+        "deps": [f"runs/{RERUN_ID}", PUBLISHED, MANIFEST],
+        "metrics": [{"metrics/verdict.json": {"cache": False}}],
+    }
+    head = ["# Written by repro500 publish (docs/publish.md). Inside a DVC project (or after",
+            "# `dvc init --no-scm` here): dvc repro. `repro500 reproduce` does the same without DVC.",
+            "# A FAIL (1) or INCONCLUSIVE (3) verdict is recorded in metrics/verdict.json, not an error."]
+    if skipped:
+        head.append(f"# Not generated here (use repro500 reproduce, dvc pull or a copy): {', '.join(skipped)}")
+    return "\n".join(head) + "\n" + yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000)
+
+
+def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[DataEntry], flags: list[str]) -> str:
+    run_id = index["run_id"]
+    lines = [f"# Reproducing {published['benchmark']}", "",
+             f"Run `{run_id}` of recipe `{index['recipe_name']}`: {index['run']['repeats']} repeats, master seed "
+             f"{index['run']['seed']}, its own verdict {index['run']['verdict']}. Published with repro500 "
+             f"{__version__} on {index['created_utc']}.", "",
+             "| metric | per-repeat values | margin | direction |", "| --- | --- | --- | --- |"]
+    for name, m in published["metrics"].items():
+        shown = ", ".join(f"{v:.6g}" for v in m["values"])
+        lines.append(f"| {name} | {shown} | ±{m['margin']:g} | {m['direction']} is better |")
+    lines += ["", "## Reproduce and verify", "", "```console",
+              "$ repro500 reproduce path/to/this/directory --out reproduction",
+              "$ repro500 reproduce https://example.org/repo.git --path path/in/repo --rev TAG   # from git",
+              "```", "",
+              "It recreates the data, reruns the recipe with the published seed and repeats, verifies the",
+              "rerun against `published.yaml` and prints the verdict with the provenance diff. Exit codes:",
+              "0 REPRODUCED, 1 NOT REPRODUCED, 3 INCONCLUSIVE, 4 invalid or tampered input.", "",
+              "Step by step, in this directory:", "", "```console"]
+    for entry in entries:
+        for spec in entry.generate or []:
+            command = generate_command(spec)
+            lines.append(f"$ {command}" if command else f"# {spec['out']}: only repro500 reproduce can recreate it")
+        if not entry.generate:
+            lines.append(f"# {entry.path} (md5 {entry.md5}): not generated; obtain it (dvc pull) and check the md5")
+    run_cmd = " ".join(["repro500 run", RECIPE, "--params", PARAMS, "--out runs --run-id", RERUN_ID, *flags])
+    lines += [f"$ {run_cmd}", f"$ repro500 verify runs/{RERUN_ID} --against {PUBLISHED}", "```", "",
+              "With DVC (inside a DVC project, or after `dvc init --no-scm` here): `dvc repro`, then",
+              "`dvc metrics show`. Read `dvc.yaml` before running it: DVC executes its commands.", "",
+              "## Check the reference", "", "```console", "$ sha256sum -c SHA256SUMS",
+              f"$ repro500 verify {index['archive']['name']} --expect-sums {index['sums_digest']}", "```", "",
+              f"Archive SHA-256: `{index['archive']['sha256']}`. Quote it (and the SHA-256 of this",
+              "directory's SHA256SUMS) wherever the result is cited: a copy that matches them is this one.", ""]
+    return "\n".join(lines)
+
+
+def _stage_dir(out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it owner-only; a publication is meant to be shared
+    return staging
+
+
+def _commit(staging: Path, out: Path, force: bool) -> None:
+    """Rename the finished staging directory to ``out``; an old ``out`` goes only afterwards."""
+    old = None
+    if out.exists():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(staging, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def publish(
+    run: str | Path,
+    out: str | Path,
+    *,
+    benchmark: str | None = None,
+    citation: str | None = None,
+    url: str | None = None,
+    margins: dict[str, float] | None = None,
+    data_root: str | Path = ".",
+    force: bool = False,
+) -> PublishResult:
+    """Write the publication of ``run`` (a run directory or a packed run) into ``out``.
+
+    ``data_root`` is the directory the run ran in: its relative data paths are looked up
+    there to read their generator parameters.  ``out`` must not exist (or be empty) unless
+    ``force``; the publication is written next to it and renamed into place when complete.
+    """
+    run_path, out = Path(run), Path(out)
+    if bundle.is_archive(run_path):
+        with tempfile.TemporaryDirectory(prefix="repro500-publish-") as tmp:
+            return _publish(bundle.unpack(run_path, tmp), out, benchmark, citation, url, margins, data_root, force)
+    if not run_path.is_dir():
+        raise InvalidInput(f"{run_path} is not a run directory or a packed run: give runs/<run-id> or a .tar.gz")
+    return _publish(run_path, out, benchmark, citation, url, margins, data_root, force)
+
+
+def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
+             margins: dict[str, float] | None, data_root: str | Path, force: bool) -> PublishResult:
+    from repro500.verify.rundir import load_run
+    from repro500.verify.verdict import verify_run
+
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not force:
+        raise InvalidInput(f"{out} already exists: choose another --out or pass --force to replace it")
+    if out.resolve().is_relative_to(root.resolve()):
+        raise UsageError(f"{out} lies inside the run directory: write the publication somewhere else")
+    report = bundle.check_sums(root)
+    if not report.ok:
+        raise InvalidInput(f"{root} does not match its SHA256SUMS ({report.describe()}): only an untouched run "
+                           "can be published")
+    run = load_run(root)
+    if run.recipe is None or run.manifest is None:
+        raise InvalidInput(f"{root} has no recipe.yaml or manifest.json: it cannot be rerun from a publication")
+    verdict = verify_run(root)
+    metrics, used, notes = published_metrics(run, margins)
+    plan = describe(run.manifest, data_root)
+    notes += [e.note for e in plan.entries if e.note]
+    meta = run.run or {}
+    recipe = runnable_recipe(run.recipe)
+    flags = _rerun_flags(meta)
+    if meta.get("open_division"):
+        notes.append("the run was in the open division (fixed keys overridden); recipe.yaml holds the values it used")
+
+    staging = _stage_dir(out)
+    try:
+        archive = bundle.pack(root, staging / f"{run.run_id}.tar.gz")
+        shutil.copyfile(root / "manifest.json", staging / MANIFEST)
+        published: dict[str, Any] = {
+            "schema": "repro500/published/v1",
+            "benchmark": benchmark or f"repro500 {recipe.get('name', run.run_id)} (run {run.run_id})",
+            "recipe": str(recipe.get("name", "")) or None,
+            "source": {"citation": citation or f"repro500 run {run.run_id}, published {_utc()[:10]}"},
+            "metrics": metrics,
+        }
+        if url:
+            published["source"]["url"] = url
+        epochs = _epochs_to_quality(run)
+        if epochs:
+            published["epochs_to_quality"] = epochs
+        published["manifest"] = MANIFEST
+        published["notes"] = [f"generated by repro500 {__version__} publish from run {run.run_id}"]
+        published = {k: v for k, v in published.items() if v is not None}
+        atomic.write_text(staging / PUBLISHED, "# Written by repro500 publish (docs/publish.md, docs/verify.md).\n"
+                          + yaml.safe_dump(published, sort_keys=False, width=100))
+        atomic.write_text(staging / RECIPE, f"# The resolved recipe of run {run.run_id} (repro500 publish).\n"
+                          + yaml.safe_dump(recipe, sort_keys=False, width=100))
+        params = {"data": [e.to_dict() for e in plan.entries],
+                  "run": {"repeats": int(run.recipe.get("repeats", len(run.repeats))),
+                          "seed": int(run.recipe.get("seed", 0))}}
+        atomic.write_text(staging / PARAMS, "# How this run is recreated (repro500 publish). data: each data file with "
+                          "its md5 and generator parameters;\n# run: applied by `repro500 run --params`.\n"
+                          + yaml.safe_dump(params, sort_keys=False, width=100))
+        atomic.write_text(staging / DVC_FILE, _dvc_yaml(plan.entries, flags))
+        index = {
+            "schema": SCHEMA, "tool": {"name": "repro500", "version": __version__}, "created_utc": _utc(),
+            "run_id": run.run_id, "recipe_name": recipe.get("name"),
+            "archive": {"name": archive.name, "sha256": file_digest(archive), "bytes": archive.stat().st_size},
+            "sums_digest": file_digest(root / bundle.SUMS_NAME),
+            "manifest_digest": canonical_digest({k: v for k, v in run.manifest.items() if k != "digest"}),
+            "run": {"repeats": params["run"]["repeats"], "seed": params["run"]["seed"],
+                    "same_seed": bool(meta.get("same_seed")), "deterministic": bool(meta.get("deterministic")),
+                    "open_division": bool(meta.get("open_division")), "engine": meta.get("engine"),
+                    "world_size": meta.get("world_size"), "verdict": verdict.status},
+            "margins": used,
+            "files": {"published": PUBLISHED, "manifest": MANIFEST, "recipe": RECIPE, "params": PARAMS,
+                      "dvc": DVC_FILE, "readme": README},
+            "notes": notes,
+        }
+        atomic.write_json(staging / INDEX, index)
+        readme = _readme(index, published, plan.entries, flags)
+        atomic.write_text(staging / README, readme)
+        bundle.write_sums(staging)
+        publication_digest = file_digest(staging / bundle.SUMS_NAME)
+        _commit(staging, out, force)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return PublishResult(path=out, archive=out / archive.name, archive_sha256=index["archive"]["sha256"],
+                         sums_digest=index["sums_digest"], publication_digest=publication_digest,
+                         status=verdict.status, metrics=list(metrics), notes=notes, readme=readme)
+
+
+# ------------------------------------------------------------------------------ reading back
+
+@dataclass
+class Publication:
+    """A checked publication: its files, and the packed run unpacked for comparison."""
+
+    root: Path
+    index: dict[str, Any]
+    reference: Path  # the unpacked run directory
+    data: list[DataEntry]
+    repeats: int
+    seed: int
+
+    @property
+    def run_id(self) -> str:
+        return str(self.index["run_id"])
+
+    @property
+    def published(self) -> Path:
+        return self.root / PUBLISHED
+
+    @property
+    def recipe(self) -> Path:
+        return self.root / RECIPE
+
+    @property
+    def params(self) -> Path:
+        return self.root / PARAMS
+
+    @property
+    def rerun_flags(self) -> list[str]:
+        return _rerun_flags(self.index.get("run") or {})
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise InvalidInput(f"{path} is not readable YAML ({err.__class__.__name__})") from None
+
+
+def publication_files(root: Path) -> list[str]:
+    """The files a publication's SHA256SUMS lists (the publication itself, not what ran in it)."""
+    return sorted(bundle.read_sums(root))
+
+
+def read_index(root: Path) -> dict[str, Any]:
+    path = root / INDEX
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInput(f"{root} has no {INDEX}: not a publication (make one with repro500 publish)") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidInput(f"{path} is not readable JSON ({err.__class__.__name__})") from None
+    if not isinstance(index, dict) or index.get("schema") != SCHEMA:
+        raise InvalidInput(f"{path} is not a {SCHEMA} document")
+    return index
+
+
+def open_publication(root: str | Path, workdir: str | Path) -> Publication:
+    """Check the publication at ``root`` and unpack its run into ``workdir``; InvalidInput on any mismatch.
+
+    Nothing in the publication is executed: YAML is read with ``yaml.safe_load``, the archive
+    is unpacked with :func:`repro500.bundle.unpack` (which refuses path escapes and links).
+    """
+    from repro500.verify.published import load_published
+    from repro500.verify.rundir import load_run
+
+    root = Path(root)
+    index = read_index(root)
+    sums = bundle.check_sums(root)
+    if sums.modified or sums.missing:  # extra files are what ran in the directory (data/, runs/, dvc.lock)
+        changed = bundle.IntegrityReport(modified=sums.modified, missing=sums.missing).describe()
+        raise InvalidInput(f"publication {root} was changed after repro500 publish wrote it ({changed}): "
+                           "obtain an untouched copy")
+    try:
+        archive_name = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
+        archive_sha = index["archive"]["sha256"]
+        run_meta = index["run"]
+    except (KeyError, TypeError):
+        raise InvalidInput(f"{root / INDEX} lacks archive.name, archive.sha256 or run: not a complete publication") from None
+    archive = root / archive_name
+    if not archive.is_file() or file_digest(archive) != archive_sha:
+        raise InvalidInput(f"{archive} is missing or its SHA-256 differs from {INDEX}: the packed run was replaced")
+    reference = bundle.unpack(archive, workdir)
+    ref_sums = bundle.check_sums(reference)
+    if not ref_sums.ok:
+        raise InvalidInput(f"the packed run {archive.name} does not match its SHA256SUMS ({ref_sums.describe()})")
+    if file_digest(reference / bundle.SUMS_NAME) != index.get("sums_digest"):
+        raise InvalidInput(f"the packed run's SHA256SUMS differs from the digest in {INDEX}")
+    run = load_run(reference)
+
+    published = load_published(root / PUBLISHED)
+    margins = index.get("margins") or {}
+    criteria = {c.metric: c for c in run.acceptance}
+    for name, metric in published.metrics.items():
+        where = f"{root / PUBLISHED}: metrics.{name}"
+        if name not in criteria or name not in margins:
+            raise InvalidInput(f"{where} is not an acceptance metric recorded by the publication")
+        if metric.values != run.values(name):
+            raise InvalidInput(f"{where}.values {metric.values} differ from the packed run's {run.values(name)}")
+        if metric.margin != margins[name].get("margin") or metric.direction != criteria[name].direction:
+            raise InvalidInput(f"{where}: margin or direction differs from {INDEX} and the run's acceptance")
+        if margins[name].get("source") == "acceptance tolerance" and metric.margin != criteria[name].tolerance:
+            raise InvalidInput(f"{where}.margin {metric.margin} is not the run's acceptance tolerance")
+    if published.epochs_to_quality is not None and published.epochs_to_quality != _epochs_to_quality(run):
+        raise InvalidInput(f"{root / PUBLISHED}: epochs_to_quality differ from the packed run's")
+    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    if manifest != run.manifest:
+        raise InvalidInput(f"{root / MANIFEST} differs from the packed run's manifest")
+
+    recipe = _load_yaml(root / RECIPE)
+    if recipe != runnable_recipe(run.recipe or {}):
+        raise InvalidInput(f"{root / RECIPE} differs from the packed run's recipe")
+    _check_recipe_paths(recipe, root / RECIPE)
+    params = _load_yaml(root / PARAMS)
+    if not isinstance(params, dict) or not isinstance(params.get("run"), dict) or not isinstance(params.get("data"), list):
+        raise InvalidInput(f"{root / PARAMS} must hold a 'data' list and a 'run' mapping")
+    repeats, seed = params["run"].get("repeats"), params["run"].get("seed")
+    if repeats != run_meta.get("repeats") or seed != run_meta.get("seed") or seed != (run.recipe or {}).get("seed"):
+        raise InvalidInput(f"{root / PARAMS}: run.repeats/run.seed differ from the packed run's")
+    if set(params["run"]) - {"repeats", "seed"}:
+        raise InvalidInput(f"{root / PARAMS}: run may only hold repeats and seed")
+    data = _data_entries(params["data"], run.manifest or {}, root / PARAMS)
+    return Publication(root=root, index=index, reference=reference, data=data, repeats=int(repeats), seed=int(seed))
+
+
+def _check_recipe_paths(recipe: dict[str, Any], where: Path) -> None:
+    dataset = ((recipe.get("fixed") or {}).get("dataset") or {})
+    for key in ("path", "eval_path"):
+        value = dataset.get(key)
+        for item in value if isinstance(value, list) else [value]:
+            if item is not None:
+                safe_relpath(item, f"{where}: fixed.dataset.{key}")
+
+
+def _data_entries(raw: list[Any], manifest: dict[str, Any], where: Path) -> list[DataEntry]:
+    recorded = {str(e.get("path")): e for e in ((manifest.get("facets") or {}).get("data") or {}).get("entries") or []}
+    entries = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            raise InvalidInput(f"{where}: data[{i}] must be a mapping with a path")
+        path = item["path"]
+        if path not in recorded or item.get("md5") != recorded[path].get("md5"):
+            raise InvalidInput(f"{where}: data[{i}] ({path}) is not what the packed run's manifest recorded")
+        specs = item.get("generate")
+        if specs is not None:
+            if not isinstance(specs, list) or not specs:
+                raise InvalidInput(f"{where}: data[{i}].generate must be a list of generator specs or null")
+            specs = [check_spec(s, f"{where}: data[{i}].generate[{j}]") for j, s in enumerate(specs)]
+            outs = [s["out"] for s in specs]
+            inside = all(o == path or o.startswith(path.rstrip("/") + "/") for o in outs)
+            if not inside:
+                raise InvalidInput(f"{where}: data[{i}].generate writes outside {path}")
+        entries.append(DataEntry(path=path, md5=str(item["md5"]), size_bytes=item.get("bytes"),
+                                 nfiles=item.get("nfiles"), generate=specs, note=item.get("note")))
+    if set(recorded) != {e.path for e in entries}:
+        raise InvalidInput(f"{where}: data does not list every data path of the packed run's manifest")
+    return entries

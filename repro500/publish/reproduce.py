@@ -1,0 +1,213 @@
+"""``repro500 reproduce``: rerun a published result and verify it against the publication.
+
+1. **Source** (source.py): a publication directory, a git repository holding one (bare
+   clone, no hooks or filters), or a packed run (published on the fly with
+   :func:`repro500.publish.publication.publish`, margins from its acceptance tolerances).
+2. **Copy and check**: the publication is copied into ``OUT/publication`` and checked
+   (:func:`open_publication`): digest list, archive, and every published number, the recipe,
+   the seed and the data digests against the packed run.  Nothing runs before this passes.
+3. **Data** into ``OUT``: kept when already there with the recorded md5; else regenerated
+   from its generator parameters; else copied from ``--data-root`` when the md5 matches;
+   else ``dvc pull``-ed from the git source's DVC remote.
+4. **Rerun**: ``repro500 run publication/recipe.yaml --params publication/params.yaml`` in
+   ``OUT`` (a child process), with the published seed and repeats (or ``--repeats``).
+5. **Verify** the rerun against ``published.yaml`` (its manifest is the packed run's, so the
+   provenance diff is against the reference) and compare final parameters bitwise with the
+   packed run's repeats of the same seed.  ``OUT/verdict.json`` holds the verdict.
+
+The only thing taken from the source and executed is the recipe, by repro500 itself; YAML
+is read with ``yaml.safe_load``, nothing is unpickled, archives go through
+:func:`repro500.bundle.unpack`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from repro500 import bundle
+from repro500.errors import (
+    EXIT_FAIL,
+    EXIT_INCONCLUSIVE,
+    EXIT_OK,
+    InvalidInput,
+    RunFailed,
+    UsageError,
+)
+from repro500.publish import publication as pubs
+from repro500.publish import source as sources
+from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
+
+
+@dataclass
+class ReproduceResult:
+    workdir: Path
+    rerun: Path
+    verdict: Any  # repro500.verify.verdict.Verdict
+    source: str
+    data: list[str] = field(default_factory=list)  # one line per data path: where it came from
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.verdict.exit_code)
+
+
+def _console(console: Any) -> Any:
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    return console
+
+
+def _copy_publication(src: Path, dest: Path) -> None:
+    """Copy the files the publication's SHA256SUMS lists (not what ran inside it) into ``dest``."""
+    index = pubs.read_index(src)
+    if dest.resolve() == src.resolve():
+        return  # reproducing into the directory that already holds this copy
+    if dest.exists():
+        try:
+            previous = pubs.read_index(dest)
+        except InvalidInput:
+            previous = None
+        if previous is None or (previous.get("archive") or {}).get("sha256") != (index.get("archive") or {}).get("sha256"):
+            raise UsageError(f"{dest.parent} already holds the reproduction of another publication: choose another --out")
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    names = [*bundle.read_sums(src), bundle.SUMS_NAME]
+    for name in names:
+        rel = safe_relpath(name, f"{src / bundle.SUMS_NAME}: entry")
+        if not (src / rel).is_file():
+            continue  # reported as missing by open_publication
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, dest / rel)
+
+
+def _data(entry: DataEntry, workdir: Path, src: sources.Source, data_root: Path, tmp: Path) -> tuple[str, str | None]:
+    """Put one data path into the reproduction; (what was done, warning or None)."""
+    rel = safe_relpath(entry.path, "data path")
+    target = workdir / rel
+    if md5_matches(target, entry.md5):
+        return f"{entry.path}: already in place (md5 {entry.md5[:12]} matches)", None
+    if entry.generate:
+        for spec in entry.generate:
+            regenerate(spec, workdir)
+        if md5_matches(target, entry.md5):
+            return f"{entry.path}: regenerated from its generator parameters (md5 {entry.md5[:12]} matches)", None
+        return (f"{entry.path}: regenerated, but not byte-identical to the published data",
+                f"{entry.path} regenerated with a different md5 than the published {entry.md5}: the generator "
+                "differs here (the provenance diff shows it); the result may still reproduce")
+    local = data_root / rel
+    if local.resolve() != target.resolve() and md5_matches(local, entry.md5):
+        sources.copy_data(local, target)
+        return f"{entry.path}: copied from {local} (md5 {entry.md5[:12]} matches)", None
+    if src.git is not None:
+        project = sources.dvc_pull(src.git, [rel.as_posix()], tmp)
+        if not md5_matches(project / rel, entry.md5):
+            raise InvalidInput(f"{entry.path} pulled with DVC does not have the published md5 {entry.md5}")
+        sources.copy_data(project / rel, target)
+        return f"{entry.path}: pulled with DVC from {src.git.url} (md5 {entry.md5[:12]} matches)", None
+    why = f" ({entry.note})" if entry.note else ""
+    raise InvalidInput(f"data {entry.path} (md5 {entry.md5}) cannot be recreated{why}: put a copy at {local} "
+                       "(or pass --data-root), or reproduce from a git repository whose DVC remote holds it")
+
+
+def _rerun_id(workdir: Path) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    rid, n = f"rerun-{stamp}", 1
+    while (workdir / "runs" / rid).exists():
+        n += 1
+        rid = f"rerun-{stamp}-{n}"
+    return rid
+
+
+def _rerun(pub: pubs.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str]) -> Path:
+    rid = _rerun_id(workdir)
+    rel = pub.root.relative_to(workdir)
+    cmd = [sys.executable, "-m", "repro500.cli", "run", (rel / pubs.RECIPE).as_posix(),
+           "--params", (rel / pubs.PARAMS).as_posix(), "--out", "runs", "--run-id", rid, *pub.rerun_flags,
+           "--tracking" if tracking else "--no-tracking"]
+    if repeats is not None:
+        cmd += ["--repeats", str(repeats)]
+    # PYTHONSAFEPATH keeps the working directory (publication files, pulled data) off sys.path of
+    # the rerun and of every process it starts (torchrun's workers), so no file there is imported
+    rc = subprocess.run(cmd, cwd=workdir, env={**env, "PYTHONSAFEPATH": "1"}, check=False).returncode
+    rerun = workdir / "runs" / rid
+    if rc == 130 or rc < 0:
+        raise KeyboardInterrupt
+    if rc not in (EXIT_OK, EXIT_FAIL, EXIT_INCONCLUSIVE) or not (rerun / bundle.SUMS_NAME).is_file():
+        raise RunFailed(f"the rerun stopped with exit {rc} before it finished (its message is above); "
+                        f"what it wrote is in {rerun}")
+    return rerun
+
+
+def reproduce(
+    source: str,
+    *,
+    out: str | Path | None = None,
+    repeats: int | None = None,
+    rev: str | None = None,
+    subpath: str | None = None,
+    alpha: float = 0.05,
+    margins: dict[str, float] | None = None,
+    data_root: str | Path = ".",
+    tracking: bool = False,
+    console: Any = None,
+) -> ReproduceResult:
+    """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
+    from repro500.verify.determinism import compare_with_reference
+    from repro500.verify.rundir import load_run
+    from repro500.verify.verdict import render, verify_run, write_verdict
+
+    # the rerun gets the caller's environment as it was: libraries imported here while making the data
+    # (threadpoolctl sets KMP_DUPLICATE_LIB_OK) must not show up as a provenance difference
+    env = dict(os.environ)
+    console = _console(console)
+    if repeats is not None and repeats < 1:
+        raise UsageError(f"--repeats {repeats}: give at least 1")
+    with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
+        tmp = Path(tmp_name)
+        src = sources.resolve(source, tmp, rev=rev, subpath=subpath)
+        console.print(f"Reproducing {src.label}", highlight=False, soft_wrap=True)
+        pub_dir = src.path
+        if src.kind == "bundle":
+            pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
+        index = pubs.read_index(pub_dir)
+        workdir = Path(out) if out is not None else Path("reproductions") / str(safe_relpath(index.get("run_id"), "run id"))
+        workdir.mkdir(parents=True, exist_ok=True)
+        _copy_publication(pub_dir, workdir / "publication")
+        pub = pubs.open_publication(workdir / "publication", tmp / "reference")
+        console.print(f"publication checked: run {pub.run_id}, {pub.repeats} repeats, seed {pub.seed}; "
+                      f"archive sha256 {pub.index['archive']['sha256'][:16]}", highlight=False, soft_wrap=True)
+
+        lines, warnings = [], []
+        for entry in pub.data:
+            line, warning = _data(entry, workdir, src, Path(data_root), tmp)
+            lines.append(line)
+            console.print(f"  {line}", highlight=False, soft_wrap=True)
+            if warning:
+                warnings.append(warning)
+                console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+
+        rerun = _rerun(pub, workdir, repeats, tracking, env)
+        with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir
+            verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
+                                 alpha=alpha, margins=margins)
+        verdict.run_dir = str(rerun)
+        if verdict.status != "INVALID" and verdict.determinism is not None:
+            verdict.determinism.cross_run = compare_with_reference(load_run(rerun), load_run(pub.reference))
+        write_verdict(verdict, workdir)
+        console.rule("Verdict against the publication")
+        render(verdict, console)
+        console.print(f"rerun: {rerun}\nverdict: {workdir / 'verdict.json'}", highlight=False, soft_wrap=True)
+    return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
+                           warnings=warnings)
