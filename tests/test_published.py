@@ -41,6 +41,15 @@ def test_deep500_threshold_is_one_sided(tmp_path):
     assert verify_run(straddle, against=DEEP500).status == "INCONCLUSIVE"
 
 
+def test_deep500_rerun_stopped_at_the_threshold_is_decided_not_inconclusive(tmp_path):
+    # the recipe stops at 0.93, so every repeat ends just above it; the interval's lower end dips
+    # below 0.93 and only the shipped margin lets the claim be decided
+    stopped = make_run(tmp_path, "stopped", values={"accuracy": [0.9302, 0.9305, 0.9340, 0.9301, 0.9310]})
+    verdict = verify_run(stopped, against=DEEP500)
+    assert verdict.status == "REPRODUCED"
+    assert verdict.equivalence[0].margin == 0.005 and verdict.equivalence[0].tost["ci_low"] < 0.0
+
+
 def test_hpcai500_equivalence_both_sides_of_the_margin(tmp_path):
     near = make_run(tmp_path, "near", values={"accuracy": [0.762, 0.764, 0.763, 0.7625]})
     far = make_run(tmp_path, "far", values={"accuracy": [0.70, 0.702, 0.701, 0.699]})

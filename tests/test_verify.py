@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import sys
 import types
+from pathlib import Path
 
 import pytest
+import yaml
 from scipy import stats as sps
 from test_verify_rundir import edit_json, make_manifest, make_run
 
@@ -15,6 +17,8 @@ from repro500.digest import file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify import timing
 from repro500.verify.verdict import verify_run, write_verdict
+
+EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 
 
 def _status(verdict):
@@ -78,12 +82,48 @@ def test_one_repeat_is_inconclusive_with_advice(tmp_path):
     json.dumps(verdict.to_dict(), allow_nan=False)
 
 
-def test_diverged_repeats_are_excluded_and_reported(tmp_path):
-    run = make_run(tmp_path, values={"accuracy": [0.93, 0.1, 0.94, 0.935]},
-                   statuses=["completed", "diverged", "completed", "completed"])
+def test_a_diverged_repeat_keeps_the_band_from_passing_on_the_lucky_ones(tmp_path):
+    run = make_run(tmp_path, values={"accuracy": [0.93, 0.94, 0.935, 0.1, 0.938]},
+                   statuses=["completed", "completed", "completed", "diverged", "completed"])
     verdict = verify_run(run)
-    assert verdict.statistics["accuracy"]["n"] == 3
-    assert any("1: diverged" in a for a in verdict.advice)
+    assert _status(verdict) == ("INCONCLUSIVE", 3)
+    band = verdict.bands[0]
+    assert band.status == "INCONCLUSIVE" and band.n == 4
+    assert band.lower_bound >= band.threshold  # the four completed ones alone would pass
+    assert "3 (diverged) did not complete" in band.reason and "investigate the divergence" in band.reason
+    assert verdict.statistics["accuracy"]["n"] == 4
+    assert any("3: diverged" in a for a in verdict.advice)
+    assert any("investigate the divergence" in a for a in verdict.advice)
+
+
+def test_failed_and_killed_repeats_also_block_a_pass_with_rerun_advice(tmp_path):
+    run = make_run(tmp_path, values={"accuracy": [0.93, 0.94, 0.935, 0.5, 0.6]},
+                   statuses=["completed", "completed", "completed", "failed", "killed"])
+    verdict = verify_run(run)
+    assert _status(verdict) == ("INCONCLUSIVE", 3)
+    assert "3 (failed), 4 (killed) did not complete" in verdict.reasons[0]
+    assert any("rerun them" in a and "--resume" in a for a in verdict.advice)
+
+
+def test_a_band_the_completed_repeats_miss_stays_fail_despite_a_diverged_one(tmp_path):
+    run = make_run(tmp_path, values={"accuracy": [0.70, 0.71, 0.1, 0.72]},
+                   statuses=["completed", "completed", "diverged", "completed"])
+    verdict = verify_run(run)
+    assert _status(verdict) == ("FAIL", 1)
+    assert "misses band" in verdict.bands[0].reason
+
+
+@pytest.mark.parametrize("recipe", ["cifar10_resnet44", "imagenet_resnet50", "ewa_fasterrcnn"])
+def test_shipped_recipe_band_decides_repeats_that_stopped_at_the_target(tmp_path, recipe):
+    # training stops at the target, so every repeat ends just above it; the one-sided bound then
+    # dips below the target, and only the recipe's tolerance lets the band be decided
+    acceptance = yaml.safe_load((EXPERIMENTS / f"{recipe}.yaml").read_text())["acceptance"]
+    (metric, spec), = acceptance.items()
+    stopped = [spec["target"] + d for d in (0.0002, 0.0005, 0.004, 0.0001, 0.001)]
+    shipped = make_run(tmp_path, "shipped", values={metric: stopped}, acceptance=acceptance)
+    assert _status(verify_run(shipped)) == ("PASS", 0)
+    zero = {metric: {**spec, "tolerance": 0.0}}
+    assert verify_run(make_run(tmp_path, "zero", values={metric: stopped}, acceptance=zero)).status == "INCONCLUSIVE"
 
 
 def test_no_criteria_and_no_reference_is_inconclusive(tmp_path):
@@ -188,6 +228,17 @@ def test_equivalent_runs_are_reproduced(tmp_path):
     eq = verdict.equivalence[0]
     assert eq.margin_source == "acceptance tolerance"
     assert -0.02 <= eq.tost["ci_low"] <= eq.tost["ci_high"] <= 0.02
+
+
+def test_a_rerun_with_a_diverged_repeat_is_not_reproduced_on_the_others(tmp_path):
+    a = make_run(tmp_path, "a", values={"accuracy": [0.930, 0.935, 0.1, 0.940]},
+                 statuses=["completed", "completed", "diverged", "completed"])
+    b = make_run(tmp_path, "b", values={"accuracy": [0.932, 0.936, 0.938]})
+    verdict = verify_run(a, against=b)
+    assert _status(verdict) == ("INCONCLUSIVE", 3)
+    eq = verdict.equivalence[0]
+    assert eq.status == "INCONCLUSIVE" and "2 (diverged) of the run did not complete" in eq.reason
+    assert -0.02 <= eq.tost["ci_low"] <= eq.tost["ci_high"] <= 0.02  # the three completed ones alone would pass
 
 
 def test_runs_differing_beyond_the_margin_are_not_reproduced(tmp_path):

@@ -529,10 +529,10 @@ def _valid_flops(doc: dict[str, Any]) -> Markup:
     parts = [para(f"{f.get('formula') or ''} (HPC AI500). Mean {num(s.get('mean'))} FLOP/s over "
                   f"{num(s.get('n'))} repeat(s), cv {pct(s.get('cv'))}."),
              table(["repeat", "FLOP/s", "achieved", "target", "exponent", "training FLOPs", "time to quality (s)",
-                    "Valid FLOP/s (recorded)", "recomputed, ratio uncapped"], rows),
-             caption("BenchCouncil does not say whether quality above the target is rewarded: a recorded value "
-                     "that equals the formula with the quality ratio capped at 1, or uncapped, is accepted; "
-                     "any other value is listed below.")]
+                    "Valid FLOP/s (recorded)", "recomputed"], rows),
+             caption("HPC AI500's penalty coefficient (achieved / target)^n penalises quality below the target "
+                     "and rewards quality above it; a recorded value that the formula does not give from its "
+                     "inputs is listed below.")]
     mismatches = [str(m) for m in _l(f.get("mismatches"))]
     if mismatches:
         parts.append(bullet_list(mismatches, "reasons"))

@@ -10,6 +10,10 @@ the best repeat.  For "higher is better" with threshold ``target - tolerance``:
 
 "Lower is better" mirrors this with threshold ``target + tolerance``.  With zero variance
 the bounds equal the mean and the decision is exact; with one repeat it is INCONCLUSIVE.
+
+A band cannot PASS while any repeat diverged, failed or was killed: deciding on the completed
+repeats alone is deciding on the lucky ones.  It becomes INCONCLUSIVE naming those repeats; a
+band that the completed repeats already FAIL stays FAIL.
 """
 
 from __future__ import annotations
@@ -42,9 +46,36 @@ class BandResult:
         return asdict(self)
 
 
-def check_band(criterion: Criterion, values: list[float], alpha: float, *, unsuccessful: int = 0) -> BandResult:
-    """Decide one criterion from the values of the completed repeats."""
-    c = criterion
+def check_band(
+    criterion: Criterion, values: list[float], alpha: float, *, unsuccessful: dict[int, str] | None = None
+) -> BandResult:
+    """Decide one criterion from the values of the completed repeats.
+
+    ``unsuccessful`` maps the repeats that did not complete to their state; any of them keeps
+    the band from passing.
+    """
+    res = _decide(criterion, values, alpha, len(unsuccessful or {}))
+    if unsuccessful and res.status == "PASS":
+        _block_pass(res, unsuccessful)
+    return res
+
+
+def _block_pass(res: BandResult, unsuccessful: dict[int, str]) -> None:
+    """Turn a PASS on the completed repeats into INCONCLUSIVE, naming the missing repeats."""
+    shown = ", ".join(f"{k} ({state})" for k, state in sorted(unsuccessful.items()))
+    steps = []
+    if "diverged" in unsuccessful.values():
+        steps.append("investigate the divergence (NaN/Inf loss: e.g. a lower learning rate), then rerun")
+    if any(state != "diverged" for state in unsuccessful.values()):
+        steps.append("rerun them (`repro500 run --resume RUN` completes killed ones)")
+    todo = "; ".join(steps)
+    res.status = "INCONCLUSIVE"
+    res.reason = (f"repeat(s) {shown} did not complete, so the band cannot pass on the {res.n} that did "
+                  f"({res.reason}); {todo}")
+    res.advice.append(f"{res.metric}: repeat(s) {shown} did not complete: {todo}")
+
+
+def _decide(c: Criterion, values: list[float], alpha: float, unsuccessful: int) -> BandResult:
     higher = c.direction == "higher"
     sign = ">=" if higher else "<="
     res = BandResult(
@@ -99,5 +130,4 @@ def check_band(criterion: Criterion, values: list[float], alpha: float, *, unsuc
 
 
 def check_bands(run: RunData, alpha: float) -> list[BandResult]:
-    unsuccessful = len(run.unsuccessful)
-    return [check_band(c, run.values(c.metric), alpha, unsuccessful=unsuccessful) for c in run.acceptance]
+    return [check_band(c, run.values(c.metric), alpha, unsuccessful=run.unsuccessful) for c in run.acceptance]

@@ -149,7 +149,28 @@ def _advise(out: EquivalenceResult, res: stats.TostResult, test: str, direction:
 
 
 def compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, float] | None = None) -> list[EquivalenceResult]:
-    """Compare every metric the reference and the margins name (see docs/verify.md)."""
+    """Compare every metric the reference and the margins name (see docs/verify.md).
+
+    As with the bands, a rerun with repeats that diverged, failed or were killed cannot be
+    REPRODUCED on the repeats that completed: that result becomes INCONCLUSIVE.
+    """
+    results = _compare(run, ref, alpha, margins)
+    if run.unsuccessful:
+        for res in results:
+            if res.status == REPRODUCED:
+                _block_reproduced(res, run.unsuccessful)
+    return results
+
+
+def _block_reproduced(res: EquivalenceResult, unsuccessful: dict[int, str]) -> None:
+    shown = ", ".join(f"{k} ({state})" for k, state in sorted(unsuccessful.items()))
+    res.status = INCONCLUSIVE
+    res.reason = (f"repeat(s) {shown} of the run did not complete, so it cannot count as reproduced on the "
+                  f"others ({res.reason}); investigate or rerun them (`repro500 run --resume RUN` completes killed ones)")
+    res.advice.append(f"{res.metric}: repeat(s) {shown} did not complete")
+
+
+def _compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, float] | None) -> list[EquivalenceResult]:
     margins = dict(margins or {})
     for name, value in margins.items():
         if not value > 0:

@@ -1,12 +1,11 @@
 """Valid FLOPS (HPC AI500), shown with the inputs it was computed from.
 
 ``valid_flops = flops_per_s * (achieved / target) ** exponent`` (exponent 5 for image
-classification; ``target / achieved`` when lower is better): throughput is penalised when
-the quality target is missed.  Each repeat
-summary records its inputs under ``valid_flops``; this section lists them, summarises the
-recorded values and recomputes each one.  BenchCouncil does not say whether quality above
-the target is rewarded, so a recorded value is accepted when it matches either the plain
-formula or the one with the ratio capped at 1; any other value is reported.
+classification; ``target / achieved`` when lower is better).  The ratio is not capped: HPC
+AI500's penalty coefficient penalises quality below the target and awards quality above it
+(Jiang et al., HPC AI500, section 4.3).  Each repeat summary records its inputs under
+``valid_flops``; this section lists them, summarises the recorded values and recomputes each
+one.  A recorded value that the formula does not give from its inputs is reported.
 """
 
 from __future__ import annotations
@@ -39,18 +38,33 @@ def _num(value: Any) -> float | None:
     return float(value)
 
 
-def recompute(inputs: dict[str, Any]) -> tuple[float | None, float | None]:
-    """(uncapped, capped) Valid FLOPS from recorded inputs; None when an input is missing."""
+def recompute(inputs: dict[str, Any]) -> float | None:
+    """Valid FLOPS from recorded inputs; None when an input is missing or the ratio is undefined."""
     fps, achieved, target, exponent = (_num(inputs.get(k)) for k in ("flops_per_s", "achieved", "target", "exponent"))
-    if None in (fps, achieved, target, exponent) or target == 0 or achieved < 0 or target < 0:
-        return None, None
+    if fps is None or achieved is None or target is None or exponent is None or target <= 0 or achieved < 0:
+        return None
     if inputs.get("direction") == "lower":  # lower is better: the quality ratio is inverted
         if achieved == 0:
-            return None, None
+            return None
         ratio = target / achieved
     else:
         ratio = achieved / target
-    return fps * ratio**exponent, fps * min(1.0, ratio) ** exponent
+    try:
+        value = fps * ratio**exponent
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _problem(k: int, recorded: float | None, recomputed: float | None) -> str | None:
+    """The sentence reporting a recorded value that its inputs do not give, else None."""
+    if recorded is None:
+        return None
+    if recomputed is None:
+        return f"repeat {k}: recorded valid_flops {recorded:.6g} cannot be recomputed: its inputs are missing or undefined"
+    if math.isclose(recorded, recomputed, rel_tol=_REL_TOL, abs_tol=1e-9):
+        return None
+    return f"repeat {k}: recorded valid_flops {recorded:.6g} but its inputs give {recomputed:.6g}"
 
 
 def valid_flops(run: RunData, alpha: float) -> FlopsResult:
@@ -63,18 +77,20 @@ def valid_flops(run: RunData, alpha: float) -> FlopsResult:
         recorded = _num(metrics.get("valid_flops"))
         if not inputs and recorded is None:
             continue
-        plain, capped = recompute(inputs)
-        entry = {
+        recomputed = recompute(inputs)
+        res.repeats.append({
             "repeat": k, "flops_per_s": _num(inputs.get("flops_per_s")), "achieved": _num(inputs.get("achieved")),
-            "target": _num(inputs.get("target")), "exponent": _num(inputs.get("exponent")),
-            "train_flops": _num(metrics.get("train_flops")), "time_to_quality_s": _num(metrics.get("time_to_quality_s")),
-            "valid_flops": recorded, "recomputed": plain,
-        }
-        res.repeats.append(entry)
+            "target": _num(inputs.get("target")),
+            "direction": "lower" if inputs.get("direction") == "lower" else "higher",
+            "exponent": _num(inputs.get("exponent")), "train_flops": _num(metrics.get("train_flops")),
+            "time_to_quality_s": _num(metrics.get("time_to_quality_s")), "valid_flops": recorded,
+            "recomputed": recomputed,
+        })
         if recorded is not None:
             recorded_values.append(recorded)
-            if plain is not None and not any(math.isclose(recorded, v, rel_tol=_REL_TOL, abs_tol=1e-9) for v in (plain, capped)):
-                res.mismatches.append(f"repeat {k}: recorded valid_flops {recorded:.6g} but the inputs give {plain:.6g}")
+        problem = _problem(k, recorded, recomputed)
+        if problem:
+            res.mismatches.append(problem)
     if recorded_values:
         res.summary = stats.describe(recorded_values, alpha)
     return res

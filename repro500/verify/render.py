@@ -157,10 +157,12 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
     if f is not None and f.repeats:
         first = f.repeats[0]
         summary = f.summary or {}
+        ratio = (first["target"], first["achieved"]) if first.get("direction") == "lower" else (
+            first["achieved"], first["target"])
         console.print(
             f"[bold]Valid FLOPS[/]  mean {_g(summary.get('mean'))} FLOP/s over {summary.get('n', 0)} repeat(s); "
-            f"repeat {first['repeat']}: {_g(first['flops_per_s'])} FLOP/s x ({_g(first['achieved'])} / "
-            f"{_g(first['target'])})^{_g(first['exponent'])}", highlight=False)
+            f"repeat {first['repeat']}: {_g(first['flops_per_s'])} FLOP/s x ({_g(ratio[0])} / "
+            f"{_g(ratio[1])})^{_g(first['exponent'])} = {_g(first['recomputed'])}", highlight=False)
         for text in f.mismatches[:2]:
             console.print(f"  [yellow]{text}[/]", highlight=False)
 

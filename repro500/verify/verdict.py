@@ -5,7 +5,8 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
 
 * any integrity problem (run or reference)  -> INVALID (exit 4); nothing else is decided;
 * without a reference, the **bands** and **determinism** decide: any FAIL -> FAIL (1),
-  else any INCONCLUSIVE -> INCONCLUSIVE (3), else PASS (0);
+  else any INCONCLUSIVE -> INCONCLUSIVE (3), else PASS (0); a band cannot PASS while any
+  repeat diverged, failed or was killed (docs/verify.md, "Bands");
 * with a reference, **equivalence**, **determinism** and the **time-to-train**
   convergence check decide the same way, reported as REPRODUCED / NOT REPRODUCED /
   INCONCLUSIVE; the bands are still shown;
@@ -250,6 +251,7 @@ def _collect_advice(verdict: Verdict, run: Any) -> None:
     unsuccessful = run.unsuccessful
     if unsuccessful:
         shown = ", ".join(f"{k}: {s}" for k, s in unsuccessful.items())
-        advice.append(f"repeats not completed ({shown}) are excluded from every statistic")
+        advice.append(f"repeats not completed ({shown}) are excluded from every statistic, "
+                      "and no band can pass until they complete")
     seen = set()
     verdict.advice += [a for a in advice if not (a in seen or seen.add(a))]

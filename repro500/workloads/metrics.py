@@ -64,22 +64,30 @@ def peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
 
 
-def quality_ratio(achieved: float, target: float, direction: str) -> float:
-    """achieved/target for higher-is-better metrics, target/achieved for lower-is-better, capped at 1.
+def quality_ratio(achieved: float, target: float, direction: str) -> float | None:
+    """achieved/target for higher-is-better metrics, target/achieved for lower-is-better; not capped.
 
-    HPC AI500 defines the penalty for missing the target; a result above the target earns no
-    bonus (the cap is our reading: BenchCouncil does not state how over-achievement counts).
+    HPC AI500 (Jiang et al., section 4.3): the penalty coefficient "penalize[s] or award[s] the
+    FLOPS if the achieved quality is lower or greater than the target", so a ratio above 1 counts.
+    None when the ratio is undefined (a zero or negative denominator, a non-finite input).
     """
+    if not (math.isfinite(achieved) and math.isfinite(target)) or target <= 0 or achieved < 0:
+        return None
     if direction == "higher":
-        ratio = achieved / target if target else 1.0
-    else:
-        ratio = target / achieved if achieved else 1.0
-    return max(0.0, min(1.0, ratio))
+        return achieved / target
+    return target / achieved if achieved > 0 else None
 
 
-def valid_flops(flops_per_s: float, achieved: float, target: float, direction: str, exponent: int) -> float:
-    """HPC AI500's Valid FLOPS: ``FLOPS * (achieved / target) ** n``."""
-    return flops_per_s * quality_ratio(achieved, target, direction) ** exponent
+def valid_flops(flops_per_s: float, achieved: float, target: float, direction: str, exponent: int) -> float | None:
+    """HPC AI500's Valid FLOPS: ``FLOPS * (achieved / target) ** n``; None when undefined."""
+    ratio = quality_ratio(achieved, target, direction)
+    if ratio is None:
+        return None
+    try:
+        value = flops_per_s * ratio**exponent
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def target_reached(value: float | None, target: float, direction: str) -> bool:
