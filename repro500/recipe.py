@@ -29,6 +29,9 @@ SCHEMA = "repro500/recipe/v1"
 
 WORKLOADS = ("classification", "detection", "regression")
 DIRECTIONS = ("higher", "lower")
+# The optimizers the trainer builds (repro500.workloads.train.build_optimizer): the recipe schema
+# accepts exactly these, so a name the trainer cannot build is refused at load, before any work.
+OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -45,7 +48,7 @@ DATASET_SCHEMA: dict[str, Any] = {
 }
 TARGET_SCHEMA: dict[str, Any] = {"metric": str, "value": NUMBER, "direction": list(DIRECTIONS)}
 OPTIMIZER_SCHEMA: dict[str, Any] = {
-    "name": ["sgd", "adam", "adamw", "lars"],
+    "name": list(OPTIMIZERS),
     "lr": NUMBER,
     "momentum": NUMBER,
     "weight_decay": NUMBER,
@@ -386,16 +389,19 @@ def load(
         params.pop("recipe", None)
         for key, value in _flatten_params(params):
             applied[_apply_override(data, key, value, open_division, str(params_file))] = value
+        _validate(data, _Located(f"{params_file} (applied to {path})"))  # a params file is input: exit 4
     for assignment in overrides or []:
         key, value = parse_assignment(assignment)
-        applied[_apply_override(data, key, value, open_division, f"--set {assignment}")] = value
+        origin = f"--set {assignment}"
+        applied[_apply_override(data, key, value, open_division, origin)] = value
+        try:  # each --set on its own, so the message names the one at fault
+            _validate(data, _Located(origin))
+        except InvalidInput as err:  # a bad command-line value is a usage error, like click's (exit 2)
+            raise UsageError(str(err)) from None
     if repeats is not None:
         data["repeats"] = repeats
         applied["repeats"] = repeats
-
-    # validate again after overrides, with the override's origin as location
-    override_loc = _Located(f"{path} (after overrides)")
-    _validate(data, override_loc)
+        _validate(data, _Located(f"{path} (after --repeats)"))
     fixed_changed = any(k.startswith(("fixed.", "acceptance.")) for k in applied)
 
     mutable = _deep_merge(DEFAULT_MUTABLE, data.get("mutable") or {})

@@ -111,8 +111,84 @@ def _data_paths(recipe: recipes.Recipe) -> list[str]:
     return out
 
 
-def preflight(recipe: recipes.Recipe) -> dict[str, Any]:
-    """Everything that can be checked before any training: model, dataset, engine, data paths."""
+# The run-level metrics every repeat's summary reports next to its evaluator's
+# (repro500.workloads.train._summarise writes them; docs/run.md lists them).
+SUMMARY_METRICS = ("throughput_samples_per_s", "train_flops", "flops_per_s", "valid_flops",
+                   "time_to_quality_s", "epochs_to_quality", "train_time_s", "total_time_s")
+
+
+def resolve_device(requested: str) -> str:
+    """``cpu`` or ``cuda``: what ``mutable.device`` means on this machine (auto: cuda when visible)."""
+    if requested == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if requested == "cuda":
+        raise InvalidInput("mutable.device is cuda but this machine has no usable CUDA device "
+                           "(torch.cuda.is_available() is false); run with --set device=cpu or --set device=auto")
+    return "cpu"
+
+
+def comm_backend(engine: str, device: str) -> str | None:
+    """The collective backend a distributed engine uses on ``device`` (none for ``local``)."""
+    if engine == "local":
+        return None
+    if engine == "horovod":
+        return "horovod-gloo"
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def evaluation_metrics(workload: str, info: dict[str, Any]) -> list[str]:
+    """The metric names the workload's evaluator reports on this dataset.
+
+    Asked of the evaluator itself (built as the trainer builds it, computed on nothing: every
+    name with a null value), so this list cannot drift from what training reports.
+    """
+    from repro500.workloads.evaluation import make_evaluator
+
+    kwargs: dict[str, Any] = {}
+    if workload == "classification":
+        kwargs["num_classes"] = int(info.get("num_classes") or 2)
+    elif workload == "detection" and info.get("class_names"):
+        kwargs["class_names"] = list(info["class_names"])
+    return list(make_evaluator(workload, **kwargs).compute())
+
+
+def _unknown_metric(where: str, name: str, allowed: list[str], kind: str) -> InvalidInput:
+    import difflib
+
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return InvalidInput(f"{where} {name!r} is not {kind}; {hint}allowed: {', '.join(allowed)}")
+
+
+def check_metric_names(recipe: recipes.Recipe, info: dict[str, Any]) -> None:
+    """The target must be an evaluation metric (it is checked after each epoch's evaluation), and
+    every acceptance metric one a repeat's summary reports."""
+    evaluated = evaluation_metrics(recipe.fixed["workload"], info)
+    target = recipe.fixed["target"]["metric"]
+    if target not in evaluated:
+        raise _unknown_metric(f"{recipe.source}: fixed.target.metric", target, evaluated,
+                              "an evaluation metric of this workload")
+    reported = [*evaluated, *SUMMARY_METRICS]
+    for name in recipe.acceptance:
+        if name not in reported:
+            raise _unknown_metric(f"{recipe.source}: acceptance", name, reported, "a metric this workload reports")
+
+
+@dataclass
+class Preflight:
+    """What the checks before training learnt: the dataset's info and the device ranks will use."""
+
+    dataset_info: dict[str, Any]
+    device: str  # cpu | cuda (mutable.device resolved on this machine)
+
+
+def preflight(recipe: recipes.Recipe) -> Preflight:
+    """Everything that can be checked before any training: model, dataset, data paths, device,
+    compressor and engine, metric names.  Warns when CPU ranks would oversubscribe the cores."""
     from repro500.workloads.data import open_dataset
     from repro500.workloads.models import model_task
 
@@ -134,6 +210,7 @@ def preflight(recipe: recipes.Recipe) -> dict[str, Any]:
     info = dict(getattr(dataset, "info", {}))
     if info.get("task") and info["task"] != fixed["workload"]:
         raise InvalidInput(f"{recipe.source}: dataset {ds['name']} is for {info['task']}, but fixed.workload is {fixed['workload']}")
+    device = resolve_device(mutable["device"])
     compressor = mutable.get("compressor", "none")
     if compressor not in ("none", None):
         from repro500.ext.compressors import get as get_compressor
@@ -143,11 +220,12 @@ def preflight(recipe: recipes.Recipe) -> dict[str, Any]:
             raise UsageError("a gradient compressor needs a distributed engine: add --nproc 2 (or more)")
     if mutable["engine"] == "local" and mutable.get("nproc", 1) > 1:
         raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
+    check_metric_names(recipe, info)
     if mutable["engine"] != "local":
         cores = os.cpu_count() or 1
-        if mutable["device"] == "cpu" and mutable["nproc"] > cores:
+        if device == "cpu" and mutable["nproc"] > cores:
             print(f"repro500: warning: {mutable['nproc']} ranks on {cores} CPU cores will oversubscribe the machine", file=sys.stderr)
-    return info
+    return Preflight(info, device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -158,6 +236,7 @@ class _Run:
         self.options = options
         self.console = console
         self.tracker: Any = None
+        self.parent_ended = False
         self.resumed = False
         self.repeat_errors: dict[int, ReproError] = {}
         if options.resume:
@@ -183,11 +262,12 @@ class _Run:
             self.recipe.mutable["engine"] = "ddp"
         if opts.deterministic:
             self.recipe.mutable["deterministic"] = True
-        self.info = preflight(self.recipe)
+        self.checked = preflight(self.recipe)
         self.run_id = opts.run_id or _new_run_id(self.recipe.name)
         self.run_dir = Path(opts.out_dir) / self.run_id
         if self.run_dir.exists():
-            raise InvalidInput(f"run directory {self.run_dir} already exists; choose another --run-id")
+            resume = f", or complete it with: repro500 run --resume {self.run_dir}" if (self.run_dir / "run.json").is_file() else ""
+            raise InvalidInput(f"run directory {self.run_dir} already exists; choose another --run-id{resume}")
         self.meta: dict[str, Any] = {
             "schema": bundle.RUN_SCHEMA,
             "run_id": self.run_id,
@@ -221,7 +301,7 @@ class _Run:
         if self.meta.get("schema") != bundle.RUN_SCHEMA:
             raise InvalidInput(f"{run_json} is not a {bundle.RUN_SCHEMA} document")
         self.recipe = recipes.from_run_dir(run_dir)
-        self.info = preflight(self.recipe)
+        self.checked = preflight(self.recipe)
         self.run_dir = run_dir
         self.run_id = self.meta["run_id"]
         self.resumed = True
@@ -234,20 +314,61 @@ class _Run:
 
     # ----- the run --------------------------------------------------------------------------
     def execute(self) -> RunOutcome:
+        """Run, and whatever happens close the run: run.json never stays ``running`` and the MLflow
+        parent never stays RUNNING (KILLED on Ctrl-C or SIGTERM, FAILED on an error)."""
         from repro500.workloads import train
 
-        opts = self.options
         train.environment_for_determinism()
-        if opts.tracking:
+        if self.options.tracking:
             from repro500 import tracking
 
             tracking.check_reachable()
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._open_directory()
+        try:
+            with _sigterm_as_interrupt():
+                return self._execute()
+        except KeyboardInterrupt:
+            self._abandon("interrupted", "KILLED")
+            self.console.print(f"[yellow]Interrupted.[/] Complete the run with: repro500 run --resume {self.run_dir}")
+            return RunOutcome(self.run_dir, EXIT_INTERRUPTED)
+        except BaseException:
+            self._abandon("failed", "FAILED")
+            raise
+
+    def _open_directory(self) -> None:
+        """Create the run directory with ``recipe.yaml`` and ``run.json`` first, so that a run stopped
+        at any later point can be resumed (and its --run-id is not left unusable)."""
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=self.resumed)
+            if not self.resumed:
+                atomic.write_text(self.run_dir / "recipe.yaml", self.recipe.to_yaml())
+            self._write_meta()
+        except FileExistsError:
+            raise InvalidInput(f"run directory {self.run_dir} already exists; choose another --run-id") from None
+        except OSError as err:
+            raise InvalidInput(f"cannot write the run directory {self.run_dir} ({err.strerror or err}); "
+                               "choose a writable --out directory") from None
+
+    def _abandon(self, status: str, mlflow_status: str) -> None:
+        """Record a run that stopped outside the repeat loop.  Best effort: the error that got us
+        here is what the user must see, not a second one from the cleanup."""
+        if self.meta.get("status") == "running":
+            self.meta["status"] = status
+            self.meta["finished_utc"] = _utc()
+            with suppress(OSError):
+                self._write_meta()
+                bundle.write_sums(self.run_dir)  # a resumed run's earlier digest list must not call run.json edited
+        with suppress(Exception):
+            self._end_parent(mlflow_status)
+
+    def _end_parent(self, status: str, **logged: Any) -> None:
+        if self.tracker and not self.parent_ended:
+            self.tracker.end_parent(status, **logged)
+            self.parent_ended = True
+
+    def _execute(self) -> RunOutcome:
         manifest = self._capture()
-        if not self.resumed:
-            atomic.write_text(self.run_dir / "recipe.yaml", self.recipe.to_yaml())
-        self._write_meta()
-        if opts.tracking:
+        if self.options.tracking:
             self._start_tracking(manifest)
 
         summaries = self._existing_summaries()
@@ -258,7 +379,7 @@ class _Run:
             self.console.print(f"Run [bold]{self.run_id}[/] -> {self.run_dir}")
         interrupted = False
         try:
-            with _sigterm_as_interrupt(), self._progress() as progress:
+            with self._progress() as progress:
                 repeats_task = progress.add_task("repeats", total=self.recipe.repeats, completed=len(summaries))
                 for k in todo:
                     summaries[k] = self._run_repeat(k, progress)
@@ -273,13 +394,11 @@ class _Run:
         if interrupted:
             self.console.print(f"[yellow]Interrupted.[/] Finished repeats are kept in {self.run_dir}; "
                                f"complete the run with: repro500 run --resume {self.run_dir}")
-            if self.tracker:
-                self.tracker.end_parent("KILLED")
+            self._end_parent("KILLED")
             return RunOutcome(self.run_dir, EXIT_INTERRUPTED, summaries=summaries)
         self._table(summaries)
         if failed:
-            if self.tracker:
-                self.tracker.end_parent("FAILED")
+            self._end_parent("FAILED")
             known = self.repeat_errors.get(failed[0])
             if known is not None:
                 raise known
@@ -298,14 +417,19 @@ class _Run:
         facets = {
             "runtime": self._runtime_state(env_facet),
             "distributed": {"engine": mutable["engine"], "world_size": world,
-                            "compressor": mutable.get("compressor", "none")},
+                            "backend": comm_backend(mutable["engine"], self.checked.device),
+                            "compressor": mutable.get("compressor", "none"),
+                            "comm_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}},
         }
         manifest, artifacts = build_manifest(
             _data_paths(self.recipe), extra_facets=facets, progress=True, seed=self.recipe.seed,
             repeats=self.recipe.repeats, world_size=world, same_seed=bool(self.meta.get("same_seed")))
-        if self.resumed:
+        if self.resumed and (self.run_dir / "manifest.json").is_file():
             self._record_resume(manifest)
             return json.loads((self.run_dir / "manifest.json").read_text(encoding="utf-8"))
+        if self.resumed:  # the first attempt stopped before its capture finished: this one is the run's
+            self.meta.setdefault("resumes", []).append({
+                "utc": _utc(), "manifest_digest": manifest["digest"]["value"], "result_relevant_differences": []})
         write_manifest(manifest, artifacts, self.run_dir)
         return manifest
 
@@ -401,11 +525,6 @@ class _Run:
         seeds = self._repeat_seeds(k)
         spec = train.TrainSpec.from_recipe(self.recipe.fixed, self.recipe.mutable)
         mlflow_id = None
-        if self.tracker:
-            mlflow_id = self.tracker.start_repeat(k, {"repro500.seed": str(seeds.torch), "repro500.run_id": self.run_id},
-                                                  params=self.recipe.flat_params())
-            self.meta["mlflow"]["repeat_run_ids"][str(k)] = mlflow_id
-            self._write_meta()
         epoch_task = progress.add_task(f"repeat {k} epoch 1/{spec.epochs}", total=None)
 
         def on_epoch_start(epoch: int, steps: int) -> None:
@@ -420,6 +539,11 @@ class _Run:
 
         callbacks = train.Callbacks(on_epoch_start, on_step, on_epoch_end)
         try:
+            if self.tracker:
+                mlflow_id = self.tracker.start_repeat(k, {"repro500.seed": str(seeds.torch), "repro500.run_id": self.run_id},
+                                                      params=self.recipe.flat_params())
+                self.meta["mlflow"]["repeat_run_ids"][str(k)] = mlflow_id
+                self._write_meta()
             if self.recipe.mutable.get("engine", "local") == "local":
                 summary = train.train_repeat(spec, k, seeds, out, callbacks=callbacks)
             else:
@@ -444,10 +568,35 @@ class _Run:
             progress.remove_task(epoch_task)
             return summary
         progress.remove_task(epoch_task)
+        self._record_rank_map(k, out)
         if self.tracker and mlflow_id:
             files = [out / n for n in ("summary.json", "metrics.jsonl", "mllog.txt")]
-            self.tracker.end_repeat(mlflow_id, summary, files, "FINISHED")
+            try:
+                self.tracker.end_repeat(mlflow_id, summary, files, "FINISHED")
+            except BaseException:
+                # the repeat is complete on disk: whatever stopped the logging, MLflow must not
+                # keep it RUNNING (a Ctrl-C here used to leave it so)
+                with suppress(Exception):
+                    self.tracker.client.set_terminated(mlflow_id, status="FINISHED")
+                raise
         return summary
+
+    def _record_rank_map(self, k: int, out: Path) -> None:
+        """Copy repeat k's rank -> host / device map from ``ranks.json`` into ``run.json``.
+
+        It is known only once the ranks have started, after the manifest was captured and digested,
+        so it lives in run.json (docs/distributed.md)."""
+        path = out / "ranks.json"
+        if not path.is_file():
+            return
+        try:
+            ranks = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return
+        record = self.meta.setdefault("distributed", {})
+        record["backend"] = ranks.get("backend")
+        record.setdefault("rank_maps", {})[str(k)] = rank_map(ranks, self.checked.device)
+        self._write_meta()
 
     def _mark_killed(self, k: int, seeds: seeding.Seeds, out: Path, mlflow_id: str | None, reason: str) -> None:
         summary = {"schema": bundle.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "killed",
@@ -484,7 +633,7 @@ class _Run:
             means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
                      for name, m in json.loads((self.run_dir / "summary.json").read_text())["metrics"].items()
                      if m["values"]}
-            self.tracker.end_parent("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
+            self._end_parent("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
         return verdict
 
     @contextmanager
@@ -514,6 +663,23 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def rank_map(ranks: dict[str, Any], device: str) -> list[dict[str, Any]]:
+    """Per rank of a ``repro500/ranks/v1`` document: host, local rank, device, GPU model and the
+    ``NCCL_*`` / ``GLOO_*`` variables it ran with.  A CUDA rank uses GPU ``local_rank % count``, as
+    the ddp worker chooses; the model is read from that host's hardware facet (NVML order)."""
+    out = []
+    for r in ranks.get("ranks") or []:
+        entry: dict[str, Any] = {"rank": r.get("rank"), "host": r.get("host"), "local_rank": r.get("local_rank"),
+                                 "device": "cpu", "gpu": None, "env": r.get("env") or {}}
+        gpus = (r.get("hardware") or {}).get("gpus") or []
+        if device == "cuda" and gpus and isinstance(r.get("local_rank"), int):
+            index = r["local_rank"] % len(gpus)
+            entry["device"] = f"cuda:{index}"
+            entry["gpu"] = gpus[index].get("name")
+        out.append(entry)
+    return out
 
 
 def aggregate(run_id: str, recipe: recipes.Recipe, summaries: dict[int, dict[str, Any]]) -> dict[str, Any]:

@@ -61,6 +61,13 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_da
     ranks = json.loads((double.run_dir / "repeats/0/ranks.json").read_text())
     assert ranks["backend"] == "gloo" and [r["rank"] for r in ranks["ranks"]] == [0, 1]
     assert all("hardware" in r for r in ranks["ranks"])
+    facet = json.loads((double.run_dir / "manifest.json").read_text())["facets"]["distributed"]
+    assert facet["backend"] == "gloo" and facet["world_size"] == 2 and facet["engine"] == "ddp"
+    assert isinstance(facet["comm_env"], dict)
+    recorded = json.loads((double.run_dir / "run.json").read_text())["distributed"]  # known only once ranks ran
+    assert recorded["backend"] == "gloo"
+    assert [(r["rank"], r["host"], r["device"]) for r in recorded["rank_maps"]["0"]] == [
+        (r["rank"], r["host"], "cpu") for r in ranks["ranks"]]
     step = json.loads((double.run_dir / "repeats/0/metrics.jsonl").read_text().splitlines()[0])
     assert step["bytes_sent"] > 0 and step["compression_ratio"] == pytest.approx(1.0)
 
@@ -120,6 +127,21 @@ def test_two_nodes_through_torchrun_rendezvous(in_tmp, cosmo_data):
     ranks = json.loads((in_tmp / "runs/mn/repeats/0/ranks.json").read_text())
     assert ranks["world_size"] == 2
     assert _final(in_tmp / "runs/mn")["world_size"] == 2
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="device auto resolves to a GPU here")
+def test_too_many_cpu_ranks_warn_also_when_the_device_is_auto(in_tmp, capsys):
+    from repro500 import recipe as recipes
+    from repro500.runner import preflight
+
+    path = write_recipe(in_tmp / "tiny.yaml")
+    cores = os.cpu_count() or 1
+    for device in ("auto", "cpu"):
+        recipe = recipes.load(path, overrides=["engine=ddp", f"nproc={cores + 1}", f"device={device}"])
+        assert preflight(recipe).device == "cpu"
+        assert f"warning: {cores + 1} ranks on {cores} CPU cores will oversubscribe the machine" in capsys.readouterr().err
+    preflight(recipes.load(path, overrides=["engine=ddp", f"nproc={cores}", "device=auto"]))
+    assert "oversubscribe" not in capsys.readouterr().err
 
 
 def test_multinode_needs_endpoint_and_run_id(in_tmp):

@@ -61,6 +61,8 @@ def test_good_recipe_resolves_defaults(tmp_path):
          "  accuracy: {target: 0.5, direction: sideways}", r"acceptance.accuracy.direction must be one of higher, lower"),
         ("  epochs: 2\n", "", r"fixed.epochs is required"),
         ("seed: 7", "seeds: 7", r"r.yaml:17: unknown key seeds"),
+        ("{name: sgd, lr: 0.1}", "{name: lars, lr: 0.1}",
+         r"r.yaml:13: mutable.optimizer.name must be one of sgd, adam, adamw; got 'lars'"),
     ],
 )
 def test_bad_recipes_name_the_line(tmp_path, bad, good, message):
@@ -88,8 +90,30 @@ def test_set_overrides_mutable_and_refuses_fixed(tmp_path):
         recipes.load(path, overrides=["epochs=10"])
     with pytest.raises(UsageError, match="unknown key 'colour'"):
         recipes.load(path, overrides=["colour=red"])
-    with pytest.raises(InvalidInput, match="mutable.batch_size must be an integer"):
-        recipes.load(path, overrides=["batch_size=big"])
+    # a bad --set value is a command-line mistake like the others (exit 2), naming the --set at fault
+    with pytest.raises(UsageError, match=r"--set batch_size=big: mutable.batch_size must be an integer, got 'big'"):
+        recipes.load(path, overrides=["optimizer.lr=0.05", "batch_size=big"])
+    with pytest.raises(UsageError, match=r"--set optimizer.name=lars: mutable.optimizer.name must be one of"):
+        recipes.load(path, overrides=["optimizer.name=lars"])
+
+
+def test_a_bad_params_file_value_is_invalid_input(tmp_path):
+    recipe_path = write(tmp_path, GOOD)
+    params = write(tmp_path, "run:\n  mutable:\n    batch_size: big\n", name="params.yaml")
+    with pytest.raises(InvalidInput, match=r"params.yaml .*mutable.batch_size must be an integer"):
+        recipes.load(recipe_path, params_file=params)
+
+
+def test_every_optimizer_the_schema_accepts_the_trainer_builds(tmp_path):
+    import torch
+
+    from repro500.workloads.train import build_optimizer
+
+    assert tuple(recipes.MUTABLE_SCHEMA["optimizer"]["name"]) == recipes.OPTIMIZERS
+    weight = torch.nn.Parameter(torch.zeros(2))
+    for name in recipes.OPTIMIZERS:
+        r = recipes.load(write(tmp_path, GOOD), overrides=[f"optimizer.name={name}"])
+        assert isinstance(build_optimizer([weight], r.mutable["optimizer"]), torch.optim.Optimizer), name
 
 
 def test_open_division_is_recorded(tmp_path):

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from runhelpers import repro500, write_recipe
@@ -23,9 +24,22 @@ def sqlite_store(in_tmp, monkeypatch):
     return uri
 
 
+def _git(*args: str, cwd) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args], cwd=cwd,
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
 def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store):
     from mlflow.tracking import MlflowClient
 
+    # run from a git work tree with an uncommitted change, as users do
+    _git("init", "-q", "-b", "main", cwd=in_tmp)
+    (in_tmp / ".gitignore").write_text("runs/\nmlflow.db\n")
+    (in_tmp / "augment.py").write_text("FLIP = True\n")
+    _git("add", ".gitignore", "augment.py", cwd=in_tmp)
+    _git("commit", "-q", "-m", "start", cwd=in_tmp)
+    head = _git("rev-parse", "HEAD", cwd=in_tmp)
+    (in_tmp / "augment.py").write_text("FLIP = False  # uncommitted\n")
     recipe = write_recipe(in_tmp / "tiny.yaml")
     outcome = run(RunOptions(recipe=str(recipe), argv=["repro500", "run", "tiny.yaml"]))
     run_dir = outcome.run_dir
@@ -58,10 +72,19 @@ def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store)
     assert parent.data.tags["repro500.gpu_model"] == "none"
     assert parent.data.tags["repro500.world_size"] == "1"
     assert parent.data.tags["repro500.verdict"] == "PASS"
+    assert parent.data.tags["mlflow.source.git.commit"] == head
+    assert parent.data.tags["mlflow.source.git.branch"] == "main"
+    assert parent.data.tags["repro500.dirty"] == "true"
+    assert parent.data.tags["repro500.compressor"] == "none"
+    assert parent.data.tags["repro500.engine"] == "local"
     assert parent.data.params["fixed.model"] == "resnet20"
     assert parent.data.params["mutable.batch_size"] == "32"
-    assert {"manifest.json", "recipe.yaml", "summary.json", "verdict.json"} <= {
+    assert {"manifest.json", "recipe.yaml", "code.diff", "summary.json", "verdict.json"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id)}
+    (in_tmp / "fetched").mkdir()
+    diff = Path(client.download_artifacts(parent.info.run_id, "code.diff", str(in_tmp / "fetched")))
+    assert "+FLIP = False  # uncommitted" in diff.read_text(encoding="utf-8")
+    assert manifest["facets"]["distributed"]["backend"] is None  # one process: no collectives
     children = client.search_runs([parent.info.experiment_id],
                                   filter_string=f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
     assert sorted(c.data.tags["repro500.repeat"] for c in children) == ["0", "1"]
@@ -116,6 +139,12 @@ def test_diverged_repeat_is_recorded_not_a_crash(in_tmp):
         ({"fixed__model": "cosmoflow"}, InvalidInput, "is a regression model but fixed.workload is classification"),
         ({"mutable__compressor": "zip"}, UsageError, "unknown compressor 'zip'"),
         ({"mutable__compressor": "topk"}, UsageError, "needs a distributed engine"),
+        ({"acceptance": {"acuracy": {"target": 0.2}}}, InvalidInput,
+         r"acceptance 'acuracy' is not a metric this workload reports; did you mean 'accuracy'\? allowed: accuracy, loss"),
+        ({"fixed__target": {"metric": "map_50", "value": 0.3}}, InvalidInput,
+         r"fixed.target.metric 'map_50' is not an evaluation metric of this workload; allowed: accuracy, loss, top5_accuracy$"),
+        pytest.param({"mutable__device": "cuda"}, InvalidInput, "mutable.device is cuda but this machine has no usable CUDA device",
+                     marks=pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is present")),
     ],
 )
 def test_bad_input_is_refused_before_any_work(in_tmp, change, error, message):
@@ -123,6 +152,31 @@ def test_bad_input_is_refused_before_any_work(in_tmp, change, error, message):
     with pytest.raises(error, match=message):
         run(RunOptions(recipe=str(recipe), tracking=False))
     assert not (in_tmp / "runs").exists()
+
+
+def test_summary_metrics_are_accepted_in_acceptance(in_tmp):
+    from repro500 import recipe as recipes
+    from repro500.runner import SUMMARY_METRICS, preflight
+
+    acceptance = {"loss": {"target": 9.0, "direction": "lower"}, **{m: {"target": 0} for m in SUMMARY_METRICS}}
+    preflight(recipes.load(write_recipe(in_tmp / "tiny.yaml", acceptance=acceptance)))  # no error
+
+
+def test_cli_usage_and_output_mistakes_exit_2_and_4_in_one_line(in_tmp):
+    write_recipe(in_tmp / "tiny.yaml")
+    (in_tmp / "a-file").write_text("")
+    for out in ("/proc/nope", "a-file/runs"):
+        result = repro500("run", "tiny.yaml", "--out", out, "--no-tracking", cwd=in_tmp)
+        assert result.returncode == 4, result.stderr
+        assert result.stderr.startswith("repro500: error: cannot write the run directory")
+        assert "choose a writable --out" in result.stderr and "Traceback" not in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    result = repro500("run", "tiny.yaml", "--set", "batch_size=abc", "--no-tracking", cwd=in_tmp)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "repro500: error: --set batch_size=abc: mutable.batch_size must be an integer, got 'abc'"
+    assert not (in_tmp / "runs").exists()
+    help_text = " ".join(repro500("run", "--help", cwd=in_tmp).stdout.split())
+    assert "2 for a usage error" in help_text and "4 for invalid input" in help_text
 
 
 def test_cli_bad_input_one_line_and_exit_code(in_tmp):
@@ -172,6 +226,7 @@ def test_sigint_keeps_finished_repeats_and_resume_completes(in_tmp):
     ids = meta["mlflow"]["repeat_run_ids"]
     assert client.get_run(ids["0"]).info.status == "FINISHED"
     assert client.get_run(ids["1"]).info.status == "KILLED"
+    assert client.get_run(meta["mlflow"]["parent_run_id"]).info.status == "KILLED"
 
     result = repro500("run", "--resume", "runs/r1", cwd=in_tmp, env={"MLFLOW_TRACKING_URI": uri})
     assert result.returncode in (0, 1, 3), result.stderr
@@ -186,6 +241,76 @@ def test_sigint_keeps_finished_repeats_and_resume_completes(in_tmp):
     parent = client.get_run(meta["mlflow"]["parent_run_id"])
     assert parent.info.status == "FINISHED"
     assert client.get_run(meta["mlflow"]["repeat_run_ids"]["1"]).info.status == "FINISHED"
+
+
+def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sqlite_store, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from repro500 import tracking
+
+    original = tracking.Tracker.end_repeat
+
+    def interrupted(self, run_id, summary, files, status):
+        if status == "FINISHED":  # Ctrl-C while the finished repeat's artifacts are uploading
+            self.log_metrics(run_id, {"final_accuracy": summary["metrics"]["accuracy"]})
+            raise KeyboardInterrupt
+        original(self, run_id, summary, files, status)
+
+    monkeypatch.setattr(tracking.Tracker, "end_repeat", interrupted)
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=2, fixed__epochs=1)
+    outcome = run(RunOptions(recipe=str(recipe), run_id="r"))
+    assert outcome.exit_code == EXIT_INTERRUPTED
+    meta = json.loads((outcome.run_dir / "run.json").read_text())
+    assert meta["status"] == "interrupted"
+    client = MlflowClient(sqlite_store)
+    assert client.get_run(meta["mlflow"]["repeat_run_ids"]["0"]).info.status == "FINISHED"
+    assert client.get_run(meta["mlflow"]["parent_run_id"]).info.status == "KILLED"
+    assert json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())["status"] == "completed"
+    assert bundle.check_sums(outcome.run_dir).ok
+
+
+def test_a_crash_outside_the_repeats_fails_the_mlflow_parent(in_tmp, sqlite_store, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    import repro500.verify.verdict
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("verifier bug")
+
+    monkeypatch.setattr(repro500.verify.verdict, "verify_run", broken)
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1)
+    with pytest.raises(RuntimeError, match="verifier bug"):
+        run(RunOptions(recipe=str(recipe), run_id="r"))
+    meta = json.loads((in_tmp / "runs/r/run.json").read_text())
+    client = MlflowClient(sqlite_store)
+    assert client.get_run(meta["mlflow"]["parent_run_id"]).info.status == "FAILED"
+    assert client.get_run(meta["mlflow"]["repeat_run_ids"]["0"]).info.status == "FINISHED"
+
+
+def test_interrupt_during_capture_leaves_a_resumable_run(in_tmp, monkeypatch):
+    import repro500.capture.manifest
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(repro500.capture.manifest, "build_manifest", interrupted)
+        recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1)
+        outcome = run(RunOptions(recipe=str(recipe), run_id="r", tracking=False))
+    assert outcome.exit_code == EXIT_INTERRUPTED
+    run_dir = in_tmp / "runs/r"
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+    assert not (run_dir / "manifest.json").exists()
+    with pytest.raises(InvalidInput, match="repro500 run --resume runs/r"):  # the --run-id is not a dead end
+        run(RunOptions(recipe=str(recipe), run_id="r", tracking=False))
+
+    resumed = run(RunOptions(resume=str(run_dir), tracking=False))
+    assert resumed.exit_code in (0, 1, 3)
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "completed" and len(meta["resumes"]) == 1
+    assert (run_dir / "manifest.json").is_file()
+    assert json.loads((run_dir / "repeats/0/summary.json").read_text())["status"] == "completed"
+    assert bundle.check_sums(run_dir).ok
 
 
 def test_detection_workload_trains_and_evaluates_through_the_trainer(in_tmp):

@@ -33,8 +33,9 @@ def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], par
         experiment: str | None) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
-    Exit code: the verdict's (0 pass, 1 fail, 3 inconclusive), 4 for invalid input,
-    130 when interrupted (finished repeats are kept; complete with --resume).
+    Exit code: the verdict's (0 pass, 1 fail, 3 inconclusive), 2 for a usage error (a bad
+    option or --set value), 4 for invalid input (recipe, data, metric names, device, an
+    unwritable --out), 130 when interrupted (finished repeats are kept; complete with --resume).
     """
     from repro500.errors import UsageError
     from repro500.runner import RunOptions
