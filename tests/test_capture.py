@@ -26,10 +26,15 @@ PLANTED = {
     "HF_TOKEN": "hf_" + "QwErTyUiOpAsDfGhJkLzXcVbNm123456",
     "MLFLOW_TRACKING_PASSWORD": "correct-horse-battery-staple",
     "TORCH_DIST_INIT": "tcp://bob:HunterPw2Secret@10.0.0.1:29500",  # allowlisted prefix
+    # Allowlisted names (values are recorded) holding a credential: caught by content only.
+    "TORCH_EXTRA": "ghp_" + "Ab1Cd2Ef3Gh4Ij5Kl6Mn7Op8Qr9St0UvWxYz",
+    "SLURM_JOB_COMMENT": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlMTIzNDU2Nzg",
 }
 REMOTE_PASSWORD = "Sup3rS3cretRemotePw"
 DIFF_SECRET = "sk-proj-Zx9Yw8Vu7Ts6Rq5Po4Nm3Lk2Ji1Hg0Fe"
-SECRET_STRINGS = [*PLANTED.values(), "HunterPw2Secret", REMOTE_PASSWORD, DIFF_SECRET]
+PEM_BODY = "MIIEowIBAAKCAQEAq7BFUpkGp3+LQmlQYx2eqzDV+xWZPlantedKeyLine0001"
+PEM_BLOCK = f"-----BEGIN RSA PRIVATE KEY-----\n{PEM_BODY}\n-----END RSA PRIVATE KEY-----\n"
+SECRET_STRINGS = [*PLANTED.values(), "HunterPw2Secret", REMOTE_PASSWORD, DIFF_SECRET, PEM_BODY]
 
 
 def git(repo: Path, *args: str) -> str:
@@ -104,13 +109,31 @@ def test_capture_records_dirty_repo_and_never_writes_a_secret(dirty_repo, tmp_pa
     env = manifest["facets"]["environment"]["env"]
     assert "GITHUB_TOKEN" in env["names"] and "GITHUB_TOKEN" not in env["values"]
     assert env["values"]["TORCH_DIST_INIT"] == "tcp://[REDACTED]@10.0.0.1:29500"
+    assert env["values"]["TORCH_EXTRA"] == env["values"]["SLURM_JOB_COMMENT"] == "[REDACTED]"
     assert manifest["facet_errors"] == {}
-    # Grep every file written and everything printed for every planted secret.
     written = [p for p in (dirty_repo / "out" / "m").rglob("*") if p.is_file()]
     assert {p.name for p in written} == {"manifest.json", "code.diff"}
-    for blob in [p.read_bytes() for p in written] + [out.stdout.encode(), out.stderr.encode()]:
+    _assert_no_secret(tmp_path / "cache", dirty_repo / "out", texts=(out.stdout, out.stderr))
+
+
+def _assert_no_secret(*roots: Path, texts: tuple[str, ...] = ()) -> None:
+    """Grep every file under ``roots`` and every printed text for every planted secret."""
+    files = [p for root in roots for p in root.rglob("*") if p.is_file()]
+    assert files
+    for name, blob in [(str(p), p.read_bytes()) for p in files] + [("output", t.encode()) for t in texts]:
         for secret in SECRET_STRINGS:
-            assert secret.encode() not in blob, f"{secret} leaked"
+            assert secret.encode() not in blob, f"{secret} leaked into {name}"
+
+
+def test_a_private_key_in_the_uncommitted_diff_never_reaches_a_file(dirty_repo, tmp_path):
+    (dirty_repo / "train.py").write_text(f'LR = 0.2\nKEY = """\n{PEM_BLOCK}"""\n')
+    out = run_cli(["capture", "-o", "out/pem", "--json"], dirty_repo, PLANTED)
+    assert out.returncode == 0, out.stderr
+    manifest = load_manifest(dirty_repo / "out" / "pem", check_artifacts=True)
+    diff = (dirty_repo / "out" / "pem" / "code.diff").read_bytes()
+    assert b"+LR = 0.2" in diff and b"[REDACTED]" in diff
+    assert manifest["facets"]["code"]["diff"]["redactions"] >= 2  # the key and the API key
+    _assert_no_secret(tmp_path / "cache", dirty_repo / "out", texts=(out.stdout, out.stderr))
 
 
 def test_capture_summary_and_missing_data_path(dirty_repo):
@@ -128,6 +151,29 @@ def test_capture_summary_and_missing_data_path(dirty_repo):
     assert "Traceback" not in bad.stderr and not (dirty_repo / "m.json").exists()
     usage = run_cli(["capture", "--seed", "1", "--repeats", "0"], dirty_repo)
     assert usage.returncode == 2 and "--repeats" in usage.stderr and "Traceback" not in usage.stderr
+
+
+def _one_line_exit_4(out, *needles: str) -> None:
+    assert out.returncode == 4, (out.stdout, out.stderr)
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("repro500: error: "), out.stderr
+    assert "Traceback" not in out.stderr
+    for needle in needles:
+        assert needle in out.stderr, out.stderr
+
+
+def test_unwritable_output_is_one_line_exit_4(tmp_path):
+    (tmp_path / "a_file").write_text("not a directory\n")
+    for target in ("/dev/null/m.json", str(tmp_path / "a_file" / "m.json"), str(tmp_path / "a_file" / "run")):
+        out = run_cli(["capture", "-o", target], tmp_path)
+        _one_line_exit_4(out, "cannot write the manifest to", "choose a writable directory")
+    assert (tmp_path / "a_file").read_text() == "not a directory\n"
+
+
+def test_repo_that_does_not_exist_is_one_line_exit_4(tmp_path):
+    out = run_cli(["capture", "--repo", str(tmp_path / "does" / "not" / "exist")], tmp_path)
+    _one_line_exit_4(out, "--repo", "does not exist")
+    with pytest.raises(InvalidInput, match="does not exist"):
+        build_manifest(repo_dir=tmp_path / "gone")
 
 
 def test_broken_link_in_data_directory_is_one_line_exit_4(tmp_path):

@@ -76,7 +76,7 @@ def test_ranking_of_typical_changes(base):
     rich_key = next(k for k in impact if k[1].lower().startswith("distributions.rich"))
     assert impact[numpy_key] > impact[rich_key] >= RELEVANT_IMPACT
     assert impact[("seeds", "master_seed")] >= RELEVANT_IMPACT
-    assert impact[("data", "entries.ds.md5")] >= 90
+    assert impact[("data", "entries.ds")] >= 90  # a data entry on one side only: one row
     assert impact[("environment", "env.names")] < RELEVANT_IMPACT
 
 
@@ -137,3 +137,54 @@ def test_cli_unreadable_or_tampered_input_exits_4(base, tmp_path):
         assert out.returncode == 4
         assert out.stderr.startswith("repro500: error: manifest") and phrase in out.stderr
         assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def _untracked(manifest: dict, *files: tuple[str, int, str]) -> dict:
+    code = copy.deepcopy(manifest["facets"]["code"])
+    code["untracked"] = [{"path": p, "bytes": n, "sha256": h} for p, n, h in files]
+    return variant(manifest, facets__code=code)
+
+
+def test_a_record_counts_once_however_many_fields_differ(base):
+    a = _untracked(base, ("train.py", 10, "a" * 64))
+    added = _untracked(base, ("train.py", 10, "a" * 64), ("new.py", 3, "b" * 64))
+    diffs = [d for d in diff_manifests(a, added) if d.facet == "code"]
+    assert [(d.key, d.a, d.b) for d in diffs] == [
+        ("untracked.new.py", "<absent>", {"path": "new.py", "bytes": 3, "sha256": "b" * 64})]
+    assert is_result_relevant(diffs[0])  # new source file
+    edited = _untracked(base, ("train.py", 12, "c" * 64))
+    diffs = [d for d in diff_manifests(a, edited) if d.facet == "code"]
+    assert [(d.key, d.a, d.b) for d in diffs] == [
+        ("untracked.train.py", {"bytes": 10, "sha256": "a" * 64}, {"bytes": 12, "sha256": "c" * 64})]
+    same_size = _untracked(base, ("train.py", 10, "c" * 64))  # one field: keyed by the field
+    assert [d.key for d in diff_manifests(a, same_size) if d.facet == "code"] == ["untracked.train.py.sha256"]
+    data = _untracked(base, ("notes.md", 1, "d" * 64))
+    assert [(d.key, d.impact < RELEVANT_IMPACT) for d in diff_manifests(base, data) if d.facet == "code"] == [
+        ("untracked.notes.md", True)]
+
+
+def test_cli_counts_an_untracked_file_once(base, tmp_path):
+    old = ("train.py", 10, "a" * 64)
+    a = write_manifest(_untracked(base, old), {}, tmp_path / "a.json")
+    b = write_manifest(_untracked(base, old, ("new_module.py", 3, "b" * 64)), {}, tmp_path / "b.json")
+    out = run_diff(str(a), str(b))
+    assert out.returncode == 1, out.stderr
+    assert "1 result-relevant difference(s), 1 in all" in out.stdout
+
+
+@pytest.mark.parametrize("field,value,phrase", [
+    ("facets", "oops", "'facets' is a string, expected an object"),
+    ("facets", None, "'facets' is missing or null"),
+    ("facet_errors", ["x"], "'facet_errors' is a list"),
+    ("artifacts", {"code.diff": "abc"}, "artifact 'code.diff' is a string"),
+])
+def test_cli_structurally_wrong_manifest_exits_4(base, tmp_path, field, value, phrase):
+    good = write_manifest(base, {}, tmp_path / "good.json")
+    doc = copy.deepcopy(base)
+    doc[field] = value
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(seal(doc)))  # digest recomputed: only the structure is wrong
+    out = run_diff(str(good), str(bad))
+    assert out.returncode == 4, (out.stdout, out.stderr)
+    assert out.stderr.startswith("repro500: error: manifest") and "malformed" in out.stderr
+    assert phrase in out.stderr and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

@@ -78,7 +78,10 @@ def jsonable(value: Any) -> Any:
 
 
 def _validate_options(data_paths: Iterable[Any], seed: int | None, repeats: int,
-                      world_size: int) -> None:
+                      world_size: int, repo_dir: str | Path | None = None) -> None:
+    if repo_dir is not None and not Path(repo_dir).is_dir():
+        what = "is not a directory" if Path(repo_dir).exists() else "does not exist"
+        raise InvalidInput(f"--repo '{repo_dir}' {what}: give a directory inside the git work tree")
     if seed is not None and seed < 0:
         raise UsageError(f"--seed {seed} is negative: use a non-negative integer")
     if repeats < 1 or world_size < 1:
@@ -108,10 +111,11 @@ def build_manifest(
     ``runtime`` and ``distributed`` facets of ``repro500 run``.  ``runtime=True`` gathers
     :func:`repro500.capture.env.runtime_state` (imports torch).  ``artifacts`` maps file
     names (``code.diff``) to the bytes :func:`write_manifest` puts next to the manifest.
-    Raises :class:`InvalidInput` for a missing or unreadable data path.
+    Raises :class:`InvalidInput` for a missing or unreadable data path and for a
+    ``repo_dir`` that is not a directory (outside a git work tree is recorded, not an error).
     """
     paths = tuple(str(p) for p in data_paths)
-    _validate_options(paths, seed, repeats, world_size)
+    _validate_options(paths, seed, repeats, world_size, repo_dir)
     ctx = CaptureContext(
         data_paths=paths, repo_dir=Path(repo_dir) if repo_dir is not None else None,
         progress=progress, use_cache=use_cache, seed=seed, repeats=repeats,
@@ -159,15 +163,29 @@ def write_manifest(manifest: dict[str, Any], artifacts: Mapping[str, bytes],
 
     ``out_dir`` may also be the manifest's own file name (ending in ``.json``); artifacts
     then go into the same directory.  Artifacts are written first and the manifest last,
-    each atomically, so a manifest on disk always has its artifacts beside it.
+    each atomically, so a manifest on disk always has its artifacts beside it.  A place
+    that cannot be written (no permission, a parent that is a file) raises InvalidInput.
     """
     target = _manifest_file(Path(out_dir))
-    for name, blob in artifacts.items():
+    for name in artifacts:
         if Path(name).name != name:
             raise ValueError(f"artifact name {name!r} must be a plain file name")
-        atomic.write_bytes(target.parent / name, blob)
-    atomic.write_json(target, manifest)
+    try:
+        for name, blob in artifacts.items():
+            atomic.write_bytes(target.parent / name, blob)
+        atomic.write_json(target, manifest)
+    except OSError as err:
+        raise InvalidInput(f"cannot write the manifest to {target} ({_write_problem(target, err)}): "
+                           "choose a writable directory") from None
     return target
+
+
+def _write_problem(target: Path, err: OSError) -> str:
+    # mkdir under a regular file says "File exists"; name the file that is in the way instead
+    blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return f"{blocker} is not a directory"
+    return err.strerror or type(err).__name__
 
 
 def load_manifest(path: str | Path, *, check_artifacts: bool = False) -> dict[str, Any]:
@@ -211,11 +229,37 @@ def load_manifest(path: str | Path, *, check_artifacts: bool = False) -> dict[st
     if actual != recorded["value"]:
         raise InvalidInput(f"manifest {target} was edited after capture: its content does not "
                            "match its digest")
+    problem = _structure_problem(doc)
+    if problem:
+        raise InvalidInput(f"manifest {target} is malformed: {problem}")
     if check_artifacts:
         problems = artifact_problems(doc, target.parent)
         if problems:
             raise InvalidInput(f"manifest {target}: {problems[0]}")
     return doc
+
+
+def _structure_problem(doc: Mapping[str, Any]) -> str | None:
+    """What is structurally wrong with a manifest whose digest matches, or None.
+
+    A consistent digest only says nobody edited the file after sealing it; a hand-made or
+    buggy document can still hold ``"facets": "oops"``, which every reader would trip on.
+    """
+    if not isinstance(doc.get("facets"), dict):
+        return f"'facets' is {_json_type(doc.get('facets'))}, expected an object"
+    for key in ("facet_errors", "artifacts"):
+        if key in doc and not isinstance(doc[key], dict):
+            return f"'{key}' is {_json_type(doc[key])}, expected an object"
+    for name, info in (doc.get("artifacts") or {}).items():
+        if not isinstance(info, dict):
+            return f"artifact '{name}' is {_json_type(info)}, expected an object"
+    return None
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
+             int: "a number", float: "a number"}
+    return "missing or null" if value is None else names.get(type(value), type(value).__name__)
 
 
 def artifact_problems(manifest: Mapping[str, Any], directory: str | Path) -> list[str]:

@@ -39,7 +39,9 @@ def capture(output: Path | None, data_paths: tuple[str, ...], as_json: bool, run
       repro500 capture -o runs/manual/manifest.json --data data/cifar10
       repro500 capture --json --runtime > manifest.json
 
-    Exit codes: 0 captured; 4 a --data path is missing or unreadable.
+    \b
+    Exit codes: 0 captured; 2 bad option values; 4 a --data path is missing or
+    unreadable, the --repo directory does not exist, or the output cannot be written.
     """
     from repro500.capture.manifest import build_manifest, write_manifest
 

@@ -3,7 +3,10 @@
 Each facet is flattened into ``key -> value`` pairs (lists of records become keyed by
 their ``name``/``path``/``index``, so a changed package is one row, not a shifted list),
 the pairs are compared, and each difference gets an *impact* from :data:`RULES`: the
-first rule whose pattern matches ``facet.key`` wins.  Library, CUDA and cuDNN versions,
+first rule whose pattern matches ``facet.key`` wins.  A record present on one side only
+(an untracked file, a package, a data entry) or differing in several fields is one
+difference keyed by the record, with its differing fields on each side and the highest
+impact among them, so one added file counts once, not once per field.  Library, CUDA and cuDNN versions,
 the GPU model and driver, determinism flags, data digests and the code commit/diff rank
 first; host names and times last.  A difference is *result-relevant* when its impact is
 at least :data:`RELEVANT_IMPACT`; ``repro500 diff`` exits 1 when there is one.
@@ -144,19 +147,30 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     Lists of records with an identifying key are keyed by it; other lists are leaves.
     Empty mappings vanish (their keys show up as absent on the other side).
     """
+    return flatten_records(value, prefix)[0]
+
+
+def flatten_records(value: Any, prefix: str = "") -> tuple[dict[str, Any], set[str]]:
+    """:func:`flatten`, and the prefixes of the keyed records met on the way (``{"l.x"}``)."""
     out: dict[str, Any] = {}
+    records: set[str] = set()
     if isinstance(value, Mapping):
         for key, item in value.items():
-            out.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-        return out
+            flat, inner = flatten_records(item, f"{prefix}.{key}" if prefix else str(key))
+            out.update(flat)
+            records |= inner
+        return out, records
     if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
         ids = [_record_id(v) for v in value]
         if all(i is not None for i in ids) and len(set(ids)) == len(ids):
             for ident, item in zip(ids, value, strict=True):
-                out.update(flatten(item, f"{prefix}.{ident}" if prefix else str(ident)))
-            return out
+                name = f"{prefix}.{ident}" if prefix else str(ident)
+                flat, inner = flatten_records(item, name)
+                out.update(flat)
+                records |= inner | {name}
+            return out, records
     out[prefix] = value
-    return out
+    return out, records
 
 
 def _impact(facet: str, key: str) -> tuple[int, str]:
@@ -192,15 +206,47 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
             diffs.append(Difference(facet, "", "present" if facet in sa else _MISSING,
                                     "present" if facet in sb else _MISSING, impact, reason))
             continue
-        fa, fb = flatten(sa[facet]), flatten(sb[facet])
-        for key in sorted(set(fa) | set(fb)):
-            va, vb = fa.get(key, _MISSING), fb.get(key, _MISSING)
-            if va == vb:
-                continue
-            impact, reason = _impact(facet, key)
-            diffs.append(Difference(facet, key, va, vb, impact, reason))
+        diffs.extend(_facet_differences(facet, sa[facet], sb[facet]))
     diffs.sort(key=lambda d: (-d.impact, d.facet, d.key))
     return diffs
+
+
+def _facet_differences(facet: str, a: Any, b: Any) -> list[Difference]:
+    """One facet's differences, one per record that differs in more than one field."""
+    (fa, ra), (fb, rb) = flatten_records(a), flatten_records(b)
+    groups: dict[str, list[str]] = {}
+    for key in sorted(set(fa) | set(fb)):
+        if fa.get(key, _MISSING) != fb.get(key, _MISSING):
+            groups.setdefault(_record_of(key, ra, rb) or key, []).append(key)
+    out = []
+    for name, keys in groups.items():
+        one_sided = (name in ra) != (name in rb)
+        if len(keys) == 1 and not one_sided:
+            key = keys[0]
+            out.append(Difference(facet, key, fa.get(key, _MISSING), fb.get(key, _MISSING),
+                                  *_impact(facet, key)))
+            continue
+        impact, reason = max((_impact(facet, k) for k in keys), key=lambda r: r[0])
+        out.append(Difference(facet, name, _fields(fa, ra, name, keys),
+                              _fields(fb, rb, name, keys), impact, reason))
+    return out
+
+
+def _record_of(key: str, ra: set[str], rb: set[str]) -> str | None:
+    """The record a differing key belongs to: the outermost one present on one side only,
+    else the innermost one, else None (the key is not inside a record)."""
+    holders = [r for r in ra | rb if key.startswith(r + ".")]
+    lone = [r for r in holders if (r in ra) != (r in rb)]
+    if lone:
+        return min(lone, key=len)
+    return max(holders, key=len) if holders else None
+
+
+def _fields(flat: dict[str, Any], records: set[str], name: str, keys: list[str]) -> Any:
+    """A record's differing fields on one side (``"<absent>"`` when it has no such record)."""
+    if name not in records:
+        return _MISSING
+    return {k[len(name) + 1:]: flat[k] for k in keys if k in flat}
 
 
 def _changed_list(va: Any, vb: Any) -> str | None:
