@@ -50,7 +50,9 @@ def test_same_seed_gives_identical_files_and_another_seed_differs(tmp_path, kind
         assert h5.attrs["samples_total"] == n and "params" in h5.attrs
 
 
-@pytest.mark.parametrize(("kind", "size", "n"), [("ewa", "48x72", 7), ("cosmo", "16", 5)])
+@pytest.mark.parametrize(
+    ("kind", "size", "n"), [("ewa", "48x72", 7), ("cosmo", "16", 5), ("classification", "16x16", 9)]
+)
 def test_two_shards_hold_exactly_the_arrays_of_one_pass(tmp_path, kind, size, n):
     one = _arrays(generate(kind, tmp_path / "all.h5", samples=n, size=size, seed=3).path)
     # the shards are written by separate processes, as on a cluster

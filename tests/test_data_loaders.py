@@ -220,6 +220,32 @@ def test_bad_dataset_requests_are_one_clear_error(tmp_path):
             open_dataset(*args, **kwargs)
 
 
+@pytest.mark.parametrize("offset", [2048, 6400, 7168])  # global heap, object header, dataset header
+def test_corrupt_metadata_is_invalid_input_not_a_traceback(tmp_path, offset):
+    good = generate("ewa", tmp_path / "good.h5", samples=4, size="64x96").path
+    raw = bytearray(good.read_bytes())
+    raw[offset:offset + 8] = bytes.fromhex("123456789abcdef0")
+    (tmp_path / "bad.h5").write_bytes(bytes(raw))
+    with pytest.raises(InvalidInput, match=r"bad\.h5: cannot be read .*corrupt"):
+        open_dataset("ewa", "train", path=tmp_path / "bad.h5")
+
+
+def test_corrupt_chunk_read_for_statistics_is_invalid_input(tmp_path):
+    path = tmp_path / "climo_1980.h5"  # real layout: no stored statistics, so they are computed
+    rng = np.random.default_rng(1)
+    with h5py.File(path, "w") as h5:
+        h5.create_dataset("images", data=rng.normal(size=(4, 16, 32, 48)).astype(np.float32),
+                          chunks=(1, 16, 32, 48), compression="gzip")
+        h5.create_dataset("boxes", data=np.full((4, 15, 5), -1, dtype=np.float32))
+    with h5py.File(path, "r") as h5:
+        info = h5["images"].id.get_chunk_info(0)
+    raw = bytearray(path.read_bytes())
+    raw[info.byte_offset + info.size // 3:info.byte_offset + info.size // 3 + 64] = b"\xff" * 64
+    path.write_bytes(bytes(raw))
+    with pytest.raises(InvalidInput, match=r"climo_1980\.h5: cannot be read .*corrupt"):
+        open_dataset("ewa", "train", path=path)
+
+
 def test_cifar10_augmentation_crops_and_flips_only_the_training_split(tmp_path):
     import torch
 

@@ -28,6 +28,7 @@ from repro500.workloads.data.layout import (
     SAMPLE_COUNTERS,
     attr_str,
     detect_kind,
+    text,
 )
 from repro500.workloads.data.progress import progress_bar
 
@@ -95,22 +96,22 @@ def check_path(
 def check_file(path: str | os.PathLike[str], *, quick: bool = False, progress: bool = False) -> FileCheck:
     """Check one HDF5 data file; InvalidInput names the first problem found."""
     path = Path(path)
-    with h5files.open_h5(path) as h5:
+    # Damaged metadata fails anywhere h5py looks (a name, a shape, an attribute, a read):
+    # every h5py error in here is one InvalidInput sentence naming the file.
+    with h5files.reading(path), h5files.open_h5(path) as h5:
         kind = detect_kind(h5)
         if kind is None:
+            names = sorted(text(k) for k in h5)
             raise InvalidInput(
-                f"{path}: unknown layout (datasets {sorted(h5.keys())}); expected EWA (images, boxes), "
+                f"{path}: unknown layout (datasets {names}); expected EWA (images, boxes), "
                 "CosmoFlow (full, unitPar) or classification (images, labels)"
             )
         n = SAMPLE_COUNTERS[kind](path, h5)
         indices = _indices(n, quick)
         with progress_bar(progress, f"check {path.name}", len(indices)) as advance:
-            try:
-                facts = {"ewa": _scan_ewa, "cosmo": _scan_cosmo, "classification": _scan_classification}[kind](
-                    path, h5, indices, advance
-                )
-            except OSError as err:
-                raise InvalidInput(f"{path}: data cannot be read ({h5files.short_error(err)}): the file is corrupt or truncated") from None
+            facts = {"ewa": _scan_ewa, "cosmo": _scan_cosmo, "classification": _scan_classification}[kind](
+                path, h5, indices, advance
+            )
         origin = _origin(h5)
     summary = f"{kind}, {n} samples, {facts.pop('_summary')}"
     if quick and len(indices) < n:

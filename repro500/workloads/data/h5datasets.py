@@ -24,6 +24,7 @@ from repro500.workloads.data.layout import (
     classification_samples,
     cosmo_samples,
     ewa_samples,
+    text,
 )
 
 _IN_MEMORY_BYTES = 256 * 1024**2  # a classification split this small is read once, whole
@@ -45,7 +46,7 @@ def _empty(shape: tuple[int, ...]) -> torch.Tensor:
 def _pooled_stats(parts: list[h5files.FilePart], dataset: str, axis: int) -> tuple[np.ndarray, np.ndarray]:
     stats = []
     for path in dict.fromkeys(p.path for p in parts):  # each file once, in order
-        with h5files.open_h5(path) as h5:
+        with h5files.reading(path), h5files.open_h5(path) as h5:
             stats.append(normstats.file_stats(Path(path), h5, dataset, axis))
     mean, std = normstats.pool(stats)
     return mean, normstats.safe_std(std)
@@ -70,7 +71,7 @@ class EwaDataset(Dataset):
         parts = h5files.select(path, split, count=ewa_samples, eval_fraction=eval_fraction)
         shapes = []
         for p in dict.fromkeys(q.path for q in parts):
-            with h5files.open_h5(p) as h5:
+            with h5files.reading(p), h5files.open_h5(p) as h5:
                 shapes.append(tuple(h5["images"].shape[2:]))
         self.height, self.width = _same(shapes, "image size")
         mean, std = _pooled_stats(parts, "images", 0)
@@ -95,21 +96,23 @@ class EwaDataset(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         h5, j = self.files.locate(index)
-        images = h5["images"]
         out = _empty((len(EWA_CHANNELS), self.height, self.width))
         arr = out.numpy()
-        if images.dtype == np.float32 and images.compression is None:
-            # Channel by channel: each 3.5 MB plane is normalised while it is still in the
-            # CPU cache, instead of a second and third pass over the whole 56 MB sample.
-            for c in range(arr.shape[0]):
-                images.read_direct(arr[c], np.s_[j, c])
-                arr[c] -= self._mean[c]
-                arr[c] *= self._inv_std[c]
-        else:  # compressed chunks are decompressed whole: read the sample once
-            arr[...] = images[j]
-            arr -= self._mean
-            arr *= self._inv_std
-        return out, self.target(np.asarray(h5["boxes"][j]))
+        with h5files.reading(h5.filename):
+            images = h5["images"]
+            if images.dtype == np.float32 and images.compression is None:
+                # Channel by channel: each 3.5 MB plane is normalised while it is still in the
+                # CPU cache, instead of a second and third pass over the whole 56 MB sample.
+                for c in range(arr.shape[0]):
+                    images.read_direct(arr[c], np.s_[j, c])
+                    arr[c] -= self._mean[c]
+                    arr[c] *= self._inv_std[c]
+            else:  # compressed chunks are decompressed whole: read the sample once
+                arr[...] = images[j]
+                arr -= self._mean
+                arr *= self._inv_std
+            rows = np.asarray(h5["boxes"][j])
+        return out, self.target(rows)
 
     def target(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
         """A torchvision detection target from the file's box rows of one sample."""
@@ -138,7 +141,7 @@ class CosmoDataset(Dataset):
         parts = h5files.select(path, split, count=cosmo_samples, eval_fraction=eval_fraction)
         shapes = []
         for p in dict.fromkeys(q.path for q in parts):
-            with h5files.open_h5(p) as h5:
+            with h5files.reading(p), h5files.open_h5(p) as h5:
                 shapes.append(tuple(h5["full"].shape[-4:]))
         (d, _, _, c) = _same(shapes, "volume shape")
         crop = int(params.get("crop", min(d, 128)))
@@ -167,11 +170,12 @@ class CosmoDataset(Dataset):
         cz, cy, cx = np.unravel_index(k, (self.per_axis,) * 3)
         c = self.crop
         window = (slice(cz * c, cz * c + c), slice(cy * c, cy * c + c), slice(cx * c, cx * c + c))
-        full, par = h5["full"], h5["unitPar"]
-        if full.ndim == 4:  # a real per-universe file
-            counts, target = full[window], par[()]
-        else:
-            counts, target = full[(j, *window)], par[j]
+        with h5files.reading(h5.filename):
+            full, par = h5["full"], h5["unitPar"]
+            if full.ndim == 4:  # a real per-universe file
+                counts, target = full[window], par[()]
+            else:
+                counts, target = full[(j, *window)], par[j]
         volume = np.log1p(np.moveaxis(counts.astype(np.float32), -1, 0))
         return torch.from_numpy(np.ascontiguousarray(volume)), torch.from_numpy(np.asarray(target, dtype=np.float32))
 
@@ -184,7 +188,7 @@ class ClassificationH5Dataset(Dataset):
         parts = h5files.select(path, split, count=classification_samples, eval_fraction=eval_fraction)
         shapes, classes, max_label, itemsize = [], [], 0, 1
         for p in dict.fromkeys(q.path for q in parts):
-            with h5files.open_h5(p) as h5:
+            with h5files.reading(p), h5files.open_h5(p) as h5:
                 shapes.append(tuple(h5["images"].shape[1:]))
                 itemsize = max(itemsize, h5["images"].dtype.itemsize)
                 names = h5.attrs.get("class_names")
@@ -219,8 +223,9 @@ class ClassificationH5Dataset(Dataset):
         images, labels = [], []
         for k, part in enumerate(self.files.parts):
             h5 = self.files.handle(k)
-            images.append(h5["images"][part.start:part.stop])
-            labels.append(h5["labels"][part.start:part.stop])
+            with h5files.reading(part.path):
+                images.append(h5["images"][part.start:part.stop])
+                labels.append(h5["labels"][part.start:part.stop])
         return np.concatenate(images), np.concatenate(labels)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,7 +237,8 @@ class ClassificationH5Dataset(Dataset):
             pixels, label = self._cache[0][index], self._cache[1][index]
         else:
             h5, j = self.files.locate(index)
-            pixels, label = h5["images"][j], h5["labels"][j]
+            with h5files.reading(h5.filename):
+                pixels, label = h5["images"][j], h5["labels"][j]
         image = (pixels.astype(np.float32) - self._mean) * self._inv_std
         return torch.from_numpy(image), torch.tensor(int(label), dtype=torch.int64)
 
@@ -243,9 +249,9 @@ class ClassificationH5Dataset(Dataset):
 
 
 def _class_names(path: Path, num_classes: int) -> list[str]:
-    with h5files.open_h5(path) as h5:
+    with h5files.reading(path), h5files.open_h5(path) as h5:
         names = h5.attrs.get("class_names")
     if names is not None and len(names) == num_classes:
-        return [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+        return [text(n) for n in names]
     return [str(k) for k in range(num_classes)]
 

@@ -23,9 +23,10 @@ it reads.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,9 +55,28 @@ def open_h5(path: str | Path) -> Any:
         raise InvalidInput(f"{path} is not a readable HDF5 file (corrupt or truncated?): {short_error(err)}") from None
 
 
+# What h5py raises for damaged metadata: OSError ("bad heap pointer"), KeyError ("Unable
+# to synchronously open object (address undefined)") and ValueError/RuntimeError from
+# garbled shapes, types or strings, at open, on a dataset lookup or on a read.
+H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError)
+
+
 def short_error(err: BaseException) -> str:
-    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    """The first line of an error message, without KeyError's quotes, at most 200 characters."""
+    text = str(err.args[0]) if isinstance(err, KeyError) and err.args else str(err)
+    text = text.splitlines()[0] if text else type(err).__name__
     return text[:200]
+
+
+@contextlib.contextmanager
+def reading(path: str | Path) -> Iterator[None]:
+    """Turn h5py's errors inside the block into one InvalidInput sentence naming ``path``."""
+    try:
+        yield
+    except H5_ERRORS as err:
+        raise InvalidInput(
+            f"{path}: cannot be read ({short_error(err)}): the file is corrupt or truncated"
+        ) from None
 
 
 def _files_in(directory: Path) -> list[Path]:
@@ -143,7 +163,7 @@ def select(
     files = expand(entry if entry is not None else path)
     infos = []
     for f in files:
-        with open_h5(f) as h5:
+        with reading(f), open_h5(f) as h5:
             n = count(f, h5)
             infos.append((f, n, attr_str(h5, "split"), _shard_key(h5), int(h5.attrs.get("sample_offset", 0))))
     if entry is None and any(s is not None for _, _, s, _, _ in infos):

@@ -39,11 +39,9 @@ def detect_kind(h5: Any) -> str | None:
     The generator's ``kind`` attribute wins; otherwise the dataset names decide, which is
     how real files (which carry no repro500 attributes) are recognised.
     """
-    kind = h5.attrs.get("kind")
-    if isinstance(kind, bytes):
-        kind = kind.decode()
+    kind = attr_str(h5, "kind")
     if kind in KINDS:
-        return str(kind)
+        return kind
     names = set(h5.keys())
     if {"images", "boxes"} <= names:
         return "ewa"
@@ -54,12 +52,21 @@ def detect_kind(h5: Any) -> str | None:
     return None
 
 
+def text(value: Any) -> str:
+    """An HDF5 string as printable text: bytes decoded, undecodable bytes shown as U+FFFD.
+
+    h5py hands back invalid UTF-8 (a damaged file) as lone surrogates, which cannot be
+    printed; replacing them keeps every message one readable line.
+    """
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in str(value))
+
+
 def attr_str(h5: Any, name: str, default: str | None = None) -> str | None:
     """A string attribute, whether h5py hands it back as str or bytes."""
     value = h5.attrs.get(name, default)
-    if isinstance(value, bytes):
-        return value.decode()
-    return None if value is None else str(value)
+    return None if value is None else text(value)
 
 
 # -- structural checks: shapes, dtypes and names, without reading the data ----------------
@@ -83,13 +90,13 @@ def ewa_samples(path: Any, h5: Any) -> int:
         _fail(path, f"'images' has shape {images.shape}, expected (N, 16, H, W)")
     if images.dtype.kind != "f":
         _fail(path, f"'images' has dtype {images.dtype}, expected floating point")
-    if boxes.ndim != 3 or boxes.shape[2] != 5 or boxes.shape[0] != images.shape[0]:
-        _fail(path, f"'boxes' has shape {boxes.shape}, expected ({images.shape[0]}, 15, 5)")
+    if boxes.shape != (images.shape[0], EWA_MAX_BOXES, 5):
+        _fail(path, f"'boxes' has shape {boxes.shape}, expected ({images.shape[0]}, {EWA_MAX_BOXES}, 5)")
     if boxes.dtype.kind not in "fiu":
         _fail(path, f"'boxes' has dtype {boxes.dtype}, expected numbers")
     names = h5.attrs.get("channel_names")
     if names is not None:
-        names = [n.decode() if isinstance(n, bytes) else str(n) for n in names]
+        names = [text(n) for n in names]
         if tuple(names) != EWA_CHANNELS:
             _fail(path, f"channel names {names} differ from the EWA order {list(EWA_CHANNELS)}")
     return int(images.shape[0])
