@@ -24,10 +24,12 @@ TAG_MAX_CHARS = 8000
 BATCH_PARAMS = 100
 BATCH_METRICS = 1000
 
+# Every numeric field of a step record in metrics.jsonl (docs/contracts.md), so the per-step
+# history in MLflow is the file's.
 STEP_METRIC_KEYS = (
     "loss", "lr", "step_time_s", "time_data_s", "time_forward_s", "time_backward_s", "time_comm_s",
-    "time_compress_s", "time_optimizer_s", "peak_memory_bytes", "bytes_sent", "bytes_received",
-    "compression_ratio",
+    "time_comm_wait_s", "time_compress_s", "time_decompress_s", "time_optimizer_s", "peak_memory_bytes",
+    "bytes_sent", "bytes_received", "dense_bytes_sent", "compression_ratio",
 )
 
 

@@ -6,8 +6,10 @@ saves the results; the tests below assert on them.
 
 from __future__ import annotations
 
+import math
 import os
 import socket
+import time
 
 import pytest
 import torch
@@ -59,12 +61,16 @@ def _train(spec, rank: int, steps: int, lr: float, hidden: int = 32, float32: bo
         optimizer.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
+        waited = state.comm_wait_s(time.perf_counter()) if state is not None else None
         optimizer.step()
         global_loss = loss.detach().clone()
         dist.all_reduce(global_loss)
         losses.append(float(global_loss) / WORLD)
         if state is not None:
-            stats.append(state.step_stats())
+            record = state.step_stats()
+            # what the trainer records as time_comm_wait_s; the reset clears it for the next step
+            record.update(comm_wait_s=waited, comm_wait_after_reset=state.comm_wait_s(time.perf_counter()))
+            stats.append(record)
     params = _flat_params(model.module)
     everyone = [torch.empty_like(params) for _ in range(WORLD)]
     dist.all_gather(everyone, params)
@@ -177,6 +183,13 @@ def test_dense_bytes_follow_the_ring_allreduce_model(results):
         assert stats["bytes_sent"] == stats["bytes_received"] == 2 * (WORLD - 1) * m // WORLD
         assert stats["compression_ratio"] == 1.0
         assert stats["time_comm_s"] > 0 and stats["time_compress_s"] > 0
+
+
+@pytest.mark.parametrize("name", ["none", "topk", "qsgd", "powersgd"])
+def test_the_wait_for_communication_is_measured_per_step(results, name):
+    for stats in results[name]["stats"]:
+        assert math.isfinite(stats["comm_wait_s"]) and 0 <= stats["comm_wait_s"] < 10
+        assert stats["comm_wait_after_reset"] is None
 
 
 def test_topk_bytes_are_what_the_allgather_moves(results):

@@ -22,6 +22,14 @@ allreduce of the uncompressed tensor (in its own dtype) under the same model, so
 compares like with like.  ``time_compress_s`` covers error feedback plus compression (the
 memory update decompresses the rank's own payload), ``time_decompress_s`` the decoding and
 averaging of what arrived, ``time_comm_s`` the collective from launch to completion.
+
+These byte counts are a model, not a measurement: each rank computes them from its own
+payload, the trainer records rank 0's, and the ring formulas assume every rank hands the
+collective the same number of bytes (true for every compressor here).  ``bench/wire_bytes.py``
+checks them against the kernel's TCP counters.  ``time_comm_s`` overlaps the backward pass
+(DDP launches a bucket as soon as its gradients are ready), so it is not the time a step
+spends on communication; :meth:`Communicator.comm_wait_s` is: from the last launch (the
+rank's own backward work done) until the caller's mark (the end of the backward pass).
 """
 
 from __future__ import annotations
@@ -126,6 +134,19 @@ class Communicator:
         compressor.bind(rank, world_size)
         self._stats = StepStats()
         self._lock = threading.Lock()  # collective callbacks may run on a backend thread
+        self._last_launch: float | None = None  # perf_counter() when the last payload left
+
+    def mark_launched(self) -> None:
+        """Note that a payload was just handed to its collective (see :meth:`comm_wait_s`)."""
+        self._last_launch = time.perf_counter()
+
+    def comm_wait_s(self, until: float) -> float | None:
+        """Seconds from the last launch to *until* (a ``time.perf_counter()`` value): the part of
+        the communication the rank waited for rather than hid behind its backward pass; None
+        when nothing was launched since the last :meth:`step_stats` reset."""
+        if self._last_launch is None:
+            return None
+        return max(0.0, until - self._last_launch)
 
     def _add(self, **amounts: float) -> None:
         with self._lock:
@@ -144,6 +165,7 @@ class Communicator:
             stats = self._stats.as_dict()
             if reset:
                 self._stats = StepStats()
+                self._last_launch = None
         return stats
 
     def prepare(self, tensor: torch.Tensor, name: object) -> Outgoing:

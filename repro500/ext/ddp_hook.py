@@ -45,6 +45,12 @@ class HookState:
         time_decompress_s, time_comm_s and tensors (buckets), summed since the last reset."""
         return self.communicator.step_stats(reset=reset)
 
+    def comm_wait_s(self, backward_end: float) -> float | None:
+        """Seconds the backward pass waited for communication after the last bucket was
+        launched (*backward_end* is ``time.perf_counter()`` after ``loss.backward()``). Call it
+        before :meth:`step_stats`, which resets it."""
+        return self.communicator.comm_wait_s(backward_end)
+
     def set_learning_rate(self, lr: float) -> None:
         """Tell EF-signSGD's memory the optimizer's learning rate (no effect otherwise)."""
         if isinstance(self.memory, memory.EFSignMemory):
@@ -65,6 +71,7 @@ def _compressed_hook(
     buffer = bucket.buffer()
     comm = state.communicator
     out = comm.prepare(buffer, bucket.index())
+    comm.mark_launched()
     started = time.perf_counter()
     if out.summable:
         work = dist.all_reduce(out.buffer, group=state.process_group, async_op=True)
@@ -101,6 +108,7 @@ def _powersgd_hook(
     before = state.torch_state.total_numel_after_compression
     started = time.perf_counter()
     fut = powerSGD_hook.powerSGD_hook(state.torch_state, bucket)
+    comm.mark_launched()
     # The hook's synchronous part (error feedback, P = MQ) is its compression work.
     comm._add(time_compress_s=time.perf_counter() - started)
     moved_numel = state.torch_state.total_numel_after_compression - before

@@ -324,6 +324,7 @@ def train_repeat(
         eval_metrics: dict[str, Any] = {}
         epoch_digests: list[str] = []
         epochs_run = 0
+        traffic = Traffic()
 
         for epoch in range(1, spec.epochs + 1):
             train_loader.sampler.set_epoch(epoch)
@@ -365,11 +366,16 @@ def train_repeat(
                     "loss": measure.finite_or_none(loss_value), "lr": optimizer.param_groups[0]["lr"],
                     "samples": n, "time_data_s": t_data - t_mark, "time_forward_s": t1 - t0,
                     "time_backward_s": t2 - t1, "time_optimizer_s": t3 - t2, "step_time_s": step_s,
-                    "time_comm_s": None, "time_compress_s": None, "bytes_sent": None, "bytes_received": None,
+                    "time_comm_s": None, "time_comm_wait_s": None, "time_compress_s": None,
+                    "time_decompress_s": None, "bytes_sent": None, "bytes_received": None,
+                    "dense_bytes_sent": None, "compression_ratio": None,
                     "peak_memory_bytes": measure.peak_memory_bytes(device), "wall_s": t3 - run_start,
                 }
                 if hook_state is not None:
+                    if hasattr(hook_state, "comm_wait_s"):  # DDP: the backward pass ended at t2
+                        record["time_comm_wait_s"] = hook_state.comm_wait_s(t2)
                     record.update(hook_state.step_stats())
+                traffic.add(record)
                 step_records.append(record)
                 if writer:
                     writer.metric(record)
@@ -385,6 +391,17 @@ def train_repeat(
             if mllog:
                 mllog.epoch_stop(epoch)
             if status == STATUS_DIVERGED:
+                # No evaluation, but the epoch is closed like any other, so that its steps up to
+                # the divergence reach MLflow (the ddp engine replays callbacks from this file).
+                diverged_record: dict[str, Any] = {
+                    "kind": "epoch", "repeat": repeat, "epoch": epoch, "metrics": {}, "diverged": True,
+                    "train_samples": samples_seen, "train_time_s": epoch_train_s,
+                    "wall_s": time.perf_counter() - run_start,
+                }
+                if writer:
+                    writer.metric(diverged_record)
+                if callbacks.on_epoch_end:
+                    callbacks.on_epoch_end(diverged_record, step_records)
                 break
 
             if mllog:
@@ -422,7 +439,7 @@ def train_repeat(
             summary = _summarise(
                 spec, repeat, seeds, status, error, epochs_run, epochs_to_quality, time_to_quality_s,
                 train_time_s, total_s, samples_seen, flops_per_sample, eval_metrics, epoch_digests,
-                final_digest, dist,
+                final_digest, dist, traffic,
             )
     except KeyboardInterrupt:
         status = STATUS_KILLED
@@ -445,7 +462,7 @@ def _summarise(
     spec: TrainSpec, repeat: int, seeds: seeding.Seeds, status: str, error: str | None, epochs_run: int,
     epochs_to_quality: int | None, time_to_quality_s: float | None, train_time_s: float, total_s: float,
     samples_seen: int, flops_per_sample: float | None, eval_metrics: dict[str, Any], epoch_digests: list[str],
-    final_digest: str, dist: Dist,
+    final_digest: str, dist: Dist, traffic: Traffic | None = None,
 ) -> dict[str, Any]:
     metric_name, target_value = spec.target["metric"], float(spec.target["value"])
     direction = spec.target.get("direction", "higher")
@@ -467,6 +484,7 @@ def _summarise(
         "epochs_to_quality": epochs_to_quality,
         "train_time_s": train_time_s,
         "total_time_s": total_s,
+        **(traffic or Traffic()).per_step(),
     })
     return {
         "schema": REPEAT_SUMMARY_SCHEMA,
@@ -488,12 +506,51 @@ def _summarise(
             "valid_flops": vflops, "flops_per_s": flops_per_s, "train_flops": train_flops,
             "flops_per_sample": flops_per_sample, "time_s": quality_time_s, "achieved": achieved,
             "target": target_value, "direction": direction, "exponent": spec.valid_flops_exponent,
-            "formula": "flops_per_s * min(1, achieved/target) ** exponent (lower-is-better: target/achieved)",
+            "formula": "flops_per_s * (achieved/target) ** exponent, uncapped: above-target quality raises it "
+                       "(lower-is-better: (target/achieved) ** exponent)",
         },
         "final_param_digest": final_digest,
         "epoch_param_digests": epoch_digests,
         "error": error,
     }
+
+
+@dataclass
+class Traffic:
+    """Gradient exchange over a repeat: sums of the step records' costs (rank 0's, as recorded)."""
+
+    steps: int = 0
+    bytes_sent: float = 0.0
+    bytes_received: float = 0.0
+    dense_bytes_sent: float = 0.0
+    time_compress_s: float = 0.0
+    time_decompress_s: float = 0.0
+    time_comm_s: float = 0.0
+
+    def add(self, record: dict[str, Any]) -> None:
+        if record.get("bytes_sent") is None:
+            return  # one process: nothing exchanged
+        self.steps += 1
+        for key in ("bytes_sent", "bytes_received", "dense_bytes_sent", "time_compress_s",
+                    "time_decompress_s", "time_comm_s"):
+            setattr(self, key, getattr(self, key) + float(record.get(key) or 0.0))
+
+    def per_step(self) -> dict[str, float | None]:
+        """Means per step for the repeat summary (None without a gradient exchange)."""
+        n = self.steps
+
+        def mean(total: float) -> float | None:
+            return total / n if n else None
+
+        return {
+            "bytes_sent_per_step": mean(self.bytes_sent),
+            "bytes_received_per_step": mean(self.bytes_received),
+            "dense_bytes_per_step": mean(self.dense_bytes_sent),
+            "compression_ratio": self.dense_bytes_sent / self.bytes_sent if n and self.bytes_sent else None,
+            "time_compress_per_step_s": mean(self.time_compress_s),
+            "time_decompress_per_step_s": mean(self.time_decompress_s),
+            "time_comm_per_step_s": mean(self.time_comm_s),
+        }
 
 
 def _flops_per_sample(task: Task, model: torch.nn.Module, loader: Any, device: torch.device) -> float | None:

@@ -1,0 +1,91 @@
+"""Gradient traffic as users see it: metrics.jsonl, the repeat summary and MLflow (issue 6)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+
+import pytest
+from runhelpers import write_recipe
+
+from repro500.runner import RunOptions, run
+from repro500.tracking import STEP_METRIC_KEYS
+
+PER_STEP = {  # summary metric -> the step-record field it averages
+    "bytes_sent_per_step": "bytes_sent",
+    "bytes_received_per_step": "bytes_received",
+    "dense_bytes_per_step": "dense_bytes_sent",
+    "time_compress_per_step_s": "time_compress_s",
+    "time_decompress_per_step_s": "time_decompress_s",
+    "time_comm_per_step_s": "time_comm_s",
+}
+
+
+@pytest.fixture
+def sqlite_store(in_tmp, monkeypatch):
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def _records(run_dir, kind):
+    lines = (run_dir / "repeats/0/metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["kind"] == kind]
+
+
+def _repeat_run(client, run_dir):
+    meta = json.loads((run_dir / "run.json").read_text())
+    return client.get_run(meta["mlflow"]["repeat_run_ids"]["0"]), client.get_run(meta["mlflow"]["parent_run_id"])
+
+
+def test_two_rank_topk_traffic_reaches_the_summary_and_mlflow(in_tmp, sqlite_store):
+    from mlflow.tracking import MlflowClient
+
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1)
+    outcome = run(RunOptions(recipe=str(recipe), nproc=2,
+                             overrides=["compressor.name=topk", "compressor.ratio=0.01"]))
+    steps = _records(outcome.run_dir, "step")
+    assert len(steps) >= 3
+    for key in ("bytes_sent", "bytes_received", "dense_bytes_sent", "compression_ratio", "time_compress_s",
+                "time_decompress_s", "time_comm_s", "time_comm_wait_s"):
+        assert all(isinstance(s[key], (int, float)) for s in steps), key
+    summary = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())["metrics"]
+    for name, field in PER_STEP.items():
+        assert summary[name] == pytest.approx(statistics.fmean(s[field] for s in steps)), name
+    assert summary["time_compress_per_step_s"] > 0 and summary["time_decompress_per_step_s"] > 0
+    # top-k 1 % + int32 indices, allgathered on 2 ranks: about 1/50 of the dense allreduce
+    assert 0 < summary["bytes_sent_per_step"] <= summary["dense_bytes_per_step"] / 40
+    assert summary["bytes_received_per_step"] == summary["bytes_sent_per_step"]
+    assert summary["compression_ratio"] == pytest.approx(
+        summary["dense_bytes_per_step"] / summary["bytes_sent_per_step"])
+    costs = {k for k in steps[0] if k.startswith(("time_", "bytes_", "dense_", "compression_"))}
+    assert costs <= set(STEP_METRIC_KEYS)  # every cost in metrics.jsonl is also a step metric in MLflow
+    aggregate = json.loads((outcome.run_dir / "summary.json").read_text())["metrics"]
+    assert aggregate["bytes_sent_per_step"]["values"] == [summary["bytes_sent_per_step"]]
+
+    client = MlflowClient(sqlite_store)
+    child, parent = _repeat_run(client, outcome.run_dir)
+    for key in ("bytes_sent", "dense_bytes_sent", "compression_ratio", "time_compress_s", "time_decompress_s"):
+        history = client.get_metric_history(child.info.run_id, key)
+        assert sorted((m.step, m.value) for m in history) == [(s["step"], pytest.approx(s[key])) for s in steps], key
+    for name in (*PER_STEP, "compression_ratio"):
+        assert child.data.metrics[f"final_{name}"] == pytest.approx(summary[name]), name
+    assert parent.data.metrics["mean_bytes_sent_per_step"] == pytest.approx(summary["bytes_sent_per_step"])
+
+
+def test_steps_of_a_diverged_epoch_reach_mlflow(in_tmp, sqlite_store):
+    from mlflow.tracking import MlflowClient
+
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, mutable__optimizer={"name": "sgd", "lr": 1.0e12})
+    outcome = run(RunOptions(recipe=str(recipe)))
+    summary = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())
+    assert summary["status"] == "diverged"
+    assert all(summary["metrics"][name] is None for name in PER_STEP)  # one process exchanges nothing
+    steps = _records(outcome.run_dir, "step")
+    (closing,) = _records(outcome.run_dir, "epoch")
+    assert closing["diverged"] is True and closing["metrics"] == {}
+    assert closing["epoch"] == steps[-1]["epoch"]
+    child, _ = _repeat_run(MlflowClient(sqlite_store), outcome.run_dir)
+    history = MlflowClient(sqlite_store).get_metric_history(child.info.run_id, "step_time_s")
+    assert sorted(m.step for m in history) == [s["step"] for s in steps]
+    assert child.data.tags["repro500.status"] == "diverged"
