@@ -38,7 +38,7 @@ def timings(tmp_path, monkeypatch):
 
 
 def craft_run(parent: Path, name: str = "run-2", *, world_size: int = 2, compressor="none",
-              with_timings: bool = True) -> Path:
+              with_timings: bool = True, step: dict | None = None) -> Path:
     """A sealed run directory whose step records carry the timings above (first step: warm-up)."""
     root = make_run(parent, name, values={"accuracy": [0.93, 0.94]})
     for rdir in sorted((root / "repeats").iterdir()):
@@ -49,7 +49,7 @@ def craft_run(parent: Path, name: str = "run-2", *, world_size: int = 2, compres
         for i in range(6):
             record = {"kind": "step", "repeat": k, "epoch": 1, "step": i + 1, "loss": 1.0, "lr": 0.1, "samples": 64}
             if with_timings:
-                record.update(STEP)
+                record.update(STEP, **(step or {}))
                 if i == 0:  # warm-up: left out by the model
                     record.update(step_time_s=5.0, time_forward_s=4.0)
                 if world_size == 1:
@@ -94,6 +94,11 @@ def test_model_checks_p2_writes_scaling_json_and_the_report_plots_it(tmp_path, t
     assert measured["predicted_step_time_s"] == pytest.approx(predicted)
     assert measured["relative_error"] == pytest.approx((predicted - 0.082) / 0.082)
     assert measured["bytes_relative_error"] == 0
+    # no time_comm_wait_s (an older run): the compute is biased low, the step spent 14 ms beyond
+    # data + compute + compression, the model prices 1.3 ms of collectives: the check fails
+    assert measured["comm_cost_s"] == pytest.approx(0.082 - (0.004 + 0.0625 + 0.0015))
+    assert measured["predicted_comm_cost_s"] == pytest.approx(comm)
+    assert measured["tolerance"] == 0.5 and measured["within_tolerance"] is False
     assert any("upper bounds" in a for a in doc["assumptions"])
     # the integrity of the run is untouched, and the report draws the model
     report = write_report(run)
@@ -112,6 +117,34 @@ def test_table_output_names_the_relative_error(tmp_path, timings):
     for p in ("8", "64", "1024"):
         assert re.search(rf"│\s+{p} │", out)
     assert not (tmp_path / "run-2" / "derived").exists()  # nothing written without --write
+
+
+# With time_comm_wait_s recorded, compute = forward + backward + optimizer - wait - compression, so
+# the measured communication cost of a step is 0.082 - (0.004 + (0.076 - wait - 0.001) + 0.0015).
+@pytest.mark.parametrize(("wait_s", "within"), [(0.0001, True), (0.0005, True), (0.0015, False), (0.004, False)])
+def test_the_check_at_p2_compares_communication_costs_against_a_stated_tolerance(tmp_path, timings, wait_s, within):
+    run = craft_run(tmp_path, step={"time_comm_wait_s": wait_s})
+    doc = json.loads(invoke(run, "--json").stdout)
+    assert doc["workload"]["compute_time_s"] == pytest.approx(0.076 - wait_s - 0.001)
+    assert not any("biased low" in a for a in doc["assumptions"])
+    measured = doc["measured"]
+    comm = 2 * (2 * LATENCY_S) + GAMMA * (1_048_576 + 30_312)
+    cost = 0.082 - (0.004 + (0.076 - wait_s - 0.001) + 0.0015)
+    assert measured["comm_wait_s"] == pytest.approx(wait_s)
+    assert measured["comm_cost_s"] == pytest.approx(cost)
+    assert measured["predicted_comm_cost_s"] == pytest.approx(comm)
+    assert measured["comm_relative_error"] == pytest.approx((comm - cost) / cost)
+    assert measured["within_tolerance"] is within
+    table = " ".join(invoke(run).stdout.split())  # rich wraps lines at the terminal width
+    assert ("within tolerance" if within else "OUTSIDE tolerance") in table
+    assert "tolerance ±50.0%" in table
+
+
+def test_a_step_no_slower_than_its_computation_fails_the_check(tmp_path, timings):
+    run = craft_run(tmp_path, step={"time_comm_wait_s": 0.0, "step_time_s": 0.075})
+    doc = json.loads(invoke(run, "--json").stdout)
+    assert doc["measured"]["comm_relative_error"] is None and doc["measured"]["within_tolerance"] is False
+    assert any("no communication cost to compare" in a for a in doc["assumptions"])
 
 
 def test_explicit_model_and_compressor_without_a_run(timings):

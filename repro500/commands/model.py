@@ -73,8 +73,9 @@ def model(run_dir: Path | None, params: int | None, model_name: str | None, comp
     Fits the alpha-beta model (allreduce T = 2 L log2 P + 2 gamma m (P-1)/P, allgather
     T = L log2 P + gamma m (P-1)) to Gloo collectives timed on this machine (cached per
     host and torch version), then predicts weak scaling for a model size and compressor.
-    With a multi-rank RUN_DIR it also checks the prediction at the run's process count
-    against the measured mean step time.
+    With a multi-rank RUN_DIR it also checks the prediction at the run's process count:
+    the communication cost of a step (step time less data, compute and compression),
+    measured against predicted, within +-50% (printed as within / OUTSIDE tolerance).
 
     \b
     Examples:

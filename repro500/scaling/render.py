@@ -58,6 +58,13 @@ def render(doc: Mapping[str, Any], console: Console | None = None) -> None:
                       f"(mean of {measured['steps']}), predicted {_ms(measured['predicted_step_time_s'])} ms: "
                       f"relative error {_pct(measured['relative_error'], signed=True)}; bytes per rank measured "
                       f"{_bytes(measured['bytes_per_rank'])}, predicted {_bytes(measured['predicted_bytes_per_rank'])}")
+        if "within_tolerance" in measured:
+            verdict = "within tolerance" if measured["within_tolerance"] else "OUTSIDE tolerance"
+            console.print(f"communication per step at P = {measured['p']} (step time less data, compute and "
+                          f"compression): measured {_ms(measured['comm_cost_s'])} ms, predicted "
+                          f"{_ms(measured['predicted_comm_cost_s'])} ms: error "
+                          f"{_pct(measured['comm_relative_error'], signed=True)}, tolerance "
+                          f"±{_pct(measured['tolerance'])}: {verdict}", highlight=False)
     console.print("assumptions:")
     for line in doc["assumptions"]:
         console.print(f"  - {line}", highlight=False)

@@ -5,9 +5,14 @@ records of every ``repeats/<k>/metrics.jsonl`` (docs/contracts.md).  The first s
 repeat is left out: it pays for warm-up (allocations, and DDP rebuilding its buckets).
 
 Compute time per step is forward + backward + optimizer.  On several ranks DDP runs the
-communication hooks inside the backward pass, so the measured ``time_comm_s``,
-``time_compress_s`` and ``time_decompress_s`` are taken out of it: what remains is the
-rank's own computation, which data-parallel weak scaling keeps constant.
+communication hooks inside the backward pass, so the communication the backward pass waited
+for (``time_comm_wait_s``: from the last bucket's launch to the end of the backward pass) and
+the compression (``time_compress_s``, on the training thread) are taken out of it: what
+remains is the rank's own computation, which data-parallel weak scaling keeps constant.
+Collectives that ran while the backward pass still computed are not taken out: that time was
+spent computing.  Runs recorded before ``time_comm_wait_s`` existed fall back to taking out
+``time_comm_s`` + ``time_compress_s`` + ``time_decompress_s``, which removes computation too
+(biased low).
 """
 
 from __future__ import annotations
@@ -36,7 +41,8 @@ class RunTimings:
     step_time_s: float
     data_time_s: float
     compute_time_s: float  # forward + backward + optimizer, communication taken out
-    comm_time_s: float | None  # recorded collective time (None on one rank)
+    comm_time_s: float | None  # recorded collective time, launch to completion (None on one rank)
+    comm_wait_s: float | None  # what the backward pass waited for after its last launch (DDP)
     compress_time_s: float | None
     decompress_time_s: float | None
     bytes_sent: float | None  # per step and rank
@@ -47,6 +53,7 @@ class RunTimings:
         return {"path": str(self.path), "world_size": self.world_size, "steps": self.steps,
                 "step_time_s": self.step_time_s, "data_time_s": self.data_time_s,
                 "compute_time_s": self.compute_time_s, "comm_time_s": self.comm_time_s,
+                "comm_wait_s": self.comm_wait_s,
                 "compress_time_s": self.compress_time_s, "decompress_time_s": self.decompress_time_s,
                 "bytes_sent": self.bytes_sent, "dense_bytes_sent": self.dense_bytes_sent}
 
@@ -107,6 +114,16 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _compute_s(record: dict[str, Any], world_size: int, has_wait: bool) -> float:
+    """One step's own computation: forward + backward + optimizer less what was communication."""
+    busy = sum(float(record[k]) for k in ("time_forward_s", "time_backward_s", "time_optimizer_s"))
+    if world_size < 2:
+        return busy
+    exchanged = ("time_comm_wait_s", "time_compress_s") if has_wait else (
+        "time_comm_s", "time_compress_s", "time_decompress_s")
+    return busy - sum(_number(record.get(k)) or 0.0 for k in exchanged)
+
+
 def read_run(path: str | Path) -> RunTimings:
     """The run's per-step timings and bytes (InvalidInput, exit 4, when there are none)."""
     root = Path(path)
@@ -127,12 +144,8 @@ def read_run(path: str | Path) -> RunTimings:
     comm = _mean(records, "time_comm_s") if world_size > 1 else None
     compress = _mean(records, "time_compress_s") if world_size > 1 else None
     decompress = _mean(records, "time_decompress_s") if world_size > 1 else None
-    compute_values = []
-    for r in records:
-        busy = sum(float(r[k]) for k in ("time_forward_s", "time_backward_s", "time_optimizer_s"))
-        if world_size > 1:
-            busy -= sum(_number(r.get(k)) or 0.0 for k in ("time_comm_s", "time_compress_s", "time_decompress_s"))
-        compute_values.append(max(0.0, busy))
+    wait = _mean(records, "time_comm_wait_s") if world_size > 1 else None
+    compute_values = [max(0.0, _compute_s(r, world_size, wait is not None)) for r in records]
     last_sent = _number(records[-1].get("bytes_sent"))
     return RunTimings(
         path=root, world_size=world_size,
@@ -142,7 +155,7 @@ def read_run(path: str | Path) -> RunTimings:
         step_time_s=_mean(records, "step_time_s") or 0.0,
         data_time_s=_mean(records, "time_data_s") or 0.0,
         compute_time_s=statistics.fmean(compute_values),
-        comm_time_s=comm, compress_time_s=compress, decompress_time_s=decompress,
+        comm_time_s=comm, comm_wait_s=wait, compress_time_s=compress, decompress_time_s=decompress,
         bytes_sent=_mean(records, "bytes_sent") if world_size > 1 else None,
         last_bytes_sent=last_sent if world_size > 1 else None,
         dense_bytes_sent=_mean(records, "dense_bytes_sent") if world_size > 1 else None,
