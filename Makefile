@@ -40,12 +40,15 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
-# Horovod 0.28.1 built from its sdist with the C++20 fix (docs/distributed.md), then its tests on 2 ranks.
+# Horovod 0.28.1 built from its sdist with the C++20 fix (docs/distributed.md), then its tests:
+# the adapter's inside 2 horovodrun ranks, then `repro500 run --set engine=horovod` end to end
+# once, outside horovodrun (each of those runs starts its own horovodrun).
 install-horovod: $(STAMP)
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH scripts/build_horovod.sh
 
 test-horovod: install-horovod
 	PATH=$(CURDIR)/$(VENV)/bin:$$PATH horovodrun -np 2 -H localhost:2 --gloo $(PY) -m pytest -q -p no:cacheprovider -m horovod tests/test_horovod.py
+	PATH=$(CURDIR)/$(VENV)/bin:$$PATH $(PY) -m pytest -q -p no:cacheprovider -m horovod tests/test_horovod_run.py
 
 # Compile the C++ operators ahead of their first use (add --cuda where nvcc is present).
 ops: $(STAMP)

@@ -130,3 +130,22 @@ def test_powersgd_and_bf16_are_refused(hvd):
         _setup(hvd, "powersgd")
     with pytest.raises(UsageError, match="cannot reduce bfloat16"):
         _setup(hvd, "bf16")
+
+
+@pytest.mark.horovod
+@pytest.mark.parametrize("spec", ["none", {"name": "topk", "ratio": 0.05}])
+def test_zero_grad_takes_set_to_none_as_torch_does(hvd, spec):
+    # The trainer calls zero_grad(set_to_none=True); Horovod 0.28.1's own zero_grad() takes no
+    # arguments, so the adapter must accept it on both paths.
+    net, optimizer, x, y = _setup(hvd, spec)
+    for set_to_none in (False, True):
+        optimizer.zero_grad(set_to_none=set_to_none)
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=set_to_none)
+        grads = [p.grad for p in net.parameters()]
+        if set_to_none:
+            assert all(g is None for g in grads)
+        else:
+            assert all(g is not None and not g.any() for g in grads)
+    optimizer.step_stats()

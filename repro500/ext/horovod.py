@@ -89,6 +89,25 @@ def _timed_synchronize(synchronize: Any, communicator: Communicator) -> Any:
     return wrapper
 
 
+def _zero_grad_with_set_to_none(wrapped: Any, base: type) -> Any:
+    """Horovod 0.28.1's ``zero_grad()`` takes no arguments; torch's takes ``set_to_none``.
+
+    Keeps Horovod's guard (no zeroing while allreduces of this step are in flight) and then
+    calls the wrapped optimizer class's own ``zero_grad``, so ``zero_grad(set_to_none=...)``
+    works as on any torch optimizer.
+    """
+
+    def zero_grad(set_to_none: bool = True) -> None:
+        if wrapped._handles:
+            raise AssertionError(
+                "optimizer.zero_grad() was called after loss.backward() but before "
+                "optimizer.step() or optimizer.synchronize(); Horovod prohibits this (a race)."
+            )
+        base.zero_grad(wrapped, set_to_none=set_to_none)
+
+    return zero_grad
+
+
 def _exchange_all(
     hvd: Any,
     communicator: Communicator,
@@ -159,6 +178,7 @@ def distributed_optimizer(
             compression=_HookCompression(communicator, hvd.size()),
         )
         wrapped.synchronize = _timed_synchronize(wrapped.synchronize, communicator)
+        wrapped.zero_grad = _zero_grad_with_set_to_none(wrapped, type(optimizer))
         wrapped.step_stats = communicator.step_stats
         wrapped.repro500_communicator = communicator
         return wrapped

@@ -1,0 +1,76 @@
+"""`repro500 run --nproc 2 --set engine=horovod` end to end.
+
+Unlike tests/test_horovod.py these tests must run *outside* horovodrun: each one starts its own
+`repro500 run`, which launches `horovodrun -np 2 ... --gloo` itself.  `make test-horovod` runs this
+file once, after the adapter tests under horovodrun.  They skip when Horovod is not installed
+(scripts/build_horovod.sh) and refuse to run inside a horovodrun rank.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+from runhelpers import repro500, write_recipe
+
+from repro500 import bundle
+
+pytestmark = pytest.mark.horovod
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _horovod_outside_ranks():
+    pytest.importorskip("horovod.torch")
+    if shutil.which("horovodrun") is None:
+        pytest.skip("horovodrun is not on PATH (activate the venv Horovod was built into)")
+    if "HOROVOD_RANK" in os.environ:
+        pytest.skip("end-to-end runs start their own horovodrun: run this file outside it (make test-horovod)")
+
+
+@pytest.mark.parametrize(
+    ("name", "compressor"),
+    [("plain", None), ("fp16", "fp16"), ("topk", "topk")],
+)
+def test_horovod_run_writes_a_two_rank_run_directory(in_tmp, name, compressor):
+    write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1)
+    args = ["run", "tiny.yaml", "--nproc", "2", "--set", "engine=horovod", "--no-tracking", "--run-id", name]
+    if compressor == "topk":
+        args += ["--set", "compressor.name=topk", "--set", "compressor.ratio=0.05"]
+    elif compressor:
+        args += ["--set", f"compressor={compressor}"]
+    result = repro500(*args, cwd=in_tmp, timeout=600)
+    run_dir = in_tmp / "runs" / name
+    log = run_dir / "repeats/0/launcher.log"  # written only when a rank failed
+    assert not log.is_file(), log.read_text()[-4000:]
+    assert result.returncode in (0, 1, 3), result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    assert (run_dir / "SHA256SUMS").is_file()
+    assert bundle.check_sums(run_dir).ok
+
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    distributed = manifest["facets"]["distributed"]
+    assert distributed["engine"] == "horovod" and distributed["world_size"] == 2
+    assert distributed["backend"] == "horovod-gloo"
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["world_size"] == 2 and meta["engine"] == "horovod"
+
+    summary = json.loads((run_dir / "repeats/0/summary.json").read_text())
+    assert summary["status"] == "completed", summary.get("error")
+    assert summary["engine"] == "horovod" and summary["world_size"] == 2
+
+    ranks = json.loads((run_dir / "repeats/0/ranks.json").read_text())
+    assert ranks["world_size"] == 2 and ranks["backend"] == "horovod-gloo"
+    assert [r["rank"] for r in ranks["ranks"]] == [0, 1]
+    assert len({r["pid"] for r in ranks["ranks"]}) == 2
+    assert all("hardware" in r for r in ranks["ranks"])
+
+    steps = [json.loads(line) for line in (run_dir / "repeats/0/metrics.jsonl").read_text().splitlines()]
+    step = next(r for r in steps if r["kind"] == "step")
+    assert step["bytes_sent"] > 0
+    expected_ratio = {"plain": 1.0, "fp16": 2.0}.get(name)
+    if expected_ratio is not None:
+        assert step["compression_ratio"] == pytest.approx(expected_ratio, rel=0.01)
+    else:  # top-k 5% through allgather: values + indices of 5% of every tensor
+        assert step["compression_ratio"] > 5
