@@ -97,11 +97,13 @@ def main() -> int:
         listing = [(name, md5sum[name]) for name in sorted(md5sum)]
         assert data.dir_md5(listing) == digests["dvc"], "md5sum-derived .dir digest differs"
 
-        # In-process cold (empty cache) vs warm (every file a cache hit).
+        # In-process cold (empty hash cache) vs warm (every file a cache hit).  Only the hash
+        # cache (cache/hashes/, data.HashCache) is emptied: the compiled MD5 kernel in
+        # cache/ext/ stays, so "cold" is hashing, not a recompile of the kernel.
+        os.environ["REPRO500_CACHE_DIR"] = str(work / "cache")
         cold_s, warm_s = [], []
         for _ in range(rounds):
-            shutil.rmtree(work / "cache", ignore_errors=True)
-            os.environ["REPRO500_CACHE_DIR"] = str(work / "cache")
+            shutil.rmtree(work / "cache" / "hashes", ignore_errors=True)
             start = time.perf_counter()
             cold = data.digest_path(ds)
             cold_s.append(time.perf_counter() - start)
