@@ -282,3 +282,214 @@ def test_runtime_state_records_determinism_flags():
     assert state["torch"]["num_threads"] == torch.get_num_threads()
     assert "PyTorch built with" in state["torch"]["config"]
     json.dumps(state)  # JSON-able as it is
+
+
+# --- the environment facet ----------------------------------------------------------------
+
+def test_environment_records_python_os_and_libc_as_the_system_reports_them(tmp_path):
+    out = run_cli(["capture", "--json", "--repo", str(tmp_path)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    env = json.loads(out.stdout)["facets"]["environment"]
+    py, osi = env["python"], env["os"]
+    # the console script runs the interpreter this test runs under
+    assert py["version"] == "{}.{}.{}".format(*sys.version_info[:3])
+    assert py["implementation"].lower() == sys.implementation.name
+    assert Path(py["executable"]).resolve() == Path(sys.executable).resolve()
+    assert py["virtualenv"] is (sys.prefix != sys.base_prefix)
+    uname = os.uname()
+    assert (osi["system"], osi["kernel"], osi["machine"]) == (
+        uname.sysname, uname.release, uname.machine)
+    if hasattr(os, "confstr") and "CS_GNU_LIBC_VERSION" in os.confstr_names:
+        assert osi["libc"] == os.confstr("CS_GNU_LIBC_VERSION")  # e.g. "glibc 2.36"
+    release = Path("/etc/os-release")
+    if release.is_file():
+        ids = dict(line.split("=", 1) for line in release.read_text().splitlines() if "=" in line)
+        assert osi["distribution"]["ID"] == ids["ID"].strip('"')
+
+
+def _repro500_source(distributions: list[dict]) -> dict | None:
+    return next(d for d in distributions if d["name"] == "repro500").get("source")
+
+
+def _editable_root() -> Path | None:
+    """The project directory when repro500 is installed editable (as `make` installs it)."""
+    from importlib import metadata
+
+    # every copy: `python -m pytest` from the project finds the build's egg-info first, which
+    # has no direct_url.json; the installer's .dist-info in the venv has it
+    raws = [d.read_text("direct_url.json") for d in metadata.distributions()
+            if (d.metadata["Name"] or "").lower() == "repro500"]
+    info = next((json.loads(raw) for raw in raws if raw), {})
+    if not info.get("dir_info", {}).get("editable"):
+        return None
+    return Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("where", ["console script elsewhere", "python -c in the project"])
+def test_repro500_installed_editable_is_recorded_as_a_local_path(tmp_path, where):
+    root = _editable_root()
+    if root is None:
+        pytest.skip("repro500 is not installed editable here")
+    if where == "console script elsewhere":
+        out = run_cli(["capture", "--json", "--repo", str(tmp_path)], cwd=tmp_path)
+    else:  # the project directory is on sys.path, with the egg-info a build left there
+        code = ("import json; from repro500.capture.env import distributions;"
+                "print(json.dumps({'distributions': distributions()}))")
+        out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True,
+                             text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    dists = doc["facets"]["environment"]["distributions"] if "facets" in doc else doc["distributions"]
+    assert _repro500_source(dists) == {"kind": "local", "url": root.as_uri(), "editable": True}
+
+
+def _fake_dist(site: Path, name: str, version: str, direct_url: dict | None,
+               layout: str = "dist-info") -> None:
+    meta = site / (f"{name}-{version}.dist-info" if layout == "dist-info" else f"{name}.egg-info")
+    meta.mkdir(parents=True)
+    (meta / ("METADATA" if layout == "dist-info" else "PKG-INFO")).write_text(
+        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    if direct_url is not None:
+        (meta / "direct_url.json").write_text(json.dumps(direct_url))
+
+
+def test_vcs_local_and_archive_installs_are_marked_and_index_installs_are_not(tmp_path,
+                                                                            monkeypatch):
+    from repro500.capture.env import distributions
+
+    site = tmp_path / "site"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    _fake_dist(site, "fromgit", "0.3.dev1", {
+        "url": f"https://alice:{REMOTE_PASSWORD}@github.com/org/fromgit.git",
+        "vcs_info": {"vcs": "git", "commit_id": commit, "requested_revision": "main"}})
+    _fake_dist(site, "fromdir", "1.0", {"url": "file:///src/fromdir", "dir_info": {}})
+    _fake_dist(site, "fromwheel", "2.0", {"url": "file:///w/fromwheel-2.0-py3-none-any.whl",
+                                          "archive_info": {"hashes": {"sha256": "ab"}}})
+    _fake_dist(site, "fromindex", "3.0", None)
+    monkeypatch.syspath_prepend(str(site))
+    by_name = {d["name"]: d for d in distributions()}
+    vcs = by_name["fromgit"]["source"]
+    assert (vcs["kind"], vcs["vcs"], vcs["commit"], vcs["requested_revision"]) == (
+        "vcs", "git", commit, "main")
+    assert REMOTE_PASSWORD not in vcs["url"] and vcs["url"].endswith("@github.com/org/fromgit.git")
+    assert by_name["fromdir"]["source"] == {"kind": "local", "url": "file:///src/fromdir",
+                                            "editable": False}
+    assert by_name["fromwheel"]["source"]["kind"] == "archive"
+    assert by_name["fromindex"] == {"name": "fromindex", "version": "3.0"}
+
+
+def test_a_shadowing_egg_info_keeps_the_installers_source_only_for_the_same_version(
+        tmp_path, monkeypatch):
+    from repro500.capture.env import distributions
+
+    installed, shadow = tmp_path / "site", tmp_path / "project"
+    _fake_dist(installed, "mypkg", "1.0", {"url": "file:///src/mypkg",
+                                           "dir_info": {"editable": True}})
+    _fake_dist(installed, "otherpkg", "1.0", {"url": "file:///src/otherpkg", "dir_info": {}})
+    _fake_dist(shadow, "mypkg", "1.0", None, layout="egg-info")
+    _fake_dist(shadow, "otherpkg", "0.9", None, layout="egg-info")  # another install wins
+    monkeypatch.syspath_prepend(str(installed))
+    monkeypatch.syspath_prepend(str(shadow))  # first on sys.path, as a project directory is
+    by_name = {d["name"]: d for d in distributions()}
+    assert by_name["mypkg"]["source"] == {"kind": "local", "url": "file:///src/mypkg",
+                                          "editable": True}
+    assert by_name["otherpkg"] == {"name": "otherpkg", "version": "0.9"}
+
+
+# --- the toolchain facet ------------------------------------------------------------------
+
+def _script(path: Path, body: str) -> None:
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def fake_tools(tmp_path, monkeypatch):
+    """A PATH holding only fake tools, and a fake CUDA toolkit as CUDA_HOME."""
+    import shutil
+
+    sleep = shutil.which("sleep")
+    bin_dir, cuda = tmp_path / "bin", tmp_path / "cuda"
+    bin_dir.mkdir()
+    (cuda / "bin").mkdir(parents=True)
+    (cuda / "include").mkdir()
+    _script(bin_dir / "gcc", f"{sleep} 0.6; echo 'gcc (Fake 9.9.1-3) 9.9.1'; echo 'Copyright'")
+    _script(bin_dir / "g++", f"{sleep} 0.6; echo 'g++ (Fake 9.9.1-3) 9.9.1'")
+    _script(bin_dir / "cmake", f"{sleep} 0.6; echo 'cmake version 3.99.2'")
+    _script(bin_dir / "clang", f"exec {sleep} 30")  # hangs: killed at the deadline
+    _script(cuda / "bin" / "nvcc", f"touch {tmp_path / 'nvcc-ran'}\n"
+            "echo 'Cuda compilation tools, release 12.4, V12.4.131'")
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("CUDA_HOME", str(cuda))
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("CXX", "g++")
+    return tmp_path
+
+
+def test_toolchain_probes_concurrently_and_a_missing_or_hung_tool_is_no_error(fake_tools):
+    import time
+
+    from repro500.capture.toolchain import toolchain
+
+    start = time.monotonic()
+    facts = toolchain(deadline_s=1.5)
+    assert time.monotonic() - start < 3.5  # the hung clang was killed at the deadline
+    tools = {t["name"]: t for t in facts["tools"]}
+    # three probes of 0.6 s each all answered within one 1.5 s deadline: they ran at once
+    assert (tools["gcc"]["version"], tools["g++"]["version"], tools["cmake"]["version"]) == (
+        "9.9.1", "9.9.1", "3.99.2")
+    assert tools["gcc"]["version_line"] == "gcc (Fake 9.9.1-3) 9.9.1"
+    assert tools["cxx"]["command"] == "g++" and tools["cxx"]["version"] == "9.9.1"
+    assert tools["clang"]["version"] is None and "no answer" in tools["clang"]["problem"]
+    cuda = facts["cuda_toolkit"]
+    assert (cuda["version"], cuda["release"], cuda["version_from"]) == (
+        "12.4.131", "12.4", "nvcc --version")  # no version file: nvcc is asked
+
+
+def test_toolchain_reads_the_cuda_version_file_instead_of_running_nvcc(fake_tools, monkeypatch):
+    from repro500.capture.toolchain import toolchain
+
+    (fake_tools / "cuda" / "version.json").write_text(json.dumps({
+        "cuda": {"name": "CUDA SDK", "version": "12.4.1"},
+        "cuda_nvcc": {"name": "CUDA NVCC", "version": "12.4.131"}}))
+    monkeypatch.setenv("PATH", str(fake_tools / "nowhere"))  # no tool at all
+    facts = toolchain(deadline_s=1.5)
+    cuda = facts["cuda_toolkit"]
+    assert (cuda["home"], cuda["version"], cuda["release"], cuda["version_from"]) == (
+        str(fake_tools / "cuda"), "12.4.131", "12.4.1", "version.json")
+    assert not (fake_tools / "nvcc-ran").exists()
+    assert all(t["executable"] is None and t["version"] is None and "problem" not in t
+               for t in facts["tools"])
+    (fake_tools / "cuda" / "version.json").unlink()
+    (fake_tools / "cuda" / "version.txt").write_text("CUDA Version 10.2.89\n")
+    assert toolchain()["cuda_toolkit"]["version"] == "10.2.89"
+    assert not (fake_tools / "nvcc-ran").exists()
+
+
+def test_no_cuda_toolkit_is_recorded_as_absent(monkeypatch):
+    import repro500.ext.build
+    from repro500.capture.toolchain import toolchain
+
+    monkeypatch.setattr(repro500.ext.build, "find_cuda_home", lambda: None)
+    cuda = toolchain()["cuda_toolkit"]
+    assert cuda["home"] is None and cuda["version"] is None and "problem" not in cuda
+
+
+def test_toolchain_facet_matches_the_real_compilers(tmp_path):
+    import shutil
+
+    out = run_cli(["capture", "--json", "--repo", str(tmp_path)], cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    manifest = json.loads(out.stdout)
+    assert "toolchain" not in manifest["facet_errors"]
+    tools = {t["name"]: t for t in manifest["facets"]["toolchain"]["tools"]}
+    assert set(tools) == {"cxx", "gcc", "g++", "clang", "cmake"}
+    for name, tool in tools.items():
+        assert (tool["executable"] is None) == (shutil.which(tool["command"]) is None), name
+    if tools["gcc"]["executable"]:  # gcc's own short form, a second route to the same fact
+        dumped = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True)
+        assert tools["gcc"]["version"] == dumped.stdout.strip()
+    cuda = manifest["facets"]["toolchain"]["cuda_toolkit"]
+    if cuda["home"]:
+        nvcc = subprocess.run([cuda["nvcc"], "--version"], capture_output=True, text=True)
+        assert f"V{cuda['version']}" in nvcc.stdout

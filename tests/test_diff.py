@@ -188,3 +188,65 @@ def test_cli_structurally_wrong_manifest_exits_4(base, tmp_path, field, value, p
     assert out.returncode == 4, (out.stdout, out.stderr)
     assert out.stderr.startswith("repro500: error: manifest") and "malformed" in out.stderr
     assert phrase in out.stderr and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+
+
+def test_a_record_whose_name_extends_another_keeps_its_own_row(base):
+    dists = [{"name": "backports", "version": "1.0"},
+             {"name": "backports.tarfile", "version": "1.0.0"}]
+    a = variant(base, facets__environment__distributions=dists)
+    b = variant(base, facets__environment__distributions=[
+        {"name": "backports.tarfile", "version": "1.2.0"}])
+    rows = {d.key: (d.a, d.b) for d in diff_manifests(a, b) if d.facet == "environment"}
+    assert rows == {
+        "distributions.backports": ({"name": "backports", "version": "1.0"}, "<absent>"),
+        "distributions.backports.tarfile.version": ("1.0.0", "1.2.0"),
+    }
+
+
+def test_untracked_files_a_and_a_py_are_told_apart(base):
+    a = _untracked(base, ("a", 1, "a" * 64), ("a.py", 10, "b" * 64))
+    b = _untracked(base, ("a.py", 12, "c" * 64))
+    diffs = {d.key: d for d in diff_manifests(a, b) if d.facet == "code"}
+    assert set(diffs) == {"untracked.a", "untracked.a.py"}
+    assert diffs["untracked.a"].b == "<absent>" and diffs["untracked.a"].a["path"] == "a"
+    assert not is_result_relevant(diffs["untracked.a"])  # not a source file
+    assert (diffs["untracked.a.py"].a, diffs["untracked.a.py"].b) == (
+        {"bytes": 10, "sha256": "b" * 64}, {"bytes": 12, "sha256": "c" * 64})
+    assert is_result_relevant(diffs["untracked.a.py"])  # a source file changed
+
+
+def _toolchain(base: dict, **versions: str | None) -> dict:
+    """``base`` with tool (``gcc=...``) or CUDA toolkit (``cuda=...``) versions changed."""
+    chain = copy.deepcopy(base["facets"].get("toolchain") or {})
+    chain.setdefault("cuda_toolkit", {"home": "/usr/local/cuda", "version": "13.0.88"})
+    chain.setdefault("tools", [])
+    for name, version in versions.items():
+        if name == "cuda":
+            chain["cuda_toolkit"]["version"] = version
+            continue
+        tool = next((t for t in chain["tools"] if t["name"] == name), None)
+        if tool is None:
+            tool = {"name": name, "command": name, "executable": f"/usr/bin/{name}"}
+            chain["tools"].append(tool)
+        tool["version"], tool["version_line"] = version, f"{name} (Vendor) {version}"
+    return variant(base, facets__toolchain=chain)
+
+
+def test_toolchain_differences_rank_by_what_they_compile(base):
+    a = _toolchain(base, cuda="12.4.131", cxx="12.2.0", gcc="12.2.0", cmake="3.25.1")
+    b = _toolchain(base, cuda="13.0.88", cxx="13.1.0", gcc="13.1.0", cmake="3.28.0")
+    impact = {d.key: d.impact for d in diff_manifests(a, b) if d.facet == "toolchain"}
+    assert impact["cuda_toolkit.version"] >= 80  # nvcc builds the custom CUDA operators
+    assert impact["tools.cxx"] >= RELEVANT_IMPACT  # the compiler the CPU operators use
+    assert RELEVANT_IMPACT > impact["tools.gcc"] >= 40  # medium: matters if it builds code
+    assert impact["tools.cmake"] < impact["tools.gcc"]
+    assert impact["cuda_toolkit.version"] > impact["tools.cxx"] > impact["tools.gcc"]
+    rows = [d.key for d in diff_manifests(a, b) if d.facet == "toolchain"]
+    assert len(rows) == 4  # one row per tool, not one per field
+
+
+def test_a_manifest_from_before_the_toolchain_facet_is_not_a_relevant_difference(base):
+    old = seal({**base, "facets": {k: v for k, v in base["facets"].items() if k != "toolchain"}})
+    diffs = diff_manifests(old, base)
+    assert [(d.facet, d.a, d.b) for d in diffs] == [("toolchain", "<absent>", "present")]
+    assert not is_result_relevant(diffs[0])

@@ -60,7 +60,11 @@ def _install_source(dist: metadata.Distribution) -> dict[str, Any] | None:
 def distributions() -> list[dict[str, Any]]:
     """Every installed distribution visible to this interpreter, sorted by name.
 
-    The first one found on ``sys.path`` wins, as it does for ``import``.
+    The first one found on ``sys.path`` wins, as it does for ``import``.  Its ``source``
+    may come from a shadowed copy of the same version: run from a project directory
+    (``python -m``, ``python -c``), the ``<name>.egg-info`` that building an editable
+    install leaves there comes first on ``sys.path``, while the PEP 610 record of where the
+    install came from is only in the installer's ``.dist-info``.
     """
     seen: dict[str, dict[str, Any]] = {}
     for dist in metadata.distributions():
@@ -68,9 +72,14 @@ def distributions() -> list[dict[str, Any]]:
         if not name:
             continue
         key = _normalize(name)
-        if key in seen:
+        entry = seen.get(key)
+        if entry is not None:
+            if "source" not in entry and entry["version"] == dist.version:
+                source = _install_source(dist)
+                if source:
+                    entry["source"] = source
             continue
-        entry: dict[str, Any] = {"name": name, "version": dist.version}
+        entry = {"name": name, "version": dist.version}
         source = _install_source(dist)
         if source:
             entry["source"] = source

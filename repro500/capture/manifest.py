@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import __version__, atomic
-from repro500.capture import code, data, env, hardware, registry  # noqa: F401 - registers facets
+from repro500.capture import code, data, env, hardware, registry, toolchain  # noqa: F401 - registers facets
 from repro500.capture import seeds as seeds_mod
 from repro500.capture.registry import CaptureContext, facet
 from repro500.digest import CANONICALIZATION, canonical_digest

@@ -45,6 +45,19 @@ def _environment(e: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
+def _toolchain(t: dict[str, Any]) -> str:
+    cuda = t.get("cuda_toolkit") or {}
+    parts = [f"CUDA toolkit {cuda.get('version') or '?'} ({cuda['home']})" if cuda.get("home")
+             else "no CUDA toolkit"]
+    for tool in t.get("tools", []):
+        if tool.get("executable"):
+            parts.append(f"{tool['name']} {tool.get('version') or '?'}")
+    missing = [tool["name"] for tool in t.get("tools", []) if not tool.get("executable")]
+    if missing:
+        parts.append("not found: " + ", ".join(missing))
+    return " · ".join(parts)
+
+
 def _seeds(s: Any) -> str:
     if isinstance(s, dict):
         if s.get("master_seed") is None:
@@ -86,11 +99,12 @@ def summary_lines(manifest: dict[str, Any]) -> list[tuple[str, str]]:
     describe = {
         "code": _code,
         "environment": _environment,
+        "toolchain": _toolchain,
         "seeds": _seeds,
         "data": _data,
         "hardware": lambda h: _hardware(h, manifest),
     }
-    order = ["code", "environment", "runtime", "seeds", "data", "hardware"]
+    order = ["code", "environment", "toolchain", "runtime", "seeds", "data", "hardware"]
     rows = []
     for name in sorted(facets, key=lambda n: (order.index(n) if n in order else len(order), n)):
         value = facets[name]

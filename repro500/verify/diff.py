@@ -26,6 +26,9 @@ _MISSING = "<absent>"
 
 # (pattern over "facet.key", impact 0-100, why it matters). First match wins.
 RULES: list[tuple[str, int, str]] = [
+    # before repro500 recorded the toolchain; unknown is not different, and it matters
+    # only to runs that compile custom operators
+    ("toolchain.<facet>", 40, "the build toolchain was recorded on one side only"),
     ("*.<facet>", 55, "the facet was captured on one side only; the two cannot be compared there"),
     ("environment.torch_build.path", 5, "install location only"),
     ("environment.torch_build.source", 0, "how the facts were read"),
@@ -104,6 +107,17 @@ RULES: list[tuple[str, int, str]] = [
     ("environment.os.kernel_build", 5, "kernel build string"),
     ("environment.os.hostname", 1, "host names do not change results"),
     ("environment.*", 20, "environment detail"),
+    ("toolchain.cuda_toolkit.version", 80,
+     "nvcc compiles custom CUDA operators; another toolkit changes their kernels"),
+    ("toolchain.cuda_toolkit.release", 10, "follows the nvcc version"),
+    ("toolchain.cuda_toolkit.problem", 10, "why the toolkit's version is unknown"),
+    ("toolchain.cuda_toolkit.*", 5, "toolkit location or how its version was read"),
+    ("toolchain.tools.cmake.version", 15, "CMake drives builds but generates no code"),
+    ("toolchain.tools.cxx.version", 50,
+     "the C++ compiler builds custom CPU operators; another version can change their numerics"),
+    ("toolchain.tools.*.version", 45, "a different compiler version (used when code is built here)"),
+    ("toolchain.tools.*.version_line", 10, "a vendor build string (alone: a rebuild of the same release)"),
+    ("toolchain.*", 5, "tool location or how it was probed"),
     ("facet_errors.*", 55, "a facet could be gathered on one side only"),
     ("tool.version", 20, "a different repro500 version"),
     ("tool.*", 5, "tool identity"),
@@ -141,22 +155,33 @@ def _record_id(item: Mapping[str, Any]) -> str | None:
     return None
 
 
+# A flattened key before it is joined with ".": ("distributions", "backports.tarfile", "version")
+KeyPath = tuple[str, ...]
+
+
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}, "l": [{"name": "x", "v": 2}]}`` -> ``{"a.b": 1, "l.x.v": 2}``.
 
     Lists of records with an identifying key are keyed by it; other lists are leaves.
     Empty mappings vanish (their keys show up as absent on the other side).
     """
-    return flatten_records(value, prefix)[0]
+    flat, _ = flatten_paths(value, (prefix,) if prefix else ())
+    return {".".join(path): item for path, item in flat.items()}
 
 
-def flatten_records(value: Any, prefix: str = "") -> tuple[dict[str, Any], set[str]]:
-    """:func:`flatten`, and the prefixes of the keyed records met on the way (``{"l.x"}``)."""
-    out: dict[str, Any] = {}
-    records: set[str] = set()
+def flatten_paths(value: Any, path: KeyPath = ()) -> tuple[dict[KeyPath, Any], set[KeyPath]]:
+    """:func:`flatten` keyed by paths (tuples of parts), and the paths of the keyed records.
+
+    Paths keep record identities whole: package ``backports`` and package
+    ``backports.tarfile`` are ``("distributions", "backports")`` and
+    ``("distributions", "backports.tarfile")``, so neither is mistaken for a field of the
+    other, as a prefix test on the joined strings would.
+    """
+    out: dict[KeyPath, Any] = {}
+    records: set[KeyPath] = set()
     if isinstance(value, Mapping):
         for key, item in value.items():
-            flat, inner = flatten_records(item, f"{prefix}.{key}" if prefix else str(key))
+            flat, inner = flatten_paths(item, (*path, str(key)))
             out.update(flat)
             records |= inner
         return out, records
@@ -164,21 +189,20 @@ def flatten_records(value: Any, prefix: str = "") -> tuple[dict[str, Any], set[s
         ids = [_record_id(v) for v in value]
         if all(i is not None for i in ids) and len(set(ids)) == len(ids):
             for ident, item in zip(ids, value, strict=True):
-                name = f"{prefix}.{ident}" if prefix else str(ident)
-                flat, inner = flatten_records(item, name)
+                name = (*path, str(ident))
+                flat, inner = flatten_paths(item, name)
                 out.update(flat)
                 records |= inner | {name}
             return out, records
-    out[prefix] = value
+    out[path] = value
     return out, records
 
 
-def _impact(facet: str, key: str) -> tuple[int, str]:
-    full = f"{facet}.{key}" if key else facet
-    if facet == "code" and key.startswith("untracked."):
-        path = key[len("untracked."):].rsplit(".", 1)[0]
-        if not path.endswith(_CODE_SUFFIXES):
-            return 20, "an untracked non-source file differs"
+def _impact(facet: str, path: KeyPath) -> tuple[int, str]:
+    full = ".".join((facet, *path))
+    if (facet == "code" and len(path) > 1 and path[0] == "untracked"
+            and not path[1].endswith(_CODE_SUFFIXES)):
+        return 20, "an untracked non-source file differs"
     for pattern, impact, reason in RULES:
         if fnmatch.fnmatchcase(full, pattern):
             return impact, reason
@@ -200,9 +224,9 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
     diffs: list[Difference] = []
     for facet in sorted(set(sa) | set(sb)):
         if facet not in sa or facet not in sb:
-            impact, reason = _impact(facet, "<facet>")
+            impact, reason = _impact(facet, ("<facet>",))
             if facet in ("facet_errors", "artifacts"):
-                impact, reason = _impact(facet, "x")
+                impact, reason = _impact(facet, ("x",))
             diffs.append(Difference(facet, "", "present" if facet in sa else _MISSING,
                                     "present" if facet in sb else _MISSING, impact, reason))
             continue
@@ -213,40 +237,40 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
 
 def _facet_differences(facet: str, a: Any, b: Any) -> list[Difference]:
     """One facet's differences, one per record that differs in more than one field."""
-    (fa, ra), (fb, rb) = flatten_records(a), flatten_records(b)
-    groups: dict[str, list[str]] = {}
-    for key in sorted(set(fa) | set(fb)):
-        if fa.get(key, _MISSING) != fb.get(key, _MISSING):
-            groups.setdefault(_record_of(key, ra, rb) or key, []).append(key)
+    (fa, ra), (fb, rb) = flatten_paths(a), flatten_paths(b)
+    groups: dict[KeyPath, list[KeyPath]] = {}
+    for path in sorted(set(fa) | set(fb)):
+        if fa.get(path, _MISSING) != fb.get(path, _MISSING):
+            groups.setdefault(_record_of(path, ra, rb) or path, []).append(path)
     out = []
-    for name, keys in groups.items():
+    for name, paths in groups.items():
         one_sided = (name in ra) != (name in rb)
-        if len(keys) == 1 and not one_sided:
-            key = keys[0]
-            out.append(Difference(facet, key, fa.get(key, _MISSING), fb.get(key, _MISSING),
-                                  *_impact(facet, key)))
+        if len(paths) == 1 and not one_sided:
+            path = paths[0]
+            out.append(Difference(facet, ".".join(path), fa.get(path, _MISSING),
+                                  fb.get(path, _MISSING), *_impact(facet, path)))
             continue
-        impact, reason = max((_impact(facet, k) for k in keys), key=lambda r: r[0])
-        out.append(Difference(facet, name, _fields(fa, ra, name, keys),
-                              _fields(fb, rb, name, keys), impact, reason))
+        impact, reason = max((_impact(facet, p) for p in paths), key=lambda r: r[0])
+        out.append(Difference(facet, ".".join(name), _fields(fa, ra, name, paths),
+                              _fields(fb, rb, name, paths), impact, reason))
     return out
 
 
-def _record_of(key: str, ra: set[str], rb: set[str]) -> str | None:
+def _record_of(path: KeyPath, ra: set[KeyPath], rb: set[KeyPath]) -> KeyPath | None:
     """The record a differing key belongs to: the outermost one present on one side only,
     else the innermost one, else None (the key is not inside a record)."""
-    holders = [r for r in ra | rb if key.startswith(r + ".")]
+    holders = [path[:n] for n in range(1, len(path)) if path[:n] in ra or path[:n] in rb]
     lone = [r for r in holders if (r in ra) != (r in rb)]
     if lone:
-        return min(lone, key=len)
-    return max(holders, key=len) if holders else None
+        return lone[0]
+    return holders[-1] if holders else None
 
 
-def _fields(flat: dict[str, Any], records: set[str], name: str, keys: list[str]) -> Any:
+def _fields(flat: dict[KeyPath, Any], records: set[KeyPath], name: KeyPath, paths: list[KeyPath]) -> Any:
     """A record's differing fields on one side (``"<absent>"`` when it has no such record)."""
     if name not in records:
         return _MISSING
-    return {k[len(name) + 1:]: flat[k] for k in keys if k in flat}
+    return {".".join(p[len(name):]): flat[p] for p in paths if p in flat}
 
 
 def _changed_list(va: Any, vb: Any) -> str | None:
