@@ -77,6 +77,16 @@ def test_per_repeat_published_values_use_welch_and_the_margin_override(tmp_path)
         verify_run(run, against=pub, margins={"loss": 0.1})
 
 
+def test_published_values_with_one_element_advise_fixing_the_file_not_the_run(tmp_path):
+    pub = tmp_path / "paper.yaml"
+    pub.write_text(GOOD.replace("value: 0.9,", "values: [0.935],"))
+    run = make_run(tmp_path, "run", values={"accuracy": [0.933, 0.936, 0.935, 0.934]})
+    verdict = verify_run(run, against=pub)
+    assert verdict.status == "INCONCLUSIVE"
+    advice = " ".join(verdict.advice)
+    assert "published file lists 1 value(s) under `values`" in advice and "run at least" not in advice
+
+
 def test_reference_metric_the_run_lacks_is_invalid_input(tmp_path):
     pub = tmp_path / "paper.yaml"
     pub.write_text(GOOD.replace("accuracy:", "map_50:"))

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from scipy import stats as sps
 
 from repro500.verify import stats
-from repro500.verify.equivalence import classify
+from repro500.verify.equivalence import classify, compare_values, decide
 
 A = [0.912, 0.931, 0.925, 0.940, 0.921]
 B = [0.918, 0.915, 0.930, 0.922]
@@ -71,7 +71,7 @@ def test_describe_zero_variance_collapses_intervals_without_nan():
     assert d["std"] == 0.0 and d["cv"] == 0.0
     assert d["ci_low"] == d["ci_high"] == 0.93
     assert d["median_ci_low"] == d["median_ci_high"] == 0.93
-    assert any("zero variance" in n for n in d["notes"])
+    assert any("zero variance" in n and "different seeds" in n for n in d["notes"])
     json.dumps(d, allow_nan=False)
 
 
@@ -111,6 +111,35 @@ def test_vectorised_core_equals_the_scalar_decision():
     low, high, p_lo, p_hi = stats.tost_from_stats([res.diff] * 3, [res.std_err] * 3, [res.df] * 3, 0.01, 0.05)
     assert np.allclose(low, res.ci_low) and np.allclose(high, res.ci_high)
     assert np.allclose(p_lo, res.p_lower) and np.allclose(p_hi, res.p_upper)
+
+
+@pytest.mark.parametrize("test, direction", [("equivalence", "higher"), ("non_inferiority", "higher"),
+                                             ("non_inferiority", "lower")])
+def test_vectorised_rules_give_the_status_classify_gives(test, direction):
+    # the calibration bench decides through decide(); the verdict through classify()
+    codes = {"REPRODUCED": 1, "NOT REPRODUCED": -1, "INCONCLUSIVE": 0}
+    seen = set()
+    for shift in np.linspace(-0.06, 0.06, 49):  # interval half-width ~0.011, margin 0.02
+        res = stats.tost_two_sample([a + shift for a in A], B, 0.02, 0.05)
+        status = classify(res, test, direction)[0]
+        seen.add(status)
+        assert int(decide(res.ci_low, res.ci_high, 0.02, test, direction)) == codes[status]
+    assert seen == set(codes)  # every outcome was exercised
+
+
+def test_no_interval_advice_names_the_side_that_is_short():
+    run3 = [0.93, 0.94, 0.935]
+    short_ref = compare_values("accuracy", run3, [0.935], 0.01, 0.05)
+    assert short_ref.status == "INCONCLUSIVE"
+    assert "the reference has 1 repeat(s)" in short_ref.advice[0] and "run's 3 repeats are enough" in short_ref.advice[0]
+    published = compare_values("accuracy", run3, [0.935], 0.01, 0.05, reference_kind="published")
+    assert "published file lists 1 value(s)" in published.advice[0] and "`value`" in published.advice[0]
+    short_run = compare_values("accuracy", [0.93], [0.93, 0.94, 0.935], 0.01, 0.05)
+    assert short_run.advice[0].startswith("accuracy: run at least 3 repeats") and "reference" not in short_run.advice[0]
+    one_sample = compare_values("accuracy", [0.93], [0.935], 0.01, 0.05, single_value=True)
+    assert one_sample.advice[0].startswith("accuracy: run at least 3 repeats")
+    both = compare_values("accuracy", [0.93], [0.935], 0.01, 0.05)
+    assert "run at least 3 repeats" in both.advice[0] and "the reference has 1 repeat(s)" in both.advice[0]
 
 
 def test_zero_variance_on_both_sides_is_decided_exactly():

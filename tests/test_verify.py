@@ -133,6 +133,18 @@ def test_no_criteria_and_no_reference_is_inconclusive(tmp_path):
     assert "nothing to decide" in verdict.reasons[0]
 
 
+def test_no_criteria_and_no_reference_is_decided_by_determinism_alone(tmp_path):
+    # docs/verify.md, "How the sections combine": a determinism check that ran is a decision
+    same = make_run(tmp_path, "same", acceptance=None, torch_seeds=[7, 7, 7])
+    verdict = verify_run(same)
+    assert _status(verdict) == ("PASS", 0)
+    assert verdict.reasons[0].startswith("determinism: 3 repeats sharing a seed")
+    assert any("only determinism was decided" in a for a in verdict.advice)
+    diverged = make_run(tmp_path, "diverged", acceptance=None, torch_seeds=[7, 7, 7],
+                        diverge={"repeat": 1, "epoch": 2, "tensor": "fc.weight"})
+    assert _status(verify_run(diverged)) == ("FAIL", 1)
+
+
 # ------------------------------------------------------------------- integrity
 
 
@@ -259,6 +271,17 @@ def test_interval_straddling_the_margin_is_inconclusive_with_repeats_estimate(tm
     assert any("repeats" in a for a in verdict.advice)
 
 
+def test_a_reference_with_one_repeat_is_inconclusive_and_the_advice_names_the_reference(tmp_path):
+    run = make_run(tmp_path, "run")  # 3 repeats: enough on the run's side
+    ref = make_run(tmp_path, "ref", values={"accuracy": [0.935]})
+    verdict = verify_run(run, against=ref)
+    assert _status(verdict) == ("INCONCLUSIVE", 3)
+    assert any("the reference has 1 repeat(s): rerun it" in a for a in verdict.advice)
+    assert not any("run at least 3 repeats" in a for a in verdict.advice)
+    short_run = verify_run(make_run(tmp_path, "short", values={"accuracy": [0.935]}), against=run)
+    assert any(a.startswith("accuracy: run at least 3 repeats") for a in short_run.advice)
+
+
 def test_against_a_published_value_one_sample(tmp_path):
     pub = tmp_path / "paper.yaml"
     pub.write_text(
@@ -361,6 +384,30 @@ def test_divergence_without_params_jsonl_falls_back_to_epoch_digests(tmp_path):
     bundle.write_sums(run)
     div = verify_run(run).determinism.divergences[0]
     assert div.first_epoch == 3 and div.first_tensor is None
+
+
+def _drop_final_digests(run, repeats):
+    for k in repeats:
+        edit_json(run / "repeats" / str(k) / "summary.json", lambda d: d.update(final_param_digest=None))
+        (run / "repeats" / str(k) / "params.jsonl").unlink()
+    # the aggregate lists only recorded digests, as the runner writes it
+    edit_json(run / "summary.json", lambda d: [d["final_param_digests"].pop(str(k)) for k in repeats])
+    bundle.write_sums(run)
+
+
+def test_shared_seed_without_recorded_digests_is_skipped_not_failed(tmp_path):
+    run = make_run(tmp_path, "none", torch_seeds=[7, 7, 7])
+    _drop_final_digests(run, [0, 1, 2])
+    verdict = verify_run(run)
+    d = verdict.determinism
+    assert d.status == "SKIPPED" and not d.divergences
+    assert "not recorded" in d.reason
+    assert _status(verdict) == ("PASS", 0)  # the band decides; a missing digest is no failure
+    partly = make_run(tmp_path, "partly", torch_seeds=[7, 7, 7])
+    _drop_final_digests(partly, [1])
+    d = verify_run(partly).determinism
+    assert d.status == "PASS" and d.groups[0]["repeats"] == [0, 2]
+    assert any("[1]" in n and "no final_param_digest" in n for n in d.notes)
 
 
 def test_cross_run_bitwise_identity_is_reported_for_shared_seeds(tmp_path):

@@ -101,6 +101,43 @@ def test_pack_unpack_verify_round_trip_and_truncation(runs, tmp_path):
     assert _invoke("verify", runs["pass"], "--against", truncated).exit_code == 4
 
 
+def _rewrite_member(archive: Path, name: str, edit) -> None:
+    """Rebuild ``archive`` with ``edit(bytes) -> bytes`` applied to one member (a forger's repack)."""
+    import io
+    import tarfile
+
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
+    assert name in [m.name for m, _ in members]
+    with tarfile.open(archive, "w:gz") as tar:
+        for member, data in members:
+            if member.name == name:
+                data = edit(data)
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+
+
+def test_one_number_changed_inside_a_packed_bundle_is_invalid(runs, tmp_path):
+    archive = tmp_path / "pass.tar.gz"
+    assert _invoke("pack", runs["pass"], "-o", archive).exit_code == 0
+    assert _invoke("verify", archive).exit_code == 0
+
+    def lift_accuracy(data: bytes) -> bytes:
+        doc = json.loads(data)
+        assert doc["metrics"]["accuracy"] == 0.93
+        doc["metrics"]["accuracy"] = 0.99
+        return json.dumps(doc, indent=2).encode()
+
+    _rewrite_member(archive, "pass/repeats/0/summary.json", lift_accuracy)
+    result = _invoke("verify", archive)
+    assert result.exit_code == 4, result.output
+    assert "INVALID" in result.output and "repeats/0/summary.json" in result.output
+    assert "Traceback" not in result.output
+    as_reference = _invoke("verify", runs["pass"], "--against", archive, "--json")
+    assert as_reference.exit_code == 4
+    assert any("repeats/0/summary.json" in r for r in json.loads(as_reference.output)["reasons"])
+
+
 def test_expect_sums_detects_a_rewritten_bundle(runs):
     good = (runs["pass"] / "SHA256SUMS").read_bytes()
     import hashlib

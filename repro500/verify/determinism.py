@@ -5,7 +5,9 @@ Repeats are grouped by the torch seed in their summaries (``seeds.torch``; ``rep
 ``final_param_digest`` must be equal.  Where two differ, ``repeats/<k>/params.jsonl``
 (one line per epoch end: whole-model digest and one digest per tensor) locates the first
 epoch at which they diverge and the first tensor, in state_dict order, that differs; without
-params.jsonl the summaries' ``epoch_param_digests`` give the epoch only.
+params.jsonl the summaries' ``epoch_param_digests`` give the epoch only.  A repeat whose
+summary records no ``final_param_digest`` cannot be compared: it is left out with a note, and
+when that leaves no pair to compare the check is SKIPPED (never a FAIL).
 """
 
 from __future__ import annotations
@@ -121,22 +123,30 @@ def check_determinism(run: RunData) -> DeterminismResult:
     if not shared:
         res.reason = "no two completed repeats share a seed (use repro500 run --same-seed to check determinism)"
         return res
+    unrecorded: list[int] = []
     for seed, ks in shared.items():
         digests = {k: run.repeats[k].get("final_param_digest") for k in ks}
-        first = ks[0]
-        identical = all(d is not None and d == digests[first] for d in digests.values())
-        res.groups.append({"seed": seed, "repeats": ks, "identical": identical})
-        if not identical:
-            for k in ks[1:]:
-                if digests[k] != digests[first] or digests[k] is None:
-                    res.divergences.append(_diverge(run, first, k, seed))
+        unrecorded += [k for k in ks if digests[k] is None]
+        recorded = [k for k in ks if digests[k] is not None]
+        if len(recorded) < 2:  # nothing to compare: not evidence either way
+            continue
+        first = recorded[0]
+        identical = all(digests[k] == digests[first] for k in recorded)
+        res.groups.append({"seed": seed, "repeats": recorded, "identical": identical})
+        res.divergences += [_diverge(run, first, k, seed) for k in recorded[1:] if digests[k] != digests[first]]
+    if unrecorded:
+        res.notes.append(f"repeats {sorted(unrecorded)} share a seed but record no final_param_digest: "
+                         "their parameters were not digested, so they are left out of the check")
     if res.divergences:
         res.status = "FAIL"
         res.reason = res.divergences[0].detail
-    else:
+    elif res.groups:
         res.status = "PASS"
         n = sum(len(g["repeats"]) for g in res.groups)
         res.reason = f"{n} repeats sharing a seed have identical final parameter digests"
+    else:
+        res.reason = ("repeats share a seed but their final parameter digests were not recorded "
+                      "(no final_param_digest in repeats/<k>/summary.json): determinism cannot be checked")
     return res
 
 

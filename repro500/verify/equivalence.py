@@ -25,6 +25,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify import stats
 from repro500.verify.reference import Reference
@@ -56,6 +58,22 @@ class EquivalenceResult:
         }
 
 
+def decide(low: Any, high: Any, margin: float, test: str = "equivalence", direction: str = "higher") -> Any:
+    """The decision rules, vectorised: 1 REPRODUCED, -1 NOT REPRODUCED, 0 INCONCLUSIVE.
+
+    ``low``/``high`` are the (1 - 2 alpha) interval of ``diff = run - reference`` (arrays or
+    scalars).  ``classify`` and the calibration benchmark both decide through this function.
+    """
+    low, high, m = np.asarray(low, dtype=float), np.asarray(high, dtype=float), float(margin)
+    if test == "equivalence":
+        shown, beyond = (low >= -m) & (high <= m), (low > m) | (high < -m)
+    elif direction == "higher":  # non-inferiority: only a shortfall in the good direction counts
+        shown, beyond = low >= -m, high < -m
+    else:
+        shown, beyond = high <= m, low > m
+    return np.where(shown, 1, np.where(beyond, -1, 0))
+
+
 def classify(res: stats.TostResult, test: str, direction: str) -> tuple[str, str]:
     """(status, reason) from a TOST result; see the module docstring for the rules."""
     m = res.margin
@@ -66,26 +84,25 @@ def classify(res: stats.TostResult, test: str, direction: str) -> tuple[str, str
         where = f"difference {res.diff:+.6g} (zero variance, exact)"
     else:
         where = f"{level} CI of the difference [{res.ci_low:+.6g}, {res.ci_high:+.6g}]"
-    lo, hi = res.ci_low, res.ci_high
+    code = int(decide(res.ci_low, res.ci_high, m, test, direction))
     if test == "equivalence":
-        if lo >= -m and hi <= m:
+        if code == 1:
             return REPRODUCED, f"{where} lies inside ±{m:.6g}"
-        if lo > m or hi < -m:
-            side = "above +" if lo > m else "below -"
+        if code == -1:
+            side = "above +" if res.ci_low > m else "below -"
             return NOT_REPRODUCED, f"{where} lies entirely {side}{m:.6g}"
         return INCONCLUSIVE, f"{where} straddles the margin ±{m:.6g}"
-    # non-inferiority: only a shortfall in the metric's good direction counts
-    edge = f"{-m:+.6g}" if m else "0"
     if direction == "higher":
-        if lo >= -m:
+        edge = f"{-m:+.6g}" if m else "0"
+        if code == 1:
             return REPRODUCED, f"{where}: lower end >= {edge} (not worse than the reference by more than the margin)"
-        if hi < -m:
+        if code == -1:
             return NOT_REPRODUCED, f"{where}: entirely below {edge} (worse than the reference)"
         return INCONCLUSIVE, f"{where} straddles {edge}"
     edge = f"{m:+.6g}" if m else "0"
-    if hi <= m:
+    if code == 1:
         return REPRODUCED, f"{where}: upper end <= {edge} (not worse than the reference by more than the margin)"
-    if lo > m:
+    if code == -1:
         return NOT_REPRODUCED, f"{where}: entirely above {edge} (worse than the reference)"
     return INCONCLUSIVE, f"{where} straddles {edge}"
 
@@ -101,8 +118,12 @@ def compare_values(
     test: str = "equivalence",
     direction: str = "higher",
     margin_source: str = "--margin",
+    reference_kind: str = "run",
 ) -> EquivalenceResult:
-    """Compare one metric; ``single_value`` treats the reference as one exact number."""
+    """Compare one metric; ``single_value`` treats the reference as one exact number.
+
+    ``reference_kind`` (``run`` or ``published``) only shapes the advice.
+    """
     if single_value:
         res = stats.tost_one_sample(run_values, ref_values[0], margin, alpha)
     else:
@@ -116,14 +137,14 @@ def compare_values(
                             margin_source=margin_source, status=status, reason=reason,
                             tost=res.to_dict(), p_value=p_value)
     if status == INCONCLUSIVE:
-        _advise(out, res, test, direction, alpha, single_value)
+        _advise(out, res, test, direction, alpha, single_value, reference_kind)
     return out
 
 
 def _advise(out: EquivalenceResult, res: stats.TostResult, test: str, direction: str,
-            alpha: float, single_value: bool) -> None:
+            alpha: float, single_value: bool, reference_kind: str) -> None:
     if res.ci_low is None:
-        out.advice.append(f"{out.metric}: run at least 3 repeats (repro500 run --repeats 3) so an interval exists")
+        out.advice.append(_too_few_advice(out.metric, res, reference_kind))
         return
     diff, m = res.diff, res.margin
     if test == "equivalence":
@@ -146,6 +167,23 @@ def _advise(out: EquivalenceResult, res: stats.TostResult, test: str, direction:
         out.advice.append(f"{out.metric}: about {n} repeats on both the run and the reference would decide it")
     else:
         out.advice.append(f"{out.metric}: about {n} run repeats would decide it (estimate from the observed spread)")
+
+
+def _too_few_advice(metric: str, res: stats.TostResult, reference_kind: str) -> str:
+    """Advice when no interval exists: name the side that has too few values."""
+    run_short = res.n_a < 2
+    ref_short = res.n_b is not None and res.n_b < 2
+    run_fix = "run at least 3 repeats (repro500 run --repeats 3)"
+    if reference_kind == "published":
+        ref_fix = (f"the published file lists {res.n_b} value(s) under `values`: list at least 3 per-repeat "
+                   "values, or give a single number as `value` (compared one-sample, taken as exact)")
+    else:
+        ref_fix = f"the reference has {res.n_b} repeat(s): rerun it with at least 3 (repro500 run --repeats 3)"
+    if run_short and ref_short:
+        return f"{metric}: {run_fix}; {ref_fix}"
+    if ref_short:
+        return f"{metric}: {ref_fix}; the run's {res.n_a} repeats are enough"
+    return f"{metric}: {run_fix} so an interval exists"
 
 
 def compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, float] | None = None) -> list[EquivalenceResult]:
@@ -192,7 +230,7 @@ def _compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, floa
             margin, source = (margins[name], "--margin") if name in margins else (metric.margin, "published file")
             results.append(compare_values(
                 name, run.values(name), metric.values, margin, alpha, single_value=metric.single,
-                test=metric.test, direction=metric.direction, margin_source=source,
+                test=metric.test, direction=metric.direction, margin_source=source, reference_kind="published",
             ))
         return results
     shared = [name for name in run.metric_names() if ref.values.get(name)]

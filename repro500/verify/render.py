@@ -139,6 +139,8 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
     d = verdict.determinism
     if d is not None:
         console.print(f"[bold]Determinism[/]  {_status(d.status)} {d.reason}", highlight=False)
+        for text in d.notes[:2]:
+            console.print(f"  [dim]{text}[/]", highlight=False)
         if d.cross_run:
             same = sum(1 for pair in d.cross_run if pair["identical"])
             console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "

@@ -7,7 +7,9 @@ handled explicitly instead of producing NaN:
 
 * **n = 1**: no spread can be estimated; every interval is ``None`` with a note.
 * **zero variance** (bitwise-identical repeats): the interval collapses to the mean; tests
-  are decided exactly from the means (``exact=True`` on the result).
+  are decided exactly from the means (``exact=True`` on the result).  This is what the
+  t formulas give with s = 0, whatever seeds the repeats used: the values carry no seeds,
+  and a spread the data do not show cannot be estimated (docs/verify.md, "Zero variance").
 
 Conventions (docs/verify.md, "Statistics"):
 
@@ -152,7 +154,8 @@ def describe(values: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
         out["std"] = 0.0
         notes.append(
             "zero variance: all repeats are identical, the intervals collapse to the value "
-            "(exact for deterministic runs; says nothing about other seeds or hardware)"
+            "(exact for repeats sharing a seed; for different seeds the true spread is almost never zero "
+            "and more repeats would show it)"
         )
     if mean != 0.0:
         out["cv"] = std / abs(mean)

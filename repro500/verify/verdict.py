@@ -12,7 +12,10 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
   INCONCLUSIVE; the bands are still shown;
 * determinism and time-to-train only count when they could run (SKIPPED is neutral;
   an inconclusive convergence check is a note, not a block);
-* nothing to decide (no acceptance criteria, no reference) -> INCONCLUSIVE.
+* so a run with no acceptance criteria and no reference is decided by determinism alone
+  when repeats share a seed: identical parameters -> PASS (0), a divergence -> FAIL (1);
+  the advice then says that no result was checked against a band;
+* nothing to decide (no acceptance criteria, no reference, determinism SKIPPED) -> INCONCLUSIVE.
 
 Statistics, provenance and Valid FLOPS are information, never a cause.
 """
@@ -228,6 +231,9 @@ def _decide(verdict: Verdict, with_reference: bool) -> None:
         verdict.reasons = ["nothing to decide: the run has no acceptance criteria and no reference was given "
                            "(add acceptance to the recipe or pass --against)"]
         return
+    if not with_reference and not verdict.bands:
+        verdict.advice.append("only determinism was decided: the run has no acceptance criteria, so its results "
+                              "were not checked against a band (add acceptance to the recipe or pass --against)")
     for outcome in ("FAIL", "INCONCLUSIVE", "PASS"):
         chosen = [reason for status, reason in items if status == outcome]
         if chosen:
