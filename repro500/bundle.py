@@ -5,6 +5,7 @@ Layout (docs/contracts.md, "Run directory")::
     runs/<run-id>/
       run.json                  repro500/run/v1       identity, status, command, seeds, MLflow ids
       manifest.json             repro500/manifest/v1  provenance (capture)
+      data-specs.json           repro500/data-specs/v1 how to recreate each data file (publish/datafiles.py)
       code.diff                 uncommitted tracked changes (when the tree was dirty)
       recipe.yaml               the resolved recipe
       repeats/<k>/metrics.jsonl one JSON object per line (step and epoch records)

@@ -30,6 +30,7 @@ from repro500 import atomic, bundle
 from repro500 import recipe as recipes
 from repro500.capture import seeds as seeding
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed, UsageError
+from repro500.publish.datafiles import record_specs
 
 FINISHED_STATUSES = ("completed", "diverged")
 
@@ -431,6 +432,7 @@ class _Run:
             self.meta.setdefault("resumes", []).append({
                 "utc": _utc(), "manifest_digest": manifest["digest"]["value"], "result_relevant_differences": []})
         write_manifest(manifest, artifacts, self.run_dir)
+        record_specs(manifest, self.run_dir)  # while the data is here: how to recreate it elsewhere
         return manifest
 
     def _runtime_state(self, env_facet: Any) -> dict[str, Any]:

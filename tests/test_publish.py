@@ -103,6 +103,11 @@ def test_publish_writes_a_checkable_publication(project: Path) -> None:
     assert by_path["data/train.h5"]["generate"] is None  # no generator attribute
     assert by_path["data/eval.h5"]["generate"][0]["seed"] == 7
     assert params["run"] == {"repeats": 2, "seed": 11}
+    # the run recorded the same specs itself, while the data was there
+    specs = json.loads((project / "runs" / "ref" / "data-specs.json").read_text())
+    assert specs["schema"] == "repro500/data-specs/v1"
+    assert {d["path"]: d["generate"] for d in specs["data"]} == {p: d["generate"] for p, d in by_path.items()}
+    assert "data-specs.json" in (project / "runs" / "ref" / "SHA256SUMS").read_text()
     readme = (pub / "README.md").read_text()
     assert "repro500 reproduce" in readme and "repro500 verify runs/rerun --against published.yaml" in readme
     assert "--same-seed" in yaml.safe_load((pub / "dvc.yaml").read_text())["stages"]["run"]["cmd"]
@@ -241,6 +246,47 @@ def test_reproduce_a_packed_run_publishes_it_on_the_fly(project: Path, in_tmp: P
     assert done.returncode == 0, done.stdout + done.stderr
     assert (in_tmp / "rep" / "publication" / "publication.json").is_file()
     assert json.loads((in_tmp / "rep" / "verdict.json").read_text())["status"] == "REPRODUCED"
+
+
+def test_reproduce_a_packed_run_without_its_data_regenerates_it(in_tmp: Path) -> None:
+    """Someone else's packed run, on a machine that never had its (generated) data."""
+    from repro500.workloads.data.generate import generate
+
+    origin = in_tmp / "origin"
+    generate("classification", origin / "data" / "train.h5", samples=128, seed=7, options={"noise": 0.04})
+    generate("classification", origin / "data" / "eval.h5", samples=64, seed=7, split="eval", options={"noise": 0.04})
+    (origin / "tiny.yaml").write_text(yaml.safe_dump(TINY, sort_keys=False))
+    ran = repro500("run", "tiny.yaml", "--same-seed", "--no-tracking", "--out", "runs", "--run-id", "gen", cwd=origin)
+    assert ran.returncode in (0, 1, 3), ran.stdout + ran.stderr
+    packed = repro500("pack", "runs/gen", "--out", str(in_tmp / "gen.tar.gz"), cwd=origin)
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    md5s = {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in (origin / "data").iterdir()}
+    shutil.rmtree(origin)  # the data, the run, everything but the archive
+    work = in_tmp / "elsewhere"
+    work.mkdir()
+    done = repro500("reproduce", str(in_tmp / "gen.tar.gz"), "--out", "rep", cwd=work)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "REPRODUCED" in done.stdout
+    for name in ("train.h5", "eval.h5"):
+        assert f"data/{name}: regenerated from its generator parameters" in done.stdout
+        assert hashlib.md5((work / "rep" / "data" / name).read_bytes()).hexdigest() == md5s[name]
+    assert json.loads((work / "rep" / "verdict.json").read_text())["status"] == "REPRODUCED"
+
+
+def test_publish_refuses_recorded_specs_that_write_outside_their_path(project: Path, in_tmp: Path) -> None:
+    run = in_tmp / "ref"
+    shutil.copytree(project / "runs" / "ref", run)
+    specs = json.loads((run / "data-specs.json").read_text())
+    eval_entry = next(d for d in specs["data"] if d["path"] == "data/eval.h5")
+    eval_entry["generate"][0]["out"] = "data/elsewhere.h5"
+    (run / "data-specs.json").write_text(json.dumps(specs))
+    from repro500 import bundle
+
+    bundle.write_sums(run)  # a consistent forgery: only the checks of the specs catch it
+    done = repro500("publish", str(run), "--out", "pub", cwd=in_tmp)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "data-specs.json" in done.stderr and "writes outside data/eval.h5" in done.stderr
+    assert not (in_tmp / "pub").exists()
 
 
 def test_reproduce_names_what_it_cannot_recreate(project: Path, in_tmp: Path) -> None:

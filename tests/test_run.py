@@ -50,6 +50,9 @@ def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store)
         for name in ("metrics.jsonl", "summary.json", "params.jsonl", "mllog.txt"):
             assert (run_dir / "repeats" / str(k) / name).is_file()
     assert bundle.check_sums(run_dir).ok
+    # in-memory synthetic data: no data file to describe, but the record is there and digested
+    assert json.loads((run_dir / "data-specs.json").read_text()) == {"schema": "repro500/data-specs/v1", "data": []}
+    assert "data-specs.json" in bundle.read_sums(run_dir)
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["status"] == "completed"
     summaries = [json.loads((run_dir / "repeats" / str(k) / "summary.json").read_text()) for k in (0, 1)]

@@ -7,7 +7,12 @@ same attributes give the same bytes, so :func:`describe` turns a recorded path i
 *generation spec* and :func:`regenerate` replays it.  Data without such attributes (real
 data) has no spec; a reproduction then needs ``dvc pull`` or a copy of the files.
 
-A spec is plain JSON-able data, stored in a publication's ``params.yaml``::
+``repro500 run`` records the specs while the data is there (:func:`record_specs`, the run
+directory's ``data-specs.json``, docs/contracts.md), so a packed run can be published and
+reproduced on a machine without the data; :func:`describe` reads the files' attributes only
+for runs recorded before that file existed.
+
+A spec is plain JSON-able data, stored in ``data-specs.json`` and a publication's ``params.yaml``::
 
     {"out": "data/quickstart-train.h5", "kind": "classification", "seed": 500,
      "split": "train", "samples": 2048, "shard": "0/1", "size": "32x32",
@@ -23,8 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from repro500 import atomic
 from repro500.errors import InvalidInput, ReproError
 
+SPECS_NAME = "data-specs.json"  # in the run directory, covered by SHA256SUMS
+SPECS_SCHEMA = "repro500/data-specs/v1"
 GENERATOR_PREFIX = "repro500.workloads.data."
 # options `repro500 data generate` accepts on its command line, by kind
 CLI_OPTIONS = {"classification": ("classes", "channels", "noise"), "cosmo": ("channels",), "ewa": ()}
@@ -123,21 +131,26 @@ def _build(spec: dict[str, Any]) -> Any:
     return build_generator(spec["kind"], seed=spec["seed"], split=spec["split"], size=spec.get("size"), options=options)
 
 
-def describe(manifest: dict[str, Any], data_root: str | Path) -> DataPlan:
+def describe(manifest: dict[str, Any], data_root: str | Path, *, recorded: dict[str, DataEntry] | None = None,
+             check_md5: bool = True) -> DataPlan:
     """The data plan of a run: every path of the manifest's data facet, with a spec where possible.
 
-    Relative paths are looked up under ``data_root`` (the directory the run ran in).  A file
-    whose md5 differs from the manifest is not described: it is no longer what the run read.
+    ``recorded`` (from :func:`read_specs`) is what the run itself recorded: used as it is, no
+    file is read.  Otherwise relative paths are looked up under ``data_root`` (the directory the
+    run ran in); a file whose md5 differs from the manifest is not described, as it is no longer
+    what the run read (``check_md5=False`` skips that re-hash right after the manifest's capture).
     """
     from repro500.capture.data import digest_path
 
     root = Path(data_root)
     plan = DataPlan()
-    facet = ((manifest.get("facets") or {}).get("data") or {})
-    for raw in facet.get("entries") or []:
+    for raw in _manifest_entries(manifest):
         entry = DataEntry(path=str(raw.get("path")), md5=str(raw.get("md5")), size_bytes=raw.get("size"),
                           nfiles=raw.get("nfiles"))
         plan.entries.append(entry)
+        if recorded is not None and entry.path in recorded:
+            entry.generate, entry.note = recorded[entry.path].generate, recorded[entry.path].note
+            continue
         try:
             rel = safe_relpath(entry.path, "data path")
         except InvalidInput as err:
@@ -147,7 +160,7 @@ def describe(manifest: dict[str, Any], data_root: str | Path) -> DataPlan:
         if not local.exists():
             entry.note = f"{entry.path} is not under {root}: its generator parameters could not be read"
             continue
-        if digest_path(local)["md5"] != entry.md5:
+        if check_md5 and digest_path(local)["md5"] != entry.md5:
             entry.note = f"{local} changed since the run (md5 differs from the manifest)"
             continue
         files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
@@ -161,6 +174,69 @@ def describe(manifest: dict[str, Any], data_root: str | Path) -> DataPlan:
         else:
             entry.generate = specs
     return plan
+
+
+def _manifest_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(((manifest.get("facets") or {}).get("data") or {}).get("entries") or [])
+
+
+def record_specs(manifest: dict[str, Any], run_dir: str | Path, data_root: str | Path = ".") -> Path:
+    """Write ``data-specs.json`` into ``run_dir``: how each data path of the manifest can be recreated.
+
+    Called by ``repro500 run`` right after the manifest's capture, while the data is there;
+    reads only the files' HDF5 attributes (h5py, no torch).
+    """
+    plan = describe(manifest, data_root, check_md5=False)
+    target = Path(run_dir) / SPECS_NAME
+    atomic.write_json(target, {"schema": SPECS_SCHEMA, "data": [e.to_dict() for e in plan.entries]})
+    return target
+
+
+def read_specs(run_dir: str | Path, manifest: dict[str, Any]) -> dict[str, DataEntry] | None:
+    """The run's recorded ``data-specs.json`` by data path, checked against its manifest.
+
+    None for a run recorded before repro500 wrote that file.  The specs come from someone
+    else's run: every one is checked as :func:`check_entries` checks a publication's.
+    """
+    path = Path(run_dir) / SPECS_NAME
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InvalidInput(f"{path} is not readable JSON ({err.__class__.__name__})") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SPECS_SCHEMA or not isinstance(doc.get("data"), list):
+        raise InvalidInput(f"{path} is not a {SPECS_SCHEMA} document with a 'data' list")
+    return {e.path: e for e in check_entries(doc["data"], manifest, path)}
+
+
+def check_entries(raw: list[Any], manifest: dict[str, Any], where: Path) -> list[DataEntry]:
+    """Data entries read from a file (``data-specs.json``, a publication's ``params.yaml``), checked
+    against the run's manifest: same paths and md5s, valid specs that write only inside their path."""
+    recorded = {str(e.get("path")): e for e in _manifest_entries(manifest)}
+    entries = []
+    for i, item in enumerate(raw):
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            raise InvalidInput(f"{where}: data[{i}] must be a mapping with a path")
+        path = item["path"]
+        if path not in recorded or item.get("md5") != recorded[path].get("md5"):
+            raise InvalidInput(f"{where}: data[{i}] ({path}) is not what the run's manifest recorded")
+        specs = item.get("generate")
+        if specs is not None:
+            if not isinstance(specs, list) or not specs:
+                raise InvalidInput(f"{where}: data[{i}].generate must be a list of generator specs or null")
+            specs = [check_spec(s, f"{where}: data[{i}].generate[{j}]") for j, s in enumerate(specs)]
+            outs = [s["out"] for s in specs]
+            inside = all(o == path or o.startswith(path.rstrip("/") + "/") for o in outs)
+            if not inside:
+                raise InvalidInput(f"{where}: data[{i}].generate writes outside {path}")
+        note = item.get("note")
+        entries.append(DataEntry(path=path, md5=str(item["md5"]), size_bytes=item.get("bytes"),
+                                 nfiles=item.get("nfiles"), generate=specs,
+                                 note=str(note) if note is not None else None))
+    if set(recorded) != {e.path for e in entries}:
+        raise InvalidInput(f"{where}: data does not list every data path of the run's manifest")
+    return entries
 
 
 def check_spec(spec: Any, where: str) -> dict[str, Any]:

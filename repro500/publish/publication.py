@@ -36,9 +36,10 @@ from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.publish.datafiles import (
     DataEntry,
-    check_spec,
+    check_entries,
     describe,
     generate_command,
+    read_specs,
     safe_relpath,
 )
 
@@ -229,8 +230,9 @@ def publish(
 ) -> PublishResult:
     """Write the publication of ``run`` (a run directory or a packed run) into ``out``.
 
-    ``data_root`` is the directory the run ran in: its relative data paths are looked up
-    there to read their generator parameters.  ``out`` must not exist (or be empty) unless
+    How to recreate the data comes from the run's ``data-specs.json``; for a run recorded
+    before that file existed, ``data_root`` is the directory the run ran in: its relative data
+    paths are looked up there to read their generator parameters.  ``out`` must not exist (or be empty) unless
     ``force``; the publication is written next to it and renamed into place when complete.
     """
     run_path, out = Path(run), Path(out)
@@ -260,7 +262,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         raise InvalidInput(f"{root} has no recipe.yaml or manifest.json: it cannot be rerun from a publication")
     verdict = verify_run(root)
     metrics, used, notes = published_metrics(run, margins)
-    plan = describe(run.manifest, data_root)
+    plan = describe(run.manifest, data_root, recorded=read_specs(root, run.manifest))
     notes += [e.note for e in plan.entries if e.note]
     meta = run.run or {}
     recipe = runnable_recipe(run.recipe)
@@ -450,7 +452,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
         raise InvalidInput(f"{root / PARAMS}: run.repeats/run.seed differ from the packed run's")
     if set(params["run"]) - {"repeats", "seed"}:
         raise InvalidInput(f"{root / PARAMS}: run may only hold repeats and seed")
-    data = _data_entries(params["data"], run.manifest or {}, root / PARAMS)
+    data = check_entries(params["data"], run.manifest or {}, root / PARAMS)
     return Publication(root=root, index=index, reference=reference, data=data, repeats=int(repeats), seed=int(seed))
 
 
@@ -461,28 +463,3 @@ def _check_recipe_paths(recipe: dict[str, Any], where: Path) -> None:
         for item in value if isinstance(value, list) else [value]:
             if item is not None:
                 safe_relpath(item, f"{where}: fixed.dataset.{key}")
-
-
-def _data_entries(raw: list[Any], manifest: dict[str, Any], where: Path) -> list[DataEntry]:
-    recorded = {str(e.get("path")): e for e in ((manifest.get("facets") or {}).get("data") or {}).get("entries") or []}
-    entries = []
-    for i, item in enumerate(raw):
-        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
-            raise InvalidInput(f"{where}: data[{i}] must be a mapping with a path")
-        path = item["path"]
-        if path not in recorded or item.get("md5") != recorded[path].get("md5"):
-            raise InvalidInput(f"{where}: data[{i}] ({path}) is not what the packed run's manifest recorded")
-        specs = item.get("generate")
-        if specs is not None:
-            if not isinstance(specs, list) or not specs:
-                raise InvalidInput(f"{where}: data[{i}].generate must be a list of generator specs or null")
-            specs = [check_spec(s, f"{where}: data[{i}].generate[{j}]") for j, s in enumerate(specs)]
-            outs = [s["out"] for s in specs]
-            inside = all(o == path or o.startswith(path.rstrip("/") + "/") for o in outs)
-            if not inside:
-                raise InvalidInput(f"{where}: data[{i}].generate writes outside {path}")
-        entries.append(DataEntry(path=path, md5=str(item["md5"]), size_bytes=item.get("bytes"),
-                                 nfiles=item.get("nfiles"), generate=specs, note=item.get("note")))
-    if set(recorded) != {e.path for e in entries}:
-        raise InvalidInput(f"{where}: data does not list every data path of the packed run's manifest")
-    return entries

@@ -2,7 +2,8 @@
 
 1. **Source** (source.py): a publication directory, a git repository holding one (bare
    clone, no hooks or filters), or a packed run (published on the fly with
-   :func:`repro500.publish.publication.publish`, margins from its acceptance tolerances).
+   :func:`repro500.publish.publication.publish`, margins from its acceptance tolerances, data
+   specs from the run's own ``data-specs.json``, so its data need not be here).
 2. **Copy and check**: the publication is copied into ``OUT/publication`` and checked
    (:func:`open_publication`): digest list, archive, and every published number, the recipe,
    the seed and the data digests against the packed run.  Nothing runs before this passes.
