@@ -19,7 +19,8 @@ from repro500.commands.verify import _parse_margins
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
               help="Equivalence margin for an acceptance metric (repeatable); default: its acceptance tolerance.")
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              help="Directory the run ran in: its relative data paths are read there for their generator parameters.")
+              help="Directory the run ran in; used only for runs without data-specs.json (made before it existed): "
+                   "their relative data paths are read there for their generator parameters.")
 @click.option("--force", is_flag=True, help="Replace an existing publication directory (only once the new one is complete).")
 def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
             margins: dict[str, float], data_root: Path, force: bool) -> None:
