@@ -115,7 +115,11 @@ def _data_paths(recipe: recipes.Recipe) -> list[str]:
 # The run-level metrics every repeat's summary reports next to its evaluator's
 # (repro500.workloads.train._summarise writes them; docs/run.md lists them).
 SUMMARY_METRICS = ("throughput_samples_per_s", "train_flops", "flops_per_s", "valid_flops",
-                   "time_to_quality_s", "epochs_to_quality", "train_time_s", "total_time_s")
+                   "time_to_quality_s", "epochs_to_quality", "train_time_s", "total_time_s",
+                   # gradient traffic per step (None on one process): train.Traffic.per_step
+                   "bytes_sent_per_step", "bytes_received_per_step", "dense_bytes_per_step",
+                   "compression_ratio", "time_compress_per_step_s", "time_decompress_per_step_s",
+                   "time_comm_per_step_s")
 
 
 def resolve_device(requested: str) -> str:
@@ -137,7 +141,13 @@ def comm_backend(engine: str, device: str) -> str | None:
     if engine == "local":
         return None
     if engine == "horovod":
-        return "horovod-gloo"
+        if device != "cuda":
+            return "horovod-gloo"
+        try:
+            import horovod.torch as hvd
+        except ImportError:  # reported when the launch needs it
+            return "horovod-gloo"
+        return "horovod-nccl" if hvd.nccl_built() else "horovod-gloo"
     return "nccl" if device == "cuda" else "gloo"
 
 

@@ -104,6 +104,7 @@ def _worker(rank: int, port: int, out_path: str) -> None:
             float32=True,
         ),
         "fp16": _train("fp16", rank, steps=40, lr=0.2, float32=True),
+        "bf16": _train("bf16", rank, steps=40, lr=0.2, float32=True),
         "randomk": _train({"name": "randomk", "ratio": 0.25}, rank, steps=40, lr=0.2, float32=True),
         "qsgd": _train({"name": "qsgd", "levels": 15}, rank, steps=40, lr=0.2, float32=True),
         "terngrad": _train("terngrad", rank, steps=40, lr=0.2, float32=True),
@@ -116,6 +117,15 @@ def _worker(rank: int, port: int, out_path: str) -> None:
             hidden=64,
             float32=True,
         ),
+    }
+    # The trainer's divergence decision is collective: one rank's NaN stops every rank.
+    from repro500.workloads.train import Dist, _all_finite
+
+    here = Dist(rank=rank, world_size=WORLD, engine="ddp", backend="gloo")
+    results["all_finite"] = {
+        "one_rank_nan": _all_finite(math.nan if rank == 1 else 0.5, here),
+        "one_rank_inf": _all_finite(math.inf if rank == 0 else 0.5, here),
+        "all_finite": _all_finite(0.5 + rank, here),
     }
     if rank == 0:
         torch.save(results, out_path)
@@ -158,7 +168,7 @@ def test_two_ranks_match_one_process_with_the_global_batch(results):
 
 
 @pytest.mark.parametrize(
-    "name", ["none", "topk", "fp16", "randomk", "qsgd", "terngrad", "efsignsgd", "powersgd"]
+    "name", ["none", "topk", "fp16", "bf16", "randomk", "qsgd", "terngrad", "efsignsgd", "powersgd"]
 )
 def test_every_rank_ends_with_the_same_parameters(results, name):
     assert results[name]["ranks_agree"]
@@ -169,7 +179,7 @@ def test_topk_with_error_feedback_still_trains(results):
     assert losses[-1] < 0.5 * losses[0], losses[::10]
 
 
-@pytest.mark.parametrize("name", ["fp16", "randomk", "qsgd", "terngrad", "efsignsgd", "powersgd"])
+@pytest.mark.parametrize("name", ["fp16", "bf16", "randomk", "qsgd", "terngrad", "efsignsgd", "powersgd"])
 def test_other_compressors_decrease_the_loss(results, name):
     losses = results[name]["losses"]
     assert losses[-1] < 0.7 * losses[0], losses[::5]
@@ -207,8 +217,14 @@ def test_topk_bytes_are_what_the_allgather_moves(results):
 
 
 def test_fp16_halves_the_bytes_and_powersgd_compresses_after_start_iter(results):
-    for stats in results["fp16"]["stats"]:
-        assert stats["compression_ratio"] == 2.0
+    for name in ("fp16", "bf16"):
+        for stats in results[name]["stats"]:
+            assert stats["compression_ratio"] == 2.0
     power = results["powersgd"]["stats"]
     assert power[0]["compression_ratio"] == 1.0  # plain allreduce before start_iter
     assert power[-1]["compression_ratio"] > 3.0
+
+
+def test_one_ranks_non_finite_loss_stops_every_rank(results):
+    # rank 0 saved these: it saw a finite loss itself in "one_rank_nan" yet must stop too
+    assert results["all_finite"] == {"one_rank_nan": False, "one_rank_inf": False, "all_finite": True}

@@ -148,3 +148,60 @@ def test_multinode_needs_endpoint_and_run_id(in_tmp):
     write_recipe(in_tmp / "c.yaml", COSMO)
     result = repro500("run", "c.yaml", "--nnodes", "2", "--nproc", "1", cwd=in_tmp)
     assert result.returncode == 2 and "--rdzv-endpoint" in result.stderr
+
+
+TORCHRUN_FAILURE = """\
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+repro500.workloads.engines.worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-11-23_12:00:01
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 101)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-23_12:00:00
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 102)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 102
+============================================================
+"""
+
+HOROVOD_FAILURE = """\
+[0]<stdout>:epoch 1
+Process 1 exit with status code 137.
+Terminating remaining workers after failure of Process 1.
+Process 0 exit with status code 1.
+Traceback (most recent call last):
+RuntimeError: Horovod detected that one or more processes exited with non-zero status, thus causing the job \
+to be terminated. The first process to do so was:
+Process name: 1
+Exit code: -9
+"""
+
+
+@pytest.mark.parametrize(("text", "rank", "detail"), [
+    (TORCHRUN_FAILURE, 1, "-9 (pid: 102)"),
+    (HOROVOD_FAILURE, 1, "exitcode 137 (killed by signal 9)"),
+    ("something else went wrong", None, ""),
+])
+def test_the_failed_rank_is_read_from_torchrun_and_horovodrun_reports(text, rank, detail):
+    from repro500.workloads.engines.launch import failed_rank, failure_detail
+
+    assert failed_rank(text) == rank
+    assert failure_detail(text, rank) == detail
+
+
+def test_a_diverging_two_rank_run_is_recorded_as_diverged_not_failed(in_tmp):
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=2,
+                          mutable__optimizer={"name": "sgd", "lr": 1.0e12})
+    outcome = run(RunOptions(recipe=str(recipe), nproc=2, tracking=False))
+    summary = _final(outcome.run_dir)
+    assert summary["world_size"] == 2
+    assert summary["status"] == "diverged", summary.get("error")
+    assert "at epoch 1" in summary["error"]
+    assert not (outcome.run_dir / "repeats/0/launcher.log").exists()  # no rank failed

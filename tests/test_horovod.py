@@ -149,3 +149,21 @@ def test_zero_grad_takes_set_to_none_as_torch_does(hvd, spec):
         else:
             assert all(g is not None and not g.any() for g in grads)
     optimizer.step_stats()
+
+
+@pytest.mark.horovod
+def test_efsign_memory_follows_the_learning_rate_as_under_ddp(hvd):
+    # EF-signSGD keeps its error in units of lr * g; the trainer tells the engine the learning
+    # rate before each step (set_learning_rate), so a schedule changes it under Horovod as under DDP.
+    from repro500.ext import memory
+
+    net, optimizer, x, y = _setup(hvd, "efsignsgd")
+    mem = optimizer.repro500_communicator.memory
+    assert isinstance(mem, memory.EFSignMemory)
+    for lr in (0.2, 0.05):
+        optimizer.set_learning_rate(lr)
+        assert mem.lr == lr
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.mse_loss(net(x), y).backward()
+        optimizer.step()
+    assert _all_same(hvd, _params(net))

@@ -180,6 +180,12 @@ def test_cli_usage_and_output_mistakes_exit_2_and_4_in_one_line(in_tmp):
     assert not (in_tmp / "runs").exists()
     help_text = " ".join(repro500("run", "--help", cwd=in_tmp).stdout.split())
     assert "2 for a usage error" in help_text and "4 for invalid input" in help_text
+    # --resume reruns the run as recorded: options that would silently not apply are refused
+    for extra, named in ((["--deterministic"], "--deterministic does not apply"),
+                         (["--same-seed", "--out", "elsewhere"], "--same-seed, --out do not apply")):
+        result = repro500("run", "--resume", "runs/r", *extra, cwd=in_tmp)
+        assert result.returncode == 2, result.stderr
+        assert named in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
 def test_cli_bad_input_one_line_and_exit_code(in_tmp):

@@ -43,8 +43,17 @@ def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], par
 
     if resume and recipe:
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
-    if resume and (overrides or params_file or repeats or nproc):
-        raise UsageError("--resume reruns a run exactly as recorded; --set, --params, --repeats and --nproc do not apply")
+    if resume:
+        given = [flag for flag, value in (
+            ("--set", overrides), ("--params", params_file), ("--repeats", repeats), ("--nproc", nproc),
+            ("--deterministic", deterministic), ("--same-seed", same_seed), ("--open-division", open_division),
+            ("--run-id", run_id), ("--experiment", experiment),
+            ("--out", click.get_current_context().get_parameter_source("out_dir")
+             is not click.core.ParameterSource.DEFAULT),
+        ) if value]
+        if given:
+            raise UsageError(f"--resume reruns a run exactly as recorded (its recipe, seeds, determinism and "
+                             f"MLflow parent); {', '.join(given)} do{'es' if len(given) == 1 else ''} not apply")
     options = RunOptions(recipe=recipe, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,

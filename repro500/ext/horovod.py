@@ -193,4 +193,8 @@ def distributed_optimizer(
     optimizer.register_step_pre_hook(exchange)
     optimizer.step_stats = communicator.step_stats
     optimizer.repro500_communicator = communicator
+    if isinstance(communicator.memory, memory.EFSignMemory):
+        # EF-signSGD keeps its error in units of lr * g: the trainer tells it the learning
+        # rate before each step, as it tells the DDP hook's state (ddp_hook.HookState).
+        optimizer.set_learning_rate = functools.partial(setattr, communicator.memory, "lr")
     return optimizer

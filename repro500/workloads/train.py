@@ -381,9 +381,11 @@ def train_repeat(
                     writer.metric(record)
                 if callbacks.on_step:
                     callbacks.on_step(record)
-                if not math.isfinite(loss_value):
+                if not _all_finite(loss_value, dist):
                     status = STATUS_DIVERGED
-                    error = f"loss became {loss_value} at epoch {epoch}, step {global_step}"
+                    what = (f"loss became {loss_value}" if not math.isfinite(loss_value)
+                            else "another rank's loss became non-finite")
+                    error = f"{what} at epoch {epoch}, step {global_step}"
                     break
                 t_mark = time.perf_counter()
             train_time_s += epoch_train_s
@@ -591,6 +593,27 @@ def _wrap_ddp(model: torch.nn.Module, compressor: dict[str, Any], dist: Dist,
 
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     return ddp, ddp_hook.register(ddp, compressor)
+
+
+def _all_finite(loss_value: float, dist: Dist) -> bool:
+    """Whether every rank's loss is finite.
+
+    Decided together: a rank that stopped alone at its own NaN would leave the others
+    waiting in the next step's gradient exchange.  One small collective per step, only
+    when there are several ranks (CPU, so Gloo under a ``cpu:gloo,cuda:nccl`` group).
+    """
+    finite = math.isfinite(loss_value)
+    if dist.world_size <= 1:
+        return finite
+    flag = torch.tensor([0.0 if finite else 1.0])
+    if dist.engine == "horovod":
+        import horovod.torch as hvd
+
+        return float(hvd.allreduce(flag, op=hvd.Sum, name="repro500.nonfinite_loss")) == 0.0
+    import torch.distributed as tdist
+
+    tdist.all_reduce(flag, op=tdist.ReduceOp.MAX)
+    return float(flag) == 0.0
 
 
 def _broadcast_flag(flag: bool, dist: Dist) -> bool:

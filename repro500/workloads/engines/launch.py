@@ -61,15 +61,42 @@ def launcher_command(engine: str, nproc: int, job_path: Path, rendezvous: dict[s
 
 
 _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)", re.IGNORECASE)
+# horovodrun (Gloo) names the first process that failed; its process index is the rank.
+_HOROVOD_FIRST = (re.compile(r"after failure of Process (\d+)\."),
+                  re.compile(r"The first process to do so was:\s*Process name: (\d+)"))
 
 
 def failed_rank(stderr_text: str) -> int | None:
-    """The rank torchrun's failure report names as the root cause, if any."""
+    """The rank the launcher's failure report names as the first to fail, if any."""
     # torchrun lists the ranks it stopped under "Failures:" and the one that failed first under
     # "Root Cause"; only the latter is the culprit.
     _, marker, root = stderr_text.rpartition("Root Cause")
-    match = _ROOT_CAUSE.search(root if marker else stderr_text)
+    if marker:
+        match = _ROOT_CAUSE.search(root)
+        return int(match.group(1)) if match else None
+    for pattern in _HOROVOD_FIRST:
+        match = pattern.search(stderr_text)
+        if match:
+            return int(match.group(1))
+    match = _ROOT_CAUSE.search(stderr_text)
     return int(match.group(1)) if match else None
+
+
+def failure_detail(output: str, rank: int | None) -> str:
+    """What the launcher says about the failed rank's end: torchrun's exitcode / traceback lines
+    under "Root Cause", or horovodrun's exit status of that process; "" when it says nothing."""
+    _, marker, cause = output.rpartition("Root Cause")
+    if marker:
+        return next((line.split(":", 1)[1].strip() for line in cause.splitlines()
+                     if line.strip().startswith(("traceback", "exitcode"))), "")
+    if rank is not None:
+        match = re.search(rf"Process {rank} exit with status code (-?\d+)\.", output)
+        if match:
+            code = int(match.group(1))
+            # horovodrun starts ranks through a shell: a signal shows as 128 + its number
+            signum = -code if code < 0 else code - 128 if code > 128 else None
+            return f"exitcode {code}" + (f" (killed by signal {signum})" if signum else "")
+    return ""
 
 
 def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, out_dir: Path,
@@ -109,9 +136,7 @@ def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, o
             output = log.read()
         if proc.returncode != 0:
             rank = failed_rank(output)
-            cause = output.rpartition("Root Cause")[2] or output
-            detail = next((line.split(":", 1)[1].strip() for line in cause.splitlines()
-                           if line.strip().startswith(("traceback", "exitcode"))), "")
+            detail = failure_detail(output, rank)
             who = f"rank {rank}" if rank is not None else "a rank"
             (Path(out_dir) / "launcher.log").write_text(output, encoding="utf-8")
             raise RankFailed(f"{who} of the {engine} job failed ({detail or f'launcher exit {proc.returncode}'}); "

@@ -34,6 +34,13 @@ def _rank_record(dist: train.Dist, device: str) -> dict[str, Any]:
     return record
 
 
+def _group_backend(use_cuda: bool) -> str:
+    """The process group's backends: NCCL for the gradients on a GPU, and Gloo beside it for the
+    trainer's small CPU collectives (the divergence flag, the target-reached broadcast), which
+    an NCCL-only group refuses ("no backend type associated with device type cpu")."""
+    return "cpu:gloo,cuda:nccl" if use_cuda else "gloo"
+
+
 def _init_ddp(job: dict[str, Any]) -> train.Dist:
     import torch
     import torch.distributed as tdist
@@ -44,7 +51,7 @@ def _init_ddp(job: dict[str, Any]) -> train.Dist:
     backend = "nccl" if use_cuda else "gloo"
     if use_cuda:
         torch.cuda.set_device(local % torch.cuda.device_count())
-    tdist.init_process_group(backend, timeout=timedelta(seconds=int(job.get("timeout_s", 300))))
+    tdist.init_process_group(_group_backend(use_cuda), timeout=timedelta(seconds=int(job.get("timeout_s", 300))))
     return train.Dist(rank=rank, world_size=world, local_rank=local, backend=backend, engine="ddp")
 
 
@@ -53,7 +60,16 @@ def _init_horovod(job: dict[str, Any]) -> train.Dist:
 
     hvd.init()
     return train.Dist(rank=hvd.rank(), world_size=hvd.size(), local_rank=hvd.local_rank(),
-                      backend="horovod-gloo", engine="horovod")
+                      backend=horovod_backend(job["spec"]["device"], bool(hvd.nccl_built())), engine="horovod")
+
+
+def horovod_backend(device: str, nccl_built: bool) -> str:
+    """What moves Horovod's gradients: NCCL for tensors on a GPU when Horovod was built with it
+    (scripts/build_horovod.sh does so on a GPU machine), else Gloo."""
+    import torch
+
+    on_gpu = device in ("cuda", "auto") and torch.cuda.is_available()
+    return "horovod-nccl" if on_gpu and nccl_built else "horovod-gloo"
 
 
 def _gather(record: dict[str, Any], dist: train.Dist) -> list[dict[str, Any]]:
