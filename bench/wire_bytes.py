@@ -9,7 +9,8 @@ per rank:
 
 - bytes_sent by the hook's accounting (ring model, docs/compression.md), and
 - bytes actually sent on rank 0's TCP sockets (the kernel's tcp_info via `ss`; Gloo's
-  framing included), as an independent check of the model.
+  framing included; repro500.workloads.engines.wire, which runs also record per rank and epoch),
+  as an independent check of the model.
 
 Target: top-k's bytes <= 1/40 of the dense allreduce's.  Always exits 0; a miss prints MISSED.
 """
@@ -18,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
-import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 
@@ -31,55 +29,11 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from repro500.workloads.engines.wire import tcp_bytes
+from repro500.workloads.models import build_model
+
 TARGET_RATIO = 1 / 40
 WORLD = 2
-
-
-class _Block(nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(cout)
-        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(cout)
-        self.shortcut = nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.shortcut = nn.Sequential(
-                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.relu(self.bn1(self.conv1(x)))
-        return torch.relu(self.bn2(self.conv2(out)) + self.shortcut(x))
-
-
-def resnet20(num_classes: int = 10) -> nn.Module:
-    """He et al. 2016's CIFAR ResNet-20: 3 stages x 3 blocks, 16/32/64 channels."""
-    layers: list[nn.Module] = [nn.Conv2d(3, 16, 3, 1, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU()]
-    cin = 16
-    for cout, stride in [(16, 1), (32, 2), (64, 2)]:
-        for i in range(3):
-            layers.append(_Block(cin, cout, stride if i == 0 else 1))
-            cin = cout
-    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, num_classes)]
-    return nn.Sequential(*layers)
-
-
-def tcp_bytes(pid: int) -> tuple[int, int] | None:
-    """(sent, received) over every TCP socket of *pid*, from `ss -tinp`; None without ss."""
-    if shutil.which("ss") is None:
-        return None
-    text = subprocess.run(["ss", "-tinpH"], capture_output=True, text=True, check=False).stdout
-    sent = received = 0
-    mine = False
-    for line in text.splitlines():
-        if not line.startswith((" ", "\t")):
-            mine = f"pid={pid}," in line
-            continue
-        if mine:
-            sent += sum(int(v) for v in re.findall(r"bytes_sent:(\d+)", line))
-            received += sum(int(v) for v in re.findall(r"bytes_received:(\d+)", line))
-    return sent, received
 
 
 def _worker(rank: int, port: int, spec: object, steps: int, out_path: str) -> None:
@@ -92,7 +46,8 @@ def _worker(rank: int, port: int, spec: object, steps: int, out_path: str) -> No
     torch.manual_seed(0)
     # forward_sync_buffers=False: measure the gradient exchange alone, not the BatchNorm
     # buffers DDP would otherwise broadcast before every forward.
-    model = DistributedDataParallel(resnet20(), forward_sync_buffers=False)
+    model = DistributedDataParallel(build_model("resnet20", num_classes=10, in_channels=3),
+                                    forward_sync_buffers=False)
     state = ddp_hook.register(model, spec)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(rank)

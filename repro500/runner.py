@@ -119,7 +119,9 @@ SUMMARY_METRICS = ("throughput_samples_per_s", "train_flops", "flops_per_s", "va
                    # gradient traffic per step (None on one process): train.Traffic.per_step
                    "bytes_sent_per_step", "bytes_received_per_step", "dense_bytes_per_step",
                    "compression_ratio", "time_compress_per_step_s", "time_decompress_per_step_s",
-                   "time_comm_per_step_s")
+                   "time_comm_per_step_s",
+                   # measured on each rank's TCP sockets (engines.wire), mean over ranks
+                   "wire_bytes_sent_per_step", "wire_bytes_received_per_step")
 
 
 def resolve_device(requested: str) -> str:

@@ -153,6 +153,12 @@ class Tracker:
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 metrics.append(Metric(f"eval_{key}", float(value), now, epoch))
         metrics.append(Metric("epoch_train_time_s", float(epoch_record.get("train_time_s") or 0.0), now, epoch))
+        wire = epoch_record.get("wire")  # measured TCP bytes of every rank (distributed runs)
+        if wire and wire.get("steps"):
+            for direction in ("sent", "received"):
+                for rank, total in enumerate(wire[f"bytes_{direction}"]):
+                    metrics.append(Metric(f"wire_bytes_{direction}_per_step_rank{rank}",
+                                          total / wire["steps"], now, epoch))
         for chunk in _chunks(metrics, BATCH_METRICS):
             self.client.log_batch(run_id, metrics=chunk)
 

@@ -65,6 +65,18 @@ def test_two_rank_topk_traffic_reaches_the_summary_and_mlflow(in_tmp, sqlite_sto
     aggregate = json.loads((outcome.run_dir / "summary.json").read_text())["metrics"]
     assert aggregate["bytes_sent_per_step"]["values"] == [summary["bytes_sent_per_step"]]
 
+    # what each rank actually sent, on its TCP sockets: at least the modelled payload, and still
+    # a small fraction of a dense allreduce (the rest is framing, BatchNorm buffer broadcasts and
+    # the trainer's own small collectives)
+    (epoch,) = _records(outcome.run_dir, "epoch")
+    assert epoch["wire"]["steps"] == len(steps)
+    wire = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())["wire"]
+    assert len(wire["bytes_sent_per_step"]) == len(wire["bytes_received_per_step"]) == 2
+    for sent, received in zip(wire["bytes_sent_per_step"], wire["bytes_received_per_step"], strict=True):
+        assert 0.9 * summary["bytes_sent_per_step"] <= sent <= summary["dense_bytes_per_step"] / 20
+        assert 0.9 * summary["bytes_received_per_step"] <= received <= summary["dense_bytes_per_step"] / 20
+    assert summary["wire_bytes_sent_per_step"] == pytest.approx(statistics.fmean(wire["bytes_sent_per_step"]))
+
     client = MlflowClient(sqlite_store)
     child, parent = _repeat_run(client, outcome.run_dir)
     for key in ("bytes_sent", "dense_bytes_sent", "compression_ratio", "time_compress_s", "time_decompress_s"):
@@ -73,6 +85,9 @@ def test_two_rank_topk_traffic_reaches_the_summary_and_mlflow(in_tmp, sqlite_sto
     for name in (*PER_STEP, "compression_ratio"):
         assert child.data.metrics[f"final_{name}"] == pytest.approx(summary[name]), name
     assert parent.data.metrics["mean_bytes_sent_per_step"] == pytest.approx(summary["bytes_sent_per_step"])
+    for rank in (0, 1):
+        (point,) = client.get_metric_history(child.info.run_id, f"wire_bytes_sent_per_step_rank{rank}")
+        assert point.value == pytest.approx(wire["bytes_sent_per_step"][rank])
 
 
 def test_steps_of_a_diverged_epoch_reach_mlflow(in_tmp, sqlite_store):
@@ -91,3 +106,22 @@ def test_steps_of_a_diverged_epoch_reach_mlflow(in_tmp, sqlite_store):
     history = MlflowClient(sqlite_store).get_metric_history(child.info.run_id, "step_time_s")
     assert sorted(m.step for m in history) == [s["step"] for s in steps]
     assert child.data.tags["repro500.status"] == "diverged"
+
+
+SS_OUTPUT = """\
+ESTAB 0 0 127.0.0.1:40000 127.0.0.1:29500 users:(("python",pid=4242,fd=7))
+\t cubic wscale:7,7 rto:204 bytes_sent:1000 bytes_acked:1001 bytes_received:250 segs_out:9
+ESTAB 0 0 127.0.0.1:40002 127.0.0.1:29501 users:(("python",pid=42420,fd=3))
+\t cubic bytes_sent:77777 bytes_received:88888
+ESTAB 0 0 127.0.0.1:40004 127.0.0.1:29502 users:(("python",pid=4242,fd=9),("python",pid=9,fd=9))
+\t cubic bytes_sent:24 bytes_received:6
+"""
+
+
+def test_wire_bytes_sum_a_process_sockets_from_ss():
+    from repro500.workloads.engines.wire import parse_ss, tcp_bytes
+
+    assert parse_ss(SS_OUTPUT, 4242) == (1024, 256)  # not pid 42420's socket
+    assert parse_ss(SS_OUTPUT, 1) == (0, 0)
+    here = tcp_bytes()  # this process: a real reading, or None where iproute2's ss is missing
+    assert here is None or (here[0] >= 0 and here[1] >= 0)

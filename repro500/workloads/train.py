@@ -27,6 +27,7 @@ from repro500 import atomic
 from repro500.bundle import REPEAT_SUMMARY_SCHEMA
 from repro500.capture import seeds as seeding
 from repro500.workloads import metrics as measure
+from repro500.workloads.engines import wire
 
 STATUS_COMPLETED = "completed"
 STATUS_DIVERGED = "diverged"
@@ -334,6 +335,7 @@ def train_repeat(
                 mllog.epoch_start(epoch)
             step_records: list[dict[str, Any]] = []
             epoch_train_s = 0.0
+            wire_start = wire.tcp_bytes() if dist.world_size > 1 else None
             t_mark = time.perf_counter()
             for i, (inputs, targets) in enumerate(train_loader):
                 t_data = time.perf_counter()
@@ -390,6 +392,8 @@ def train_repeat(
                 t_mark = time.perf_counter()
             train_time_s += epoch_train_s
             epochs_run = epoch
+            epoch_wire = _wire_per_rank(wire_start, dist, len(step_records)) if dist.world_size > 1 else None
+            traffic.add_wire(epoch_wire)
             if mllog:
                 mllog.epoch_stop(epoch)
             if status == STATUS_DIVERGED:
@@ -398,7 +402,7 @@ def train_repeat(
                 diverged_record: dict[str, Any] = {
                     "kind": "epoch", "repeat": repeat, "epoch": epoch, "metrics": {}, "diverged": True,
                     "train_samples": samples_seen, "train_time_s": epoch_train_s,
-                    "wall_s": time.perf_counter() - run_start,
+                    "wall_s": time.perf_counter() - run_start, "wire": epoch_wire,
                 }
                 if writer:
                     writer.metric(diverged_record)
@@ -420,6 +424,7 @@ def train_repeat(
             epoch_record: dict[str, Any] = {
                 "kind": "epoch", "repeat": repeat, "epoch": epoch, "metrics": eval_metrics,
                 "train_samples": samples_seen, "train_time_s": epoch_train_s, "wall_s": wall_s,
+                "wire": epoch_wire,
             }
             if dist.is_main:
                 digest, tensors = measure.state_digests(model)
@@ -513,6 +518,7 @@ def _summarise(
         },
         "final_param_digest": final_digest,
         "epoch_param_digests": epoch_digests,
+        "wire": (traffic or Traffic()).wire_by_rank(),
         "error": error,
     }
 
@@ -528,6 +534,32 @@ class Traffic:
     time_compress_s: float = 0.0
     time_decompress_s: float = 0.0
     time_comm_s: float = 0.0
+    # measured on the kernel's TCP counters, per rank (engines.wire); None once a reading failed
+    wire_sent: list[float] | None = None
+    wire_received: list[float] | None = None
+    wire_steps: int = 0
+    wire_missing: bool = False
+
+    def add_wire(self, epoch_wire: dict[str, Any] | None) -> None:
+        """Add one epoch's measured per-rank bytes (None: one process, or no measurement)."""
+        if epoch_wire is None:
+            self.wire_missing = self.wire_missing or self.wire_sent is not None
+            return
+        if self.wire_sent is None:
+            self.wire_sent = [0.0] * len(epoch_wire["bytes_sent"])
+            self.wire_received = [0.0] * len(epoch_wire["bytes_sent"])
+        self.wire_sent = [a + b for a, b in zip(self.wire_sent, epoch_wire["bytes_sent"], strict=True)]
+        self.wire_received = [a + b for a, b in zip(self.wire_received, epoch_wire["bytes_received"], strict=True)]
+        self.wire_steps += int(epoch_wire["steps"])
+
+    def wire_by_rank(self) -> dict[str, Any] | None:
+        """Measured bytes per step of every rank, for the repeat summary (None when not measured)."""
+        if self.wire_sent is None or self.wire_missing or not self.wire_steps:
+            return None
+        n = self.wire_steps
+        return {"source": "kernel tcp_info of each rank's TCP sockets (ss)", "steps": n,
+                "bytes_sent_per_step": [v / n for v in self.wire_sent],
+                "bytes_received_per_step": [v / n for v in (self.wire_received or [])]}
 
     def add(self, record: dict[str, Any]) -> None:
         if record.get("bytes_sent") is None:
@@ -552,7 +584,16 @@ class Traffic:
             "time_compress_per_step_s": mean(self.time_compress_s),
             "time_decompress_per_step_s": mean(self.time_decompress_s),
             "time_comm_per_step_s": mean(self.time_comm_s),
+            **self._wire_means(),
         }
+
+    def _wire_means(self) -> dict[str, float | None]:
+        by_rank = self.wire_by_rank()
+        if by_rank is None:
+            return {"wire_bytes_sent_per_step": None, "wire_bytes_received_per_step": None}
+        sent, received = by_rank["bytes_sent_per_step"], by_rank["bytes_received_per_step"]
+        return {"wire_bytes_sent_per_step": sum(sent) / len(sent),
+                "wire_bytes_received_per_step": sum(received) / len(received)}
 
 
 def _flops_per_sample(task: Task, model: torch.nn.Module, loader: Any, device: torch.device) -> float | None:
@@ -614,6 +655,25 @@ def _all_finite(loss_value: float, dist: Dist) -> bool:
 
     tdist.all_reduce(flag, op=tdist.ReduceOp.MAX)
     return float(flag) == 0.0
+
+
+def _wire_per_rank(start: tuple[int, int] | None, dist: Dist, steps: int) -> dict[str, Any] | None:
+    """Every rank's TCP bytes since *start*, gathered on all ranks (a collective: every rank
+    calls it after the same epoch); None when any rank could not read its counters."""
+    end = wire.tcp_bytes() if start is not None else None
+    mine = None if start is None or end is None else (end[0] - start[0], end[1] - start[1])
+    if dist.engine == "horovod":
+        import horovod.torch as hvd
+
+        everyone = hvd.allgather_object(mine)
+    else:
+        import torch.distributed as tdist
+
+        everyone = [None] * dist.world_size
+        tdist.all_gather_object(everyone, mine)
+    if any(r is None for r in everyone):
+        return None
+    return {"steps": steps, "bytes_sent": [r[0] for r in everyone], "bytes_received": [r[1] for r in everyone]}
 
 
 def _broadcast_flag(flag: bool, dist: Dist) -> bool:
