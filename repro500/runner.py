@@ -13,6 +13,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -432,7 +433,9 @@ class _Run:
             "distributed": {"engine": mutable["engine"], "world_size": world,
                             "backend": comm_backend(mutable["engine"], self.checked.device),
                             "compressor": mutable.get("compressor", "none"),
-                            "comm_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))}},
+                            "comm_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(("NCCL_", "GLOO_"))},
+                            "rank_plan": rank_plan(int(mutable.get("nproc", 1)), int(self.meta.get("nnodes") or 1),
+                                                   self.options.node_rank, self.checked.device)},
         }
         manifest, artifacts = build_manifest(
             _data_paths(self.recipe), extra_facets=facets, progress=True, seed=self.recipe.seed,
@@ -677,6 +680,33 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.4g}"
     return str(value)
+
+
+def rank_plan(nproc: int, nnodes: int, node_rank: int, device: str) -> dict[str, dict[str, Any]]:
+    """The rank -> host / GPU map the launch will make, known before any rank starts.
+
+    Keyed by global rank (``node_rank * nproc + local_rank``, torchrun's static rendezvous and
+    horovodrun alike); a rank on a CUDA device uses GPU ``local_rank % count`` as the workers
+    choose it.  Hosts and GPU models are known only for this node's ranks (the capturing node);
+    other nodes' are null.  What the ranks then reported is ``run.json``'s ``rank_maps``.
+    """
+    host = socket.gethostname()
+    gpus: list[str] = []
+    if device == "cuda":
+        import torch
+
+        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    plan = {}
+    for node in range(nnodes):
+        for local in range(nproc):
+            here = node == node_rank
+            index = local % len(gpus) if gpus else local
+            plan[str(node * nproc + local)] = {
+                "node_rank": node, "local_rank": local, "host": host if here else None,
+                "device": f"cuda:{index}" if device == "cuda" else "cpu",
+                "gpu": gpus[index] if gpus and here else None,
+            }
+    return plan
 
 
 def rank_map(ranks: dict[str, Any], device: str) -> list[dict[str, Any]]:

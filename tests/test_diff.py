@@ -250,3 +250,21 @@ def test_a_manifest_from_before_the_toolchain_facet_is_not_a_relevant_difference
     diffs = diff_manifests(old, base)
     assert [(d.facet, d.a, d.b) for d in diffs] == [("toolchain", "<absent>", "present")]
     assert not is_result_relevant(diffs[0])
+
+
+def test_the_rank_plan_ranks_layout_and_gpu_high_and_host_names_low(base):
+    def planned(host: str, device: str, gpu: str | None) -> dict:
+        doc = copy.deepcopy(base)
+        doc["facets"]["distributed"] = {"engine": "ddp", "world_size": 2, "rank_plan": {
+            str(r): {"node_rank": 0, "local_rank": r, "host": host, "device": f"{device}{r}", "gpu": gpu}
+            for r in (0, 1)}}
+        return seal(doc)
+
+    a = planned("node-a", "cuda:", "NVIDIA H100")
+    hosts_only = diff_manifests(a, planned("node-b", "cuda:", "NVIDIA H100"))
+    assert hosts_only and not any(is_result_relevant(d) for d in hosts_only)
+    gpus = diff_manifests(a, planned("node-a", "cuda:", "NVIDIA A100"))
+    assert [d.key for d in gpus] == ["rank_plan.0.gpu", "rank_plan.1.gpu"]
+    assert all(d.impact >= 95 for d in gpus)
+    layout = diff_manifests(a, planned("node-a", "cpu", None))
+    assert any(is_result_relevant(d) for d in layout)

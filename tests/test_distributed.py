@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -55,6 +56,14 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_da
                             overrides=["batch_size=8"]))
     a, b = _final(single.run_dir), _final(double.run_dir)
     assert b["world_size"] == 2 and b["engine"] == "ddp"
+    # the manifest's planned rank -> host / device map is what the ranks then reported
+    plan = json.loads((double.run_dir / "manifest.json").read_text())["facets"]["distributed"]["rank_plan"]
+    host = socket.gethostname()
+    assert plan == {str(r): {"node_rank": 0, "local_rank": r, "host": host, "device": "cpu", "gpu": None}
+                    for r in (0, 1)}
+    (reported,) = json.loads((double.run_dir / "run.json").read_text())["distributed"]["rank_maps"].values()
+    assert [(m["rank"], m["host"], m["local_rank"], m["device"]) for m in reported] == \
+        [(int(r), p["host"], p["local_rank"], p["device"]) for r, p in plan.items()]
     assert a["samples_seen"] == b["samples_seen"]
     for metric in ("mse", "mae"):
         assert b["metrics"][metric] == pytest.approx(a["metrics"][metric], rel=1e-4, abs=1e-6)

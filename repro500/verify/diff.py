@@ -55,6 +55,8 @@ RULES: list[tuple[str, int, str]] = [
     ("code.detached", 10, "branch names do not change code; the commit does"),
     ("code.*", 5, "repository location or remotes"),
     ("seeds.*", 90, "different random seeds"),
+    ("distributed.rank_plan.*.host", 1, "host names do not change results"),
+    ("distributed.rank_plan.*.gpu", 95, "a different GPU model"),
     ("distributed.*", 90, "a different process layout changes reduction order"),
     ("artifacts.code.diff*", 95, "different uncommitted changes"),
     ("hardware.gpus.*.name", 95, "a different GPU model"),
