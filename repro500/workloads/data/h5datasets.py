@@ -3,7 +3,8 @@
 Real files and generated ones go through the same code (layout.py).  Reads are lazy: a
 dataset holds file paths and sample counts, and every DataLoader worker opens its own
 h5py handles on its first read (h5files.LazyFiles).  Images are normalised per channel
-with statistics from the files (normstats.py).
+with statistics from the files (normstats.py); EWA samples are built for a cheap hand-over
+from a DataLoader worker (handoff.py).
 """
 
 from __future__ import annotations
@@ -13,10 +14,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset, get_worker_info
+from torch.utils.data import Dataset
 
 from repro500.errors import InvalidInput
-from repro500.workloads.data import h5files, normstats
+from repro500.workloads.data import h5files, handoff, normstats
 from repro500.workloads.data.layout import (
     COSMO_PARAMS,
     EWA_CHANNELS,
@@ -28,19 +29,6 @@ from repro500.workloads.data.layout import (
 )
 
 _IN_MEMORY_BYTES = 256 * 1024**2  # a classification split this small is read once, whole
-
-
-def _empty(shape: tuple[int, ...]) -> torch.Tensor:
-    """A float32 tensor to read a sample into.
-
-    In a DataLoader worker it is allocated in shared memory, so handing it to the main
-    process costs no copy (torch would otherwise copy every sample into shared memory).
-    """
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=torch.float32)
-    n = int(np.prod(shape))
-    storage = torch.UntypedStorage._new_shared(n * 4)  # what torch's own collate uses
-    return torch.tensor([], dtype=torch.float32).set_(storage, 0, shape)
 
 
 def _pooled_stats(parts: list[h5files.FilePart], dataset: str, axis: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,24 +83,25 @@ class EwaDataset(Dataset):
         return len(self.files)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        h5, j = self.files.locate(index)
-        out = _empty((len(EWA_CHANNELS), self.height, self.width))
-        arr = out.numpy()
+        k, j = self.files.part_of(index)
+        h5 = self.files.handle(k)
         with h5files.reading(h5.filename):
             images = h5["images"]
-            if images.dtype == np.float32 and images.compression is None:
-                # Channel by channel: each 3.5 MB plane is normalised while it is still in the
-                # CPU cache, instead of a second and third pass over the whole 56 MB sample.
-                for c in range(arr.shape[0]):
-                    images.read_direct(arr[c], np.s_[j, c])
-                    arr[c] -= self._mean[c]
-                    arr[c] *= self._inv_std[c]
-            else:  # compressed chunks are decompressed whole: read the sample once
-                arr[...] = images[j]
-                arr -= self._mean
-                arr *= self._inv_std
+            source = h5files.stored_sample(self.files.mapping(k), images, j)
+            if source is None or source.dtype != np.float32:
+                # compressed, chunked otherwise, or another dtype: HDF5 decodes it to float32
+                source = np.empty((len(EWA_CHANNELS), self.height, self.width), dtype=np.float32)
+                images.read_direct(source, np.s_[j])
             rows = np.asarray(h5["boxes"][j])
-        return out, self.target(rows)
+
+        def normalise(c: int, out: np.ndarray) -> None:
+            np.subtract(source[c], self._mean[c], out=out)
+            out *= self._inv_std[c]
+
+        # An uncompressed float32 sample (generated files, by default) is read straight from
+        # the page cache through the memory map: no copy of the raw sample in between.
+        image = handoff.filled_tensor((len(EWA_CHANNELS), self.height, self.width), normalise)
+        return image, self.target(rows)
 
     def target(self, rows: np.ndarray) -> dict[str, torch.Tensor]:
         """A torchvision detection target from the file's box rows of one sample."""

@@ -18,13 +18,15 @@ shards are refused.
 
 h5py handles are not fork-safe: :class:`LazyFiles` records only paths and sample counts
 when built, and each process (each DataLoader worker) opens its own handles the first time
-it reads.
+it reads.  It also keeps a read-only memory map of each file per process, so a sample stored
+uncompressed and whole (:func:`stored_sample`) can be read straight from the page cache.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
+import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -226,6 +228,39 @@ def _describe(path: PathSpec) -> str:
     return os.fspath(path)  # type: ignore[arg-type]
 
 
+def stored_sample(mapped: mmap.mmap, dset: Any, j: int) -> np.ndarray | None:
+    """Sample ``j`` of ``dset`` as a read-only view of the file's memory map ``mapped``.
+
+    Only where the file holds the sample's bytes exactly as numpy would: native-order data,
+    no filters (compression, shuffle, checksums), no external or virtual storage, and the
+    sample stored whole, either in a contiguous dataset or as one chunk of one sample.
+    Anything else (and an unwritten chunk, or a file shorter than the address) is None:
+    read it through h5py, which also reports damage properly.
+    """
+    dcpl = dset.id.get_create_plist()
+    if dset.dtype.byteorder not in ("=", "|", "<" if np.little_endian else ">") or dcpl.get_nfilters():
+        return None
+    if dset.is_virtual or dcpl.get_external_count():
+        return None
+    sample_shape = dset.shape[1:]
+    nbytes = int(np.prod(sample_shape, dtype=np.int64)) * dset.dtype.itemsize
+    if dset.chunks is None:
+        base = dset.id.get_offset()
+        offset = None if base is None else base + j * nbytes
+    elif dset.chunks == (1, *sample_shape):
+        offset = dset.id.get_chunk_info_by_coord((j,) + (0,) * len(sample_shape)).byte_offset
+    else:
+        return None
+    if offset is None or offset + nbytes > len(mapped):
+        return None
+    if hasattr(mmap, "MADV_WILLNEED"):  # on a cold cache, one large read ahead, as h5py's pread would be
+        start = offset - offset % mmap.PAGESIZE
+        mapped.madvise(mmap.MADV_WILLNEED, start, offset + nbytes - start)
+    return np.frombuffer(mapped, dtype=dset.dtype, count=nbytes // dset.dtype.itemsize, offset=offset).reshape(
+        sample_shape
+    )
+
+
 class LazyFiles:
     """Global sample index -> (open h5py.File, local index), opening files per process."""
 
@@ -233,33 +268,55 @@ class LazyFiles:
         self.parts = parts
         self._ends = np.cumsum([len(p) for p in parts])
         self._handles: dict[int, Any] = {}
+        self._maps: dict[int, mmap.mmap] = {}
         self._pid = os.getpid()
 
     def __len__(self) -> int:
         return int(self._ends[-1]) if len(self._ends) else 0
 
-    def locate(self, index: int) -> tuple[Any, int]:
+    def part_of(self, index: int) -> tuple[int, int]:
+        """(part number, sample index within that part's file) of a global sample index."""
         if not 0 <= index < len(self):
             raise IndexError(f"sample {index} is out of range (0..{len(self) - 1})")
         k = int(np.searchsorted(self._ends, index, side="right"))
         before = int(self._ends[k - 1]) if k else 0
-        return self.handle(k), self.parts[k].start + index - before
+        return k, self.parts[k].start + index - before
+
+    def locate(self, index: int) -> tuple[Any, int]:
+        k, j = self.part_of(index)
+        return self.handle(k), j
+
+    def _own_process(self) -> None:
+        if os.getpid() != self._pid:  # forked into a worker: never reuse the parent's handles
+            self._handles, self._maps, self._pid = {}, {}, os.getpid()
 
     def handle(self, k: int) -> Any:
-        if os.getpid() != self._pid:  # forked into a worker: never reuse the parent's handles
-            self._handles, self._pid = {}, os.getpid()
+        self._own_process()
         h = self._handles.get(k)
         if h is None:
             h = open_h5(self.parts[k].path)
             self._handles[k] = h
         return h
 
+    def mapping(self, k: int) -> mmap.mmap:
+        """A read-only memory map of part ``k``'s whole file (opened after its h5py handle)."""
+        self._own_process()
+        m = self._maps.get(k)
+        if m is None:
+            with open(self.parts[k].path, "rb") as f:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self._maps[k] = m
+        return m
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_handles"] = {}  # handles never travel to another process
+        state["_handles"], state["_maps"] = {}, {}  # handles never travel to another process
         return state
 
     def close(self) -> None:
         for h in self._handles.values():
             h.close()
-        self._handles = {}
+        for m in self._maps.values():
+            with contextlib.suppress(BufferError):  # a sample view still alive keeps its map open
+                m.close()
+        self._handles, self._maps = {}, {}
