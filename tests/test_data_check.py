@@ -162,6 +162,23 @@ def test_bad_values_and_wrong_layouts_exit_4(tmp_path, data_dir):
     _one_error_line(_check(str(few_boxes), cwd=tmp_path), "few_boxes.h5", "(2, 10, 5)", "expected (2, 15, 5)")
 
 
+@pytest.mark.parametrize(
+    ("sample", "row", "column", "value"),
+    [(1, 0, 4, np.nan), (2, 0, 3, np.inf), (3, 14, 0, np.nan)],
+    ids=["nan-class", "inf-xmax", "nan-in-padding"],
+)
+def test_nan_or_inf_in_boxes_is_reported_as_such(tmp_path, data_dir, sample, row, column, value):
+    # A NaN class compares false with 0: it must not be mistaken for a bad padding row.
+    def poison(h5):
+        boxes = h5["boxes"][()]
+        boxes[sample, row, column] = value
+        h5["boxes"][...] = boxes
+
+    bad = _copy_with(data_dir / "ewa.h5", tmp_path / "bad.h5", poison)
+    line = _one_error_line(_check(str(bad), cwd=tmp_path), "bad.h5", f"sample {sample}", "NaN/Inf", f"row {row}")
+    assert "padding" not in line
+
+
 def test_digest_is_compared_with_the_manifest(tmp_path, data_dir):
     data = tmp_path / "ewa.h5"
     data.write_bytes((data_dir / "ewa.h5").read_bytes())

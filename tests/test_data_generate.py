@@ -16,6 +16,8 @@ from scipy.stats import spearmanr
 
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
+from repro500.workloads.data import classification, cosmo, ewa
+from repro500.workloads.data.classification import ClassificationParams
 from repro500.workloads.data.cosmo import CosmoGenerator, CosmoParams
 from repro500.workloads.data.ewa import AR, ETC, TC, TD, EwaGenerator, EwaParams, _int_window
 from repro500.workloads.data.generate import generate, shard_range
@@ -23,6 +25,8 @@ from repro500.workloads.data.layout import EWA_CHANNELS
 
 REPRO500 = [sys.executable, "-m", "repro500.cli"]
 PSL, TMQ = EWA_CHANNELS.index("PSL"), EWA_CHANNELS.index("TMQ")
+UBOT, VBOT = EWA_CHANNELS.index("UBOT"), EWA_CHANNELS.index("VBOT")
+GENERATOR_VERSIONS = {"ewa": ewa.VERSION, "cosmo": cosmo.VERSION, "classification": classification.VERSION}
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -48,6 +52,8 @@ def test_same_seed_gives_identical_files_and_another_seed_differs(tmp_path, kind
         assert h5.attrs["kind"] == kind and h5.attrs["seed"] == 7 and h5.attrs["split"] == "train"
         assert h5.attrs["generator"] == f"repro500.workloads.data.{kind}"
         assert h5.attrs["samples_total"] == n and "params" in h5.attrs
+        assert "generator_version" in h5.attrs
+        assert h5.attrs["generator_version"] == GENERATOR_VERSIONS[kind]
 
 
 @pytest.mark.parametrize(
@@ -131,6 +137,33 @@ def test_moisture_blob_shape_separates_rivers_from_tropical_cyclones():
     assert correct / (len(rivers) + len(cyclones)) >= 0.95, (rivers, cyclones)
 
 
+def test_event_classes_differ_as_in_the_real_data():
+    # Measured in the written fields inside each written box, as a detector would see them.
+    # 384x576: at smaller grids both tropical classes hit the minimum event width.
+    h, w = 384, 576
+    gen = EwaGenerator(EwaParams(h, w), seed=3, split="train")
+    found: dict[int, list[tuple[float, float, float, float]]] = {TD: [], TC: [], ETC: []}
+    for i in range(16):
+        sample = gen.sample(i)
+        anomaly = sample["images"] - gen.background(i)  # what the events added
+        for ymin, xmin, ymax, xmax, cls in sample["boxes"].astype(int):
+            if cls not in found:
+                continue
+            win = np.s_[ymin:ymax, xmin:xmax]
+            pressure_drop_pa = -anomaly[PSL][win].min()
+            wind_ms = np.hypot(anomaly[UBOT][win], anomaly[VBOT][win]).max()
+            area_px = (ymax - ymin) * (xmax - xmin)
+            abs_lat_deg = abs(-90.0 + 180.0 * (ymin + ymax) / 2 / h)  # row 0 is the south edge
+            found[cls].append((pressure_drop_pa, wind_ms, area_px, abs_lat_deg))
+    td, tc, etc = (np.array(found[c]) for c in (TD, TC, ETC))
+    assert min(len(td), len(tc), len(etc)) >= 8, {c: len(v) for c, v in found.items()}
+    # tropical depressions: weaker (pressure drop, wind) and smaller than tropical cyclones
+    assert td[:, 0].max() < tc[:, 0].min() and td[:, 1].max() < tc[:, 1].min()
+    assert np.median(td[:, 2]) <= 0.75 * np.median(tc[:, 2])
+    # extratropical cyclones: mid-latitude, poleward of every tropical cyclone
+    assert etc[:, 3].min() > tc[:, 3].max() and etc[:, 3].min() >= 30.0
+
+
 def test_ewa_fields_are_physically_shaped():
     gen = EwaGenerator(EwaParams(96, 144), seed=2, split="train")
     img = np.mean([gen.background(i) for i in range(4)], axis=0)
@@ -193,6 +226,12 @@ def test_bad_options_are_usage_errors(tmp_path):
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
     assert not (tmp_path / "x.h5").exists()
+
+
+def test_help_states_the_noise_default_the_generator_uses(tmp_path):
+    proc = _cli("data", "generate", "--help", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"(default {ClassificationParams.noise})" in " ".join(proc.stdout.split())
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])

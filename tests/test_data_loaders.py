@@ -85,6 +85,59 @@ def test_ewa_loader_reads_shards_in_sample_order_with_workers(tmp_path):
         open_dataset("ewa", "train", path=[tmp_path / "one.h5", tmp_path / "shards" / "train-1.h5"])
 
 
+# layout -> (create_dataset options, dtype, whether the loader reads samples from the memory map)
+STORAGE = {
+    "contiguous": ({}, "<f4", True),
+    "chunk-per-sample": ({"chunks": (1, 16, 48, 72)}, "<f4", True),
+    "gzip": ({"chunks": (1, 16, 48, 72), "compression": "gzip", "shuffle": True}, "<f4", False),
+    "chunk-per-channel": ({"chunks": (1, 1, 48, 72)}, "<f4", False),
+    "big-endian": ({}, ">f4", False),
+    "float64": ({}, "<f8", False),  # in the map, but HDF5 converts it to float32
+}
+
+
+@pytest.mark.parametrize("layout", sorted(STORAGE))
+def test_ewa_samples_read_from_the_memory_map_equal_hdf5_reads(tmp_path, monkeypatch, layout):
+    from repro500.workloads.data import h5files
+
+    options, dtype, mappable = STORAGE[layout]
+    path = tmp_path / "climo_1979.h5"
+    images = np.random.default_rng(1).normal(1000.0, 50.0, size=(4, 16, 48, 72))
+    with h5py.File(path, "w", userblock_size=512) as h5:  # sample addresses are offset by the userblock
+        h5.create_dataset("images", data=images.astype(dtype), **options)
+        h5.create_dataset("boxes", data=np.full((4, 15, 5), -1, dtype=np.float32))
+    data = open_dataset("ewa", "train", path=path)
+    stored = h5files.stored_sample(data.files.mapping(0), data.files.handle(0)["images"], 2)
+    assert (stored is not None and stored.dtype == np.float32) == mappable  # float64 goes through HDF5
+    if stored is not None:
+        np.testing.assert_array_equal(stored, images[2].astype(dtype))
+    del stored
+    direct = [data[i][0] for i in range(len(data))]
+    monkeypatch.setattr(h5files, "stored_sample", lambda *args: None)  # every read through HDF5
+    through_hdf5 = [data[i][0] for i in range(len(data))]
+    assert all(torch.equal(a, b) for a, b in zip(direct, through_hdf5, strict=True))
+    mean = np.float32(data.info["channel_mean"][3])
+    inv_std = np.float32(1.0) / np.float32(data.info["channel_std"][3])
+    np.testing.assert_array_equal(direct[1][3].numpy(), (images[1, 3].astype(np.float32) - mean) * inv_std)
+
+
+@pytest.mark.parametrize(
+    ("compression", "strategy"), [("none", "file_descriptor"), ("gzip", "file_descriptor"), ("none", "file_system")]
+)
+def test_ewa_samples_from_workers_are_shared_and_equal_in_process_reads(tmp_path, compression, strategy):
+    path = generate("ewa", tmp_path / "train.h5", samples=4, size="48x72", compression=compression).path
+    data = open_dataset("ewa", "train", path=path)
+    loader = DataLoader(data, batch_size=2, num_workers=2, collate_fn=collate_detection)
+    default = torch.multiprocessing.get_sharing_strategy()
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    try:
+        got = [image for images, _ in loader for image in images]
+    finally:
+        torch.multiprocessing.set_sharing_strategy(default)
+    assert len(got) == 4 and all(image.is_shared() for image in got)  # handed over without a copy
+    assert all(torch.equal(image, data[i][0]) for i, image in enumerate(got))
+
+
 def test_split_directories_and_split_attributes_choose_the_files(tmp_path):
     generate("ewa", tmp_path / "d" / "train.h5", samples=3, size="48x72")
     generate("ewa", tmp_path / "d" / "eval.h5", samples=2, size="48x72", split="eval")

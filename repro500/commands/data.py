@@ -52,7 +52,7 @@ def data() -> None:
 @click.option("--channels", type=click.IntRange(min=1), default=None,
               help="classification: image channels (default 3); cosmo: redshift bins (default 4).")
 @click.option("--noise", type=click.FloatRange(0.0, 1.0), default=None,
-              help="classification: per-pixel noise on a 0..1 scale (default 0.08).")
+              help="classification: per-pixel noise on a 0..1 scale (default 0.06).")
 def generate(kind: str, out: Path, samples: int | None, size: str | None, seed: int, split: str,
              shard: str, compression: str, force: bool, classes: int | None, channels: int | None,
              noise: float | None) -> None:
