@@ -347,3 +347,22 @@ def test_detection_workload_trains_and_evaluates_through_the_trainer(in_tmp):
     assert summary["metrics"]["map_50"] is not None and 0.0 <= summary["metrics"]["map_50"] <= 1.0
     mllog = (outcome.run_dir / "repeats/0/mllog.txt").read_text()
     assert '"key": "run_stop"' in mllog
+
+
+@pytest.mark.parametrize(("target", "epochs_run", "to_quality"), [(0.05, 1, 1), (1.01, 3, None)])
+def test_training_stops_at_the_target_quality_or_spends_the_epoch_budget(in_tmp, target, epochs_run, to_quality):
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=3,
+                          fixed__target={"metric": "accuracy", "value": target, "direction": "higher"})
+    outcome = run(RunOptions(recipe=str(recipe), tracking=False))
+    summary = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())
+    epochs = [r for r in map(json.loads, (outcome.run_dir / "repeats/0/metrics.jsonl").read_text().splitlines())
+              if r["kind"] == "epoch"]
+    assert summary["status"] == "completed"
+    assert summary["epochs_run"] == len(epochs) == epochs_run
+    assert summary["epochs_to_quality"] == to_quality
+    assert summary["reached_target"] is (to_quality is not None)
+    if to_quality is None:
+        assert summary["time_to_quality_s"] is None
+    else:  # the wall time until the end of the evaluation that reached it
+        assert summary["time_to_quality_s"] == pytest.approx(epochs[0]["wall_s"])
+        assert summary["metrics"]["accuracy"] >= target
