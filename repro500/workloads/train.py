@@ -234,6 +234,8 @@ def build_model(spec: TrainSpec, info: dict[str, Any]) -> torch.nn.Module:
         kwargs["num_classes"] = int(info["num_classes"])
     elif spec.workload == "detection":
         kwargs["num_classes"] = int(info["num_classes"]) + 1  # + background
+        if info.get("channel_mean") is not None:  # EWA images arrive as stored: the model normalises
+            kwargs["image_mean"], kwargs["image_std"] = info["channel_mean"], info["channel_std"]
     else:
         kwargs["num_classes"] = int(info.get("num_targets", 4))
     kwargs.update(options)

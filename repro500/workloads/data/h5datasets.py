@@ -3,8 +3,10 @@
 Real files and generated ones go through the same code (layout.py).  Reads are lazy: a
 dataset holds file paths and sample counts, and every DataLoader worker opens its own
 h5py handles on its first read (h5files.LazyFiles).  Images are normalised per channel
-with statistics from the files (normstats.py); EWA samples are built for a cheap hand-over
-from a DataLoader worker (handoff.py).
+with statistics from the files (normstats.py), except EWA images: they are returned as
+stored, cheap to hand over from a DataLoader worker (handoff.py), and the detection model
+normalises them with the statistics in the dataset's ``info`` (``channel_mean``,
+``channel_std``), in the pass torchvision's transform makes anyway.
 """
 
 from __future__ import annotations
@@ -49,6 +51,9 @@ def _same(values: list[Any], what: str) -> Any:
 class EwaDataset(Dataset):
     """Extreme-Weather detection samples: (image [16, H, W], {"boxes": [n, 4], "labels": [n]}).
 
+    Images are the file's values (float32, not normalised); ``info["channel_mean"]`` and
+    ``info["channel_std"]`` are the per-channel statistics the detection model normalises with.
+
     Boxes are converted from the file's rows ``ymin, xmin, ymax, xmax, class`` to
     torchvision's ``(x1, y1, x2, y2)`` pixel coordinates, clipped to the image and at least
     one pixel wide and tall; labels are ``class + 1`` (0 is torchvision's background).
@@ -63,8 +68,6 @@ class EwaDataset(Dataset):
                 shapes.append(tuple(h5["images"].shape[2:]))
         self.height, self.width = _same(shapes, "image size")
         mean, std = _pooled_stats(parts, "images", 0)
-        self._mean = mean.astype(np.float32).reshape(-1, 1, 1)
-        self._inv_std = (1.0 / std).astype(np.float32).reshape(-1, 1, 1)
         self.files = h5files.LazyFiles(parts)
         self.info = {
             "task": "detection",
@@ -85,22 +88,16 @@ class EwaDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         k, j = self.files.part_of(index)
         h5 = self.files.handle(k)
+        shape = (len(EWA_CHANNELS), self.height, self.width)
         with h5files.reading(h5.filename):
             images = h5["images"]
-            source = h5files.stored_sample(self.files.mapping(k), images, j)
-            if source is None or source.dtype != np.float32:
-                # compressed, chunked otherwise, or another dtype: HDF5 decodes it to float32
-                source = np.empty((len(EWA_CHANNELS), self.height, self.width), dtype=np.float32)
-                images.read_direct(source, np.s_[j])
+            offset = h5files.sample_offset(images, j)
+            if offset is None:  # compressed, chunked otherwise, or another dtype: HDF5 decodes it
+                image = handoff.empty_tensor(shape)
+                images.read_direct(image.numpy(), np.s_[j])
             rows = np.asarray(h5["boxes"][j])
-
-        def normalise(c: int, out: np.ndarray) -> None:
-            np.subtract(source[c], self._mean[c], out=out)
-            out *= self._inv_std[c]
-
-        # An uncompressed float32 sample (generated files, by default) is read straight from
-        # the page cache through the memory map: no copy of the raw sample in between.
-        image = handoff.filled_tensor((len(EWA_CHANNELS), self.height, self.width), normalise)
+        if offset is not None:  # stored as plain float32 (generated files by default): no decoding
+            image = handoff.file_tensor(self.files.fd(k), offset, shape, h5.filename)
         return image, self.target(rows)
 
     def target(self, rows: np.ndarray) -> dict[str, torch.Tensor]:

@@ -18,15 +18,14 @@ shards are refused.
 
 h5py handles are not fork-safe: :class:`LazyFiles` records only paths and sample counts
 when built, and each process (each DataLoader worker) opens its own handles the first time
-it reads.  It also keeps a read-only memory map of each file per process, so a sample stored
-uncompressed and whole (:func:`stored_sample`) can be read straight from the page cache.
+it reads.  It also keeps a plain read-only file descriptor per file and process, so a sample
+stored uncompressed and whole (:func:`sample_offset`) is read with one system call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import glob
-import mmap
 import os
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -228,37 +227,28 @@ def _describe(path: PathSpec) -> str:
     return os.fspath(path)  # type: ignore[arg-type]
 
 
-def stored_sample(mapped: mmap.mmap, dset: Any, j: int) -> np.ndarray | None:
-    """Sample ``j`` of ``dset`` as a read-only view of the file's memory map ``mapped``.
+def sample_offset(dset: Any, j: int) -> int | None:
+    """Where sample ``j`` of ``dset`` lies in its file as plain float32 bytes, or None.
 
-    Only where the file holds the sample's bytes exactly as numpy would: native-order data,
-    no filters (compression, shuffle, checksums), no external or virtual storage, and the
-    sample stored whole, either in a contiguous dataset or as one chunk of one sample.
-    Anything else (and an unwritten chunk, or a file shorter than the address) is None:
-    read it through h5py, which also reports damage properly.
+    Only where the file holds the sample exactly as numpy would: native-order float32, no
+    filters (compression, shuffle, checksums), no external or virtual storage, and the sample
+    stored whole, either in a contiguous dataset or as one chunk of one sample.  Anything else
+    (and an unwritten chunk) is None: read it through h5py, which converts and decodes.
     """
-    dcpl = dset.id.get_create_plist()
-    if dset.dtype.byteorder not in ("=", "|", "<" if np.little_endian else ">") or dcpl.get_nfilters():
+    dtype = np.dtype(dset.dtype)
+    if dtype != np.dtype(np.float32) or dtype.byteorder not in ("=", "|", "<" if np.little_endian else ">"):
         return None
-    if dset.is_virtual or dcpl.get_external_count():
+    dcpl = dset.id.get_create_plist()
+    if dcpl.get_nfilters() or dset.is_virtual or dcpl.get_external_count():
         return None
     sample_shape = dset.shape[1:]
-    nbytes = int(np.prod(sample_shape, dtype=np.int64)) * dset.dtype.itemsize
     if dset.chunks is None:
         base = dset.id.get_offset()
-        offset = None if base is None else base + j * nbytes
-    elif dset.chunks == (1, *sample_shape):
+        return None if base is None else int(base) + j * int(np.prod(sample_shape, dtype=np.int64)) * 4
+    if dset.chunks == (1, *sample_shape):
         offset = dset.id.get_chunk_info_by_coord((j,) + (0,) * len(sample_shape)).byte_offset
-    else:
-        return None
-    if offset is None or offset + nbytes > len(mapped):
-        return None
-    if hasattr(mmap, "MADV_WILLNEED"):  # on a cold cache, one large read ahead, as h5py's pread would be
-        start = offset - offset % mmap.PAGESIZE
-        mapped.madvise(mmap.MADV_WILLNEED, start, offset + nbytes - start)
-    return np.frombuffer(mapped, dtype=dset.dtype, count=nbytes // dset.dtype.itemsize, offset=offset).reshape(
-        sample_shape
-    )
+        return None if offset is None else int(offset)
+    return None
 
 
 class LazyFiles:
@@ -268,7 +258,7 @@ class LazyFiles:
         self.parts = parts
         self._ends = np.cumsum([len(p) for p in parts])
         self._handles: dict[int, Any] = {}
-        self._maps: dict[int, mmap.mmap] = {}
+        self._fds: dict[int, int] = {}
         self._pid = os.getpid()
 
     def __len__(self) -> int:
@@ -288,7 +278,7 @@ class LazyFiles:
 
     def _own_process(self) -> None:
         if os.getpid() != self._pid:  # forked into a worker: never reuse the parent's handles
-            self._handles, self._maps, self._pid = {}, {}, os.getpid()
+            self._handles, self._fds, self._pid = {}, {}, os.getpid()
 
     def handle(self, k: int) -> Any:
         self._own_process()
@@ -298,25 +288,22 @@ class LazyFiles:
             self._handles[k] = h
         return h
 
-    def mapping(self, k: int) -> mmap.mmap:
-        """A read-only memory map of part ``k``'s whole file (opened after its h5py handle)."""
+    def fd(self, k: int) -> int:
+        """A read-only file descriptor of part ``k``'s file, for :func:`sample_offset` reads."""
         self._own_process()
-        m = self._maps.get(k)
-        if m is None:
-            with open(self.parts[k].path, "rb") as f:
-                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            self._maps[k] = m
-        return m
+        fd = self._fds.get(k)
+        if fd is None:
+            fd = self._fds[k] = os.open(self.parts[k].path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        return fd
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_handles"], state["_maps"] = {}, {}  # handles never travel to another process
+        state["_handles"], state["_fds"] = {}, {}  # handles never travel to another process
         return state
 
     def close(self) -> None:
         for h in self._handles.values():
             h.close()
-        for m in self._maps.values():
-            with contextlib.suppress(BufferError):  # a sample view still alive keeps its map open
-                m.close()
-        self._handles, self._maps = {}, {}
+        for fd in self._fds.values():
+            os.close(fd)
+        self._handles, self._fds = {}, {}

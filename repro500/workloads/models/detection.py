@@ -1,11 +1,14 @@
 """Faster R-CNN for multi-channel climate fields (HPC AI500's Extreme Weather workload).
 
 Built from torchvision's own detection pieces (``resnet_fpn_backbone``, ``mobilenet_backbone``,
-``FasterRCNN``); only three things are adapted to 16-channel, pre-normalised inputs:
+``FasterRCNN``); only three things are adapted to 16-channel climate fields:
 
 * the backbone's first convolution takes ``in_channels`` channels;
-* ``GeneralizedRCNNTransform`` gets mean 0 / std 1 per channel, because the loader already
-  normalises every channel (torchvision's defaults are 3 RGB ImageNet statistics);
+* ``GeneralizedRCNNTransform`` normalises with the data's own per-channel statistics
+  (``image_mean`` / ``image_std``: the trainer passes the dataset's ``channel_mean`` /
+  ``channel_std``; torchvision's defaults are 3 RGB ImageNet statistics).  The loader hands
+  the file's values over unchanged, so this pass, which the transform makes anyway, is the
+  only normalisation;
 * ``min_size`` / ``max_size`` default to the dataset's native 768x1152, so images are not
   rescaled, and smaller values plus small anchors and fewer proposals give a CPU-sized model.
 
@@ -81,6 +84,8 @@ def faster_rcnn(
     box_batch_size_per_image: int = 512,
     box_detections_per_img: int = 100,
     box_score_thresh: float = 0.05,
+    image_mean: Sequence[float] | None = None,
+    image_std: Sequence[float] | None = None,
 ) -> nn.Module:
     """Build a randomly initialised Faster R-CNN ``name`` for ``in_channels``-channel images.
 
@@ -89,6 +94,8 @@ def faster_rcnn(
     size per feature map (5), for MobileNet any number, all used on each of its 3 maps.
     ``rpn_pre_nms_top_n`` / ``rpn_post_nms_top_n`` apply to training and evaluation alike
     (torchvision's defaults, 2000/1000 and 2000/1000, when not given).
+    ``image_mean`` / ``image_std``: one value per input channel to normalise with (default 0
+    and 1: images already normalised).
     """
     from torchvision.models.detection import FasterRCNN
     from torchvision.models.detection.anchor_utils import AnchorGenerator
@@ -100,6 +107,13 @@ def faster_rcnn(
     if num_classes < 2:
         raise UsageError(
             f"detection model {name} needs num_classes >= 2 (classes + background), got {num_classes}."
+        )
+    mean = [0.0] * in_channels if image_mean is None else [float(v) for v in image_mean]
+    std = [1.0] * in_channels if image_std is None else [float(v) for v in image_std]
+    if len(mean) != in_channels or len(std) != in_channels or min(std) <= 0:
+        raise UsageError(
+            f"detection model {name}: image_mean and image_std need {in_channels} values each "
+            f"(std > 0), got {len(mean)} and {len(std)}."
         )
     if min_size <= 0 or max_size < min_size:
         raise UsageError(
@@ -136,10 +150,8 @@ def faster_rcnn(
         num_classes=num_classes,
         min_size=min_size,
         max_size=max_size,
-        # The loader normalises each channel already; torchvision would otherwise apply
-        # 3-channel ImageNet statistics.
-        image_mean=[0.0] * in_channels,
-        image_std=[1.0] * in_channels,
+        image_mean=mean,
+        image_std=std,
         rpn_anchor_generator=AnchorGenerator(per_map_sizes, ratios),
         rpn_batch_size_per_image=rpn_batch_size_per_image,
         box_batch_size_per_image=box_batch_size_per_image,
