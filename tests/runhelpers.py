@@ -57,3 +57,25 @@ def repro500(*args: str, cwd: Path, env: dict | None = None, timeout: float = 30
         [sys.executable, "-m", "repro500.cli", *args], cwd=cwd, env=full_env, capture_output=True,
         text=True, timeout=timeout, **kwargs,
     )
+
+
+def kill_a_rank_when(ranks_file: Path, *args: str, cwd: Path, rank: int = 1,
+                     start_timeout_s: float = 300) -> tuple[int, str, float]:
+    """Start ``repro500 ARGS``; once ``ranks_file`` (a repeat's ranks.json) appears, SIGKILL that
+    repeat's *rank*.  Returns (exit code, stderr, seconds from the kill to the exit)."""
+    import json
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + start_timeout_s
+    while not ranks_file.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{ranks_file} did not appear"
+        time.sleep(0.05)
+    victim = json.loads(ranks_file.read_text())["ranks"][rank]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    killed_at = time.monotonic()
+    _, err = proc.communicate(timeout=120)
+    return proc.returncode, err, time.monotonic() - killed_at

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
-import time
 
 import pytest
-from runhelpers import repro500, write_recipe
+from runhelpers import kill_a_rank_when, repro500, write_recipe
 
 from repro500.runner import RunOptions, run
 
@@ -83,22 +81,11 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_da
 
 def test_a_rank_that_dies_fails_the_run_naming_it_and_keeps_finished_repeats(in_tmp, cosmo_data):
     write_recipe(in_tmp / "c.yaml", COSMO, repeats=2, fixed__epochs=40)
-    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "c.yaml", "--nproc", "2", "--no-tracking",
-                             "--run-id", "r"],
-                            cwd=in_tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = in_tmp / "runs/r"
-    ranks_file = run_dir / "repeats/1/ranks.json"
-    deadline = time.monotonic() + 240
-    while not ranks_file.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    victim = json.loads(ranks_file.read_text())["ranks"][1]["pid"]
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
-    out, err = proc.communicate(timeout=120)
-    assert time.monotonic() - killed_at < 60
-    assert proc.returncode == 1, err
+    code, err, after_kill_s = kill_a_rank_when(run_dir / "repeats/1/ranks.json", "run", "c.yaml", "--nproc", "2",
+                                               "--no-tracking", "--run-id", "r", cwd=in_tmp)
+    assert after_kill_s < 60
+    assert code == 1, err
     assert "rank 1" in err and "Traceback" not in err
     assert _final(run_dir)["status"] == "completed"
     assert json.loads((run_dir / "repeats/1/summary.json").read_text())["status"] == "failed"

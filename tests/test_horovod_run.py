@@ -13,7 +13,7 @@ import os
 import shutil
 
 import pytest
-from runhelpers import repro500, write_recipe
+from runhelpers import kill_a_rank_when, repro500, write_recipe
 
 from repro500 import bundle
 
@@ -77,28 +77,13 @@ def test_horovod_run_writes_a_two_rank_run_directory(in_tmp, name, compressor):
 
 
 def test_a_horovod_rank_that_dies_fails_the_run_naming_it_and_keeps_finished_repeats(in_tmp):
-    import signal
-    import subprocess
-    import sys
-    import time
-
     write_recipe(in_tmp / "tiny.yaml", repeats=2, fixed__epochs=6)
-    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "tiny.yaml", "--nproc", "2",
-                             "--set", "engine=horovod", "--no-tracking", "--run-id", "r"],
-                            cwd=in_tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = in_tmp / "runs/r"
-    ranks_file = run_dir / "repeats/1/ranks.json"  # repeat 0 is finished, repeat 1 starting
-    deadline = time.monotonic() + 300
-    while not ranks_file.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    victim = json.loads(ranks_file.read_text())["ranks"][1]["pid"]
-    os.kill(victim, signal.SIGKILL)
-    killed_at = time.monotonic()
-    out, err = proc.communicate(timeout=120)
-    assert time.monotonic() - killed_at < 60
-    assert proc.returncode == 1, err
+    # repeat 1's ranks.json: repeat 0 is finished, repeat 1 starting
+    code, err, after_kill_s = kill_a_rank_when(run_dir / "repeats/1/ranks.json", "run", "tiny.yaml", "--nproc", "2",
+                                               "--set", "engine=horovod", "--no-tracking", "--run-id", "r", cwd=in_tmp)
+    assert after_kill_s < 60
+    assert code == 1, err
     assert "rank 1 of the horovod job failed (exitcode 137 (killed by signal 9))" in err and "Traceback" not in err, err
     assert json.loads((run_dir / "repeats/0/summary.json").read_text())["status"] == "completed"
     assert json.loads((run_dir / "repeats/1/summary.json").read_text())["status"] == "failed"
