@@ -7,9 +7,8 @@ of 4 KiB (shared memory gets no huge pages); reading it with h5py and letting to
 into shared memory touches every byte three times.  Here a sample stored as plain bytes in
 the file goes from the page cache into a memfd in the kernel (``sendfile``): one copy, no
 page of it mapped in the worker; the main process maps the memfd as it would any shared
-tensor.  Measured on the project's VM: 0.87-0.89x the samples/s of a raw sequential h5py
-read with 2 workers, against 0.71-0.73x for reading and normalising in the worker
-(docs/data.md).
+tensor.  What that gains, and what is left (allocating and freeing the shared pages), is
+measured by bench/loader.py; the figures are in docs/data.md.
 
 :func:`file_tensor` is that path (with ``pread`` where a memfd cannot be used);
 :func:`empty_tensor` gives a tensor for h5py to read into, in shared memory inside a worker.
