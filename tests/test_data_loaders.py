@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pickle
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -145,10 +146,21 @@ def test_the_detection_model_normalises_with_the_datasets_statistics(tmp_path):
     torch.testing.assert_close(normalised, (image - stats[0]) / stats[1])
 
 
+def _mapped_file(tensor):
+    """The file whose pages hold ``tensor``'s data in this process (from /proc/self/maps), or None."""
+    address = tensor.data_ptr()
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        low, high = (int(x, 16) for x in fields[0].split("-"))
+        if low <= address < high:
+            return fields[5].strip() if len(fields) == 6 else None
+    return None
+
+
 @pytest.mark.parametrize(
     ("compression", "strategy"), [("none", "file_descriptor"), ("gzip", "file_descriptor"), ("none", "file_system")]
 )
-def test_ewa_samples_from_workers_are_shared_and_equal_in_process_reads(tmp_path, compression, strategy):
+def test_ewa_samples_from_workers_are_handed_over_without_a_copy(tmp_path, compression, strategy):
     path = generate("ewa", tmp_path / "train.h5", samples=4, size="48x72", compression=compression).path
     data = open_dataset("ewa", "train", path=path)
     loader = DataLoader(data, batch_size=2, num_workers=2, collate_fn=collate_detection)
@@ -158,8 +170,29 @@ def test_ewa_samples_from_workers_are_shared_and_equal_in_process_reads(tmp_path
         got = [image for images, _ in loader for image in images]
     finally:
         torch.multiprocessing.set_sharing_strategy(default)
-    assert len(got) == 4 and all(image.is_shared() for image in got)  # handed over without a copy
+    assert len(got) == 4 and all(type(image) is torch.Tensor for image in got)
     assert all(torch.equal(image, data[i][0]) for i, image in enumerate(got))
+    if compression == "none":  # stored as plain bytes: the main process maps the file's own pages
+        assert all(_mapped_file(image) == str(path) for image in got)
+        got[0].mul_(2)  # copy-on-write: the tensor is the caller's, the file stays as it was
+        assert torch.equal(got[0], 2 * data[0][0])
+    else:  # decoded by HDF5 in the worker, into shared memory torch hands over as it is
+        assert all(image.is_shared() and _mapped_file(image) != str(path) for image in got)
+
+
+def test_a_mapped_sample_pickles_as_its_values(tmp_path):
+    """Only the DataLoader's queues carry a worker's mapped sample as a file descriptor; any
+    other pickle (torch.save, a user's cache) holds the values."""
+    from repro500.workloads.data import h5files, handoff
+
+    path = generate("ewa", tmp_path / "train.h5", samples=2, size="48x72").path
+    data = open_dataset("ewa", "train", path=path)
+    offset = h5files.sample_offset(data.files.handle(0)["images"], 1)
+    sample = handoff.file_tensor(data.files.fd(0), offset, (16, 48, 72), str(path)).as_subclass(handoff._FileSample)
+    sample._file = (data.files.fd(0), offset, (16, 48, 72), str(path))  # as file_tensor makes it in a worker
+    copy = pickle.loads(pickle.dumps(sample))
+    assert type(copy) is torch.Tensor and torch.equal(copy, data[1][0])
+    assert _mapped_file(copy) != str(path)
 
 
 def test_split_directories_and_split_attributes_choose_the_files(tmp_path):

@@ -1,28 +1,47 @@
-"""Handing large samples from DataLoader workers to the training process cheaply.
+"""Handing large samples from DataLoader workers to the training process without copying them.
 
-A DataLoader worker passes tensors to the main process in shared memory: with torch's
-``file_descriptor`` sharing strategy (Linux's default) only a file descriptor travels.  What
-costs is filling the shared memory.  A full-resolution EWA sample is 56.6 MB, 13,824 pages
-of 4 KiB (shared memory gets no huge pages); reading it with h5py and letting torch copy it
-into shared memory touches every byte three times.  Here a sample stored as plain bytes in
-the file goes from the page cache into a memfd in the kernel (``sendfile``): one copy, no
-page of it mapped in the worker; the main process maps the memfd as it would any shared
-tensor.  What that gains, and what is left (allocating and freeing the shared pages), is
-measured by bench/loader.py; the figures are in docs/data.md.
+A full-resolution EWA sample is 56.6 MB.  Read the usual way in a DataLoader worker it is
+copied from the page cache into the worker's memory, then into shared memory for the trip to
+the training process, whose pages have to be allocated, mapped and freed again for every
+sample: on a 2-core machine that costs three times the CPU of the read itself (the figures
+are in docs/data.md).  A sample stored as plain native float32 in its file
+(:func:`h5files.sample_offset`) needs none of it.  :func:`file_tensor` maps the sample's bytes
+in the page cache as a private, copy-on-write mapping (writing to the tensor never changes
+the file).  Inside a DataLoader worker the tensor travels as the file's descriptor and the
+sample's address, passed the way torch passes shared memory (``multiprocessing.reduction.DupFd``),
+and the training process maps the same pages: nothing is copied.  The pages are read once, by
+whatever first reads the tensor (the detection model's normalisation).  What stays in the
+worker is the part that can wait on a disk: it asks the kernel for the sample's pages
+(``MADV_POPULATE_READ``) before the sample is handed over, so a file that is not in the page
+cache is read ahead in the workers, not in the training step.
 
-:func:`file_tensor` is that path (with ``pread`` where a memfd cannot be used);
-:func:`empty_tensor` gives a tensor for h5py to read into, in shared memory inside a worker.
+Where the bytes cannot be mapped (the file's filesystem does not support it, or the sample's
+address is not 4-byte aligned) they are read with ``pread`` into a tensor (in shared memory
+inside a worker, as torch's collate would allocate it).  :func:`empty_tensor` gives such a
+tensor, for h5py to read a sample HDF5 has to decode.
+
+A file truncated after it was opened is one clear error (InvalidInput) when a sample past its
+new end is asked for.  Truncating a file while samples mapped from it are still in use gets
+the process killed by SIGBUS, as with any memory-mapped reader: replace data files by writing
+a new file and renaming it (``repro500 data generate`` does), never in place.
 """
 
 from __future__ import annotations
 
 import math
+import mmap
 import os
+from multiprocessing.reduction import DupFd, ForkingPickler
+from typing import Any
 
 import torch
 from torch.utils.data import get_worker_info
 
 from repro500.errors import InvalidInput
+
+# Linux >= 5.14: fault the range's pages in (reading them from disk first where needed).
+# Python's mmap module has no name for it before 3.13.
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
 
 
 def empty_tensor(shape: tuple[int, ...]) -> torch.Tensor:
@@ -38,25 +57,78 @@ def file_tensor(fd: int, offset: int, shape: tuple[int, ...], name: str) -> torc
     """The float32 tensor of ``shape`` stored as native-order bytes at ``offset`` of file ``fd``.
 
     *name* is the file's path, for the message when the file is shorter than the sample
-    (truncated since it was opened): InvalidInput, never a short or garbage tensor.
+    (truncated since it was opened): InvalidInput, never a short or garbage tensor.  In a
+    DataLoader worker the tensor's pages are in the page cache when this returns, and it is
+    handed to the training process as a mapping of the same file (module docstring).
     """
+    worker = get_worker_info() is not None
+    tensor = _mapped(fd, offset, shape, name, populate=worker)
+    if tensor is None:
+        return _read(fd, offset, shape, name)
+    if not worker:
+        return tensor
+    sample = tensor.as_subclass(_FileSample)
+    sample._file = (fd, offset, shape, name)
+    return sample
+
+
+class _FileSample(torch.Tensor):
+    """A worker's tensor mapped from a data file; pickled for the trip to the training process
+    as (descriptor, address, shape), it arrives there as a plain tensor mapped from the same
+    pages.  Any operation on it returns a plain tensor (torch function dispatch is off)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+    _file: tuple[int, int, tuple[int, ...], str]
+
+    def __reduce_ex__(self, protocol: int) -> Any:
+        # any pickler other than the DataLoader's gets the values, not a file descriptor
+        return self.as_subclass(torch.Tensor).__reduce_ex__(protocol)
+
+
+def _reduce_file_sample(sample: _FileSample) -> Any:
+    fd, offset, shape, name = sample._file
+    return _rebuild, (DupFd(fd), offset, shape, name)
+
+
+def _rebuild(dup: Any, offset: int, shape: tuple[int, ...], name: str) -> torch.Tensor:
+    fd = dup.detach()
+    try:
+        tensor = _mapped(fd, offset, shape, name, populate=False)
+        return tensor if tensor is not None else _read(fd, offset, shape, name)
+    finally:
+        os.close(fd)
+
+
+# The queues between DataLoader workers and the training process pickle with ForkingPickler.
+ForkingPickler.register(_FileSample, _reduce_file_sample)
+
+
+def _mapped(fd: int, offset: int, shape: tuple[int, ...], name: str, *, populate: bool) -> torch.Tensor | None:
+    """The sample mapped copy-on-write from the file, or None where it cannot be mapped."""
     nbytes = math.prod(shape) * 4
-    if get_worker_info() is not None and _memfd_usable():
-        out = os.memfd_create("repro500-sample", os.MFD_CLOEXEC)
+    if os.fstat(fd).st_size < offset + nbytes:
+        raise _truncated(name, offset, nbytes)  # touching a page past the end would be SIGBUS
+    if offset % 4 or nbytes == 0:
+        return None
+    start = offset - offset % mmap.ALLOCATIONGRANULARITY
+    try:
+        region = mmap.mmap(fd, offset - start + nbytes, flags=mmap.MAP_PRIVATE,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=start)
+    except OSError:
+        return None
+    if populate:
         try:
-            os.ftruncate(out, nbytes)
-            done = 0
-            while done < nbytes:
-                sent = os.sendfile(out, fd, offset + done, nbytes - done)
-                if sent == 0:
-                    raise _truncated(name, offset, nbytes)
-                done += sent
-            # torch's own way of rebuilding a received tensor; it maps the memfd and keeps its own fd
-            storage = torch.UntypedStorage._new_shared_fd_cpu(out, nbytes)
-        finally:
-            os.close(out)
-        return torch.empty(0, dtype=torch.float32).set_(storage, 0, shape)
+            region.madvise(_MADV_POPULATE_READ)
+        except OSError:  # a kernel before 5.14: start reading, without waiting
+            region.madvise(mmap.MADV_WILLNEED)
+    # torch.frombuffer keeps the mmap object alive as long as the tensor or a view of it lives
+    flat = torch.frombuffer(region, dtype=torch.float32, count=nbytes // 4, offset=offset - start)
+    return flat.view(shape)
+
+
+def _read(fd: int, offset: int, shape: tuple[int, ...], name: str) -> torch.Tensor:
     tensor = empty_tensor(shape)
+    nbytes = math.prod(shape) * 4
     view = memoryview(tensor.numpy()).cast("B")
     done = 0
     while done < nbytes:
@@ -70,12 +142,3 @@ def file_tensor(fd: int, offset: int, shape: tuple[int, ...], name: str) -> torc
 def _truncated(name: str, offset: int, nbytes: int) -> InvalidInput:
     return InvalidInput(f"{name}: cannot be read (a sample at byte {offset}, {nbytes} bytes, lies past "
                         "the end of the file): the file is corrupt or truncated")
-
-
-def _memfd_usable() -> bool:
-    # With the file_system strategy torch would copy an fd-backed storage into its own.
-    return (
-        hasattr(os, "memfd_create")
-        and hasattr(torch.UntypedStorage, "_new_shared_fd_cpu")
-        and torch.multiprocessing.get_sharing_strategy() == "file_descriptor"
-    )
