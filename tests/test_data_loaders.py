@@ -180,6 +180,32 @@ def test_ewa_samples_from_workers_are_handed_over_without_a_copy(tmp_path, compr
         assert all(image.is_shared() and _mapped_file(image) != str(path) for image in got)
 
 
+class _InPlace(torch.utils.data.Dataset):
+    """A worker-side transform that changes the sample in place (through a view)."""
+
+    def __init__(self, data):
+        self.data = data
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, i):
+        image, target = self.data[i]
+        image[0].add_(1000.0)
+        return image, target
+
+
+def test_a_sample_changed_in_place_in_a_worker_arrives_changed(tmp_path):
+    path = generate("ewa", tmp_path / "train.h5", samples=2, size="48x72").path
+    data = open_dataset("ewa", "train", path=path)
+    loader = DataLoader(_InPlace(data), batch_size=1, num_workers=1, collate_fn=collate_detection)
+    got = [images[0] for images, _ in loader]
+    for i, image in enumerate(got):
+        expected = data[i][0].clone()
+        expected[0] += 1000.0
+        assert torch.equal(image, expected) and _mapped_file(image) != str(path)
+
+
 def test_a_mapped_sample_pickles_as_its_values(tmp_path):
     """Only the DataLoader's queues carry a worker's mapped sample as a file descriptor; any
     other pickle (torch.save, a user's cache) holds the values."""
@@ -189,7 +215,7 @@ def test_a_mapped_sample_pickles_as_its_values(tmp_path):
     data = open_dataset("ewa", "train", path=path)
     offset = h5files.sample_offset(data.files.handle(0)["images"], 1)
     sample = handoff.file_tensor(data.files.fd(0), offset, (16, 48, 72), str(path)).as_subclass(handoff._FileSample)
-    sample._file = (data.files.fd(0), offset, (16, 48, 72), str(path))  # as file_tensor makes it in a worker
+    sample._file = (data.files.fd(0), offset, (16, 48, 72), str(path), sample._version)  # as in a worker
     copy = pickle.loads(pickle.dumps(sample))
     assert type(copy) is torch.Tensor and torch.equal(copy, data[1][0])
     assert _mapped_file(copy) != str(path)

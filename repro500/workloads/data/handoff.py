@@ -68,17 +68,20 @@ def file_tensor(fd: int, offset: int, shape: tuple[int, ...], name: str) -> torc
     if not worker:
         return tensor
     sample = tensor.as_subclass(_FileSample)
-    sample._file = (fd, offset, shape, name)
+    sample._file = (fd, offset, shape, name, sample._version)
     return sample
 
 
 class _FileSample(torch.Tensor):
     """A worker's tensor mapped from a data file; pickled for the trip to the training process
     as (descriptor, address, shape), it arrives there as a plain tensor mapped from the same
-    pages.  Any operation on it returns a plain tensor (torch function dispatch is off)."""
+    pages.  Any operation on it returns a plain tensor (torch function dispatch is off).  Once
+    changed in place by torch (its version counter moved), it no longer matches the file and
+    travels the usual way, in shared memory.  Writes that bypass torch (through ``.numpy()``)
+    are not seen: a worker-side transform must not change the sample through numpy in place."""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
-    _file: tuple[int, int, tuple[int, ...], str]
+    _file: tuple[int, int, tuple[int, ...], str, int]
 
     def __reduce_ex__(self, protocol: int) -> Any:
         # any pickler other than the DataLoader's gets the values, not a file descriptor
@@ -86,7 +89,9 @@ class _FileSample(torch.Tensor):
 
 
 def _reduce_file_sample(sample: _FileSample) -> Any:
-    fd, offset, shape, name = sample._file
+    fd, offset, shape, name, version = sample._file
+    if sample._version != version:  # changed in place in the worker
+        return torch.multiprocessing.reductions.reduce_tensor(sample.as_subclass(torch.Tensor))
     return _rebuild, (DupFd(fd), offset, shape, name)
 
 
