@@ -20,6 +20,17 @@ class ReproError(Exception):
 
     exit_code = EXIT_INVALID
 
+    def __str__(self) -> str:
+        text = super().__str__()
+        # torch's DataLoader re-raises a worker's exception as the same type with the worker's
+        # traceback as its message ("Caught InvalidInput in DataLoader worker process 0. Original
+        # Traceback ..."); the sentence is the traceback's last line.
+        if "\nOriginal Traceback" in text:
+            head, sep, sentence = text.rstrip().rsplit("\n", 1)[-1].partition(": ")
+            if sep and head.rsplit(".", 1)[-1] == type(self).__name__:
+                return sentence
+        return text
+
 
 class InvalidInput(ReproError):
     """Missing, corrupt, tampered or unreadable input (exit 4)."""

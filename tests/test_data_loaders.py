@@ -127,6 +127,14 @@ def test_a_file_truncated_after_opening_is_one_clear_error(tmp_path):
         f.truncate(path.stat().st_size - 16 * 48 * 72 * 4)
     with pytest.raises(InvalidInput, match="train.h5: cannot be read .* corrupt or truncated"):
         data[len(data) - 1]
+    # the same from a DataLoader worker: the same exception, its message still one sentence
+    loader = DataLoader(data, batch_size=1, num_workers=1, collate_fn=collate_detection,
+                        sampler=[len(data) - 1])
+    with pytest.raises(InvalidInput) as raised:
+        next(iter(loader))
+    # (a worker opens the file afresh, and HDF5 itself sees it is short)
+    assert str(raised.value).startswith(str(path)) and "truncated" in str(raised.value)
+    assert "\n" not in str(raised.value) and "Traceback" not in str(raised.value)
 
 
 def test_the_detection_model_normalises_with_the_datasets_statistics(tmp_path):
@@ -180,25 +188,30 @@ def test_ewa_samples_from_workers_are_handed_over_without_a_copy(tmp_path, compr
         assert all(image.is_shared() and _mapped_file(image) != str(path) for image in got)
 
 
-class _InPlace(torch.utils.data.Dataset):
-    """A worker-side transform that changes the sample in place (through a view)."""
+class _Changed(torch.utils.data.Dataset):
+    """A worker-side transform that changes the sample in place: through a view with torch, or
+    through numpy (which torch's version counter does not see)."""
 
-    def __init__(self, data):
-        self.data = data
+    def __init__(self, data, how):
+        self.data, self.how = data, how
 
     def __len__(self):
         return len(self.data)
 
     def __getitem__(self, i):
         image, target = self.data[i]
-        image[0].add_(1000.0)
+        if self.how == "torch":
+            image[0].add_(1000.0)
+        else:
+            image.numpy()[0] += 1000.0
         return image, target
 
 
-def test_a_sample_changed_in_place_in_a_worker_arrives_changed(tmp_path):
+@pytest.mark.parametrize("how", ["torch", "numpy"])
+def test_a_sample_changed_in_place_in_a_worker_arrives_changed(tmp_path, how):
     path = generate("ewa", tmp_path / "train.h5", samples=2, size="48x72").path
     data = open_dataset("ewa", "train", path=path)
-    loader = DataLoader(_InPlace(data), batch_size=1, num_workers=1, collate_fn=collate_detection)
+    loader = DataLoader(_Changed(data, how), batch_size=1, num_workers=1, collate_fn=collate_detection)
     got = [images[0] for images, _ in loader]
     for i, image in enumerate(got):
         expected = data[i][0].clone()
@@ -206,19 +219,51 @@ def test_a_sample_changed_in_place_in_a_worker_arrives_changed(tmp_path):
         assert torch.equal(image, expected) and _mapped_file(image) != str(path)
 
 
-def test_a_mapped_sample_pickles_as_its_values(tmp_path):
-    """Only the DataLoader's queues carry a worker's mapped sample as a file descriptor; any
-    other pickle (torch.save, a user's cache) holds the values."""
+def _worker_sample(monkeypatch, tmp_path, index=1):
+    """What file_tensor gives inside a DataLoader worker, made in this process."""
     from repro500.workloads.data import h5files, handoff
 
     path = generate("ewa", tmp_path / "train.h5", samples=2, size="48x72").path
     data = open_dataset("ewa", "train", path=path)
-    offset = h5files.sample_offset(data.files.handle(0)["images"], 1)
-    sample = handoff.file_tensor(data.files.fd(0), offset, (16, 48, 72), str(path)).as_subclass(handoff._FileSample)
-    sample._file = (data.files.fd(0), offset, (16, 48, 72), str(path), sample._version)  # as in a worker
-    copy = pickle.loads(pickle.dumps(sample))
-    assert type(copy) is torch.Tensor and torch.equal(copy, data[1][0])
-    assert _mapped_file(copy) != str(path)
+    offset = h5files.sample_offset(data.files.handle(0)["images"], index)
+    with monkeypatch.context() as m:
+        m.setattr(handoff, "get_worker_info", lambda: object())
+        sample = handoff.file_tensor(data.files.fd(0), offset, (16, 48, 72), str(path))
+    assert type(sample) is handoff._FileSample
+    return sample, data[index][0], path
+
+
+def test_a_worker_sample_travels_as_its_file_only_through_the_dataloaders_pickler(tmp_path, monkeypatch):
+    import copy
+    from multiprocessing.reduction import ForkingPickler
+
+    sample, expected, path = _worker_sample(monkeypatch, tmp_path)
+    received = pickle.loads(ForkingPickler.dumps(sample))  # the DataLoader queue's way
+    assert type(received) is torch.Tensor and torch.equal(received, expected) and _mapped_file(received) == str(path)
+    for other in (pickle.loads(pickle.dumps(sample)), copy.deepcopy(sample)):  # torch.save, a cache, a copy
+        assert type(other) is torch.Tensor and torch.equal(other, expected) and _mapped_file(other) != str(path)
+    assert type(sample * 2) is torch.Tensor  # operations give plain tensors
+
+
+def test_a_file_replaced_while_its_samples_travel_is_one_clear_error(tmp_path, monkeypatch):
+    from multiprocessing.reduction import ForkingPickler
+
+    sample, _, path = _worker_sample(monkeypatch, tmp_path)
+    message = ForkingPickler.dumps(sample)
+    generate("ewa", path, samples=2, size="48x72", seed=9, force=True)  # a new file renamed over it
+    with pytest.raises(InvalidInput, match="train.h5 was replaced by another file while it was being read"):
+        pickle.loads(message)
+
+
+def test_small_target_tensors_travel_as_values(tmp_path):
+    path = generate("ewa", tmp_path / "train.h5", samples=4, size="48x72").path
+    data = open_dataset("ewa", "train", path=path)
+    loader = DataLoader(data, batch_size=2, num_workers=1, collate_fn=collate_detection)
+    targets = [t for _, batch in loader for t in batch]
+    for i, target in enumerate(targets):
+        for key in ("boxes", "labels"):
+            assert type(target[key]) is torch.Tensor and not target[key].is_shared()  # no file descriptor
+            assert torch.equal(target[key], data[i][1][key])
 
 
 def test_split_directories_and_split_attributes_choose_the_files(tmp_path):
