@@ -199,3 +199,11 @@ def test_repeats_needed_reaches_about_the_requested_power_in_simulation():
 
     assert 0.72 <= power(n) <= 0.95
     assert power(n - 2) < power(n)
+
+
+def test_spreads_below_float_resolution_are_decided_without_nan():
+    # a variance whose square underflows used to give df = nan and a "[nan, nan]" interval
+    assert stats.welch_df(1e-170, 3, 2e-170, 3) == pytest.approx(stats.welch_df(1.0, 3, 2.0, 3))
+    res = stats.tost_two_sample([0.0, 0.0], [0.0, 2.225073858507e-311], 0.5, 0.05)
+    assert classify(res, "equivalence", "higher")[0] == "REPRODUCED"
+    json.dumps(res.to_dict(), allow_nan=False)

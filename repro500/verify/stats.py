@@ -232,7 +232,10 @@ def welch_df(var_a: Any, n_a: Any, var_b: Any, n_b: Any) -> Any:
     """Welch-Satterthwaite degrees of freedom (vectorised)."""
     va = np.asarray(var_a, dtype=float) / n_a
     vb = np.asarray(var_b, dtype=float) / n_b
-    return (va + vb) ** 2 / (va**2 / (np.asarray(n_a) - 1) + vb**2 / (np.asarray(n_b) - 1))
+    # in shares of the total, so that tiny variances do not underflow when squared
+    with np.errstate(invalid="ignore", divide="ignore"):
+        sa, sb = va / (va + vb), vb / (va + vb)
+        return 1.0 / (sa**2 / (np.asarray(n_a) - 1) + sb**2 / (np.asarray(n_b) - 1))
 
 
 def _fill(result: TostResult, diff: float, se: float, df: float) -> TostResult:
@@ -273,6 +276,8 @@ def tost_two_sample(a: Sequence[float], b: Sequence[float], margin: float, alpha
     var_a = 0.0 if _constant(xa) else var_a
     var_b = 0.0 if _constant(xb) else var_b
     se = math.sqrt(var_a / xa.size + var_b / xb.size)
+    if se == 0.0:  # spreads below float resolution (their squares underflow): as exact as it gets
+        return _exact(res, res.diff)
     df = float(welch_df(var_a, xa.size, var_b, xb.size))
     return _fill(res, res.diff, se, df)
 
@@ -296,6 +301,8 @@ def tost_one_sample(a: Sequence[float], value: float, margin: float, alpha: floa
     if _constant(xa):
         return _exact(res, res.diff)
     se = float(xa.std(ddof=1)) / math.sqrt(xa.size)
+    if se == 0.0:
+        return _exact(res, res.diff)
     return _fill(res, res.diff, se, float(xa.size - 1))
 
 
