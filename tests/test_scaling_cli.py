@@ -138,6 +138,10 @@ def test_the_check_at_p2_compares_communication_costs_against_a_stated_tolerance
     table = " ".join(invoke(run).stdout.split())  # rich wraps lines at the terminal width
     assert ("within tolerance" if within else "OUTSIDE tolerance") in table
     assert "tolerance ±50.0%" in table
+    assert invoke(run).exit_code == 0  # a prediction, whatever the check says
+    checked = invoke(run, "--check")  # unless asked to fail on a missed check
+    assert checked.exit_code == (0 if within else 1)
+    assert ("OUTSIDE its tolerance" in checked.stderr) is not within
 
 
 def test_a_step_no_slower_than_its_computation_fails_the_check(tmp_path, timings):
@@ -167,6 +171,9 @@ def test_single_rank_run_gives_compute_time_but_no_check(tmp_path, timings):
     assert doc["workload"]["compute_time_s"] == pytest.approx(0.076)
     assert doc["workload"]["params"] == 269_722  # resnet20 from the recipe, by the table
     assert "measured" not in doc
+    unchecked = invoke(tmp_path / "run-1", "--check")
+    assert unchecked.exit_code == 2 and "nothing to check the prediction against" in unchecked.output
+    assert invoke("--model", "resnet50", "--compute-s", "0.1", "--check").exit_code == 2
 
 
 def test_compute_from_a_single_rank_run_is_an_independent_check(tmp_path, timings):

@@ -57,6 +57,9 @@ def _compressor(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Fraction of the communication time hidden behind computation (0: none, an upper bound).")
 @click.option("--json", "as_json", is_flag=True, help="Print the scaling document as JSON instead of the table.")
 @click.option("--write", "write_doc", is_flag=True, help="Write RUN_DIR/derived/scaling.json (needs RUN_DIR).")
+@click.option("--check", "check", is_flag=True,
+              help="Exit 1 when the prediction at RUN_DIR's process count is OUTSIDE tolerance (needs a multi-rank "
+                   "RUN_DIR run with the compressor predicted).")
 @click.option("--remeasure", is_flag=True, help="Time the collectives again instead of using the cached timings.")
 @click.option("--measure-p", "measure_p", metavar="LIST", callback=_p_list, default=None,
               help="Process counts to time the collectives on (default 2; more than the CPU cores oversubscribes).")
@@ -66,7 +69,7 @@ def _compressor(ctx: click.Context, param: click.Parameter, value: str | None) -
               help="Timed repetitions per message size, at least (default 5; the median is used).")
 def model(run_dir: Path | None, params: int | None, model_name: str | None, compressor: Any,
           compute_s: float | None, compute_run: Path | None, p_values: tuple[int, ...], overlap: float, as_json: bool, write_doc: bool,
-          remeasure: bool, measure_p: tuple[int, ...] | None, measure_max_bytes: int | None,
+          check: bool, remeasure: bool, measure_p: tuple[int, ...] | None, measure_max_bytes: int | None,
           measure_reps: int | None) -> None:
     """Predict step time and parallel efficiency at many process counts.
 
@@ -85,17 +88,20 @@ def model(run_dir: Path | None, params: int | None, model_name: str | None, comp
       repro500 model --model resnet50 --compute-s 0.25 --compressor '{name: topk, ratio: 0.01}'
 
     \b
-    Exit codes: 0 predicted, 1 the collectives could not be timed, 2 usage error
-                (unknown compressor, missing size or compute time), 4 invalid input
+    Exit codes: 0 predicted, 1 the collectives could not be timed (or, with --check, the
+                check is OUTSIDE tolerance), 2 usage error (unknown compressor, missing
+                size or compute time, --check without a check to make), 4 invalid input
                 (no such run directory, a run without step records).
     """
     from dataclasses import replace
 
-    from repro500.errors import UsageError
+    from repro500.errors import EXIT_FAIL, UsageError
     from repro500.scaling import document, measure
 
     if write_doc and run_dir is None:
         raise UsageError("--write stores RUN_DIR/derived/scaling.json: give a RUN_DIR")
+    if check and run_dir is None:
+        raise UsageError("--check compares the prediction with a multi-rank run: give its RUN_DIR")
     settings = None
     if measure_p is not None or measure_max_bytes is not None or measure_reps is not None:
         settings = replace(measure.Settings(), **{k: v for k, v in (("p_values", measure_p),
@@ -114,3 +120,12 @@ def model(run_dir: Path | None, params: int | None, model_name: str | None, comp
     if write_doc:
         path = document.write(run_dir, doc)
         click.echo(f"wrote {path}", err=as_json)
+    if check:
+        measured = doc.get("measured")
+        if not measured or "within_tolerance" not in measured:
+            raise UsageError(f"--check: {run_dir} gives nothing to check the prediction against (a single-rank "
+                             "run, or a run with another compressor than the one predicted)")
+        if not measured["within_tolerance"]:
+            click.echo(f"repro500: the prediction at P = {measured['p']} is OUTSIDE its tolerance "
+                       f"(±{measured['tolerance']:.0%} on the communication cost)", err=True)
+            click.get_current_context().exit(EXIT_FAIL)
