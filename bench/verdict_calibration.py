@@ -80,6 +80,16 @@ def within(p, se):
     return p <= ALPHA + Z_LIMIT * se
 
 
+def error_cell(decisions, code, row, what, missed):
+    """Print ``row`` with the rate of the wrong decision ``code``; over its limit, MISSED and
+    ``what`` recorded in ``missed``."""
+    p, se = rate(decisions, code)
+    ok = within(p, se)
+    if not ok:
+        missed.append(what)
+    print(f"{row}  {p:>8.4f} +- {Z_LIMIT * se:.4f}  {p / ALPHA:5.2f}x{'' if ok else '  MISSED'}")
+
+
 def scalar_agreement(rng, n=5, draws=300, published=None):
     """Decide a few draws through compare_values (the verdict's own path) and the core."""
     agree = 0
@@ -119,20 +129,16 @@ def non_inferiority(rng, missed):
         for n in NS:
             for k in (1.0, 1.1, 1.25):
                 diff = -sign * k * delta
-                p, se = rate(simulate_one_sample(rng, n, value, diff, sd, delta, metric.test, direction), 1)
-                ok = within(p, se)
-                missed += [] if ok else [f"non-inferiority {direction} n={n} diff={diff:+g}"]
-                print(f"   {direction:<10}{n:>4}  {diff:>+10.4f}  {p:>8.4f} +- {Z_LIMIT * se:.4f}  {p / ALPHA:5.2f}x"
-                      f"{'' if ok else '  MISSED'}")
+                error_cell(simulate_one_sample(rng, n, value, diff, sd, delta, metric.test, direction), 1,
+                           f"   {direction:<10}{n:>4}  {diff:>+10.4f}",
+                           f"non-inferiority {direction} n={n} diff={diff:+g}", missed)
     print("   wrong NOT REPRODUCED, true value at the margin (target <= alpha):")
     for direction, sign in sides:
         for n in NS:
             diff = -sign * delta
-            p, se = rate(simulate_one_sample(rng, n, value, diff, sd, delta, metric.test, direction), -1)
-            ok = within(p, se)
-            missed += [] if ok else [f"non-inferiority NOT REPRODUCED {direction} n={n}"]
-            print(f"   {direction:<10}{n:>4}  {diff:>+10.4f}  {p:>8.4f} +- {Z_LIMIT * se:.4f}  {p / ALPHA:5.2f}x"
-                  f"{'' if ok else '  MISSED'}")
+            error_cell(simulate_one_sample(rng, n, value, diff, sd, delta, metric.test, direction), -1,
+                       f"   {direction:<10}{n:>4}  {diff:>+10.4f}",
+                       f"non-inferiority NOT REPRODUCED {direction} n={n}", missed)
     print("   power (rate of REPRODUCED):")
     for diff in (0.0, 0.001, -0.5 * delta):
         cells = []
@@ -159,20 +165,14 @@ def main() -> int:
     for label, kw in cases:
         for n in NS:
             for diff in (MARGIN, 1.5 * MARGIN, -MARGIN):
-                p, se = rate(simulate(rng, n, diff, **kw), 1)
-                ok = within(p, se)
-                missed += [] if ok else [f"{label} n={n} diff={diff}"]
-                print(f"   {label:<34}{n:>4}  {diff:>9.2f}  {p:>8.4f} +- {Z_LIMIT * se:.4f}  {p / ALPHA:5.2f}x"
-                      f"{'' if ok else '  MISSED'}")
+                error_cell(simulate(rng, n, diff, **kw), 1, f"   {label:<34}{n:>4}  {diff:>9.2f}",
+                           f"{label} n={n} diff={diff}", missed)
     print("\n2. wrong NOT REPRODUCED rate, true |difference| <= margin (target <= alpha):")
     for label, kw in cases:
         for n in NS:
             for diff in (MARGIN, 0.0):
-                p, se = rate(simulate(rng, n, diff, **kw), -1)
-                ok = within(p, se)
-                missed += [] if ok else [f"NOT REPRODUCED {label} n={n} diff={diff}"]
-                print(f"   {label:<34}{n:>4}  {diff:>9.2f}  {p:>8.4f} +- {Z_LIMIT * se:.4f}  {p / ALPHA:5.2f}x"
-                      f"{'' if ok else '  MISSED'}")
+                error_cell(simulate(rng, n, diff, **kw), -1, f"   {label:<34}{n:>4}  {diff:>9.2f}",
+                           f"NOT REPRODUCED {label} n={n} diff={diff}", missed)
     print("\n3. power (rate of REPRODUCED), true difference inside the margin:")
     for label, kw in cases[::2]:
         for diff in (0.0, 0.5 * MARGIN):
