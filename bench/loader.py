@@ -115,8 +115,8 @@ def main() -> None:
         workers = [p.pid for p in multiprocessing.active_children() if p.pid not in children]
         raw_s, raw_read_s, loader_s = [], [], []
         raw_cpu = main_cpu = workers_cpu = 0.0
+        drop = (lambda: evict(path)) if args.cold else (lambda: None)
         for _ in range(args.runs):
-            drop = (lambda: evict(path)) if args.cold else (lambda: None)
             drop()
             before = cpu_s(me)
             raw_s.append(raw_pass(path, args.laps))

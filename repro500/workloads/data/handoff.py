@@ -195,18 +195,17 @@ def _mapped(fd: int, offset: int, shape: tuple[int, ...], name: str, *, populate
 
 def _page_in(region: mmap.mmap, name: str, offset: int, nbytes: int) -> None:
     """Wait until the mapping's pages are in memory (reading them from the disk if need be)."""
-    try:
-        if _MADV_POPULATE_READ is None:
-            raise OSError(errno.EINVAL, "no MADV_POPULATE_READ")
-        region.madvise(_MADV_POPULATE_READ)
-    except OSError as err:
-        if err.errno == errno.EINVAL:  # a kernel before 5.14: start the read, without waiting
-            if hasattr(mmap, "MADV_WILLNEED"):
-                region.madvise(mmap.MADV_WILLNEED)
-        elif err.errno == errno.EFAULT:  # the file got shorter since it was checked
-            raise _truncated(name, offset, nbytes) from None
-        else:
-            raise InvalidInput(f"{name}: cannot be read (a sample at byte {offset}: {err.strerror})") from None
+    if _MADV_POPULATE_READ is not None:
+        try:
+            region.madvise(_MADV_POPULATE_READ)
+            return
+        except OSError as err:
+            if err.errno == errno.EFAULT:  # the file got shorter since it was checked
+                raise _truncated(name, offset, nbytes) from None
+            if err.errno != errno.EINVAL:
+                raise InvalidInput(f"{name}: cannot be read (a sample at byte {offset}: {err.strerror})") from None
+    if hasattr(mmap, "MADV_WILLNEED"):  # a kernel before 5.14, or not Linux: start the read, without waiting
+        region.madvise(mmap.MADV_WILLNEED)
 
 
 def _written(tensor: torch.Tensor) -> bool:
