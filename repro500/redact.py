@@ -9,6 +9,11 @@ Two independent tests decide that something is secret:
   GitHub/GitLab/Hugging Face/Slack/OpenAI tokens, JWTs, ``scheme://user:pass@host`` URLs,
   PEM blocks.
 
+A third test works **by value** (:func:`secret_values`): the value of every environment
+variable with a secret-looking name, and the password in any URL held by an environment
+variable, is replaced wherever it appears, whatever key it sits under (``--set
+fixed.model_options.note=$WANDB_API_KEY`` must not land in ``run.json``'s argv).
+
 Either way the value is replaced by :data:`REDACTED`.  Manifests, MLflow params and tags,
 diffs and reports all pass through here (:func:`scrub` for JSON data), so a secret never
 reaches a file, a tracking server or a published bundle.
@@ -16,11 +21,13 @@ reaches a file, a tracking server or a published bundle.
 
 from __future__ import annotations
 
+import functools
 import keyword
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote
 
 REDACTED = "[REDACTED]"
 
@@ -111,6 +118,7 @@ def _strong_secret_name(name: str) -> bool:
                for i, w in enumerate(words))
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """True when a variable/key name suggests its value is a credential."""
     upper = name.upper()
@@ -130,16 +138,70 @@ def _redact_assignment(match: re.Match[str]) -> str:
     return f"{match.group('name')}{match.group('q1')}{match.group('sep')}{quote}{REDACTED}{quote}"
 
 
-def redact_text(text: str) -> str:
-    """Replace credential-looking content in free text (diffs, messages, values)."""
+def redact_text(text: str, values: Iterable[str] | None = None) -> str:
+    """Replace credential-looking content, and any secret value (:func:`secret_values`), in free text.
+
+    ``values`` are the secret values to replace; by default those of the current environment.
+    """
     if not text:
         return text
+    text = _replace_values(text, secret_values() if values is None else values)
     text = _PEM.sub(REDACTED, text)
     text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
     for pattern in _TOKEN_PATTERNS:
         text = pattern.sub(REDACTED, text)
     text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     return _ASSIGNMENT.sub(_redact_assignment, text)
+
+
+# Shorter values are not replaced by value: scrubbing "1" or "true" everywhere would destroy
+# the record.  Short secrets are still caught next to their names and inside URLs.
+MIN_SECRET_VALUE_CHARS = 6
+_SSH_SCHEMES = ("ssh", "git+ssh", "ssh+git")
+
+
+def _url_credentials(value: str) -> list[str]:
+    """The password (or the lone token-like user of an http(s) URL) of each URL in *value*."""
+    found = []
+    for match in re.finditer(r"([A-Za-z][A-Za-z0-9+.-]*)://([^\s/?#]*)@", value):
+        user, colon, password = match.group(2).partition(":")
+        if colon:
+            found += [password, unquote(password)]
+        elif match.group(1).lower() not in _SSH_SCHEMES:
+            found += [user, unquote(user)]
+    return found
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> frozenset[str]:
+    """Values to scrub wherever they appear: secret-named variables' values and URL passwords.
+
+    Values shorter than :data:`MIN_SECRET_VALUE_CHARS` and values naming an existing file or
+    directory (``GOOGLE_APPLICATION_CREDENTIALS=/path/key.json``: the path is not the secret)
+    are left out.
+    """
+    environ = os.environ if environ is None else environ
+    found: set[str] = set()
+    for name, value in environ.items():
+        if not value:
+            continue
+        if "://" in value:
+            found.update(_url_credentials(value))
+        if is_secret_name(name) and not (value.startswith(("/", "~")) and os.path.exists(os.path.expanduser(value))):
+            found.add(value)
+    return frozenset(v for v in found if len(v) >= MIN_SECRET_VALUE_CHARS)
+
+
+@functools.lru_cache(maxsize=32)
+def _values_pattern(values: frozenset[str]) -> re.Pattern[str]:
+    # Longest first, so a value that contains another is replaced whole.
+    return re.compile("|".join(re.escape(v) for v in sorted(values, key=lambda v: (-len(v), v))))
+
+
+def _replace_values(text: str, values: Iterable[str]) -> str:
+    values = values if isinstance(values, frozenset) else frozenset(values)
+    if not values or not text:
+        return text
+    return _values_pattern(values).sub(REDACTED, text)
 
 
 def _redact_query(query: str) -> str:
@@ -151,28 +213,28 @@ def _redact_query(query: str) -> str:
     return "&".join(out)
 
 
-def redact_url(url: str) -> str:
+def redact_url(url: str, values: Iterable[str] | None = None) -> str:
     """A URL with any credentials removed (``https://user:pw@host/x`` -> ``https://[REDACTED]@host/x``).
 
     A bare user name is kept for ssh-style URLs (``ssh://git@host``, ``git@host:org/repo``)
-    and replaced for http(s), where a lone user name is almost always a token.
+    and replaced for http(s), where a lone user name is almost always a token.  Everything
+    else is kept byte for byte (``sqlite:////srv/lab/mlflow.db`` stays as it is): the URL is
+    provenance, so it must still name the same place.
     """
     if "://" not in url:
-        return redact_text(url)  # scp-like ``git@host:path`` or a local path
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return redact_text(url)
-    if parts.query:
-        parts = parts._replace(query=_redact_query(parts.query))
-    if parts.username is None and parts.password is None:
-        return redact_text(urlunsplit(parts))
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    keep_user = parts.password is None and parts.scheme in ("ssh", "git+ssh", "ssh+git")
-    userinfo = parts.username if keep_user else REDACTED
-    return redact_text(urlunsplit(parts._replace(netloc=f"{userinfo}@{host}")))
+        return redact_text(url, values)  # scp-like ``git@host:path`` or a local path
+    scheme, sep, rest = url.partition("://")
+    netloc = re.match(r"[^/?#]*", rest).group(0)
+    tail = rest[len(netloc):]
+    path, qmark, query = tail.partition("?")
+    if qmark:
+        query, hash_, fragment = query.partition("#")
+        tail = f"{path}?{_redact_query(query)}{hash_}{fragment}"
+    if "@" in netloc:
+        userinfo, _, host = netloc.rpartition("@")
+        keep_user = ":" not in userinfo and scheme.lower() in _SSH_SCHEMES
+        netloc = f"{userinfo if keep_user else REDACTED}@{host}"
+    return redact_text(f"{scheme}{sep}{netloc}{tail}", values)
 
 
 # Environment variables whose values can change a result; every other variable is recorded
@@ -210,35 +272,43 @@ def redact_env(environ: Mapping[str, str]) -> dict[str, Any]:
     """
     values: dict[str, str] = {}
     names: list[str] = []
+    secrets = secret_values(environ) | secret_values()
     for name in sorted(environ):
         if env_value_kept(name):
             value = str(environ[name])
-            values[name] = redact_url(value) if "://" in value else redact_text(value)
+            values[name] = redact_url(value, secrets) if "://" in value else redact_text(value, secrets)
         else:
             names.append(name)
     return {"values": values, "names": names}
 
 
-def scrub(obj: Any) -> Any:
+def scrub(obj: Any, values: Iterable[str] | None = None) -> Any:
     """A copy of JSON-like data with secrets replaced by :data:`REDACTED`.
 
     Values under secret-looking keys are replaced whole (containers too, since a nested
     ``{"user": ..., "pw": ...}`` under ``credentials`` is secret as a unit); booleans and
     ``None`` are kept, they cannot hold a secret.  Every string anywhere is passed through
-    :func:`redact_text`.  Keys themselves are kept.
+    :func:`redact_text`, and a secret value (:func:`secret_values`; ``values`` overrides the
+    environment's) is replaced inside keys too.
     """
+    found = secret_values() if values is None else frozenset(values)
+    return _scrub(obj, found)
+
+
+def _scrub(obj: Any, values: frozenset[str]) -> Any:
     if isinstance(obj, Mapping):
         out = {}
         for key, value in obj.items():
+            clean_key = _replace_values(key, values) if isinstance(key, str) else key
             if isinstance(key, str) and is_secret_name(key) and not _harmless(value):
-                out[key] = REDACTED
+                out[clean_key] = REDACTED
             else:
-                out[key] = scrub(value)
+                out[clean_key] = _scrub(value, values)
         return out
     if isinstance(obj, (list, tuple)):
-        return [scrub(v) for v in obj]
+        return [_scrub(v, values) for v in obj]
     if isinstance(obj, str):
-        return redact_url(obj) if "://" in obj and " " not in obj else redact_text(obj)
+        return redact_url(obj, values) if "://" in obj and " " not in obj else redact_text(obj, values)
     return obj
 
 

@@ -141,3 +141,56 @@ def test_query_strings_keep_their_harmless_parameters():
     assert redact_url(url) == f"postgresql://db:5432/x?sslmode=require&password={REDACTED}&application_name=repro500"
     for code in ["password = None", "token: null", "if password: pass"]:
         assert redact_text(code) == code
+
+
+@pytest.mark.parametrize("url", [
+    "sqlite:////srv/lab/mlflow.db", "sqlite:///mlflow.db", "sqlite:///rel/dir/x.db?mode=ro",
+    "file:///tmp/mlruns", "http://127.0.0.1:5000", "https://host:8443/a/b?x=1#frag",
+    "http://[::1]:5000/x", "s3://bucket/key/", "ssh://git@github.com/o/r.git", "git@github.com:o/r.git",
+    "https://host/p@th", "databricks://profile:prefix",
+])
+def test_urls_without_credentials_round_trip_exactly(url):
+    assert redact_url(url) == url
+
+
+@pytest.mark.parametrize("url, expected", [
+    ("http://u:pw@127.0.0.1:1", f"http://{REDACTED}@127.0.0.1:1"),
+    ("postgresql://u:p%40ss@db:5432//abs?sslmode=require", f"postgresql://{REDACTED}@db:5432//abs?sslmode=require"),
+    ("https://tok123@host/x", f"https://{REDACTED}@host/x"),
+    ("https://host/x?user=bob&password=hunter2#f", f"https://host/x?user=bob&password={REDACTED}#f"),
+    ("mysql://root:p@ss@localhost/mlflow", f"mysql://{REDACTED}@localhost/mlflow"),
+])
+def test_url_credentials_go_and_everything_else_stays(url, expected):
+    assert redact_url(url) == expected
+
+
+def test_secret_values_are_scrubbed_under_any_key(monkeypatch):
+    from repro500.redact import secret_values
+
+    monkeypatch.setenv("WANDB_API_KEY", "abcd1234efgh")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://alice:Tr0ub4dor@db/x")
+    monkeypatch.setenv("MY_TOKEN", "12345")  # too short to scrub by value
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/tmp")  # a path, not the secret
+    found = secret_values()
+    assert {"abcd1234efgh", "Tr0ub4dor"} <= found
+    assert not {"12345", "/tmp", "alice"} & found
+    data = {"argv": ["run", "--set", "fixed.model_options.note=abcd1234efgh"],
+            "nested": [{"note": "db pw is Tr0ub4dor, keep this"}], "abcd1234efgh": 1, "n": 12345, "dir": "/tmp"}
+    out = scrub(data)
+    text = json.dumps(out)
+    assert "abcd1234efgh" not in text and "Tr0ub4dor" not in text
+    assert out["argv"] == ["run", "--set", f"fixed.model_options.note={REDACTED}"]
+    assert out["nested"][0]["note"] == f"db pw is {REDACTED}, keep this"
+    assert out["n"] == 12345 and out["dir"] == "/tmp" and out[REDACTED] == 1
+    assert redact_text("error: API key abcd1234efghXYZ rejected") == f"error: API key {REDACTED}XYZ rejected"
+    assert redact_url("https://host/abcd1234efgh") == f"https://host/{REDACTED}"
+    env = redact_env({"REPRO500_NOTE": "abcd1234efgh", "WANDB_API_KEY": "abcd1234efgh"})
+    assert env["values"] == {"REPRO500_NOTE": REDACTED}
+
+
+def test_explicit_values_override_the_environment(monkeypatch):
+    monkeypatch.setenv("SOME_SECRET", "from-the-environment")
+    assert scrub(["from-the-environment"], values=()) == ["from-the-environment"]
+    assert scrub(["a longer-value b"], values={"longer-value"}) == [f"a {REDACTED} b"]
+    # a value that contains another is replaced whole
+    assert redact_text("xx-abcdefgh-yy", values={"abcdef", "abcdefgh"}) == f"xx-{REDACTED}-yy"
