@@ -13,34 +13,34 @@ Layout (docs/contracts.md, "Run directory")::
       repeats/<k>/params.jsonl  parameter digests per epoch (per tensor)
       repeats/<k>/mllog.txt     MLPerf-format log (:::MLLOG lines)
       summary.json              repro500/summary/v1   aggregate across repeats
-      SHA256SUMS                ``sha256sum`` format, every file above, sorted by path
+      SHA256SUMS                ``sha256sum`` format, every file above, sorted by path;
+                                a link is a ``# link {"path": ..., "target": ...}`` line
 
 Files the digest list does not cover, because they are derived views that ``verify`` and
 ``report`` rewrite: ``verdict.json``, ``report.html`` and anything under ``derived/``.
 ``sha256sum -c SHA256SUMS`` inside the directory checks it with coreutils alone.
 
-Packing (:func:`pack`) writes one ``.tar.gz`` holding ``<run-id>/...``; packing the same
-directory twice gives the same bytes (fixed owner, modes and timestamps).  Unpacking
-(:func:`unpack`) refuses anything that could write outside its target directory.
+Links never carry trust: a link that leaves the directory (or a device or pipe) makes it
+INVALID; a link inside is an entry of its own, recorded with its target.
+
+Packing and unpacking (:func:`pack`, :func:`unpack`) live in ``repro500/archive.py``.
 """
 
 from __future__ import annotations
 
-import gzip
+import json
 import os
 import posixpath
-import shutil
-import tarfile
-import tempfile
-import zlib
+import stat
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from repro500 import atomic
 from repro500.digest import file_digest
-from repro500.errors import InvalidInput, UsageError
+from repro500.errors import InvalidInput
 
 SUMS_NAME = "SHA256SUMS"
+LINK_PREFIX = "# link "
 DERIVED_NAMES = frozenset({"verdict.json", "report.html", SUMS_NAME})
 DERIVED_DIRS = frozenset({"derived"})
 
@@ -53,47 +53,141 @@ def repeat_dir(run_dir: Path, k: int) -> Path:
     return Path(run_dir) / "repeats" / str(k)
 
 
-def covered_files(run_dir: str | Path) -> list[str]:
-    """Relative POSIX paths of every file the digest list covers, sorted."""
+def _covered(rel: str) -> bool:
+    """Whether the digest list covers this path (derived views and in-flight writes are not)."""
+    first, _, rest = rel.partition("/")
+    if (not rest and first in DERIVED_NAMES) or first in DERIVED_DIRS:
+        return False
+    name = rel.rsplit("/", 1)[-1]
+    return not (name.startswith(".") and name.endswith(".partial"))  # an atomic write in flight (atomic.py)
+
+
+@dataclass
+class Entries:
+    """What a run directory holds, as the digest list sees it; links are entries of their own."""
+
+    files: list[str] = field(default_factory=list)  # covered regular files
+    links: dict[str, str] = field(default_factory=dict)  # covered links that stay inside: path -> target
+    link_files: set[str] = field(default_factory=set)  # those of ``links`` that resolve to a regular file
+    unsafe: dict[str, str] = field(default_factory=dict)  # path -> why it can never be trusted
+
+
+def _link_stays_inside(root: Path, rel: str, target: str) -> bool:
+    """A link stays inside when its text names a place inside the directory *and* it resolves there.
+
+    The text matters on its own: an absolute target, or one that leaves and comes back by the
+    directory's own name, points elsewhere once the bundle is copied or unpacked."""
+    if target.startswith("/"):
+        return False
+    lexical = posixpath.normpath(posixpath.join(posixpath.dirname(rel), target))
+    if lexical == ".." or lexical.startswith("../"):
+        return False
+    # realpath follows a chain of links, so a link to a link that leaves is caught here
+    return Path(os.path.realpath(root / rel)).is_relative_to(os.path.realpath(root))
+
+
+def scan(run_dir: str | Path) -> Entries:
+    """Walk a run directory without following any link (os.walk lists a link to a directory among
+    the directories but never descends into it); every link and non-regular file is examined,
+    in derived views too, because ``pack`` and ``report`` read those."""
     root = Path(run_dir)
-    out = []
+    out = Entries()
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root)
-        if rel_dir == Path("."):
-            dirnames[:] = [d for d in dirnames if d not in DERIVED_DIRS]
-        for name in filenames:
+        for name in [*dirnames, *filenames]:
+            path = os.path.join(dirpath, name)
             rel = (rel_dir / name).as_posix()
-            if rel_dir == Path(".") and name in DERIVED_NAMES:
-                continue
-            if name.startswith(".") and name.endswith(".partial"):
-                continue  # an atomic write in flight (atomic.py)
-            out.append(rel)
-    return sorted(out)
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                target = os.readlink(path)
+                if not _link_stays_inside(root, rel, target):
+                    out.unsafe[rel] = f"{rel} -> {target} is a link that leaves the run directory"
+                elif _covered(rel):
+                    out.links[rel] = target
+                    if os.path.isfile(path):
+                        out.link_files.add(rel)
+            elif stat.S_ISREG(mode):
+                if _covered(rel):
+                    out.files.append(rel)
+            elif not stat.S_ISDIR(mode):  # reading a FIFO would hang verify; a device is never data
+                out.unsafe[rel] = f"{rel} is not a regular file (a device, pipe or socket)"
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+    out.files.sort()
+    return out
+
+
+def covered_files(run_dir: str | Path) -> list[str]:
+    """Relative POSIX paths of every entry the digest list covers (files and links), sorted."""
+    entries = scan(run_dir)
+    return sorted([*entries.files, *entries.links])
+
+
+def _link_line(rel: str, target: str) -> str:
+    return LINK_PREFIX + json.dumps({"path": rel, "target": target}, sort_keys=True, ensure_ascii=True) + "\n"
 
 
 def write_sums(run_dir: str | Path) -> Path:
-    """(Re)write ``SHA256SUMS`` over every covered file of the run directory."""
+    """(Re)write ``SHA256SUMS`` over every covered entry of the run directory.
+
+    A link is recorded on a ``# link {...}`` line with its target (coreutils skips lines that
+    start with ``#``); a link to a regular file also gets an ordinary line for the content it
+    resolves to, which ``sha256sum -c`` checks through the link.  A directory holding a link that
+    leaves it, or a device or pipe, is refused: sealing it would vouch for what it points at."""
     root = Path(run_dir)
-    lines = [f"{file_digest(root / rel)}  {rel}\n" for rel in covered_files(root)]
+    entries = scan(root)
+    if entries.unsafe:
+        raise InvalidInput(f"{root} cannot be sealed: {next(iter(entries.unsafe.values()))}")
+    lines = []
+    for rel in sorted([*entries.files, *entries.links]):
+        if rel in entries.links:
+            lines.append(_link_line(rel, entries.links[rel]))
+            if rel not in entries.link_files:
+                continue
+        lines.append(f"{file_digest(root / rel)}  {rel}\n")
     target = root / SUMS_NAME
     atomic.write_text(target, "".join(lines))
     return target
 
 
-def read_sums(run_dir: str | Path) -> dict[str, str]:
-    """Parse ``SHA256SUMS`` into {relative path: sha256}."""
+def _read_lines(run_dir: str | Path) -> tuple[dict[str, str], dict[str, str]]:
     path = Path(run_dir) / SUMS_NAME
+    if path.is_symlink():
+        raise InvalidInput(f"{path} is a symbolic link: the digest list must be a file of the run directory")
     if not path.is_file():
         raise InvalidInput(f"{path} is missing: this is not a complete run directory")
     sums: dict[str, str] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    links: dict[str, str] = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__})") from None
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
+        if line.startswith(LINK_PREFIX):
+            try:
+                record = json.loads(line[len(LINK_PREFIX):])
+                links[str(record["path"])] = str(record["target"])
+            except (ValueError, KeyError, TypeError):
+                raise InvalidInput(f"{path}:{lineno} is not a '# link {{\"path\": ..., \"target\": ...}}' line") from None
+            continue
+        if line.startswith("#"):
+            continue  # a comment, as coreutils treats it
         digest, sep, rel = line.partition("  ")
         if not sep or len(digest) != 64 or not rel:
             raise InvalidInput(f"{path}:{lineno} is not a 'sha256  path' line")
         sums[rel] = digest
-    return sums
+    return sums, links
+
+
+def read_sums(run_dir: str | Path) -> dict[str, str]:
+    """Parse ``SHA256SUMS`` into {relative path: sha256} (content lines; links: :func:`read_links`)."""
+    return _read_lines(run_dir)[0]
+
+
+def read_links(run_dir: str | Path) -> dict[str, str]:
+    """The links ``SHA256SUMS`` records: {relative path: link target}."""
+    return _read_lines(run_dir)[1]
 
 
 @dataclass
@@ -103,13 +197,14 @@ class IntegrityReport:
     modified: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
+    unsafe: list[str] = field(default_factory=list)  # sentences: links that leave, devices, pipes
 
     @property
     def ok(self) -> bool:
-        return not (self.modified or self.missing or self.extra)
+        return not (self.modified or self.missing or self.extra or self.unsafe)
 
     def describe(self) -> str:
-        parts = []
+        parts = list(self.unsafe[:3])
         for label, names in (("edited", self.modified), ("missing", self.missing), ("extra", self.extra)):
             if names:
                 shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
@@ -117,163 +212,49 @@ class IntegrityReport:
         return "; ".join(parts) if parts else "all files match SHA256SUMS"
 
     def as_dict(self) -> dict[str, list[str] | bool]:
-        return {"ok": self.ok, "modified": self.modified, "missing": self.missing, "extra": self.extra}
+        return {"ok": self.ok, "modified": self.modified, "missing": self.missing, "extra": self.extra,
+                "unsafe": self.unsafe}
 
 
 def check_sums(run_dir: str | Path) -> IntegrityReport:
-    """Recompute every digest and compare with ``SHA256SUMS``."""
+    """Recompute every digest and compare with ``SHA256SUMS``; every link is an entry of its own."""
     root = Path(run_dir)
-    recorded = read_sums(root)
-    present = set(covered_files(root))
-    report = IntegrityReport()
+    recorded, recorded_links = _read_lines(root)
+    entries = scan(root)
+    report = IntegrityReport(unsafe=sorted(entries.unsafe.values()))
+    files = set(entries.files)
     for rel, digest in sorted(recorded.items()):
-        if rel not in present:
+        if rel in entries.unsafe:
+            continue  # reported as unsafe already; never followed
+        if rel in files or rel in entries.link_files:
+            if file_digest(root / rel) != digest:
+                report.modified.append(rel)
+        elif rel not in entries.links:
             report.missing.append(rel)
-        elif file_digest(root / rel) != digest:
-            report.modified.append(rel)
-    report.extra = sorted(present - set(recorded))
+    for rel, target in sorted(recorded_links.items()):
+        if rel in entries.links:
+            if entries.links[rel] != target:
+                report.modified.append(f"{rel} (a link to {target!r}, now to {entries.links[rel]!r})")
+        elif rel in files:
+            # ``pack`` stores a link's content, never the link: a regular file whose content
+            # matches the recorded content line stands in for a link to a file
+            if rel not in recorded:
+                report.modified.append(f"{rel} (a link to {target!r}, now a file)")
+        elif rel not in entries.unsafe:
+            report.missing.append(rel)
+    for rel in sorted(files - set(recorded)):
+        if rel in recorded_links:
+            continue
+        report.extra.append(rel)
+    for rel in sorted(entries.links):
+        if rel not in recorded_links:
+            report.extra.append(f"{rel} (a link to {entries.links[rel]!r})" if rel not in recorded else
+                                f"{rel} (a file, now a link to {entries.links[rel]!r})")
+    report.modified.sort()
     return report
 
 
 # ------------------------------------------------------------------------ pack / unpack
+# (repro500/archive.py; imported last because it reads the digest list through this module)
 
-ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
-_FILE_MODE, _DIR_MODE = 0o644, 0o755
-
-
-def is_archive(path: str | Path) -> bool:
-    """True for a file whose name says it is a tar archive (.tar.gz, .tgz, .tar)."""
-    path = Path(path)
-    return path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
-
-
-def _packed_files(root: Path) -> list[str]:
-    """Covered files, SHA256SUMS, and the derived views (verdict, report) when present."""
-    names = set(covered_files(root)) | {SUMS_NAME}
-    names |= {name for name in DERIVED_NAMES if (root / name).is_file()}
-    for dirname in DERIVED_DIRS:
-        for dirpath, _, filenames in os.walk(root / dirname):
-            rel_dir = Path(dirpath).relative_to(root)
-            names |= {(rel_dir / f).as_posix() for f in filenames}
-    return sorted(names)
-
-
-def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = False) -> Path:
-    """Pack a run directory into one reproducible ``.tar.gz``; returns the archive's path.
-
-    The directory must match its ``SHA256SUMS`` (an archive that would not verify is
-    refused).  ``out`` defaults to ``<run-dir>.tar.gz`` next to the directory; an existing
-    directory as ``out`` receives ``<run-id>.tar.gz``.  An existing archive is replaced only
-    with ``force``.  The archive is written to a temporary name and renamed when complete.
-    """
-    root = Path(run_dir)
-    if not root.is_dir():
-        raise InvalidInput(f"{root} is not a run directory: nothing to pack")
-    report = check_sums(root)
-    if not report.ok:
-        raise InvalidInput(f"{root} does not match its SHA256SUMS ({report.describe()}): refusing to pack a bundle that would not verify")
-    target = Path(out) if out is not None else root.parent / f"{root.name}.tar.gz"
-    if target.is_dir():
-        target = target / f"{root.name}.tar.gz"
-    if target.resolve().is_relative_to(root.resolve()):
-        raise UsageError(f"{target} lies inside the run directory: write the archive somewhere else")
-    if target.exists() and not force:
-        raise InvalidInput(f"{target} already exists: remove it or pass --force to replace it")
-    files = _packed_files(root)
-    dirs = sorted({p.as_posix() for rel in files for p in PurePosixPath(rel).parents if p != PurePosixPath(".")})
-    # mtime=0 and an empty name in the gzip header keep the bytes reproducible
-    with (
-        atomic.atomic_path(target) as tmp,
-        open(tmp, "wb") as raw,
-        gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz,
-        tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
-    ):
-        tar.addfile(_tarinfo(root.name, tarfile.DIRTYPE))
-        for rel in dirs:
-            tar.addfile(_tarinfo(f"{root.name}/{rel}", tarfile.DIRTYPE))
-        for rel in files:
-            path = root / rel
-            info = _tarinfo(f"{root.name}/{rel}", tarfile.REGTYPE)
-            info.size = path.stat().st_size  # content, never a link: the archive is self-contained
-            with open(path, "rb") as fh:
-                tar.addfile(info, fh)
-    return target
-
-
-def _tarinfo(name: str, kind: bytes) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.mode = _DIR_MODE if kind == tarfile.DIRTYPE else _FILE_MODE
-    info.mtime = 0
-    info.uid = info.gid = 0
-    info.uname = info.gname = ""
-    return info
-
-
-def _unsafe(member: tarfile.TarInfo) -> str | None:
-    """Why a member could write outside the target directory, or None when it is safe."""
-    name = member.name
-    parts = PurePosixPath(name).parts
-    if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
-        return f"absolute path {name!r}"
-    if ".." in parts:
-        return f"path {name!r} escapes the target directory with '..'"
-    if member.ischr() or member.isblk() or member.isfifo() or member.isdev():
-        return f"device or pipe {name!r}"
-    if member.issym() or member.islnk():
-        link = member.linkname
-        # a symlink resolves from its own directory, a hard link from the archive root
-        base = posixpath.dirname(name) if member.issym() else ""
-        resolved = posixpath.normpath(posixpath.join(base, link))
-        if link.startswith("/") or resolved == ".." or resolved.startswith("../"):
-            return f"link {name!r} -> {link!r} points outside the target directory"
-    if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
-        return f"unsupported entry type for {name!r}"
-    return None
-
-
-def unpack(archive: str | Path, dest: str | Path) -> Path:
-    """Unpack a packed run into ``dest``; returns ``dest/<run-id>``.
-
-    Refuses, before writing anything, archives with absolute paths, ``..`` components,
-    links pointing outside, device files, or more than one top-level directory.  A corrupt
-    or truncated archive raises InvalidInput.  Files land in a temporary directory inside
-    ``dest`` first and are renamed into place only when everything was extracted.
-    """
-    archive = Path(archive)
-    if not archive.is_file():
-        raise InvalidInput(f"{archive} does not exist or is not a file: give a .tar.gz made by repro500 pack")
-    corrupt = (tarfile.TarError, EOFError, zlib.error, OSError, gzip.BadGzipFile)
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            members = tar.getmembers()  # reads to the end: a truncated archive fails here
-    except corrupt as err:
-        raise InvalidInput(f"{archive} is not a readable archive (corrupt or truncated: {err.__class__.__name__})") from None
-    if not members:
-        raise InvalidInput(f"{archive} is empty: it holds no run directory")
-    for member in members:
-        reason = _unsafe(member)
-        if reason:
-            raise InvalidInput(f"{archive} is unsafe to unpack: {reason}; refusing to extract anything")
-    tops = {PurePosixPath(m.name).parts[0] for m in members if PurePosixPath(m.name).parts}
-    if len(tops) != 1 or tops == {"."}:
-        raise InvalidInput(f"{archive} must hold exactly one run directory at its top level, found {sorted(tops)}")
-    top = tops.pop()
-    dest = Path(dest)
-    target = dest / top
-    if target.exists():
-        raise InvalidInput(f"{target} already exists: remove it or unpack into another directory")
-    dest.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".repro500-unpack-", dir=dest))
-    try:
-        with tarfile.open(archive, "r:*") as tar:
-            # the "data" filter (PEP 706) re-checks every member as defence in depth
-            tar.extractall(staging, members=members, filter="data")
-        os.replace(staging / top, target)
-    except (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile) as err:
-        raise InvalidInput(f"{archive} could not be extracted (corrupt or truncated: {err.__class__.__name__})") from None
-    except OSError as err:
-        raise InvalidInput(f"could not write into {dest} ({err.strerror or err.__class__.__name__})") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+from repro500.archive import ARCHIVE_SUFFIXES, is_archive, pack, unpack  # noqa: E402, F401
