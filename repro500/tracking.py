@@ -62,21 +62,80 @@ def _safe_uri(uri: str) -> str:
     return redact_url(uri)
 
 
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` URI (relative or ``sqlite:////absolute``), else None."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str, timeout_s: float = 300.0) -> Iterator[None]:
+    """Hold a file lock beside a SQLite store (``<db>.lock``) while its schema is created or upgraded.
+
+    MLflow creates and migrates the schema when a process first opens a store; several processes
+    doing that at once on a new file race ("duplicate column name", "Online migration expected to
+    match one row").  Serialising the first open is enough: MLflow keeps the store per process.
+    Other stores (servers, databases with their own locking) are not locked.
+    """
+    from filelock import FileLock, Timeout
+
+    db = _sqlite_path(uri)
+    if db is None:
+        yield
+        return
+    lock = FileLock(f"{db}.lock")
+    try:
+        lock.acquire(timeout=timeout_s)
+    except Timeout:
+        raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} stayed locked for {timeout_s:.0f} s by another "
+                           f"process ({db}.lock); try again, or run with --no-tracking") from None
+    except OSError:
+        # A lock cannot be created beside a read-only store; there is then no schema to write either.
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def open_store(uri: str) -> None:
+    """Open (and on first use create or upgrade) the tracking store of *uri* in this process, under
+    :func:`store_lock`, so concurrent first use of a new SQLite file works."""
+    from mlflow.tracking._tracking_service.utils import _get_store
+
+    with store_lock(uri):
+        _get_store(uri)
+
+
+def _reason(err: BaseException) -> str:
+    """MLflow's error as one short clause, with credentials it quotes (the URI with its password) removed."""
+    from repro500.redact import redact_text
+
+    text = str(err).strip()
+    return redact_text(text.splitlines()[0][:200]) if text else type(err).__name__
+
+
 def check_reachable() -> str:
     """Fail fast, before any training, when the tracking store cannot be used. Returns the URI."""
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        db_path = Path(uri.removeprefix("sqlite:///"))
+    db_path = _sqlite_path(uri)
+    if db_path is not None:
         parent = db_path.parent if str(db_path.parent) else Path(".")
         if not parent.is_dir() or not os.access(parent, os.W_OK):
             raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} is not writable: directory {parent} does not exist or is read-only")
     try:
         with _fast_failing_http():
+            open_store(uri)
             MlflowClient(uri).search_experiments(max_results=1)
+    except InvalidInput:
+        raise
     except Exception as err:  # noqa: BLE001 - any failure here means "unreachable"
-        reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        reason = _reason(err)
         raise InvalidInput(
             f"MLflow tracking store {_safe_uri(uri)} is unreachable ({reason}); check MLFLOW_TRACKING_URI "
             "or run with --no-tracking"
@@ -96,10 +155,25 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         self.uri = tracking_uri()
+        open_store(self.uri)
         self.client = MlflowClient(self.uri)
-        found = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = found.experiment_id if found else self.client.create_experiment(experiment)
+        self.experiment_id = self._experiment(experiment)
         self.parent_id: str | None = None
+
+    def _experiment(self, name: str) -> str:
+        from mlflow.exceptions import MlflowException
+
+        found = self.client.get_experiment_by_name(name)
+        if found:
+            return found.experiment_id
+        try:
+            return self.client.create_experiment(name)
+        except MlflowException:
+            # Another process created it between the lookup and the creation.
+            found = self.client.get_experiment_by_name(name)
+            if found is None:
+                raise
+            return found.experiment_id
 
     # ----- parent ---------------------------------------------------------------------------
     def start_parent(self, name: str, params: dict[str, str], tags: dict[str, str]) -> str:
@@ -169,9 +243,7 @@ class Tracker:
         self.log_metrics(run_id, metrics)
         self.set_tags(run_id, {"repro500.status": summary.get("status", "unknown"),
                                "repro500.final_param_digest": summary.get("final_param_digest") or ""})
-        for path in files:
-            if Path(path).is_file():
-                self.client.log_artifact(run_id, str(path))
+        self.log_artifacts(run_id, files)
         self.client.set_terminated(run_id, status=status)
 
     def kill(self, run_id: str, reason: str) -> None:
@@ -195,9 +267,13 @@ class Tracker:
             self.client.log_batch(run_id, tags=chunk)
 
     def log_artifacts(self, run_id: str, files: Iterable[Path]) -> None:
+        """Log files as artifacts; a text file holding a secret is logged as a redacted copy."""
         for path in files:
-            if Path(path).is_file():
-                self.client.log_artifact(run_id, str(path))
+            path = Path(path)
+            if not path.is_file():
+                continue
+            with redacted_copy(path) as upload:
+                self.client.log_artifact(run_id, str(upload))
 
     @staticmethod
     def _tags(tags: dict[str, str]) -> dict[str, str]:
@@ -205,3 +281,34 @@ class Tracker:
 
         clean = scrub({k: "" if v is None else str(v) for k, v in tags.items()})
         return {k[:250]: str(v)[:TAG_MAX_CHARS] for k, v in clean.items()}
+
+
+# Artifacts read as text and redacted before they leave the machine; others are logged as they are.
+TEXT_ARTIFACT_SUFFIXES = (".json", ".jsonl", ".yaml", ".yml", ".txt", ".log", ".diff", ".patch", ".md",
+                          ".csv", ".tsv", ".html", ".cfg", ".ini", ".toml", ".py", ".sh", ".out", ".err")
+
+
+@contextlib.contextmanager
+def redacted_copy(path: Path) -> Iterator[Path]:
+    """*path* itself, or a redacted copy of the same name in a temporary directory when the text
+    file holds something :func:`repro500.redact.redact_text` removes (a secret value, a token)."""
+    import tempfile
+
+    from repro500.redact import redact_text
+
+    if path.suffix.lower() not in TEXT_ARTIFACT_SUFFIXES:
+        yield path
+        return
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        yield path
+        return
+    clean = redact_text(text)
+    if clean == text:
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="repro500-artifact-") as tmp:
+        copy = Path(tmp) / path.name
+        copy.write_text(clean, encoding="utf-8")
+        yield copy

@@ -1,0 +1,106 @@
+"""Tracking under stress: concurrent first use of a new SQLite store, secrets in MLflow's own errors."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from repro500.redact import REDACTED
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Each client imports everything first, then waits for the go file, so all four open the new store at once.
+CLIENT = """
+import os, sys, time
+from pathlib import Path
+from repro500 import tracking
+go = Path(sys.argv[1])
+Path(f"{go}.ready-{sys.argv[2]}").touch()
+while not go.exists():
+    time.sleep(0.005)
+tracker = tracking.Tracker("repro500/race")
+run_id = tracker.start_parent(sys.argv[2], {"recipe.name": "race"}, {"repro500.run_id": sys.argv[2]})
+tracker.end_parent("FINISHED")
+print(run_id)
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1",
+                PYTHONPATH=str(ROOT), **extra)
+
+
+@pytest.mark.slow
+def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
+    db = tmp_path / "store" / "mlflow.db"
+    db.parent.mkdir()
+    uri = f"sqlite:///{db}"
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", CLIENT, str(go), f"client-{i}"], cwd=tmp_path,
+                              env=_env(MLFLOW_TRACKING_URI=uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for i in range(4)]
+    deadline = time.monotonic() + 120
+    while len(list(tmp_path.glob("go.ready-*"))) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
+    results = [p.communicate(timeout=240) for p in procs]
+    for proc, (_out, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("repro500/race")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name for r in runs) == [f"client-{i}" for i in range(4)]
+    assert {r.info.run_id for r in runs} == {out.strip() for out, _ in results}
+    assert (db.parent / "mlflow.db.lock").exists()  # the lock lives beside the database
+
+
+def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path):
+    env = _env(MLFLOW_TRACKING_URI="http://user:s3cretpw@127.0.0.1:1")
+    code = ("from repro500 import tracking\n"
+            "from repro500.errors import InvalidInput\n"
+            "try:\n    tracking.check_reachable()\nexcept InvalidInput as err:\n    print(err)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "is unreachable" in out.stdout and "127.0.0.1:1" in out.stdout
+    assert "s3cretpw" not in out.stdout + out.stderr and REDACTED in out.stdout
+
+
+def test_text_artifacts_holding_a_secret_are_logged_as_redacted_copies(tmp_path, monkeypatch):
+    from repro500.tracking import redacted_copy
+
+    monkeypatch.setenv("WANDB_API_KEY", "wandb-0123456789")
+    clean = tmp_path / "summary.json"
+    clean.write_text('{"loss": 0.5}\n')
+    leaky = tmp_path / "recipe.yaml"
+    leaky.write_text("fixed:\n  model_options:\n    note: wandb-0123456789\n")
+    binary = tmp_path / "weights.pt"
+    binary.write_bytes(b"\x00wandb-0123456789")
+    with redacted_copy(clean) as path:
+        assert path == clean
+    with redacted_copy(binary) as path:
+        assert path == binary
+    with redacted_copy(leaky) as path:
+        assert path != leaky and path.name == "recipe.yaml"
+        assert path.read_text() == f"fixed:\n  model_options:\n    note: {REDACTED}\n"
+    assert not path.exists()  # the copy is temporary
+    assert "wandb-0123456789" in leaky.read_text()  # the run directory is never rewritten
+
+
+def test_store_lock_sits_beside_sqlite_files_only(tmp_path):
+    from repro500.tracking import _sqlite_path, store_lock
+
+    assert _sqlite_path("sqlite:////srv/lab/mlflow.db") == Path("/srv/lab/mlflow.db")
+    assert _sqlite_path("sqlite:///mlflow.db?mode=ro") == Path("mlflow.db")
+    assert _sqlite_path("sqlite://") is None and _sqlite_path("http://host:5000") is None
+    with store_lock(f"sqlite:///{tmp_path}/x.db"):
+        assert (tmp_path / "x.db.lock").exists()
+    with store_lock("http://127.0.0.1:1"):
+        pass
