@@ -1,0 +1,359 @@
+"""The command workload: one repeat of a user's program as a subprocess (repro500.workloads.command)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from repro500.capture.seeds import derive
+from repro500.errors import InvalidInput
+from repro500.workloads.command import (
+    CommandSpec,
+    check,
+    child_seed,
+    declared_metrics,
+    fill,
+    group_alive,
+    run_repeat,
+)
+
+PY = sys.executable
+ACC = {"accuracy": {"regex": r"Acc@1 ([0-9.]+)", "scale": 0.01}}
+
+
+def make(tmp_path: Path, code: str, *, metrics=None, args=(), mutable=None, **fixed) -> CommandSpec:
+    (tmp_path / "child.py").write_text(textwrap.dedent(code))
+    fixed = {"command": [PY, "child.py", *args], **fixed}
+    return CommandSpec.from_recipe(fixed, metrics, mutable, source="r.yaml", base=tmp_path)
+
+
+def run(spec, tmp_path, repeat=0, **kw):
+    return run_repeat(spec, repeat, derive(500, repeat), tmp_path / "repeats" / str(repeat), **kw)
+
+
+# ----- recipe and placeholders ----------------------------------------------------------------
+def test_placeholders_fill_every_argument(tmp_path):
+    spec = CommandSpec.from_recipe(
+        {"command": ["train", "--lr={mutable.lr}", "{mutable.opt.beta:.2f}", "{{literal}}", "{seed}",
+                     "{repeat}", "{repeat_dir}/x", 3]},
+        None, {"lr": 0.1, "opt": {"beta": 0.5}}, source="r.yaml", base=tmp_path)
+    argv = fill(spec, seed=42, repeat=2, repeat_dir="/runs/r/repeats/2")
+    assert argv == ["train", "--lr=0.1", "0.50", "{literal}", "42", "2", "/runs/r/repeats/2/x", "3"]
+
+
+@pytest.mark.parametrize(("command", "mutable", "needle"), [
+    (["t", "{sed}"], {}, "unknown placeholder {sed} in '{sed}'"),
+    (["t", "{}"], {}, "unknown placeholder {}"),
+    (["t", "{mutable.lr}"], {"batch": 1}, "placeholder {mutable.lr} names no mutable value (mutable has: batch)"),
+    (["t", "{mutable.opt}"], {"opt": {"beta": 1}}, "placeholder {mutable.opt} is not a single value"),
+    (["t", "{seed"], {}, "is not a valid template"),
+    (["t", "{seed!r}"], {}, "takes no conversion"),
+    (["t", "{mutable.name:.2f}"], {"name": "adam"}, "cannot format 'adam'"),
+])
+def test_bad_placeholder_is_one_sentence_naming_fixed_command(tmp_path, command, mutable, needle):
+    with pytest.raises(InvalidInput) as err:
+        CommandSpec.from_recipe({"command": command}, None, mutable, source="r.yaml", base=tmp_path)
+    assert str(err.value).startswith("r.yaml: fixed.command: ") and needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("fixed", "metrics", "needle"), [
+    ({"command": []}, None, "fixed.command: expected a non-empty list"),
+    ({"command": ["t", {"a": 1}]}, None, "argument 1 is a dict"),
+    ({"command": ["t"], "timeout_s": 0}, None, "fixed.timeout_s: expected a positive number"),
+    ({"command": ["t"], "outputs": ["/etc/passwd"]}, None, "must be relative"),
+    ({"command": ["t"], "outputs": ["../x"]}, None, "must be relative"),
+    ({"command": ["t"], "env": {"REPRO500_SEED": "1"}}, None, "fixed.env.REPRO500_SEED: is set by repro500"),
+    ({"command": ["t"], "env": {"X": [1]}}, None, "fixed.env.X: expected a string or a number"),
+    ({"command": ["t"]}, {"total_time_s": {}}, "total_time_s is measured by repro500"),
+    ({"command": ["t"]}, {"acc": {"take": "median"}}, "r.yaml: metrics.acc: take must be one of"),
+])
+def test_bad_recipe_values(tmp_path, fixed, metrics, needle):
+    with pytest.raises(InvalidInput) as err:
+        CommandSpec.from_recipe(fixed, metrics, {}, source="r.yaml", base=tmp_path)
+    assert needle in str(err.value)
+
+
+def test_recipe_defaults_string_command_and_declared_names(tmp_path):
+    spec = CommandSpec.from_recipe({"command": "python train.py --name 'a b'", "env": {"OMP_NUM_THREADS": 1},
+                                    "workdir": "sub", "timeout_s": 5},
+                                   {"accuracy": ACC["accuracy"], "loss": "mlflow"}, None, source="r", base=tmp_path)
+    assert spec.argv == ["python", "train.py", "--name", "a b"]
+    assert spec.workdir == (tmp_path / "sub").resolve() and spec.timeout_s == 5.0
+    assert spec.env == {"OMP_NUM_THREADS": "1"}
+    assert declared_metrics(spec) == ["accuracy", "loss", "total_time_s"]
+
+
+# ----- pre-flight -----------------------------------------------------------------------------
+def test_check_finds_programs_on_path_and_relative_to_workdir(tmp_path):
+    check(make(tmp_path, "pass"))
+    tool = tmp_path / "tool.sh"
+    tool.write_text("#!/bin/sh\necho hi\n")
+    spec = CommandSpec.from_recipe({"command": ["./tool.sh"]}, None, None, source="r", base=tmp_path)
+    with pytest.raises(InvalidInput, match=r"program ./tool.sh is not executable \(chmod \+x "):
+        check(spec)
+    tool.chmod(0o755)
+    check(spec)
+
+
+@pytest.mark.parametrize(("fixed", "needle"), [
+    ({"command": ["no-such-program-xyz", "{seed}"]}, "r: fixed.command: program 'no-such-program-xyz' was not found on PATH"),
+    ({"command": ["./missing.sh"]}, "program ./missing.sh was not found (looked in "),
+    ({"command": ["python3", "trian.py"]}, "script trian.py was not found in "),
+    ({"command": ["true"], "workdir": "nowhere"}, "fixed.workdir "),
+])
+def test_check_refuses_before_anything_runs(tmp_path, fixed, needle):
+    spec = CommandSpec.from_recipe(fixed, None, None, source="r", base=tmp_path)
+    with pytest.raises(InvalidInput) as err:
+        check(spec)
+    assert needle in str(err.value)
+
+
+def test_check_mlflow_metric_without_tracking(tmp_path):
+    spec = make(tmp_path, "pass", metrics={"loss": {"source": "mlflow"}})
+    check(spec)
+    with pytest.raises(InvalidInput, match="metrics.loss is read from MLflow, but this run is not tracked"):
+        check(spec, tracking=False)
+
+
+# ----- a completed repeat -----------------------------------------------------------------------
+ENV_DUMP = """
+    import json, os, sys
+    import numpy
+    numpy.random.seed(int(os.environ["REPRO500_SEED"]))  # a 64-bit seed would be refused here
+    keys = ["REPRO500_SEED", "REPRO500_REPEAT", "REPRO500_REPEAT_DIR", "REPRO500_METRICS",
+            "REPRO500_DETERMINISTIC", "PYTHONHASHSEED", "CUBLAS_WORKSPACE_CONFIG", "MY_VAR", "PWD_SEEN"]
+    env = {k: os.environ.get(k) for k in keys}
+    env["argv"] = sys.argv[1:]
+    env["cwd"] = os.getcwd()
+    env["pgid_is_own"] = os.getpgid(0) == os.getpid()
+    json.dump(env, open(os.path.join(os.environ["REPRO500_REPEAT_DIR"], "env.json"), "w"))
+    print("Acc@1 91.0")
+    print("progress", file=sys.stderr)
+    print("Acc@1 93.5")
+"""
+
+
+def test_completed_repeat_env_streams_and_summary(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    spec = make(tmp_path, ENV_DUMP, metrics=ACC, args=["--seed", "{seed}", "--dir", "{repeat_dir}"],
+                env={"MY_VAR": "x"})
+    check(spec)
+    lines = []
+    summary = run(spec, tmp_path, repeat=1, echo=lambda stream, line: lines.append((stream, line)))
+    out = tmp_path / "repeats" / "1"
+    seeds = derive(500, 1)
+    env = json.loads((out / "env.json").read_text())
+    assert env["REPRO500_SEED"] == str(child_seed(seeds)) == env["argv"][1] and child_seed(seeds) < 2**32
+    assert env["argv"][3] == env["REPRO500_REPEAT_DIR"] == str(out.resolve())
+    assert env["REPRO500_METRICS"] == str(out.resolve() / "metrics.json")
+    assert env["REPRO500_REPEAT"] == "1" and env["MY_VAR"] == "x" and env["cwd"] == str(tmp_path.resolve())
+    assert env["PYTHONHASHSEED"] == str(seeds.python % 2**32)
+    assert env["REPRO500_DETERMINISTIC"] == "0" and env["CUBLAS_WORKSPACE_CONFIG"] is None
+    assert env["pgid_is_own"] is True
+    assert ("stdout", "Acc@1 93.5") in lines and ("stderr", "progress") in lines
+    assert [line for stream, line in lines if stream == "stdout"] == ["Acc@1 91.0", "Acc@1 93.5"]
+    assert (out / "stdout.txt").read_text() == "Acc@1 91.0\nAcc@1 93.5\n"
+    assert (out / "stderr.txt").read_text() == "progress\n"
+    assert summary["status"] == "completed" and summary["error"] is None
+    assert summary["exit_status"] == 0 and summary["signal"] is None and summary["timed_out"] is False
+    assert summary["metrics"]["accuracy"] == pytest.approx(0.935)
+    assert summary["metric_sources"] == {"accuracy": "regex:stdout"}
+    assert summary["metrics"]["total_time_s"] == summary["total_time_s"] > 0
+    assert summary["seeds"] == seeds.as_dict() and summary["engine"] == "command" and summary["world_size"] == 1
+    assert summary["schema"] == "repro500/repeat-summary/v1" and summary["final_param_digest"] is None
+    assert json.loads((out / "summary.json").read_text()) == summary
+
+
+def test_deterministic_exports(tmp_path, monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    spec = make(tmp_path, ENV_DUMP)
+    run(spec, tmp_path, deterministic=True)
+    env = json.loads((tmp_path / "repeats/0/env.json").read_text())
+    assert env["REPRO500_DETERMINISTIC"] == "1" and env["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_outputs_are_hashed_and_json_digest_wins(tmp_path):
+    code = """
+        import json, os, sys
+        open(os.path.join(os.environ["REPRO500_REPEAT_DIR"], "model.pt"), "wb").write(b"weights")
+        open("vocab.txt", "w").write("a b")
+        if sys.argv[1:] == ["digest"]:
+            json.dump({"param_digest": "cafe"}, open(os.environ["REPRO500_METRICS"], "w"))
+    """
+    spec = make(tmp_path, code, outputs=["model.pt", "vocab.txt"])
+    summary = run(spec, tmp_path)
+    sha = {"model.pt": hashlib.sha256(b"weights").hexdigest(), "vocab.txt": hashlib.sha256(b"a b").hexdigest()}
+    assert summary["outputs"] == sha
+    lines = "".join(f"{k}\0{v}\n" for k, v in sorted(sha.items()))
+    assert summary["final_param_digest"] == hashlib.sha256(lines.encode()).hexdigest()
+    assert run(make(tmp_path, code, args=["digest"], outputs=["model.pt"]), tmp_path)["final_param_digest"] == "cafe"
+    missing = run(make(tmp_path, code, outputs=["ckpt.pt"]), tmp_path)
+    assert missing["status"] == "failed" and "declared output ckpt.pt was not written" in missing["error"]
+
+
+def test_a_resumed_repeat_does_not_read_an_earlier_attempts_metrics(tmp_path):
+    out = tmp_path / "repeats" / "0"
+    out.mkdir(parents=True)
+    (out / "metrics.json").write_text('{"f1": 0.9}')
+    summary = run(make(tmp_path, "pass", metrics={"f1": {"source": "json"}}), tmp_path)
+    assert summary["status"] == "failed" and "was not written" in summary["error"]
+
+
+# ----- failures: one sentence each, the repeat recorded --------------------------------------------
+@pytest.mark.parametrize(("code", "metrics", "needle"), [
+    ("print('Acc@5 99')", ACC, "metric accuracy: no line of stdout matched regex 'Acc@1 ([0-9.]+)'"),
+    ("print('Acc@1 nan')", {"accuracy": {"regex": r"Acc@1 (\S+)"}}, "metric accuracy is nan (regex:stdout)"),
+    ("print('Acc@1 inf')", {"accuracy": {"regex": r"Acc@1 (\S+)"}}, "metric accuracy is inf (regex:stdout)"),
+    ("pass", {"f1": {"source": "json"}}, "$REPRO500_METRICS ("),
+    ("import sys; print('boom: bad shape', file=sys.stderr); sys.exit(3)", ACC,
+     "the command exited with status 3: boom: bad shape"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", ACC, "the command was killed by SIGKILL"),
+    ("import sys; print('MlflowException: Cannot start run with ID x because active experiment ID does not "
+     "match environment run ID.', file=sys.stderr); sys.exit(1)", None, "calls mlflow.set_experiment()"),
+])
+def test_failed_repeats(tmp_path, code, metrics, needle):
+    summary = run(make(tmp_path, code, metrics=metrics), tmp_path)
+    assert summary["status"] == "failed"
+    assert needle in summary["error"] and "\n" not in summary["error"]
+    assert set(summary["metrics"]) == {"total_time_s"}
+    assert json.loads((tmp_path / "repeats/0/summary.json").read_text())["status"] == "failed"
+
+
+def test_exit_and_signal_recorded(tmp_path):
+    summary = run(make(tmp_path, "import sys; sys.exit(3)"), tmp_path)
+    assert (summary["exit_status"], summary["signal"]) == (3, None)
+    summary = run(make(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"), tmp_path)
+    assert (summary["exit_status"], summary["signal"]) == (None, "SIGSEGV")
+
+
+def test_program_not_found_at_run_time(tmp_path):
+    spec = CommandSpec.from_recipe({"command": ["no-such-program-xyz"]}, None, None, source="r", base=tmp_path)
+    summary = run(spec, tmp_path)
+    assert summary["status"] == "failed" and "program no-such-program-xyz was not found" in summary["error"]
+
+
+def test_secrets_are_scrubbed_from_command_and_error_but_not_from_the_users_output(tmp_path, monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "s3cr3t-value-42")
+    token = "ghp_" + "a1B2" * 9
+    code = "import os, sys; print('auth failed for', os.environ['MY_SERVICE_TOKEN'], file=sys.stderr); sys.exit(2)"
+    spec = make(tmp_path, code, args=["--password", "hunter22", f"--api-key={token}", "--user", "bob",
+                                      "https://bob:pw1234@example.org/x", "s3cr3t-value-42"])
+    summary = run(spec, tmp_path)
+    assert summary["command"][2:] == ["--password", "[REDACTED]", "--api-key=[REDACTED]", "--user", "bob",
+                                      "https://[REDACTED]@example.org/x", "[REDACTED]"]
+    assert "s3cr3t" not in summary["error"] and "[REDACTED]" in summary["error"]
+    written = (tmp_path / "repeats/0/summary.json").read_text()
+    assert "s3cr3t" not in written and "hunter22" not in written and token not in written
+    assert "s3cr3t-value-42" in (tmp_path / "repeats/0/stderr.txt").read_text()  # the user's own output
+
+
+# ----- timeout and interruption: the whole group goes ---------------------------------------------
+SLEEPER = """
+    import os, signal, subprocess, sys, time
+    grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    open("pids.txt", "w").write(f"{os.getpgid(0)} {grandchild.pid}")
+    if "--stubborn" in sys.argv:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if "--on-int" in sys.argv:
+        def on_int(*_):
+            open("got.txt", "w").write("SIGINT")
+            sys.exit(130)
+        signal.signal(signal.SIGINT, on_int)
+    print("ready", flush=True)
+    time.sleep(60)
+"""
+
+
+def _pids(tmp_path):
+    return [int(x) for x in (tmp_path / "pids.txt").read_text().split()]
+
+
+@pytest.mark.parametrize("stubborn", [False, True])
+def test_timeout_stops_the_whole_process_group(tmp_path, stubborn):
+    spec = make(tmp_path, SLEEPER, args=["--stubborn"] if stubborn else [], timeout_s=1)
+    started = time.monotonic()
+    summary = run(spec, tmp_path, grace_s=1.0)
+    assert time.monotonic() - started < 8
+    pgid, grandchild = _pids(tmp_path)
+    assert not group_alive(pgid)  # the grandchild shares the group
+    assert summary["status"] == "failed" and summary["timed_out"] is True
+    assert "exceeded fixed.timeout_s = 1 s" in summary["error"]
+    assert summary["signal"] == ("SIGKILL" if stubborn else "SIGTERM")
+
+
+def test_what_a_finished_child_left_running_in_its_group_is_stopped(tmp_path):
+    code = """
+        import os, subprocess, sys
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        open("pids.txt", "w").write(f"{os.getpgid(0)} {p.pid}")
+    """
+    summary = run(make(tmp_path, code), tmp_path)
+    pgid, _ = _pids(tmp_path)
+    assert summary["status"] == "completed" and not group_alive(pgid)
+
+
+def _interrupt_main_when_ready(tmp_path, sig):
+    main = threading.main_thread().ident
+
+    def fire():
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            stdout = tmp_path / "repeats/0/stdout.txt"
+            if stdout.exists() and "ready" in stdout.read_text():
+                signal.pthread_kill(main, sig)
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=fire, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_is_forwarded_and_recorded_as_killed(tmp_path, sig):
+    def to_keyboard_interrupt(*_):  # what the runner does with SIGTERM
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, to_keyboard_interrupt)
+    try:
+        spec = make(tmp_path, SLEEPER, args=["--on-int"])
+        _interrupt_main_when_ready(tmp_path, sig)
+        with pytest.raises(KeyboardInterrupt):
+            run(spec, tmp_path, grace_s=5.0)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (tmp_path / "got.txt").read_text() == "SIGINT"  # the child saw Ctrl-C, not a kill
+    pgid, _ = _pids(tmp_path)
+    assert not group_alive(pgid)
+    summary = json.loads((tmp_path / "repeats/0/summary.json").read_text())
+    assert summary["status"] == "killed" and summary["exit_status"] == 130 and "interrupted" in summary["error"]
+
+
+# ----- the script's own MLflow calls land in the repeat's run ----------------------------------------
+# Each child imports mlflow (5-10 s here): the variant without start_run() runs with -m slow.
+@pytest.mark.parametrize("with_start_run", [True, pytest.param(False, marks=pytest.mark.slow)])
+def test_mlflow_metrics_of_the_script_are_read_back(tmp_path, with_start_run, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("t"), run_name="repeat-0").info.run_id
+    body = "mlflow.log_metric('loss', 0.9, step=0); mlflow.log_metric('loss', 0.25, step=1)"
+    code = (f"import mlflow\nwith mlflow.start_run():\n    {body}\n" if with_start_run else f"import mlflow\n{body}\n")
+    spec = make(tmp_path, code, metrics={"loss": {"source": "mlflow"}, "best_loss": {"key": "loss", "take": "max"}})
+    summary = run(spec, tmp_path, mlflow=(uri, run_id))
+    assert summary["status"] == "completed", summary["error"]
+    assert summary["metrics"]["loss"] == 0.25 and summary["metrics"]["best_loss"] == 0.9
+    assert summary["metric_sources"] == {"loss": "mlflow", "best_loss": "mlflow"}
+    assert client.get_run(run_id).data.metrics["loss"] == 0.25
