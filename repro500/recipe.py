@@ -27,7 +27,10 @@ from repro500.errors import InvalidInput, UsageError
 
 SCHEMA = "repro500/recipe/v1"
 
-WORKLOADS = ("classification", "detection", "regression")
+# The trained tasks (the built-in trainer computes their loss and evaluates them) and ``command``:
+# any program, run once per repeat, whose metrics are read from what it produces (docs/command.md).
+TASKS = ("classification", "detection", "regression")
+WORKLOADS = (*TASKS, "command")
 DIRECTIONS = ("higher", "lower")
 # The optimizers the trainer builds (repro500.workloads.train.build_optimizer): the recipe schema
 # accepts exactly these, so a name the trainer cannot build is refused at load, before any work.
@@ -41,7 +44,8 @@ OPTIMIZERS = ("sgd", "adam", "adamw")
 NUMBER = (int, float)
 
 DATASET_SCHEMA: dict[str, Any] = {
-    "name": str,
+    "name": str,  # a registered name (entry point group repro500.datasets) or module:callable
+    "entry": str,  # the same, spelt as a plug-in's import path; name and entry are alternatives
     "path": (str, list, type(None)),
     "params": dict,
     "eval_path": (str, type(None)),
@@ -74,6 +78,13 @@ FIXED_SCHEMA: dict[str, Any] = {
     "epochs": int,
     "valid_flops_exponent": int,
     "mlperf_benchmark": (str, type(None)),
+    "evaluate": (str, type(None)),  # evaluator: registered name or module:callable (docs/workloads.md)
+    # a command workload (docs/command.md)
+    "command": list,
+    "workdir": str,
+    "timeout_s": (int, float, type(None)),
+    "outputs": list,
+    "env": dict,
 }
 MUTABLE_SCHEMA: dict[str, Any] = {
     "batch_size": int,
@@ -93,7 +104,7 @@ ACCEPTANCE_ENTRY_SCHEMA: dict[str, Any] = {
     "direction": list(DIRECTIONS),
     "tolerance": NUMBER,
 }
-TOP_LEVEL = ("schema", "name", "description", "fixed", "mutable", "acceptance", "repeats", "seed")
+TOP_LEVEL = ("schema", "name", "description", "fixed", "mutable", "acceptance", "metrics", "repeats", "seed")
 
 DEFAULT_MUTABLE: dict[str, Any] = {
     "batch_size": 64,
@@ -109,6 +120,11 @@ DEFAULT_MUTABLE: dict[str, Any] = {
     "deterministic": False,
 }
 REQUIRED_FIXED = ("workload", "model", "dataset", "target", "epochs")
+REQUIRED_COMMAND = ("command",)
+# Keys only a trained workload has, and keys only a command has: naming one in the other kind of
+# recipe is a mistake worth one sentence, not a silently ignored key.
+TRAINED_ONLY = ("model", "model_options", "dataset", "epochs", "valid_flops_exponent", "mlperf_benchmark", "evaluate")
+COMMAND_ONLY = ("command", "workdir", "timeout_s", "outputs", "env")
 
 
 @dataclass
@@ -125,6 +141,11 @@ class Recipe:
     source: str = "<memory>"
     open_division: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
+    metrics: dict[str, Any] = field(default_factory=dict)  # a command's metric declarations
+
+    @property
+    def is_command(self) -> bool:
+        return self.fixed.get("workload") == "command"
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as written to a run directory's ``recipe.yaml``."""
@@ -135,6 +156,7 @@ class Recipe:
             "fixed": copy.deepcopy(self.fixed),
             "mutable": copy.deepcopy(self.mutable),
             "acceptance": copy.deepcopy(self.acceptance),
+            **({"metrics": copy.deepcopy(self.metrics)} if self.metrics else {}),
             "repeats": self.repeats,
             "seed": self.seed,
             "open_division": self.open_division,
@@ -274,17 +296,14 @@ def _validate(data: Any, loc: _Located) -> None:
             "the benchmark's definition or tunable, not both"
         )
     _check_mapping(fixed, FIXED_SCHEMA, "fixed", loc)
-    _check_mapping(mutable, MUTABLE_SCHEMA, "mutable", loc)
-    for key in REQUIRED_FIXED:
-        if key not in fixed:
-            raise InvalidInput(f"{loc.where('fixed')}: fixed.{key} is required")
-    if "name" not in fixed["dataset"]:
-        raise InvalidInput(f"{loc.where('fixed.dataset')}: fixed.dataset.name is required")
-    for key in ("metric", "value"):
-        if key not in fixed["target"]:
-            raise InvalidInput(f"{loc.where('fixed.target')}: fixed.target.{key} is required")
-    if fixed["epochs"] < 1:
-        raise InvalidInput(f"{loc.where('fixed.epochs')}: fixed.epochs must be at least 1")
+    if _is_command(fixed):
+        _validate_command(data, fixed, mutable, loc)
+    else:
+        _validate_trained(data, fixed, mutable, loc)
+    if "target" in fixed:
+        for key in ("metric", "value"):
+            if key not in fixed["target"]:
+                raise InvalidInput(f"{loc.where('fixed.target')}: fixed.target.{key} is required")
     acceptance = data.get("acceptance") or {}
     if not acceptance:
         raise InvalidInput(f"{loc.where('acceptance')}: acceptance needs at least one metric with a target")
@@ -302,9 +321,57 @@ def _validate(data: Any, loc: _Located) -> None:
         raise InvalidInput(f"{loc.where('repeats')}: repeats must be at least 1")
     if data.get("seed", 0) < 0:
         raise InvalidInput(f"{loc.where('seed')}: seed must be a non-negative integer")
+
+
+def _is_command(fixed: Mapping[str, Any]) -> bool:
+    return fixed.get("workload") == "command" or ("command" in fixed and "workload" not in fixed)
+
+
+def _validate_trained(data: Mapping[str, Any], fixed: Mapping[str, Any], mutable: Mapping[str, Any], loc: _Located) -> None:
+    _check_mapping(mutable, MUTABLE_SCHEMA, "mutable", loc)
+    for key in REQUIRED_FIXED:
+        if key not in fixed:
+            raise InvalidInput(f"{loc.where('fixed')}: fixed.{key} is required")
+    for key in COMMAND_ONLY:
+        if key in fixed:
+            raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} is for command workloads (fixed.workload: command), "
+                               f"not a {fixed['workload']} workload")
+    if "metrics" in data:
+        raise InvalidInput(f"{loc.where('metrics')}: metrics declares where a command's metrics come from; "
+                           "a trained workload's metrics are its evaluator's")
+    dataset = fixed["dataset"]
+    if "name" not in dataset and "entry" not in dataset:
+        raise InvalidInput(f"{loc.where('fixed.dataset')}: fixed.dataset.name (or .entry, a plug-in's module:callable) is required")
+    if "name" in dataset and "entry" in dataset:
+        raise InvalidInput(f"{loc.where('fixed.dataset.entry')}: fixed.dataset has both name and entry; give one")
+    if fixed["epochs"] < 1:
+        raise InvalidInput(f"{loc.where('fixed.epochs')}: fixed.epochs must be at least 1")
     for key in ("batch_size", "eval_batch_size", "nproc"):
         if key in mutable and mutable[key] < 1:
             raise InvalidInput(f"{loc.where('mutable.' + key)}: mutable.{key} must be at least 1")
+
+
+def _validate_command(data: Mapping[str, Any], fixed: Mapping[str, Any], mutable: Mapping[str, Any], loc: _Located) -> None:
+    for key in TRAINED_ONLY:
+        if key in fixed:
+            raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} belongs to a trained workload; "
+                               "a command workload names its program in fixed.command")
+    argv = fixed.get("command")
+    if not argv or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in argv):
+        raise InvalidInput(f"{loc.where('fixed.command')}: fixed.command must be a non-empty list of strings, "
+                           f"e.g. [python, train.py, --lr, '{{mutable.lr}}']")
+    for key, value in mutable.items():  # free-form, but each must be something a placeholder can show
+        if isinstance(value, Mapping) or (isinstance(value, list) and any(isinstance(v, (Mapping, list)) for v in value)):
+            raise InvalidInput(f"{loc.where('mutable.' + key)}: mutable.{key} of a command workload must be a scalar or a list of scalars")
+    timeout = fixed.get("timeout_s")
+    if timeout is not None and (isinstance(timeout, bool) or timeout <= 0):
+        raise InvalidInput(f"{loc.where('fixed.timeout_s')}: fixed.timeout_s must be a positive number of seconds")
+    metrics = data.get("metrics")
+    if metrics is not None and not isinstance(metrics, Mapping):
+        raise InvalidInput(f"{loc.where('metrics')}: metrics must be a mapping of metric name to its source")
+    if not metrics:
+        raise InvalidInput(f"{loc.where('metrics')}: a command workload must declare its metrics "
+                           "(metrics: {accuracy: {regex: 'Acc@1 ([0-9.]+)'}}; docs/command.md)")
 
 
 def _deep_merge(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
@@ -339,8 +406,10 @@ def _apply_override(data: dict[str, Any], key: str, value: Any, open_division: b
         data[parts[0]] = value
         return key
     if parts[0] not in ("fixed", "mutable", "acceptance"):
-        # a bare key: mutable if the schema knows it, else fixed
-        section = "mutable" if parts[0] in MUTABLE_SCHEMA else "fixed" if parts[0] in FIXED_SCHEMA else None
+        # a bare key: mutable if the schema knows it, else fixed; a command's mutable keys are its own
+        command = _is_command(data.get("fixed") or {})
+        section = ("mutable" if command or parts[0] in MUTABLE_SCHEMA
+                   else "fixed" if parts[0] in FIXED_SCHEMA else None)
         if section is None:
             raise UsageError(
                 f"{origin}: unknown key {key!r}; mutable keys are {', '.join(MUTABLE_SCHEMA)}"
@@ -376,9 +445,30 @@ def load(
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InvalidInput(f"recipe {path} does not exist") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"recipe {path} is a directory, not a recipe file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise InvalidInput(f"recipe {path} cannot be read ({err})") from None
     data, loc = _load_yaml(text, str(path))
+    return from_data(data, loc, overrides=overrides, params_file=params_file, open_division=open_division,
+                     repeats=repeats, name=path.stem)
+
+
+def from_data(
+    data: Any,
+    loc: _Located | str,
+    *,
+    overrides: list[str] | None = None,
+    params_file: str | Path | None = None,
+    open_division: bool = False,
+    repeats: int | None = None,
+    name: str = "recipe",
+) -> Recipe:
+    """Validate, override and resolve recipe ``data`` (a parsed YAML mapping); ``loc`` names its
+    source in error messages (an ad-hoc ``--command`` recipe has no file)."""
+    if isinstance(loc, str):
+        loc = _Located(loc)
+    path = loc.source
     _validate(data, loc)
     data = copy.deepcopy(data)
     applied: dict[str, Any] = {}
@@ -404,20 +494,31 @@ def load(
         _validate(data, _Located(f"{path} (after --repeats)"))
     fixed_changed = any(k.startswith(("fixed.", "acceptance.")) for k in applied)
 
-    mutable = _deep_merge(DEFAULT_MUTABLE, data.get("mutable") or {})
     fixed = copy.deepcopy(data["fixed"])
-    fixed.setdefault("model_options", {})
-    fixed["dataset"].setdefault("params", {})
-    fixed["dataset"].setdefault("path", None)
-    fixed["target"].setdefault("direction", "higher")
-    fixed.setdefault("valid_flops_exponent", 5)
-    fixed.setdefault("mlperf_benchmark", None)
+    if _is_command(fixed):
+        fixed.setdefault("workload", "command")
+        fixed["command"] = [str(a) for a in fixed["command"]]
+        fixed.setdefault("workdir", ".")
+        fixed.setdefault("timeout_s", None)
+        fixed.setdefault("outputs", [])
+        fixed.setdefault("env", {})
+        mutable = copy.deepcopy(data.get("mutable") or {})
+    else:
+        mutable = _deep_merge(DEFAULT_MUTABLE, data.get("mutable") or {})
+        fixed.setdefault("model_options", {})
+        fixed["dataset"].setdefault("params", {})
+        fixed["dataset"].setdefault("path", None)
+        fixed.setdefault("valid_flops_exponent", 5)
+        fixed.setdefault("mlperf_benchmark", None)
+        fixed.setdefault("evaluate", None)
+    if "target" in fixed:
+        fixed["target"].setdefault("direction", "higher")
     acceptance = {
         metric: {"target": entry["target"], "direction": entry.get("direction", "higher"), "tolerance": entry.get("tolerance", 0.0)}
         for metric, entry in data["acceptance"].items()
     }
     return Recipe(
-        name=str(data.get("name") or path.stem),
+        name=str(data.get("name") or name),
         description=str(data.get("description") or ""),
         fixed=fixed,
         mutable=mutable,
@@ -427,6 +528,7 @@ def load(
         source=str(path),
         open_division=bool(open_division and fixed_changed),
         overrides=applied,
+        metrics=copy.deepcopy(data.get("metrics") or {}),
     )
 
 
@@ -483,4 +585,5 @@ def from_run_dir(run_dir: str | Path) -> Recipe:
         source=str(path),
         open_division=bool(data.get("open_division", False)),
         overrides=data.get("overrides", {}),
+        metrics=data.get("metrics") or {},
     )

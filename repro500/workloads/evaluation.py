@@ -253,3 +253,18 @@ def make_evaluator(
     if task == "regression":
         return RegressionEvaluator(param_names, sync_ranks=sync_ranks)
     raise UsageError(f"unknown task {task!r}; valid tasks: {', '.join(PRIMARY_METRIC)}.")
+
+
+# The built-in evaluators as the ``repro500.evaluators`` entry points a plug-in would register
+# (pyproject.toml): a factory taking what it needs of the data set's info as keywords and
+# returning an object with ``update(outputs, targets)`` and ``compute() -> dict``.
+def classification(*, num_classes: int, sync_ranks: bool = False) -> Evaluator:
+    return ClassificationEvaluator(num_classes, sync_ranks=sync_ranks)
+
+
+def detection(*, class_names: Sequence[str] | None = None, sync_ranks: bool = False) -> Evaluator:
+    return DetectionEvaluator(class_names=class_names, sync_ranks=sync_ranks)
+
+
+def regression(*, sync_ranks: bool = False) -> Evaluator:
+    return RegressionEvaluator(COSMO_PARAMETERS, sync_ranks=sync_ranks)

@@ -27,6 +27,7 @@ from repro500 import atomic
 from repro500.bundle import REPEAT_SUMMARY_SCHEMA
 from repro500.capture import seeds as seeding
 from repro500.workloads import metrics as measure
+from repro500.workloads import parts, plugins
 from repro500.workloads.engines import wire
 
 STATUS_COMPLETED = "completed"
@@ -80,6 +81,8 @@ class TrainSpec:
     workers: int = 0
     threads: int | None = None
     deterministic: bool = False
+    evaluate: str | None = None  # fixed.evaluate: a plug-in evaluator (default: the task's own)
+    search_paths: list[str] = field(default_factory=list)  # where plug-ins' import paths are found
 
     @classmethod
     def from_recipe(cls, fixed: dict[str, Any], mutable: dict[str, Any]) -> TrainSpec:
@@ -91,14 +94,10 @@ class TrainSpec:
 # ---------------------------------------------------------------------------------------------
 # Building blocks
 # ---------------------------------------------------------------------------------------------
-def resolve_device(name: str, dist: Dist) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    if name == "cuda":
-        if not torch.cuda.is_available():
-            from repro500.errors import UsageError
-
-            raise UsageError("mutable.device is cuda but no CUDA device is available; use --set device=cpu")
+def torch_device(device: str, dist: Dist) -> torch.device:
+    """This rank's torch device for the plan's resolved ``device`` (``cpu`` or ``cuda``; the run's
+    plan decided, once, what ``mutable.device: auto`` means): GPU ``local_rank % count``."""
+    if device == "cuda":
         return torch.device("cuda", dist.local_rank % torch.cuda.device_count())
     return torch.device("cpu")
 
@@ -190,13 +189,8 @@ def build_data(spec: TrainSpec, dist: Dist, seeds: seeding.Seeds) -> tuple[Any, 
     """Train and eval DataLoaders plus the dataset's info."""
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from repro500.workloads.data import open_dataset
-
-    ds = spec.dataset
-    params = dict(ds.get("params") or {})
-    data_seed = int(params.pop("seed", 0))  # the data is part of the benchmark: same for every repeat
-    train_set = open_dataset(ds["name"], "train", path=ds.get("path"), seed=data_seed, params=params)
-    eval_set = open_dataset(ds["name"], "eval", path=ds.get("eval_path") or ds.get("path"), seed=data_seed, params=params)
+    train_set = parts.open_data(spec.dataset, "train", paths=spec.search_paths)
+    eval_set = parts.open_data(spec.dataset, "eval", paths=spec.search_paths)
     info = dict(getattr(train_set, "info", {}))
     collate = None
     if spec.workload == "detection":
@@ -226,32 +220,29 @@ def build_data(spec: TrainSpec, dist: Dist, seeds: seeding.Seeds) -> tuple[Any, 
 
 
 def build_model(spec: TrainSpec, info: dict[str, Any]) -> torch.nn.Module:
+    """The recipe's model (a built-in or a plug-in: the same factory), shaped by the data's info;
+    what the info does not say, the builder's own default decides."""
     from repro500.workloads.models import build_model as factory
+    from repro500.workloads.models import model_options
 
-    options = dict(spec.model_options)
+    plugins.add_search_paths(spec.search_paths)
     kwargs: dict[str, Any] = {"in_channels": int(info.get("in_channels", 3))}
-    if spec.workload == "classification":
+    if spec.workload == "classification" and info.get("num_classes") is not None:
         kwargs["num_classes"] = int(info["num_classes"])
-    elif spec.workload == "detection":
+    elif spec.workload == "detection" and info.get("num_classes") is not None:
         kwargs["num_classes"] = int(info["num_classes"]) + 1  # + background
-        if info.get("channel_mean") is not None:  # EWA images arrive as stored: the model normalises
-            kwargs["image_mean"], kwargs["image_std"] = info["channel_mean"], info["channel_std"]
-    else:
+    elif spec.workload == "regression":
         kwargs["num_classes"] = int(info.get("num_targets", 4))
-    kwargs.update(options)
+    if spec.workload == "detection" and info.get("channel_mean") is not None and "image_mean" in model_options(spec.model):
+        # EWA images arrive as stored: the model normalises
+        kwargs["image_mean"], kwargs["image_std"] = info["channel_mean"], info["channel_std"]
+    kwargs.update(spec.model_options)
     return factory(spec.model, **kwargs)
 
 
 def evaluate(task: Task, model: torch.nn.Module, loader: Any, device: torch.device,
-             info: dict[str, Any]) -> dict[str, float | None]:
-    from repro500.workloads.evaluation import make_evaluator
-
-    kwargs: dict[str, Any] = {}
-    if task.workload == "classification":
-        kwargs["num_classes"] = int(info["num_classes"])
-    elif task.workload == "detection" and info.get("class_names"):
-        kwargs["class_names"] = list(info["class_names"])
-    evaluator = make_evaluator(task.workload, **kwargs)
+             info: dict[str, Any], evaluate: str | None = None, paths: list[str] | None = None) -> dict[str, float | None]:
+    evaluator = parts.make_evaluator(task.workload, evaluate, info, paths=paths)
     model.eval()
     with torch.no_grad():
         for inputs, targets in loader:
@@ -294,7 +285,7 @@ def train_repeat(
             torch.set_num_threads(int(spec.threads))
         set_determinism(spec.deterministic)
         seeding.apply(seeds)
-        device = resolve_device(spec.device, dist)
+        device = torch_device(spec.device, dist)
         task = Task(spec.workload)
         train_loader, eval_loader, info = build_data(spec, dist, seeds)
         if mllog:
@@ -414,7 +405,8 @@ def train_repeat(
 
             if mllog:
                 mllog.eval_start(epoch)
-            eval_metrics = evaluate(task, model, eval_loader, device, info) if dist.is_main else {}
+            eval_metrics = (evaluate(task, model, eval_loader, device, info, spec.evaluate, spec.search_paths)
+                            if dist.is_main else {})
             if mllog:
                 mllog.eval_stop(epoch)
                 mllog.log_eval(eval_metrics, epoch)

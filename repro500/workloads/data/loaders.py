@@ -91,3 +91,24 @@ def collate_detection(batch: list[tuple[Any, Any]]) -> tuple[list[Any], list[Any
     """DataLoader ``collate_fn`` for detection: images and targets as lists (sizes may differ)."""
     images, targets = zip(*batch, strict=True) if batch else ((), ())
     return list(images), list(targets)
+
+
+def _registered(name: str) -> Any:
+    """A built-in data set as the ``repro500.datasets`` entry point a plug-in would register:
+    ``factory(split, *, path=None, seed=0, **params)`` (docs/workloads.md, "Plug-ins")."""
+
+    def factory(split: str, *, path: Any = None, seed: int = 0, **params: Any) -> Any:
+        return open_dataset(name, split, path=path, seed=seed, params=params)
+
+    factory.__name__ = factory.__qualname__ = name.replace("-", "_")
+    factory.__doc__ = f"The built-in data set {name!r}."
+    return factory
+
+
+# Registered in pyproject.toml under repro500.datasets, like a user's package's data sets.
+synthetic_classification = _registered("synthetic-classification")
+classification_h5 = _registered("classification-h5")
+cifar10 = _registered("cifar10")
+imagefolder = _registered("imagefolder")
+ewa = _registered("ewa")
+cosmo = _registered("cosmo")

@@ -1,113 +1,66 @@
 """The models a recipe can name, built by one factory: ``build_model(name, ...)``.
 
-Every model is a plain, randomly initialised ``torch.nn.Module``; nothing is ever
-downloaded (no pretrained weights).  ``model_task(name)`` says which evaluation applies
-(``repro500.workloads.evaluation``).  torch and torchvision are imported only when a model
-is built, so importing this package is cheap.
+A name is a model registered under the ``repro500.models`` entry-point group (repro500's own
+built-ins are registered there, in ``builtin.py``) or a plug-in's ``module:callable``
+(``repro500.workloads.plugins``).  Every built-in is a plain, randomly initialised
+``torch.nn.Module``; nothing is ever downloaded (no pretrained weights).  ``model_task(name)``
+says which evaluation a built-in needs.
 """
 
 from __future__ import annotations
 
 import collections.abc
 import functools
-import importlib
 import inspect
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from repro500.errors import UsageError
+from repro500.errors import InvalidInput, UsageError
+from repro500.workloads import plugins
 
 TASKS = ("classification", "detection", "regression")
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    task: str
-    module: str  # imported only when the model is built (it imports torch)
-    function: str  # keyword options: num_classes, in_channels and the model's own
-    args: tuple[Any, ...]  # leading positional arguments, e.g. the depth
-    description: str
-
-    def builder(self) -> Callable[..., Any]:
-        function = getattr(
-            importlib.import_module(f"repro500.workloads.models.{self.module}"), self.function
-        )
-        return functools.partial(function, *self.args)
-
-
-MODELS: dict[str, ModelSpec] = {
-    **{
-        f"resnet{depth}": ModelSpec(
-            "classification",
-            "cifar_resnet",
-            "cifar_resnet",
-            (depth,),
-            f"CIFAR-style ResNet-{depth} (option-A shortcuts)",
-        )
-        for depth in (20, 32, 44, 56, 110)
-    },
-    **{
-        name: ModelSpec(
-            "classification",
-            "imagenet_resnet",
-            "torchvision_resnet",
-            (name,),
-            f"torchvision {name}",
-        )
-        for name in ("resnet18", "resnet34", "resnet50", "resnet101")
-    },
-    **{
-        name: ModelSpec(
-            "detection",
-            "detection",
-            "faster_rcnn",
-            (name,),
-            f"torchvision Faster R-CNN, {backbone} FPN backbone",
-        )
-        for name, backbone in (
-            ("fasterrcnn_resnet18_fpn", "ResNet-18"),
-            ("fasterrcnn_resnet50_fpn", "ResNet-50"),
-            ("fasterrcnn_mobilenet_v3_fpn", "MobileNetV3-Large"),
-        )
-    },
-    "cosmoflow": ModelSpec(
-        "regression",
-        "cosmo_cnn",
-        "cosmoflow",
-        (),
-        "CosmoFlow-style 3D CNN (4 cosmological parameters)",
-    ),
-}
-
-
 def model_names() -> list[str]:
-    return list(MODELS)
+    """Every registered model name (repro500's built-ins and installed plug-ins)."""
+    return sorted(plugins.registered("model"))
 
 
-def _spec(name: str) -> ModelSpec:
-    try:
-        return MODELS[name]
-    except KeyError:
-        raise UsageError(f"unknown model {name!r}; valid models: {', '.join(MODELS)}.") from None
+def _builder(name: str) -> Callable[..., Any]:
+    """The builder ``name`` refers to: a registered name or a plug-in's ``module:callable``."""
+    if not plugins.is_import_path(name) and name not in plugins.registered("model"):
+        raise UsageError(f"unknown model {name!r}; valid models: {', '.join(model_names())}; "
+                         "a plug-in is named as module:callable.")
+    return plugins.resolve("model", name, key="fixed.model")  # a broken plug-in: InvalidInput, exit 4
 
 
-def model_task(name: str) -> str:
-    """``"classification"``, ``"detection"`` or ``"regression"`` for model ``name``."""
-    return _spec(name).task
+def model_task(name: str) -> str | None:
+    """``"classification"``, ``"detection"`` or ``"regression"`` when the builder declares its
+    task (the built-ins do); ``None`` for a plug-in that leaves it to ``fixed.workload``."""
+    task = getattr(_builder(name), "task", None)
+    return task if task in TASKS else None
 
 
 def model_options(name: str) -> dict[str, Any]:
-    """The options ``build_model(name, **options)`` accepts, with their defaults."""
-    parameters = inspect.signature(_spec(name).builder()).parameters
+    """The options ``build_model(name, **options)`` accepts, with their defaults; a builder that
+    takes ``**kwargs`` accepts any (its own code then decides)."""
+    parameters = inspect.signature(_builder(name)).parameters
     return {
         key: param.default
         for key, param in parameters.items()
         if param.kind is inspect.Parameter.KEYWORD_ONLY
         and key not in ("num_classes", "in_channels")
     }
+
+
+def _open_options(builder: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(builder).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
 
 
 def _matches(value: Any, hint: Any) -> bool:
@@ -139,9 +92,15 @@ def _type_name(hint: Any) -> str:
     return str(hint).replace("typing.", "").replace("collections.abc.", "")
 
 
-def _check_options(name: str, builder: functools.partial, options: dict[str, Any]) -> None:
+def _check_options(name: str, builder: Callable[..., Any], options: dict[str, Any]) -> None:
+    if _open_options(builder):
+        return
     valid = model_options(name)
-    hints = typing.get_type_hints(builder.func)
+    func = builder.func if isinstance(builder, functools.partial) else builder
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # noqa: BLE001 - a plug-in's unresolvable annotation only loses the type check
+        hints = {}
     for key, value in options.items():
         if key not in valid:
             listed = ", ".join(valid) or "none"
@@ -156,13 +115,13 @@ def build_model(
 ) -> Any:
     """Build model ``name`` (a ``torch.nn.Module``), randomly initialised.
 
-    ``num_classes``: classes for classifiers, classes *including background* for detectors,
-    regressed outputs for ``cosmoflow``.  ``in_channels``: input channels.  ``None`` keeps
-    the model's natural value (10 or 1000 classes and 3 channels for ResNets, 5 classes and
-    16 channels for Faster R-CNN, 4 outputs and 4 channels for CosmoFlow).  Other options
-    are model-specific (``model_options(name)``); unknown ones raise ``UsageError``.
+    ``name`` is a registered model or a plug-in's ``module:callable``.  ``num_classes``:
+    classes for classifiers, classes *including background* for detectors, regressed outputs
+    for ``cosmoflow``.  ``in_channels``: input channels.  ``None`` keeps the model's natural
+    value.  Other options are model-specific (``model_options(name)``); unknown ones raise
+    ``UsageError``.  A plug-in receives ``num_classes`` / ``in_channels`` only if it takes them.
     """
-    builder = _spec(name).builder()
+    builder = _builder(name)
     _check_options(name, builder, options)
     for label, value in (("num_classes", num_classes), ("in_channels", in_channels)):
         if value is not None and (
@@ -173,13 +132,18 @@ def build_model(
         options["num_classes"] = num_classes
     if in_channels is not None:
         options["in_channels"] = in_channels
-    return builder(**options)
+    if getattr(builder, "task", None) in TASKS:  # repro500's own: its errors are already sentences
+        return builder(**options)
+    model = plugins.call(builder, "fixed.model", name, **options)
+    import torch
+
+    if not isinstance(model, torch.nn.Module):
+        raise InvalidInput(f"fixed.model: {name!r} returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
 
 
 __all__ = [
-    "MODELS",
     "TASKS",
-    "ModelSpec",
     "build_model",
     "model_names",
     "model_options",

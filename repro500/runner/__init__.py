@@ -1,0 +1,127 @@
+"""``repro500 run``: plan -> open -> capture -> track -> repeats -> summaries -> seal -> verify.
+
+The run directory is the source of truth (docs/contracts.md); MLflow mirrors it.  The stages
+live in ``session.py``; this module opens a new or resumed run and hands it over.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from repro500 import recipe as recipes
+from repro500 import redact
+from repro500 import rundir as layout
+from repro500.errors import InvalidInput, UsageError
+from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight
+from repro500.runner.session import RunOutcome, Session, refuse_complete
+from repro500.runner.summaries import aggregate, new_run_id, utc
+from repro500.workloads.workload import SUMMARY_METRICS
+
+__all__ = ["SUMMARY_METRICS", "RunOptions", "RunOutcome", "aggregate", "preflight", "run"]
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a batch system's preemption) is handled like Ctrl-C: keep what finished."""
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _new(options: RunOptions, console: Console) -> Session:
+    recipe = load_recipe(options)
+    plan = make_plan(recipe, options)
+    run_id = options.run_id or new_run_id(recipe.name)
+    run = layout.RunDir(Path(options.out_dir) / run_id)
+    if run.exists():
+        resume = ""
+        if run.is_run():
+            resume = f", or complete it with: repro500 run --resume {run}"
+            with_meta = _meta_or_none(run)
+            if with_meta and with_meta.get("status") == "completed":
+                resume = f"; it is complete (repro500 verify {run})"
+        raise InvalidInput(f"run directory {run} already exists; choose another --run-id{resume}")
+    meta: dict[str, Any] = {
+        "schema": layout.RUN_SCHEMA, "run_id": run_id, "status": "running", "created_utc": utc(),
+        "finished_utc": None, "argv": redact.scrub(list(options.argv)),
+        "recipe_path": str(options.recipe) if options.recipe else None,
+        "recipe_name": recipe.name, "workload": plan.workload.kind, "repeats": recipe.repeats,
+        "same_seed": bool(options.same_seed), "deterministic": plan.deterministic,
+        "open_division": recipe.open_division, "overrides": redact.scrub(recipe.overrides),
+        "engine": plan.engine, "world_size": plan.world_size, "nnodes": plan.nnodes,
+        "compressor": plan.compressor, "mlflow": None, "resumes": [],
+    }
+    _prepare_tracking(options)
+    run.create(_recipe_yaml(recipe), meta)
+    return Session(plan, run, meta, console, resumed=False, tracking=options.tracking, experiment=options.experiment,
+                   source_name=str(options.recipe or "--command"))
+
+
+def _recipe_yaml(recipe: recipes.Recipe) -> str:
+    import yaml
+
+    return yaml.safe_dump(redact.scrub(recipe.to_dict()), sort_keys=False)
+
+
+def _meta_or_none(run: layout.RunDir) -> dict[str, Any] | None:
+    try:
+        return run.meta()
+    except InvalidInput:
+        return None
+
+
+def _resumed(options: RunOptions, console: Console) -> Session:
+    run = layout.RunDir(options.resume or "")
+    if not run.is_run():
+        raise InvalidInput(f"{run} is not a repro500 run directory (no run.json); nothing to resume")
+    meta = run.meta()
+    recipe = recipes.from_run_dir(run.path)
+    refuse_complete(run, meta, recipe.repeats)
+    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed"))))
+    meta["status"] = "running"
+    _prepare_tracking(options)
+    try:
+        run.write_meta(meta)
+    except OSError as err:
+        raise InvalidInput(f"cannot write the run directory {run} ({err.strerror or err})") from None
+    return Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
+                   source_name=str(meta.get("recipe_path") or "--command"))
+
+
+def _prepare_tracking(options: RunOptions) -> None:
+    from repro500.workloads import train
+
+    train.environment_for_determinism()
+    if options.tracking:
+        from repro500 import tracking
+
+        tracking.check_reachable()
+
+
+def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
+    """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
+    from repro500.runner.plan import check_options
+
+    console = console or Console(stderr=False)
+    check_options(options)
+    if options.node_rank > 0:
+        from repro500.runner.follower import follow_node
+
+        return follow_node(options, console)
+    if options.resume and (options.recipe or options.adhoc):
+        raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
+    session = _resumed(options, console) if options.resume else _new(options, console)
+    with _sigterm_as_interrupt():
+        return session.execute()
+

@@ -1,0 +1,109 @@
+"""What a person watching ``repro500 run`` sees: progress bars on a terminal, plain lines
+elsewhere (CI logs, ``| tee``: a bar that redraws in place prints nothing there until it
+ends), and the table of repeats at the end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from repro500.workloads.workload import Progress as Hooks
+
+
+class Display:
+    def __init__(self, console: Console, planned: int, done: int) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.planned = planned
+        self.done = done
+        self._bars: Progress | None = None
+        self._repeats_task: Any = None
+
+    @contextmanager
+    def running(self) -> Iterator[Display]:
+        if not self.live:
+            yield self
+            return
+        self._bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TimeElapsedColumn(), console=self.console, transient=True)
+        with self._bars:
+            self._repeats_task = self._bars.add_task("repeats", total=self.planned, completed=self.done)
+            yield self
+
+    def say(self, text: str) -> None:
+        self.console.print(text)
+
+    @contextmanager
+    def repeat(self, k: int, epochs: int | None) -> Iterator[Hooks]:
+        """Progress hooks for repeat k: a bar per epoch on a terminal, a line per epoch elsewhere."""
+        bars = self._bars
+        task = bars.add_task(f"repeat {k}", total=None) if bars else None
+        if not self.live:
+            self.say(f"repeat {k} of {self.planned}: started")
+
+        def on_epoch_start(epoch: int, steps: int) -> None:
+            if bars is not None:
+                bars.reset(task, total=steps, description=f"repeat {k} epoch {epoch}/{epochs}")
+
+        def on_step(record: dict[str, Any]) -> None:
+            if bars is not None:
+                bars.advance(task)
+
+        def on_epoch_end(record: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+            if not self.live:
+                shown = ", ".join(f"{name} {_fmt(v)}" for name, v in list((record.get("metrics") or {}).items())[:3])
+                self.say(f"repeat {k} epoch {record.get('epoch')}/{epochs}: {shown or 'no evaluation'} "
+                         f"({_fmt(record.get('wall_s'))} s)")
+
+        def on_line(stream: str, line: str) -> None:
+            # A command's own output, shown live; markup-escaped (a script's "[red]" is text).
+            style = "dim" if stream == "stderr" else ""
+            text = escape(line.rstrip("\n"))
+            self.console.print(f"[{style}]{text}[/]" if style else text, highlight=False)
+
+        try:
+            yield Hooks(on_epoch_start, on_step, on_epoch_end, on_line)
+        finally:
+            if bars is not None:
+                bars.remove_task(task)
+                bars.advance(self._repeats_task)
+
+    def finished(self, k: int, summary: dict[str, Any]) -> None:
+        if not self.live:
+            error = f": {summary['error']}" if summary.get("error") else ""
+            self.say(f"repeat {k} of {self.planned}: {summary.get('status')}{error}")
+
+    def table(self, name: str, summaries: dict[int, dict[str, Any]], metrics: list[str], *, trained: bool) -> None:
+        """One row per repeat: status, the metrics that decide it, and (trained) the time to
+        quality, throughput and final parameter digest, or (command) wall time and exit status."""
+        table = Table(title=f"{name}: {len(summaries)} repeats")
+        extra = (["epochs", *metrics, "time_to_quality_s", "throughput_samples_per_s", "params"] if trained
+                 else [*metrics, "total_time_s", "exit", "digest"])
+        for col in ("repeat", "status", *extra):
+            table.add_column(col)
+        for k in sorted(summaries):
+            s = summaries[k]
+            m = s.get("metrics") or {}
+            values = [_fmt(m.get(name)) for name in metrics]
+            if trained:
+                row = [str(s.get("epochs_run", "")), *values, _fmt(s.get("time_to_quality_s")),
+                       _fmt(m.get("throughput_samples_per_s")), (s.get("final_param_digest") or "")[:12]]
+            else:
+                row = [*values, _fmt(s.get("total_time_s")), _fmt(s.get("exit_status")),
+                       (s.get("final_param_digest") or "")[:12]]
+            table.add_row(str(k), s.get("status", "?"), *row)
+        self.console.print(table)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

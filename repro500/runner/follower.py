@@ -1,0 +1,32 @@
+"""A node other than 0 of a multi-node run: it only hosts ranks; node 0 captures, logs and writes."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+
+from repro500.runner.plan import RunOptions, load_recipe, make_plan
+from repro500.runner.session import RunOutcome
+
+
+def follow_node(options: RunOptions, console: Console) -> RunOutcome:
+    from repro500.workloads.engines import launch
+
+    recipe = load_recipe(options)
+    if recipe.is_command:
+        from repro500.errors import UsageError
+
+        raise UsageError("--node-rank is for trained workloads on a multi-node engine")
+    plan = make_plan(recipe, options)
+    spec = plan.workload.spec()  # type: ignore[attr-defined]
+    assert options.run_id is not None
+    with tempfile.TemporaryDirectory(prefix="repro500-node-") as scratch:
+        for k in range(recipe.repeats):
+            console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")
+            out = Path(scratch) / str(k)
+            out.mkdir()
+            launch.run_distributed(recipe, spec, k, plan.seeds(k), out, rendezvous=plan.rendezvous,
+                                   expect_summary=False)
+    return RunOutcome(Path(options.out_dir) / options.run_id, 0)

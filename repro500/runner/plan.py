@@ -1,0 +1,183 @@
+"""Stage 1, plan: the recipe, and every decision about where and how it runs, made once.
+
+Device, engine, communication backend, compressor and world size are resolved here into a
+typed :class:`Plan` that the runner, the capture and the workers share: nothing downstream
+decides again what ``mutable.device: auto`` means.  Everything that can be checked before any
+file is written is checked here (the workload's own check included).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro500 import recipe as recipes
+from repro500.capture import seeds as seeding
+from repro500.errors import InvalidInput, UsageError
+from repro500.workloads import workload as workloads
+
+ENGINES = ("local", "ddp", "horovod", "command")
+
+
+@dataclass
+class RunOptions:
+    recipe: str | None = None
+    repeats: int | None = None
+    overrides: list[str] = field(default_factory=list)
+    params_file: str | None = None
+    out_dir: str = "runs"
+    deterministic: bool = False
+    same_seed: bool = False
+    open_division: bool = False
+    resume: str | None = None
+    nproc: int | None = None
+    tracking: bool = True
+    experiment: str | None = None
+    run_id: str | None = None
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    argv: list[str] = field(default_factory=lambda: list(sys.argv))
+    adhoc: dict[str, Any] | None = None  # an ad-hoc recipe (repro500 run --command ...), not a file
+
+
+@dataclass
+class Plan:
+    """One run's resolved plan."""
+
+    recipe: recipes.Recipe
+    workload: workloads.Workload
+    device: str  # cpu | cuda
+    engine: str  # local | ddp | horovod | command
+    backend: str | None  # gloo | nccl | horovod-gloo | horovod-nccl | None
+    compressor: Any
+    nproc: int
+    nnodes: int
+    node_rank: int
+    same_seed: bool
+    rendezvous: dict[str, Any] | None
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
+
+    @property
+    def deterministic(self) -> bool:
+        return bool(self.recipe.mutable.get("deterministic"))
+
+    def seeds(self, k: int, rank: int = 0) -> seeding.Seeds:
+        return seeding.derive(self.recipe.seed, 0 if self.same_seed else k, rank)
+
+
+def resolve_device(requested: str) -> str:
+    """``cpu`` or ``cuda``: what ``mutable.device`` means on this machine (auto: cuda when visible)."""
+    if requested == "cpu":
+        return "cpu"
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if requested == "cuda":
+        raise InvalidInput("mutable.device is cuda but this machine has no usable CUDA device "
+                           "(torch.cuda.is_available() is false); run with --set device=cpu or --set device=auto")
+    return "cpu"
+
+
+def comm_backend(engine: str, device: str) -> str | None:
+    """The collective backend a distributed engine uses on ``device`` (none for ``local``)."""
+    if engine in ("local", "command"):
+        return None
+    if engine == "horovod":
+        if device != "cuda":
+            return "horovod-gloo"
+        try:
+            import horovod.torch as hvd
+        except ImportError:  # reported when the launch needs it
+            return "horovod-gloo"
+        return "horovod-nccl" if hvd.nccl_built() else "horovod-gloo"
+    return "nccl" if device == "cuda" else "gloo"
+
+
+def rendezvous(options: RunOptions) -> dict[str, Any] | None:
+    """torchrun's multi-node rendezvous (static: node 0 hosts rank 0)."""
+    if options.nnodes <= 1:
+        return None
+    return {"nnodes": options.nnodes, "node_rank": options.node_rank, "endpoint": options.rdzv_endpoint}
+
+
+def check_options(options: RunOptions) -> None:
+    if options.nnodes > 1:
+        if not options.rdzv_endpoint or not options.run_id:
+            raise UsageError("a multi-node run needs --rdzv-endpoint HOST:PORT and the same --run-id on every node")
+        if not 0 <= options.node_rank < options.nnodes:
+            raise UsageError(f"--node-rank must be in 0..{options.nnodes - 1}")
+        if options.resume:
+            raise UsageError("--resume is for single-node runs; rerun the multi-node run with a new --run-id")
+    if options.nproc is not None and options.nproc < 1:
+        raise UsageError("--nproc must be at least 1")
+
+
+def load_recipe(options: RunOptions) -> recipes.Recipe:
+    """The recipe a new run starts from, with the command line's engine choices applied."""
+    kwargs: dict[str, Any] = {"overrides": options.overrides, "params_file": options.params_file,
+                              "open_division": options.open_division, "repeats": options.repeats}
+    if options.adhoc is not None:
+        recipe = recipes.from_data(options.adhoc, "--command", name=str(options.adhoc.get("name") or "command"), **kwargs)
+    elif options.recipe:
+        recipe = recipes.load(options.recipe, **kwargs)
+    else:
+        raise UsageError("give a RECIPE file, --command -- PROGRAM ARGS..., or --resume RUN_DIR")
+    if recipe.is_command:
+        if options.nproc or options.nnodes > 1:
+            raise UsageError("--nproc and --nnodes are for trained workloads; a command launches its own processes")
+    else:
+        mutable = recipe.mutable
+        if options.nproc is not None:
+            mutable["nproc"] = options.nproc
+            recipe.overrides["mutable.nproc"] = options.nproc
+            if (options.nproc > 1 or options.nnodes > 1) and mutable["engine"] == "local":
+                mutable["engine"] = "ddp"
+        if options.nnodes > 1 and mutable["engine"] == "local":
+            mutable["engine"] = "ddp"
+    if options.deterministic:
+        recipe.mutable["deterministic"] = True
+    return recipe
+
+
+def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
+    """Resolve and check everything before any file is written (UsageError / InvalidInput)."""
+    mutable = recipe.mutable
+    extra_paths = [str(Path(options.recipe).resolve().parent)] if options.recipe else []
+    if recipe.is_command:
+        work = workloads.make(recipe)
+        work.check()
+        return Plan(recipe, work, "cpu", "command", None, "none", 1, 1, 0, options.same_seed, None)
+    engine = mutable["engine"]
+    device = resolve_device(mutable["device"])
+    compressor = mutable.get("compressor", "none")
+    if compressor not in ("none", None):
+        from repro500.ext.compressors import get as get_compressor
+
+        get_compressor(compressor)  # an unknown name or a bad ratio: UsageError before any work
+        if engine == "local":
+            raise UsageError("a gradient compressor needs a distributed engine: add --nproc 2 (or more)")
+    nproc = int(mutable.get("nproc", 1))
+    if engine == "local" and nproc > 1:
+        raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
+    meeting = rendezvous(options)
+    work = workloads.make(recipe, device=device, engine=engine, rendezvous=meeting, search_paths=extra_paths)
+    work.check()
+    if engine != "local":
+        cores = os.cpu_count() or 1
+        if device == "cpu" and nproc > cores:
+            print(f"repro500: warning: {nproc} ranks on {cores} CPU cores will oversubscribe the machine", file=sys.stderr)
+    return Plan(recipe, work, device, engine, comm_backend(engine, device), compressor, nproc,
+                options.nnodes, options.node_rank, options.same_seed, meeting)
+
+
+def preflight(recipe: recipes.Recipe, options: RunOptions | None = None) -> Plan:
+    """Everything that can be checked before any training (kept for library users and tests)."""
+    return make_plan(recipe, options or RunOptions())

@@ -1,0 +1,262 @@
+"""``repro500 run`` as a sequence of stages over one run directory:
+
+    plan -> open -> capture -> track -> repeats -> summaries -> seal -> verify
+
+Each stage is a method below a screen long; what a stage knows lives in its own module (the
+plan in ``plan.py``, tags in ``track.py``, the display in ``display.py``, the layout in
+``repro500.rundir``, rank maps in ``workloads.engines.ranks``).  Finished repeats are complete
+on disk (their ``summary.json`` is written last, atomically) and FINISHED in MLflow before the
+next one starts, so Ctrl-C, SIGTERM or a crash loses at most the repeat in flight; ``--resume``
+reruns exactly the missing repeats with the same seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from contextlib import suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from repro500 import redact
+from repro500 import rundir as layout
+from repro500.errors import EXIT_INTERRUPTED, ReproError, RunFailed, UsageError
+from repro500.runner import summaries as aggregation
+from repro500.runner.display import Display
+from repro500.runner.plan import Plan
+from repro500.workloads.workload import Repeat
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    exit_code: int
+    verdict: Any = None
+    summaries: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+class Session:
+    """One execution of a plan over a run directory (new or resumed)."""
+
+    def __init__(self, plan: Plan, run: layout.RunDir, meta: dict[str, Any], console: Console, *,
+                 resumed: bool, tracking: bool, experiment: str | None, source_name: str) -> None:
+        self.plan, self.run, self.meta, self.console = plan, run, meta, console
+        self.resumed, self.tracking_on, self.experiment, self.source_name = resumed, tracking, experiment, source_name
+        self.tracking: Any = None
+        self.repeat_errors: dict[int, ReproError] = {}
+
+    @property
+    def recipe(self) -> Any:
+        return self.plan.recipe
+
+    # ----- the stages -----------------------------------------------------------------------
+    def execute(self) -> RunOutcome:
+        """Run, and whatever happens close the run: run.json never stays ``running`` and the MLflow
+        parent never stays RUNNING (KILLED on Ctrl-C or SIGTERM, FAILED on an error)."""
+        try:
+            return self._stages()
+        except KeyboardInterrupt:
+            self._abandon("interrupted", "KILLED")
+            self.console.print(f"[yellow]Interrupted.[/] Complete the run with: repro500 run --resume {self.run}")
+            return RunOutcome(self.run.path, EXIT_INTERRUPTED)
+        except BaseException:
+            self._abandon("failed", "FAILED")
+            raise
+
+    def _stages(self) -> RunOutcome:
+        manifest = self.capture()
+        if self.tracking_on:
+            self.track(manifest)
+        summaries, interrupted = self.repeats()
+        self.summarise(summaries, "interrupted" if interrupted else
+                       "failed" if any(s.get("status") == "failed" for s in summaries.values()) else "completed")
+        if interrupted:
+            self.console.print(f"[yellow]Interrupted.[/] Finished repeats are kept in {self.run}; "
+                               f"complete the run with: repro500 run --resume {self.run}")
+            self._close_tracking("KILLED")
+            return RunOutcome(self.run.path, EXIT_INTERRUPTED, summaries=summaries)
+        self._table(summaries)
+        self._raise_if_failed(summaries)
+        verdict = self.verify()
+        return RunOutcome(self.run.path, verdict.exit_code, verdict=verdict, summaries=summaries)
+
+    def capture(self) -> dict[str, Any]:
+        from repro500.runner import capture
+
+        return capture.capture(self.plan, self.run, self.meta, self.console, resumed=self.resumed)
+
+    def track(self, manifest: dict[str, Any]) -> None:
+        from repro500.runner.track import Tracking
+
+        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}")
+        self.tracking.open(self.plan, self.meta, manifest, self.run.path.name, self.source_name,
+                           [self.run.file(n) for n in (layout.MANIFEST, layout.CODE_DIFF, layout.RECIPE)])
+        self.run.write_meta(self.meta)
+
+    def repeats(self) -> tuple[dict[int, dict[str, Any]], bool]:
+        """Run the repeats not yet finished; stop at the first failed one (the rest would fail alike)."""
+        planned = self.recipe.repeats
+        summaries = self.run.summaries(planned, finished_only=True)
+        todo = [k for k in range(planned) if k not in summaries]
+        if self.resumed:
+            self.console.print(f"Resuming [bold]{self.meta['run_id']}[/]: {len(summaries)} of {planned} repeats "
+                               f"already finished; running {todo}")
+        else:
+            self.console.print(f"Run [bold]{self.meta['run_id']}[/] -> {self.run}")
+        display = Display(self.console, planned, len(summaries))
+        try:
+            with display.running():
+                for k in todo:
+                    summaries[k] = self._repeat(k, display)
+                    display.finished(k, summaries[k])
+                    if summaries[k]["status"] == "failed":
+                        break
+        except KeyboardInterrupt:
+            return summaries, True
+        return summaries, False
+
+    def summarise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
+        """The aggregate over every repeat that has a summary (killed and failed ones too, so it
+        says what happened to each), run.json's status, then the seal."""
+        every = {**self.run.summaries(self.recipe.repeats, finished_only=False), **summaries}
+        self.run.write_summary(aggregation.aggregate(self.meta["run_id"], self.recipe, every))
+        self.meta["status"] = status
+        self.meta["finished_utc"] = aggregation.utc()
+        self.run.write_meta(self.meta)
+        self.seal()
+
+    def seal(self) -> None:
+        self.run.seal()
+
+    def verify(self) -> Any:
+        from repro500.verify.verdict import render, verify_run, write_verdict
+
+        verdict = verify_run(self.run.path)
+        write_verdict(verdict, self.run.path)
+        render(verdict, self.console)
+        if self.tracking:
+            self.tracking.log_parent_artifacts([self.run.file(layout.SUMMARY), self.run.file(layout.VERDICT)])
+            means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
+                     for name, m in self.run.summary()["metrics"].items() if m["values"]}
+            self._close_tracking("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
+        return verdict
+
+    # ----- one repeat ---------------------------------------------------------------------------
+    def _repeat(self, k: int, display: Display) -> dict[str, Any]:
+        out = self.run.fresh_repeat(k)
+        seeds = self.plan.seeds(k)
+        mlflow_id = None
+        epochs = self.recipe.fixed.get("epochs")
+        with display.repeat(k, epochs) as hooks:
+            try:
+                if self.tracking:
+                    mlflow_id = self.tracking.start_repeat(k, seeds.torch, self.meta["run_id"], self.recipe.flat_params())
+                    self.meta["mlflow"]["repeat_run_ids"][str(k)] = mlflow_id
+                    self.run.write_meta(self.meta)
+                    tracking = self.tracking
+
+                    def on_epoch_end(record: dict[str, Any], steps: list[dict[str, Any]], _show=hooks.on_epoch_end) -> None:
+                        tracking.log_epoch(mlflow_id, record, steps)
+                        if _show:
+                            _show(record, steps)
+
+                    hooks.on_epoch_end = on_epoch_end
+                repeat = Repeat(k, seeds, out, hooks, (self.tracking.uri, mlflow_id) if mlflow_id else None)
+                summary = self.plan.workload.run_repeat(repeat)
+            except KeyboardInterrupt:
+                self._mark_killed(k, seeds, mlflow_id, "interrupted by the user")
+                raise
+            except Exception as err:  # noqa: BLE001 - a crash of one repeat is recorded, not lost
+                return self._record_failure(k, seeds, out, mlflow_id, err)
+        self._record_rank_map(k, out)
+        if self.tracking and mlflow_id:
+            status = "FINISHED" if summary.get("status") != "failed" else "FAILED"
+            self.tracking.end_repeat(mlflow_id, summary, self.run.repeat_artifacts(k), status)
+        return summary
+
+    def _record_failure(self, k: int, seeds: Any, out: Path, mlflow_id: str | None, err: Exception) -> dict[str, Any]:
+        if isinstance(err, ReproError):
+            self.repeat_errors[k] = err  # re-raised with its own exit code once the run is closed
+        else:
+            (out / layout.ERROR_LOG).write_text(redact.redact_text(traceback.format_exc()), encoding="utf-8")
+        summary = {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "failed",
+                   "seeds": seeds.as_dict(), "metrics": {}, "error": redact.redact_text(f"{type(err).__name__}: {err}")}
+        self.run.write_repeat_summary(k, summary)
+        if self.tracking and mlflow_id:
+            self.tracking.end_repeat(mlflow_id, summary, self.run.repeat_artifacts(k), "FAILED")
+        return summary
+
+    def _mark_killed(self, k: int, seeds: Any, mlflow_id: str | None, reason: str) -> None:
+        existing = self.run.repeat_summary(k)
+        if not existing or existing.get("status") != "killed":
+            self.run.write_repeat_summary(k, {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "killed",
+                                              "seeds": seeds.as_dict(), "metrics": {}, "error": reason})
+        if self.tracking and mlflow_id:
+            self.tracking.kill(mlflow_id, reason)
+
+    def _record_rank_map(self, k: int, out: Path) -> None:
+        """Repeat k's rank -> host / device map, known only once the ranks have started (after the
+        manifest was digested), goes into run.json (docs/distributed.md)."""
+        from repro500.workloads.engines.ranks import rank_map
+
+        path = out / layout.RANKS
+        if not path.is_file():
+            return
+        try:
+            ranks = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return
+        record = self.meta.setdefault("distributed", {})
+        record["backend"] = ranks.get("backend")
+        record.setdefault("rank_maps", {})[str(k)] = rank_map(ranks, self.plan.device)
+        self.run.write_meta(self.meta)
+
+    # ----- closing ----------------------------------------------------------------------------
+    def _table(self, summaries: dict[int, dict[str, Any]]) -> None:
+        target = (self.recipe.fixed.get("target") or {}).get("metric")
+        metrics = list(dict.fromkeys([*([target] if target else []), *self.recipe.acceptance]))[:4]
+        Display(self.console, self.recipe.repeats, 0).table(self.recipe.name, summaries, metrics,
+                                                            trained=not self.recipe.is_command)
+
+    def _raise_if_failed(self, summaries: dict[int, dict[str, Any]]) -> None:
+        failed = [k for k, s in summaries.items() if s.get("status") == "failed"]
+        if not failed:
+            return
+        self._close_tracking("FAILED")
+        known = self.repeat_errors.get(failed[0])
+        if known is not None:
+            raise known
+        err = summaries[failed[0]].get("error") or "unknown error"
+        where = self.run.repeat(failed[0])
+        detail = (f"its output is in {where / layout.STDOUT} and {where / layout.STDERR}" if self.recipe.is_command
+                  else f"the traceback is in {where / layout.ERROR_LOG}")
+        raise RunFailed(f"repeat {failed[0]} failed: {err}; {detail}, and finished repeats are kept")
+
+    def _abandon(self, status: str, mlflow_status: str) -> None:
+        """Record a run that stopped outside the repeat loop.  Best effort: the error that got us
+        here is what the user must see, not a second one from the cleanup."""
+        if self.meta.get("status") == "running":
+            self.meta["status"] = status
+            self.meta["finished_utc"] = aggregation.utc()
+            with suppress(OSError):
+                self.run.write_meta(self.meta)
+                self.seal()  # a resumed run's earlier digest list must not call run.json edited
+        with suppress(Exception):
+            self._close_tracking(mlflow_status)
+
+    def _close_tracking(self, status: str, **logged: Any) -> None:
+        if self.tracking:
+            self.tracking.close(status, **logged)
+
+
+def refuse_complete(run: layout.RunDir, meta: dict[str, Any], planned: int) -> None:
+    """``--resume`` of a run that has nothing left to run must not rewrite run.json and the digest
+    list people quote."""
+    finished = run.summaries(planned, finished_only=True)
+    if meta.get("status") == "completed" and len(finished) == planned:
+        raise UsageError(f"run {run} is already complete ({planned} of {planned} repeats finished); nothing to "
+                         f"resume. Verify it with: repro500 verify {run}")
+

@@ -1,0 +1,47 @@
+"""The command workload behind the :class:`~repro500.workloads.workload.Workload` interface: any
+program, once per repeat in its own directory, metrics read from what it produces
+(``command.py`` runs it, ``metric_sources.py`` reads the metrics; docs/command.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from repro500 import recipe as recipes
+from repro500.workloads.workload import COMMAND_METRICS, Repeat, check_acceptance
+
+
+class CommandWorkload:
+    kind = "command"
+
+    def __init__(self, recipe: recipes.Recipe) -> None:
+        from repro500.workloads import command
+
+        self.recipe = recipe
+        self.spec = command.CommandSpec.from_recipe(recipe.fixed, recipe.metrics, recipe.mutable, source=recipe.source)
+
+    def data_paths(self) -> list[str]:
+        return []  # a command's inputs are its own business; its declared outputs are hashed per repeat
+
+    def metric_names(self) -> list[str]:
+        from repro500.workloads import command
+
+        return [*command.declared_metrics(self.spec), *COMMAND_METRICS]
+
+    def check(self) -> None:
+        from repro500.workloads import command
+
+        command.check(self.spec)
+        check_acceptance(self.recipe, self.metric_names())
+
+    def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
+        from repro500.workloads import command
+
+        return command.run_repeat(self.spec, repeat.k, repeat.seeds, Path(repeat.out_dir),
+                                  deterministic=bool(self.recipe.mutable.get("deterministic")),
+                                  mlflow=repeat.mlflow, echo=repeat.progress.on_line)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "command": list(self.recipe.fixed["command"]),
+                "workdir": str(Path(self.recipe.fixed.get("workdir") or ".").resolve()),
+                "metrics": dict(self.recipe.metrics)}

@@ -1,0 +1,142 @@
+"""The trained workload: repro500's trainer on a recipe's model, data set and evaluator, each a
+built-in or a plug-in (the same door), on the local, DDP or Horovod engine."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from repro500 import recipe as recipes
+from repro500.errors import InvalidInput, UsageError
+from repro500.workloads import parts, plugins
+from repro500.workloads.workload import (
+    SUMMARY_METRICS,
+    Repeat,
+    check_acceptance,
+    expand_paths,
+    unknown_metric,
+)
+
+
+class TrainedWorkload:
+    kind = "trained"
+
+    def __init__(self, recipe: recipes.Recipe, *, device: str, engine: str,
+                 rendezvous: dict[str, Any] | None = None, search_paths: list[str] | None = None) -> None:
+        self.recipe = recipe
+        self.device = device
+        self.engine = engine
+        self.rendezvous = rendezvous
+        self.search_paths = plugins.search_paths(search_paths or [])
+        self.info: dict[str, Any] = {}
+        self.imported: list[str] = []  # the experiment's own modules the plug-ins loaded
+
+    @property
+    def fixed(self) -> dict[str, Any]:
+        return self.recipe.fixed
+
+    def spec(self) -> Any:
+        from repro500.workloads import train
+
+        spec = train.TrainSpec.from_recipe(self.recipe.fixed, self.recipe.mutable)
+        spec.device = self.device  # resolved once by the plan: no second "auto" decision
+        spec.search_paths = list(self.search_paths)
+        return spec
+
+    def data_paths(self) -> list[str]:
+        ds = self.fixed["dataset"]
+        paths: list[str] = []
+        for key in ("path", "eval_path"):
+            value = ds.get(key)
+            if isinstance(value, str):
+                paths.append(value)
+            elif isinstance(value, list):
+                paths.extend(str(v) for v in value)
+        return expand_paths(self.recipe, paths, "fixed.dataset.path")
+
+    def metric_names(self) -> list[str]:
+        evaluated = parts.evaluation_metrics(self.fixed["workload"], self.fixed.get("evaluate"), self.info,
+                                             paths=self.search_paths)
+        return [*evaluated, *SUMMARY_METRICS]
+
+    def check(self) -> None:
+        """Model, data set, data paths and metric names, before anything is written."""
+        from repro500.workloads.models import model_options, model_task
+
+        source, fixed = self.recipe.source, self.fixed
+        before = set(sys.modules)
+        try:
+            task = model_task(fixed["model"])
+            options = model_options(fixed["model"])
+        except UsageError as err:  # a recipe's content is input, not command-line usage: exit 4
+            raise InvalidInput(f"{source}: fixed.model: {err}") from None
+        if task is not None and task != fixed["workload"]:
+            raise InvalidInput(f"{source}: model {fixed['model']} is a {task} model but fixed.workload is {fixed['workload']}")
+        self._check_options(options)
+        self.data_paths()
+        dataset = parts.open_data(fixed["dataset"], "train", paths=self.search_paths)
+        self.info = dict(getattr(dataset, "info", {}) or {})
+        if self.info.get("task") and self.info["task"] != fixed["workload"]:
+            name = parts.dataset_ref(fixed["dataset"])[1]
+            raise InvalidInput(f"{source}: dataset {name} is for {self.info['task']}, but fixed.workload is {fixed['workload']}")
+        self._check_eval_split()
+        evaluated = parts.evaluation_metrics(fixed["workload"], fixed.get("evaluate"), self.info, paths=self.search_paths)
+        target = fixed["target"]["metric"]
+        if target not in evaluated:
+            raise unknown_metric(f"{source}: fixed.target.metric", target, evaluated, "an evaluation metric of this workload")
+        check_acceptance(self.recipe, [*evaluated, *SUMMARY_METRICS])
+        self.imported = plugins.source_modules(before)
+
+    def _check_options(self, options: dict[str, Any]) -> None:
+        """An unknown model option is caught here, not after the run directory exists; the
+        message names the --set at fault when one set it (issue: it used to surface 13 s in)."""
+        from repro500.workloads.models import _builder, _open_options
+
+        if _open_options(_builder(self.fixed["model"])):
+            return
+        for key in self.fixed.get("model_options") or {}:
+            if key not in options:
+                origin = next((f"--set {k}={v}" for k, v in self.recipe.overrides.items()
+                               if k == f"fixed.model_options.{key}"), f"{self.recipe.source}: fixed.model_options")
+                listed = ", ".join(options) or "none"
+                raise UsageError(f"{origin}: model {self.fixed['model']!r} has no option {key!r}; its options are: {listed}")
+
+    def _check_eval_split(self) -> None:
+        """An eval_path whose file holds training data would score the model on what it learnt."""
+        ds = self.fixed["dataset"]
+        if not ds.get("eval_path") or parts.dataset_ref(ds)[1] not in ("classification-h5", "ewa", "cosmo"):
+            return
+        try:
+            import h5py
+
+            with h5py.File(ds["eval_path"], "r") as f:
+                split = f.attrs.get("split")
+        except (OSError, TypeError):
+            return  # not one file (a list or a glob): the data check reports layout problems
+        if isinstance(split, bytes):
+            split = split.decode()
+        if split == "train":
+            raise InvalidInput(f"{self.recipe.source}: fixed.dataset.eval_path {ds['eval_path']} holds training data "
+                               "(its split attribute is 'train'); generate an eval split (repro500 data generate ... --split eval)")
+
+    def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
+        from repro500.workloads import train
+
+        spec = self.spec()
+        callbacks = train.Callbacks(repeat.progress.on_epoch_start, repeat.progress.on_step, repeat.progress.on_epoch_end)
+        if self.engine == "local":
+            return train.train_repeat(spec, repeat.k, repeat.seeds, repeat.out_dir, callbacks=callbacks)
+        from repro500.workloads.engines import launch
+
+        return launch.run_distributed(self.recipe, spec, repeat.k, repeat.seeds, repeat.out_dir,
+                                      callbacks=callbacks, rendezvous=self.rendezvous)
+
+    def describe(self) -> dict[str, Any]:
+        """For the manifest: what this workload is, and which source files it imported."""
+        return {"kind": self.kind, "model": self.fixed["model"], "dataset": parts.dataset_ref(self.fixed["dataset"])[1],
+                "evaluate": self.fixed.get("evaluate") or self.fixed["workload"],
+                "imported_sources": [os.path.relpath(p) if not os.path.isabs(os.path.relpath(p)) else p
+                                     for p in self.imported],
+                "search_paths": [str(Path(p)) for p in self.search_paths]}

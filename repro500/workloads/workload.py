@@ -1,0 +1,111 @@
+"""What the runner runs: a :class:`Workload`, one interface for every kind of experiment.
+
+- :class:`TrainedWorkload`: the built-in trainer on a model, data set and evaluator found
+  through the plug-in door (repro500's own and a user's alike, ``plugins.py``), on the
+  local, DDP or Horovod engine.
+- :class:`CommandWorkload`: any program, once per repeat, its metrics read from what it
+  already produces (``command.py``).
+
+The runner asks a workload four things: which files are its data (captured and digested),
+which metrics a repeat reports (acceptance names are checked against them before anything is
+written), to check itself before the run starts, and to run one repeat.
+"""
+
+from __future__ import annotations
+
+import difflib
+import glob
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from repro500 import recipe as recipes
+from repro500.capture import seeds as seeding
+from repro500.errors import InvalidInput, UsageError
+
+# The run-level metrics every trained repeat's summary reports next to its evaluator's
+# (train._summarise writes them; docs/run.md lists them).
+SUMMARY_METRICS = ("throughput_samples_per_s", "train_flops", "flops_per_s", "valid_flops",
+                   "time_to_quality_s", "epochs_to_quality", "train_time_s", "total_time_s",
+                   # gradient traffic per step (None on one process): train.Traffic.per_step
+                   "bytes_sent_per_step", "bytes_received_per_step", "dense_bytes_per_step",
+                   "compression_ratio", "time_compress_per_step_s", "time_decompress_per_step_s",
+                   "time_comm_per_step_s",
+                   # measured on each rank's TCP sockets (engines.wire), mean over ranks
+                   "wire_bytes_sent_per_step", "wire_bytes_received_per_step")
+COMMAND_METRICS = ("total_time_s",)
+
+
+@dataclass
+class Progress:
+    """Hooks a repeat reports progress through (the runner's display and MLflow); all optional."""
+
+    on_epoch_start: Callable[[int, int], None] | None = None  # (epoch, steps in epoch)
+    on_step: Callable[[dict[str, Any]], None] | None = None
+    on_epoch_end: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None
+    on_line: Callable[[str, str], None] | None = None  # a command's (stream, line)
+
+
+@dataclass
+class Repeat:
+    """One repeat to run: its index, seeds, directory and where its MLflow run is."""
+
+    k: int
+    seeds: seeding.Seeds
+    out_dir: Path
+    progress: Progress = field(default_factory=Progress)
+    mlflow: tuple[str, str] | None = None  # (tracking URI, nested run id)
+
+
+class Workload(Protocol):
+    kind: str  # "trained" | "command"
+
+    def data_paths(self) -> list[str]: ...
+    def metric_names(self) -> list[str]: ...
+    def check(self) -> None: ...
+    def run_repeat(self, repeat: Repeat) -> dict[str, Any]: ...
+
+
+def unknown_metric(where: str, name: str, allowed: list[str], kind: str) -> InvalidInput:
+    close = difflib.get_close_matches(name, allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return InvalidInput(f"{where} {name!r} is not {kind}; {hint}allowed: {', '.join(allowed)}")
+
+
+def check_acceptance(recipe: recipes.Recipe, reported: list[str]) -> None:
+    """Every acceptance metric must be one a repeat's summary reports."""
+    for name in recipe.acceptance:
+        if name not in reported:
+            raise unknown_metric(f"{recipe.source}: acceptance", name, reported, "a metric this workload reports")
+
+
+def expand_paths(recipe: recipes.Recipe, values: list[str], key: str) -> list[str]:
+    out = []
+    for p in dict.fromkeys(values):
+        if any(ch in p for ch in "*?["):
+            matches = sorted(glob.glob(p))
+            if not matches:
+                raise InvalidInput(f"{key} {p!r} matches no file; generate the data first (repro500 data generate)")
+            out.extend(matches)
+        else:
+            if not Path(p).exists():
+                raise InvalidInput(f"dataset {p} does not exist; generate it first (repro500 data generate ...) or fix {key}")
+            out.append(p)
+    return out
+
+
+def make(recipe: recipes.Recipe, *, device: str = "cpu", engine: str = "local", rendezvous: dict[str, Any] | None = None,
+         search_paths: list[str] | None = None) -> Workload:
+    """The workload a recipe describes (the one place that branches on the kind)."""
+    if recipe.is_command:
+        from repro500.workloads.command_workload import CommandWorkload
+
+        return CommandWorkload(recipe)
+    from repro500.workloads.trained import TrainedWorkload
+
+    return TrainedWorkload(recipe, device=device, engine=engine, rendezvous=rendezvous,
+                           search_paths=search_paths or [])
+
+
+__all__ = ["COMMAND_METRICS", "SUMMARY_METRICS", "Progress", "Repeat", "UsageError", "Workload", "make"]
