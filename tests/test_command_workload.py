@@ -49,6 +49,15 @@ def test_placeholders_fill_every_argument(tmp_path):
     assert argv == ["train", "--lr=0.1", "0.50", "{literal}", "42", "2", "/runs/r/repeats/2/x", "3"]
 
 
+def test_a_whole_argument_list_placeholder_expands(tmp_path):
+    spec = CommandSpec.from_recipe({"command": ["t", "--layers", "{mutable.layers}", "--n={mutable.n}"]},
+                                   None, {"layers": [64, 32], "n": 2}, source="r", base=tmp_path)
+    assert fill(spec, seed=1, repeat=0, repeat_dir="d") == ["t", "--layers", "64", "32", "--n=2"]
+    with pytest.raises(InvalidInput, match="a list fills a whole argument only"):
+        CommandSpec.from_recipe({"command": ["t", "--layers={mutable.layers}"]}, None, {"layers": [1]},
+                                source="r", base=tmp_path)
+
+
 @pytest.mark.parametrize(("command", "mutable", "needle"), [
     (["t", "{sed}"], {}, "unknown placeholder {sed} in '{sed}'"),
     (["t", "{}"], {}, "unknown placeholder {}"),
@@ -89,7 +98,7 @@ def test_recipe_defaults_string_command_and_declared_names(tmp_path):
     assert spec.argv == ["python", "train.py", "--name", "a b"]
     assert spec.workdir == (tmp_path / "sub").resolve() and spec.timeout_s == 5.0
     assert spec.env == {"OMP_NUM_THREADS": "1"}
-    assert declared_metrics(spec) == ["accuracy", "loss", "total_time_s"]
+    assert declared_metrics(spec) == ["accuracy", "loss"]
 
 
 # ----- pre-flight -----------------------------------------------------------------------------

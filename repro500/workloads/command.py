@@ -49,6 +49,7 @@ RESERVED_METRICS = frozenset({"total_time_s"})  # measured by repro500 itself
 _SCALARS = (str, int, float)
 _FORMATTER = string.Formatter()
 _SECRET_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.DOTALL)
+_WHOLE = re.compile(r"^\{mutable\.([^{}!:]+)\}$")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -136,20 +137,23 @@ class CommandSpec:
 
 
 def declared_metrics(spec: CommandSpec) -> list[str]:
-    """The metric names a repeat reports (acceptance criteria may name these and total_time_s)."""
-    return [*spec.metrics, "total_time_s"]
+    """The metric names the recipe declares (a repeat reports these and ``total_time_s``)."""
+    return list(spec.metrics)
 
 
 # ----- placeholders ---------------------------------------------------------------------------
-def _mutable_value(spec: CommandSpec, path: str, placeholder: str) -> Any:
+def _mutable_value(spec: CommandSpec, path: str, placeholder: str, *, whole: bool = False) -> Any:
     node: Any = spec.mutable
     for part in path.split("."):
         if not isinstance(node, Mapping) or part not in node:
             known = ", ".join(sorted(spec.mutable)) or "none"
             raise InvalidInput(f"{spec.source}: fixed.command: placeholder {placeholder} names no mutable value (mutable has: {known})")
         node = node[part]
+    if whole and isinstance(node, list) and all(isinstance(v, _SCALARS) and not isinstance(v, bool) for v in node):
+        return node
     if isinstance(node, (Mapping, list)) or node is None:
-        raise InvalidInput(f"{spec.source}: fixed.command: placeholder {placeholder} is not a single value (it is {node!r})")
+        hint = "; a list fills a whole argument only, as several arguments" if isinstance(node, list) else ""
+        raise InvalidInput(f"{spec.source}: fixed.command: placeholder {placeholder} is not a single value (it is {node!r}){hint}")
     return node
 
 
@@ -183,7 +187,18 @@ def _fill_one(spec: CommandSpec, arg: str, values: Mapping[str, Any]) -> str:
 def fill(spec: CommandSpec, *, seed: int, repeat: int, repeat_dir: str) -> list[str]:
     """The argv of one repeat: every placeholder replaced (``{mutable.lr:.3f}`` formats too)."""
     values = {"seed": seed, "repeat": repeat, "repeat_dir": repeat_dir}
-    return [_fill_one(spec, arg, values) for arg in spec.argv]
+    argv: list[str] = []
+    for arg in spec.argv:
+        # An argument that is only ``{mutable.KEY}`` holding a list becomes one argument per item
+        # (``--layers {mutable.layers}`` -> ``--layers 64 32``, argparse's nargs="+").
+        whole = _WHOLE.match(arg)
+        if whole:
+            value = _mutable_value(spec, whole.group(1), arg, whole=True)
+            if isinstance(value, list):
+                argv.extend(str(v) for v in value)
+                continue
+        argv.append(_fill_one(spec, arg, values))
+    return argv
 
 
 # ----- pre-flight -----------------------------------------------------------------------------
