@@ -42,13 +42,20 @@ def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str,
 @click.option("--no-write", is_flag=True, help="Do not write verdict.json into the run directory.")
 @click.option("--metrics", "metrics_path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the verdict's numbers as flat JSON for `dvc metrics show/diff` (docs/dvc.md).")
+@click.option("--trust", metavar="ALLOWED_SIGNERS", type=click.Path(path_type=Path), default=None,
+              help="git's allowed_signers file: the run must be signed by a key it trusts, with its repeat chain intact (docs/trust.md).")
+@click.option("--check-tracking", is_flag=True,
+              help="Compare each repeat's metrics with those the run's MLflow store recorded (docs/trust.md).")
 @click.pass_context
 def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
-           as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None) -> None:
+           as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None,
+           trust: Path | None, check_tracking: bool) -> None:
     """Decide whether RUN holds (its acceptance bands) or reproduces a reference.
 
     RUN is a run directory (runs/<run-id>) or an archive made by `repro500 pack`.
     Writes RUN/verdict.json (not with --no-write, nor for an archive).
+    With --trust or --check-tracking, or when RUN has a repeat chain, a broken chain, a missing,
+    untrusted or forged signature, or a disagreement with MLflow makes the verdict INVALID.
 
     \b
     Exit codes: 0 pass/reproduced, 1 fail/not reproduced, 2 usage error,
@@ -58,6 +65,9 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
 
     verdict = verify_run(run_dir, against=against, alpha=alpha, margins=margins or None,
                          expect_sums_digest=expect_sums)
+    from repro500.attest import check as trust_check
+
+    trust_check.apply(trust_check.check_run(run_dir, trust=trust, tracking=check_tracking), verdict)
     if not no_write and run_dir.is_dir():
         try:
             write_verdict(verdict, run_dir)

@@ -1,0 +1,293 @@
+"""Sign a run directory (an in-toto Statement in a DSSE envelope) and check such a signature.
+
+``sign_run`` writes two files into the run directory, neither covered by ``SHA256SUMS`` (they
+sign it):
+
+* ``attestation.intoto.jsonl``: an in-toto attestation bundle (JSON Lines, one DSSE envelope a
+  line; the in-toto bundle spec's ``.intoto.jsonl`` suffix).  The envelope's payload
+  (``application/vnd.in-toto+json``) is an in-toto Statement v1 whose subjects are every file
+  ``SHA256SUMS`` lists plus ``SHA256SUMS`` itself, and whose predicate
+  (:data:`PREDICATE_TYPE`) is the run's provenance; its signature is Ed25519 over DSSE's PAE,
+  made with securesystemslib.
+* ``attestation.sig``: an SSH signature (namespace ``repro500``) over the exact Statement bytes,
+  so that ``ssh-keygen -Y verify`` checks the run without repro500 (docs/trust.md).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from repro500 import __version__, atomic, bundle
+from repro500.attest import chain, keys, sshsig
+from repro500.digest import canonical_json, file_digest
+from repro500.errors import InvalidInput
+
+ENVELOPE_NAME = "attestation.intoto.jsonl"
+SSHSIG_NAME = "attestation.sig"
+ATTESTATION_NAMES = frozenset({ENVELOPE_NAME, SSHSIG_NAME})
+STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+PAYLOAD_TYPE = "application/vnd.in-toto+json"
+PREDICATE_TYPE = "https://repro500.dev/run-provenance/v1"
+_FINISHED = ("completed", "diverged")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def build_statement(run_dir: str | Path, public_key: Ed25519PublicKey, principal: str | None = None) -> dict[str, Any]:
+    """The in-toto Statement for a run directory that matches its SHA256SUMS."""
+    root = Path(run_dir)
+    sums = bundle.read_sums(root)
+    subjects = [{"name": rel, "digest": {"sha256": digest}} for rel, digest in sums.items()]
+    subjects.append({"name": bundle.SUMS_NAME, "digest": {"sha256": file_digest(root / bundle.SUMS_NAME)}})
+    run = _json(root / "run.json")
+    manifest = _json(root / "manifest.json")
+    statuses = {}
+    for k in sorted(int(p.parent.name) for p in (root / "repeats").glob("*/summary.json") if p.parent.name.isdigit()):
+        statuses[str(k)] = _json(bundle.repeat_dir(root, k) / "summary.json").get("status", "unknown")
+    verdict = _json(root / "verdict.json")
+    chain_path = root / chain.CHAIN_NAME
+    predicate = {
+        "run_id": run.get("run_id", root.name),
+        "run_status": run.get("status"),
+        "recipe": {"name": run.get("recipe_name"),
+                   "digest": {"sha256": file_digest(root / "recipe.yaml")} if (root / "recipe.yaml").is_file() else None},
+        "manifest": {"digest": {"sha256": (manifest.get("digest") or {}).get("value")},
+                     "canonicalization": "repro500-c14n/v1"},
+        "repeats": {"planned": run.get("repeats"), "finished": sum(s in _FINISHED for s in statuses.values()),
+                    "status": statuses},
+        "chain": {"head": chain.head(root), "links": len(chain_path.read_text().splitlines())}
+        if chain_path.is_file() else None,
+        "verdict": {"status": verdict.get("status"), "exit_code": verdict.get("exit_code"),
+                    "created_utc": verdict.get("created_utc")} if verdict else None,
+        "tool": {"name": "repro500", "version": __version__},
+        "signer": {"fingerprint": keys.fingerprint(public_key), "public_key": keys.openssh_public(public_key),
+                   "principal": principal},
+        "signed_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    return {"_type": STATEMENT_TYPE, "subject": sorted(subjects, key=lambda s: s["name"]),
+            "predicateType": PREDICATE_TYPE, "predicate": predicate}
+
+
+def signed_signer(run_dir: str | Path) -> dict[str, Any] | None:
+    """The signer block of a run's attestation as written, NOT verified (None when unsigned)."""
+    for envelope in _envelopes(Path(run_dir) / ENVELOPE_NAME):
+        try:
+            signer = json.loads(envelope.payload)["predicate"]["signer"]
+            return signer if isinstance(signer, dict) else {}
+        except (ValueError, KeyError, TypeError):
+            return {}
+    return None
+
+
+def sign_run(run_dir: str | Path, key_path: str | Path, principal: str | None = None, *, force: bool = False) -> Path:
+    """Sign a run directory with an OpenSSH Ed25519 key; returns the envelope's path.
+
+    The directory must match its SHA256SUMS.  A signature by another key is replaced only with
+    ``force`` (co-signers would otherwise overwrite each other's work); re-signing with the same
+    key replaces it.
+    """
+    from securesystemslib.dsse import Envelope
+    from securesystemslib.signer import CryptoSigner
+
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise InvalidInput(f"{root} is not a run directory: nothing to sign")
+    report = bundle.check_sums(root)
+    if not report.ok:
+        raise InvalidInput(f"{root} does not match its SHA256SUMS ({report.describe()}): refusing to sign it")
+    private = keys.load_private_key(key_path)
+    public = private.public_key()
+    previous = signed_signer(root)
+    if previous is not None and previous.get("fingerprint") != keys.fingerprint(public) and not force:
+        who = previous.get("fingerprint") or "a key it cannot name (unreadable attestation)"
+        raise InvalidInput(f"{root} is already signed by {who}: pass --force to replace that signature")
+    payload = canonical_json(build_statement(root, public, principal))
+    envelope = Envelope(payload, PAYLOAD_TYPE, {})
+    envelope.sign(CryptoSigner(private))
+    # the SSH signature first: a crash between the two leaves a mismatch verify reports, never a
+    # new envelope beside an old SSH signature that seems to agree with it
+    target = root / ENVELOPE_NAME
+    try:
+        atomic.write_text(root / SSHSIG_NAME, sshsig.sign(payload, private))
+        atomic.write_text(target, json.dumps(envelope.to_dict(), sort_keys=True, separators=(",", ":")) + "\n")
+    except OSError as err:
+        raise InvalidInput(f"cannot write the attestation into {root} ({err.strerror or type(err).__name__}): "
+                           "sign a copy you may write to") from None
+    return target
+
+
+# ------------------------------------------------------------------------------ verify
+
+
+@dataclass
+class SignatureResult:
+    valid: bool = False
+    principal: str | None = None
+    fingerprint: str | None = None
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    statement: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"valid": self.valid, "principal": self.principal, "fingerprint": self.fingerprint,
+                "problems": self.problems, "notes": self.notes}
+
+
+def _envelopes(path: Path) -> list[Any]:
+    """The in-toto DSSE envelopes of a bundle; lines that are not one are ignored (bundle spec)."""
+    from securesystemslib.dsse import Envelope
+
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            doc = json.loads(line)
+            if isinstance(doc, dict) and doc.get("payloadType") == PAYLOAD_TYPE:
+                out.append(Envelope.from_dict(doc))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+    return out
+
+
+def verify_signature(run_dir: str | Path, allowed_signers_path: str | Path) -> SignatureResult:
+    """Check a run's signature and signer against an allowed_signers file, and its subjects on disk."""
+    from securesystemslib.exceptions import UnverifiedSignatureError
+    from securesystemslib.signer import SSlibKey
+
+    root = Path(run_dir)
+    entries = keys.parse_allowed_signers(allowed_signers_path)
+    result = SignatureResult()
+    envelope_path = root / ENVELOPE_NAME
+    envelopes = _envelopes(envelope_path)
+    if not envelopes:
+        what = "holds no in-toto DSSE envelope" if envelope_path.exists() else "is missing"
+        result.problems.append(f"the run is not signed: {ENVELOPE_NAME} {what} (sign it with `repro500 sign`)")
+        return result
+    trusted = {}
+    for entry in entries:
+        pub = entry.public_key
+        if pub is not None and keys.trusted_entries([entry], pub):
+            trusted.setdefault(SSlibKey.from_crypto(pub).keyid, (pub, []))[1].append(entry)
+    accepted = None
+    for envelope in envelopes:
+        try:
+            verified = envelope.verify([SSlibKey.from_crypto(pub) for pub, _ in trusted.values()], 1) if trusted else {}
+        except UnverifiedSignatureError:
+            verified = {}
+        if verified:
+            accepted = (envelope, *trusted[next(iter(verified))])
+            break
+    if accepted is None:
+        result.problems.append(_why_untrusted(envelopes[0], entries, allowed_signers_path))
+        return result
+    envelope, public, matching = accepted
+    result.fingerprint = keys.fingerprint(public)
+    try:
+        statement = json.loads(envelope.payload)
+        predicate = statement["predicate"]
+        subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    except (ValueError, KeyError, TypeError):
+        result.problems.append("the signed payload is not a repro500 in-toto Statement")
+        return result
+    result.statement = statement
+    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
+        result.problems.append(f"the signed statement is not a {PREDICATE_TYPE} in-toto Statement v1")
+    claimed = (predicate.get("signer") or {}).get("principal") if isinstance(predicate, dict) else None
+    names = sorted({p for e in matching for p in e.principals})
+    if claimed is not None and not any(e.allows_principal(claimed) for e in matching):
+        result.problems.append(f"key {result.fingerprint} is trusted for {', '.join(names)}, "
+                               f"not for the principal {claimed!r} the signature names")
+    plain = [n for n in names if not n.startswith("!") and not any(c in n for c in "*?")]
+    result.principal = claimed or (plain[0] if plain else names[0])
+    result.problems += _subject_problems(root, subjects)
+    signed_head = ((predicate.get("chain") or {}) if isinstance(predicate, dict) else {}).get("head")
+    if signed_head != chain.head(root):
+        result.problems.append(f"{chain.CHAIN_NAME}'s head is not the one signed: the repeat chain changed after signing")
+    _check_sshsig(root, envelope.payload, public, result)
+    result.valid = not result.problems
+    return result
+
+
+def _why_untrusted(envelope: Any, entries: list[keys.AllowedSigner], trust_path: str | Path) -> str:
+    """One sentence: a forged/edited envelope, or a good signature by a key nobody trusts."""
+    from securesystemslib.exceptions import UnverifiedSignatureError
+    from securesystemslib.signer import SSlibKey
+
+    try:
+        signer = json.loads(envelope.payload)["predicate"]["signer"]
+        claimed = keys.AllowedSigner(["-"], keys.ED25519, signer["public_key"].split()[1]).public_key
+        key = SSlibKey.from_crypto(claimed)
+        signature = envelope.signatures.get(key.keyid)
+        if signature is None:
+            raise KeyError
+        key.verify_signature(signature, envelope.pae())
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnverifiedSignatureError):
+        return (f"the signature in {ENVELOPE_NAME} does not verify: the envelope was edited or forged "
+                f"(or signed by a key {trust_path} does not hold)")
+    fp = keys.fingerprint(claimed)
+    named = [e for e in entries if e.public_key is not None and keys.public_blob(e.public_key) == keys.public_blob(claimed)]
+    if named:
+        return (f"the run is signed by {fp}, which {trust_path} lists but not for namespace "
+                f"{keys.NAMESPACE!r} or not at this time (see its namespaces/valid-* options)")
+    who = f" (it names itself {signer.get('principal')!r})" if signer.get("principal") else ""
+    return f"the run is signed by key {fp}{who}, which {trust_path} does not trust"
+
+
+def _subject_problems(root: Path, subjects: dict[str, str]) -> list[str]:
+    problems = []
+    try:
+        sums = bundle.read_sums(root)
+    except InvalidInput as err:
+        return [str(err)]
+    expected = {**sums, bundle.SUMS_NAME: None}
+    unsigned = sorted(set(expected) - set(subjects))
+    unlisted = sorted(set(subjects) - set(expected))
+    if unsigned or unlisted:
+        parts = ([f"listed in SHA256SUMS but not signed: {_few(unsigned)}"] if unsigned else []) + \
+                ([f"signed but not in SHA256SUMS: {_few(unlisted)}"] if unlisted else [])
+        problems.append("the signed subjects are not the files SHA256SUMS lists (" + "; ".join(parts) + ")")
+    changed, missing = [], []
+    for name, digest in sorted(subjects.items()):
+        path = root / name
+        if name != bundle.SUMS_NAME and sums.get(name) not in (None, digest):
+            changed.append(name)
+        elif not path.is_file():
+            missing.append(name)
+        elif file_digest(path) != digest:
+            changed.append(name)
+    if changed:
+        problems.append(f"changed after signing (digest differs from the signed statement): {_few(changed)}")
+    if missing:
+        problems.append(f"signed but missing: {_few(missing)}")
+    return problems
+
+
+def _few(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _check_sshsig(root: Path, payload: bytes, public: Ed25519PublicKey, result: SignatureResult) -> None:
+    path = root / SSHSIG_NAME
+    if not path.is_file():
+        result.notes.append(f"no {SSHSIG_NAME}: ssh-keygen -Y verify cannot check this run (the DSSE signature holds)")
+        return
+    try:
+        signer = sshsig.verify(path.read_text(encoding="utf-8", errors="replace"), payload)
+    except ValueError as err:
+        result.problems.append(f"{SSHSIG_NAME} does not sign the attested statement ({err})")
+        return
+    if keys.public_blob(signer) != keys.public_blob(public):
+        result.problems.append(f"{SSHSIG_NAME} is signed by another key ({keys.fingerprint(signer)}) than the envelope")
