@@ -73,6 +73,10 @@ def make_run(
     statuses = statuses or ["completed"] * n
     root = parent / name
     (root / "repeats").mkdir(parents=True)
+    # parameters follow from the seed *and* the results: two fabricated runs end bitwise identical
+    # only when their seeds and every value agree (as real training would), so a rerun with other
+    # values is never mistaken for an exact replay
+    salt = json.dumps(values, sort_keys=True)
     seeds = [seedlib.derive(500, k).as_dict() for k in range(n)]
     if torch_seeds is not None:
         for k, s in enumerate(torch_seeds):
@@ -100,7 +104,7 @@ def make_run(
             for t in TENSORS:
                 bad = (diverge and diverge["repeat"] == k and e_num >= diverge["epoch"]
                        and TENSORS.index(t) >= TENSORS.index(diverge["tensor"]))
-                tensors[t] = _h(seeds[k]["torch"], e_num, t, "x" if bad else "")
+                tensors[t] = _h(seeds[k]["torch"], e_num, t, "x" if bad else "", salt)
             whole = _h(*tensors.values())
             lines.append(json.dumps({"epoch": epoch, "digest": whole, "tensors": tensors}))
             if epoch != "final":

@@ -167,3 +167,52 @@ def compare_with_reference(run: RunData, reference: RunData) -> list[dict[str, A
         pairs.append({"repeat": k, "reference_repeat": j, "seed": seed,
                       "identical": mine is not None and mine == theirs})
     return pairs
+
+
+@dataclass
+class ExactReplay:
+    """Whether every rerun repeat ends bit for bit where the reference repeat of its seed ended.
+
+    Decided only against a reference run: every planned repeat of the rerun completed, records
+    a torch seed and a ``final_param_digest``, and a completed reference repeat shares the seed
+    (the one of the same index when several do).  Independent of the number of repeats."""
+
+    exact: bool
+    reason: str
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def exact_replay(run: RunData, reference: RunData) -> ExactReplay:
+    if run.unsuccessful:
+        shown = ", ".join(f"{k} ({state})" for k, state in run.unsuccessful.items())
+        return ExactReplay(False, f"not every repeat completed: {shown}")
+    by_seed: dict[Any, list[int]] = {}
+    for j in reference.completed:
+        seed = (reference.repeats[j].get("seeds") or {}).get("torch")
+        if seed is not None and reference.repeats[j].get("final_param_digest"):
+            by_seed.setdefault(seed, []).append(j)
+    pairs, gaps = [], []
+    for k in run.completed:
+        doc = run.repeats[k]
+        seed, digest = (doc.get("seeds") or {}).get("torch"), doc.get("final_param_digest")
+        if seed is None or not digest:
+            gaps.append(f"repeat {k} records no {'torch seed' if seed is None else 'final parameter digest'}")
+            continue
+        candidates = by_seed.get(seed)
+        if not candidates:
+            gaps.append(f"no reference repeat shares repeat {k}'s seed {seed}")
+            continue
+        j = k if k in candidates else candidates[0]
+        pairs.append({"repeat": k, "reference_repeat": j, "seed": seed,
+                      "identical": digest == reference.repeats[j]["final_param_digest"]})
+    if gaps:
+        return ExactReplay(False, "; ".join(gaps), pairs)
+    differing = [p["repeat"] for p in pairs if not p["identical"]]
+    if differing or not pairs:
+        return ExactReplay(False, f"repeat(s) {differing} end with parameters that differ from the reference "
+                                  "repeat of the same seed", pairs)
+    return ExactReplay(True, f"all {len(pairs)} repeat(s) end with final parameters bitwise identical to the "
+                             "reference repeat of the same seed", pairs)

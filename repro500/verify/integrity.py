@@ -6,7 +6,9 @@ Checks, in order (docs/verify.md, "Integrity"):
 2. optionally the digest of ``SHA256SUMS`` itself against one published elsewhere;
 3. ``manifest.json``: schema and its canonical digest (``repro500-c14n/v1``);
 4. ``run.json`` schema;
-5. the aggregate ``summary.json`` recomputed from the per-repeat summaries;
+5. every planned repeat accounted for (run.json, summary.json, recipe.yaml and the manifest
+   agree on how many; each has its own ``repeats/<k>/summary.json``, seeds as planned), and
+   the aggregate ``summary.json`` recomputed from the per-repeat summaries;
 6. cross-file consistency (summary values vs ``metrics.jsonl`` epoch records, final
    parameter digests vs ``params.jsonl``): reported as warnings, not INVALID, because they
    depend on how a workload defines its summary metric;
@@ -31,7 +33,7 @@ from typing import Any
 from repro500 import bundle
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput
-from repro500.verify.rundir import RunData
+from repro500.verify.rundir import INCOMPLETE_RUN_STATES, REPEAT_STATES, RunData, load_run
 
 MANIFEST_SCHEMA = "repro500/manifest/v1"
 
@@ -79,6 +81,25 @@ def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: 
     _check_manifest(root / "manifest.json", result)
     _check_run_json(root / "run.json", result)
     return result
+
+
+def check_run(run_dir: str | Path, *, label: str = "run", expect_sums_digest: str | None = None,
+              deep: bool = True) -> tuple[IntegrityResult, RunData | None]:
+    """Every integrity step, in order; the run's data is returned when the files could be read.
+
+    This is the one place that decides whether a run directory is what the run wrote: a check
+    of a signature or of a chain of repeat digests belongs here, next to the others.  ``deep``
+    adds the consistency warnings and the re-hashing of data files (steps 6 and 7)."""
+    result = check_files(run_dir, label=label, expect_sums_digest=expect_sums_digest)
+    if not result.ok:
+        return result, None
+    run = load_run(run_dir)
+    check_repeats(run, result)
+    check_aggregate(run, result)
+    if deep:
+        check_consistency(run, result)
+        check_data(run, result)
+    return result, run
 
 
 def _load_for_check(path: Path, result: IntegrityResult) -> dict[str, Any] | None:
@@ -134,6 +155,90 @@ def _check_run_json(path: Path, result: IntegrityResult) -> None:
 # --------------------------------------------------------------------------- step 5
 
 
+def check_repeats(run: RunData, result: IntegrityResult) -> None:
+    """No repeat can vanish: every planned repeat has its own record, in its own slot.
+
+    Dropping an unlucky repeat (its directory removed, the aggregate and SHA256SUMS rewritten)
+    is the selective reporting a reproducibility check exists to stop; every document that
+    states the planned count must agree, and a repeat may be absent only from a run that
+    run.json says stopped early (then the verdict cannot pass: the repeats count as "not run")."""
+    counts = run.planned_counts()
+    valid = {}
+    for where, value in counts.items():
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            valid[where] = value
+        else:
+            result.problems.append(f"{where} is {value!r}, not a number of repeats")
+    if len(set(valid.values())) > 1:
+        shown = ", ".join(f"{where} {value}" for where, value in valid.items())
+        result.problems.append(f"the planned number of repeats disagrees ({shown}): a repeat may have been dropped")
+        return
+    if not valid:
+        result.notes.append("no document records how many repeats were planned: cannot check that none is missing")
+        return
+    planned = next(iter(valid.values()))
+    _check_repeat_dirs(run, planned, result)
+    listed = run.summary.get("repeats") if isinstance(run.summary.get("repeats"), dict) else {}
+    plan = ((((run.manifest or {}).get("facets") or {}).get("seeds") or {}).get("plan")) or []
+    for key in listed:
+        if not (str(key).isdigit() and int(key) < planned):
+            result.problems.append(f"summary.json lists repeat {key}, beyond the {planned} planned")
+    for k in range(planned):
+        doc = run.repeats.get(k)
+        if doc is None:
+            continue
+        if doc.get("status") not in REPEAT_STATES:
+            result.problems.append(f"repeats/{k}/summary.json has status {doc.get('status')!r}, "
+                                   f"not one of {', '.join(REPEAT_STATES)}")
+        if doc.get("repeat") is not None and doc.get("repeat") != k:
+            result.problems.append(f"repeats/{k}/summary.json says it is repeat {doc.get('repeat')!r}: "
+                                   "a repeat was moved to another slot")
+        if str(k) not in listed:
+            result.problems.append(f"summary.json does not list repeat {k}, which repeats/{k}/summary.json records")
+        planned_seed = _planned_torch_seed(plan, k)
+        seed = (doc.get("seeds") or {}).get("torch")
+        if planned_seed is not None and seed is not None and seed != planned_seed:
+            result.problems.append(f"repeat {k} ran with torch seed {seed}, not the {planned_seed} the manifest "
+                                   f"planned for repeat {k}: the repeat was replaced or moved")
+    missing = run.not_run
+    if not missing:
+        return
+    state = (run.run or {}).get("status")
+    if state in INCOMPLETE_RUN_STATES:
+        result.notes.append(f"the run is incomplete: repeat(s) {_ks(missing)} of {planned} have not run "
+                            f"(run.json says {state!r}); `repro500 run --resume {run.path}` completes it")
+    else:
+        said = f"run.json says the run is {state!r}" if state else "nothing says the run stopped early"
+        result.problems.append(f"repeat(s) {_ks(missing)} of the {planned} planned are missing (no "
+                               f"repeats/<k>/summary.json) and {said}: a repeat cannot be dropped from a run")
+
+
+def _check_repeat_dirs(run: RunData, planned: int, result: IntegrityResult) -> None:
+    repeats_dir = run.path / "repeats"
+    if not repeats_dir.is_dir() or repeats_dir.is_symlink():
+        return
+    for child in sorted(repeats_dir.iterdir(), key=lambda p: (len(p.name), p.name)):
+        rel = f"repeats/{child.name}"
+        if child.is_symlink():
+            result.problems.append(f"{rel} is a link: every repeat must be a directory of its own")
+        elif (child / "summary.json").is_symlink():
+            result.problems.append(f"{rel}/summary.json is a link: every repeat must hold its own summary")
+        elif child.name.isdigit() and int(child.name) >= planned:
+            result.problems.append(f"{rel} is beyond the {planned} planned repeats")
+
+
+def _planned_torch_seed(plan: Any, k: int) -> Any:
+    try:
+        entry = plan[k]
+        return entry["ranks"][0]["torch"] if entry.get("repeat", k) == k else None
+    except (IndexError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _ks(ks: list[int]) -> str:
+    return ", ".join(str(k) for k in ks)
+
+
 def check_aggregate(run: RunData, result: IntegrityResult) -> None:
     """The aggregate summary must equal what the per-repeat summaries say."""
     statuses = run.summary.get("repeats") or {}
@@ -145,8 +250,8 @@ def check_aggregate(run: RunData, result: IntegrityResult) -> None:
                 f"{doc.get('status')!r}"
             )
     for key, recorded in statuses.items():
-        if str(key).isdigit() and int(key) not in run.repeats and recorded == "completed":
-            result.problems.append(f"summary.json lists repeat {key} as completed but repeats/{key}/summary.json is absent")
+        if str(key).isdigit() and int(key) not in run.repeats:
+            result.problems.append(f"summary.json lists repeat {key} as {recorded!r} but repeats/{key}/summary.json is absent")
     for metric, entry in (run.summary.get("metrics") or {}).items():
         if not isinstance(entry, dict):
             result.problems.append(f"summary.json: metrics.{metric} is not an object")

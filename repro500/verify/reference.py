@@ -16,7 +16,7 @@ from repro500 import bundle
 from repro500.errors import InvalidInput
 from repro500.verify import integrity
 from repro500.verify.published import Published, load_published
-from repro500.verify.rundir import RunData, load_run
+from repro500.verify.rundir import RunData
 
 PUBLISHED_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -66,15 +66,13 @@ def load_reference(against: str | Path) -> Reference:
 
 
 def _from_run_dir(path: Path, *, kind: str, shown: str) -> Reference:
-    check = integrity.check_files(path, label="reference")
-    ref = Reference(kind=kind, path=shown, label=shown, values={}, integrity=check)
-    if not check.ok:
-        return ref  # the verdict reports the problems as INVALID
     try:
-        run = load_run(path)
+        check, run = integrity.check_run(path, label="reference", deep=False)
     except InvalidInput as err:  # name the reference the user gave, not a temporary directory
         raise InvalidInput(f"reference {shown}: {err}") from None
-    integrity.check_aggregate(run, check)
+    ref = Reference(kind=kind, path=shown, label=shown, values={}, integrity=check)
+    if run is None or not check.ok:
+        return ref  # the verdict reports the problems as INVALID
     ref.run = run
     ref.label = f"run {run.run_id}"
     ref.values = {name: run.values(name) for name in run.metric_names()}

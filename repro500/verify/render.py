@@ -42,7 +42,8 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
         citation = " ".join(str(against["source"].get("citation", "")).split())
         citation = citation if len(citation) <= 110 else citation[:107] + "..."
         console.print(f"  [dim]source: {citation}[/]", highlight=False)
-    console.print(f"{_status(verdict.status)}  (exit {verdict.exit_code})")
+    headline = _status(verdict.status) + (" [bold green](exact)[/]" if verdict.exact else "")
+    console.print(f"{headline}  (exit {verdict.exit_code})")
     for reason in verdict.reasons[:6]:
         console.print(f"  {reason}", highlight=False)
     _integrity(verdict, console)

@@ -17,6 +17,9 @@ from repro500 import bundle
 from repro500.errors import InvalidInput
 
 DIRECTIONS = ("higher", "lower")
+REPEAT_STATES = ("completed", "failed", "diverged", "killed")
+# run.json states of a run that stopped before every repeat ran and can be resumed
+INCOMPLETE_RUN_STATES = ("running", "interrupted", "failed")
 
 
 @dataclass(frozen=True)
@@ -56,14 +59,43 @@ class RunData:
     def completed(self) -> list[int]:
         return [k for k in sorted(self.repeats) if self.status(k) == "completed"]
 
+    def planned_counts(self) -> dict[str, Any]:
+        """The number of planned repeats as each document records it (absent ones left out)."""
+        seeds = (((self.manifest or {}).get("facets") or {}).get("seeds") or {})
+        sources = (("run.json repeats", self.run), ("summary.json repeats_planned", self.summary),
+                   ("recipe.yaml repeats", self.recipe), ("manifest.json seeds.repeats", seeds))
+        key = {"summary.json repeats_planned": "repeats_planned"}
+        out = {}
+        for where, doc in sources:
+            name = key.get(where, "repeats")
+            if isinstance(doc, dict) and doc.get(name) is not None:
+                out[where] = doc[name]
+        return out
+
+    @property
+    def planned(self) -> int | None:
+        """The planned number of repeats (integrity checks that every record agrees)."""
+        for value in self.planned_counts().values():
+            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+                return value
+        return None
+
+    @property
+    def not_run(self) -> list[int]:
+        """Planned repeats with no summary at all (an incomplete run; integrity decides if allowed)."""
+        return [k for k in range(self.planned or 0) if k not in self.repeats]
+
     @property
     def unsuccessful(self) -> dict[int, str]:
-        """Repeats that ended in a state other than completed, with that state."""
+        """Repeats that ended in a state other than completed, with that state; planned repeats
+        that never ran count as "not run"."""
         out = {k: self.status(k) for k in sorted(self.repeats) if self.status(k) != "completed"}
         for key, state in (self.summary.get("repeats") or {}).items():
             if str(key).isdigit() and int(key) not in self.repeats:
                 out[int(key)] = str(state)
-        return out
+        for k in self.not_run:
+            out.setdefault(k, "not run")
+        return dict(sorted(out.items()))
 
     def values(self, metric: str) -> list[float]:
         """The metric's value in every completed repeat that reported it, by repeat index."""
@@ -173,8 +205,14 @@ def load_run(path: str | Path) -> RunData:
     check_schema(summary, bundle.SUMMARY_SCHEMA, root / "summary.json")
     repeats: dict[int, dict[str, Any]] = {}
     repeats_dir = root / "repeats"
+    if repeats_dir.is_symlink():
+        raise InvalidInput(f"{repeats_dir} is a link: a run's repeats must be a directory of its own")
     if repeats_dir.is_dir():
         for child in sorted(repeats_dir.iterdir()):
+            # a linked repeat is never read: one repeat's files must not count twice, nor files
+            # from outside the run (integrity.check_repeats names it)
+            if child.is_symlink() or (child / "summary.json").is_symlink():
+                continue
             if child.is_dir() and child.name.isdigit() and (child / "summary.json").exists():
                 doc = read_json(child / "summary.json", "a repeat summary")
                 check_schema(doc, bundle.REPEAT_SUMMARY_SCHEMA, child / "summary.json")

@@ -10,6 +10,12 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
 * with a reference, **equivalence**, **determinism** and the **time-to-train**
   convergence check decide the same way, reported as REPRODUCED / NOT REPRODUCED /
   INCONCLUSIVE; the bands are still shown;
+* against a reference run, an **exact replay** (every rerun repeat ends with the final
+  parameters of the reference repeat of its seed, bit for bit) is the strongest outcome:
+  REPRODUCED (exact), whatever the number of repeats, unless something decided FAIL; the
+  statistical outcome stays as the second reason;
+* a run that stopped before every planned repeat ran (run.json says so) cannot PASS or be
+  REPRODUCED: its missing repeats make it INCONCLUSIVE;
 * determinism and time-to-train only count when they could run (SKIPPED is neutral;
   an inconclusive convergence check is a note, not a block);
 * so a run with no acceptance criteria and no reference is decided by determinism alone
@@ -41,14 +47,20 @@ from repro500.errors import (
 )
 from repro500.verify import equivalence, integrity
 from repro500.verify.bands import BandResult, check_bands
-from repro500.verify.determinism import DeterminismResult, check_determinism, compare_with_reference
+from repro500.verify.determinism import (
+    DeterminismResult,
+    ExactReplay,
+    check_determinism,
+    compare_with_reference,
+    exact_replay,
+)
 from repro500.verify.equivalence import EquivalenceResult
 from repro500.verify.flops import FlopsResult, valid_flops
 from repro500.verify.integrity import IntegrityResult
 from repro500.verify.provenance import ProvenanceResult, provenance_diff
 from repro500.verify.reference import Reference, load_reference
 from repro500.verify.render import render  # noqa: F401 - part of this module's interface
-from repro500.verify.rundir import load_run
+from repro500.verify.rundir import RunData
 from repro500.verify.stats import describe
 from repro500.verify.timing import TimingResult, check_time_to_train
 
@@ -80,11 +92,21 @@ class Verdict:
     determinism: DeterminismResult | None = None
     provenance: ProvenanceResult | None = None
     valid_flops: FlopsResult | None = None
+    exact_replay: ExactReplay | None = None
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
     def exit_code(self) -> int:
         return EXIT_CODES[self.status]
+
+    @property
+    def exact(self) -> bool:
+        """REPRODUCED by an exact replay (bitwise-identical parameters), not only statistically."""
+        return self.status == "REPRODUCED" and self.exact_replay is not None and self.exact_replay.exact
+
+    @property
+    def headline(self) -> str:
+        return f"{self.status} (exact)" if self.exact else self.status
 
     def to_dict(self) -> dict[str, Any]:
         """The verdict.json document (schema ``repro500/verdict/v1``), NaN-free."""
@@ -94,7 +116,7 @@ class Verdict:
         doc = {
             "schema": SCHEMA, "tool": {"name": "repro500", "version": __version__},
             "created_utc": self.created_utc, "run_dir": self.run_dir, "run_id": self.run_id,
-            "status": self.status, "exit_code": self.exit_code, "alpha": self.alpha,
+            "status": self.status, "exact": self.exact, "exit_code": self.exit_code, "alpha": self.alpha,
             "margins": self.margins, "reasons": self.reasons, "advice": self.advice,
             "against": self.against, "integrity": section(self.integrity),
             "reference_integrity": section(self.reference_integrity),
@@ -102,6 +124,7 @@ class Verdict:
             "equivalence": None if self.equivalence is None else [e.to_dict() for e in self.equivalence],
             "time_to_train": section(self.time_to_train), "determinism": section(self.determinism),
             "provenance": section(self.provenance), "valid_flops": section(self.valid_flops),
+            "exact_replay": section(self.exact_replay),
         }
         return _clean(doc)
 
@@ -164,16 +187,11 @@ def verify_run(
 def _verify_dir(root: Path, against: str | Path | None, alpha: float,
                 margins: dict[str, float] | None, expect_sums_digest: str | None) -> Verdict:
     verdict = Verdict(status="INCONCLUSIVE", alpha=float(alpha), run_dir=str(root), margins=dict(margins or {}))
-    check = integrity.check_files(root, expect_sums_digest=expect_sums_digest)
+    check, run = integrity.check_run(root, expect_sums_digest=expect_sums_digest)
     verdict.integrity = check
-    if not check.ok:
-        return _invalid(verdict, check.problems)
-    run = load_run(root)
-    verdict.run_id = run.run_id
-    integrity.check_aggregate(run, check)
-    integrity.check_consistency(run, check)
-    integrity.check_data(run, check)
-    if not check.ok:
+    if run is not None:
+        verdict.run_id = run.run_id
+    if run is None or not check.ok:
         return _invalid(verdict, check.problems)
 
     ref: Reference | None = None
@@ -199,9 +217,10 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
         verdict.provenance = provenance_diff(run.manifest, ref.manifest)
         if ref.run is not None:
             verdict.determinism.cross_run = compare_with_reference(run, ref.run)
+            verdict.exact_replay = exact_replay(run, ref.run)
     else:
         verdict.time_to_train = check_time_to_train(repeat_docs, alpha)
-    _decide(verdict, ref is not None)
+    _decide(verdict, ref is not None, run)
     _collect_advice(verdict, run)
     return verdict
 
@@ -213,8 +232,12 @@ def _invalid(verdict: Verdict, problems: list[str]) -> Verdict:
     return verdict
 
 
-def _decide(verdict: Verdict, with_reference: bool) -> None:
+def _decide(verdict: Verdict, with_reference: bool, run: RunData) -> None:
     items: list[tuple[str, str]] = []  # (PASS|FAIL|INCONCLUSIVE, reason)
+    if run.not_run:
+        # what did not run cannot have reproduced: an incomplete run never passes on the rest
+        items.append(("INCONCLUSIVE", f"the run is incomplete: repeat(s) {', '.join(map(str, run.not_run))} of "
+                                      f"{run.planned} have not run"))
     if with_reference:
         mapping = {"REPRODUCED": "PASS", "NOT REPRODUCED": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE"}
         items += [(mapping[e.status], f"{e.metric}: {e.reason}") for e in verdict.equivalence or []]
@@ -243,6 +266,16 @@ def _decide(verdict: Verdict, with_reference: bool) -> None:
     else:
         verdict.status = outcome
     verdict.reasons = chosen
+    replay = verdict.exact_replay
+    if replay is not None and replay.exact:
+        if outcome == "FAIL":  # identical parameters yet different results: evaluation or data differ
+            verdict.reasons = chosen + [f"exact replay: {replay.reason}, yet the results differ (check the "
+                                        "evaluation and the data)"]
+        else:
+            verdict.status = "REPRODUCED"
+            statistical = [f"statistically {'REPRODUCED' if outcome == 'PASS' else outcome}: {reason}"
+                           for reason in chosen]
+            verdict.reasons = [f"exact replay: {replay.reason}", *statistical]
 
 
 def _collect_advice(verdict: Verdict, run: Any) -> None:
