@@ -4,7 +4,9 @@ The question "does the rerun reproduce the reference within +-margin?" is an equ
 question, decided on the (1 - 2 alpha) confidence interval of ``diff = run - reference``
 (two one-sided tests at level alpha each; stats.py):
 
-* **REPRODUCED**: the interval lies inside [-margin, +margin].
+* **REPRODUCED**: the interval lies inside [-margin, +margin], edges included; a difference
+  known exactly (zero variance) is compared in decimal (``decide_exact``), so 0.935 against
+  0.93 with margin 0.005 is on the edge, hence inside.
 * **NOT REPRODUCED**: the interval lies entirely outside it (all of it above +margin or all
   below -margin): the run differs by more than the margin, itself shown at level alpha.
   This is a positive finding of a difference, not merely "equivalence not shown".
@@ -23,6 +25,7 @@ taken as exact).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -74,22 +77,40 @@ def decide(low: Any, high: Any, margin: float, test: str = "equivalence", direct
     return np.where(shown, 1, np.where(beyond, -1, 0))
 
 
+def decide_exact(diff: Decimal, margin: Decimal, test: str = "equivalence", direction: str = "higher") -> int:
+    """``decide`` for a difference known exactly (zero variance): decimal arithmetic, no rounding,
+    so a difference equal to the margin in decimal terms is inside it (docs/verify.md)."""
+    if test == "equivalence":
+        return 1 if -margin <= diff <= margin else -1
+    if direction == "higher":
+        return 1 if diff >= -margin else -1
+    return 1 if diff <= margin else -1
+
+
 def classify(res: stats.TostResult, test: str, direction: str) -> tuple[str, str]:
     """(status, reason) from a TOST result; see the module docstring for the rules."""
     m = res.margin
     if res.ci_low is None or res.ci_high is None:
         return INCONCLUSIVE, "; ".join(res.notes) or "no interval could be computed"
     level = f"{res.ci_confidence:.0%}"
-    if res.exact:
+    if res.exact and res.exact_diff is not None:
+        where = f"difference {Decimal(res.exact_diff):+} (zero variance, exact in decimal)"
+    elif res.exact:
         where = f"difference {res.diff:+.6g} (zero variance, exact)"
     else:
         where = f"{level} CI of the difference [{res.ci_low:+.6g}, {res.ci_high:+.6g}]"
-    code = int(decide(res.ci_low, res.ci_high, m, test, direction))
+    if res.exact and res.exact_diff is not None:
+        exact_diff = Decimal(res.exact_diff)
+        code = decide_exact(exact_diff, Decimal(repr(float(m))), test, direction)
+        above = exact_diff > 0
+    else:
+        code = int(decide(res.ci_low, res.ci_high, m, test, direction))
+        above = res.ci_low > m
     if test == "equivalence":
         if code == 1:
             return REPRODUCED, f"{where} lies inside ±{m:.6g}"
         if code == -1:
-            side = "above +" if res.ci_low > m else "below -"
+            side = "above +" if above else "below -"
             return NOT_REPRODUCED, f"{where} lies entirely {side}{m:.6g}"
         return INCONCLUSIVE, f"{where} straddles the margin ±{m:.6g}"
     if direction == "higher":

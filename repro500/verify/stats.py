@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import numpy as np
@@ -207,6 +208,9 @@ class TostResult:
     p_upper: float | None = None
     p_value: float | None = None
     exact: bool = False
+    # the exact difference in decimal, when ``exact``: the operands as the decimal numbers they
+    # print as (Python's shortest repr), subtracted without rounding (decided on, not ``diff``)
+    exact_diff: str | None = None
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
@@ -247,9 +251,16 @@ def _fill(result: TostResult, diff: float, se: float, df: float) -> TostResult:
     return result
 
 
-def _exact(result: TostResult, diff: float) -> TostResult:
+def _exact(result: TostResult, diff: float, left: float, right: float) -> TostResult:
+    """Zero variance: the difference of the two (constant) values, also kept exact in decimal.
+
+    0.935 - 0.93 is 0.0050000000000000044 in binary floating point; a margin of 0.005 is meant
+    as the decimal 0.005, and so are the values, which is how they were written and printed.
+    Subtracting their shortest reprs as Decimals decides the edge as the user reads it, while a
+    value one ulp beyond (0.9350000000000002) still lies beyond."""
     result.exact = True
     result.ci_low = result.ci_high = diff
+    result.exact_diff = str(Decimal(repr(float(left))) - Decimal(repr(float(right))))
     result.notes.append("zero variance on every side: decided exactly from the means")
     return result
 
@@ -272,12 +283,12 @@ def tost_two_sample(a: Sequence[float], b: Sequence[float], margin: float, alpha
     res.diff = float(xa.mean() - xb.mean())
     var_a, var_b = float(xa.var(ddof=1)), float(xb.var(ddof=1))
     if _constant(xa) and _constant(xb):
-        return _exact(res, res.diff)
+        return _exact(res, res.diff, xa[0], xb[0])
     var_a = 0.0 if _constant(xa) else var_a
     var_b = 0.0 if _constant(xb) else var_b
     se = math.sqrt(var_a / xa.size + var_b / xb.size)
     if se == 0.0:  # spreads below float resolution (their squares underflow): as exact as it gets
-        return _exact(res, res.diff)
+        return _exact(res, res.diff, res.mean_a, res.mean_b)
     df = float(welch_df(var_a, xa.size, var_b, xb.size))
     return _fill(res, res.diff, se, df)
 
@@ -299,10 +310,10 @@ def tost_one_sample(a: Sequence[float], value: float, margin: float, alpha: floa
         res.notes.append(_few_note(xa.size, None))
         return res
     if _constant(xa):
-        return _exact(res, res.diff)
+        return _exact(res, res.diff, xa[0], value)
     se = float(xa.std(ddof=1)) / math.sqrt(xa.size)
     if se == 0.0:
-        return _exact(res, res.diff)
+        return _exact(res, res.diff, res.mean_a, value)
     return _fill(res, res.diff, se, float(xa.size - 1))
 
 
