@@ -2,18 +2,24 @@
 
 The UI is MLflow's (``mlflow server``); repro500 only points it at the right store, binds it
 to 127.0.0.1 by default (a team server is documented in docs/team.md) and waits until it
-answers before printing the URL.
+answers before printing the URL.  The server runs in its own process group; SIGINT, SIGTERM
+and SIGHUP sent to ``repro500 ui`` (Ctrl-C, ``kill``, a service manager, a batch system, a
+closed terminal) are passed on to that whole group and waited for, so nothing is left
+answering on the port.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from repro500.errors import InvalidInput, UsageError
@@ -54,6 +60,13 @@ def default_backend_uri() -> str:
     return f"sqlite:///{Path('mlflow.db').resolve()}"
 
 
+def redact_store(uri: str) -> str:
+    """The store URI as it may be printed (a database password removed)."""
+    from repro500.redact import redact_url
+
+    return redact_url(uri)
+
+
 def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = HEALTH_TIMEOUT_S) -> None:
     """Poll ``/health`` until the server answers 200, the process dies, or the time runs out."""
     deadline = time.monotonic() + timeout_s
@@ -87,23 +100,81 @@ def start(backend_uri: str | None = None, host: str = "127.0.0.1", port: int = 5
     url = f"http://{host}:{port}"
     try:
         wait_healthy(url, proc)
+    except Stopped as stopped:
+        stop(proc, stopped.signum)
+        raise
     except BaseException:
         stop(proc)
         raise
     return proc, url
 
 
-def stop(proc: subprocess.Popen) -> None:
-    """Stop the server and its workers (it runs in its own process group)."""
-    import signal
-
-    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM) -> None:
+    """Stop the server and its workers (its whole process group) with *sig*, then SIGKILL."""
+    for send, wait_s in ((sig, 10), (signal.SIGKILL, 5)):
         try:
-            os.killpg(proc.pid, sig)
+            os.killpg(proc.pid, send)
         except ProcessLookupError:
-            return
+            break
         try:
             proc.wait(timeout=wait_s)
-            return
+            break
         except subprocess.TimeoutExpired:
             continue
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)  # a worker that outlived the server keeps the port otherwise
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """``repro500 ui`` was asked to stop by a signal."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[None]:
+    """Turn SIGINT/SIGTERM/SIGHUP into :class:`Stopped` while the block runs (once: a second
+    signal while stopping is ignored, so the clean-up finishes)."""
+    stopping = []
+
+    def handler(signum: int, frame: object) -> None:
+        if not stopping:
+            stopping.append(signum)
+            raise Stopped(signum)
+
+    previous = {sig: signal.signal(sig, handler) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def serve(backend_uri: str | None = None, host: str = "127.0.0.1", port: int = 5000,
+          on_ready: Callable[[str], None] | None = None) -> int:
+    """Run the UI until it is stopped by a signal or exits; returns the server's exit code, 0 when
+    stopped.  The server's process group receives the signal that stopped ``repro500 ui``."""
+    with _stop_signals():
+        proc: subprocess.Popen | None = None
+        try:
+            proc, url = start(backend_uri, host, port)
+            if on_ready is not None:
+                on_ready(url)
+            code = proc.wait()
+            proc = None  # exited by itself
+            return code
+        except Stopped as stopped:
+            if proc is not None:
+                stop(proc, stopped.signum)
+                proc = None
+            return 0
+        except KeyboardInterrupt:  # a SIGINT delivered before the handler was installed
+            return 0
+        finally:
+            if proc is not None:
+                stop(proc)

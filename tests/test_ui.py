@@ -62,3 +62,71 @@ def test_ui_refuses_a_missing_store(in_tmp, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(InvalidInput, match="no MLflow store"):
         ui.start(port=ui.free_port())
+
+
+@pytest.mark.slow  # starts MLflow's server: 10-30 s on a shared 2-core machine
+def test_ui_stopped_by_sigterm_takes_its_server_along(in_tmp):
+    """`kill PID` (a service manager, a batch system, a closed terminal) must not leave MLflow's server
+    answering on the port: repro500 passes the signal to the server's whole process group."""
+    from repro500.tracking import open_store
+
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    open_store(uri)
+    port = ui.free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "ui", "--port", str(port),
+                             "--backend-store-uri", uri], cwd=in_tmp, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()  # printed once the UI answers
+        assert f"http://127.0.0.1:{port}" in line, line + proc.stderr.read() if proc.poll() is not None else line
+        assert ui.port_in_use("127.0.0.1", port)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert "Traceback" not in proc.stderr.read()
+    deadline = time.monotonic() + 10
+    while ui.port_in_use("127.0.0.1", port) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not ui.port_in_use("127.0.0.1", port)  # the server and its workers are gone
+
+
+# A stand-in server: a process group of a shell and a grandchild, like mlflow server and uvicorn.
+SERVE = """
+import subprocess, sys
+from repro500 import ui
+
+def start(backend_uri, host, port):
+    proc = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300"], start_new_session=True)
+    return proc, "http://127.0.0.1:1"
+
+ui.start = start
+sys.exit(ui.serve(on_ready=lambda url: print("ready", flush=True)))
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_reaches_the_servers_whole_process_group(tmp_path, sig):
+    import os
+
+    proc = subprocess.Popen([sys.executable, "-c", SERVE], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        assert len(children) == 1
+        group = os.getpgid(int(children[0]))
+        proc.send_signal(sig)
+        proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, proc.stderr.read()
+    deadline = time.monotonic() + 5
+    alive = ["x"]
+    while alive and time.monotonic() < deadline:
+        alive = subprocess.run(["pgrep", "-g", str(group)], capture_output=True, text=True).stdout.split()
+        time.sleep(0.1)
+    assert not alive  # the shell and its grandchild are both gone

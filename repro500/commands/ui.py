@@ -10,19 +10,20 @@ import click
 @click.option("--host", default="127.0.0.1", help="Address to bind; keep loopback unless behind a proxy (docs/team.md).")
 @click.option("--backend-store-uri", help="Tracking store (default: MLFLOW_TRACKING_URI or sqlite:///mlflow.db).")
 def ui(port: int, host: str, backend_store_uri: str | None) -> None:
-    """Start the MLflow UI on the tracking store repro500 logs to; Ctrl-C stops it.
+    """Start the MLflow UI on the tracking store repro500 logs to; Ctrl-C (or SIGTERM, SIGHUP) stops it.
 
     Runs are grouped per recipe (experiment repro500/<recipe>); each repro500 run is a parent run
     with one nested run per repeat. Add the repro500.* tags and params as columns to compare
     repeats and reruns side by side.
     """
     from repro500 import ui as mlflow_ui
+    from repro500.errors import RunFailed
 
-    proc, url = mlflow_ui.start(backend_store_uri, host, port)
-    click.echo(f"MLflow UI: {url}  (store: {backend_store_uri or mlflow_ui.default_backend_uri()}; Ctrl-C to stop)")
-    try:
-        proc.wait()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        mlflow_ui.stop(proc)
+    store = backend_store_uri or mlflow_ui.default_backend_uri()
+
+    def ready(url: str) -> None:
+        click.echo(f"MLflow UI: {url}  (store: {mlflow_ui.redact_store(store)}; Ctrl-C to stop)")
+
+    code = mlflow_ui.serve(backend_store_uri, host, port, on_ready=ready)
+    if code != 0:
+        raise RunFailed(f"the MLflow UI stopped by itself with exit code {code}")
