@@ -28,7 +28,7 @@ ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _FILE_MODE, _DIR_MODE = 0o644, 0o755
 # a run directory is summaries, logs and digests: far below these; an archive above them is
 # refused before extraction, whatever it claims (REPRO500_MAX_UNPACK_BYTES raises the size cap)
-MAX_UNPACK_BYTES = 16 * 2**30
+MAX_UNPACK_BYTES = 4 * 2**30
 MAX_MEMBERS = 100_000
 _MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
@@ -173,10 +173,10 @@ def _unsafe(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def _read_members(archive: Path, cap: int) -> tuple[list[tarfile.TarInfo], int]:
+def _read_members(archive: Path, cap: int, dest: Path, free: int | None) -> tuple[list[tarfile.TarInfo], int]:
     """Every header, checked as it is read; returns the members and their declared bytes.
 
-    The size check runs on each header before the reader moves past that member's data, so a
+    The size checks run on each header before the reader moves past that member's data, so a
     member declaring 10 GB (a sparse file, or a gzip bomb of zeros) is refused without
     decompressing it."""
     members: list[tarfile.TarInfo] = []
@@ -193,6 +193,9 @@ def _read_members(archive: Path, cap: int) -> tuple[list[tarfile.TarInfo], int]:
                     raise InvalidInput(
                         f"{archive} declares at least {_size(total)} of content, more than the {_size(cap)} a run "
                         "directory may hold (REPRO500_MAX_UNPACK_BYTES raises the cap); refusing to extract anything")
+                if free is not None and total > free:
+                    raise InvalidInput(f"{archive} declares at least {_size(total)} of content but {dest} has "
+                                       f"{_size(free)} free: free some space or unpack elsewhere")
                 members.append(member)
                 if len(members) > MAX_MEMBERS:
                     raise InvalidInput(f"{archive} holds more than {MAX_MEMBERS} entries: not a run directory")
@@ -330,15 +333,12 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
     if dest.exists() and not dest.is_dir():
         raise InvalidInput(f"{dest} is not a directory: give --dest a directory to unpack into")
     cap = max_unpack_bytes()
-    members, declared = _read_members(archive, cap)
+    free = _free_bytes(dest)
+    members, _ = _read_members(archive, cap, dest, free)
     top = _check_tree(archive, members)
     target = dest / top
     if target.exists() or target.is_symlink():
         raise InvalidInput(f"{target} already exists: remove it or unpack into another directory")
-    free = _free_bytes(dest)
-    if free is not None and declared > free:
-        raise InvalidInput(f"{archive} holds {_size(declared)} but {dest} has {_size(free)} free: "
-                           "free some space or unpack elsewhere")
     created = _make_dest(dest)
     budget = min(cap, free) if free is not None else cap
     done = False
