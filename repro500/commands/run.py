@@ -8,7 +8,15 @@ import click
 
 
 @click.command(context_settings={"show_default": True})
-@click.argument("recipe", required=False, type=click.Path(dir_okay=False))
+@click.argument("recipe", required=False, nargs=-1)
+@click.option("--command", "as_command", is_flag=True,
+              help="Run the program given after -- (repro500 run --command [OPTIONS] -- python train.py ...) as the experiment.")
+@click.option("--metric", "metrics", multiple=True, metavar="NAME=SOURCE[:ARG]",
+              help="With --command: where a metric comes from: regex:PATTERN, mlflow[:KEY], mllog[:KEY], json[:KEY], or NAME alone (auto).")
+@click.option("--accept", "accepts", multiple=True, metavar="NAME>=TARGET[±TOL]",
+              help="With --command: an acceptance band, e.g. 'accuracy>=0.9±0.02' or 'loss<=0.5'.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), help="With --command: seconds a repeat may take.")
+@click.option("--name", help="With --command: the experiment's name (default: the script's).")
 @click.option("--repeats", "-n", type=click.IntRange(min=1), help="Number of repeats (default: the recipe's).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a mutable key, e.g. --set batch_size=128 --set optimizer.lr=0.05. Fixed keys need --open-division.")
@@ -27,11 +35,15 @@ import click
               help="Complete an interrupted run: rerun only its missing repeats, with the same seeds.")
 @click.option("--tracking/--no-tracking", default=True, help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).")
 @click.option("--experiment", help="MLflow experiment name (default: repro500/<recipe name>).")
-def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
+def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
+        timeout_s: float | None, name: str | None, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool,
         experiment: str | None) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
+
+    Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
+    --accept 'accuracy>=0.9' -- python train.py --lr 0.1 (docs/command.md).
 
     Exit code: the verdict's (0 pass, 1 fail, 3 inconclusive), 2 for a usage error (a bad
     option or --set value), 4 for invalid input (recipe, data, metric names, device, an
@@ -41,7 +53,21 @@ def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], par
     from repro500.runner import RunOptions
     from repro500.runner import run as run_recipe
 
-    if resume and recipe:
+    adhoc = None
+    if as_command:
+        from repro500.workloads.adhoc import recipe_data
+
+        adhoc = recipe_data(list(recipe), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s)
+        recipe_path = None
+    else:
+        stray = [flag for flag, value in (("--metric", metrics), ("--accept", accepts), ("--timeout", timeout_s),
+                                          ("--name", name)) if value]
+        if stray:
+            raise UsageError(f"{', '.join(stray)} go{'es' if len(stray) == 1 else ''} with --command")
+        if len(recipe) > 1:
+            raise UsageError(f"give one RECIPE file, not {len(recipe)} arguments (to run a program, use --command -- PROGRAM ...)")
+        recipe_path = recipe[0] if recipe else None
+    if resume and (recipe_path or adhoc):
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
     if resume:
         given = [flag for flag, value in (
@@ -54,7 +80,7 @@ def run(recipe: str | None, repeats: int | None, overrides: tuple[str, ...], par
         if given:
             raise UsageError(f"--resume reruns a run exactly as recorded (its recipe, seeds, determinism and "
                              f"MLflow parent); {', '.join(given)} do{'es' if len(given) == 1 else ''} not apply")
-    options = RunOptions(recipe=recipe, repeats=repeats, overrides=list(overrides), params_file=params_file,
+    options = RunOptions(recipe=recipe_path, adhoc=adhoc, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
                          experiment=experiment, run_id=run_id, nnodes=nnodes, node_rank=node_rank,

@@ -88,7 +88,7 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     meta = run.meta()
     recipe = recipes.from_run_dir(run.path)
     refuse_complete(run, meta, recipe.repeats)
-    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed"))))
+    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking))
     meta["status"] = "running"
     _prepare_tracking(options)
     try:

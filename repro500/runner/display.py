@@ -45,7 +45,7 @@ class Display:
         bars = self._bars
         task = bars.add_task(f"repeat {k}", total=None) if bars else None
         if not self.live:
-            self.say(f"repeat {k} of {self.planned}: started")
+            self.say(f"repeat {k} ({k + 1} of {self.planned}): started")
 
         def on_epoch_start(epoch: int, steps: int) -> None:
             if bars is not None:
@@ -77,7 +77,7 @@ class Display:
     def finished(self, k: int, summary: dict[str, Any]) -> None:
         if not self.live:
             error = f": {summary['error']}" if summary.get("error") else ""
-            self.say(f"repeat {k} of {self.planned}: {summary.get('status')}{error}")
+            self.say(f"repeat {k} ({k + 1} of {self.planned}): {summary.get('status')}{error}")
 
     def table(self, name: str, summaries: dict[int, dict[str, Any]], metrics: list[str], *, trained: bool) -> None:
         """One row per repeat: status, the metrics that decide it, and (trained) the time to

@@ -152,7 +152,7 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     mutable = recipe.mutable
     extra_paths = [str(Path(options.recipe).resolve().parent)] if options.recipe else []
     if recipe.is_command:
-        work = workloads.make(recipe)
+        work = workloads.make(recipe, tracking=options.tracking)
         work.check()
         return Plan(recipe, work, "cpu", "command", None, "none", 1, 1, 0, options.same_seed, None)
     engine = mutable["engine"]

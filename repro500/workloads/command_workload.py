@@ -14,10 +14,11 @@ from repro500.workloads.workload import COMMAND_METRICS, Repeat, check_acceptanc
 class CommandWorkload:
     kind = "command"
 
-    def __init__(self, recipe: recipes.Recipe) -> None:
+    def __init__(self, recipe: recipes.Recipe, *, tracking: bool = True) -> None:
         from repro500.workloads import command
 
         self.recipe = recipe
+        self.tracking = tracking
         self.spec = command.CommandSpec.from_recipe(recipe.fixed, recipe.metrics, recipe.mutable, source=recipe.source)
 
     def data_paths(self) -> list[str]:
@@ -31,7 +32,7 @@ class CommandWorkload:
     def check(self) -> None:
         from repro500.workloads import command
 
-        command.check(self.spec)
+        command.check(self.spec, tracking=self.tracking)
         check_acceptance(self.recipe, self.metric_names())
 
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]:

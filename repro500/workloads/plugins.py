@@ -132,8 +132,8 @@ def source_modules(before: set[str]) -> list[str]:
     out = []
     for name in sorted(set(sys.modules) - before):
         path = getattr(sys.modules[name], "__file__", None)
-        if not path:
-            continue
+        if not isinstance(path, str) or not os.path.isabs(path) or not os.path.isfile(path):
+            continue  # built-in, namespace or synthetic modules (torch's _ops, _classes) have no file
         real = os.path.realpath(path)
         if any(real.startswith(s + os.sep) for s in skip) or "site-packages" in real:
             continue

@@ -87,6 +87,12 @@ class TrainedWorkload:
         if target not in evaluated:
             raise unknown_metric(f"{source}: fixed.target.metric", target, evaluated, "an evaluation metric of this workload")
         check_acceptance(self.recipe, [*evaluated, *SUMMARY_METRICS])
+        if task is None:
+            # A plug-in's builder is built once here: a wrong return type or an exception while
+            # building is one sentence now, not a failed repeat after the run directory exists.
+            from repro500.workloads import train
+
+            train.build_model(self.spec(), self.info)
         self.imported = plugins.source_modules(before)
 
     def _check_options(self, options: dict[str, Any]) -> None:

@@ -96,12 +96,12 @@ def expand_paths(recipe: recipes.Recipe, values: list[str], key: str) -> list[st
 
 
 def make(recipe: recipes.Recipe, *, device: str = "cpu", engine: str = "local", rendezvous: dict[str, Any] | None = None,
-         search_paths: list[str] | None = None) -> Workload:
+         search_paths: list[str] | None = None, tracking: bool = True) -> Workload:
     """The workload a recipe describes (the one place that branches on the kind)."""
     if recipe.is_command:
         from repro500.workloads.command_workload import CommandWorkload
 
-        return CommandWorkload(recipe)
+        return CommandWorkload(recipe, tracking=tracking)
     from repro500.workloads.trained import TrainedWorkload
 
     return TrainedWorkload(recipe, device=device, engine=engine, rendezvous=rendezvous,

@@ -1,0 +1,219 @@
+"""A researcher's own experiment through the chain: plug-ins (import path and entry point) in
+the built-in trainer, and commands (recipe and ad-hoc), run -> verify, resume, bad input."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from runhelpers import repro500, write_recipe
+
+PLUGIN = '''
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+
+def build(*, num_classes: int = 2, in_channels: int = 3, width: int = 8):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 8 * 8, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+
+def make(split, *, path=None, seed=0, samples=128):
+    g = torch.Generator().manual_seed(seed + (0 if split == "train" else 1))
+    y = torch.randint(0, 2, (samples,), generator=g)
+    x = torch.randn(samples, 3, 8, 8, generator=g) * 0.3 + y.view(-1, 1, 1, 1).float()
+    data = TensorDataset(x, y)
+    data.info = {"task": "classification", "num_classes": 2, "in_channels": 3}
+    return data
+
+
+class Balanced:
+    def __init__(self, *, num_classes):
+        self.right, self.seen = 0, 0
+
+    def update(self, outputs, targets):
+        self.right += int((outputs.argmax(1) == targets).sum())
+        self.seen += len(targets)
+
+    def compute(self):
+        return {"balanced_hits": self.right / self.seen if self.seen else None}
+
+
+def not_a_model(**kw):
+    return "a string"
+
+
+def broken(**kw):
+    raise RuntimeError("width must be even")
+'''
+
+
+def plugin_recipe(tmp: Path, **changes: object) -> Path:
+    (tmp / "mylab").mkdir(exist_ok=True)
+    (tmp / "mylab" / "__init__.py").write_text("")
+    (tmp / "mylab" / "nets.py").write_text(PLUGIN)
+    recipe = {
+        "schema": "repro500/recipe/v1", "name": "mine",
+        "fixed": {"workload": "classification", "model": "mylab.nets:build", "model_options": {"width": 16},
+                  "dataset": {"entry": "mylab.nets:make", "params": {"samples": 128, "seed": 1}},
+                  "evaluate": "mylab.nets:Balanced",
+                  "target": {"metric": "balanced_hits", "value": 0.999}, "epochs": 2},
+        "mutable": {"batch_size": 32, "eval_batch_size": 64, "optimizer": {"name": "sgd", "lr": 0.1}, "threads": 1},
+        "acceptance": {"balanced_hits": {"target": 0.6, "tolerance": 0.05}},
+        "repeats": 2, "seed": 5,
+    }
+    return write_recipe(tmp / "mine.yaml", recipe, **changes)
+
+
+def test_a_plugin_model_dataset_and_evaluator_train_and_verify(in_tmp):
+    plugin_recipe(in_tmp)
+    result = repro500("run", "mine.yaml", "--no-tracking", "--run-id", "p", cwd=in_tmp)
+    assert result.returncode in (0, 3), result.stdout + result.stderr
+    run = in_tmp / "runs" / "p"
+    summary = json.loads((run / "summary.json").read_text())
+    assert set(summary["repeats"].values()) == {"completed"}
+    assert len(summary["metrics"]["balanced_hits"]["values"]) == 2
+    manifest = json.loads((run / "manifest.json").read_text())
+    experiment = manifest["facets"]["experiment"]
+    assert experiment["workload"]["model"] == "mylab.nets:build"
+    imported = [Path(e["path"]).name for e in experiment["imported_sources"]]
+    assert "nets.py" in imported and all(e["sha256"] for e in experiment["imported_sources"])
+    again = repro500("verify", str(run), cwd=in_tmp)
+    assert again.returncode == result.returncode, again.stdout
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"fixed__model": "mylab.nope:build"}, "fixed.model: cannot import 'mylab.nope'"),
+    ({"fixed__model": "mylab.nets:missing"}, "fixed.model: module 'mylab.nets' has no attribute 'missing'"),
+    ({"fixed__model": "mylab.nets:not_a_model", "fixed__model_options": {}}, "returned a str, not a torch.nn.Module"),
+    ({"fixed__model": "mylab.nets:broken", "fixed__model_options": {}}, "raised RuntimeError: width must be even"),
+    ({"fixed__dataset": {"entry": "mylab.nets:nothing"}}, "fixed.dataset.entry: module 'mylab.nets' has no attribute"),
+    ({"fixed__evaluate": "mylab.nets:build"}, "fixed.evaluate: 'mylab.nets:build' returned a Sequential"),
+    ({"fixed__model": "resnet2O"}, "unknown model 'resnet2O'"),
+    ({"fixed__model_options": {"depth": 3}}, "has no option 'depth'"),
+])
+def test_a_broken_plugin_is_one_line_exit_4_before_anything_is_written(in_tmp, change, message):
+    plugin_recipe(in_tmp, **change)
+    result = repro500("run", "mine.yaml", "--no-tracking", cwd=in_tmp)
+    assert result.returncode in (2, 4), result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (in_tmp / "runs").exists()
+
+
+def test_a_model_registered_through_an_entry_point_is_found_by_name(in_tmp):
+    site = in_tmp / "site"
+    (site / "labnets").mkdir(parents=True)
+    (site / "labnets" / "__init__.py").write_text(PLUGIN)
+    info = site / "labnets-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: labnets\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[repro500.models]\nlab_mlp = labnets:build\n\n"
+                                           "[repro500.datasets]\nlab_blobs = labnets:make\n")
+    plugin_recipe(in_tmp, fixed__model="lab_mlp", fixed__dataset={"name": "lab_blobs", "params": {"samples": 64}},
+                  fixed__evaluate=None, fixed__target={"metric": "accuracy", "value": 0.999},
+                  acceptance={"accuracy": {"target": 0.5}}, repeats=1)
+    result = repro500("run", "mine.yaml", "--no-tracking", "--run-id", "e", cwd=in_tmp, env={"PYTHONPATH": str(site)})
+    assert result.returncode in (0, 3), result.stderr
+    done = json.loads((in_tmp / "runs" / "e" / "repeats" / "0" / "summary.json").read_text())
+    assert done["status"] == "completed" and done["metrics"]["accuracy"] is not None
+
+
+SCRIPT = '''
+import os, sys
+seed = int(os.environ["REPRO500_SEED"])
+lr = float(sys.argv[sys.argv.index("--lr") + 1])
+fail_once = os.environ.get("FAIL_MARK")
+if fail_once and os.environ["REPRO500_REPEAT"] == "1" and not os.path.exists(fail_once):
+    open(fail_once, "w").close()
+    sys.exit("boom: out of disk")
+print(f"epoch 1 Acc@1 {80 + seed % 7 + lr:.2f}")
+print(f"epoch 2 Acc@1 {90 + seed % 5 + lr:.2f}")
+'''
+
+
+def command_recipe(tmp: Path, **changes: object) -> Path:
+    (tmp / "train.py").write_text(textwrap.dedent(SCRIPT))
+    import sys
+
+    recipe = {
+        "schema": "repro500/recipe/v1", "name": "script",
+        "fixed": {"command": [sys.executable, "train.py", "--lr", "{mutable.lr}", "--seed", "{seed}"]},
+        "mutable": {"lr": 0.5},
+        "metrics": {"accuracy": {"regex": "Acc@1 ([0-9.]+)", "take": "last", "scale": 0.01}},
+        "acceptance": {"accuracy": {"target": 0.9, "tolerance": 0.01}},
+        "repeats": 3, "seed": 2,
+    }
+    return write_recipe(tmp / "script.yaml", recipe, **changes)
+
+
+def test_a_command_recipe_runs_with_placeholders_set_values_and_verifies(in_tmp):
+    command_recipe(in_tmp)
+    result = repro500("run", "script.yaml", "--no-tracking", "--run-id", "c", "--set", "lr=0.25", cwd=in_tmp)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = in_tmp / "runs" / "c"
+    first = json.loads((run / "repeats" / "0" / "summary.json").read_text())
+    assert first["command"][2:4] == ["--lr", "0.25"] and first["metric_sources"]["accuracy"] == "regex:stdout"
+    assert (run / "repeats" / "0" / "stdout.txt").read_text().count("Acc@1") == 2
+    values = json.loads((run / "summary.json").read_text())["metrics"]["accuracy"]["values"]
+    assert all(0.9 <= v <= 0.96 for v in values) and len(values) == 3
+    recipe = yaml.safe_load((run / "recipe.yaml").read_text())
+    assert recipe["mutable"]["lr"] == 0.25 and recipe["metrics"]["accuracy"]["scale"] == 0.01
+    assert repro500("verify", str(run), cwd=in_tmp).returncode == 0
+
+
+def test_a_failed_command_keeps_finished_repeats_and_resume_completes_it(in_tmp):
+    command_recipe(in_tmp)
+    env = {"FAIL_MARK": str(in_tmp / "failed-once")}
+    first = repro500("run", "script.yaml", "--no-tracking", "--run-id", "r", cwd=in_tmp, env=env)
+    assert first.returncode == 1, first.stderr
+    assert "repeat 1 failed: " in first.stderr and "boom: out of disk" in first.stderr
+    assert "Traceback" not in first.stderr
+    run = in_tmp / "runs" / "r"
+    kept = (run / "repeats" / "0" / "summary.json").read_bytes()
+    second = repro500("run", "--resume", str(run), "--no-tracking", cwd=in_tmp, env=env)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert (run / "repeats" / "0" / "summary.json").read_bytes() == kept
+    statuses = json.loads((run / "summary.json").read_text())["repeats"]
+    assert statuses == {"0": "completed", "1": "completed", "2": "completed"}
+    sums = (run / "SHA256SUMS").read_bytes()
+    third = repro500("run", "--resume", str(run), "--no-tracking", cwd=in_tmp)
+    assert third.returncode == 2 and "already complete" in third.stderr
+    assert (run / "SHA256SUMS").read_bytes() == sums
+
+
+def test_adhoc_command_writes_its_recipe_and_a_missing_metric_is_a_failed_repeat(in_tmp):
+    import sys
+
+    (in_tmp / "train.py").write_text(textwrap.dedent(SCRIPT))
+    ok = repro500("run", "--no-tracking", "--run-id", "a", "-n", "2", "--command",
+                  "--metric", "accuracy=regex:Acc@1 ([0-9.]+)", "--accept", "accuracy>=85±1",
+                  "--", sys.executable, "train.py", "--lr", "0.1", cwd=in_tmp)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    written = yaml.safe_load((in_tmp / "runs" / "a" / "recipe.yaml").read_text())
+    assert written["fixed"]["command"][1:] == ["train.py", "--lr", "0.1"]
+    assert written["metrics"] == {"accuracy": {"regex": "Acc@1 ([0-9.]+)"}}
+    assert written["acceptance"]["accuracy"] == {"target": 85.0, "direction": "higher", "tolerance": 1.0}
+    missing = repro500("run", "--no-tracking", "--run-id", "m", "-n", "2", "--command",
+                       "--metric", "accuracy=regex:Top1 ([0-9.]+)", "--accept", "accuracy>=85",
+                       "--", sys.executable, "train.py", "--lr", "0.1", cwd=in_tmp)
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert "no line of stdout matched" in missing.stderr, missing.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--command", "--metric", "acc=regex:x([0-9]+)", "--accept", "acc>=1", "--", "no-such-program-x"], "was not found"),
+    (["--command", "--accept", "acc>=1", "--", "true"], "at least one --metric"),
+    (["--command", "--metric", "acc=regex:x([0-9]+)", "--", "true"], "at least one --accept"),
+    (["--command", "--metric", "acc=regex:x([0-9]+)", "--accept", "acc=>1", "--", "true"], "--accept 'acc=>1'"),
+    (["--metric", "acc=mlflow", "script.yaml"], "--metric go"),
+])
+def test_adhoc_mistakes_are_one_line_before_anything_is_written(in_tmp, args, message):
+    command_recipe(in_tmp)
+    result = repro500("run", "--no-tracking", *args, cwd=in_tmp)
+    assert result.returncode in (2, 4), result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (in_tmp / "runs").exists()
