@@ -217,3 +217,35 @@ def test_adhoc_mistakes_are_one_line_before_anything_is_written(in_tmp, args, me
     assert result.returncode in (2, 4), result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (in_tmp / "runs").exists()
+
+
+def _h5_recipe(tmp: Path, eval_split: str) -> Path:
+    for split, name in (("train", "train.h5"), (eval_split, "eval.h5")):
+        made = repro500("data", "generate", "classification", "--out", name, "--samples", "64", "--seed", "1",
+                        "--size", "16x16", "--split", split, "--force", cwd=tmp)
+        assert made.returncode == 0, made.stderr
+    return write_recipe(tmp / "h5.yaml", fixed__dataset={"name": "classification-h5", "path": "train.h5",
+                                                         "eval_path": "eval.h5"})
+
+
+def test_mistakes_in_data_or_options_are_caught_before_the_run_directory_exists(in_tmp):
+    import h5py
+
+    _h5_recipe(in_tmp, "train")
+    same = repro500("run", "h5.yaml", "--no-tracking", cwd=in_tmp)
+    assert same.returncode == 4 and "eval.h5 holds training data" in same.stderr, same.stderr
+    for out, split in (("cosmo.h5", "train"), ("cosmo-eval.h5", "eval")):
+        made = repro500("data", "generate", "cosmo", "--out", out, "--samples", "4", "--size", "16", "--seed", "2",
+                        "--split", split, cwd=in_tmp)
+        assert made.returncode == 0, made.stderr
+    with h5py.File(in_tmp / "cosmo.h5", "r+") as f:
+        f["unitPar"][3, 1] = float("nan")
+    from test_distributed import COSMO
+
+    write_recipe(in_tmp / "cosmo.yaml", COSMO)
+    nan = repro500("run", "cosmo.yaml", "--no-tracking", cwd=in_tmp)
+    assert nan.returncode == 4 and "NaN" in nan.stderr and "repro500 data check" in nan.stderr, nan.stderr
+    option = repro500("run", "tiny.yaml", "--no-tracking", "--open-division", "--set", "fixed.model_options.note=X",
+                      cwd=write_recipe(in_tmp / "tiny.yaml").parent)
+    assert option.returncode == 2 and option.stderr.startswith("repro500: error: --set fixed.model_options.note=X"), option.stderr
+    assert not (in_tmp / "runs").exists()
