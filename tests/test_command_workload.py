@@ -366,3 +366,27 @@ def test_mlflow_metrics_of_the_script_are_read_back(tmp_path, with_start_run, mo
     assert summary["metrics"]["loss"] == 0.25 and summary["metrics"]["best_loss"] == 0.9
     assert summary["metric_sources"] == {"loss": "mlflow", "best_loss": "mlflow"}
     assert client.get_run(run_id).data.metrics["loss"] == 0.25
+
+
+def test_metrics_from_mlperf_logging_and_the_json_file(tmp_path):
+    code = """
+        import json, os
+        from mlperf_logging import mllog
+        logger = mllog.get_mllogger()
+        for epoch, acc in enumerate([0.61, 0.74], start=1):
+            logger.event(key=mllog.constants.EVAL_ACCURACY, value=acc, metadata={"epoch_num": epoch})
+        json.dump({"scores": {"f1": 0.5}, "top5": 0.9}, open(os.environ["REPRO500_METRICS"], "w"))
+    """
+    metrics = {"accuracy": {"source": "mllog", "key": "eval_accuracy"},
+               "first_accuracy": {"source": "mllog", "key": "eval_accuracy", "take": "first"},
+               "f1": {"source": "json", "key": "scores.f1"}, "top5": {}}
+    summary = run(make(tmp_path, code, metrics=metrics), tmp_path)
+    assert summary["status"] == "completed", summary["error"]
+    assert {k: summary["metrics"][k] for k in metrics} == {"accuracy": 0.74, "first_accuracy": 0.61, "f1": 0.5, "top5": 0.9}
+    assert summary["metric_sources"] == {"accuracy": "mllog", "first_accuracy": "mllog", "f1": "json", "top5": "json"}
+
+
+def test_an_unwritable_repeat_directory_is_one_sentence(tmp_path):
+    spec = make(tmp_path, "print('never runs')")
+    with pytest.raises(InvalidInput, match=r"^the repeat directory /dev/null/repeats/0 cannot be written \("):
+        run_repeat(spec, 0, derive(500, 0), Path("/dev/null/repeats/0"))

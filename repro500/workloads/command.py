@@ -332,9 +332,14 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, *, d
     SIGINT (SIGKILL after *grace_s*, or at once on a second one), recorded as ``killed``, re-raised.
     """
     out_dir = Path(out_dir).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for stale in (SUMMARY, METRICS_FILE):  # a resumed repeat must not read an earlier attempt's files
-        (out_dir / stale).unlink(missing_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (SUMMARY, METRICS_FILE):  # a resumed repeat must not read an earlier attempt's files
+            (out_dir / stale).unlink(missing_ok=True)
+        for stream in (STDOUT, STDERR):
+            (out_dir / stream).write_bytes(b"")
+    except OSError as err:
+        raise InvalidInput(f"the repeat directory {out_dir} cannot be written ({err.strerror or err})") from None
     argv = fill(spec, seed=child_seed(seeds), repeat=repeat, repeat_dir=str(out_dir))
     env = child_env(spec, repeat, seeds, out_dir, deterministic=deterministic, mlflow=mlflow)
     redactor = _Redactor(env)

@@ -60,7 +60,7 @@ class Child:
     """A started child: wait for it with a timeout, interrupt it, read how it ended."""
 
     def __init__(self, proc: subprocess.Popen[bytes], echo: Callable[[str, str], None] | None,
-                 stdout: Path, stderr: Path) -> None:
+                 stdout: IO[bytes], stderr: IO[bytes]) -> None:
         self.proc = proc
         self.pgid = proc.pid  # process_group=0: the child leads a group of its own
         self.started = time.monotonic()
@@ -81,16 +81,24 @@ class Child:
     def start(cls, argv: list[str], *, cwd: Path, env: dict[str, str], stdout: Path, stderr: Path,
               echo: Callable[[str, str], None] | None = None) -> Child:
         """Start *argv*; OSError (FileNotFoundError for a missing program) when it cannot start."""
-        # stdin is not the terminal's: a child waiting for input would otherwise hang the run.
-        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, process_group=0)
-        return cls(proc, echo, stdout, stderr)
+        # Opened here, not in the reader threads: a file that cannot be written must stop the
+        # start, not leave a pipe undrained until the child blocks on it.
+        files = [open(stdout, "wb"), open(stderr, "wb")]  # noqa: SIM115 - the readers close them
+        try:
+            # stdin is not the terminal's: a child waiting for input would otherwise hang the run.
+            proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, process_group=0)
+        except BaseException:
+            for fh in files:
+                fh.close()
+            raise
+        return cls(proc, echo, files[0], files[1])
 
     # ----- streams -------------------------------------------------------------------------------
-    def _pump(self, pipe: IO[bytes], path: Path, stream: str) -> None:
+    def _pump(self, pipe: IO[bytes], fh: IO[bytes], stream: str) -> None:
         # The child's bytes go to the file unchanged (they are the user's output); each line is
         # flushed so a crash or a kill keeps everything printed so far.
-        with pipe, open(path, "wb") as fh:
+        with pipe, fh:
             for raw in iter(pipe.readline, b""):
                 fh.write(raw)
                 fh.flush()
