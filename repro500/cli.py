@@ -3,11 +3,19 @@
 Thin by design: each sub-command lives in ``repro500/commands/<name>.py``, parses its
 arguments and calls library functions.  Sub-commands are imported only when invoked, so
 ``repro500 --help`` never pays for torch, mlflow or scipy (it must start in < 0.3 s).
+
+Every error a user can meet is printed here, once, as one line ``repro500: error: ...`` with
+its documented exit code (docs/contracts.md): repro500's own errors, click's usage errors
+(a misspelt option keeps click's "did you mean"), and files that cannot be written or read.
+A reader that closes the pipe early (``repro500 verify RUN | head -1``) does not change the
+exit code: the rest of the output is dropped and the command ends as it would have.
 """
 
 from __future__ import annotations
 
 import importlib
+import io
+import os
 import sys
 
 import click
@@ -48,18 +56,135 @@ class LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.ClickException as err:
+            raise _one_line(err) from None
+
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - click's signature
-        # Library errors become one line and their documented exit code (errors.py).
-        from repro500.errors import EXIT_INTERRUPTED, ReproError
+        from repro500.errors import EXIT_INTERRUPTED, EXIT_INVALID, ReproError
 
         try:
             return super().invoke(ctx)
         except ReproError as err:
-            click.echo(f"repro500: error: {err}", err=True)
+            _error(str(err))
             ctx.exit(err.exit_code)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as err:
+            raise _one_line(err) from None
         except KeyboardInterrupt:
             click.echo("repro500: interrupted; finished work is kept on disk.", err=True)
             ctx.exit(EXIT_INTERRUPTED)
+        except OSError as err:
+            sentence = _os_error_sentence(err)
+            if sentence is None:
+                raise
+            _error(sentence)
+            ctx.exit(EXIT_INVALID)
+
+
+def _error(text: str) -> None:
+    """Print ``repro500: error: <text>`` on one line, with anything secret-looking removed."""
+    from repro500.redact import redact_text
+
+    sentence = " ".join(redact_text(text).split())
+    click.echo(f"repro500: error: {sentence}", err=True)
+
+
+class _OneLineError(click.ClickException):
+    """click's error shown as one ``repro500: error:`` line instead of its Usage/Try/Error block."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+    def show(self, file=None) -> None:  # noqa: ANN001 - click's signature
+        _error(self.message)
+
+
+def _one_line(err: click.ClickException) -> click.ClickException:
+    if isinstance(err, (_OneLineError, click.exceptions.NoArgsIsHelpError)):
+        return err  # the help page itself is the answer to `repro500 <command>` without arguments
+    message = err.format_message().rstrip()
+    ctx = getattr(err, "ctx", None)
+    if isinstance(err, click.UsageError) and ctx is not None:
+        message += f" (see '{ctx.command_path} --help')"
+    if isinstance(err, click.FileError):
+        from repro500.errors import EXIT_INVALID
+
+        return _OneLineError(f"{err.ui_filename}: {message}", EXIT_INVALID)
+    return _OneLineError(message, err.exit_code)
+
+
+def _os_error_sentence(err: OSError) -> str | None:
+    """A file-system failure a user meets (repro500.writable.USER_ERRNOS) that no command put in
+    words itself, as one sentence; None for any other OSError (not guessed at)."""
+    from repro500.writable import USER_ERRNOS
+
+    if err.errno not in USER_ERRNOS or not err.filename:
+        return None
+    where = str(err.filename) + (f" -> {err.filename2}" if err.filename2 else "")
+    return f"cannot use {where}: {(err.strerror or os.strerror(err.errno)).lower()}"
+
+
+class _ClosedPipeSafe(io.TextIOBase):
+    """stdout/stderr that, once the reader has gone (``| head -1``), drops further output silently.
+
+    Without it the first write after the reader left raises BrokenPipeError, which click turns
+    into exit 1, the code of a FAILED verdict.
+    """
+
+    def __init__(self, stream: io.TextIOBase) -> None:
+        super().__init__()
+        self._stream = stream
+        self._gone = False
+
+    def _reader_left(self) -> None:
+        self._gone = True
+        # Point the descriptor at /dev/null, so that the interpreter's last flush of the buffered
+        # text (and any child process writing to it) finds no closed pipe either.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, self._stream.fileno())
+        finally:
+            os.close(devnull)
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._reader_left()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._reader_left()
+
+    def __getattr__(self, name: str):  # noqa: ANN204 - encoding, errors, buffer, isatty, fileno ...
+        return getattr(self._stream, name)
+
+    def isatty(self) -> bool:
+        return self._stream.isatty()
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return self._stream.encoding
+
+    @property
+    def errors(self) -> str | None:  # type: ignore[override]
+        return self._stream.errors
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "show_default": True})
@@ -79,6 +204,10 @@ def cli() -> None:
 
 
 def main() -> None:
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, _ClosedPipeSafe):
+            setattr(sys, name, _ClosedPipeSafe(stream))
     cli(prog_name="repro500")
 
 

@@ -37,9 +37,12 @@ def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | 
     Exit codes: 0 written, 2 usage error, 4 RUN or REF missing or unreadable
                 (a run failing its integrity check still gets a report, with exit 4).
     """
-    from repro500.errors import EXIT_OK
+    from repro500.errors import EXIT_OK, UsageError
     from repro500.report import write_report
 
+    if margins and against is None:
+        raise UsageError(f"--margin {next(iter(margins))}=... is an equivalence margin against a reference: "
+                         "give --against REF as well, or drop --margin")
     result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None)
     click.echo(str(result.path))
     if result.exit_code != EXIT_OK:

@@ -270,7 +270,10 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     if meta.get("open_division"):
         notes.append("the run was in the open division (fixed keys overridden); recipe.yaml holds the values it used")
 
-    staging = _stage_dir(out)
+    from repro500.writable import writing
+
+    with writing("the publication", out, "give --out a directory you can write to"):
+        staging = _stage_dir(out)
     try:
         archive = bundle.pack(root, staging / f"{run.run_id}.tar.gz")
         shutil.copyfile(root / "manifest.json", staging / MANIFEST)
@@ -320,7 +323,8 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         atomic.write_text(staging / README, readme)
         bundle.write_sums(staging)
         publication_digest = file_digest(staging / bundle.SUMS_NAME)
-        _commit(staging, out, force)
+        with writing("the publication", out, "give --out a directory you can write to"):
+            _commit(staging, out, force)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -91,7 +91,10 @@ def _write(run_path: Path, root: Path, out: str | Path | None, against: str | Pa
     target = _resolve_output(run_path, root, out)
     html_text, verdict, sections, images = build_html(root, against=against, alpha=alpha, margins=margins,
                                                       shown_path=str(run_path))
-    atomic.write_text(target, html_text)
+    from repro500.writable import writing
+
+    with writing("the report", target, "give --out a writable path, e.g. --out /tmp/report.html"):
+        atomic.write_text(target, html_text)
     return ReportResult(path=target, status=verdict.status,
                         exit_code=EXIT_INVALID if verdict.invalid else EXIT_OK, sections=sections, images=images,
                         render_time_s=time.perf_counter() - started, warnings=list(verdict.warnings))

@@ -244,7 +244,10 @@ def build(inputs: Inputs, *, settings: measure.Settings | None = None, remeasure
 
 def write(run_dir: str | Path, doc: Mapping[str, Any]) -> Path:
     """Write *doc* to RUN/derived/scaling.json atomically; returns the path."""
+    from repro500.writable import writing
+
     path = Path(run_dir) / PATH
-    atomic.write_json(path, doc)
+    with writing("the scaling model", path, "run without --write (the table and --json need no write access)"):
+        atomic.write_json(path, doc)
     return path
 
