@@ -221,6 +221,7 @@ def test_a_resumed_repeat_does_not_read_an_earlier_attempts_metrics(tmp_path):
 @pytest.mark.parametrize(("code", "metrics", "needle"), [
     ("print('Acc@5 99')", ACC, "metric accuracy: no line of stdout matched regex 'Acc@1 ([0-9.]+)'"),
     ("print('Acc@1 nan')", {"accuracy": {"regex": r"Acc@1 (\S+)"}}, "metric accuracy is nan (regex:stdout)"),
+    ("print('Acc@1 90')", {**ACC, "f1": {"source": "json"}}, "metric f1: $REPRO500_METRICS ("),
     ("print('Acc@1 inf')", {"accuracy": {"regex": r"Acc@1 (\S+)"}}, "metric accuracy is inf (regex:stdout)"),
     ("pass", {"f1": {"source": "json"}}, "$REPRO500_METRICS ("),
     ("import sys; print('boom: bad shape', file=sys.stderr); sys.exit(3)", ACC,

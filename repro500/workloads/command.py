@@ -19,6 +19,7 @@ as is (docs/command.md).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import shutil
@@ -380,12 +381,14 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, *, d
     try:
         for name, decl in spec.metrics.items():
             value, label = read_metric(decl, produced)
-            if value != value or value in (float("inf"), float("-inf")):
+            if not math.isfinite(value):
                 raise MetricMissing(f"metric {name} is {value} ({label})")
             summary["metrics"][name] = value
             summary["metric_sources"][name] = label
         summary["outputs"] = _outputs(spec, out_dir)
     except MetricMissing as err:
+        # A failed repeat reports no metric values, not the ones read before the missing one.
+        summary["metrics"], summary["metric_sources"], summary["outputs"] = {}, {}, {}
         return finish("failed", str(err))
     summary["final_param_digest"] = produced.param_digest() or _outputs_digest(summary["outputs"])
     return finish("completed", None)
