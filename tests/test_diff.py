@@ -268,3 +268,39 @@ def test_the_rank_plan_ranks_layout_and_gpu_high_and_host_names_low(base):
     assert all(d.impact >= 95 for d in gpus)
     layout = diff_manifests(a, planned("node-a", "cpu", None))
     assert any(is_result_relevant(d) for d in layout)
+
+
+def _hardware_with(manifest: dict, numa_bytes: int | None = None, total_bytes: int | None = None) -> dict:
+    doc = copy.deepcopy(manifest)
+    hardware = doc["facets"]["hardware"]
+    hardware["numa"] = [{"node": 0, "cpus": "0-7", "memory_bytes": 64 * 2**30, "distances": [10]}]
+    hardware.setdefault("memory", {})["total_bytes"] = 64 * 2**30
+    if numa_bytes is not None:
+        hardware["numa"][0]["memory_bytes"] = numa_bytes
+    if total_bytes is not None:
+        hardware["memory"]["total_bytes"] = total_bytes
+    return seal(doc)
+
+
+def test_memory_the_kernel_counts_differently_on_one_machine_is_no_difference(base):
+    a = _hardware_with(base)
+    drift = _hardware_with(base, numa_bytes=64 * 2**30 - 300 * 2**20, total_bytes=64 * 2**30 - 200 * 2**20)
+    assert diff_manifests(a, drift) == []
+    # a node with another amount of memory is shown, low: the topology is the CPUs and distances
+    other = _hardware_with(base, numa_bytes=32 * 2**30, total_bytes=32 * 2**30)
+    rows = {d.key: d for d in diff_manifests(a, other)}
+    assert rows["numa.0.memory_bytes"].impact < 10 and not is_result_relevant(rows["numa.0.memory_bytes"])
+    assert rows["memory.total_bytes"].impact == 20
+    moved = variant(a, facets__hardware__numa=[{"node": 0, "cpus": "0-3", "memory_bytes": 64 * 2**30,
+                                                "distances": [10]}])
+    assert [d.key for d in diff_manifests(a, moved)] == ["numa.0.cpus"]
+
+
+def test_an_empty_list_against_nothing_recorded_is_no_row(base):
+    none = variant(base, facets__data={"entries": []})
+    one = variant(base, facets__data={"entries": [{"path": "train.h5", "md5": "ab" * 16, "size": 3}]})
+    rows = diff_manifests(none, one)
+    assert [(d.key, d.a) for d in rows] == [("entries.train.h5", "<absent>")]
+    assert is_result_relevant(rows[0])
+    older = variant(base, facets__data={})  # a manifest that did not record the list at all
+    assert diff_manifests(none, older) == []

@@ -85,6 +85,7 @@ RULES: list[tuple[str, int, str]] = [
     ("hardware.cgroup.*", 30, "a different container limit"),
     ("hardware.memory.total_bytes", 20, "a different amount of memory"),
     ("hardware.memory.*", 20, "memory configuration"),
+    ("hardware.numa.*.memory_bytes", 2, "a node's memory as the kernel counts it; the layout is its CPUs and distances"),
     ("hardware.numa*", 30, "a different NUMA layout affects speed"),
     ("hardware.infiniband*", 40, "a different interconnect affects multi-node speed"),
     ("hardware.network*", 15, "network interfaces"),
@@ -125,6 +126,10 @@ RULES: list[tuple[str, int, str]] = [
     ("tool.*", 5, "tool identity"),
     ("created_utc", 0, "capture time"),
 ]
+# Byte counts the kernel reports a little differently from boot to boot (reserved pages, a VM's
+# balloon, a container's view): a change smaller than this share is not a difference.
+_DRIFTING_BYTES = ("hardware.numa.*.memory_bytes", "hardware.memory.total_bytes")
+DRIFT_SHARE = 0.02
 _CODE_SUFFIXES = (".py", ".pyx", ".pxd", ".c", ".cc", ".cpp", ".cxx", ".h", ".hpp", ".cu",
                   ".cuh", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".txt")
 _ID_KEYS = ("index", "rank", "repeat", "node", "port", "path", "name")
@@ -242,7 +247,8 @@ def _facet_differences(facet: str, a: Any, b: Any) -> list[Difference]:
     (fa, ra), (fb, rb) = flatten_paths(a), flatten_paths(b)
     groups: dict[KeyPath, list[KeyPath]] = {}
     for path in sorted(set(fa) | set(fb)):
-        if fa.get(path, _MISSING) != fb.get(path, _MISSING):
+        va, vb = fa.get(path, _MISSING), fb.get(path, _MISSING)
+        if va != vb and not _same_in_substance(facet, path, va, vb):
             groups.setdefault(_record_of(path, ra, rb) or path, []).append(path)
     out = []
     for name, paths in groups.items():
@@ -256,6 +262,19 @@ def _facet_differences(facet: str, a: Any, b: Any) -> list[Difference]:
         out.append(Difference(facet, ".".join(name), _fields(fa, ra, name, paths),
                               _fields(fb, rb, name, paths), impact, reason))
     return out
+
+
+def _same_in_substance(facet: str, path: KeyPath, va: Any, vb: Any) -> bool:
+    """Differences in form only: an empty list against nothing recorded (``entries [] vs <absent>``:
+    the records on the other side, if any, are differences of their own), and byte counts that
+    drift by less than :data:`DRIFT_SHARE`."""
+    if _MISSING in (va, vb):
+        other = vb if va == _MISSING else va
+        return isinstance(other, (list, dict)) and not other
+    if (isinstance(va, int) and isinstance(vb, int) and not isinstance(va, bool) and not isinstance(vb, bool)
+            and any(fnmatch.fnmatchcase(".".join((facet, *path)), p) for p in _DRIFTING_BYTES)):
+        return abs(va - vb) <= DRIFT_SHARE * max(abs(va), abs(vb))
+    return False
 
 
 def _record_of(path: KeyPath, ra: set[KeyPath], rb: set[KeyPath]) -> KeyPath | None:
