@@ -486,3 +486,43 @@ def test_sign_into_a_read_only_run_is_one_sentence(tmp_path):
     assert proc.stderr.strip().startswith("repro500: error: cannot write the attestation into")
     assert "Permission denied" in proc.stderr and "Traceback" not in proc.stderr
     assert not (root / ENVELOPE_NAME).exists()
+
+
+# ---------------------------------------------------------------------------- MLflow as a second record
+
+
+def test_check_tracking_compares_each_repeat_with_mlflow(tmp_path, monkeypatch):
+    from repro500 import tracking
+    from repro500.attest.tracking_check import check_tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    root = chained_run(tmp_path)
+    tracker = tracking.Tracker("repro500/test")  # logs as the runner does
+    tracker.start_parent("run-a", {}, {})
+    ids = {}
+    for k in range(3):
+        ids[str(k)] = tracker.start_repeat(k, {})
+        summary = json.loads((bundle.repeat_dir(root, k) / "summary.json").read_text())
+        tracker.end_repeat(ids[str(k)], summary, [], "FINISHED")
+    edit_json(root / "run.json", lambda d: d.update(mlflow={"tracking_uri": uri, "repeat_run_ids": ids}))
+    bundle.write_sums(root)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # run.json's URI is the one used
+    result = check_tracking(root)
+    assert (result.problems, result.compared) == ([], 3)
+
+    edit_json(root / "repeats" / "1" / "summary.json", lambda d: d["metrics"].update(accuracy=0.99))
+    shutil.rmtree(root / "repeats" / "2")
+    assert check_tracking(root).problems == [
+        "repeat 1: accuracy is 0.99 in the run directory, 0.94 in MLflow",
+        "repeat 2 was recorded in MLflow (run " + ids["2"] + ") but repeats/2/summary.json is missing",
+    ]
+    bundle.write_sums(root)
+    cli_result = _invoke("verify", root, "--check-tracking", "--no-write")
+    assert cli_result.exit_code == 4 and "repeat 1: accuracy is 0.99 in the run directory" in cli_result.text
+
+    (tmp_path / "mlflow.db").rename(tmp_path / "moved.db")
+    assert "does not exist here" in check_tracking(root).problems[0]
+    assert not (tmp_path / "mlflow.db").exists()  # never an empty store made in its place
+    edit_json(root / "run.json", lambda d: d.pop("mlflow"))
+    assert "records no MLflow tracking store" in check_tracking(root).problems[0]
