@@ -119,13 +119,13 @@ def _worker(rank: int, port: int, out_path: str) -> None:
         ),
     }
     # The trainer's divergence decision is collective: one rank's NaN stops every rank.
-    from repro500.workloads.train import Dist, _all_finite
+    from repro500.workloads.engines.collectives import for_engine
 
-    here = Dist(rank=rank, world_size=WORLD, engine="ddp", backend="gloo")
+    here = for_engine("ddp", WORLD)
     results["all_finite"] = {
-        "one_rank_nan": _all_finite(math.nan if rank == 1 else 0.5, here),
-        "one_rank_inf": _all_finite(math.inf if rank == 0 else 0.5, here),
-        "all_finite": _all_finite(0.5 + rank, here),
+        "one_rank_nan": here.all_finite(math.nan if rank == 1 else 0.5),
+        "one_rank_inf": here.all_finite(math.inf if rank == 0 else 0.5),
+        "all_finite": here.all_finite(0.5 + rank),
     }
     if rank == 0:
         torch.save(results, out_path)

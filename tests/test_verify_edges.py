@@ -126,3 +126,17 @@ def test_the_edge_is_exact_for_two_sample_and_non_inferiority_too():
     below = equivalence.compare_values("accuracy", [math.nextafter(0.925, 0.0)] * 3, [0.93], 0.005, 0.05,
                                        single_value=True, test="non_inferiority", direction="higher")
     assert below.status == "NOT REPRODUCED"
+
+
+def test_a_band_met_exactly_at_its_edge_passes_and_one_ulp_short_fails():
+    import math
+
+    from repro500.verify.bands import check_band
+    from repro500.verify.rundir import Criterion
+
+    higher = Criterion("accuracy", 0.93, "higher", 0.005)
+    lower = Criterion("loss", 0.93, "lower", 0.005)
+    assert check_band(higher, [0.925] * 3, 0.05).status == "PASS"
+    assert check_band(lower, [0.935] * 3, 0.05).status == "PASS"
+    assert check_band(higher, [math.nextafter(0.925, 0)] * 3, 0.05).status == "FAIL"
+    assert check_band(lower, [math.nextafter(0.935, 1)] * 3, 0.05).status == "FAIL"

@@ -12,11 +12,10 @@ Distributed engines call the same function with a :class:`Dist`; only rank 0 wri
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,12 @@ from typing import Any
 import torch
 
 from repro500 import atomic
-from repro500.bundle import REPEAT_SUMMARY_SCHEMA
+from repro500 import rundir as layout
 from repro500.capture import seeds as seeding
 from repro500.workloads import metrics as measure
-from repro500.workloads import parts, plugins
-from repro500.workloads.engines import wire
+from repro500.workloads import parts, plugins, records
+from repro500.workloads.engines import collectives, wire
+from repro500.workloads.optim import build_optimizer, lr_factor
 
 STATUS_COMPLETED = "completed"
 STATUS_DIVERGED = "diverged"
@@ -108,43 +108,6 @@ def set_determinism(enabled: bool) -> None:
     torch.use_deterministic_algorithms(enabled)
     torch.backends.cudnn.deterministic = enabled
     torch.backends.cudnn.benchmark = not enabled and torch.backends.cudnn.benchmark
-
-
-def build_optimizer(params: Iterable[torch.nn.Parameter], spec: dict[str, Any]) -> torch.optim.Optimizer:
-    name = spec.get("name", "sgd")
-    lr = float(spec.get("lr", 0.1))
-    wd = float(spec.get("weight_decay", 0.0))
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr, momentum=float(spec.get("momentum", 0.0)), weight_decay=wd,
-                               nesterov=bool(spec.get("nesterov", False)))
-    betas = tuple(spec.get("betas", (0.9, 0.999)))
-    eps = float(spec.get("eps", 1e-8))
-    if name == "adam":
-        return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
-    from repro500.errors import UsageError
-
-    raise UsageError(f"unknown optimizer {name!r}; choose sgd, adam or adamw")
-
-
-def lr_factor(spec: dict[str, Any], epoch_float: float, total_epochs: int) -> float:
-    """Multiplier of the base learning rate at a (fractional) epoch."""
-    warmup = float(spec.get("warmup_epochs", 0) or 0)
-    if warmup > 0 and epoch_float < warmup:
-        return (epoch_float + 1e-12) / warmup
-    name = spec.get("name", "constant")
-    gamma = float(spec.get("gamma", 0.1))
-    if name == "step":
-        return gamma ** int(epoch_float // max(1, int(spec.get("step_epochs", 30))))
-    if name == "multistep":
-        return gamma ** sum(1 for m in spec.get("milestones", []) if epoch_float >= m)
-    if name == "cosine":
-        span = max(total_epochs - warmup, 1e-12)
-        progress = min(max((epoch_float - warmup) / span, 0.0), 1.0)
-        floor = float(spec.get("min_lr", 0.0))
-        return floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress))
-    return 1.0
 
 
 def _to_device(batch: Any, device: torch.device) -> Any:
@@ -274,8 +237,8 @@ def train_repeat(
     dist = dist or Dist()
     callbacks = callbacks or Callbacks()
     out_dir = Path(out_dir)
-    writer = _RepeatFiles(out_dir) if dist.is_main else None
-    mllog = _mlperf_logger(spec, out_dir, seeds, dist) if dist.is_main else None
+    writer = records.RepeatFiles(out_dir) if dist.is_main else None
+    mllog = records.mlperf_logger(spec, out_dir, seeds, dist) if dist.is_main else None
     status, error = STATUS_COMPLETED, None
     summary: dict[str, Any] = {}
     try:
@@ -291,14 +254,10 @@ def train_repeat(
         if mllog:
             mllog.log_samples(len(train_loader.dataset), len(eval_loader.dataset))
         model = build_model(spec, info).to(device)
-        compressor = compressor_spec(spec.compressor, seeds)
-        train_model, hook_state = _wrap_ddp(model, compressor, dist, device)
-        optimizer = build_optimizer(train_model.parameters(), spec.optimizer)
-        if dist.engine == "horovod":
-            from repro500.ext.horovod import distributed_optimizer
-
-            optimizer = distributed_optimizer(optimizer, model, compressor)
-            hook_state = optimizer
+        compressor = records.compressor_spec(spec.compressor, seeds)
+        comm = collectives.for_engine(dist.engine, dist.world_size)
+        train_model, optimizer, hook_state = comm.wrap(
+            model, lambda params: build_optimizer(params, spec.optimizer), compressor, device)
         base_lrs = [g["lr"] for g in optimizer.param_groups]
         steps_per_epoch = len(train_loader)
 
@@ -318,7 +277,7 @@ def train_repeat(
         eval_metrics: dict[str, Any] = {}
         epoch_digests: list[str] = []
         epochs_run = 0
-        traffic = Traffic()
+        traffic = records.Traffic()
 
         for epoch in range(1, spec.epochs + 1):
             train_loader.sampler.set_epoch(epoch)
@@ -376,7 +335,7 @@ def train_repeat(
                     writer.metric(record)
                 if callbacks.on_step:
                     callbacks.on_step(record)
-                if not _all_finite(loss_value, dist):
+                if not comm.all_finite(loss_value):
                     status = STATUS_DIVERGED
                     what = (f"loss became {loss_value}" if not math.isfinite(loss_value)
                             else "another rank's loss became non-finite")
@@ -385,7 +344,7 @@ def train_repeat(
                 t_mark = time.perf_counter()
             train_time_s += epoch_train_s
             epochs_run = epoch
-            epoch_wire = _wire_per_rank(wire_start, dist, len(step_records)) if dist.world_size > 1 else None
+            epoch_wire = comm.wire_per_rank(wire_start, len(step_records))
             traffic.add_wire(epoch_wire)
             if mllog:
                 mllog.epoch_stop(epoch)
@@ -411,7 +370,7 @@ def train_repeat(
                 mllog.eval_stop(epoch)
                 mllog.log_eval(eval_metrics, epoch)
             reached = measure.target_reached(eval_metrics.get(metric_name), target_value, direction)
-            reached = _broadcast_flag(reached, dist)
+            reached = comm.broadcast_flag(reached)
             wall_s = time.perf_counter() - run_start
             if reached and epochs_to_quality is None:
                 epochs_to_quality, time_to_quality_s = epoch, wall_s
@@ -437,7 +396,7 @@ def train_repeat(
         if dist.is_main:
             final_digest, tensors = measure.state_digests(model)
             writer.params({"epoch": "final", "digest": final_digest, "tensors": tensors})
-            summary = _summarise(
+            summary = records.summarise(
                 spec, repeat, seeds, status, error, epochs_run, epochs_to_quality, time_to_quality_s,
                 train_time_s, total_s, samples_seen, flops_per_sample, eval_metrics, epoch_digests,
                 final_digest, dist, traffic,
@@ -455,139 +414,8 @@ def train_repeat(
         if mllog:
             mllog.close()
     if dist.is_main:
-        atomic.write_json(out_dir / "summary.json", summary)
+        atomic.write_json(out_dir / layout.REPEAT_SUMMARY, summary)
     return summary
-
-
-def _summarise(
-    spec: TrainSpec, repeat: int, seeds: seeding.Seeds, status: str, error: str | None, epochs_run: int,
-    epochs_to_quality: int | None, time_to_quality_s: float | None, train_time_s: float, total_s: float,
-    samples_seen: int, flops_per_sample: float | None, eval_metrics: dict[str, Any], epoch_digests: list[str],
-    final_digest: str, dist: Dist, traffic: Traffic | None = None,
-) -> dict[str, Any]:
-    metric_name, target_value = spec.target["metric"], float(spec.target["value"])
-    direction = spec.target.get("direction", "higher")
-    train_flops = flops_per_sample * samples_seen if flops_per_sample is not None else None
-    # HPC AI500: FLOPS = counted training FLOPs / time-to-quality (the whole run when not reached)
-    quality_time_s = time_to_quality_s if time_to_quality_s is not None else total_s
-    flops_per_s = train_flops / quality_time_s if train_flops is not None and quality_time_s > 0 else None
-    achieved = eval_metrics.get(metric_name)
-    vflops = None
-    if flops_per_s is not None and achieved is not None:
-        vflops = measure.valid_flops(flops_per_s, achieved, target_value, direction, spec.valid_flops_exponent)
-    metrics: dict[str, Any] = dict(eval_metrics)
-    metrics.update({
-        "throughput_samples_per_s": samples_seen / train_time_s if train_time_s > 0 else None,
-        "train_flops": train_flops,
-        "flops_per_s": flops_per_s,
-        "valid_flops": vflops,
-        "time_to_quality_s": time_to_quality_s,
-        "epochs_to_quality": epochs_to_quality,
-        "train_time_s": train_time_s,
-        "total_time_s": total_s,
-        **(traffic or Traffic()).per_step(),
-    })
-    return {
-        "schema": REPEAT_SUMMARY_SCHEMA,
-        "repeat": repeat,
-        "status": status,
-        "seeds": seeds.as_dict(),
-        "engine": dist.engine,
-        "world_size": dist.world_size,
-        "epochs_run": epochs_run,
-        "epochs_budget": spec.epochs,
-        "target": {"metric": metric_name, "value": target_value, "direction": direction},
-        "reached_target": epochs_to_quality is not None,
-        "epochs_to_quality": epochs_to_quality,
-        "time_to_quality_s": time_to_quality_s,
-        "train_time_s": train_time_s,
-        "samples_seen": samples_seen,
-        "metrics": {k: measure.finite_or_none(v) for k, v in metrics.items()},
-        "valid_flops": {
-            "valid_flops": vflops, "flops_per_s": flops_per_s, "train_flops": train_flops,
-            "flops_per_sample": flops_per_sample, "time_s": quality_time_s, "achieved": achieved,
-            "target": target_value, "direction": direction, "exponent": spec.valid_flops_exponent,
-            "formula": "flops_per_s * (achieved/target) ** exponent, uncapped: above-target quality raises it "
-                       "(lower-is-better: (target/achieved) ** exponent)",
-        },
-        "final_param_digest": final_digest,
-        "epoch_param_digests": epoch_digests,
-        "wire": (traffic or Traffic()).wire_by_rank(),
-        "error": error,
-    }
-
-
-@dataclass
-class Traffic:
-    """Gradient exchange over a repeat: sums of the step records' costs (rank 0's, as recorded)."""
-
-    steps: int = 0
-    bytes_sent: float = 0.0
-    bytes_received: float = 0.0
-    dense_bytes_sent: float = 0.0
-    time_compress_s: float = 0.0
-    time_decompress_s: float = 0.0
-    time_comm_s: float = 0.0
-    # measured on the kernel's TCP counters, per rank (engines.wire); None once a reading failed
-    wire_sent: list[float] | None = None
-    wire_received: list[float] | None = None
-    wire_steps: int = 0
-    wire_missing: bool = False
-
-    def add_wire(self, epoch_wire: dict[str, Any] | None) -> None:
-        """Add one epoch's measured per-rank bytes (None: one process, or no measurement)."""
-        if epoch_wire is None:
-            self.wire_missing = self.wire_missing or self.wire_sent is not None
-            return
-        if self.wire_sent is None:
-            self.wire_sent = [0.0] * len(epoch_wire["bytes_sent"])
-            self.wire_received = [0.0] * len(epoch_wire["bytes_sent"])
-        self.wire_sent = [a + b for a, b in zip(self.wire_sent, epoch_wire["bytes_sent"], strict=True)]
-        self.wire_received = [a + b for a, b in zip(self.wire_received, epoch_wire["bytes_received"], strict=True)]
-        self.wire_steps += int(epoch_wire["steps"])
-
-    def wire_by_rank(self) -> dict[str, Any] | None:
-        """Measured bytes per step of every rank, for the repeat summary (None when not measured)."""
-        if self.wire_sent is None or self.wire_missing or not self.wire_steps:
-            return None
-        n = self.wire_steps
-        return {"source": "kernel tcp_info of each rank's TCP sockets (ss)", "steps": n,
-                "bytes_sent_per_step": [v / n for v in self.wire_sent],
-                "bytes_received_per_step": [v / n for v in (self.wire_received or [])]}
-
-    def add(self, record: dict[str, Any]) -> None:
-        if record.get("bytes_sent") is None:
-            return  # one process: nothing exchanged
-        self.steps += 1
-        for key in ("bytes_sent", "bytes_received", "dense_bytes_sent", "time_compress_s",
-                    "time_decompress_s", "time_comm_s"):
-            setattr(self, key, getattr(self, key) + float(record.get(key) or 0.0))
-
-    def per_step(self) -> dict[str, float | None]:
-        """Means per step for the repeat summary (None without a gradient exchange)."""
-        n = self.steps
-
-        def mean(total: float) -> float | None:
-            return total / n if n else None
-
-        return {
-            "bytes_sent_per_step": mean(self.bytes_sent),
-            "bytes_received_per_step": mean(self.bytes_received),
-            "dense_bytes_per_step": mean(self.dense_bytes_sent),
-            "compression_ratio": self.dense_bytes_sent / self.bytes_sent if n and self.bytes_sent else None,
-            "time_compress_per_step_s": mean(self.time_compress_s),
-            "time_decompress_per_step_s": mean(self.time_decompress_s),
-            "time_comm_per_step_s": mean(self.time_comm_s),
-            **self._wire_means(),
-        }
-
-    def _wire_means(self) -> dict[str, float | None]:
-        by_rank = self.wire_by_rank()
-        if by_rank is None:
-            return {"wire_bytes_sent_per_step": None, "wire_bytes_received_per_step": None}
-        sent, received = by_rank["bytes_sent_per_step"], by_rank["bytes_received_per_step"]
-        return {"wire_bytes_sent_per_step": sum(sent) / len(sent),
-                "wire_bytes_received_per_step": sum(received) / len(received)}
 
 
 def _flops_per_sample(task: Task, model: torch.nn.Module, loader: Any, device: torch.device) -> float | None:
@@ -602,125 +430,6 @@ def _flops_per_sample(task: Task, model: torch.nn.Module, loader: Any, device: t
     inputs, targets = _to_device(batch[0], device), _to_device(batch[1], device)
     flops = measure.count_train_flops(model, lambda m: task.loss(m, inputs, targets))
     return flops / n if flops is not None else None
-
-
-def compressor_spec(spec: Any, seeds: seeding.Seeds) -> dict[str, Any]:
-    """The recipe's compressor as a dict, seeded from the repeat unless the recipe gives a seed.
-
-    Rank 0's seed is used on every rank: random-k needs the same positions everywhere; the
-    stochastic quantizers add the rank themselves.
-    """
-    from repro500.ext.compressors import PARAMETERS
-
-    out = {"name": spec} if isinstance(spec, str) else dict(spec)
-    if "seed" in PARAMETERS.get(str(out.get("name", "")).lower(), {}):
-        out.setdefault("seed", seeding.derive(seeds.master, seeds.repeat, 0).torch % 2**31)
-    return out
-
-
-def _wrap_ddp(model: torch.nn.Module, compressor: dict[str, Any], dist: Dist,
-              device: torch.device) -> tuple[torch.nn.Module, Any]:
-    if dist.engine != "ddp" or dist.world_size <= 1:
-        return model, None
-    from torch.nn.parallel import DistributedDataParallel
-
-    from repro500.ext import ddp_hook
-
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    return ddp, ddp_hook.register(ddp, compressor)
-
-
-def _all_finite(loss_value: float, dist: Dist) -> bool:
-    """Whether every rank's loss is finite.
-
-    Decided together: a rank that stopped alone at its own NaN would leave the others
-    waiting in the next step's gradient exchange.  One small collective per step, only
-    when there are several ranks (CPU, so Gloo under a ``cpu:gloo,cuda:nccl`` group).
-    """
-    finite = math.isfinite(loss_value)
-    if dist.world_size <= 1:
-        return finite
-    flag = torch.tensor([0.0 if finite else 1.0])
-    if dist.engine == "horovod":
-        import horovod.torch as hvd
-
-        return float(hvd.allreduce(flag, op=hvd.Sum, name="repro500.nonfinite_loss")) == 0.0
-    import torch.distributed as tdist
-
-    tdist.all_reduce(flag, op=tdist.ReduceOp.MAX)
-    return float(flag) == 0.0
-
-
-def _wire_per_rank(start: tuple[int, int] | None, dist: Dist, steps: int) -> dict[str, Any] | None:
-    """Every rank's TCP bytes since *start*, gathered on all ranks (a collective: every rank
-    calls it after the same epoch); None when any rank could not read its counters."""
-    end = wire.tcp_bytes() if start is not None else None
-    mine = None if start is None or end is None else (end[0] - start[0], end[1] - start[1])
-    if dist.engine == "horovod":
-        import horovod.torch as hvd
-
-        everyone = hvd.allgather_object(mine)
-    else:
-        import torch.distributed as tdist
-
-        everyone = [None] * dist.world_size
-        tdist.all_gather_object(everyone, mine)
-    if any(r is None for r in everyone):
-        return None
-    return {"steps": steps, "bytes_sent": [r[0] for r in everyone], "bytes_received": [r[1] for r in everyone]}
-
-
-def _broadcast_flag(flag: bool, dist: Dist) -> bool:
-    if dist.world_size <= 1:
-        return flag
-    if dist.engine == "horovod":
-        import horovod.torch as hvd
-
-        return bool(hvd.broadcast_object(flag, root_rank=0))
-    import torch.distributed as tdist
-
-    tensor = torch.tensor([1 if flag else 0], dtype=torch.int32)
-    tdist.broadcast(tensor, src=0)
-    return bool(tensor.item())
-
-
-def _mlperf_logger(spec: TrainSpec, out_dir: Path, seeds: seeding.Seeds, dist: Dist) -> Any:
-    from repro500.workloads.mlperf import BENCHMARK_FOR_TASK, MLPerfLogger
-
-    gpus = torch.cuda.device_count() if spec.device in ("cuda", "auto") and torch.cuda.is_available() else 0
-    return MLPerfLogger(
-        out_dir / "mllog.txt",
-        benchmark=spec.mlperf_benchmark or BENCHMARK_FOR_TASK[spec.workload],
-        seed=seeds.torch,
-        global_batch_size=spec.batch_size * dist.world_size,
-        optimizer=spec.optimizer,
-        lr_schedule=spec.lr_schedule,
-        epochs=spec.epochs,
-        target=spec.target,
-        world_size=dist.world_size,
-        accelerators_per_node=gpus,
-    )
-
-
-class _RepeatFiles:
-    """``metrics.jsonl`` and ``params.jsonl`` of a repeat, line-buffered so a crash keeps every
-    finished line."""
-
-    def __init__(self, out_dir: Path) -> None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self._metrics = open(out_dir / "metrics.jsonl", "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
-        self._params = open(out_dir / "params.jsonl", "w", encoding="utf-8", buffering=1)  # noqa: SIM115
-
-    def metric(self, record: dict[str, Any]) -> None:
-        self._metrics.write(json.dumps(record, allow_nan=False) + "\n")
-
-    def params(self, record: dict[str, Any]) -> None:
-        self._params.write(json.dumps(record, allow_nan=False) + "\n")
-
-    def close(self) -> None:
-        for fh in (self._metrics, self._params):
-            if not fh.closed:
-                fh.close()
 
 
 def environment_for_determinism() -> None:

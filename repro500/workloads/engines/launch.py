@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from repro500 import rundir as layout
 from repro500.capture import seeds as seeding
 from repro500.errors import ReproError, UsageError
 
@@ -123,7 +124,7 @@ def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, o
         env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
         with open(log_path, "w+", encoding="utf-8") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            follower = _MetricsFollower(Path(out_dir) / "metrics.jsonl", callbacks)
+            follower = _MetricsFollower(Path(out_dir) / layout.METRICS, callbacks)
             try:
                 while proc.poll() is None:
                     follower.poll()
@@ -141,7 +142,7 @@ def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, o
             (Path(out_dir) / "launcher.log").write_text(output, encoding="utf-8")
             raise RankFailed(f"{who} of the {engine} job failed ({detail or f'launcher exit {proc.returncode}'}); "
                              f"the other ranks were stopped; full log: {Path(out_dir) / 'launcher.log'}")
-    summary_path = Path(out_dir) / "summary.json"
+    summary_path = Path(out_dir) / layout.REPEAT_SUMMARY
     if not expect_summary:
         return {}
     if not summary_path.is_file():

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import atomic
+from repro500 import rundir as layout
 from repro500.capture import seeds as seeding
 from repro500.workloads import train
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     out_dir = Path(job["out_dir"])
     ranks = _gather(_rank_record(dist, spec.device), dist)
     if dist.is_main:
-        atomic.write_json(out_dir / "ranks.json", {"schema": "repro500/ranks/v1", "backend": dist.backend,
+        atomic.write_json(out_dir / layout.RANKS, {"schema": "repro500/ranks/v1", "backend": dist.backend,
                                                    "world_size": dist.world_size, "ranks": ranks})
     try:
         train.train_repeat(spec, int(job["repeat"]), seeds, out_dir, dist=dist)
