@@ -62,15 +62,18 @@ def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
 
 
 def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path):
+    from runhelpers import write_recipe
+
+    recipe = write_recipe(tmp_path / "tiny.yaml")
     env = _env(MLFLOW_TRACKING_URI="http://user:s3cretpw@127.0.0.1:1")
-    code = ("from repro500 import tracking\n"
-            "from repro500.errors import InvalidInput\n"
-            "try:\n    tracking.check_reachable()\nexcept InvalidInput as err:\n    print(err)\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert "is unreachable" in out.stdout and "127.0.0.1:1" in out.stdout
-    assert "s3cretpw" not in out.stdout + out.stderr and REDACTED in out.stdout
+    out = subprocess.run([sys.executable, "-m", "repro500.cli", "run", str(recipe), "--run-id", "leak"], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 4, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("repro500: error: MLflow tracking store"), out.stderr
+    assert "is unreachable" in lines[0] and "127.0.0.1:1" in lines[0] and REDACTED in lines[0]
+    assert "s3cretpw" not in out.stdout + out.stderr
+    assert not (tmp_path / "runs" / "leak").exists()  # refused before anything was captured
 
 
 def test_text_artifacts_holding_a_secret_are_logged_as_redacted_copies(tmp_path, monkeypatch):
