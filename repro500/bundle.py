@@ -41,7 +41,8 @@ from repro500.errors import InvalidInput
 
 SUMS_NAME = "SHA256SUMS"
 LINK_PREFIX = "# link "
-DERIVED_NAMES = frozenset({"verdict.json", "report.html", SUMS_NAME})
+# The attestation signs SHA256SUMS, so SHA256SUMS cannot cover it (docs/trust.md).
+DERIVED_NAMES = frozenset({"verdict.json", "report.html", SUMS_NAME, "attestation.intoto.jsonl", "attestation.sig"})
 DERIVED_DIRS = frozenset({"derived"})
 
 RUN_SCHEMA = "repro500/run/v1"

@@ -249,3 +249,28 @@ def test_mistakes_in_data_or_options_are_caught_before_the_run_directory_exists(
                       cwd=write_recipe(in_tmp / "tiny.yaml").parent)
     assert option.returncode == 2 and option.stderr.startswith("repro500: error: --set fixed.model_options.note=X"), option.stderr
     assert not (in_tmp / "runs").exists()
+
+
+def test_a_signed_command_run_verifies_with_trust_and_its_chain_catches_a_dropped_repeat(in_tmp):
+    import shutil
+
+    from test_attest import make_key, trust_line, write_trust
+
+    command_recipe(in_tmp)
+    key = make_key(in_tmp, "lab")
+    result = repro500("run", "script.yaml", "--no-tracking", "--run-id", "s", "--sign-key", str(key),
+                      "--sign-principal", "lab@example.org", cwd=in_tmp)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = in_tmp / "runs" / "s"
+    assert (run / "attestation.intoto.jsonl").is_file() and (run / "chain.jsonl").is_file()
+    trust = write_trust(in_tmp, trust_line(key, "lab@example.org"))
+    assert repro500("verify", str(run), "--trust", str(trust), cwd=in_tmp).returncode == 0
+    shutil.rmtree(run / "repeats" / "2")
+    summary = json.loads((run / "summary.json").read_text())
+    summary["repeats"].pop("2")
+    (run / "summary.json").write_text(json.dumps(summary))
+    from repro500.bundle import write_sums
+
+    write_sums(run)
+    dropped = repro500("verify", str(run), cwd=in_tmp)
+    assert dropped.returncode == 4 and "repeat 2" in dropped.stdout + dropped.stderr

@@ -35,11 +35,14 @@ import click
               help="Complete an interrupted run: rerun only its missing repeats, with the same seeds.")
 @click.option("--tracking/--no-tracking", default=True, help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).")
 @click.option("--experiment", help="MLflow experiment name (default: repro500/<recipe name>).")
+@click.option("--sign-key", envvar="REPRO500_SIGNING_KEY", type=click.Path(dir_okay=False),
+              help="Sign the finished run with this OpenSSH Ed25519 key (env REPRO500_SIGNING_KEY; docs/trust.md).")
+@click.option("--sign-principal", metavar="NAME", help="Who signs, as named in the verifier's allowed_signers (e.g. an email).")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool,
-        experiment: str | None) -> None:
+        experiment: str | None, sign_key: str | None, sign_principal: str | None) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
@@ -84,6 +87,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
                          experiment=experiment, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
-                         rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]])
+                         rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
+                         sign_key=sign_key, sign_principal=sign_principal)
     outcome = run_recipe(options)
     sys.exit(outcome.exit_code)

@@ -65,7 +65,7 @@ def _new(options: RunOptions, console: Console) -> Session:
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
     return Session(plan, run, meta, console, resumed=False, tracking=options.tracking, experiment=options.experiment,
-                   source_name=str(options.recipe or "--command"))
+                   source_name=str(options.recipe or "--command"), sign=_signing(options))
 
 
 def _recipe_yaml(recipe: recipes.Recipe) -> str:
@@ -96,7 +96,11 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     except OSError as err:
         raise InvalidInput(f"cannot write the run directory {run} ({err.strerror or err})") from None
     return Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
-                   source_name=str(meta.get("recipe_path") or "--command"))
+                   source_name=str(meta.get("recipe_path") or "--command"), sign=_signing(options))
+
+
+def _signing(options: RunOptions) -> tuple[str, str | None] | None:
+    return (options.sign_key, options.sign_principal) if options.sign_key else None
 
 
 def _prepare_tracking(options: RunOptions) -> None:

@@ -42,6 +42,8 @@ class RunOptions:
     rdzv_endpoint: str | None = None
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
     adhoc: dict[str, Any] | None = None  # an ad-hoc recipe (repro500 run --command ...), not a file
+    sign_key: str | None = None  # an OpenSSH Ed25519 key: the finished run is signed (docs/trust.md)
+    sign_principal: str | None = None
 
 
 @dataclass
@@ -118,6 +120,10 @@ def check_options(options: RunOptions) -> None:
             raise UsageError("--resume is for single-node runs; rerun the multi-node run with a new --run-id")
     if options.nproc is not None and options.nproc < 1:
         raise UsageError("--nproc must be at least 1")
+    if options.sign_key:
+        from repro500.attest import keys
+
+        keys.load_private_key(options.sign_key)  # a wrong passphrase fails now, not after training
 
 
 def load_recipe(options: RunOptions) -> recipes.Recipe:

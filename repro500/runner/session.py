@@ -42,11 +42,13 @@ class Session:
     """One execution of a plan over a run directory (new or resumed)."""
 
     def __init__(self, plan: Plan, run: layout.RunDir, meta: dict[str, Any], console: Console, *,
-                 resumed: bool, tracking: bool, experiment: str | None, source_name: str) -> None:
+                 resumed: bool, tracking: bool, experiment: str | None, source_name: str,
+                 sign: tuple[str, str | None] | None = None) -> None:
         self.plan, self.run, self.meta, self.console = plan, run, meta, console
         self.resumed, self.tracking_on, self.experiment, self.source_name = resumed, tracking, experiment, source_name
         self.tracking: Any = None
         self.repeat_errors: dict[int, ReproError] = {}
+        self.sign = sign  # (key path, principal): sign the finished run
 
     @property
     def recipe(self) -> Any:
@@ -68,6 +70,7 @@ class Session:
 
     def _stages(self) -> RunOutcome:
         manifest = self.capture()
+        self.start_chain(manifest)
         if self.tracking_on:
             self.track(manifest)
         summaries, interrupted = self.repeats()
@@ -81,12 +84,34 @@ class Session:
         self._table(summaries)
         self._raise_if_failed(summaries)
         verdict = self.verify()
+        if self.sign:
+            from repro500.attest import sign_run
+
+            envelope = sign_run(self.run.path, *self.sign)
+            self.console.print(f"Signed: {envelope}")
         return RunOutcome(self.run.path, verdict.exit_code, verdict=verdict, summaries=summaries)
 
     def capture(self) -> dict[str, Any]:
         from repro500.runner import capture
 
         return capture.capture(self.plan, self.run, self.meta, self.console, resumed=self.resumed)
+
+    def start_chain(self, manifest: dict[str, Any]) -> None:
+        """Each finished repeat's summary digest is chained to the previous one and to the
+        manifest as it finishes (chain.jsonl, sealed and signed): no repeat can vanish unseen.
+        A run resumed from before chains existed gets none rather than a chain that starts late."""
+        from repro500.attest import chain
+
+        if self.run.file(chain.CHAIN_NAME).is_file():
+            return
+        if not self.resumed or not self.run.summaries(self.recipe.repeats, finished_only=False):
+            chain.start(self.run.path, manifest["digest"]["value"], self.recipe.repeats)
+
+    def _link(self, k: int) -> None:
+        from repro500.attest import chain
+
+        if self.run.file(chain.CHAIN_NAME).is_file() and self.run.repeat_summary(k) is not None:
+            chain.append(self.run.path, k, self.run.repeat(k) / layout.REPEAT_SUMMARY)
 
     def track(self, manifest: dict[str, Any]) -> None:
         from repro500.runner.track import Tracking
@@ -111,6 +136,7 @@ class Session:
             with display.running():
                 for k in todo:
                     summaries[k] = self._repeat(k, display)
+                    self._link(k)
                     display.finished(k, summaries[k])
                     if summaries[k]["status"] == "failed":
                         break
@@ -132,9 +158,11 @@ class Session:
         self.run.seal()
 
     def verify(self) -> Any:
+        from repro500.attest import check
         from repro500.verify.verdict import render, verify_run, write_verdict
 
         verdict = verify_run(self.run.path)
+        check.apply(check.check_run(self.run.path), verdict)  # the chain, as verify RUN would
         write_verdict(verdict, self.run.path)
         render(verdict, self.console)
         if self.tracking:
@@ -153,7 +181,10 @@ class Session:
         with display.repeat(k, epochs) as hooks:
             try:
                 if self.tracking:
-                    mlflow_id = self.tracking.start_repeat(k, seeds.torch, self.meta["run_id"], self.recipe.flat_params())
+                    # A command logs into the repeat's run itself: its params are its own (the recipe's
+                    # are on the parent), or MLflow refuses the script's "seed" as a changed param.
+                    params = {} if self.plan.workload.shares_mlflow_run else self.recipe.flat_params()
+                    mlflow_id = self.tracking.start_repeat(k, seeds.torch, self.meta["run_id"], params)
                     self.meta["mlflow"]["repeat_run_ids"][str(k)] = mlflow_id
                     self.run.write_meta(self.meta)
                     tracking = self.tracking
@@ -194,6 +225,7 @@ class Session:
         if not existing or existing.get("status") != "killed":
             self.run.write_repeat_summary(k, {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "killed",
                                               "seeds": seeds.as_dict(), "metrics": {}, "error": reason})
+        self._link(k)
         if self.tracking and mlflow_id:
             self.tracking.kill(mlflow_id, reason)
 

@@ -22,6 +22,7 @@ from repro500.workloads.workload import (
 
 class TrainedWorkload:
     kind = "trained"
+    shares_mlflow_run = False
 
     def __init__(self, recipe: recipes.Recipe, *, device: str, engine: str,
                  rendezvous: dict[str, Any] | None = None, search_paths: list[str] | None = None) -> None:

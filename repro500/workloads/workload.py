@@ -60,6 +60,7 @@ class Repeat:
 
 class Workload(Protocol):
     kind: str  # "trained" | "command"
+    shares_mlflow_run: bool  # the workload's own code logs into its repeat's MLflow run
 
     def data_paths(self) -> list[str]: ...
     def metric_names(self) -> list[str]: ...
