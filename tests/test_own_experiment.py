@@ -81,6 +81,7 @@ def test_a_plugin_model_dataset_and_evaluator_train_and_verify(in_tmp):
     assert experiment["workload"]["model"] == "mylab.nets:build"
     imported = [Path(e["path"]).name for e in experiment["imported_sources"]]
     assert "nets.py" in imported and all(e["sha256"] for e in experiment["imported_sources"])
+    assert (run / "source" / "mylab" / "nets.py").read_text() == PLUGIN
     again = repro500("verify", str(run), cwd=in_tmp)
     assert again.returncode == result.returncode, again.stdout
 
@@ -162,6 +163,13 @@ def test_a_command_recipe_runs_with_placeholders_set_values_and_verifies(in_tmp)
     assert all(0.9 <= v <= 0.96 for v in values) and len(values) == 3
     recipe = yaml.safe_load((run / "recipe.yaml").read_text())
     assert recipe["mutable"]["lr"] == 0.25 and recipe["metrics"]["accuracy"]["scale"] == 0.01
+    # the experiment's source travels with the run, sealed (not the run directories beside it)
+    kept = json.loads((run / "source.json").read_text())
+    assert [f["path"] for f in kept["files"]] == ["script.yaml", "train.py"] and kept["complete"]
+    assert (run / "source" / "train.py").read_text() == (in_tmp / "train.py").read_text()
+    assert "source/train.py" in (run / "SHA256SUMS").read_text()
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["facets"]["experiment"]["source"]["tree_sha256"] == kept["tree_sha256"]
     assert repro500("verify", str(run), cwd=in_tmp).returncode == 0
 
 

@@ -29,7 +29,7 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
     where = Path(plan.recipe.fixed.get("workdir") or ".") if plan.recipe.is_command else Path(plan.recipe.source).parent
     repository, _ = describe_repo(where if where.is_dir() else Path.cwd())
     imported = []
-    for path in getattr(work, "imported", []) or []:
+    for _, path in getattr(work, "imported", []) or []:
         try:
             imported.append({"path": path, "sha256": file_digest(path)})
         except OSError as err:
@@ -39,11 +39,28 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
             "repro500": {"version": __version__}}
 
 
-def _facets(plan: Plan, meta: dict[str, Any]) -> dict[str, Any]:
+def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
+    """Copy the experiment's source into the run (``source/``, ``source.json``): a publication then
+    reruns on a machine that has only the publication (repro500.capture.source)."""
+    import shutil
+
+    from repro500.capture import source
+
+    found = plan.workload.source([run.path.parent]) if hasattr(plan.workload, "source") else None
+    if not found or not found[1]:
+        return None
+    shutil.rmtree(run.file(source.DIR), ignore_errors=True)  # an earlier attempt's copy is redone
+    root, files = found
+    kept = source.snapshot(root, files, run.path)
+    kept["requirements"] = source.requirements(files)
+    return kept
+
+
+def _facets(plan: Plan, meta: dict[str, Any], kept: dict[str, Any] | None) -> dict[str, Any]:
     from repro500.capture import env as env_facet
     from repro500.workloads.engines.ranks import rank_plan
 
-    facets: dict[str, Any] = {"experiment": experiment_facet(plan)}
+    facets: dict[str, Any] = {"experiment": {**experiment_facet(plan), "source": kept}}
     if plan.recipe.is_command:
         facets["runtime"] = {}  # the command's own runtime is its business; repro500 set only its seeds' env
         facets["distributed"] = {"engine": "command", "world_size": 1, "backend": None, "compressor": "none"}
@@ -66,10 +83,12 @@ def capture(plan: Plan, run: layout.RunDir, meta: dict[str, Any], console: Conso
     from repro500.capture.manifest import build_manifest, write_manifest
     from repro500.publish.datafiles import record_specs
 
+    first = not (resumed and run.manifest_path().is_file())
+    kept = keep_source(plan, run) if first else None
     manifest, artifacts = build_manifest(
-        plan.workload.data_paths(), extra_facets=_facets(plan, meta), progress=True, seed=plan.recipe.seed,
+        plan.workload.data_paths(), extra_facets=_facets(plan, meta, kept), progress=True, seed=plan.recipe.seed,
         repeats=plan.recipe.repeats, world_size=plan.world_size, same_seed=plan.same_seed)
-    if resumed and run.manifest_path().is_file():
+    if not first:
         _record_resume(run, meta, manifest, console)
         return json.loads(run.manifest_path().read_text(encoding="utf-8"))
     if resumed:  # the first attempt stopped before its capture finished: this one is the run's

@@ -43,6 +43,14 @@ class CommandWorkload:
                                   deterministic=bool(self.recipe.mutable.get("deterministic")),
                                   mlflow=repeat.mlflow, echo=repeat.progress.on_line)
 
+    def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:
+        """The experiment source to keep with the run: the working directory's files (not the
+        run directories under it)."""
+        from repro500.capture import source
+
+        root = Path(self.recipe.fixed.get("workdir") or ".").resolve()
+        return root, source.candidates(root, exclude=exclude)
+
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "command": list(self.recipe.fixed["command"]),
                 "workdir": str(Path(self.recipe.fixed.get("workdir") or ".").resolve()),

@@ -122,9 +122,11 @@ def accepted(fn: Callable[..., Any], kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k in params}
 
 
-def source_modules(before: set[str]) -> list[str]:
-    """Modules imported since ``before`` whose files lie outside site-packages and the standard
-    library: the experiment's own source the workload actually loaded (recorded in the manifest)."""
+def source_modules(before: set[str]) -> list[tuple[str, str]]:
+    """Modules imported since ``before`` whose files lie outside site-packages, the standard
+    library and repro500: the experiment's own source the workload actually loaded, as
+    (import root, file) pairs — the root is the ``sys.path`` entry the module was found under,
+    so a copy of the files below it imports the same way elsewhere."""
     import sysconfig
 
     own = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # repro500 itself: its own facet
@@ -137,7 +139,11 @@ def source_modules(before: set[str]) -> list[str]:
         real = os.path.realpath(path)
         if any(real.startswith(s + os.sep) for s in skip) or "site-packages" in real:
             continue
-        out.append(real)
+        depth = name.count(".") + (2 if os.path.basename(real).startswith("__init__.") else 1)
+        root = real
+        for _ in range(depth):
+            root = os.path.dirname(root)
+        out.append((root, real))
     return out
 
 

@@ -32,7 +32,7 @@ class TrainedWorkload:
         self.rendezvous = rendezvous
         self.search_paths = plugins.search_paths(search_paths or [])
         self.info: dict[str, Any] = {}
-        self.imported: list[str] = []  # the experiment's own modules the plug-ins loaded
+        self.imported: list[tuple[str, str]] = []  # (import root, file) of the plug-ins' own modules
 
     @property
     def fixed(self) -> dict[str, Any]:
@@ -156,10 +156,34 @@ class TrainedWorkload:
         return launch.run_distributed(self.recipe, spec, repeat.k, repeat.seeds, repeat.out_dir,
                                       callbacks=callbacks, rendezvous=self.rendezvous)
 
+    def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:
+        """The experiment source to keep with the run: the plug-ins' own modules, relative to the
+        import root most of them came from (None for built-ins only)."""
+        if not self.imported:
+            return None
+        roots = [root for root, _ in self.imported]
+        root = max(set(roots), key=roots.count)
+        files = sorted(os.path.relpath(path, root) for r, path in self.imported if r == root)
+        requirement_files = [n for n in ("requirements.txt", "pyproject.toml") if (Path(root) / n).is_file()]
+        return Path(root), sorted({*files, *requirement_files})
+
     def describe(self) -> dict[str, Any]:
         """For the manifest: what this workload is, and which source files it imported."""
         return {"kind": self.kind, "model": self.fixed["model"], "dataset": parts.dataset_ref(self.fixed["dataset"])[1],
                 "evaluate": self.fixed.get("evaluate") or self.fixed["workload"],
-                "imported_sources": [os.path.relpath(p) if not os.path.isabs(os.path.relpath(p)) else p
-                                     for p in self.imported],
-                "search_paths": [str(Path(p)) for p in self.search_paths]}
+                "imported_sources": [path for _, path in self.imported],
+                "plugins": self._distributions()}
+
+    def _distributions(self) -> dict[str, str]:
+        """The installed distributions that provide the registered names this recipe uses
+        (``pip install NAME==VERSION`` recreates them elsewhere)."""
+        out = {}
+        refs = [("model", self.fixed["model"]), ("dataset", parts.dataset_ref(self.fixed["dataset"])[1])]
+        if self.fixed.get("evaluate"):
+            refs.append(("evaluator", self.fixed["evaluate"]))
+        for kind, ref in refs:
+            entry = plugins.registered(kind).get(ref)
+            dist = getattr(entry, "dist", None)
+            if dist is not None and dist.metadata["Name"] != "repro500":
+                out[dist.metadata["Name"]] = dist.version
+        return out

@@ -1,0 +1,129 @@
+"""The experiment's own source, copied into the run directory as it ran (``source/``).
+
+A publication must rerun on a machine that has only the publication: the files of a wrapped
+command's working directory (or a plug-in's imported modules) travel inside the run, sealed by
+``SHA256SUMS`` like every other file, with ``source.json`` listing each file's digest and one
+digest over the whole tree (``tree_sha256``): two runs whose trees have the same digest ran the
+same experiment code, whatever git said about either (a reproduction from a publication is not
+a git work tree).
+
+Which files: inside a git work tree, the tracked and the untracked-but-not-ignored files under
+the directory, as they are in the work tree (uncommitted edits are what ran); outside one, every
+file under it but hidden ones, caches and virtual environments.  Anything past the size limits is
+listed with its digest but not copied, and ``complete`` says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from repro500 import atomic
+from repro500.digest import file_digest
+
+SCHEMA = "repro500/source/v1"
+DIR = "source"
+INDEX = "source.json"
+FILE_LIMIT_BYTES = 16 * 1024 * 1024  # one larger file is data, not source: listed, not copied
+TOTAL_LIMIT_BYTES = 128 * 1024 * 1024
+COUNT_LIMIT = 5000
+# Never experiment source, whatever the directory holds; ``runs`` is repro500's own output.
+_SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache",
+              ".ruff_cache", "runs", "mlruns", ".dvc", "node_modules", "reproductions", "publications"}
+
+
+def _git_files(root: Path) -> list[str] | None:
+    """Tracked and untracked non-ignored files under ``root`` (relative), or None outside git."""
+    import git
+
+    try:
+        repo = git.Repo(root, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    if repo.bare or repo.working_tree_dir is None:
+        return None
+    try:
+        out = repo.git.ls_files("--cached", "--others", "--exclude-standard", "-z", "--", ".",
+                                with_extended_output=False)
+    except git.GitCommandError:
+        return None
+    # ls-files runs in the repository root: paths are relative to it, filtered to root below
+    top = Path(repo.working_tree_dir).resolve()
+    names = []
+    for rel in filter(None, out.split("\0")):
+        path = (top / rel).resolve()
+        if path.is_relative_to(root.resolve()):
+            names.append(path.relative_to(root.resolve()).as_posix())
+    return names
+
+
+def _walk_files(root: Path) -> list[str]:
+    names = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        for name in sorted(filenames):
+            if not name.startswith("."):
+                names.append((Path(dirpath) / name).relative_to(root).as_posix())
+    return names
+
+
+def candidates(root: Path, exclude: list[Path] = ()) -> list[str]:
+    """The files of the experiment under ``root``, sorted, outside ``exclude`` (the run's output)."""
+    root = root.resolve()
+    names = _git_files(root)
+    if names is None:
+        names = _walk_files(root)
+    skip = [p.resolve() for p in exclude]
+    out = []
+    for rel in sorted(set(names)):
+        if any(part in _SKIP_DIRS for part in Path(rel).parts[:-1]):
+            continue
+        path = root / rel
+        if path.is_symlink() or not path.is_file() or any(path.resolve().is_relative_to(s) for s in skip):
+            continue
+        out.append(rel)
+    return out
+
+
+def snapshot(root: Path, files: list[str], run_dir: Path) -> dict[str, Any]:
+    """Copy ``files`` (relative to ``root``) into ``run_dir/source`` and write ``source.json``."""
+    entries, total, copied = [], 0, 0
+    complete = True
+    for rel in files[:COUNT_LIMIT]:
+        path = root / rel
+        try:
+            size = path.stat().st_size
+            digest = file_digest(path)
+        except OSError as err:
+            entries.append({"path": rel, "sha256": None, "copied": False, "skipped": err.strerror or type(err).__name__})
+            complete = False
+            continue
+        entry: dict[str, Any] = {"path": rel, "bytes": size, "sha256": digest, "copied": False}
+        if size > FILE_LIMIT_BYTES or total + size > TOTAL_LIMIT_BYTES:
+            entry["skipped"] = "larger than the source limits (docs/command.md): listed, not copied"
+            complete = False
+        else:
+            target = run_dir / DIR / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+            entry["copied"] = True
+            total += size
+            copied += 1
+        entries.append(entry)
+    if len(files) > COUNT_LIMIT:
+        complete = False
+    tree = hashlib.sha256("".join(f"{e['sha256']}  {e['path']}\n" for e in entries).encode()).hexdigest()
+    index = {"schema": SCHEMA, "root": str(root.resolve()), "files": entries, "copied": copied,
+             "bytes": total, "omitted": max(0, len(files) - COUNT_LIMIT), "complete": complete,
+             "tree_sha256": tree}
+    atomic.write_json(run_dir / INDEX, index)
+    return {"tree_sha256": tree, "files": len(entries), "copied": copied, "bytes": total, "complete": complete}
+
+
+def requirements(files: list[str]) -> list[str]:
+    """The files among ``files`` that say how to install the experiment's requirements."""
+    wanted = {"requirements.txt", "pyproject.toml", "setup.py", "environment.yml", "environment.yaml", "setup.cfg"}
+    return [f for f in files if f in wanted or (Path(f).name.startswith("requirements") and f.endswith(".txt"))]
