@@ -197,6 +197,12 @@ def _values_pattern(values: frozenset[str]) -> re.Pattern[str]:
     return re.compile("|".join(re.escape(v) for v in sorted(values, key=lambda v: (-len(v), v))))
 
 
+def redact_values(text: str, values: Iterable[str] | None = None) -> str:
+    """Only the by-value part of :func:`redact_text`: each secret value (:func:`secret_values`)
+    becomes :data:`REDACTED`; nothing else changes (for pages and files with embedded data)."""
+    return _replace_values(text, secret_values() if values is None else values)
+
+
 def _replace_values(text: str, values: Iterable[str]) -> str:
     values = values if isinstance(values, frozenset) else frozenset(values)
     if not values or not text:

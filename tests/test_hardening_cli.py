@@ -32,9 +32,10 @@ def _needs_dropping_privileges() -> list[str]:
     return SETPRIV
 
 
-def repro500(*args: object, cwd: Path, unprivileged: bool = False, **kwargs) -> subprocess.CompletedProcess:
+def repro500(*args: object, cwd: Path, unprivileged: bool = False, env: dict[str, str] | None = None,
+             **kwargs) -> subprocess.CompletedProcess:
     prefix = _needs_dropping_privileges() if unprivileged else []
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1")
+    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1", **(env or {}))
     streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
     return subprocess.run([*prefix, sys.executable, "-m", "repro500.cli", *map(str, args)], cwd=cwd, env=env,
                           text=True, timeout=180, **streams)
@@ -186,3 +187,21 @@ def test_verify_piped_into_head_keeps_the_verdicts_exit_code(tmp_path):
     assert result.stdout.splitlines()[-1] == "rc=1"
     assert (tmp_path / "err.txt").read_text() == ""
 
+
+
+# ------------------------------------------------------------------------------ secrets by value
+
+def test_report_and_publication_never_show_a_secret_value(tmp_path):
+    """A secret's value that reached the run (here: the recipe's name) is scrubbed from the pages
+    and files repro500 writes from it, whatever key it sits under."""
+    run = make_run(tmp_path, "run")  # its recipe is named "quickstart"
+    env = {"WANDB_API_KEY": "quickstart"}
+    report = repro500("report", run, "--out", tmp_path / "r.html", cwd=tmp_path, env=env)
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "r.html").read_text()
+    assert "quickstart" not in page and "[REDACTED]" in page
+    published = repro500("publish", run, "--out", tmp_path / "pub", cwd=tmp_path, env=env)
+    assert published.returncode == 0, published.stderr
+    for name in ("published.yaml", "recipe.yaml", "README.md", "params.yaml", "dvc.yaml"):
+        assert "quickstart" not in (tmp_path / "pub" / name).read_text(), name
+    assert "quickstart" not in published.stdout + published.stderr

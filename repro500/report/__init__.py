@@ -91,8 +91,10 @@ def _write(run_path: Path, root: Path, out: str | Path | None, against: str | Pa
     target = _resolve_output(run_path, root, out)
     html_text, verdict, sections, images = build_html(root, against=against, alpha=alpha, margins=margins,
                                                       shown_path=str(run_path))
+    from repro500.redact import redact_values
     from repro500.writable import writing
 
+    html_text = redact_values(html_text)  # a secret value copied into the run (a recipe note) stays here
     with writing("the report", target, "give --out a writable path, e.g. --out /tmp/report.html"):
         atomic.write_text(target, html_text)
     return ReportResult(path=target, status=verdict.status,
