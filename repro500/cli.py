@@ -29,6 +29,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("repro500.commands.data", "data", "Generate synthetic scientific datasets and check dataset files."),
     "run": ("repro500.commands.run", "run", "Run a benchmark recipe several times with full provenance."),
     "verify": ("repro500.commands.verify", "verify", "Decide statistically whether a run holds or reproduces a reference."),
+    "sign": ("repro500.commands.sign", "sign", "Sign a run: an in-toto attestation of its files, signed with your SSH key."),
     "pack": ("repro500.commands.verify", "pack", "Pack a run directory into one archive that verifies anywhere."),
     "unpack": ("repro500.commands.verify", "unpack", "Unpack a packed run safely into a directory."),
     "report": ("repro500.commands.report", "report", "Write a self-contained HTML report of a run."),

@@ -6,6 +6,7 @@ live in ``session.py``; this module opens a new or resumed run and hands it over
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -104,9 +105,9 @@ def _signing(options: RunOptions) -> tuple[str, str | None] | None:
 
 
 def _prepare_tracking(options: RunOptions) -> None:
-    from repro500.workloads import train
-
-    train.environment_for_determinism()
+    # Set before CUDA initialises: cuBLAS needs a fixed workspace for deterministic GEMMs.  Set
+    # here, not through the trainer, so that a wrapped command's run never imports torch (2-3 s).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if options.tracking:
         from repro500 import tracking
 

@@ -132,6 +132,7 @@ class Session:
         else:
             self.console.print(f"Run [bold]{self.meta['run_id']}[/] -> {self.run}")
         display = Display(self.console, planned, len(summaries))
+        _warm_verify()
         try:
             with display.running():
                 for k in todo:
@@ -292,3 +293,15 @@ def refuse_complete(run: layout.RunDir, meta: dict[str, Any], planned: int) -> N
         raise UsageError(f"run {run} is already complete ({planned} of {planned} repeats finished); nothing to "
                          f"resume. Verify it with: repro500 verify {run}")
 
+
+def _warm_verify() -> None:
+    """Import the verdict's statistics (scipy.stats: 1-2 s) while the repeats run: the process
+    mostly waits on a wrapped command or a launcher there, so the closing verify no longer pays
+    for it (issue 12's wrapping-cost budget)."""
+    import threading
+
+    def load() -> None:
+        with suppress(Exception):
+            import repro500.verify.verdict  # noqa: F401
+
+    threading.Thread(target=load, name="repro500-warm-verify", daemon=True).start()

@@ -13,7 +13,6 @@ Distributed engines call the same function with a :class:`Dist`; only rank 0 wri
 from __future__ import annotations
 
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -430,8 +429,3 @@ def _flops_per_sample(task: Task, model: torch.nn.Module, loader: Any, device: t
     inputs, targets = _to_device(batch[0], device), _to_device(batch[1], device)
     flops = measure.count_train_flops(model, lambda m: task.loss(m, inputs, targets))
     return flops / n if flops is not None else None
-
-
-def environment_for_determinism() -> None:
-    """Set before CUDA initialises: cuBLAS needs a fixed workspace for deterministic GEMMs."""
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")

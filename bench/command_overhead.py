@@ -1,0 +1,78 @@
+"""The cost of wrapping a command: ``repro500 run --command`` vs running the script by hand.
+
+The script burns CPU for ``--seconds`` (default 20, the issue's figure) and prints its metric.
+By hand: ``--repeats`` runs one after another, timed from outside.  Wrapped: one ``repro500 run
+--command`` of the same repeats, with everything it does (capture, the experiment's source
+copy, MLflow in a fresh SQLite store, sealing, the chain and the closing verify), timed from
+outside the same way.  The two are interleaved (hand, wrapped, hand, ...) so machine noise hits
+both alike.  Target (issue 12): wrapped <= 1.05 x by hand.
+
+    python bench/command_overhead.py [--seconds 20] [--repeats 3] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 1.05
+SCRIPT = """
+import os, sys, time
+end = time.process_time() + float(sys.argv[1])
+x = 0
+while time.process_time() < end:
+    x += 1
+print(f"Acc@1 {90 + int(os.environ.get('REPRO500_SEED', '0')) % 7}")
+"""
+
+
+def by_hand(work: Path, seconds: float, repeats: int) -> float:
+    start = time.perf_counter()
+    for _ in range(repeats):
+        subprocess.run([sys.executable, "script.py", str(seconds)], cwd=work, check=True, capture_output=True)
+    return time.perf_counter() - start
+
+
+def wrapped(work: Path, seconds: float, repeats: int, round_no: int) -> float:
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work / f'mlflow-{round_no}.db'}")
+    cmd = [sys.executable, "-m", "repro500.cli", "run", "--command", "-n", str(repeats), "--run-id", f"r{round_no}",
+           "--metric", "accuracy=regex:Acc@1 ([0-9]+)", "--accept", "accuracy>=80",
+           "--", sys.executable, "script.py", str(seconds)]
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1, 3):  # a verdict of any kind: the run finished
+        raise SystemExit(f"repro500 run failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=1)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="repro500-bench-command-") as tmp:
+        work = Path(tmp)
+        (work / "script.py").write_text(SCRIPT)
+        hand, ours = 0.0, 0.0
+        for r in range(args.rounds):
+            hand += by_hand(work, args.seconds, args.repeats)
+            ours += wrapped(work, args.seconds, args.repeats, r)
+    ratio = ours / hand
+    verdict = "OK" if ratio <= TARGET else "MISSED"
+    n = args.rounds * args.repeats
+    print(f"by hand   {hand:8.2f} s for {n} runs of a {args.seconds:g} s script")
+    print(f"repro500  {ours:8.2f} s for the same, capture + MLflow + seal + verify included "
+          f"({(ours - hand) / args.rounds:.2f} s a run of {args.repeats} repeats)")
+    print(f"wall-time ratio repro500/by hand = {ratio:.4f} (target <= {TARGET}) {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
