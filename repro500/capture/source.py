@@ -9,7 +9,8 @@ a git work tree).
 
 Which files: inside a git work tree, the tracked and the untracked-but-not-ignored files under
 the directory, as they are in the work tree (uncommitted edits are what ran); outside one, every
-file under it but hidden ones, caches and virtual environments.  Anything past the size limits is
+file under it.  Never hidden files (a ``.env`` holds secrets), caches, virtual environments or
+repro500's own outputs (``runs/``, ``publications/``, ``reproductions/``, ``mlruns/``).  Anything past the size limits is
 listed with its digest but not copied, and ``complete`` says so.
 """
 
@@ -79,7 +80,9 @@ def candidates(root: Path, exclude: list[Path] = ()) -> list[str]:
     skip = [p.resolve() for p in exclude]
     out = []
     for rel in sorted(set(names)):
-        if any(part in _SKIP_DIRS for part in Path(rel).parts[:-1]):
+        # Hidden files are left out whether or not git tracks them: a ``.env`` holds secrets,
+        # and the same experiment must give the same file set inside and outside a work tree.
+        if any(part in _SKIP_DIRS or part.startswith(".") for part in Path(rel).parts):
             continue
         path = root / rel
         if path.is_symlink() or not path.is_file() or any(path.resolve().is_relative_to(s) for s in skip):

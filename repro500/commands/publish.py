@@ -67,9 +67,12 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
               help="Where to look for data that cannot be regenerated (copied when its md5 matches).")
 @click.option("--tracking/--no-tracking", default=False,
               help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db).")
+@click.option("--run-code", is_flag=True,
+              help="Allow the publication's own experiment code (a wrapped command, a plug-in) to run; review OUT/source first.")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
-              subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool) -> None:
+              subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool,
+              run_code: bool) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -86,5 +89,5 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
     from repro500.publish.reproduce import reproduce as run_reproduce
 
     result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
-                           margins=margins or None, data_root=data_root, tracking=tracking)
+                           margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code)
     ctx.exit(result.exit_code)

@@ -16,9 +16,12 @@
    provenance diff is against the reference) and compare final parameters bitwise with the
    packed run's repeats of the same seed.  ``OUT/verdict.json`` holds the verdict.
 
-The only thing taken from the source and executed is the recipe, by repro500 itself; YAML
-is read with ``yaml.safe_load``, nothing is unpickled, archives go through
-:func:`repro500.bundle.unpack`.
+For a built-in workload, the only thing taken from the source and executed is the recipe, by
+repro500 itself; YAML is read with ``yaml.safe_load``, nothing is unpickled, archives go through
+:func:`repro500.bundle.unpack`.  A publication of a user's own experiment (a wrapped command,
+or plug-ins imported from the experiment's files) carries that code in its run's ``source/``:
+it is copied to ``OUT/source`` (every file checked against the sealed digests) and runs only
+with ``--run-code``, the user's explicit consent to execute someone else's code.
 """
 
 from __future__ import annotations
@@ -131,17 +134,58 @@ def _rerun_id(workdir: Path) -> str:
     return rid
 
 
-def _rerun(pub: pubs.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str]) -> Path:
+def experiment_code(pub: pubs.Publication) -> tuple[str, list[str]] | None:
+    """(kind, files) of the publisher's own code the rerun would execute, or None (built-ins only)."""
+    import json
+
+    import yaml
+
+    recipe = yaml.safe_load((pub.reference / "recipe.yaml").read_text(encoding="utf-8")) or {}
+    fixed = recipe.get("fixed") or {}
+    index = pub.reference / "source.json"
+    files = [e["path"] for e in json.loads(index.read_text(encoding="utf-8")).get("files", [])] if index.is_file() else []
+    if fixed.get("workload") == "command":
+        return "command", files
+    refs = [fixed.get("model"), (fixed.get("dataset") or {}).get("entry"), fixed.get("evaluate")]
+    if files or any(isinstance(r, str) and ":" in r for r in refs):
+        return "plug-in", files
+    return None
+
+
+def _place_source(pub: pubs.Publication, workdir: Path) -> Path | None:
+    """Copy the reference run's ``source/`` (already checked against its SHA256SUMS when the
+    publication was opened) to ``OUT/source``: the directory the experiment runs from."""
+    src = pub.reference / "source"
+    if not src.is_dir():
+        return None
+    target = workdir / "source"
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(src, target, symlinks=False)
+    return target
+
+
+def _rerun(pub: pubs.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
+           code: tuple[str, list[str]] | None = None) -> Path:
     rid = _rerun_id(workdir)
-    rel = pub.root.relative_to(workdir)
-    cmd = [sys.executable, "-m", "repro500.cli", "run", (rel / pubs.RECIPE).as_posix(),
-           "--params", (rel / pubs.PARAMS).as_posix(), "--out", "runs", "--run-id", rid, *pub.rerun_flags,
-           "--tracking" if tracking else "--no-tracking"]
+    root = pub.root.resolve()
+    cmd = [sys.executable, "-m", "repro500.cli", "run", str(root / pubs.RECIPE),
+           "--params", str(root / pubs.PARAMS), "--out", str((workdir / "runs").resolve()), "--run-id", rid,
+           *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
     if repeats is not None:
         cmd += ["--repeats", str(repeats)]
     # PYTHONSAFEPATH keeps the working directory (publication files, pulled data) off sys.path of
     # the rerun and of every process it starts (torchrun's workers), so no file there is imported
-    rc = subprocess.run(cmd, cwd=workdir, env={**env, "PYTHONSAFEPATH": "1"}, check=False).returncode
+    # unless the user allowed the publication's own code (--run-code): then a command runs in
+    # its source directory, and plug-ins import from it.
+    env = {**env, "PYTHONSAFEPATH": "1"}
+    cwd = workdir
+    placed = _place_source(pub, workdir) if code else None
+    if placed is not None and code and code[0] == "command":
+        cwd = placed
+    elif placed is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
+    rc = subprocess.run(cmd, cwd=cwd, env=env, check=False).returncode
     rerun = workdir / "runs" / rid
     if rc == 130 or rc < 0:
         raise KeyboardInterrupt
@@ -163,6 +207,7 @@ def reproduce(
     data_root: str | Path = ".",
     tracking: bool = False,
     console: Any = None,
+    run_code: bool = False,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     from repro500.verify.determinism import compare_with_reference
@@ -190,6 +235,14 @@ def reproduce(
         console.print(f"publication checked: run {pub.run_id}, {pub.repeats} repeats, seed {pub.seed}; "
                       f"archive sha256 {pub.index['archive']['sha256'][:16]}", highlight=False, soft_wrap=True)
 
+        code = experiment_code(pub)
+        if code and not run_code:
+            shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
+            raise UsageError(f"this publication runs its own code ({code[0]}{': ' + shown if shown else ''}); "
+                             f"review it (in the packed run's source/) and pass --run-code to run it")
+        if code:
+            console.print(f"the publication's own code runs ({code[0]}, {len(code[1])} files, digests checked)",
+                          highlight=False, soft_wrap=True)
         lines, warnings = [], []
         for entry in pub.data:
             line, warning = _data(entry, workdir, src, Path(data_root), tmp)
@@ -199,7 +252,7 @@ def reproduce(
                 warnings.append(warning)
                 console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
-        rerun = _rerun(pub, workdir, repeats, tracking, env)
+        rerun = _rerun(pub, workdir, repeats, tracking, env, code)
         with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir
             verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
                                  alpha=alpha, margins=margins)

@@ -29,6 +29,15 @@ RULES: list[tuple[str, int, str]] = [
     # before repro500 recorded the toolchain; unknown is not different, and it matters
     # only to runs that compile custom operators
     ("toolchain.<facet>", 40, "the build toolchain was recorded on one side only"),
+    ("experiment.<facet>", 20, "the experiment facet was recorded on one side only (repro500 before 0.2)"),
+    # the experiment's own code by content: what ran, whatever git says (docs/capture.md)
+    ("experiment.source.tree_sha256", 95, "the experiment's own source differs (content digest)"),
+    ("experiment.repro500.source_sha256", 90, "repro500's own source differs (content digest)"),
+    ("experiment.workload.workdir", 5, "where the command ran; its files are in the source digest"),
+    ("experiment.workload.*", 90, "a different workload (model, data set, evaluator or command)"),
+    ("experiment.imported_sources*", 5, "where the plug-ins' modules lie; their content is in the source digest"),
+    ("experiment.repository.*", 5, "the experiment repository's git state; its content is in the source digest"),
+    ("experiment.*", 10, "how much source was kept"),
     ("*.<facet>", 55, "the facet was captured on one side only; the two cannot be compared there"),
     ("environment.torch_build.path", 5, "install location only"),
     ("environment.torch_build.source", 0, "how the facts were read"),
@@ -238,8 +247,32 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
                                     "present" if facet in sb else _MISSING, impact, reason))
             continue
         diffs.extend(_facet_differences(facet, sa[facet], sb[facet]))
+    diffs = _by_content(a, b, diffs)
     diffs.sort(key=lambda d: (-d.impact, d.facet, d.key))
     return diffs
+
+
+def _code_digests(manifest: Mapping[str, Any]) -> tuple[Any, Any] | None:
+    experiment = (manifest.get("facets") or {}).get("experiment")
+    if not isinstance(experiment, Mapping):
+        return None
+    source = experiment.get("source") or {}
+    own = (experiment.get("repro500") or {}).get("source_sha256")
+    return (source.get("tree_sha256"), own) if own else None
+
+
+def _by_content(a: Mapping[str, Any], b: Mapping[str, Any], diffs: list[Difference]) -> list[Difference]:
+    """When both runs recorded what code ran by content (the experiment's source tree and
+    repro500's own) and it is the same, the git state around it is not different code: a
+    reproduction from a publication runs outside any work tree ("commit absent") from the very
+    same files.  Those code-facet rows then rank low, with the reason said."""
+    da, db = _code_digests(a), _code_digests(b)
+    if da is None or da != db:
+        return diffs
+    why = "the code that ran is the same by content (source digests match); only the git state around it differs"
+    return [Difference(d.facet, d.key, d.a, d.b, min(d.impact, 5), why)
+            if d.facet == "code" or (d.facet == "artifacts" and d.key.startswith("code.diff")) else d
+            for d in diffs]
 
 
 def _facet_differences(facet: str, a: Any, b: Any) -> list[Difference]:
