@@ -1,0 +1,45 @@
+"""``repro500 init``: thin CLI over :func:`repro500.starter.init`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("command", nargs=-1, required=True)
+@click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              show_default=True, help="The experiment's directory (where the three files are written).")
+@click.option("--metric", "metrics", multiple=True, metavar="NAME=SOURCE[:ARG]",
+              help="Where a metric comes from: regex:PATTERN, mlflow[:KEY], mllog[:KEY], json[:KEY], or NAME alone.")
+@click.option("--accept", "accepts", multiple=True, metavar="NAME>=TARGET[±TOL]", help="An acceptance band.")
+@click.option("--set", "values", multiple=True, metavar="KEY=VALUE",
+              help="A mutable value the command uses as {mutable.KEY} (dvc exp run -S run.mutable.KEY=... varies it).")
+@click.option("--name", help="The experiment's name (default: the script's).")
+@click.option("--repeats", "-n", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), help="Seconds a repeat may take.")
+@click.option("--force", is_flag=True, help="Replace existing repro500.yaml, params.yaml and dvc.yaml.")
+def init(command: tuple[str, ...], directory: Path, metrics: tuple[str, ...], accepts: tuple[str, ...],
+         values: tuple[str, ...], name: str | None, repeats: int, timeout_s: float | None, force: bool) -> None:
+    """Put your own experiment under repro500 and DVC: writes repro500.yaml, params.yaml, dvc.yaml.
+
+    \b
+      repro500 init --metric 'accuracy=regex:Acc@1 ([0-9.]+)' --accept 'accuracy>=0.9±0.02' \\
+                    --set lr=0.1 -- python train.py --lr '{mutable.lr}' --seed '{seed}'
+      dvc repro && dvc metrics show
+      dvc exp run -S run.mutable.lr=0.05
+
+    Exit codes: 0 written, 2 usage error, 4 a file exists (nothing written) or cannot be written.
+    """
+    from repro500.recipe import parse_assignment
+    from repro500.starter import init as write
+    from repro500.workloads.adhoc import recipe_data
+
+    data = recipe_data(list(command), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
+                       repeats=repeats)
+    data["mutable"] = dict(parse_assignment(v) for v in values)
+    data["description"] = "written by repro500 init"
+    for path in write(directory, data, force=force):
+        click.echo(f"wrote {path}")
+    click.echo("next: dvc init (once, if this is not a DVC project yet), then dvc repro; dvc metrics show")
