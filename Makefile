@@ -63,6 +63,9 @@ bench: $(STAMP)
 	$(PY) bench/datagen.py
 	$(PY) bench/loader.py
 	$(PY) bench/overhead.py
+	$(PY) bench/overhead.py --plugin
+	$(PY) bench/command_overhead.py
+	$(PY) bench/attest.py
 	$(PY) bench/compress.py
 	$(PY) bench/wire_bytes.py
 	$(PY) bench/verdict_calibration.py

@@ -80,7 +80,7 @@ FIXED_SCHEMA: dict[str, Any] = {
     "mlperf_benchmark": (str, type(None)),
     "evaluate": (str, type(None)),  # evaluator: registered name or module:callable (docs/workloads.md)
     # a command workload (docs/command.md)
-    "command": list,
+    "command": (list, str),  # a string is split as a POSIX shell splits words
     "workdir": str,
     "timeout_s": (int, float, type(None)),
     "outputs": list,
@@ -357,6 +357,13 @@ def _validate_command(data: Mapping[str, Any], fixed: Mapping[str, Any], mutable
             raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} belongs to a trained workload; "
                                "a command workload names its program in fixed.command")
     argv = fixed.get("command")
+    if isinstance(argv, str):
+        import shlex
+
+        try:
+            argv = shlex.split(argv)
+        except ValueError as err:
+            raise InvalidInput(f"{loc.where('fixed.command')}: fixed.command cannot be split into words ({err})") from None
     if not argv or not all(isinstance(a, (str, int, float)) and not isinstance(a, bool) for a in argv):
         raise InvalidInput(f"{loc.where('fixed.command')}: fixed.command must be a non-empty list of strings, "
                            f"e.g. [python, train.py, --lr, '{{mutable.lr}}']")
@@ -497,6 +504,10 @@ def from_data(
     fixed = copy.deepcopy(data["fixed"])
     if _is_command(fixed):
         fixed.setdefault("workload", "command")
+        if isinstance(fixed["command"], str):
+            import shlex
+
+            fixed["command"] = shlex.split(fixed["command"])
         fixed["command"] = [str(a) for a in fixed["command"]]
         fixed.setdefault("workdir", ".")
         fixed.setdefault("timeout_s", None)

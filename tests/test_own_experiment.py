@@ -282,3 +282,17 @@ def test_a_signed_command_run_verifies_with_trust_and_its_chain_catches_a_droppe
     write_sums(run)
     dropped = repro500("verify", str(run), cwd=in_tmp)
     assert dropped.returncode == 4 and "repeat 2" in dropped.stdout + dropped.stderr
+
+
+def test_a_command_given_as_one_string_is_split_like_a_shell_and_trained_keys_are_refused():
+    from repro500 import recipe as recipes
+    from repro500.errors import InvalidInput
+
+    base = {"fixed": {"command": "python train.py --name 'two words'"}, "metrics": {"acc": {"regex": "a ([0-9]+)"}},
+            "acceptance": {"acc": {"target": 1}}}
+    recipe = recipes.from_data(base, "r.yaml")
+    assert recipe.is_command and recipe.fixed["command"] == ["python", "train.py", "--name", "two words"]
+    with pytest.raises(InvalidInput, match="fixed.model belongs to a trained workload"):
+        recipes.from_data({**base, "fixed": {**base["fixed"], "model": "resnet20"}}, "r.yaml")
+    with pytest.raises(InvalidInput, match="must declare its metrics"):
+        recipes.from_data({k: v for k, v in base.items() if k != "metrics"}, "r.yaml")
