@@ -171,6 +171,10 @@ def test_a_command_recipe_runs_with_placeholders_set_values_and_verifies(in_tmp)
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["facets"]["experiment"]["source"]["tree_sha256"] == kept["tree_sha256"]
     assert repro500("verify", str(run), cwd=in_tmp).returncode == 0
+    # not a terminal: a plain line per repeat, and the command's own output shown live
+    assert "repeat 2 (3 of 3): completed" in result.stdout and "epoch 2 Acc@1" in result.stdout
+    report = repro500("report", str(run), "--out", str(in_tmp / "c.html"), cwd=in_tmp)
+    assert report.returncode == 0 and "accuracy" in (in_tmp / "c.html").read_text(), report.stderr
 
 
 def test_a_failed_command_keeps_finished_repeats_and_resume_completes_it(in_tmp):

@@ -27,6 +27,6 @@ def follow_node(options: RunOptions, console: Console) -> RunOutcome:
             console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")
             out = Path(scratch) / str(k)
             out.mkdir()
-            launch.run_distributed(recipe, spec, k, plan.seeds(k), out, rendezvous=plan.rendezvous,
+            launch.run_distributed(plan.engine, plan.nproc, spec, k, plan.seeds(k), out, rendezvous=plan.rendezvous,
                                    expect_summary=False)
     return RunOutcome(Path(options.out_dir) / options.run_id, 0)

@@ -153,7 +153,8 @@ class TrainedWorkload:
             return train.train_repeat(spec, repeat.k, repeat.seeds, repeat.out_dir, callbacks=callbacks)
         from repro500.workloads.engines import launch
 
-        return launch.run_distributed(self.recipe, spec, repeat.k, repeat.seeds, repeat.out_dir,
+        return launch.run_distributed(self.engine, int(self.recipe.mutable.get("nproc", 1)), spec, repeat.k,
+                                      repeat.seeds, repeat.out_dir,
                                       callbacks=callbacks, rendezvous=self.rendezvous)
 
     def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:

@@ -27,6 +27,7 @@ from typing import Any
 from repro500 import rundir as layout
 from repro500.capture import seeds as seeding
 from repro500.errors import ReproError, UsageError
+from repro500.workloads.train import Callbacks, TrainSpec
 
 POLL_S = 0.5
 COLLECTIVE_TIMEOUT_S = 300
@@ -100,12 +101,11 @@ def failure_detail(output: str, rank: int | None) -> str:
     return ""
 
 
-def run_distributed(recipe: Any, spec: Any, repeat: int, seeds: seeding.Seeds, out_dir: Path,
-                    callbacks: Any = None, rendezvous: dict[str, Any] | None = None,
+def run_distributed(engine: str, nproc: int, spec: TrainSpec, repeat: int, seeds: seeding.Seeds, out_dir: Path,
+                    callbacks: Callbacks | None = None, rendezvous: dict[str, Any] | None = None,
                     expect_summary: bool = True) -> dict[str, Any]:
-    """Run one repeat on ``mutable.nproc`` ranks; returns rank 0's summary."""
-    engine = recipe.mutable["engine"]
-    nproc = int(recipe.mutable.get("nproc", 1))
+    """Run one repeat of ``spec`` on ``nproc`` ranks of ``engine`` (this node's); returns rank 0's
+    summary.  The plan resolved engine, device and ranks: the workers take them as given."""
     job = {
         "spec": dataclasses.asdict(spec),
         "repeat": repeat,
