@@ -164,3 +164,62 @@ class RunDir:
     def seal(self) -> Path:
         """(Re)write the digest list over every covered file (repro500.bundle)."""
         return bundle.write_sums(self.path)
+
+
+# ----- the reading rules every reader shares -------------------------------------------------------
+# A document the run must have is read with :func:`read_json` (missing: InvalidInput); one that
+# may be absent (an older run, a single-process run) with :func:`read_optional_json` ({} when
+# absent); either way a file that exists but does not parse is InvalidInput: the run is corrupt.
+def read_optional_json(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        raise InvalidInput(f"{path} is not readable JSON: the run directory is corrupt") from None
+    return value if isinstance(value, dict) else {}
+
+
+def read_optional_yaml(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        raise InvalidInput(f"{path} is not readable YAML: the run directory is corrupt") from None
+    return value if isinstance(value, dict) else {}
+
+
+def metric_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The records of a repeat's ``metrics.jsonl`` and how many lines could not be read: a line
+    cut short by a crash is skipped, the others still count (no records when the file is absent)."""
+    records: list[dict[str, Any]] = []
+    skipped = 0
+    try:
+        handle = Path(path).open(encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+    except OSError:
+        return records, 0
+    with handle:
+        for line in handle:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                skipped += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                skipped += 1
+    return records, skipped
+
+
+def repeat_indices(run_dir: Path) -> list[int]:
+    """The repeats that have a directory, in order (``repeats/<k>`` with k a number)."""
+    root = Path(run_dir) / REPEATS
+    if not root.is_dir():
+        return []
+    return sorted(int(c.name) for c in root.iterdir() if c.name.isdigit() and c.is_dir() and not c.is_symlink())

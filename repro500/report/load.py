@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import bundle
+from repro500 import rundir as layout
 from repro500.errors import InvalidInput
 from repro500.verify.rundir import RunData, load_run
 
@@ -70,25 +71,9 @@ class RunView:
 
 def read_records(path: Path, repeat: int) -> RepeatRecords:
     out = RepeatRecords(repeat=repeat)
-    try:
-        handle = path.open(encoding="utf-8", errors="replace")
-    except OSError:
-        return out
-    with handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                out.skipped_lines += 1
-                continue
-            if not isinstance(record, dict):
-                out.skipped_lines += 1
-            elif record.get("kind") == "step":
-                out.steps.append(record)
-            elif record.get("kind") == "epoch":
-                out.epochs.append(record)
+    records, out.skipped_lines = layout.metric_records(path)
+    out.steps = [r for r in records if r.get("kind") == "step"]
+    out.epochs = [r for r in records if r.get("kind") == "epoch"]
     return out
 
 
@@ -137,7 +122,7 @@ def load_view(root: Path, *, readable: bool = True) -> RunView:
         return view
     view.data = load_run(root)
     for k in sorted(view.data.repeats):
-        records = read_records(bundle.repeat_dir(root, k) / "metrics.jsonl", k)
+        records = read_records(layout.RunDir(root).repeat(k) / layout.METRICS, k)
         if records.skipped_lines:
             view.notes.append(f"repeats/{k}/metrics.jsonl: {records.skipped_lines} unreadable line(s) skipped")
         view.records[k] = records
@@ -150,7 +135,7 @@ def load_view(root: Path, *, readable: bool = True) -> RunView:
 def _identity_only(root: Path) -> RunData | None:
     """run.json and summary.json only as far as they parse, for the header of an INVALID run."""
     docs: dict[str, dict[str, Any]] = {}
-    for name in ("run.json", "summary.json"):
+    for name in (layout.RUN_JSON, layout.SUMMARY):
         try:
             value = json.loads((root / name).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
@@ -159,7 +144,7 @@ def _identity_only(root: Path) -> RunData | None:
             docs[name] = value
     if not docs:
         return None
-    return RunData(path=root, summary=docs.get("summary.json", {}), repeats={}, run=docs.get("run.json"),
+    return RunData(path=root, summary=docs.get(layout.SUMMARY, {}), repeats={}, run=docs.get(layout.RUN_JSON),
                    manifest=None, recipe=None, acceptance=[])
 
 
@@ -169,5 +154,5 @@ def check_run_dir(root: Path) -> None:
         raise InvalidInput(f"{root} does not exist: give a run directory (runs/<run-id>) or a packed .tar.gz")
     if not root.is_dir():
         raise InvalidInput(f"{root} is neither a run directory nor a .tar.gz/.tgz/.tar archive made by repro500 pack")
-    if not (root / bundle.SUMS_NAME).is_file() and not (root / "summary.json").is_file():
+    if not (root / bundle.SUMS_NAME).is_file() and not (root / layout.SUMMARY).is_file():
         raise InvalidInput(f"{root} is not a run directory: it has no SHA256SUMS and no summary.json")

@@ -17,13 +17,13 @@ spent computing.  Runs recorded before ``time_comm_wait_s`` existed fall back to
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro500 import rundir as layout
 from repro500.errors import InvalidInput
 
 TIMING_KEYS = ("time_forward_s", "time_backward_s", "time_optimizer_s", "step_time_s")
@@ -64,48 +64,19 @@ def _number(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise InvalidInput(f"{path} is not readable JSON: the run directory is corrupt") from None
-    return value if isinstance(value, dict) else {}
-
-
-def _read_recipe(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        value = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        raise InvalidInput(f"{path} is not readable YAML: the run directory is corrupt") from None
-    return value if isinstance(value, dict) else {}
+_read_json = layout.read_optional_json  # the run directory's reading rules are rundir's
+_read_recipe = layout.read_optional_yaml
 
 
 def step_records(run_dir: Path) -> list[dict[str, Any]]:
     """Usable step records of every repeat, the first step of each left out (warm-up)."""
     out: list[dict[str, Any]] = []
-    repeats = run_dir / "repeats"
-    children = sorted(repeats.iterdir(), key=lambda c: c.name) if repeats.is_dir() else []
-    for child in children:
-        path = child / "metrics.jsonl"
-        if not (child.name.isdigit() and path.is_file()):
-            continue
-        records = []
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a line cut short by a crash: the others still count
-                if (isinstance(record, dict) and record.get("kind") == "step"
-                        and all(_number(record.get(k)) is not None for k in TIMING_KEYS)):
-                    records.append(record)
-        out.extend(records[1:] if len(records) > 1 else records)
+    run = layout.RunDir(run_dir)
+    for k in layout.repeat_indices(run_dir):
+        records, _ = layout.metric_records(run.repeat(k) / layout.METRICS)
+        steps = [r for r in records if r.get("kind") == "step"
+                 and all(_number(r.get(key)) is not None for key in TIMING_KEYS)]
+        out.extend(steps[1:] if len(steps) > 1 else steps)
     return out
 
 
@@ -131,8 +102,8 @@ def read_run(path: str | Path) -> RunTimings:
         raise InvalidInput(f"{root} does not exist: give a run directory such as runs/<run-id>")
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a directory: give a run directory (unpack an archive first)")
-    run = _read_json(root / "run.json")
-    recipe = _read_recipe(root / "recipe.yaml")
+    run = _read_json(root / layout.RUN_JSON)
+    recipe = _read_recipe(root / layout.RECIPE)
     fixed = recipe.get("fixed") if isinstance(recipe.get("fixed"), dict) else {}
     mutable = recipe.get("mutable") if isinstance(recipe.get("mutable"), dict) else {}
     world = _number(run.get("world_size")) or _number(mutable.get("nproc")) or 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle
+from repro500 import rundir as layout
 from repro500.errors import InvalidInput
 
 DIRECTIONS = ("higher", "lower")
@@ -119,7 +119,7 @@ class RunData:
         return names
 
     def repeat_file(self, k: int, name: str) -> Path:
-        return bundle.repeat_dir(self.path, k) / name
+        return layout.RunDir(self.path).repeat(k) / name
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
@@ -201,8 +201,8 @@ def load_run(path: str | Path) -> RunData:
         raise InvalidInput(f"{root} does not exist: give a run directory such as runs/<run-id>")
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a directory: give a run directory (or unpack the archive)")
-    summary = read_json(root / "summary.json", "the aggregate summary")
-    check_schema(summary, bundle.SUMMARY_SCHEMA, root / "summary.json")
+    summary = read_json(root / layout.SUMMARY, "the aggregate summary")
+    check_schema(summary, layout.SUMMARY_SCHEMA, root / layout.SUMMARY)
     repeats: dict[int, dict[str, Any]] = {}
     repeats_dir = root / "repeats"
     if repeats_dir.is_symlink():
@@ -211,20 +211,20 @@ def load_run(path: str | Path) -> RunData:
         for child in sorted(repeats_dir.iterdir()):
             # a linked repeat is never read: one repeat's files must not count twice, nor files
             # from outside the run (integrity.check_repeats names it)
-            if child.is_symlink() or (child / "summary.json").is_symlink():
+            if child.is_symlink() or (child / layout.REPEAT_SUMMARY).is_symlink():
                 continue
-            if child.is_dir() and child.name.isdigit() and (child / "summary.json").exists():
-                doc = read_json(child / "summary.json", "a repeat summary")
-                check_schema(doc, bundle.REPEAT_SUMMARY_SCHEMA, child / "summary.json")
-                _check_metrics(doc, child / "summary.json")
+            if child.is_dir() and child.name.isdigit() and (child / layout.REPEAT_SUMMARY).exists():
+                doc = read_json(child / layout.REPEAT_SUMMARY, "a repeat summary")
+                check_schema(doc, layout.REPEAT_SUMMARY_SCHEMA, child / layout.REPEAT_SUMMARY)
+                _check_metrics(doc, child / layout.REPEAT_SUMMARY)
                 repeats[int(child.name)] = doc
     if not repeats:
         raise InvalidInput(f"{root} has no repeats/<k>/summary.json: no repeat finished")
-    run = read_json(root / "run.json", "run.json") if (root / "run.json").exists() else None
+    run = read_json(root / layout.RUN_JSON, "run.json") if (root / layout.RUN_JSON).exists() else None
     if run is not None:
-        check_schema(run, bundle.RUN_SCHEMA, root / "run.json")
-    manifest = read_json(root / "manifest.json", "the manifest") if (root / "manifest.json").exists() else None
-    recipe = _read_recipe(root / "recipe.yaml")
+        check_schema(run, layout.RUN_SCHEMA, root / layout.RUN_JSON)
+    manifest = read_json(root / layout.MANIFEST, "the manifest") if (root / layout.MANIFEST).exists() else None
+    recipe = _read_recipe(root / layout.RECIPE)
     if summary.get("acceptance") is not None:
         acceptance = parse_acceptance(summary["acceptance"], f"{root / 'summary.json'}: acceptance")
     else:
