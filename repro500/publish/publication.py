@@ -13,14 +13,13 @@ A publication is a directory (docs/publish.md)::
     README.md          the exact commands to reproduce and verify
     SHA256SUMS         every file above (`sha256sum -c SHA256SUMS`)
 
-:func:`open_publication` reads one back and checks it before anything runs: its digest
+:func:`repro500.publish.opened.open_publication` reads one back and checks it before anything runs: its digest
 list, the archive against its recorded SHA-256 and its own ``SHA256SUMS``, and every number
 of ``published.yaml``, the recipe, the seed and the data digests against the packed run.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
@@ -36,11 +35,9 @@ from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.publish.datafiles import (
     DataEntry,
-    check_entries,
     describe,
     generate_command,
     read_specs,
-    safe_relpath,
 )
 
 SCHEMA = "repro500/publication/v1"
@@ -340,137 +337,5 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
                          status=verdict.status, metrics=list(metrics), notes=notes, readme=readme)
 
 
-# ------------------------------------------------------------------------------ reading back
-
-@dataclass
-class Publication:
-    """A checked publication: its files, and the packed run unpacked for comparison."""
-
-    root: Path
-    index: dict[str, Any]
-    reference: Path  # the unpacked run directory
-    data: list[DataEntry]
-    repeats: int
-    seed: int
-
-    @property
-    def run_id(self) -> str:
-        return str(self.index["run_id"])
-
-    @property
-    def published(self) -> Path:
-        return self.root / PUBLISHED
-
-    @property
-    def recipe(self) -> Path:
-        return self.root / RECIPE
-
-    @property
-    def params(self) -> Path:
-        return self.root / PARAMS
-
-    @property
-    def rerun_flags(self) -> list[str]:
-        return _rerun_flags(self.index.get("run") or {})
-
-
-def _load_yaml(path: Path) -> Any:
-    try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise InvalidInput(f"{path} is not readable YAML ({err.__class__.__name__})") from None
-
-
-def publication_files(root: Path) -> list[str]:
-    """The files a publication's SHA256SUMS lists (the publication itself, not what ran in it)."""
-    return sorted(bundle.read_sums(root))
-
-
-def read_index(root: Path) -> dict[str, Any]:
-    path = root / INDEX
-    try:
-        index = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InvalidInput(f"{root} has no {INDEX}: not a publication (make one with repro500 publish)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InvalidInput(f"{path} is not readable JSON ({err.__class__.__name__})") from None
-    if not isinstance(index, dict) or index.get("schema") != SCHEMA:
-        raise InvalidInput(f"{path} is not a {SCHEMA} document")
-    return index
-
-
-def open_publication(root: str | Path, workdir: str | Path) -> Publication:
-    """Check the publication at ``root`` and unpack its run into ``workdir``; InvalidInput on any mismatch.
-
-    Nothing in the publication is executed: YAML is read with ``yaml.safe_load``, the archive
-    is unpacked with :func:`repro500.bundle.unpack` (which refuses path escapes and links).
-    """
-    from repro500.verify.published import load_published
-    from repro500.verify.rundir import load_run
-
-    root = Path(root)
-    index = read_index(root)
-    sums = bundle.check_sums(root)
-    if sums.modified or sums.missing:  # extra files are what ran in the directory (data/, runs/, dvc.lock)
-        changed = bundle.IntegrityReport(modified=sums.modified, missing=sums.missing).describe()
-        raise InvalidInput(f"publication {root} was changed after repro500 publish wrote it ({changed}): "
-                           "obtain an untouched copy")
-    try:
-        archive_name = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
-        archive_sha = index["archive"]["sha256"]
-        run_meta = index["run"]
-    except (KeyError, TypeError):
-        raise InvalidInput(f"{root / INDEX} lacks archive.name, archive.sha256 or run: not a complete publication") from None
-    archive = root / archive_name
-    if not archive.is_file() or file_digest(archive) != archive_sha:
-        raise InvalidInput(f"{archive} is missing or its SHA-256 differs from {INDEX}: the packed run was replaced")
-    reference = bundle.unpack(archive, workdir)
-    ref_sums = bundle.check_sums(reference)
-    if not ref_sums.ok:
-        raise InvalidInput(f"the packed run {archive.name} does not match its SHA256SUMS ({ref_sums.describe()})")
-    if file_digest(reference / bundle.SUMS_NAME) != index.get("sums_digest"):
-        raise InvalidInput(f"the packed run's SHA256SUMS differs from the digest in {INDEX}")
-    run = load_run(reference)
-
-    published = load_published(root / PUBLISHED)
-    margins = index.get("margins") or {}
-    criteria = {c.metric: c for c in run.acceptance}
-    for name, metric in published.metrics.items():
-        where = f"{root / PUBLISHED}: metrics.{name}"
-        if name not in criteria or name not in margins:
-            raise InvalidInput(f"{where} is not an acceptance metric recorded by the publication")
-        if metric.values != run.values(name):
-            raise InvalidInput(f"{where}.values {metric.values} differ from the packed run's {run.values(name)}")
-        if metric.margin != margins[name].get("margin") or metric.direction != criteria[name].direction:
-            raise InvalidInput(f"{where}: margin or direction differs from {INDEX} and the run's acceptance")
-        if margins[name].get("source") == "acceptance tolerance" and metric.margin != criteria[name].tolerance:
-            raise InvalidInput(f"{where}.margin {metric.margin} is not the run's acceptance tolerance")
-    if published.epochs_to_quality is not None and published.epochs_to_quality != _epochs_to_quality(run):
-        raise InvalidInput(f"{root / PUBLISHED}: epochs_to_quality differ from the packed run's")
-    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
-    if manifest != run.manifest:
-        raise InvalidInput(f"{root / MANIFEST} differs from the packed run's manifest")
-
-    recipe = _load_yaml(root / RECIPE)
-    if recipe != runnable_recipe(run.recipe or {}):
-        raise InvalidInput(f"{root / RECIPE} differs from the packed run's recipe")
-    _check_recipe_paths(recipe, root / RECIPE)
-    params = _load_yaml(root / PARAMS)
-    if not isinstance(params, dict) or not isinstance(params.get("run"), dict) or not isinstance(params.get("data"), list):
-        raise InvalidInput(f"{root / PARAMS} must hold a 'data' list and a 'run' mapping")
-    repeats, seed = params["run"].get("repeats"), params["run"].get("seed")
-    if repeats != run_meta.get("repeats") or seed != run_meta.get("seed") or seed != (run.recipe or {}).get("seed"):
-        raise InvalidInput(f"{root / PARAMS}: run.repeats/run.seed differ from the packed run's")
-    if set(params["run"]) - {"repeats", "seed"}:
-        raise InvalidInput(f"{root / PARAMS}: run may only hold repeats and seed")
-    data = check_entries(params["data"], run.manifest or {}, root / PARAMS)
-    return Publication(root=root, index=index, reference=reference, data=data, repeats=int(repeats), seed=int(seed))
-
-
-def _check_recipe_paths(recipe: dict[str, Any], where: Path) -> None:
-    dataset = ((recipe.get("fixed") or {}).get("dataset") or {})
-    for key in ("path", "eval_path"):
-        value = dataset.get(key)
-        for item in value if isinstance(value, list) else [value]:
-            if item is not None:
-                safe_relpath(item, f"{where}: fixed.dataset.{key}")
+# Reading a publication back (and checking it) is repro500.publish.opened's.
+__all__ = ["PublishResult", "publish", "runnable_recipe"]

@@ -46,6 +46,7 @@ from repro500.errors import (
     RunFailed,
     UsageError,
 )
+from repro500.publish import opened
 from repro500.publish import publication as pubs
 from repro500.publish import source as sources
 from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
@@ -75,12 +76,12 @@ def _console(console: Any) -> Any:
 
 def _copy_publication(src: Path, dest: Path) -> None:
     """Copy the files the publication's SHA256SUMS lists (not what ran inside it) into ``dest``."""
-    index = pubs.read_index(src)
+    index = opened.read_index(src)
     if dest.resolve() == src.resolve():
         return  # reproducing into the directory that already holds this copy
     if dest.exists():
         try:
-            previous = pubs.read_index(dest)
+            previous = opened.read_index(dest)
         except InvalidInput:
             previous = None
         if previous is None or (previous.get("archive") or {}).get("sha256") != (index.get("archive") or {}).get("sha256"):
@@ -134,7 +135,7 @@ def _rerun_id(workdir: Path) -> str:
     return rid
 
 
-def experiment_code(pub: pubs.Publication) -> tuple[str, list[str]] | None:
+def experiment_code(pub: opened.Publication) -> tuple[str, list[str]] | None:
     """(kind, files) of the publisher's own code the rerun would execute, or None (built-ins only)."""
     import json
 
@@ -152,7 +153,7 @@ def experiment_code(pub: pubs.Publication) -> tuple[str, list[str]] | None:
     return None
 
 
-def _place_source(pub: pubs.Publication, workdir: Path) -> Path | None:
+def _place_source(pub: opened.Publication, workdir: Path) -> Path | None:
     """Copy the reference run's ``source/`` (already checked against its SHA256SUMS when the
     publication was opened) to ``OUT/source``: the directory the experiment runs from."""
     src = pub.reference / "source"
@@ -165,7 +166,7 @@ def _place_source(pub: pubs.Publication, workdir: Path) -> Path | None:
     return target
 
 
-def _rerun(pub: pubs.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
+def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
            code: tuple[str, list[str]] | None = None) -> Path:
     rid = _rerun_id(workdir)
     root = pub.root.resolve()
@@ -227,11 +228,11 @@ def reproduce(
         pub_dir = src.path
         if src.kind == "bundle":
             pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
-        index = pubs.read_index(pub_dir)
+        index = opened.read_index(pub_dir)
         workdir = Path(out) if out is not None else Path("reproductions") / str(safe_relpath(index.get("run_id"), "run id"))
         workdir.mkdir(parents=True, exist_ok=True)
         _copy_publication(pub_dir, workdir / "publication")
-        pub = pubs.open_publication(workdir / "publication", tmp / "reference")
+        pub = opened.open_publication(workdir / "publication", tmp / "reference")
         console.print(f"publication checked: run {pub.run_id}, {pub.repeats} repeats, seed {pub.seed}; "
                       f"archive sha256 {pub.index['archive']['sha256'][:16]}", highlight=False, soft_wrap=True)
 
