@@ -111,7 +111,7 @@ def build_html(
     shown_path: str | None = None,
 ) -> tuple[str, object, list[str], int]:
     """(html, verdict view, section ids, number of plots) for the run directory ``root``."""
-    from repro500.report import html, sections
+    from repro500.report import html, sections, verdict_details
     from repro500.report.load import load_view
     from repro500.report.verdict_source import obtain_verdict
 
@@ -130,7 +130,7 @@ def build_html(
             ("scaling", "Scaling model", sections.scaling(view)),
             ("provenance", "Provenance", sections.provenance(view, verdict, reference)),
         ]
-    body.append(("verdict", "Verdict details", sections.verdict_sections(verdict)))
+    body.append(("verdict", "Verdict details", verdict_details.verdict_sections(verdict)))
     for text in view.notes:
         if "scaling" not in text:  # the scaling section says that one itself
             verdict.warnings.append(text)
