@@ -16,13 +16,8 @@ from repro500.errors import InvalidInput, UsageError
 from repro500.runner import RunOptions, run
 from repro500.workloads.data.generate import generate
 from repro500.workloads.evaluation import make_evaluator
-from repro500.workloads.mlperf import (
-    MLPerfLogger,
-    OptimizerInfo,
-    check_compliance,
-    logged_benchmark,
-    optimizer_records,
-)
+from repro500.workloads.mlperf import MLPerfLogger, OptimizerInfo, optimizer_records
+from repro500.workloads.mlperf_check import check_compliance, logged_benchmark
 from repro500.workloads.models import build_model
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"

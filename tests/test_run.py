@@ -114,7 +114,7 @@ def test_same_seed_deterministic_repeats_have_identical_digests(in_tmp):
 
 
 def test_mlperf_log_of_a_real_run_passes_the_compliance_checker(in_tmp):
-    from repro500.workloads.mlperf import check_compliance
+    from repro500.workloads.mlperf_check import check_compliance
 
     recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1)
     outcome = run(RunOptions(recipe=str(recipe), tracking=False))

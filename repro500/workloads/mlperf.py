@@ -13,7 +13,7 @@ The trainer drives one ``MLPerfLogger`` per repeat::
             mll.log_eval(metrics, epoch)
         mll.run_stop("success" if reached_target else "aborted")
 
-``check_compliance(path)`` runs MLPerf's own compliance checker on a finished log:
+``mlperf_check.check_compliance(path)`` runs MLPerf's own compliance checker on a finished log:
 ResNet logs against ``--usage training --ruleset 4.0.0`` and CosmoFlow logs against
 ``--usage hpc --ruleset 3.0.0``.  What those rules require, and what a short CPU run can
 satisfy, is in docs/workloads.md ("MLPerf-format logs").
@@ -26,21 +26,17 @@ end, so several repeats in one process never write into each other's files.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import platform
-import subprocess
-import sys
-import tempfile
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro500.errors import InvalidInput, UsageError
+from repro500.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -443,83 +439,3 @@ class MLPerfLogger:
                 self.run_stop("aborted")
         finally:
             self.close()
-
-
-# -- the official checker --------------------------------------------------------------------
-@dataclass(frozen=True)
-class ComplianceResult:
-    passed: bool
-    benchmark: str
-    usage: str
-    ruleset: str
-    output: str  # the checker's own report (its log file), for people to read
-
-
-def logged_benchmark(path: str | Path) -> str:
-    """The ``submission_benchmark`` value recorded in an MLPerf log."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError as err:
-        raise InvalidInput(f"cannot read MLPerf log {path}: {err.strerror or err}.") from None
-    for line in lines:
-        if line.startswith(":::MLLOG ") and '"submission_benchmark"' in line:
-            try:
-                record = json.loads(line[len(":::MLLOG ") :])
-            except json.JSONDecodeError:
-                continue
-            if record.get("key") == "submission_benchmark":
-                return str(record.get("value"))
-    raise InvalidInput(f"MLPerf log {path} has no submission_benchmark line; is it an MLLOG file?")
-
-
-def check_compliance(
-    path: str | Path,
-    benchmark: str | None = None,
-    *,
-    usage: str | None = None,
-    ruleset: str | None = None,
-    timeout_s: float = 120.0,
-) -> ComplianceResult:
-    """Run ``python -m mlperf_logging.compliance_checker`` on the log at ``path``.
-
-    The rules are chosen from ``benchmark`` (read from the log when not given): resnet ->
-    training 4.0.0, cosmoflow -> hpc 3.0.0; ``usage``/``ruleset`` override them.  The checker
-    runs in a subprocess because it keeps its rule queue in module globals.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise InvalidInput(
-            f"MLPerf log {path} does not exist; pass the mllog.txt of a finished repeat."
-        )
-    benchmark = benchmark or logged_benchmark(path)
-    rules = BENCHMARKS.get(benchmark)
-    usage = usage or (rules.usage if rules else None)
-    ruleset = ruleset or (rules.ruleset if rules else None)
-    if usage is None or ruleset is None:
-        raise UsageError(
-            f"MLPerf has no compliance rules for benchmark {benchmark!r}; pass usage and ruleset explicitly."
-        )
-    with tempfile.TemporaryDirectory(prefix="repro500-mlperf-") as tmp:
-        report = Path(tmp) / "compliance.log"
-        command = [
-            sys.executable, "-m", "mlperf_logging.compliance_checker", str(path.resolve()),
-            "--usage", usage, "--ruleset", ruleset, "--log_output", str(report),
-        ]  # fmt: skip
-        try:
-            done = subprocess.run(
-                command, capture_output=True, text=True, cwd=tmp, timeout=timeout_s, check=False
-            )
-        except subprocess.TimeoutExpired:
-            raise InvalidInput(
-                f"the MLPerf compliance checker did not finish within {timeout_s:.0f} s on {path}."
-            ) from None
-        output = report.read_text(encoding="utf-8", errors="replace") if report.exists() else ""
-    output = output or (done.stdout + done.stderr)
-    return ComplianceResult(
-        passed=done.returncode == 0,
-        benchmark=benchmark,
-        usage=usage,
-        ruleset=ruleset,
-        output=output,
-    )
