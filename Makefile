@@ -36,7 +36,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict.
+# Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict, two-rank runs, the examples end to end.
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 

@@ -38,6 +38,7 @@ def _repeat_run(client, run_dir):
     return client.get_run(meta["mlflow"]["repeat_run_ids"]["0"]), client.get_run(meta["mlflow"]["parent_run_id"])
 
 
+@pytest.mark.slow  # a real two-rank compressed run (about 37 s): make test-slow
 def test_two_rank_topk_traffic_reaches_the_summary_and_mlflow(in_tmp, sqlite_store):
     from mlflow.tracking import MlflowClient
 
