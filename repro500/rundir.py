@@ -55,15 +55,21 @@ FINISHED_STATUSES = ("completed", "diverged")
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object the run must have (``what`` names it); InvalidInput naming the file when it
+    is missing or malformed.  verify, the runner and every other reader share this rule."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise InvalidInput(f"{path} is missing: {what}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InvalidInput(f"{path} cannot be read ({err})") from None
-    if not isinstance(doc, dict):
-        raise InvalidInput(f"{path} is not a JSON object")
-    return doc
+        raise InvalidInput(f"{path} is missing: {what} is required in a run directory") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__}): check the file") from None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise InvalidInput(f"{path} is not valid JSON (line {err.lineno}): the file is corrupt") from None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{path} must hold a JSON object ({what})")
+    return value
 
 
 class RunDir:
@@ -102,7 +108,7 @@ class RunDir:
     def meta(self) -> dict[str, Any]:
         if not self.is_run():
             raise InvalidInput(f"{self.path} is not a repro500 run directory (no run.json)")
-        doc = read_json(self.file(RUN_JSON), "not a repro500 run directory")
+        doc = read_json(self.file(RUN_JSON), "run.json")
         if doc.get("schema") != RUN_SCHEMA:
             raise InvalidInput(f"{self.file(RUN_JSON)} is not a {RUN_SCHEMA} document")
         return doc
@@ -156,7 +162,7 @@ class RunDir:
         atomic.write_json(self.file(SUMMARY), doc)
 
     def summary(self) -> dict[str, Any]:
-        return read_json(self.file(SUMMARY), "the run has not finished")
+        return read_json(self.file(SUMMARY), "the aggregate summary")
 
     def manifest_path(self) -> Path:
         return self.file(MANIFEST)

@@ -7,7 +7,6 @@ unpacked into a temporary directory, read, and deleted.  Malformed files raise
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -122,21 +121,7 @@ class RunData:
         return layout.RunDir(self.path).repeat(k) / name
 
 
-def read_json(path: Path, what: str) -> dict[str, Any]:
-    """A JSON object from ``path``; InvalidInput naming the file when missing or malformed."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InvalidInput(f"{path} is missing: {what} is required in a run directory") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__}): check the file") from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InvalidInput(f"{path} is not valid JSON (line {err.lineno}): the file is corrupt") from None
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{path} must hold a JSON object ({what})")
-    return value
+read_json = layout.read_json  # one rule for a document the run must have (repro500/rundir.py)
 
 
 def check_schema(doc: dict[str, Any], expected: str, path: Path) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 from repro500.errors import InvalidInput
 from repro500.workloads import plugins
+from repro500.workloads.data.loaders import DATASETS
 
 
 def dataset_ref(dataset: dict[str, Any]) -> tuple[str, str]:
@@ -29,7 +30,7 @@ def open_data(dataset: dict[str, Any], split: str, *, paths: Iterable[str] = ())
     params = dict(dataset.get("params") or {})
     seed = int(params.pop("seed", 0))  # the data is part of the benchmark: same for every repeat
     path = (dataset.get("eval_path") or dataset.get("path")) if split == "eval" else dataset.get("path")
-    if ref in _BUILTIN_DATASETS:  # repro500's own: its errors are already sentences, its bugs tracebacks
+    if ref in DATASETS:  # repro500's own: its errors are already sentences, its bugs tracebacks
         data = factory(split, path=path, seed=seed, **params)
     else:
         data = plugins.call(factory, key, ref, split, path=path, seed=seed, **params)
@@ -37,9 +38,6 @@ def open_data(dataset: dict[str, Any], split: str, *, paths: Iterable[str] = ())
         raise InvalidInput(f"{key}: {ref!r} returned a {type(data).__name__}, not a map-style torch Dataset "
                            "(__getitem__ and __len__)")
     return data
-
-
-_BUILTIN_DATASETS = frozenset({"synthetic-classification", "classification-h5", "cifar10", "imagefolder", "ewa", "cosmo"})
 
 
 def evaluator_ref(workload: str, evaluate: str | None) -> tuple[str, str]:

@@ -11,6 +11,7 @@ from typing import Any
 from repro500 import recipe as recipes
 from repro500.errors import InvalidInput, UsageError
 from repro500.workloads import parts, plugins
+from repro500.workloads.data.loaders import H5_DATASETS
 from repro500.workloads.workload import (
     SUMMARY_METRICS,
     Repeat,
@@ -113,7 +114,7 @@ class TrainedWorkload:
     def _check_data(self, paths: list[str]) -> None:
         """NaN in the training data used to surface as a "diverged" repeat with no hint; the quick
         data check (every target, 16 evenly spaced samples per file) names it in a second."""
-        if parts.dataset_ref(self.fixed["dataset"])[1] not in ("classification-h5", "ewa", "cosmo"):
+        if parts.dataset_ref(self.fixed["dataset"])[1] not in H5_DATASETS:
             return
         from repro500.workloads.data import h5files
         from repro500.workloads.data.check import check_file
@@ -129,7 +130,7 @@ class TrainedWorkload:
     def _check_eval_split(self) -> None:
         """An eval_path whose file holds training data would score the model on what it learnt."""
         ds = self.fixed["dataset"]
-        if not ds.get("eval_path") or parts.dataset_ref(ds)[1] not in ("classification-h5", "ewa", "cosmo"):
+        if not ds.get("eval_path") or parts.dataset_ref(ds)[1] not in H5_DATASETS:
             return
         try:
             import h5py

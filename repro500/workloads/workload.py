@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from repro500 import recipe as recipes
 from repro500.capture import seeds as seeding
-from repro500.errors import InvalidInput, UsageError
+from repro500.errors import InvalidInput
 
 # The run-level metrics every trained repeat's summary reports next to its evaluator's
 # (train._summarise writes them; docs/run.md lists them).
@@ -109,4 +109,4 @@ def make(recipe: recipes.Recipe, *, device: str = "cpu", engine: str = "local", 
                            search_paths=search_paths or [])
 
 
-__all__ = ["COMMAND_METRICS", "SUMMARY_METRICS", "Progress", "Repeat", "UsageError", "Workload", "make"]
+__all__ = ["COMMAND_METRICS", "SUMMARY_METRICS", "Progress", "Repeat", "Workload", "make"]

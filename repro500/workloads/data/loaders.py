@@ -24,6 +24,8 @@ from typing import Any
 from repro500.errors import InvalidInput
 
 DATASETS = ("synthetic-classification", "classification-h5", "cifar10", "imagefolder", "ewa", "cosmo")
+# The ones stored in HDF5 files that repro500 data check (and the run's quick check) can read.
+H5_DATASETS = ("classification-h5", "ewa", "cosmo")
 PARAMS = {  # the params each data set understands (docs/data.md)
     "synthetic-classification": {"samples", "train_samples", "eval_samples", "classes", "channels", "size", "noise"},
     "classification-h5": {"eval_fraction"},
