@@ -83,9 +83,7 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = Fa
     root = Path(run_dir)
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a run directory: nothing to pack")
-    report = bundle.check_sums(root)
-    if not report.ok:
-        raise InvalidInput(f"{root} does not match its SHA256SUMS ({report.describe()}): refusing to pack a bundle that would not verify")
+    bundle.require_untouched(root, "refusing to pack a bundle that would not verify")
     target = Path(out) if out is not None else root.parent / f"{root.name}.tar.gz"
     if target.is_dir():
         target = target / f"{root.name}.tar.gz"

@@ -255,6 +255,14 @@ def check_sums(run_dir: str | Path) -> IntegrityReport:
     return report
 
 
+def require_untouched(run_dir: str | Path, refusal: str) -> None:
+    """InvalidInput unless the run directory matches its SHA256SUMS; ``refusal`` says what is then
+    not done (pack, sign and publish work only on an untouched run)."""
+    report = check_sums(run_dir)
+    if not report.ok:
+        raise InvalidInput(f"{run_dir} does not match its SHA256SUMS ({report.describe()}): {refusal}")
+
+
 # ------------------------------------------------------------------------ pack / unpack
 # (repro500/archive.py; imported last because it reads the digest list through this module)
 

@@ -104,9 +104,7 @@ def sign_run(run_dir: str | Path, key_path: str | Path, principal: str | None = 
     root = Path(run_dir)
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a run directory: nothing to sign")
-    report = bundle.check_sums(root)
-    if not report.ok:
-        raise InvalidInput(f"{root} does not match its SHA256SUMS ({report.describe()}): refusing to sign it")
+    bundle.require_untouched(root, "refusing to sign it")
     private = keys.load_private_key(key_path)
     public = private.public_key()
     previous = signed_signer(root)

@@ -257,10 +257,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         raise InvalidInput(f"{out} already exists: choose another --out or pass --force to replace it")
     if out.resolve().is_relative_to(root.resolve()):
         raise UsageError(f"{out} lies inside the run directory: write the publication somewhere else")
-    report = bundle.check_sums(root)
-    if not report.ok:
-        raise InvalidInput(f"{root} does not match its SHA256SUMS ({report.describe()}): only an untouched run "
-                           "can be published")
+    bundle.require_untouched(root, "only an untouched run can be published")
     run = load_run(root)
     if run.recipe is None or run.manifest is None:
         raise InvalidInput(f"{root} has no recipe.yaml or manifest.json: it cannot be rerun from a publication")
