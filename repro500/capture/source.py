@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -118,12 +119,26 @@ def snapshot(root: Path, files: list[str], run_dir: Path) -> dict[str, Any]:
         entries.append(entry)
     if len(files) > COUNT_LIMIT:
         complete = False
-    tree = hashlib.sha256("".join(f"{e['sha256']}  {e['path']}\n" for e in entries).encode()).hexdigest()
+    tree = tree_digest((e["sha256"], e["path"]) for e in entries)
     index = {"schema": SCHEMA, "root": str(root.resolve()), "files": entries, "copied": copied,
              "bytes": total, "omitted": max(0, len(files) - COUNT_LIMIT), "complete": complete,
              "tree_sha256": tree}
     atomic.write_json(run_dir / INDEX, index)
     return {"tree_sha256": tree, "files": len(entries), "copied": copied, "bytes": total, "complete": complete}
+
+
+def tree_digest(pairs: Iterable[tuple[str | None, str]]) -> str:
+    """One SHA-256 over (file digest, relative path) pairs in ``sha256sum`` line form: the same
+    files with the same contents give the same digest wherever they lie."""
+    return hashlib.sha256("".join(f"{digest}  {path}\n" for digest, path in pairs).encode()).hexdigest()
+
+
+def package_digest(root: Path) -> str:
+    """:func:`tree_digest` over a Python package's own source files (repro500's, in the manifest):
+    two runs with the same one ran the same repro500, from a git checkout or not."""
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.suffix in (".py", ".cpp", ".h", ".cu", ".yaml", ".json")
+             and "__pycache__" not in p.parts]
+    return tree_digest((file_digest(p), p.relative_to(root).as_posix()) for p in files)
 
 
 def requirements(files: list[str]) -> list[str]:

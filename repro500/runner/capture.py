@@ -23,6 +23,7 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
     imported files): its repository (the command's working directory, else the recipe's), the
     modules outside site-packages its plug-ins loaded, each with a digest."""
     from repro500.capture.code import describe_repo
+    from repro500.capture.source import package_digest
 
     work = plan.workload
     describe = work.describe() if hasattr(work, "describe") else {"kind": work.kind}
@@ -36,19 +37,7 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
             imported.append({"path": path, "sha256": None, "skipped": err.strerror or type(err).__name__})
     describe.pop("imported_sources", None)
     return {"workload": describe, "repository": repository, "imported_sources": imported,
-            "repro500": {"version": __version__, "source_sha256": own_source_digest()}}
-
-
-def own_source_digest() -> str:
-    """One digest over repro500's own source files: two runs with the same one ran the same
-    repro500, whether or not either ran from a git checkout (diff compares code by content)."""
-    import hashlib
-
-    root = Path(__file__).resolve().parents[1]
-    lines = [f"{file_digest(p)}  {p.relative_to(root).as_posix()}\n"
-             for p in sorted(root.rglob("*")) if p.is_file() and p.suffix in (".py", ".cpp", ".h", ".cu", ".yaml", ".json")
-             and "__pycache__" not in p.parts]
-    return hashlib.sha256("".join(lines).encode()).hexdigest()
+            "repro500": {"version": __version__, "source_sha256": package_digest(Path(__file__).resolve().parents[1])}}
 
 
 def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
