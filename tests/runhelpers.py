@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import yaml
@@ -79,3 +81,15 @@ def kill_a_rank_when(ranks_file: Path, *args: str, cwd: Path, rank: int = 1,
     killed_at = time.monotonic()
     _, err = proc.communicate(timeout=120)
     return proc.returncode, err, time.monotonic() - killed_at
+
+
+def make_tar(path: Path, members, *, gz: bool = True, format: int = tarfile.DEFAULT_FORMAT) -> Path:
+    """A tar from (TarInfo, bytes | None) pairs, written as a hostile packer would."""
+    with tarfile.open(path, "w:gz" if gz else "w", format=format) as tar:
+        for info, data in members:
+            if data is not None:
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                tar.addfile(info)
+    return path

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import gzip
-import io
 import os
 import tarfile
 
 import pytest
+from runhelpers import make_tar
 from test_verify_rundir import edit_json, make_run
 
 from repro500 import bundle
@@ -16,15 +16,7 @@ from repro500.verify.verdict import verify_run
 
 
 def _tar(path, members):
-    """Write a .tar.gz from (TarInfo, bytes | None) pairs."""
-    with tarfile.open(path, "w:gz") as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
-    return path
+    return make_tar(path, members)
 
 
 def _file(name, data=b"x"):

@@ -7,7 +7,6 @@ Every case: no traceback, nothing written outside the destination, the documente
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500
+from runhelpers import make_tar, repro500
 from test_verify_rundir import edit_json, make_run
 
 from repro500 import archive, bundle
@@ -28,15 +27,7 @@ DROP_DAC = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override
 
 
 def _tar(path: Path, members, *, gz: bool = True) -> Path:
-    """A tar from (TarInfo, bytes | None) pairs, written as a hostile packer would."""
-    with tarfile.open(path, "w:gz" if gz else "w", format=tarfile.GNU_FORMAT) as tar:
-        for info, data in members:
-            if data is not None:
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-            else:
-                tar.addfile(info)
-    return path
+    return make_tar(path, members, gz=gz, format=tarfile.GNU_FORMAT)
 
 
 def _dir(name):
