@@ -26,16 +26,15 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
     from repro500.capture.source import package_digest
 
     work = plan.workload
-    describe = work.describe() if hasattr(work, "describe") else {"kind": work.kind}
+    describe = work.describe()
     where = Path(plan.recipe.fixed.get("workdir") or ".") if plan.recipe.is_command else Path(plan.recipe.source).parent
     repository, _ = describe_repo(where if where.is_dir() else Path.cwd())
     imported = []
-    for _, path in getattr(work, "imported", []) or []:
+    for _, path in work.imported:
         try:
             imported.append({"path": path, "sha256": file_digest(path)})
         except OSError as err:
             imported.append({"path": path, "sha256": None, "skipped": err.strerror or type(err).__name__})
-    describe.pop("imported_sources", None)
     return {"workload": describe, "repository": repository, "imported_sources": imported,
             "repro500": {"version": __version__, "source_sha256": package_digest(Path(__file__).resolve().parents[1])}}
 
@@ -47,7 +46,7 @@ def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
 
     from repro500.capture import source
 
-    found = plan.workload.source([run.path.parent]) if hasattr(plan.workload, "source") else None
+    found = plan.workload.source([run.path.parent])
     if not found or not found[1]:
         return None
     shutil.rmtree(run.file(source.DIR), ignore_errors=True)  # an earlier attempt's copy is redone

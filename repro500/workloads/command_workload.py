@@ -14,6 +14,7 @@ from repro500.workloads.workload import COMMAND_METRICS, Repeat, check_acceptanc
 class CommandWorkload:
     kind = "command"
     shares_mlflow_run = True  # the script logs into its repeat's MLflow run (MLFLOW_RUN_ID)
+    imported: list[tuple[str, str]] = []  # a command's modules are its own process's: its files are in source/
 
     def __init__(self, recipe: recipes.Recipe, *, tracking: bool = True) -> None:
         from repro500.workloads import command

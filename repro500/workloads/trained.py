@@ -56,7 +56,7 @@ class TrainedWorkload:
                 paths.append(value)
             elif isinstance(value, list):
                 paths.extend(str(v) for v in value)
-        return expand_paths(self.recipe, paths, "fixed.dataset.path")
+        return expand_paths(paths, "fixed.dataset.path")
 
     def metric_names(self) -> list[str]:
         evaluated = parts.evaluation_metrics(self.fixed["workload"], self.fixed.get("evaluate"), self.info,
@@ -173,7 +173,6 @@ class TrainedWorkload:
         """For the manifest: what this workload is, and which source files it imported."""
         return {"kind": self.kind, "model": self.fixed["model"], "dataset": parts.dataset_ref(self.fixed["dataset"])[1],
                 "evaluate": self.fixed.get("evaluate") or self.fixed["workload"],
-                "imported_sources": [path for _, path in self.imported],
                 "plugins": self._distributions()}
 
     def _distributions(self) -> dict[str, str]:

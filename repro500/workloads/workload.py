@@ -8,7 +8,8 @@
 
 The runner asks a workload four things: which files are its data (captured and digested),
 which metrics a repeat reports (acceptance names are checked against them before anything is
-written), to check itself before the run starts, and to run one repeat.
+written), to check itself before the run starts, to run one repeat, and for the manifest: what
+it is and which of the experiment's files to keep with the run.
 """
 
 from __future__ import annotations
@@ -61,11 +62,14 @@ class Repeat:
 class Workload(Protocol):
     kind: str  # "trained" | "command"
     shares_mlflow_run: bool  # the workload's own code logs into its repeat's MLflow run
+    imported: list[tuple[str, str]]  # (import root, file) of experiment modules loaded in this process
 
     def data_paths(self) -> list[str]: ...
     def metric_names(self) -> list[str]: ...
     def check(self) -> None: ...
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, Any]: ...  # the manifest's experiment.workload
+    def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None: ...  # files kept in source/
 
 
 def unknown_metric(where: str, name: str, allowed: list[str], kind: str) -> InvalidInput:
@@ -81,7 +85,8 @@ def check_acceptance(recipe: recipes.Recipe, reported: list[str]) -> None:
             raise unknown_metric(f"{recipe.source}: acceptance", name, reported, "a metric this workload reports")
 
 
-def expand_paths(recipe: recipes.Recipe, values: list[str], key: str) -> list[str]:
+def expand_paths(values: list[str], key: str) -> list[str]:
+    """Data paths with their globs expanded; a path or glob that names nothing is one sentence."""
     out = []
     for p in dict.fromkeys(values):
         if any(ch in p for ch in "*?["):
