@@ -54,8 +54,10 @@ def parse_accept(text: str) -> tuple[str, dict[str, Any]]:
 
 
 def recipe_data(argv: list[str], *, metrics: list[str], accept: list[str], name: str | None = None,
-                timeout_s: float | None = None, repeats: int = 3, seed: int = 0) -> dict[str, Any]:
-    """The recipe a ``--command`` run writes into its run directory."""
+                timeout_s: float | None = None, repeats: int = 3, seed: int = 0,
+                inputs: list[str] | None = None) -> dict[str, Any]:
+    """The recipe a ``--command`` run writes into its run directory; ``inputs`` (the data the
+    command reads, paths as given) becomes ``fixed.inputs``."""
     if not argv:
         raise UsageError("--command needs the program after --, e.g. repro500 run --command --metric "
                          "'accuracy=regex:Acc ([0-9.]+)' --accept 'accuracy>=0.9' -- python train.py")
@@ -66,10 +68,69 @@ def recipe_data(argv: list[str], *, metrics: list[str], accept: list[str], name:
     acceptance = dict(parse_accept(a) for a in accept)
     if not acceptance:
         raise UsageError("--command needs at least one --accept, e.g. --accept 'accuracy>=0.9±0.02'")
-    stem = re.sub(r"[^\w-]+", "-", (argv[1] if len(argv) > 1 and argv[0].startswith("python") else argv[0]).rsplit("/", 1)[-1])
     fixed: dict[str, Any] = {"workload": "command", "command": list(argv)}
     if timeout_s is not None:
         fixed["timeout_s"] = timeout_s
-    return {"schema": "repro500/recipe/v1", "name": name or stem.removesuffix("-py") or "command",
+    if inputs:
+        fixed["inputs"] = list(inputs)
+    return {"schema": "repro500/recipe/v1", "name": name or run_name(argv),
             "description": "written by repro500 run --command", "fixed": fixed, "mutable": {},
             "acceptance": acceptance, "metrics": declared, "repeats": repeats, "seed": seed}
+
+
+# A Python interpreter as a program: python, python3, python3.11, /usr/bin/python3, .venv/bin/python.
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
+# Interpreter options that take the next argument as their value (python -X dev -W error -m pkg).
+_PYTHON_VALUED = ("-X", "-W", "--check-hash-based-pycs")
+# Launchers whose own program is the experiment's script or module: torchrun and its module forms.
+_LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def run_name(argv: list[str]) -> str:
+    """The recipe's name for a command: the script's stem or the module (``python -m mypkg.train``
+    -> ``mypkg.train``, ``torchrun --nproc-per-node 2 train.py`` -> ``train``), else the program's
+    name; reduced to letters, digits, ``_ - .`` (never leading dots) so it is safe inside a run
+    directory's name and an MLflow experiment name."""
+    program = argv[0].rsplit("/", 1)[-1] if argv else ""
+    if _PYTHON.match(program):
+        target = _python_target(argv[1:])
+    elif program in _LAUNCHERS:
+        target = _launched(argv[1:]) or program
+    else:
+        target = program
+    if target in _LAUNCHERS[1:]:  # python -m torch.distributed.run [options] train.py
+        rest = argv[argv.index(target) + 1:]
+        target = _launched(rest) or target
+    stem = target.rsplit("/", 1)[-1].removesuffix(".py")
+    return re.sub(r"[^\w.-]+", "-", stem).lstrip(".-") or "command"
+
+
+def _python_target(args: list[str]) -> str:
+    """What ``python ARGS`` runs: the module after ``-m``, else the script (first non-option)."""
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "-m":
+            return args[i + 1] if i + 1 < len(args) else "python"
+        if arg.startswith("-m") and not arg.startswith("--"):
+            return arg[2:]  # python -mpkg.mod
+        if arg in ("-c", "-"):
+            return "python"
+        if arg in _PYTHON_VALUED:
+            i += 2
+            continue
+        if not arg.startswith("-"):
+            return arg
+        i += 1
+    return "python"
+
+
+def _launched(args: list[str]) -> str | None:
+    """The script (first ``*.py``) or module (after ``-m``/``--module``) a torchrun line launches;
+    its other options are not parsed (which take a value is torchrun's to say)."""
+    for i, arg in enumerate(args):
+        if arg.endswith(".py"):
+            return arg
+        if arg in ("-m", "--module") and i + 1 < len(args) and not args[i + 1].startswith("-"):
+            return args[i + 1]
+    return None
