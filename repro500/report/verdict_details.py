@@ -1,5 +1,5 @@
 """The report's "Verdict details": one block per part of verdict.json (integrity, bands,
-statistics, equivalence, time-to-train, determinism, Valid FLOPS), malformed fields shown as
+statistics, equivalence, time-to-train, determinism, exact replay, Valid FLOPS), malformed fields shown as
 missing (:func:`repro500.report.sections._d` / ``_l``)."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def verdict_sections(verdict: VerdictView) -> Markup:
         parts.append(note("a run that does not match its SHA256SUMS is not analysed further: obtain an untouched copy"))
         return section("verdict", "Verdict details", *parts)
     parts += [_bands(doc), _statistics(doc), _equivalence(doc), _time_to_train(doc), _determinism(doc),
-              _valid_flops(doc)]
+              _exact_replay(doc), _valid_flops(doc)]
     return section("verdict", "Verdict details", *parts)
 
 
@@ -159,6 +159,26 @@ def _determinism(doc: dict[str, Any]) -> Markup:
                            [[p.get("repeat"), p.get("reference_repeat"), str(p.get("seed")),
                              "yes" if p.get("identical") else "no"] for p in pairs]))
     return subsection("Determinism", *parts)
+
+
+def _exact_replay(doc: dict[str, Any]) -> Markup:
+    r = _d(doc.get("exact_replay"))
+    if not r:
+        return Markup("")
+    state = "exact" if r.get("exact") is True else "not exact"
+    parts = [Markup(f"<p><strong>{esc(state)}</strong>: {esc(r.get('reason') or '')}</p>")]
+    diffs = [_d(x) for x in _l(r.get("metric_differences"))]
+    if diffs:
+        parts.append(table(["repeat", "reference repeat", "metric", "this run", "reference"],
+                           [[x.get("repeat"), x.get("reference_repeat"), x.get("metric"), num(x.get("value")),
+                             num(x.get("reference_value"))] for x in diffs]))
+        parts.append(caption("The final parameters of these repeats are bitwise identical to the reference's, yet "
+                             "they recorded different metrics: a non-deterministic evaluation, a different "
+                             "evaluation set or data, or edited records. The statistics decide the verdict."))
+    ignored = [str(m) for m in _l(r.get("ignored_metrics"))]
+    if ignored:
+        parts.append(caption(f"Not compared (times and rates, which other machines change): {', '.join(ignored)}."))
+    return subsection("Exact replay", *parts)
 
 
 def _valid_flops(doc: dict[str, Any]) -> Markup:

@@ -169,20 +169,81 @@ def compare_with_reference(run: RunData, reference: RunData) -> list[dict[str, A
     return pairs
 
 
+# Metrics that measure the machine, not the computation: wall-clock times, rates and what is
+# derived from them (flops_per_s and valid_flops divide by a time), and bytes the kernel counted
+# on the sockets (headers, retransmits).  A bitwise replay on other hardware, or on the same one
+# under other load, legitimately changes them, so they never break an exact replay.  Besides
+# these names, any metric named as a time or a rate by the project's unit-in-the-name rule
+# (``*_time_s``, ``time_*_s``, ``*_per_s``) counts as one: a user's own ``epoch_time_s`` too.
+# Every other recorded metric (accuracy, loss, epochs_to_quality, train_flops, bytes counted by
+# the compressor, ...) follows from the parameters and the evaluation and must be identical.
+MACHINE_METRICS = frozenset({
+    "throughput_samples_per_s", "flops_per_s", "valid_flops", "time_to_quality_s", "train_time_s",
+    "total_time_s", "time_compress_per_step_s", "time_decompress_per_step_s", "time_comm_per_step_s",
+    "wire_bytes_sent_per_step", "wire_bytes_received_per_step",
+})
+CAUSES = "a non-deterministic evaluation, a different evaluation set or data, or edited records"
+_SHOWN = 4  # metric differences named in a reason; all of them are in verdict.json
+
+
+def machine_dependent(metric: str) -> bool:
+    """True for a metric an exact replay may change (a time, a rate, bytes on the wire)."""
+    return (metric in MACHINE_METRICS or metric.endswith(("_time_s", "_per_s"))
+            or (metric.startswith("time_") and metric.endswith("_s")))
+
+
 @dataclass
 class ExactReplay:
-    """Whether every rerun repeat ends bit for bit where the reference repeat of its seed ended.
+    """Whether every rerun repeat ends bit for bit where the reference repeat of its seed ended,
+    and scored exactly what it scored.
 
     Decided only against a reference run: every planned repeat of the rerun completed, records
     a torch seed and a ``final_param_digest``, and a completed reference repeat shares the seed
-    (the one of the same index when several do).  Independent of the number of repeats."""
+    (the one of the same index when several do).  Exact when every pair's final parameters are
+    identical *and* so is every recorded metric of the pair except the machine-dependent ones
+    (:data:`MACHINE_METRICS`).  Independent of the number of repeats.
+
+    ``params_identical`` is what ``exact`` meant before metrics were compared; a pair whose
+    parameters are identical but whose metrics differ is listed in ``metric_differences``
+    (``{repeat, reference_repeat, metric, value, reference_value}``, a metric one side did not
+    record has the value None)."""
 
     exact: bool
     reason: str
     pairs: list[dict[str, Any]] = field(default_factory=list)
+    params_identical: bool = False
+    metric_differences: list[dict[str, Any]] = field(default_factory=list)
+    ignored_metrics: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _differences(mine: dict[str, Any], theirs: dict[str, Any], ignored: set[str]) -> list[tuple[str, Any, Any]]:
+    """(metric, value, reference value) for every compared metric whose values are not identical;
+    a metric recorded as null counts as not recorded."""
+    out = []
+    for name in dict.fromkeys([*mine, *theirs]):
+        if machine_dependent(name):
+            ignored.add(name)
+            continue
+        a, b = mine.get(name), theirs.get(name)
+        if a != b:  # numbers as JSON gives them: 1 and 1.0 are the same value
+            out.append((name, a, b))
+    return out
+
+
+def _shown(value: Any) -> str:
+    return "not recorded" if value is None else repr(value)
+
+
+def _name_differences(differences: list[dict[str, Any]]) -> str:
+    parts = [f"repeat {d['repeat']} {d['metric']} {_shown(d['value'])} vs reference repeat "
+             f"{d['reference_repeat']} {_shown(d['reference_value'])}" for d in differences[:_SHOWN]]
+    more = len(differences) - _SHOWN
+    if more > 0:
+        parts.append(f"and {more} more (exact_replay.metric_differences in verdict.json)")
+    return "; ".join(parts)
 
 
 def exact_replay(run: RunData, reference: RunData) -> ExactReplay:
@@ -194,7 +255,8 @@ def exact_replay(run: RunData, reference: RunData) -> ExactReplay:
         seed = (reference.repeats[j].get("seeds") or {}).get("torch")
         if seed is not None and reference.repeats[j].get("final_param_digest"):
             by_seed.setdefault(seed, []).append(j)
-    pairs, gaps = [], []
+    pairs, gaps, differences = [], [], []
+    ignored: set[str] = set()
     for k in run.completed:
         doc = run.repeats[k]
         seed, digest = (doc.get("seeds") or {}).get("torch"), doc.get("final_param_digest")
@@ -206,13 +268,34 @@ def exact_replay(run: RunData, reference: RunData) -> ExactReplay:
             gaps.append(f"no reference repeat shares repeat {k}'s seed {seed}")
             continue
         j = k if k in candidates else candidates[0]
-        pairs.append({"repeat": k, "reference_repeat": j, "seed": seed,
-                      "identical": digest == reference.repeats[j]["final_param_digest"]})
+        identical = digest == reference.repeats[j]["final_param_digest"]
+        # metrics of pairs with different parameters are expected to differ: only a pair whose
+        # parameters are identical says something about the evaluation
+        found = _differences(doc.get("metrics") or {}, reference.repeats[j].get("metrics") or {}, ignored)
+        if identical:
+            differences += [{"repeat": k, "reference_repeat": j, "metric": m, "value": a, "reference_value": b}
+                            for m, a, b in found]
+        pairs.append({"repeat": k, "reference_repeat": j, "seed": seed, "identical": identical,
+                      "metrics_identical": not found})
+    result = ExactReplay(False, "", pairs, metric_differences=differences, ignored_metrics=sorted(ignored))
+    named = (f"; repeats with bitwise-identical final parameters recorded different metrics: "
+             f"{_name_differences(differences)} (likely {CAUSES})") if differences else ""
     if gaps:
-        return ExactReplay(False, "; ".join(gaps), pairs)
+        result.reason = "; ".join(gaps) + named
+        return result
     differing = [p["repeat"] for p in pairs if not p["identical"]]
     if differing or not pairs:
-        return ExactReplay(False, f"repeat(s) {differing} end with parameters that differ from the reference "
-                                  "repeat of the same seed", pairs)
-    return ExactReplay(True, f"all {len(pairs)} repeat(s) end with final parameters bitwise identical to the "
-                             "reference repeat of the same seed", pairs)
+        result.reason = (f"repeat(s) {differing} end with parameters that differ from the reference repeat of the "
+                         f"same seed{named}")
+        return result
+    result.params_identical = True
+    same = (f"all {len(pairs)} repeat(s) end with final parameters bitwise identical to the reference repeat of "
+            "the same seed")
+    if differences:
+        result.reason = (f"{same}, but recorded different metrics: {_name_differences(differences)}; identical "
+                         f"parameters that score differently point at {CAUSES}")
+        return result
+    result.exact = True
+    left_out = f"; {', '.join(result.ignored_metrics)} (times and rates) may differ" if result.ignored_metrics else ""
+    result.reason = f"{same}, with identical recorded metrics{left_out}"
+    return result

@@ -146,6 +146,11 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
             same = sum(1 for pair in d.cross_run if pair["identical"])
             console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
                           "with bitwise-identical parameters", highlight=False)
+    r = verdict.exact_replay
+    if r is not None:
+        state = ("[bold green]exact[/]" if r.exact else
+                 "[yellow]not exact[/]" if r.metric_differences else "[dim]not exact[/]")
+        console.print(f"[bold]Exact replay[/]  {state} {r.reason}", highlight=False)
     p = verdict.provenance
     if p is not None:
         if not p.available:

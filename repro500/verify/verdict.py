@@ -11,9 +11,10 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
   convergence check decide the same way, reported as REPRODUCED / NOT REPRODUCED /
   INCONCLUSIVE; the bands are still shown;
 * against a reference run, an **exact replay** (every rerun repeat ends with the final
-  parameters of the reference repeat of its seed, bit for bit) is the strongest outcome:
-  REPRODUCED (exact), whatever the number of repeats, unless something decided FAIL; the
-  statistical outcome stays as the second reason;
+  parameters of the reference repeat of its seed, bit for bit, and records the same metrics,
+  times and rates aside) is the strongest outcome: REPRODUCED (exact), whatever the number of
+  repeats, unless something decided FAIL; the statistical outcome stays as the second reason;
+  identical parameters with different metrics are named, and the statistics decide;
 * a run that stopped before every planned repeat ran (run.json says so) cannot PASS or be
   REPRODUCED: its missing repeats make it INCONCLUSIVE;
 * determinism and time-to-train only count when they could run (SKIPPED is neutral;
@@ -101,7 +102,8 @@ class Verdict:
 
     @property
     def exact(self) -> bool:
-        """REPRODUCED by an exact replay (bitwise-identical parameters), not only statistically."""
+        """REPRODUCED by an exact replay (bitwise-identical parameters and identical recorded metrics,
+        machine-dependent ones aside), not only statistically."""
         return self.status == "REPRODUCED" and self.exact_replay is not None and self.exact_replay.exact
 
     @property
@@ -267,15 +269,23 @@ def _decide(verdict: Verdict, with_reference: bool, run: RunData) -> None:
         verdict.status = outcome
     verdict.reasons = chosen
     replay = verdict.exact_replay
-    if replay is not None and replay.exact:
-        if outcome == "FAIL":  # identical parameters yet different results: evaluation or data differ
-            verdict.reasons = chosen + [f"exact replay: {replay.reason}, yet the results differ (check the "
-                                        "evaluation and the data)"]
+    if replay is None:
+        return
+    if replay.exact:
+        if outcome == "FAIL":  # parameters and scores identical, yet something failed: say both
+            verdict.reasons = chosen + [f"exact replay: {replay.reason}; it does not override the failure above"]
         else:
             verdict.status = "REPRODUCED"
             statistical = [f"statistically {'REPRODUCED' if outcome == 'PASS' else outcome}: {reason}"
                            for reason in chosen]
             verdict.reasons = [f"exact replay: {replay.reason}", *statistical]
+    elif replay.metric_differences:
+        # identical parameters that scored differently are no replay: the statistics decide, and
+        # the verdict names the difference, since it points at the evaluation, not the training
+        verdict.reasons = chosen + [f"not an exact replay: {replay.reason}"]
+        verdict.advice.append("identical final parameters scored differently: evaluate the same checkpoint twice "
+                              "to see whether the evaluation is deterministic, and compare the evaluation data "
+                              "(the provenance diff lists data digests that differ)")
 
 
 def _collect_advice(verdict: Verdict, run: Any) -> None:
