@@ -63,6 +63,9 @@ class Recipe:
     open_division: bool = False
     overrides: dict[str, Any] = field(default_factory=dict)
     metrics: dict[str, Any] = field(default_factory=dict)  # a command's metric declarations
+    # params.yaml's run.tracking (log to MLflow or not); None when the params file does not say.
+    # Not part of the benchmark: never written into recipe.yaml, and --tracking/--no-tracking wins.
+    tracking: bool | None = None
 
     @property
     def is_command(self) -> bool:
@@ -204,11 +207,13 @@ def from_data(
     _validate(data, loc)
     data = copy.deepcopy(data)
     applied: dict[str, Any] = {}
+    tracking = None
 
     if params_file is not None:
         params = load_params_file(params_file)
         open_division = open_division or bool(params.pop("open_division", False))
         params.pop("recipe", None)
+        tracking = params.pop("tracking", None)  # how the run is logged, not what it runs
         for key, value in _flatten_params(params):
             applied[_apply_override(data, key, value, open_division, str(params_file))] = value
         _validate(data, _Located(f"{params_file} (applied to {path})"))  # a params file is input: exit 4
@@ -265,12 +270,14 @@ def from_data(
         open_division=bool(open_division and fixed_changed),
         overrides=applied,
         metrics=copy.deepcopy(data.get("metrics") or {}),
+        tracking=tracking,
     )
 
 
 def load_params_file(path: str | Path) -> dict[str, Any]:
     """Read a DVC ``params.yaml``: ``recipe``, ``repeats``, ``seed``, ``mutable`` (and, in the open
-    division, ``fixed``) sections applied on top of the recipe."""
+    division, ``fixed``) sections applied on top of the recipe, and ``tracking`` (true or false:
+    whether ``repro500 run --params`` logs to MLflow, unless its command line says)."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
@@ -283,7 +290,10 @@ def load_params_file(path: str | Path) -> dict[str, Any]:
     run_section = data.get("run", data)
     if not isinstance(run_section, dict):
         raise InvalidInput(f"params file {path}: 'run' must be a mapping")
-    allowed = {"recipe", "repeats", "seed", "mutable", "fixed", "acceptance", "open_division"}
+    allowed = {"recipe", "repeats", "seed", "mutable", "fixed", "acceptance", "open_division", "tracking"}
+    if "tracking" in run_section and not isinstance(run_section["tracking"], bool):
+        key = "run.tracking" if "run" in data else "tracking"
+        raise InvalidInput(f"params file {path}: {key} must be true or false, not {run_section['tracking']!r}")
     return {k: copy.deepcopy(v) for k, v in run_section.items() if k in allowed}
 
 

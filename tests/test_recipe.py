@@ -136,6 +136,39 @@ def test_params_file_applies_like_dvc_would(tmp_path):
         recipes.load(recipe_path, params_file=bad)
 
 
+@pytest.mark.parametrize(("text", "tracking"), [
+    ("run:\n  tracking: true\n  repeats: 2\n", True),
+    ("run:\n  tracking: false\n", False),
+    ("run:\n  repeats: 2\n", None),  # the params file does not say: the command line's default decides
+])
+def test_params_file_run_tracking_is_read_and_not_applied_to_the_recipe(tmp_path, text, tracking):
+    r = recipes.load(write(tmp_path, GOOD), params_file=write(tmp_path, text, name="params.yaml"))
+    assert r.tracking is tracking
+    assert "tracking" not in r.overrides and "tracking" not in r.to_dict()  # how it is logged, not what ran
+    assert recipes.load(write(tmp_path, GOOD)).tracking is None
+
+
+@pytest.mark.parametrize("value", ["'yes'", "1", "maybe", "[true]", "null"])
+def test_a_params_file_tracking_that_is_not_a_bool_is_one_sentence(tmp_path, value):
+    params = write(tmp_path, f"run:\n  tracking: {value}\n", name="params.yaml")
+    with pytest.raises(InvalidInput, match=r"params.yaml: run.tracking must be true or false, not "):
+        recipes.load(write(tmp_path, GOOD), params_file=params)
+
+
+def test_a_bad_params_file_tracking_exits_4_before_anything_is_written(tmp_path):
+    from click.testing import CliRunner
+
+    from repro500.cli import cli
+
+    recipe_path = write(tmp_path, GOOD)
+    params = write(tmp_path, "run:\n  tracking: 'off'\n", name="params.yaml")
+    result = CliRunner().invoke(cli, ["run", str(recipe_path), "--params", str(params), "--out", str(tmp_path / "runs"),
+                                      "--no-tracking"])
+    assert result.exit_code == 4, result.output
+    assert "run.tracking must be true or false, not 'off'" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "runs").exists()
+
+
 def test_round_trip_through_run_directory(tmp_path):
     r = recipes.load(write(tmp_path, GOOD), overrides=["batch_size=32"])
     run_dir = tmp_path / "run"
