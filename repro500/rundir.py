@@ -36,6 +36,7 @@ REPEAT_SUMMARY_SCHEMA = bundle.REPEAT_SUMMARY_SCHEMA
 RUN_JSON = "run.json"
 RECIPE = "recipe.yaml"
 MANIFEST = "manifest.json"
+INPUTS = "inputs.json"  # what a wrapped command read (capture/inputs.py), written when the repeats end
 SUMMARY = "summary.json"
 VERDICT = "verdict.json"
 CODE_DIFF = "code.diff"
@@ -166,6 +167,13 @@ class RunDir:
 
     def manifest_path(self) -> Path:
         return self.file(MANIFEST)
+
+    def write_inputs(self, doc: dict[str, Any]) -> None:
+        atomic.write_json(self.file(INPUTS), doc)
+
+    def inputs(self) -> dict[str, Any]:
+        """The observed inputs ({} for a run that has none: a trained one, or older)."""
+        return read_optional_json(self.file(INPUTS))
 
     def seal(self) -> Path:
         """(Re)write the digest list over every covered file (repro500.bundle)."""

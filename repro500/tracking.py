@@ -33,11 +33,44 @@ STEP_METRIC_KEYS = (
 )
 
 
-def tracking_uri() -> str:
-    """The tracking URI in effect: ``MLFLOW_TRACKING_URI`` or MLflow's default (SQLite ``mlflow.db``)."""
-    import mlflow
+# The tags repro500's run-context provider (repro500.mlflow_context) puts on every run a wrapped
+# script starts inside a repeat, from the variables the repeat's environment carries.
+RUN_ID_TAG, REPEAT_TAG = "repro500.run_id", "repro500.repeat"
+SCRIPT_TAG = "repro500.script"  # "true": a run the script started, not one of repro500's own
+RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
 
-    return mlflow.get_tracking_uri()
+DEFAULT_STORE = "mlflow.db"
+# SQLite keeps these beside a database while it is written; store_lock adds the ".lock".
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")
+
+
+def tracking_uri() -> str:
+    """The tracking URI in effect: ``MLFLOW_TRACKING_URI``, else MLflow's default SQLite store
+    ``mlflow.db`` in the working directory; a relative SQLite path is made absolute, so a command
+    running in another directory logs into the same file.
+
+    Read without importing MLflow (1-2 s on the critical path of every run).  MLflow's own
+    ``get_tracking_uri`` gives the same, except where ``./mlruns`` holds a legacy file store,
+    which MLflow >= 3.13 no longer opens: repro500 then uses ``mlflow.db`` beside it.
+    """
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_STORE}"
+    db = _sqlite_path(uri)
+    if db is not None and not db.is_absolute():
+        query = uri.partition("?")[2]
+        uri = f"sqlite:///{Path.cwd() / db}" + (f"?{query}" if query else "")
+    return uri
+
+
+def local_store_paths(uri: str) -> list[Path]:
+    """The files a local tracking store consists of (a SQLite database and its side files), which
+    are repro500's output and never the experiment's source; none for a server."""
+    db = _sqlite_path(uri)
+    if db is None:
+        if uri.startswith("file:"):
+            return [Path(uri.removeprefix("file://").removeprefix("file:")).resolve()]
+        return []
+    db = db.resolve()
+    return [db, *(db.with_name(db.name + side) for side in SQLITE_SIDE_FILES)]
 
 
 @contextlib.contextmanager
@@ -143,6 +176,45 @@ def check_reachable() -> str:
     return uri
 
 
+def check_usable(uri: str | None = None) -> str:
+    """:func:`check_reachable` without importing MLflow where a cheaper look decides: a local
+    SQLite file (its directory writable, the file a SQLite database or new) or an HTTP server
+    that answers MLflow's ``/health``.  Other stores get the full check.  Returns the URI."""
+    import urllib.error
+    import urllib.request
+
+    uri = uri or tracking_uri()
+    unreachable = (f"MLflow tracking store {_safe_uri(uri)} is unreachable ({{}}); check MLFLOW_TRACKING_URI "
+                   "or run with --no-tracking")
+    db = _sqlite_path(uri)
+    if db is not None:
+        parent = db.parent if str(db.parent) else Path(".")
+        if not parent.is_dir() or not os.access(parent, os.W_OK):
+            raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} is not writable: directory {parent} does not "
+                               "exist or is read-only")
+        if db.exists():
+            try:
+                with open(db, "rb") as fh:
+                    head = fh.read(16)
+            except OSError as err:
+                raise InvalidInput(unreachable.format(err.strerror or err)) from None
+            if head and head != b"SQLite format 3\0":
+                raise InvalidInput(unreachable.format(f"{db} is not an SQLite database"))
+            if not os.access(db, os.W_OK):
+                raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} is not writable: {db} is read-only")
+        return uri
+    if uri.startswith(("http://", "https://")):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as answer:  # noqa: S310 - the user's server
+                if answer.status == 200:
+                    return uri
+        except urllib.error.HTTPError:
+            pass  # a proxy or an auth layer in front: let MLflow itself decide below
+        except (urllib.error.URLError, OSError) as err:
+            raise InvalidInput(unreachable.format(_reason(getattr(err, "reason", err)))) from None
+    return check_reachable()
+
+
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -151,10 +223,10 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
 class Tracker:
     """Logs one ``repro500 run`` to MLflow."""
 
-    def __init__(self, experiment: str) -> None:
+    def __init__(self, experiment: str, uri: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
-        self.uri = tracking_uri()
+        self.uri = uri or tracking_uri()
         open_store(self.uri)
         self.client = MlflowClient(self.uri)
         self.experiment_id = self._experiment(experiment)
@@ -246,6 +318,20 @@ class Tracker:
         self.log_artifacts(run_id, files)
         self.client.set_terminated(run_id, status=status)
 
+    def adopt_script_runs(self, run_id: str, repeat: int, repeat_run_id: str) -> list[str]:
+        """Nest the runs a wrapped script started in repeat *repeat* under the repeat's own run
+        (``mlflow.parentRunId``), where they share its experiment: the UI shows a parent run
+        nesting across experiments nowhere.  Returns the script runs' ids."""
+        from mlflow.entities import RunTag
+
+        found = script_runs(self.client, run_id, repeat)
+        for run in found:
+            tags = [RunTag("repro500.repeat_run_id", repeat_run_id)]  # the way back, from any experiment
+            if run.info.experiment_id == self.experiment_id and "mlflow.parentRunId" not in run.data.tags:
+                tags.append(RunTag("mlflow.parentRunId", repeat_run_id))
+            self.client.log_batch(run.info.run_id, tags=tags)
+        return [run.info.run_id for run in found]
+
     def kill(self, run_id: str, reason: str) -> None:
         self.set_tags(run_id, {"repro500.status": "killed", "repro500.error": reason})
         self.client.set_terminated(run_id, status="KILLED")
@@ -281,6 +367,36 @@ class Tracker:
 
         clean = scrub({k: "" if v is None else str(v) for k, v in tags.items()})
         return {k[:250]: str(v)[:TAG_MAX_CHARS] for k, v in clean.items()}
+
+
+def script_runs(client: Any, run_id: str, repeat: int) -> list[Any]:
+    """The MLflow runs a wrapped script started during one repeat, in any experiment of the store,
+    oldest first: those the run-context provider tagged (repro500.mlflow_context)."""
+    from mlflow.entities import ViewType
+
+    def quoted(value: str) -> str:
+        return "'" + value.replace("'", "\\'") + "'"
+
+    ids, token = [], None
+    while True:
+        page = client.search_experiments(view_type=ViewType.ALL, max_results=1000, page_token=token)
+        ids += [e.experiment_id for e in page]
+        token = page.token
+        if not token:
+            break
+    query = (f"tags.`{RUN_ID_TAG}` = {quoted(run_id)} and tags.`{REPEAT_TAG}` = {quoted(str(repeat))} "
+             f"and tags.`{SCRIPT_TAG}` = 'true'")
+    runs: list[Any] = []
+    for start in range(0, len(ids), 100):  # a store's search takes a bounded list of experiments
+        token = None
+        while True:
+            page = client.search_runs(ids[start:start + 100], query, run_view_type=ViewType.ALL,
+                                      max_results=1000, page_token=token)
+            runs += list(page)
+            token = page.token
+            if not token:
+                break
+    return sorted(runs, key=lambda r: (r.info.start_time or 0, r.info.run_id))
 
 
 # Artifacts read as text and redacted before they leave the machine; others are logged as they are.

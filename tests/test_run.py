@@ -253,6 +253,8 @@ def test_sigint_keeps_finished_repeats_and_resume_completes(in_tmp):
 
 
 def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sqlite_store, monkeypatch):
+    import _thread
+
     from mlflow.tracking import MlflowClient
 
     from repro500 import tracking
@@ -260,9 +262,9 @@ def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sql
     original = tracking.Tracker.end_repeat
 
     def interrupted(self, run_id, summary, files, status):
-        if status == "FINISHED":  # Ctrl-C while the finished repeat's artifacts are uploading
-            self.log_metrics(run_id, {"final_accuracy": summary["metrics"]["accuracy"]})
-            raise KeyboardInterrupt
+        if summary["repeat"] == 0:  # Ctrl-C while the finished repeat's artifacts are uploading beside repeat 1
+            _thread.interrupt_main()
+            time.sleep(1.0)
         original(self, run_id, summary, files, status)
 
     monkeypatch.setattr(tracking.Tracker, "end_repeat", interrupted)

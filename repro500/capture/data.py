@@ -359,8 +359,10 @@ def compare(entries: Iterable[dict[str, Any]]) -> list[str]:
 
 @facet("data")
 def data_facet(ctx: CaptureContext) -> dict[str, Any]:
-    return {"entries": digest_paths(ctx.data_paths, use_cache=ctx.use_cache,
-                                    progress=ctx.progress)}
+    facet = {"entries": digest_paths(ctx.data_paths, use_cache=ctx.use_cache, progress=ctx.progress)}
+    if ctx.input_paths:  # a wrapped command's declared inputs: read where they are, not placed
+        facet["inputs"] = digest_paths(ctx.input_paths, use_cache=ctx.use_cache, progress=ctx.progress)
+    return facet
 
 
 def main(argv: Sequence[str] | None = None) -> int:

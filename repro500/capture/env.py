@@ -172,8 +172,8 @@ def os_info() -> dict[str, Any]:
     }
 
 
-def environment() -> dict[str, Any]:
-    """The environment facet's data (see module docstring)."""
+def environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The environment facet's data (see module docstring), of *environ* (default ``os.environ``)."""
     dists = distributions()
     versions = {_normalize(d["name"]): d["version"] for d in dists}
     return {
@@ -181,13 +181,13 @@ def environment() -> dict[str, Any]:
         "os": os_info(),
         "torch_build": torch_build(versions),
         "distributions": dists,
-        "env": redact_env(os.environ),
+        "env": redact_env(os.environ if environ is None else environ),
     }
 
 
 @facet("environment")
 def environment_facet(ctx: CaptureContext) -> dict[str, Any]:
-    return environment()
+    return environment(ctx.environ)
 
 
 def _maybe(func: Any, *args: Any) -> Any:

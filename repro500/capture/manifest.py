@@ -104,6 +104,8 @@ def build_manifest(
     repeats: int = 1,
     world_size: int = 1,
     same_seed: bool = False,
+    input_paths: Iterable[str | Path] = (),
+    environ: dict[str, str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Capture every registered facet: ``(manifest, artifacts)``.
 
@@ -113,13 +115,16 @@ def build_manifest(
     names (``code.diff``) to the bytes :func:`write_manifest` puts next to the manifest.
     Raises :class:`InvalidInput` for a missing or unreadable data path and for a
     ``repo_dir`` that is not a directory (outside a git work tree is recorded, not an error).
+    ``input_paths`` are a wrapped command's declared inputs (the data facet's ``inputs``);
+    ``environ`` is the environment the experiment runs with (default ``os.environ``).
     """
     paths = tuple(str(p) for p in data_paths)
-    _validate_options(paths, seed, repeats, world_size, repo_dir)
+    inputs = tuple(str(p) for p in input_paths)
+    _validate_options((*paths, *inputs), seed, repeats, world_size, repo_dir)
     ctx = CaptureContext(
         data_paths=paths, repo_dir=Path(repo_dir) if repo_dir is not None else None,
         progress=progress, use_cache=use_cache, seed=seed, repeats=repeats,
-        world_size=world_size, same_seed=same_seed,
+        world_size=world_size, same_seed=same_seed, input_paths=inputs, environ=environ,
     )
     gathered, errors = registry.gather(ctx, also=("runtime",) if runtime else ())
     for name, value in (extra_facets or {}).items():

@@ -36,6 +36,10 @@ class CaptureContext:
     repeats: int = 1
     world_size: int = 1
     same_seed: bool = False
+    # a wrapped command's declared inputs (fixed.inputs): the data facet's ``inputs``
+    input_paths: tuple[str, ...] = ()
+    # the environment to record (the one the experiment runs with); None: os.environ
+    environ: dict[str, str] | None = None
     # file name -> bytes, written next to the manifest (e.g. "code.diff")
     artifacts: dict[str, bytes] = field(default_factory=dict)
 

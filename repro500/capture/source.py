@@ -10,7 +10,9 @@ a git work tree).
 Which files: inside a git work tree, the tracked and the untracked-but-not-ignored files under
 the directory, as they are in the work tree (uncommitted edits are what ran); outside one, every
 file under it.  Never hidden files (a ``.env`` holds secrets), caches, virtual environments or
-repro500's own outputs (``runs/``, ``publications/``, ``reproductions/``, ``mlruns/``).  Anything past the size limits is
+repro500's own outputs (``runs/``, ``publications/``, ``reproductions/``, MLflow's ``mlruns/`` and
+``mlartifacts/``, and whatever the runner names: the ``--out`` directory and the tracking store's
+files, wherever they lie).  Anything past the size limits is
 listed with its digest but not copied, and ``complete`` says so.
 """
 
@@ -34,7 +36,8 @@ TOTAL_LIMIT_BYTES = 128 * 1024 * 1024
 COUNT_LIMIT = 5000
 # Never experiment source, whatever the directory holds; ``runs`` is repro500's own output.
 _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache",
-              ".ruff_cache", "runs", "mlruns", ".dvc", "node_modules", "reproductions", "publications"}
+              ".ruff_cache", "runs", "mlruns", "mlartifacts", ".dvc", "node_modules", "reproductions",
+              "publications"}
 
 
 def _git_files(root: Path) -> list[str] | None:
@@ -145,3 +148,20 @@ def requirements(files: list[str]) -> list[str]:
     """The files among ``files`` that say how to install the experiment's requirements."""
     wanted = {"requirements.txt", "pyproject.toml", "setup.py", "environment.yml", "environment.yaml", "setup.cfg"}
     return [f for f in files if f in wanted or (Path(f).name.startswith("requirements") and f.endswith(".txt"))]
+
+
+def python_path(value: str | None, root: Path) -> dict[str, list[str]]:
+    """A command's ``PYTHONPATH`` against the experiment's directory: entries inside it relative
+    to it (``src``), which a reproduction re-roots into its copy of the source, and the others
+    as they were (they name places on the original machine, and are not carried)."""
+    inside, outside = [], []
+    root = root.resolve()
+    for entry in (value or "").split(os.pathsep):
+        if not entry:
+            continue
+        path = (root / entry).resolve()  # a relative entry is relative to the command's directory
+        if path.is_relative_to(root):
+            inside.append(path.relative_to(root).as_posix() or ".")
+        else:
+            outside.append(entry)
+    return {"inside": inside, "outside": outside}

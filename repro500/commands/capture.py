@@ -76,12 +76,18 @@ def diff(ctx: click.Context, a: Path, b: Path, as_json: bool, show_all: bool) ->
     Exit codes: 0 no result-relevant difference; 1 at least one;
     4 a manifest is missing, corrupt or was edited after capture.
     """
+    from repro500 import rundir
+    from repro500.capture.inputs import comparable
     from repro500.capture.manifest import load_manifest
     from repro500.errors import EXIT_FAIL, EXIT_OK
     from repro500.verify.diff import diff_manifests, is_result_relevant, render, to_json
 
-    ma, mb = load_manifest(a), load_manifest(b)
-    diffs = diff_manifests(ma, mb)
+    def view(path: Path) -> dict:
+        # a run directory's manifest with what its command was seen to read (inputs.json)
+        observed = rundir.read_optional_json(path / rundir.INPUTS) if path.is_dir() else {}
+        return comparable(load_manifest(path), observed) or {}
+
+    diffs = diff_manifests(view(a), view(b))
     if as_json:
         click.echo(json.dumps(to_json(diffs, str(a), str(b)), indent=2, default=str))
     else:

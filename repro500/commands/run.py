@@ -17,6 +17,10 @@ import click
               help="With --command: an acceptance band, e.g. 'accuracy>=0.9±0.02' or 'loss<=0.5'.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), help="With --command: seconds a repeat may take.")
 @click.option("--name", help="With --command: the experiment's name (default: the script's).")
+@click.option("--input", "inputs", multiple=True, metavar="PATH",
+              help="With --command: a file or directory the command reads, hashed like a data set ({mutable.KEY} allowed; repeatable).")
+@click.option("--trace-inputs", is_flag=True,
+              help="Find the files a command reads with strace (any program), not only in its Python processes.")
 @click.option("--repeats", "-n", type=click.IntRange(min=1), help="Number of repeats (default: the recipe's).")
 @click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
               help="Override a mutable key, e.g. --set batch_size=128 --set optimizer.lr=0.05. Fixed keys need --open-division.")
@@ -39,7 +43,7 @@ import click
               help="Sign the finished run with this OpenSSH Ed25519 key (env REPRO500_SIGNING_KEY; docs/trust.md).")
 @click.option("--sign-principal", metavar="NAME", help="Who signs, as named in the verifier's allowed_signers (e.g. an email).")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
-        timeout_s: float | None, name: str | None, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
+        timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool,
         experiment: str | None, sign_key: str | None, sign_principal: str | None) -> None:
@@ -61,10 +65,12 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
         from repro500.workloads.adhoc import recipe_data
 
         adhoc = recipe_data(list(recipe), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s)
+        if inputs:
+            adhoc["fixed"]["inputs"] = list(inputs)
         recipe_path = None
     else:
         stray = [flag for flag, value in (("--metric", metrics), ("--accept", accepts), ("--timeout", timeout_s),
-                                          ("--name", name)) if value]
+                                          ("--name", name), ("--input", inputs)) if value]
         if stray:
             raise UsageError(f"{', '.join(stray)} go{'es' if len(stray) == 1 else ''} with --command")
         if len(recipe) > 1:
@@ -76,7 +82,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
         given = [flag for flag, value in (
             ("--set", overrides), ("--params", params_file), ("--repeats", repeats), ("--nproc", nproc),
             ("--deterministic", deterministic), ("--same-seed", same_seed), ("--open-division", open_division),
-            ("--run-id", run_id), ("--experiment", experiment),
+            ("--run-id", run_id), ("--experiment", experiment), ("--trace-inputs", trace_inputs),
             ("--out", click.get_current_context().get_parameter_source("out_dir")
              is not click.core.ParameterSource.DEFAULT),
         ) if value]
@@ -88,6 +94,6 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
                          experiment=experiment, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
                          rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
-                         sign_key=sign_key, sign_principal=sign_principal)
+                         sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs)
     outcome = run_recipe(options)
     sys.exit(outcome.exit_code)

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle
+from repro500 import bundle, rundir
 from repro500.errors import (
     EXIT_FAIL,
     EXIT_INCONCLUSIVE,
@@ -126,6 +126,43 @@ def _data(entry: DataEntry, workdir: Path, src: sources.Source, data_root: Path,
                        "(or pass --data-root), or reproduce from a git repository whose DVC remote holds it")
 
 
+def _recorded_inputs(pub: opened.Publication, workdir: Path) -> list[dict[str, Any]]:
+    """The inputs the publisher's command read (declared in the manifest's data facet, observed
+    in inputs.json), each where this reproduction will read it: inside the experiment's directory
+    means inside ``OUT/source``, anywhere else the same path."""
+    manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
+    observed = rundir.read_optional_json(pub.reference / rundir.INPUTS)
+    root = rundir.read_optional_json(pub.reference / "source.json").get("root")
+    entries = [*(((manifest.get("facets") or {}).get("data") or {}).get("inputs") or []),
+               *(observed.get("observed") or [])]
+    placed = []
+    for entry in entries:
+        path = Path(str(entry.get("path")))
+        if root and path.is_absolute() and path.is_relative_to(root):
+            rel = safe_relpath(path.relative_to(root).as_posix(), "input path")
+            path = workdir / "source" / rel
+        placed.append({**entry, "path": str(path)})
+    return placed
+
+
+def _check_inputs(pub: opened.Publication, workdir: Path, allow: bool, console: Any) -> list[str]:
+    """The reproducer's copies of the command's inputs against the published digests, before
+    anything runs; one line each that differs or is missing."""
+    from repro500.capture.data import compare
+
+    recorded = _recorded_inputs(pub, workdir)
+    problems = compare(recorded)
+    if problems and not allow:
+        raise InvalidInput("the data this experiment read is not the same here:\n  " + "\n  ".join(problems)
+                           + "\nput the published data in place, or rerun anyway with --allow-data-differences "
+                             "(the verdict then names each difference)")
+    for line in problems:
+        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+    if recorded and not problems:
+        console.print(f"  {len(recorded)} input(s) the command read match the published digests", highlight=False)
+    return problems
+
+
 def _rerun_id(workdir: Path) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     rid, n = f"rerun-{stamp}", 1
@@ -166,26 +203,43 @@ def _place_source(pub: opened.Publication, workdir: Path) -> Path | None:
     return target
 
 
+def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, str]) -> dict[str, str]:
+    """``PYTHONPATH`` for a command's rerun: the entries the original had inside its experiment
+    directory (``src``), now inside ``OUT/source``, before the reproducer's own entries."""
+    manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
+    recorded = ((manifest.get("facets") or {}).get("experiment") or {}).get("pythonpath") or {}
+    inside = [str((placed / rel).resolve()) for rel in recorded.get("inside") or []
+              if (placed / safe_relpath(rel, "experiment.pythonpath")).resolve().is_relative_to(placed.resolve())]
+    entries = [*inside, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
+    return {"PYTHONPATH": os.pathsep.join(entries)} if entries else {}
+
+
 def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
-           code: tuple[str, list[str]] | None = None) -> Path:
+           code: tuple[str, list[str]] | None = None, placed: Path | None = None) -> Path:
     rid = _rerun_id(workdir)
     root = pub.root.resolve()
-    cmd = [sys.executable, "-m", "repro500.cli", "run", str(root / pubs.RECIPE),
-           "--params", str(root / pubs.PARAMS), "--out", str((workdir / "runs").resolve()), "--run-id", rid,
-           *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
+    args = ["-m", "repro500.cli", "run", str(root / pubs.RECIPE),
+            "--params", str(root / pubs.PARAMS), "--out", str((workdir / "runs").resolve()), "--run-id", rid,
+            *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
     if repeats is not None:
-        cmd += ["--repeats", str(repeats)]
-    # PYTHONSAFEPATH keeps the working directory (publication files, pulled data) off sys.path of
-    # the rerun and of every process it starts (torchrun's workers), so no file there is imported
-    # unless the user allowed the publication's own code (--run-code): then a command runs in
-    # its source directory, and plug-ins import from it.
-    env = {**env, "PYTHONSAFEPATH": "1"}
-    cwd = workdir
-    placed = _place_source(pub, workdir) if code else None
+        args += ["--repeats", str(repeats)]
     if placed is not None and code and code[0] == "command":
-        cwd = placed
-    elif placed is not None:
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
+        # The command runs from its source directory with the environment a run gives it, as on
+        # the publisher's machine: -P and -E keep that directory and PYTHONPATH off repro500's own
+        # sys.path without setting a variable the command would inherit (PYTHONSAFEPATH would
+        # stop `import helpers` beside the script).
+        env = {k: v for k, v in env.items() if k != "PYTHONSAFEPATH"}
+        env.update(_rerooted_pythonpath(pub, placed, env))
+        cmd, cwd = [sys.executable, "-E", "-P", *args], placed
+    else:
+        # PYTHONSAFEPATH keeps the working directory (publication files, pulled data) off sys.path
+        # of the rerun and of every process it starts (torchrun's workers), so no file there is
+        # imported unless the user allowed the publication's plug-ins (--run-code): they import
+        # from the source directory.
+        env = {**env, "PYTHONSAFEPATH": "1"}
+        if placed is not None:
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
+        cmd, cwd = [sys.executable, *args], workdir
     rc = subprocess.run(cmd, cwd=cwd, env=env, check=False).returncode
     rerun = workdir / "runs" / rid
     if rc == 130 or rc < 0:
@@ -209,9 +263,11 @@ def reproduce(
     tracking: bool = False,
     console: Any = None,
     run_code: bool = False,
+    allow_data_differences: bool = False,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     from repro500.verify.determinism import compare_with_reference
+    from repro500.verify.provenance import provenance_diff
     from repro500.verify.rundir import load_run
     from repro500.verify.verdict import render, verify_run, write_verdict
 
@@ -244,7 +300,9 @@ def reproduce(
         if code:
             console.print(f"the publication's own code runs ({code[0]}, {len(code[1])} files, digests checked)",
                           highlight=False, soft_wrap=True)
+        placed = _place_source(pub, workdir) if code else None
         lines, warnings = [], []
+        warnings += _check_inputs(pub, workdir, allow_data_differences, console)
         for entry in pub.data:
             line, warning = _data(entry, workdir, src, Path(data_root), tmp)
             lines.append(line)
@@ -253,13 +311,16 @@ def reproduce(
                 warnings.append(warning)
                 console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
-        rerun = _rerun(pub, workdir, repeats, tracking, env, code)
+        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed)
         with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir
             verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
                                  alpha=alpha, margins=margins)
         verdict.run_dir = str(rerun)
         if verdict.status != "INVALID" and verdict.determinism is not None:
-            verdict.determinism.cross_run = compare_with_reference(load_run(rerun), load_run(pub.reference))
+            mine, theirs = load_run(rerun), load_run(pub.reference)
+            verdict.determinism.cross_run = compare_with_reference(mine, theirs)
+            # against the packed run itself: what each side's command read is part of the diff
+            verdict.provenance = provenance_diff(mine.provenance_manifest, theirs.provenance_manifest)
         write_verdict(verdict, workdir)
         console.rule("Verdict against the publication")
         render(verdict, console)

@@ -15,8 +15,8 @@ from typing import Any
 
 from rich.console import Console
 
+from repro500 import launchenv, redact
 from repro500 import recipe as recipes
-from repro500 import redact
 from repro500 import rundir as layout
 from repro500.errors import InvalidInput, UsageError
 from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight
@@ -111,7 +111,7 @@ def _prepare_tracking(options: RunOptions) -> None:
     if options.tracking:
         from repro500 import tracking
 
-        tracking.check_reachable()
+        tracking.check_usable()  # MLflow itself is imported beside the first repeat
 
 
 def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
@@ -126,7 +126,8 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
         return follow_node(options, console)
     if options.resume and (options.recipe or options.adhoc):
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
-    session = _resumed(options, console) if options.resume else _new(options, console)
-    with _sigterm_as_interrupt():
-        return session.execute()
+    with launchenv.frozen():  # what a wrapped command gets: nothing repro500 sets for itself
+        session = _resumed(options, console) if options.resume else _new(options, console)
+        with _sigterm_as_interrupt():
+            return session.execute()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from rich.console import Console
 from repro500 import __version__
 from repro500 import rundir as layout
 from repro500.digest import file_digest
+from repro500.launchenv import user_environ
 from repro500.runner.plan import Plan
 from repro500.runner.summaries import utc
 
@@ -35,8 +37,22 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
             imported.append({"path": path, "sha256": file_digest(path)})
         except OSError as err:
             imported.append({"path": path, "sha256": None, "skipped": err.strerror or type(err).__name__})
-    return {"workload": describe, "repository": repository, "imported_sources": imported,
-            "repro500": {"version": __version__, "source_sha256": package_digest(Path(__file__).resolve().parents[1])}}
+    facet = {"workload": describe, "repository": repository, "imported_sources": imported,
+             "repro500": {"version": __version__, "source_sha256": package_digest(Path(__file__).resolve().parents[1])}}
+    if plan.recipe.is_command:
+        from repro500.capture.source import python_path
+
+        env = {**user_environ(), **{str(k): str(v) for k, v in (plan.recipe.fixed.get("env") or {}).items()}}
+        facet["pythonpath"] = python_path(env.get("PYTHONPATH"), where if where.is_dir() else Path.cwd())
+    return facet
+
+
+def own_outputs(run: layout.RunDir) -> list[Path]:
+    """What repro500 itself writes near the experiment, never part of its source wherever it lies:
+    the runs under ``--out`` and the tracking store's files (docs/command.md)."""
+    from repro500 import tracking
+
+    return [run.path.parent, *tracking.local_store_paths(tracking.tracking_uri())]
 
 
 def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
@@ -46,7 +62,7 @@ def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
 
     from repro500.capture import source
 
-    found = plan.workload.source([run.path.parent])
+    found = plan.workload.source(own_outputs(run))
     if not found or not found[1]:
         return None
     shutil.rmtree(run.file(source.DIR), ignore_errors=True)  # an earlier attempt's copy is redone
@@ -56,7 +72,7 @@ def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
     return kept
 
 
-def _facets(plan: Plan, meta: dict[str, Any], kept: dict[str, Any] | None) -> dict[str, Any]:
+def _facets(plan: Plan, kept: dict[str, Any] | None) -> dict[str, Any]:
     from repro500.capture import env as env_facet
     from repro500.workloads.engines.ranks import rank_plan
 
@@ -78,17 +94,45 @@ def _facets(plan: Plan, meta: dict[str, Any], kept: dict[str, Any] | None) -> di
     return facets
 
 
-def capture(plan: Plan, run: layout.RunDir, meta: dict[str, Any], console: Console, *, resumed: bool) -> dict[str, Any]:
-    """Write the manifest (first attempt), or compare the environment with it (resume)."""
-    from repro500.capture.manifest import build_manifest, write_manifest
-    from repro500.publish.datafiles import record_specs
+@dataclass
+class Prepared:
+    """What the capture took before the first repeat starts: what ran (the source copy), the
+    facets that touch process state (torch's runtime), and the environment as it was."""
 
+    first: bool  # the manifest is written now, not compared with a recorded one (resume)
+    facets: dict[str, Any]
+    environ: dict[str, str]
+
+
+def prepare(plan: Plan, run: layout.RunDir, *, resumed: bool) -> Prepared:
+    """The part of the capture that must precede the repeats (the rest runs beside them)."""
     first = not (resumed and run.manifest_path().is_file())
     kept = keep_source(plan, run) if first else None
-    manifest, artifacts = build_manifest(
-        plan.workload.data_paths(), extra_facets=_facets(plan, meta, kept), progress=True, seed=plan.recipe.seed,
-        repeats=plan.recipe.repeats, world_size=plan.world_size, same_seed=plan.same_seed)
-    if not first:
+    # A command's environment is the one the run started with; the trainer's is this process's.
+    environ = user_environ() if plan.recipe.is_command else dict(os.environ)
+    return Prepared(first, _facets(plan, kept), environ)
+
+
+def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """Every registered facet (code, environment, hardware, toolchain, data digests, seeds): the
+    slow part, run beside the first repeat.  Reads only; nothing is written into the run here."""
+    from repro500.capture.manifest import build_manifest
+
+    return build_manifest(
+        plan.workload.data_paths(), extra_facets=prepared.facets, progress=True, seed=plan.recipe.seed,
+        repeats=plan.recipe.repeats, world_size=plan.world_size, same_seed=plan.same_seed,
+        input_paths=plan.workload.input_paths(), environ=prepared.environ)
+
+
+def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared: Prepared,
+           gathered: tuple[dict[str, Any], dict[str, bytes]], *, resumed: bool) -> dict[str, Any]:
+    """Write the manifest (first attempt), or compare the environment with it (resume); on the
+    main thread, so that nothing writes into the run directory behind the runner's back."""
+    from repro500.capture.manifest import write_manifest
+    from repro500.publish.datafiles import record_specs
+
+    manifest, artifacts = gathered
+    if not prepared.first:
         _record_resume(run, meta, manifest, console)
         return json.loads(run.manifest_path().read_text(encoding="utf-8"))
     if resumed:  # the first attempt stopped before its capture finished: this one is the run's

@@ -44,6 +44,7 @@ class RunOptions:
     adhoc: dict[str, Any] | None = None  # an ad-hoc recipe (repro500 run --command ...), not a file
     sign_key: str | None = None  # an OpenSSH Ed25519 key: the finished run is signed (docs/trust.md)
     sign_principal: str | None = None
+    trace_inputs: bool = False  # a command's reads found with strace (fixed.observe_inputs: strace)
 
 
 @dataclass
@@ -139,6 +140,11 @@ def load_recipe(options: RunOptions) -> recipes.Recipe:
     if recipe.is_command:
         if options.nproc or options.nnodes > 1:
             raise UsageError("--nproc and --nnodes are for trained workloads; a command launches its own processes")
+        if options.trace_inputs:  # how reads are watched, not what runs: no --open-division needed
+            recipe.fixed["observe_inputs"] = "strace"
+    elif options.trace_inputs:
+        raise UsageError("--trace-inputs is for a command (--command or fixed.workload: command); a trained "
+                         "workload's data are its recipe's data paths")
     else:
         mutable = recipe.mutable
         if options.nproc is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import traceback
+from concurrent.futures import Future
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +50,13 @@ class Session:
         self.tracking: Any = None
         self.repeat_errors: dict[int, ReproError] = {}
         self.sign = sign  # (key path, principal): sign the finished run
+        # The capture's slow part runs beside the first repeat (background.py); the manifest is
+        # written, and the chain started, at the first point the runner needs them.
+        self._prepared: Any = None
+        self._gathered: Future[Any] | None = None
+        self._settled: Future[dict[str, Any]] = Future()
+        self._unlinked: list[int] = []  # repeats that ended before the chain could start
+        self._inputs: dict[int, Future[Any]] = {}  # hashing what repeat k's command read, beside the next
 
     @property
     def recipe(self) -> Any:
@@ -69,11 +77,11 @@ class Session:
             raise
 
     def _stages(self) -> RunOutcome:
-        manifest = self.capture()
-        self.start_chain(manifest)
+        self.capture()
         if self.tracking_on:
-            self.track(manifest)
+            self.track()
         summaries, interrupted = self.repeats()
+        self.settle()
         self.summarise(summaries, "interrupted" if interrupted else
                        "failed" if any(s.get("status") == "failed" for s in summaries.values()) else "completed")
         if interrupted:
@@ -91,35 +99,69 @@ class Session:
             self.console.print(f"Signed: {envelope}")
         return RunOutcome(self.run.path, verdict.exit_code, verdict=verdict, summaries=summaries)
 
-    def capture(self) -> dict[str, Any]:
+    def capture(self) -> None:
+        """What ran, now (the source copy, torch's runtime state); the rest of the manifest beside
+        the first repeat (docs/run.md, "What a run costs")."""
+        from repro500.attest import chain
+        from repro500.runner import capture
+        from repro500.runner.background import call_in_background
+
+        # A run resumed from before chains existed gets none rather than a chain that starts late.
+        self._chain_wanted = not self.run.file(chain.CHAIN_NAME).is_file() and (
+            not self.resumed or not self.run.summaries(self.recipe.repeats, finished_only=False))
+        self._prepared = capture.prepare(self.plan, self.run, resumed=self.resumed)
+        self._gathered = call_in_background("repro500-capture", capture.gather, self.plan, self._prepared)
+
+    def settle(self) -> dict[str, Any]:
+        """The manifest written (or the resume recorded) and the chain started: once, on the main
+        thread, the first time the run needs them; waits for the capture if it is still running."""
+        from repro500.attest import chain
         from repro500.runner import capture
 
-        return capture.capture(self.plan, self.run, self.meta, self.console, resumed=self.resumed)
-
-    def start_chain(self, manifest: dict[str, Any]) -> None:
-        """Each finished repeat's summary digest is chained to the previous one and to the
-        manifest as it finishes (chain.jsonl, sealed and signed): no repeat can vanish unseen.
-        A run resumed from before chains existed gets none rather than a chain that starts late."""
-        from repro500.attest import chain
-
-        if self.run.file(chain.CHAIN_NAME).is_file():
-            return
-        if not self.resumed or not self.run.summaries(self.recipe.repeats, finished_only=False):
+        if self._settled.done():
+            return self._settled.result()
+        assert self._gathered is not None
+        if not self._gathered.done():
+            self.console.print("waiting for the capture (hashing data, reading the environment) to finish ...")
+        try:
+            manifest = capture.settle(self.run, self.meta, self.console, self._prepared, self._gathered.result(),
+                                      resumed=self.resumed)
+        except BaseException as err:
+            self._settled.set_exception(err)  # the tracking thread waits on it, too
+            raise
+        if self._chain_wanted and not self.run.file(chain.CHAIN_NAME).is_file():
             chain.start(self.run.path, manifest["digest"]["value"], self.recipe.repeats)
+        self._settled.set_result(manifest)
+        for k in self._unlinked:
+            self._link(k)
+        self._unlinked.clear()
+        return manifest
 
     def _link(self, k: int) -> None:
         from repro500.attest import chain
 
-        if self.run.file(chain.CHAIN_NAME).is_file() and self.run.repeat_summary(k) is not None:
+        if not self._settled.done():
+            self._unlinked.append(k)
+        elif self.run.file(chain.CHAIN_NAME).is_file() and self.run.repeat_summary(k) is not None:
             chain.append(self.run.path, k, self.run.repeat(k) / layout.REPEAT_SUMMARY)
 
-    def track(self, manifest: dict[str, Any]) -> None:
+    def track(self) -> None:
+        from repro500 import tracking
         from repro500.runner.track import Tracking
 
-        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}")
-        self.tracking.open(self.plan, self.meta, manifest, self.run.path.name, self.source_name,
+        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", tracking.tracking_uri())
+        self.tracking.open(self.plan, self.meta, self._settled, self.run.path.name, self.source_name,
                            [self.run.file(n) for n in (layout.MANIFEST, layout.CODE_DIFF, layout.RECIPE)])
-        self.run.write_meta(self.meta)
+
+    def _sync(self, k: int) -> None:
+        """After repeat k: the manifest and chain (first time), k's link, what MLflow has so far,
+        and whether MLflow failed behind the scenes (then the run stops here, repeats kept)."""
+        self.settle()
+        self._link(k)
+        if self.tracking:
+            self.tracking.check()
+            self.tracking.record(self.meta)
+            self.run.write_meta(self.meta)
 
     def repeats(self) -> tuple[dict[int, dict[str, Any]], bool]:
         """Run the repeats not yet finished; stop at the first failed one (the rest would fail alike)."""
@@ -137,7 +179,8 @@ class Session:
             with display.running():
                 for k in todo:
                     summaries[k] = self._repeat(k, display)
-                    self._link(k)
+                    self._prefetch_inputs(k, summaries[k])
+                    self._sync(k)
                     display.finished(k, summaries[k])
                     if summaries[k]["status"] == "failed":
                         break
@@ -145,11 +188,35 @@ class Session:
             return summaries, True
         return summaries, False
 
+    def _prefetch_inputs(self, k: int, summary: dict[str, Any]) -> None:
+        """Hash what repeat k's command read while the next repeat runs (the digest cache makes
+        the closing record of inputs.json a lookup)."""
+        from repro500.capture import inputs
+        from repro500.runner.background import call_in_background
+
+        paths = (summary.get("observed_inputs") or {}).get("paths")
+        if paths:
+            self._inputs[k] = call_in_background("repro500-inputs", inputs.digest, list(paths), self._inputs_budget())
+
+    def _inputs_budget(self) -> int:
+        return int(float(self.recipe.fixed.get("inputs_budget_mb", 4096)) * 2**20)
+
     def summarise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
         """The aggregate over every repeat that has a summary (killed and failed ones too, so it
         says what happened to each), run.json's status, then the seal."""
+        from repro500.capture import inputs
+
         every = {**self.run.summaries(self.recipe.repeats, finished_only=False), **summaries}
         self.run.write_summary(aggregation.aggregate(self.meta["run_id"], self.recipe, every))
+        for pending in self._inputs.values():
+            with suppress(Exception):
+                pending.result()  # only warms the cache; the document below decides
+        observed = inputs.document(every, self._inputs_budget())
+        if observed is not None:
+            self.run.write_inputs(observed)
+        if self.tracking:  # run.json names every repeat's MLflow run before the seal
+            self.tracking.wait_started()
+            self.tracking.record(self.meta)
         self.meta["status"] = status
         self.meta["finished_utc"] = aggregation.utc()
         self.run.write_meta(self.meta)
@@ -167,7 +234,7 @@ class Session:
         write_verdict(verdict, self.run.path)
         render(verdict, self.console)
         if self.tracking:
-            self.tracking.log_parent_artifacts([self.run.file(layout.SUMMARY), self.run.file(layout.VERDICT)])
+            self.tracking.log_parent_artifacts([self.run.file(n) for n in (layout.SUMMARY, layout.VERDICT, layout.INPUTS)])
             means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
                      for name, m in self.run.summary()["metrics"].items() if m["values"]}
             self._close_tracking("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
@@ -177,39 +244,49 @@ class Session:
     def _repeat(self, k: int, display: Display) -> dict[str, Any]:
         out = self.run.fresh_repeat(k)
         seeds = self.plan.seeds(k)
-        mlflow_id = None
-        epochs = self.recipe.fixed.get("epochs")
-        with display.repeat(k, epochs) as hooks:
+        tracked = self.tracking is not None
+        with display.repeat(k, self.recipe.fixed.get("epochs")) as hooks:
             try:
-                if self.tracking:
-                    # A command logs into the repeat's run itself: its params are its own (the recipe's
-                    # are on the parent), or MLflow refuses the script's "seed" as a changed param.
-                    params = {} if self.plan.workload.shares_mlflow_run else self.recipe.flat_params()
-                    mlflow_id = self.tracking.start_repeat(k, seeds.torch, self.meta["run_id"], params)
-                    self.meta["mlflow"]["repeat_run_ids"][str(k)] = mlflow_id
-                    self.run.write_meta(self.meta)
-                    tracking = self.tracking
+                if tracked:
+                    self.tracking.start_repeat(k, seeds.torch, self.meta["run_id"], self.recipe.flat_params())
+                    tracking, show = self.tracking, hooks.on_epoch_end
 
-                    def on_epoch_end(record: dict[str, Any], steps: list[dict[str, Any]], _show=hooks.on_epoch_end) -> None:
-                        tracking.log_epoch(mlflow_id, record, steps)
-                        if _show:
-                            _show(record, steps)
+                    def on_epoch_end(record: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+                        tracking.log_epoch(k, record, steps)
+                        if show:
+                            show(record, steps)
 
                     hooks.on_epoch_end = on_epoch_end
-                repeat = Repeat(k, seeds, out, hooks, (self.tracking.uri, mlflow_id) if mlflow_id else None)
-                summary = self.plan.workload.run_repeat(repeat)
+                summary = self.plan.workload.run_repeat(Repeat(
+                    k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(),
+                    own_outputs=self._own_outputs()))
             except KeyboardInterrupt:
-                self._mark_killed(k, seeds, mlflow_id, "interrupted by the user")
+                self._mark_killed(k, seeds, "interrupted by the user")
                 raise
             except Exception as err:  # noqa: BLE001 - a crash of one repeat is recorded, not lost
-                return self._record_failure(k, seeds, out, mlflow_id, err)
+                return self._record_failure(k, seeds, out, err)
         self._record_rank_map(k, out)
-        if self.tracking and mlflow_id:
+        if tracked:
             status = "FINISHED" if summary.get("status") != "failed" else "FAILED"
-            self.tracking.end_repeat(mlflow_id, summary, self.run.repeat_artifacts(k), status)
+            self.tracking.end_repeat(k, summary, self.run.repeat_artifacts(k), status,
+                                     script_runs_of=self.meta["run_id"] if self.recipe.is_command else None)
         return summary
 
-    def _record_failure(self, k: int, seeds: Any, out: Path, mlflow_id: str | None, err: Exception) -> dict[str, Any]:
+    def _mlflow_target(self) -> Any:
+        """Where a wrapped script's own MLflow runs go (none for a trained workload or untracked)."""
+        if self.tracking is None or not self.recipe.is_command:
+            return None
+        from repro500.workloads.command_repeat import MlflowTarget
+
+        return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.ready_file,
+                            self.tracking.wait_ready)
+
+    def _own_outputs(self) -> list[Path]:
+        from repro500.runner.capture import own_outputs
+
+        return own_outputs(self.run)
+
+    def _record_failure(self, k: int, seeds: Any, out: Path, err: Exception) -> dict[str, Any]:
         if isinstance(err, ReproError):
             self.repeat_errors[k] = err  # re-raised with its own exit code once the run is closed
         else:
@@ -217,18 +294,18 @@ class Session:
         summary = {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "failed",
                    "seeds": seeds.as_dict(), "metrics": {}, "error": redact.redact_text(f"{type(err).__name__}: {err}")}
         self.run.write_repeat_summary(k, summary)
-        if self.tracking and mlflow_id:
-            self.tracking.end_repeat(mlflow_id, summary, self.run.repeat_artifacts(k), "FAILED")
+        if self.tracking:
+            self.tracking.end_repeat(k, summary, self.run.repeat_artifacts(k), "FAILED")
         return summary
 
-    def _mark_killed(self, k: int, seeds: Any, mlflow_id: str | None, reason: str) -> None:
+    def _mark_killed(self, k: int, seeds: Any, reason: str) -> None:
         existing = self.run.repeat_summary(k)
         if not existing or existing.get("status") != "killed":
             self.run.write_repeat_summary(k, {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "killed",
                                               "seeds": seeds.as_dict(), "metrics": {}, "error": reason})
         self._link(k)
-        if self.tracking and mlflow_id:
-            self.tracking.kill(mlflow_id, reason)
+        if self.tracking:
+            self.tracking.kill(k, reason)
 
     def _record_rank_map(self, k: int, out: Path) -> None:
         """Repeat k's rank -> host / device map, known only once the ranks have started (after the
@@ -271,16 +348,24 @@ class Session:
     def _abandon(self, status: str, mlflow_status: str) -> None:
         """Record a run that stopped outside the repeat loop.  Best effort: the error that got us
         here is what the user must see, not a second one from the cleanup."""
+        if not self._settled.done():
+            with suppress(BaseException):
+                self.settle()  # the manifest of a run that stopped is still the run's
+        if not self._settled.done():
+            self._settled.set_exception(RuntimeError("the capture did not finish"))
+        with suppress(Exception):
+            self._close_tracking(mlflow_status)
+        if self.tracking:
+            self.tracking.record(self.meta)
         if self.meta.get("status") == "running":
             self.meta["status"] = status
             self.meta["finished_utc"] = aggregation.utc()
             with suppress(OSError):
                 self.run.write_meta(self.meta)
                 self.seal()  # a resumed run's earlier digest list must not call run.json edited
-        with suppress(Exception):
-            self._close_tracking(mlflow_status)
 
     def _close_tracking(self, status: str, **logged: Any) -> None:
+        """End the MLflow parent and wait until every queued record has landed."""
         if self.tracking:
             self.tracking.close(status, **logged)
 

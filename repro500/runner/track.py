@@ -49,56 +49,153 @@ def parent_tags(plan: Plan, run_id: str, manifest: dict[str, Any], source_name: 
 
 
 class Tracking:
-    """The parent run of one ``repro500 run`` and its nested repeat runs."""
+    """The parent run of one ``repro500 run`` and its nested repeat runs, written off the critical
+    path: every call is queued, in order, to one background thread (:mod:`repro500.runner.background`),
+    so no repeat waits for MLflow's import (1-2 s), its store's creation and migrations (seconds on
+    first use), or an artifact upload.  The run directory is the source of truth; this mirrors it.
 
-    def __init__(self, experiment: str) -> None:
-        from repro500 import tracking
+    A failure in the background stops the queue; the runner finds it with :meth:`check` after the
+    repeat in flight and stops the run there (finished repeats are kept, ``--resume`` completes it).
+    """
 
-        self.tracker = tracking.Tracker(experiment)
+    def __init__(self, experiment: str, uri: str) -> None:
+        import tempfile
+
+        from repro500.runner.background import Worker
+
+        self.experiment, self.uri = experiment, uri
+        self.tracker: Any = None
+        self.parent_id: str | None = None
+        self.repeat_ids: dict[int, str] = {}
+        self.error: BaseException | None = None
         self.ended = False
+        # A wrapped script's `import mlflow` waits for this file (workloads/childsite): the store
+        # is created or migrated by one process at a time.
+        self._scratch = Path(tempfile.mkdtemp(prefix="repro500-mlflow-"))
+        self.ready_file = self._scratch / "ready"
+        self._worker = Worker("repro500-mlflow")
+        self._started: list[Any] = []
+        self._connected = self._queue(self._connect)
 
-    @property
-    def uri(self) -> str:
-        return self.tracker.uri
+    # ----- the queue ------------------------------------------------------------------------------
+    def _queue(self, fn: Any, *args: Any) -> Any:
+        def call() -> Any:
+            if self.error is not None:
+                return None  # everything after a failure would fail alike
+            try:
+                return fn(*args)
+            except BaseException as err:  # noqa: BLE001 - reported by check() on the main thread
+                self.error = err
+                return None
+        return self._worker.submit(call)
 
-    def open(self, plan: Plan, meta: dict[str, Any], manifest: dict[str, Any], run_id: str,
-             source_name: str, artifacts: list[Path]) -> None:
-        """Resume the recorded parent when the run is resumed against the same store; else start one."""
+    def _connect(self) -> None:
         from repro500 import tracking
 
-        previous = meta.get("mlflow") or {}
+        try:
+            self.tracker = tracking.Tracker(self.experiment, self.uri)
+        finally:
+            self.ready_file.touch()
+
+    def check(self) -> None:
+        """Raise what went wrong in the background, as one sentence (exit 4)."""
+        if self.error is None:
+            return
+        from repro500 import tracking
+        from repro500.errors import InvalidInput, ReproError
+
+        if isinstance(self.error, ReproError):
+            raise self.error
+        raise InvalidInput(f"logging to the MLflow tracking store {tracking._safe_uri(self.uri)} failed "
+                           f"({tracking._reason(self.error)})")
+
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Until the store is open (a script's MLflow runs can be read), then :meth:`check`."""
+        self._connected.result(timeout=timeout_s)
+        self.check()
+
+    # ----- what the runner records ----------------------------------------------------------------
+    def open(self, plan: Plan, meta: dict[str, Any], manifest: Any, run_id: str, source_name: str,
+             artifacts: list[Path]) -> None:
+        """Resume the recorded parent when the run is resumed against the same store; else start one
+        once *manifest* (a future: the capture runs beside the first repeat) is known."""
+        previous = dict(meta.get("mlflow") or {})
+        self._queue(self._open, plan, previous, manifest, run_id, source_name, artifacts)
+
+    def _open(self, plan: Plan, previous: dict[str, Any], manifest: Any, run_id: str, source_name: str,
+              artifacts: list[Path]) -> None:
+        from repro500 import tracking
+
         if previous.get("parent_run_id") and previous.get("tracking_uri") == tracking._safe_uri(self.uri):
             self.tracker.resume_parent(previous["parent_run_id"])
+            self.repeat_ids.update({int(k): v for k, v in (previous.get("repeat_run_ids") or {}).items()})
+            self.parent_id = previous["parent_run_id"]
             return
-        params = plan.recipe.flat_params()
-        parent = self.tracker.start_parent(run_id, params, parent_tags(plan, run_id, manifest, source_name))
+        doc = manifest.result()
+        self.parent_id = self.tracker.start_parent(run_id, plan.recipe.flat_params(),
+                                                   parent_tags(plan, run_id, doc, source_name))
+        self.tracker.log_artifacts(self.parent_id, [p for p in artifacts if p.is_file()])
+
+    def record(self, meta: dict[str, Any]) -> None:
+        """What is known so far into run.json's ``mlflow`` section (the runner writes it)."""
+        from repro500 import tracking
+
+        if self.parent_id is None or self.tracker is None:
+            return
         meta["mlflow"] = {"tracking_uri": tracking._safe_uri(self.uri), "experiment_id": self.tracker.experiment_id,
-                          "parent_run_id": parent, "repeat_run_ids": {}}
-        self.tracker.log_artifacts(parent, [p for p in artifacts if p.is_file()])
+                          "parent_run_id": self.parent_id,
+                          "repeat_run_ids": {str(k): v for k, v in sorted(self.repeat_ids.items())}}
 
-    def start_repeat(self, k: int, seed: int, run_id: str, params: dict[str, str]) -> str:
-        return self.tracker.start_repeat(k, {"repro500.seed": str(seed), "repro500.run_id": run_id}, params=params)
+    def start_repeat(self, k: int, seed: int, run_id: str, params: dict[str, str]) -> None:
+        def start() -> None:
+            self.repeat_ids[k] = self.tracker.start_repeat(
+                k, {"repro500.seed": str(seed), "repro500.run_id": run_id}, params=params)
+        self._started.append(self._queue(start))
 
-    def end_repeat(self, mlflow_id: str, summary: dict[str, Any], files: list[Path], status: str) -> None:
-        try:
-            self.tracker.end_repeat(mlflow_id, summary, files, status)
-        except BaseException:
-            # the repeat is complete on disk: whatever stopped the logging, MLflow must not keep it
-            # RUNNING (a Ctrl-C here used to leave it so)
-            with suppress(Exception):
-                self.tracker.client.set_terminated(mlflow_id, status=status)
-            raise
+    def wait_started(self, timeout_s: float = 120.0) -> None:
+        """Until every repeat's run exists (its id goes into run.json), not for the uploads after."""
+        from concurrent.futures import wait
 
-    def log_epoch(self, mlflow_id: str, record: dict[str, Any], steps: list[dict[str, Any]]) -> None:
-        self.tracker.log_epoch(mlflow_id, record, steps)
+        wait([self._connected, *self._started], timeout=timeout_s)
 
-    def kill(self, mlflow_id: str, reason: str) -> None:
-        self.tracker.kill(mlflow_id, reason)
+    def log_epoch(self, k: int, record: dict[str, Any], steps: list[dict[str, Any]]) -> None:
+        self._queue(lambda: self.tracker.log_epoch(self.repeat_ids[k], record, steps))
 
-    def close(self, status: str, **logged: Any) -> None:
-        if not self.ended:
-            self.tracker.end_parent(status, **logged)
-            self.ended = True
+    def end_repeat(self, k: int, summary: dict[str, Any], files: list[Path], status: str,
+                   script_runs_of: str | None = None) -> None:
+        """Close repeat *k*'s run; with *script_runs_of* (the repro500 run id), nest the runs a
+        wrapped script started in the repeat under it first."""
+        def end() -> None:
+            mlflow_id = self.repeat_ids[k]
+            if script_runs_of:
+                self.tracker.adopt_script_runs(script_runs_of, k, mlflow_id)
+            try:
+                self.tracker.end_repeat(mlflow_id, summary, files, status)
+            except BaseException:
+                # the repeat is complete on disk: whatever stopped the logging, MLflow must not keep
+                # it RUNNING
+                with suppress(Exception):
+                    self.tracker.client.set_terminated(mlflow_id, status=status)
+                raise
+        self._queue(end)
+
+    def kill(self, k: int, reason: str) -> None:
+        self._queue(lambda: self.tracker.kill(self.repeat_ids[k], reason) if k in self.repeat_ids else None)
 
     def log_parent_artifacts(self, files: list[Path]) -> None:
-        self.tracker.log_artifacts(self.tracker.parent_id, [p for p in files if p.is_file()])
+        self._queue(lambda: self.tracker.log_artifacts(self.tracker.parent_id, [p for p in files if p.is_file()]))
+
+    def close(self, status: str, timeout_s: float | None = None, **logged: Any) -> None:
+        """End the parent and wait until everything queued has landed (then :meth:`check`)."""
+        import shutil
+
+        if self.ended:
+            return
+        self.ended = True
+        self._queue(lambda: self.tracker.end_parent(status, **logged))
+        try:
+            self._worker.drain(timeout_s)
+        finally:
+            self._worker.stop()
+            shutil.rmtree(self._scratch, ignore_errors=True)
+        self.check()

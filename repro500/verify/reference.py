@@ -76,7 +76,7 @@ def _from_run_dir(path: Path, *, kind: str, shown: str) -> Reference:
     ref.run = run
     ref.label = f"run {run.run_id}"
     ref.values = {name: run.values(name) for name in run.metric_names()}
-    ref.manifest = run.manifest
+    ref.manifest = run.provenance_manifest  # compared, never re-sealed: with what its command read
     ref.epochs_to_quality = _repeat_field(run, "epochs_to_quality")
     ref.time_to_quality_s = _repeat_field(run, "time_to_quality_s")
     return ref

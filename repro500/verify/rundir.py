@@ -46,6 +46,15 @@ class RunData:
     manifest: dict[str, Any] | None = None
     recipe: dict[str, Any] | None = None
     acceptance: list[Criterion] = field(default_factory=list)
+    inputs: dict[str, Any] = field(default_factory=dict)  # inputs.json: what a wrapped command read
+
+    @property
+    def provenance_manifest(self) -> dict[str, Any] | None:
+        """The manifest as provenance diffs compare it: with the inputs the command was seen to
+        read as the data facet's ``observed`` entries (repro500.capture.inputs)."""
+        from repro500.capture.inputs import comparable
+
+        return comparable(self.manifest, self.inputs)
 
     @property
     def run_id(self) -> str:
@@ -210,12 +219,13 @@ def load_run(path: str | Path) -> RunData:
         check_schema(run, layout.RUN_SCHEMA, root / layout.RUN_JSON)
     manifest = read_json(root / layout.MANIFEST, "the manifest") if (root / layout.MANIFEST).exists() else None
     recipe = _read_recipe(root / layout.RECIPE)
+    inputs = layout.read_optional_json(root / layout.INPUTS)
     if summary.get("acceptance") is not None:
         acceptance = parse_acceptance(summary["acceptance"], f"{root / 'summary.json'}: acceptance")
     else:
         acceptance = parse_acceptance((recipe or {}).get("acceptance"), f"{root / 'recipe.yaml'}: acceptance")
     return RunData(path=root, summary=summary, repeats=repeats, run=run, manifest=manifest,
-                   recipe=recipe, acceptance=acceptance)
+                   recipe=recipe, acceptance=acceptance, inputs=inputs)
 
 
 def _check_metrics(doc: dict[str, Any], path: Path) -> None:

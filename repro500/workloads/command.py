@@ -1,55 +1,41 @@
-"""The command workload: one repeat of a user's own program, run as a subprocess.
+"""The command workload: a user's own program as the experiment; this module is its recipe side.
 
 A recipe with ``fixed.workload: command`` names an argv with placeholders (``{seed}``,
-``{repeat}``, ``{repeat_dir}``, ``{mutable.KEY}``) and a ``metrics:`` section saying where each
-metric comes from (:mod:`repro500.workloads.metric_sources`).  The runner calls, per repeat::
+``{repeat}``, ``{repeat_dir}``, ``{mutable.KEY}``), a ``metrics:`` section saying where each
+metric comes from (:mod:`repro500.workloads.metric_sources`), and optionally the data it reads
+(``fixed.inputs``) and how its reads are watched (``fixed.observe_inputs``).  The runner calls::
 
     spec = CommandSpec.from_recipe(recipe["fixed"], recipe["metrics"], recipe["mutable"], source=path)
     check(spec)                                    # before anything is written
-    summary = run_repeat(spec, k, seeds.derive(S, k), run_dir / "repeats" / str(k), mlflow=(uri, run_id))
+    summary = command_repeat.run_repeat(spec, k, seeds, run_dir / "repeats" / str(k), context)
 
-The child runs in its own process group with ``cwd = workdir``; its stdout and stderr are saved
-to the repeat directory as they come and handed to ``echo`` for the live display; a timeout and
-Ctrl-C/SIGTERM reach the whole group.  The repeat's ``summary.json`` is written last, atomically:
-its presence marks the repeat as finished for ``--resume``.  Everything repro500 writes about the
-command passes through :mod:`repro500.redact`; the child's own output is the user's and is kept
-as is (docs/command.md).
+:mod:`repro500.workloads.command_repeat` runs one repeat (docs/command.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import os
 import re
 import shutil
 import string
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500.atomic import write_json
 from repro500.capture.seeds import Seeds
-from repro500.digest import file_digest
 from repro500.errors import InvalidInput
-from repro500.redact import REDACTED, is_secret_name, redact_text, scrub
-from repro500.workloads.command_process import Child, group_alive
-from repro500.workloads.metric_sources import MetricDecl, MetricMissing, Produced, read_metric
+from repro500.launchenv import user_environ
+from repro500.workloads.metric_sources import MetricDecl
+from repro500.workloads.observe import MODES as OBSERVE_MODES
 
-SCHEMA = "repro500/repeat-summary/v1"
-SUMMARY = "summary.json"
-METRICS_FILE = "metrics.json"
-STDOUT, STDERR = "stdout.txt", "stderr.txt"
-GRACE_S = 10.0  # SIGTERM (timeout) or SIGINT (Ctrl-C) first; SIGKILL after this long
 # Set by repro500 for every repeat: a recipe's fixed.env may not set them.
 RESERVED_ENV = frozenset({"REPRO500_SEED", "REPRO500_REPEAT", "REPRO500_REPEAT_DIR", "REPRO500_METRICS",
-                          "REPRO500_DETERMINISTIC", "PYTHONHASHSEED", "MLFLOW_RUN_ID"})
+                          "REPRO500_DETERMINISTIC", "REPRO500_RUN_ID", "REPRO500_OBSERVE_DIR",
+                          "REPRO500_MLFLOW_READY", "PYTHONHASHSEED", "MLFLOW_RUN_ID"})
 RESERVED_METRICS = frozenset({"total_time_s"})  # measured by repro500 itself
 _SCALARS = (str, int, float)
 _FORMATTER = string.Formatter()
-_SECRET_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.DOTALL)
 _WHOLE = re.compile(r"^\{mutable\.([^{}!:]+)\}$")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 
@@ -75,6 +61,9 @@ class CommandSpec:
     metrics: dict[str, MetricDecl] = field(default_factory=dict)
     mutable: dict[str, Any] = field(default_factory=dict)
     source: str = "recipe"  # prefixes error sentences
+    inputs: list[str] = field(default_factory=list)  # declared data, hashed like a data set
+    observe: str = "auto"  # how the files it opens are watched: auto | strace | off
+    inputs_budget_mb: float = 4096.0  # observed inputs past this are listed, not hashed
 
     @classmethod
     def from_recipe(cls, fixed: Mapping[str, Any], metrics: Mapping[str, Any] | None,
@@ -123,6 +112,15 @@ class CommandSpec:
             decls[name] = MetricDecl.parse(name, raw, where=f"{source}: metrics.{name}")
         if mutable is not None and not isinstance(mutable, Mapping):
             raise bad("mutable", "expected a mapping")
+        inputs = fixed.get("inputs") or []
+        if not isinstance(inputs, list) or not all(isinstance(i, str) and i for i in inputs):
+            raise bad("fixed.inputs", "expected a list of file or directory paths the command reads")
+        observe = fixed.get("observe_inputs", "auto")
+        if observe not in OBSERVE_MODES:
+            raise bad("fixed.observe_inputs", f"expected one of {', '.join(OBSERVE_MODES)}, not {observe!r}")
+        budget = fixed.get("inputs_budget_mb", 4096)
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
+            raise bad("fixed.inputs_budget_mb", f"expected a number of MiB (0 or more), not {budget!r}")
         spec = cls(
             argv=[str(a) for a in command],
             workdir=((base or Path.cwd()) / workdir).resolve(),
@@ -132,6 +130,9 @@ class CommandSpec:
             metrics=decls,
             mutable=dict(mutable or {}),
             source=source,
+            inputs=list(inputs),
+            observe=observe,
+            inputs_budget_mb=float(budget),
         )
         fill(spec, seed=0, repeat=0, repeat_dir="repeat_dir")  # unknown placeholders fail here
         return spec
@@ -142,46 +143,67 @@ def declared_metrics(spec: CommandSpec) -> list[str]:
     return list(spec.metrics)
 
 
+def input_paths(spec: CommandSpec) -> list[str]:
+    """The declared inputs, ``{mutable.KEY}`` filled in, absolute (relative ones are relative to
+    the workdir).  Other placeholders are refused: an input exists before any repeat runs."""
+    out = []
+    for raw in spec.inputs:
+        names = [name for _, name, _, _ in _parse(spec, raw, "fixed.inputs") if name is not None]
+        bad = [n for n in names if not n.startswith("mutable.")]
+        if bad:
+            raise InvalidInput(f"{spec.source}: fixed.inputs: {raw!r} uses {{{bad[0]}}}; an input exists before the "
+                               "repeats run, so only {mutable.KEY} placeholders may appear in it")
+        filled = _fill_one(spec, raw, {}, "fixed.inputs")
+        out.append(os.path.abspath(spec.workdir / os.path.expanduser(filled)))
+    return list(dict.fromkeys(out))
+
+
 # ----- placeholders ---------------------------------------------------------------------------
-def _mutable_value(spec: CommandSpec, path: str, placeholder: str, *, whole: bool = False) -> Any:
+def _mutable_value(spec: CommandSpec, path: str, placeholder: str, *, whole: bool = False,
+                   key: str = "fixed.command") -> Any:
     node: Any = spec.mutable
     for part in path.split("."):
         if not isinstance(node, Mapping) or part not in node:
             known = ", ".join(sorted(spec.mutable)) or "none"
-            raise InvalidInput(f"{spec.source}: fixed.command: placeholder {placeholder} names no mutable value (mutable has: {known})")
+            raise InvalidInput(f"{spec.source}: {key}: placeholder {placeholder} names no mutable value (mutable has: {known})")
         node = node[part]
     if whole and isinstance(node, list) and all(isinstance(v, _SCALARS) and not isinstance(v, bool) for v in node):
         return node
     if isinstance(node, (Mapping, list)) or node is None:
         hint = "; a list fills a whole argument only, as several arguments" if isinstance(node, list) else ""
-        raise InvalidInput(f"{spec.source}: fixed.command: placeholder {placeholder} is not a single value (it is {node!r}){hint}")
+        raise InvalidInput(f"{spec.source}: {key}: placeholder {placeholder} is not a single value (it is {node!r}){hint}")
     return node
 
 
-def _fill_one(spec: CommandSpec, arg: str, values: Mapping[str, Any]) -> str:
-    hint = "use {seed}, {repeat}, {repeat_dir}, {mutable.KEY}, or {{ and }} for literal braces"
+_HINT = "use {seed}, {repeat}, {repeat_dir}, {mutable.KEY}, or {{ and }} for literal braces"
+
+
+def _parse(spec: CommandSpec, arg: str, key: str) -> list[tuple[str, str | None, str | None, str | None]]:
     try:
-        parts = list(_FORMATTER.parse(arg))
+        return list(_FORMATTER.parse(arg))
     except ValueError as err:
-        raise InvalidInput(f"{spec.source}: fixed.command: argument {arg!r} is not a valid template ({err}); {hint}") from None
+        raise InvalidInput(f"{spec.source}: {key}: argument {arg!r} is not a valid template ({err}); {_HINT}") from None
+
+
+def _fill_one(spec: CommandSpec, arg: str, values: Mapping[str, Any], key: str = "fixed.command") -> str:
     out = []
-    for literal, name, spec_text, conversion in parts:
+    for literal, name, spec_text, conversion in _parse(spec, arg, key):
         out.append(literal)
         if name is None:
             continue
         placeholder = "{" + name + "}"
         if conversion:
-            raise InvalidInput(f"{spec.source}: fixed.command: placeholder {placeholder}!{conversion} takes no conversion")
+            raise InvalidInput(f"{spec.source}: {key}: placeholder {placeholder}!{conversion} takes no conversion")
         if name in values:
             value = values[name]
         elif name.startswith("mutable.") and len(name) > len("mutable."):
-            value = _mutable_value(spec, name.removeprefix("mutable."), placeholder)
+            value = _mutable_value(spec, name.removeprefix("mutable."), placeholder, key=key)
         else:
-            raise InvalidInput(f"{spec.source}: fixed.command: unknown placeholder {placeholder} in {arg!r}; {hint}")
+            raise InvalidInput(f"{spec.source}: {key}: unknown placeholder {placeholder} in {arg!r}; {_HINT}")
         try:
             out.append(format(value, spec_text or ""))
         except (ValueError, TypeError) as err:
-            raise InvalidInput(f"{spec.source}: fixed.command: placeholder {{{name}:{spec_text}}} cannot format {value!r} ({err})") from None
+            raise InvalidInput(f"{spec.source}: {key}: placeholder {{{name}:{spec_text}}} cannot format {value!r} ({err})") from None
     return "".join(out)
 
 
@@ -204,7 +226,8 @@ def fill(spec: CommandSpec, *, seed: int, repeat: int, repeat_dir: str) -> list[
 
 # ----- pre-flight -----------------------------------------------------------------------------
 def _merged_env(spec: CommandSpec) -> dict[str, str]:
-    return {**os.environ, **spec.env}
+    # The environment the run was started with, not os.environ now (repro500.launchenv).
+    return {**user_environ(), **spec.env}
 
 
 def check(spec: CommandSpec, *, tracking: bool = True) -> None:
@@ -231,168 +254,30 @@ def check(spec: CommandSpec, *, tracking: bool = True) -> None:
         found = shutil.which(program, path=_merged_env(spec).get("PATH", os.defpath)) or ""
         if not found:
             raise InvalidInput(f"{where}: fixed.command: program {program!r} was not found on PATH")
+    _check_inputs(spec)
+    if spec.observe == "strace":
+        from repro500.workloads.observe import check_strace
+
+        check_strace()
     # ``python train.py`` with a misspelt script fails in the first repeat otherwise.
     if (_PYTHON.match(Path(found).name) and len(argv) > 1 and argv[1].endswith(".py")
             and not (spec.workdir / argv[1]).is_file()):
         raise InvalidInput(f"{where}: fixed.command: script {argv[1]} was not found in {spec.workdir}")
 
 
-# ----- redaction ------------------------------------------------------------------------------
-class _Redactor:
-    """Secrets in the child's environment, and secret-looking text, out of what repro500 writes."""
+def _check_inputs(spec: CommandSpec) -> None:
+    """Declared inputs exist, can be read, and fit the hashing budget (each is hashed in full)."""
+    from repro500.capture.inputs import disk_size
 
-    def __init__(self, env: Mapping[str, str]) -> None:
-        values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= 6 and v.lower() not in ("true", "false")}
-        self.values = sorted(values, key=len, reverse=True)
-
-    def text(self, text: str) -> str:
-        for value in self.values:
-            text = text.replace(value, REDACTED)
-        return redact_text(text)
-
-    def argv(self, argv: list[str]) -> list[str]:
-        out = [self.text(a) for a in argv]
-        for i, arg in enumerate(argv):
-            flag = _SECRET_FLAG.match(arg)
-            if not flag or not is_secret_name(flag.group(1)):
-                continue
-            if flag.group(2) is not None:  # --token=VALUE
-                out[i] = arg[: arg.index("=") + 1] + REDACTED
-            elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):  # --token VALUE
-                out[i + 1] = REDACTED
-        return scrub(out)
-
-
-# ----- one repeat -----------------------------------------------------------------------------
-def child_env(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, *, deterministic: bool,
-              mlflow: tuple[str, str] | None) -> dict[str, str]:
-    """The child's environment: ours, the recipe's fixed.env, then what repro500 sets per repeat."""
-    env = _merged_env(spec)
-    env.update({
-        "REPRO500_SEED": str(child_seed(seeds)),
-        "REPRO500_REPEAT": str(repeat),
-        "REPRO500_REPEAT_DIR": str(out_dir),
-        "REPRO500_METRICS": str(out_dir / METRICS_FILE),
-        "REPRO500_DETERMINISTIC": "1" if deterministic else "0",
-        "PYTHONHASHSEED": str(seeds.python % 2**32),  # Python accepts 0 .. 2**32 - 1
-    })
-    # Python block-buffers a pipe: without this the live display would show a script's prints
-    # in bursts, and a killed script would lose its last lines.  A recipe may set it to "".
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    if deterministic:
-        env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # a recipe's own (e.g. :16:8) stays
-    if mlflow is not None:
-        env["MLFLOW_TRACKING_URI"], env["MLFLOW_RUN_ID"] = mlflow
-    else:
-        env.pop("MLFLOW_RUN_ID", None)  # never log into a run that is not this repeat's
-    return env
-
-
-def _outputs(spec: CommandSpec, out_dir: Path) -> dict[str, str]:
-    digests = {}
-    for name in spec.outputs:
-        for base in (out_dir, spec.workdir):
-            if (base / name).is_file():
-                digests[name] = file_digest(base / name)
-                break
-        else:
-            raise MetricMissing(f"declared output {name} was not written (looked in {out_dir} and {spec.workdir})")
-    return digests
-
-
-def _outputs_digest(digests: Mapping[str, str]) -> str | None:
-    if not digests:
-        return None
-    lines = "".join(f"{name}\0{digest}\n" for name, digest in sorted(digests.items()))
-    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
-
-
-def _exit_error(child: Child, timeout_s: float | None, last_stderr: str) -> str | None:
-    if child.timed_out:
-        return f"the command exceeded fixed.timeout_s = {timeout_s:g} s and was stopped with {child.signal_name or 'SIGTERM'}"
-    if child.signal_name:
-        return f"the command was killed by {child.signal_name}"
-    if child.returncode:
-        text = f"the command exited with status {child.returncode}"
-        if "active experiment ID does not match environment run ID" in last_stderr:
-            text += (": the script calls mlflow.set_experiment() with another experiment than the repeat's; "
-                     "remove the call or skip it when MLFLOW_RUN_ID is set")
-        elif last_stderr:
-            text += f": {last_stderr[:300]}"
-        return text
-    return None
-
-
-def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, *, deterministic: bool = False,
-               mlflow: tuple[str, str] | None = None, echo: Callable[[str, str], None] | None = None,
-               grace_s: float = GRACE_S) -> dict[str, Any]:
-    """Run one repeat of the command; return its summary (also written, last, to ``summary.json``).
-
-    A failure of the command is a ``failed`` summary with one sentence in ``error``; the runner
-    decides what that means for the run.  KeyboardInterrupt is forwarded to the child's group as
-    SIGINT (SIGKILL after *grace_s*, or at once on a second one), recorded as ``killed``, re-raised.
-    """
-    out_dir = Path(out_dir).resolve()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (SUMMARY, METRICS_FILE):  # a resumed repeat must not read an earlier attempt's files
-            (out_dir / stale).unlink(missing_ok=True)
-        for stream in (STDOUT, STDERR):
-            (out_dir / stream).write_bytes(b"")
-    except OSError as err:
-        raise InvalidInput(f"the repeat directory {out_dir} cannot be written ({err.strerror or err})") from None
-    argv = fill(spec, seed=child_seed(seeds), repeat=repeat, repeat_dir=str(out_dir))
-    env = child_env(spec, repeat, seeds, out_dir, deterministic=deterministic, mlflow=mlflow)
-    redactor = _Redactor(env)
-    summary: dict[str, Any] = {
-        "schema": SCHEMA, "repeat": repeat, "status": "failed", "seeds": seeds.as_dict(), "engine": "command",
-        "world_size": 1, "command": redactor.argv(argv), "exit_status": None, "signal": None, "timed_out": False,
-        "metrics": {}, "metric_sources": {}, "total_time_s": 0.0, "final_param_digest": None, "outputs": {},
-        "error": None,
-    }
-    start = time.monotonic()
-
-    def finish(status: str, error: str | None) -> dict[str, Any]:
-        summary["total_time_s"] = summary["total_time_s"] or time.monotonic() - start
-        summary["metrics"]["total_time_s"] = summary["total_time_s"]
-        summary.update(status=status, error=redactor.text(error) if error else None)
-        write_json(out_dir / SUMMARY, summary)
-        return summary
-
-    try:
-        child = Child.start(argv, cwd=spec.workdir, env=env, stdout=out_dir / STDOUT, stderr=out_dir / STDERR, echo=echo)
-    except OSError as err:
-        reason = "was not found" if isinstance(err, FileNotFoundError) else f"could not be started ({err.strerror or err})"
-        return finish("failed", f"program {argv[0]} {reason} (workdir {spec.workdir})")
-    try:
-        child.wait(spec.timeout_s, grace_s)
-    except KeyboardInterrupt:
-        child.interrupt(grace_s)
-        summary.update(exit_status=child.exit_status, signal=child.signal_name, total_time_s=child.elapsed_s)
-        finish("killed", "interrupted (Ctrl-C or SIGTERM); the command's process group was stopped")
-        raise
-    summary.update(exit_status=child.exit_status, signal=child.signal_name, timed_out=child.timed_out,
-                   total_time_s=child.elapsed_s)
-    error = _exit_error(child, spec.timeout_s, child.last_stderr)
-    if error:
-        return finish("failed", error)
-    produced = Produced(stdout=out_dir / STDOUT, stderr=out_dir / STDERR, metrics_file=out_dir / METRICS_FILE,
-                        search=[out_dir, spec.workdir], mlflow=mlflow)
-    try:
-        for name, decl in spec.metrics.items():
-            value, label = read_metric(decl, produced)
-            if not math.isfinite(value):
-                raise MetricMissing(f"metric {name} is {value} ({label})")
-            summary["metrics"][name] = value
-            summary["metric_sources"][name] = label
-        summary["outputs"] = _outputs(spec, out_dir)
-    except MetricMissing as err:
-        # A failed repeat reports no metric values, not the ones read before the missing one.
-        summary["metrics"], summary["metric_sources"], summary["outputs"] = {}, {}, {}
-        return finish("failed", str(err))
-    summary["final_param_digest"] = produced.param_digest() or _outputs_digest(summary["outputs"])
-    return finish("completed", None)
-
-
-__all__ = ["CommandSpec", "check", "child_env", "child_seed", "declared_metrics", "fill", "group_alive",
-           "run_repeat"]
+    budget = spec.inputs_budget_mb * 2**20
+    for path in input_paths(spec):
+        if not os.path.exists(path):
+            raise InvalidInput(f"{spec.source}: fixed.inputs: {path} does not exist (a relative input is relative "
+                               f"to {spec.workdir})")
+        if not os.access(path, os.R_OK) or (os.path.isdir(path) and not os.access(path, os.X_OK)):
+            raise InvalidInput(f"{spec.source}: fixed.inputs: {path} cannot be read (no read permission)")
+        size, _ = disk_size(path)
+        if size > budget:
+            raise InvalidInput(f"{spec.source}: fixed.inputs: {path} holds {size / 2**20:,.0f} MiB, over "
+                               f"fixed.inputs_budget_mb ({spec.inputs_budget_mb:g} MiB): raise the budget or "
+                               "declare the part the command reads")

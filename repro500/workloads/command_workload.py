@@ -13,7 +13,6 @@ from repro500.workloads.workload import COMMAND_METRICS, Repeat, check_acceptanc
 
 class CommandWorkload:
     kind = "command"
-    shares_mlflow_run = True  # the script logs into its repeat's MLflow run (MLFLOW_RUN_ID)
     imported: list[tuple[str, str]] = []  # a command's modules are its own process's: its files are in source/
 
     def __init__(self, recipe: recipes.Recipe, *, tracking: bool = True) -> None:
@@ -24,7 +23,12 @@ class CommandWorkload:
         self.spec = command.CommandSpec.from_recipe(recipe.fixed, recipe.metrics, recipe.mutable, source=recipe.source)
 
     def data_paths(self) -> list[str]:
-        return []  # a command's inputs are its own business; its declared outputs are hashed per repeat
+        return []  # nothing is placed for a command: what it reads is its inputs, read where they are
+
+    def input_paths(self) -> list[str]:
+        from repro500.workloads import command
+
+        return command.input_paths(self.spec)
 
     def metric_names(self) -> list[str]:
         from repro500.workloads import command
@@ -38,15 +42,16 @@ class CommandWorkload:
         check_acceptance(self.recipe, self.metric_names())
 
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
-        from repro500.workloads import command
+        from repro500.workloads import command_repeat
 
-        return command.run_repeat(self.spec, repeat.k, repeat.seeds, Path(repeat.out_dir),
-                                  deterministic=bool(self.recipe.mutable.get("deterministic")),
-                                  mlflow=repeat.mlflow, echo=repeat.progress.on_line)
+        context = command_repeat.RepeatContext(
+            run_id=repeat.run_id, deterministic=bool(self.recipe.mutable.get("deterministic")), mlflow=repeat.mlflow,
+            exclude=list(repeat.own_outputs), echo=repeat.progress.on_line)
+        return command_repeat.run_repeat(self.spec, repeat.k, repeat.seeds, Path(repeat.out_dir), context)
 
     def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:
         """The experiment source to keep with the run: the working directory's files (not the
-        run directories under it)."""
+        run directories, nor the tracking store, under it)."""
         from repro500.capture import source
 
         root = Path(self.recipe.fixed.get("workdir") or ".").resolve()

@@ -20,7 +20,7 @@ import json
 import math
 import re
 import statistics
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -256,12 +256,28 @@ def json_param_digest(data: Mapping[str, Any]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-# ----- the script's own MLflow calls ----------------------------------------------------------
-def mlflow_metrics(tracking_uri: str, run_id: str) -> dict[str, float]:
-    """The latest value of every metric logged to *run_id* (MLflow's own notion of latest)."""
+# ----- the script's own MLflow runs -------------------------------------------------------------
+@dataclass(frozen=True)
+class ScriptRuns:
+    """Where the MLflow runs a script started in one repeat are: the store, and the tags repro500's
+    run-context provider put on them (repro500.mlflow_context)."""
+
+    uri: str
+    run_id: str  # the repro500 run's id
+    repeat: int
+    wait: Callable[[], None] | None = None  # until repro500 has the store open (it opens it beside the repeat)
+
+
+def script_run_metrics(runs: ScriptRuns) -> list[tuple[str, dict[str, float]]]:
+    """(MLflow run id, latest value of every metric) of each run the script started, oldest first."""
     from mlflow.tracking import MlflowClient
 
-    return dict(MlflowClient(tracking_uri).get_run(run_id).data.metrics)
+    from repro500.tracking import script_runs
+
+    if runs.wait is not None:
+        runs.wait()
+    found = script_runs(MlflowClient(runs.uri), runs.run_id, runs.repeat)
+    return [(run.info.run_id, dict(run.data.metrics)) for run in found]
 
 
 def mlflow_history(tracking_uri: str, run_id: str, key: str) -> list[float]:
@@ -272,10 +288,17 @@ def mlflow_history(tracking_uri: str, run_id: str, key: str) -> list[float]:
     return [m.value for m in sorted(history, key=lambda m: (m.step, m.timestamp))]
 
 
-def read_mlflow(decl: MetricDecl, tracking_uri: str, run_id: str, latest: Mapping[str, float]) -> float:
-    """The metric from the repeat's MLflow run; *latest* is :func:`mlflow_metrics` of it."""
-    if decl.lookup not in latest:
-        raise MetricMissing(f"metric {decl.name}: MLflow run {run_id} has no metric {decl.lookup!r}")
+def read_mlflow(decl: MetricDecl, tracking_uri: str, runs: list[tuple[str, dict[str, float]]]) -> float:
+    """The metric from the script's runs: the last-started run that logged it (a final evaluation
+    run after the training run, autologging's run after the script's own: the latest word wins)."""
+    having = [(run_id, latest) for run_id, latest in runs if decl.lookup in latest]
+    if not runs:
+        raise MetricMissing(f"metric {decl.name}: the script started no MLflow run in this repeat "
+                            f"(mlflow.start_run, or a log call that starts one), so nothing logged {decl.lookup!r}")
+    if not having:
+        raise MetricMissing(f"metric {decl.name}: none of the {len(runs)} MLflow run(s) the script started in this "
+                            f"repeat logged {decl.lookup!r}")
+    run_id, latest = having[-1]
     if decl.take == "last":
         return float(latest[decl.lookup]) * decl.scale
     return reduce(mlflow_history(tracking_uri, run_id, decl.lookup), decl.take) * decl.scale
@@ -295,13 +318,13 @@ class Produced:
     """What one run of the script left behind: its streams, its metrics file, its MLflow run."""
 
     def __init__(self, *, stdout: Path, stderr: Path, metrics_file: Path, search: list[Path],
-                 mlflow: tuple[str, str] | None = None) -> None:
+                 mlflow: ScriptRuns | None = None) -> None:
         self.streams = {"stdout": stdout, "stderr": stderr}
         self.metrics_file = metrics_file
         self.search = search  # where a relative file name is looked up: repeat dir, then workdir
         self.mlflow = mlflow
         self._json: dict[str, Any] | MetricMissing | None = None
-        self._latest: dict[str, float] | MetricMissing | None = None
+        self._runs: list[tuple[str, dict[str, float]]] | MetricMissing | None = None
 
     def lines(self, stream: str) -> Iterator[str]:
         return _read_lines(self.streams[stream])
@@ -328,19 +351,18 @@ class Produced:
         except MetricMissing:
             return None
 
-    def latest(self) -> dict[str, float]:
+    def script_runs(self) -> list[tuple[str, dict[str, float]]]:
         if self.mlflow is None:
             raise MetricMissing("this run is not tracked in MLflow (--no-tracking), so the script's MLflow metrics cannot be read")
-        if self._latest is None:
-            uri, run_id = self.mlflow
+        if self._runs is None:
             try:
-                self._latest = mlflow_metrics(uri, run_id)
+                self._runs = script_run_metrics(self.mlflow)
             except Exception as err:  # noqa: BLE001 - any store failure is the same sentence
                 reason = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
-                self._latest = MetricMissing(f"MLflow run {run_id} could not be read ({reason})")
-        if isinstance(self._latest, MetricMissing):
-            raise MetricMissing(str(self._latest))
-        return self._latest
+                self._runs = MetricMissing(f"the MLflow store could not be read ({reason})")
+        if isinstance(self._runs, MetricMissing):
+            raise MetricMissing(str(self._runs))
+        return self._runs
 
     def _mllog_lines(self, decl: MetricDecl) -> tuple[Iterator[str], str]:
         paths = list(self.streams.values())
@@ -361,8 +383,8 @@ class Produced:
         if source == "mllog":
             lines, where = self._mllog_lines(decl)
             return read_mllog(decl, lines, where)
-        uri, run_id = self.mlflow or ("", "")
-        return read_mlflow(decl, uri, run_id, self.latest())
+        runs = self.script_runs()
+        return read_mlflow(decl, self.mlflow.uri if self.mlflow else "", runs)
 
 
 def read_metric(decl: MetricDecl, produced: Produced) -> tuple[float, str]:

@@ -130,9 +130,15 @@ def source_modules(before: set[str]) -> list[tuple[str, str]]:
     import sysconfig
 
     own = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))  # repro500 itself: its own facet
-    skip = {os.path.realpath(sysconfig.get_paths()[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib")} | {own}
+    paths = sysconfig.get_paths()
+    # The interpreter's trees and its scripts directory: a console script (.venv/bin/repro500)
+    # is the program that started, never the experiment's source.
+    skip = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib", "purelib", "platlib", "scripts")} | {own}
+    skip |= {os.path.realpath(p) for p in (sys.prefix, sys.exec_prefix, sys.base_prefix)}
     out = []
     for name in sorted(set(sys.modules) - before):
+        if name in ("__main__", "__mp_main__"):
+            continue
         path = getattr(sys.modules[name], "__file__", None)
         if not isinstance(path, str) or not os.path.isabs(path) or not os.path.isfile(path):
             continue  # built-in, namespace or synthetic modules (torch's _ops, _classes) have no file

@@ -23,7 +23,6 @@ from repro500.workloads.workload import (
 
 class TrainedWorkload:
     kind = "trained"
-    shares_mlflow_run = False
 
     def __init__(self, recipe: recipes.Recipe, *, device: str, engine: str,
                  rendezvous: dict[str, Any] | None = None, search_paths: list[str] | None = None) -> None:
@@ -57,6 +56,9 @@ class TrainedWorkload:
             elif isinstance(value, list):
                 paths.extend(str(v) for v in value)
         return expand_paths(paths, "fixed.dataset.path")
+
+    def input_paths(self) -> list[str]:
+        return []  # a trained workload's data are its data paths
 
     def metric_names(self) -> list[str]:
         evaluated = parts.evaluation_metrics(self.fixed["workload"], self.fixed.get("evaluate"), self.info,

@@ -50,21 +50,23 @@ class Progress:
 
 @dataclass
 class Repeat:
-    """One repeat to run: its index, seeds, directory and where its MLflow run is."""
+    """One repeat to run: its index, seeds and directory, and what it needs of the run around it."""
 
     k: int
     seeds: seeding.Seeds
     out_dir: Path
     progress: Progress = field(default_factory=Progress)
-    mlflow: tuple[str, str] | None = None  # (tracking URI, nested run id)
+    run_id: str = ""  # the repro500 run's id
+    mlflow: Any = None  # command_repeat.MlflowTarget: where a wrapped script's own MLflow runs go
+    own_outputs: list[Path] = field(default_factory=list)  # repro500's files: never a command's inputs
 
 
 class Workload(Protocol):
     kind: str  # "trained" | "command"
-    shares_mlflow_run: bool  # the workload's own code logs into its repeat's MLflow run
     imported: list[tuple[str, str]]  # (import root, file) of experiment modules loaded in this process
 
     def data_paths(self) -> list[str]: ...
+    def input_paths(self) -> list[str]: ...  # a wrapped command's declared inputs (data read in place)
     def metric_names(self) -> list[str]: ...
     def check(self) -> None: ...
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]: ...

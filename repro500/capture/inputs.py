@@ -1,0 +1,234 @@
+"""The data a wrapped command read, found by watching it (docs/command.md, "The data a command reads").
+
+A built-in workload names its data; a user's program reads whatever it likes.  So, declared or
+not, a command's inputs are recorded: the command workload reports the files its processes
+opened (an audit hook in every Python process, or ``strace`` with ``--trace-inputs``), and this
+module decides which of them are *inputs* and digests them as the data facet digests data sets
+(DVC-compatible md5, the same cache):
+
+* kept: regular files opened for reading and never for writing during the repeat;
+* left out: the experiment's own source (it is in ``source/``), the interpreter's trees and
+  site-packages (each process reports its own), system trees (``/proc``, ``/sys``, ``/dev``,
+  ``/usr``, ``/etc``, ...), caches (``~/.cache``), loaded code (shared libraries, ``.pyc``), and
+  repro500's own outputs (the run, the ``--out`` directory, the tracking store);
+* grouped: a directory from which :data:`DIR_MIN_FILES` or more files were read is recorded as
+  one DVC directory digest (and sibling directories so recorded merge into their parent when
+  nothing else of it was read), so an image folder is one entry, not a hundred thousand;
+* bounded: past the byte budget an input is listed with its size, not hashed, and the record
+  says so.
+
+The run keeps the result in ``inputs.json`` (written when the repeats end; the manifest was
+sealed before they began); ``repro500 diff``, ``verify --against`` and ``reproduce`` compare it as
+the data facet's ``observed`` entries.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "repro500/inputs/v1"
+DIR_MIN_FILES = 16
+BUDGET_BYTES = 4 * 2**30  # hashed after the repeat, beside the next one; the cache makes reruns free
+SYSTEM_ROOTS = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin",
+                "/sbin", "/boot", "/snap", "/var/lib", "/var/cache", "/var/run", "/nix/store")
+METHODS = ("audit-hook", "strace")
+# Loaded code, not data: shared libraries and Python's byte-code caches
+_COMPILED = re.compile(r"(\.so(\.\d+)*|\.pyc|\.dylib)$")
+
+
+@dataclass
+class Opened:
+    """What one repeat's processes opened: paths read, paths written, their interpreters' trees."""
+
+    read: set[str] = field(default_factory=set)
+    written: set[str] = field(default_factory=set)
+    trees: set[str] = field(default_factory=set)
+    processes: int = 0
+
+
+def read_hook_logs(directory: Path) -> Opened:
+    """The ``opened-<pid>.txt`` files the child-side audit hook wrote (workloads/childsite)."""
+    opened = Opened()
+    for log in sorted(Path(directory).glob("opened-*.txt")):
+        opened.processes += 1
+        try:
+            text = log.read_bytes().decode("utf-8", "surrogateescape")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            kind, _, path = line.partition("\t")
+            if not path:
+                continue
+            if kind == "prefix":
+                opened.trees.add(os.path.abspath(path))
+            elif kind == "r":
+                opened.read.add(os.path.abspath(path))
+            elif kind == "w":
+                opened.written.add(os.path.abspath(path))
+    return opened
+
+
+# strace -f -y: "1234  openat(AT_FDCWD, "data.csv", O_RDONLY|O_CLOEXEC) = 3</abs/data.csv>"
+_STRACE_OPEN = re.compile(r'^(?:\d+\s+)?(?:open|openat|openat2|creat)\(.*?, ([A-Z_|0-9]+)(?:, [^)]*)?\) = \d+<(.+)>$')
+_STRACE_CREAT = re.compile(r'^(?:\d+\s+)?creat\(')
+
+
+def read_strace(log: Path) -> Opened:
+    """The successful opens in an ``strace -f -y -e trace=open,openat,openat2,creat`` log."""
+    opened = Opened()
+    pids: set[str] = set()
+    try:
+        text = Path(log).read_bytes().decode("utf-8", "surrogateescape")
+    except OSError:
+        return opened
+    for line in text.splitlines():
+        match = _STRACE_OPEN.match(line.strip())
+        if not match:
+            continue
+        pids.add(line.split(None, 1)[0])
+        flags, path = match.groups()
+        path = _unescape(path)
+        writes = _STRACE_CREAT.match(line.strip()) or any(f in flags.split("|") for f in ("O_WRONLY", "O_RDWR"))
+        (opened.written if writes else opened.read).add(os.path.abspath(path))
+    opened.processes = len(pids)
+    return opened
+
+
+def _unescape(text: str) -> str:
+    # strace prints non-printable bytes of a path as \xNN (or octal); decode them back
+    if "\\" not in text:
+        return text
+    raw = re.sub(rb"\\x([0-9a-fA-F]{2})", lambda m: bytes([int(m.group(1), 16)]), text.encode("utf-8", "surrogateescape"))
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _caches() -> list[str]:
+    home = os.path.expanduser("~")
+    found = [os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"),
+             os.path.join(home, ".config"), os.path.join(home, ".nv"), os.path.join(home, ".triton")]
+    return [os.path.abspath(p) for p in found if p]
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
+
+
+def select(opened: Opened, exclude: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The inputs among what was opened (module docstring), as grouped paths, sorted."""
+    skip = [*(os.path.abspath(os.fspath(p)) for p in exclude), *sorted(opened.trees), *SYSTEM_ROOTS, *_caches()]
+    files = []
+    for path in sorted(opened.read - opened.written):
+        if _under(path, skip) or "/site-packages/" in path or "/dist-packages/" in path or _COMPILED.search(path):
+            continue
+        try:
+            if not os.path.isfile(path):
+                continue  # a directory, a device, or a file that is gone
+        except OSError:
+            continue
+        files.append(path)
+    return group(files)
+
+
+def group(files: list[str]) -> list[str]:
+    """Files, with directories from which many were read collapsed to the directory."""
+    by_dir: dict[str, list[str]] = {}
+    for path in files:
+        by_dir.setdefault(os.path.dirname(path), []).append(path)
+    dirs = {d for d, members in by_dir.items() if len(members) >= DIR_MIN_FILES}
+    loose = [p for p in files if os.path.dirname(p) not in dirs]
+    changed = True
+    while changed:  # imagefolder/train/cat + imagefolder/train/dog -> imagefolder/train
+        changed = False
+        parents: dict[str, set[str]] = {}
+        for d in dirs:
+            parents.setdefault(os.path.dirname(d), set()).add(d)
+        for parent, children in parents.items():
+            if len(children) < 2 or parent in ("", os.sep) or any(os.path.dirname(p) == parent for p in loose):
+                continue
+            dirs = (dirs - children) | {parent}
+            changed = True
+            break
+    dirs = {d for d in dirs if not any(_under(d, [o]) and d != o for o in dirs)}
+    loose = [p for p in loose if not _under(p, dirs)]
+    return sorted([*dirs, *loose])
+
+
+def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(entries, skipped): DVC-compatible digests of *paths* within the budget, largest last."""
+    from repro500.capture.data import digest_paths
+    from repro500.errors import InvalidInput
+
+    sized = []
+    skipped: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            size, nfiles = disk_size(path)
+        except OSError as err:
+            skipped.append({"path": path, "reason": f"cannot be read ({err.strerror or err})"})
+            continue
+        sized.append((size, path, nfiles))
+    entries, spent = [], 0
+    for size, path, nfiles in sorted(sized):
+        if spent + size > budget_bytes:
+            skipped.append({"path": path, "bytes": size, "nfiles": nfiles,
+                            "reason": f"over the hashing budget ({budget_bytes // 2**20} MiB): listed with its size, "
+                                      "not hashed (declare it with --input to hash it anyway)"})
+            continue
+        try:
+            entries.append(digest_paths([path])[0])
+        except InvalidInput as err:  # vanished or unreadable since the repeat
+            skipped.append({"path": path, "reason": str(err)})
+            continue
+        spent += size
+    return sorted(entries, key=lambda e: e["path"]), sorted(skipped, key=lambda e: e["path"])
+
+
+def disk_size(path: str) -> tuple[int, int | None]:
+    """(bytes, files) of a file or directory (files is None for a file)."""
+    if not os.path.isdir(path):
+        return os.stat(path).st_size, None
+    total, count = 0, 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        dirnames[:] = [d for d in dirnames if d not in (".git", ".hg", ".dvc")]
+        for name in filenames:
+            try:
+                total += os.stat(os.path.join(dirpath, name)).st_size
+                count += 1
+            except OSError:
+                continue
+    return total, count
+
+
+def document(summaries: Mapping[int, Mapping[str, Any]], budget_bytes: int = BUDGET_BYTES) -> dict[str, Any] | None:
+    """The run's ``inputs.json`` from its repeats' ``observed_inputs``; None when no repeat has them."""
+    observed = {k: s["observed_inputs"] for k, s in sorted(summaries.items()) if s.get("observed_inputs")}
+    if not observed:
+        return None
+    by_path: dict[str, list[int]] = {}
+    for k, seen in observed.items():
+        for path in seen.get("paths") or []:
+            by_path.setdefault(path, []).append(k)
+    entries, skipped = digest(sorted(by_path), budget_bytes)
+    for entry in (*entries, *skipped):
+        entry["repeats"] = by_path.get(entry["path"], [])
+    methods = sorted({s.get("method") for s in observed.values() if s.get("method")})
+    notes = sorted({s["note"] for s in observed.values() if s.get("note")})
+    return {"schema": SCHEMA, "method": methods[0] if len(methods) == 1 else (methods or None),
+            "note": "; ".join(notes) or None, "observed": entries, "skipped": skipped}
+
+
+def comparable(manifest: Mapping[str, Any] | None, inputs: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The manifest as ``diff`` compares it: the observed inputs as the data facet's ``observed``
+    entries (a changed, added or missing one is a data difference, impact 95)."""
+    if manifest is None or not inputs:
+        return None if manifest is None else dict(manifest)
+    facets = dict(manifest.get("facets") or {})
+    data = dict(facets.get("data") or {})
+    data["observed"] = [{k: v for k, v in e.items() if k != "repeats"} for e in inputs.get("observed") or []]
+    facets["data"] = data
+    return {**manifest, "facets": facets}

@@ -1,0 +1,132 @@
+# ruff: noqa: UP031, UP032, SIM105, SIM102 - runs first in any Python a command uses: plain syntax, os and sys only
+"""repro500's hook in a wrapped command's Python processes (docs/command.md, "The data a command reads").
+
+Python imports ``sitecustomize`` at start-up from the first ``sys.path`` entry that has one, and
+repro500 puts this directory first on the command's ``PYTHONPATH``, so every Python process the
+command starts (``python``, ``python -m``, ``torchrun``'s workers, a shell script's ``python``,
+DataLoader workers by fork) runs this once, before the user's code, without any change to it:
+
+1. with ``REPRO500_OBSERVE_DIR`` set, an audit hook (PEP 578) appends each distinct file the
+   process opens to ``opened-<pid>.txt`` there, one ``r``/``w`` line per path, after a header
+   naming the interpreter's own trees; repro500 reads, filters and hashes them after the repeat;
+2. with ``REPRO500_MLFLOW_READY`` set, ``import mlflow`` waits until that file exists: repro500
+   opens (and on first use creates) the tracking store while the command starts, and the two
+   must not create or migrate one store at the same time;
+3. it then takes its directory off ``sys.path`` and loads the ``sitecustomize`` it shadowed.
+
+Only ``os`` and ``sys`` are used, and every step is guarded: this must never stop the user's
+program, whatever Python runs it.  A process started with ``-I`` or ``-E`` ignores
+``PYTHONPATH`` and is not observed.
+"""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_WAIT_S = 600.0
+
+
+def _observer(directory):
+    state = {"pid": None, "fd": -1, "seen": set(), "busy": False}
+
+    def log_fd():
+        pid = os.getpid()
+        if state["pid"] != pid:  # a forked child writes a file of its own
+            state["pid"], state["seen"], state["fd"] = pid, set(), -1
+            state["busy"] = True  # os.open below raises the audit event we are handling
+            try:
+                fd = os.open(os.path.join(directory, "opened-%d.txt" % pid),
+                             os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+                trees = set([sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", "")])
+                header = "".join("prefix\t%s\n" % p for p in sorted(trees) if p)
+                os.write(fd, ("executable\t%s\n" % sys.executable + header).encode("utf-8", "surrogateescape"))
+                state["fd"] = fd
+            except OSError:
+                pass
+            finally:
+                state["busy"] = False
+        return state["fd"]
+
+    def record(path, flags):
+        if state["busy"]:
+            return
+        if isinstance(path, int):
+            return  # an already-open descriptor
+        try:
+            path = os.fsdecode(os.fspath(path))
+        except TypeError:
+            return
+        kind = "w" if (flags or 0) & 3 else "r"  # O_ACCMODE: O_RDONLY is 0
+        key = kind + path
+        if key in state["seen"] and state["pid"] == os.getpid():
+            return
+        if not os.path.isabs(path):
+            try:
+                path = os.path.join(os.getcwd(), path)  # now: the script may change directory later
+            except OSError:
+                return
+        fd = log_fd()
+        state["seen"].add(key)
+        if fd >= 0:
+            try:
+                os.write(fd, ("%s\t%s\n" % (kind, path)).encode("utf-8", "surrogateescape"))
+            except OSError:
+                pass
+
+    return record
+
+
+def _waiter(ready):
+    state = {"done": False}
+
+    def wait():
+        if state["done"]:
+            return
+        state["done"] = True
+        import time
+
+        deadline = time.monotonic() + _WAIT_S
+        while not os.path.exists(ready) and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    return wait
+
+
+def _install():
+    directory = os.environ.get("REPRO500_OBSERVE_DIR")
+    ready = os.environ.get("REPRO500_MLFLOW_READY")
+    record = _observer(directory) if directory and os.path.isdir(directory) else None
+    wait = _waiter(ready) if ready else None
+    if record is None and wait is None:
+        return
+
+    def hook(event, args):
+        if event == "open":
+            if record is not None and args:
+                record(args[0], args[2] if len(args) > 2 else 0)
+        elif event == "import" and wait is not None and args and args[0] == "mlflow":
+            wait()
+
+    sys.addaudithook(hook)
+
+
+def _chain():
+    """Load the sitecustomize this one shadows (a distribution's or the user's own), if any."""
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+    mine = sys.modules.pop("sitecustomize", None)
+    try:
+        import sitecustomize  # noqa: F401 - the next one on sys.path
+    except ImportError:
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
+
+
+try:
+    if hasattr(sys, "addaudithook"):
+        _install()
+except Exception:  # noqa: BLE001 - never stop the user's program
+    pass
+try:
+    _chain()
+except Exception:  # noqa: BLE001
+    pass
