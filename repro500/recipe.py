@@ -301,8 +301,9 @@ def _flatten_params(params: Mapping[str, Any], prefix: str = "") -> list[tuple[s
     out: list[tuple[str, Any]] = []
     for key, value in params.items():
         full = f"{prefix}.{key}" if prefix else key
-        # dataset/target/optimizer... sub-mappings are merged key by key
-        if isinstance(value, Mapping) and value and full.count(".") < 2:
+        # dataset/target/optimizer... sub-mappings are merged key by key; an empty one
+        # (``mutable: {}``, as repro500 init writes without --set) has nothing to merge
+        if isinstance(value, Mapping) and full.count(".") < 2:
             out.extend(_flatten_params(value, full))
         else:
             out.append((full, value))

@@ -148,6 +148,15 @@ def test_params_file_run_tracking_is_read_and_not_applied_to_the_recipe(tmp_path
     assert recipes.load(write(tmp_path, GOOD)).tracking is None
 
 
+def test_an_empty_params_mutable_section_changes_nothing(tmp_path):
+    command = write(tmp_path, "fixed: {command: [python, t.py]}\nmetrics: {a: {}}\nacceptance: {a: {target: 1}}\n",
+                    name="c.yaml")
+    params = write(tmp_path, "run:\n  repeats: 2\n  tracking: true\n  mutable: {}\n", name="params.yaml")
+    r = recipes.load(command, params_file=params)
+    assert (r.repeats, r.mutable, r.tracking) == (2, {}, True)
+    assert recipes.load(write(tmp_path, GOOD), params_file=params).mutable["batch_size"] == 16
+
+
 @pytest.mark.parametrize("value", ["'yes'", "1", "maybe", "[true]", "null"])
 def test_a_params_file_tracking_that_is_not_a_bool_is_one_sentence(tmp_path, value):
     params = write(tmp_path, f"run:\n  tracking: {value}\n", name="params.yaml")
