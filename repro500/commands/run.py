@@ -37,7 +37,9 @@ import click
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun rendezvous endpoint for --nnodes > 1 (usually node 0).")
 @click.option("--resume", type=click.Path(file_okay=False, exists=False), metavar="RUN_DIR",
               help="Complete an interrupted run: rerun only its missing repeats, with the same seeds.")
-@click.option("--tracking/--no-tracking", default=True, help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db).")
+@click.option("--tracking/--no-tracking", default=None,
+              help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db). Default: on, or the --params file's "
+                   "run.tracking; a resumed run keeps its own choice.")
 @click.option("--experiment", help="MLflow experiment name (default: repro500/<recipe name>).")
 @click.option("--sign-key", envvar="REPRO500_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="Sign the finished run with this OpenSSH Ed25519 key (env REPRO500_SIGNING_KEY; docs/trust.md).")
@@ -45,7 +47,7 @@ import click
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
-        nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool,
+        nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool | None,
         experiment: str | None, sign_key: str | None, sign_principal: str | None) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 

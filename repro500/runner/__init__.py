@@ -10,6 +10,7 @@ import os
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from repro500 import launchenv, redact
 from repro500 import recipe as recipes
 from repro500 import rundir as layout
 from repro500.errors import InvalidInput, UsageError
-from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight
+from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight, tracking_choice
 from repro500.runner.session import RunOutcome, Session, refuse_complete
 from repro500.runner.summaries import aggregate, new_run_id, utc
 from repro500.workloads.workload import SUMMARY_METRICS
@@ -42,6 +43,7 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 def _new(options: RunOptions, console: Console) -> Session:
     recipe = load_recipe(options)
+    options = replace(options, tracking=tracking_choice(options, recipe))
     plan = make_plan(recipe, options)
     run_id = options.run_id or new_run_id(recipe.name)
     run = layout.RunDir(Path(options.out_dir) / run_id)
@@ -61,7 +63,7 @@ def _new(options: RunOptions, console: Console) -> Session:
         "same_seed": bool(options.same_seed), "deterministic": plan.deterministic,
         "open_division": recipe.open_division, "overrides": redact.scrub(recipe.overrides),
         "engine": plan.engine, "world_size": plan.world_size, "nnodes": plan.nnodes,
-        "compressor": plan.compressor, "mlflow": None, "resumes": [],
+        "compressor": plan.compressor, "tracking": options.tracking, "mlflow": None, "resumes": [],
     }
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
@@ -89,6 +91,9 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     meta = run.meta()
     recipe = recipes.from_run_dir(run.path)
     refuse_complete(run, meta, recipe.repeats)
+    # A resume keeps the run's own choice (an untracked run stays untracked) unless told otherwise.
+    recorded = meta.get("tracking", meta.get("mlflow") is not None)
+    options = replace(options, tracking=options.tracking if options.tracking is not None else bool(recorded))
     plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking))
     meta["status"] = "running"
     _prepare_tracking(options)

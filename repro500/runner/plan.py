@@ -34,7 +34,7 @@ class RunOptions:
     open_division: bool = False
     resume: str | None = None
     nproc: int | None = None
-    tracking: bool = True
+    tracking: bool | None = None  # None: the params file's run.tracking, else on (a resume: the run's own)
     experiment: str | None = None
     run_id: str | None = None
     nnodes: int = 1
@@ -159,12 +159,19 @@ def load_recipe(options: RunOptions) -> recipes.Recipe:
     return recipe
 
 
+def tracking_choice(options: RunOptions, recipe: recipes.Recipe) -> bool:
+    """Log to MLflow or not: the command line, else the params file's ``run.tracking``, else yes."""
+    if options.tracking is not None:
+        return options.tracking
+    return recipe.tracking if recipe.tracking is not None else True
+
+
 def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     """Resolve and check everything before any file is written (UsageError / InvalidInput)."""
     mutable = recipe.mutable
     extra_paths = [str(Path(options.recipe).resolve().parent)] if options.recipe else []
     if recipe.is_command:
-        work = workloads.make(recipe, tracking=options.tracking)
+        work = workloads.make(recipe, tracking=tracking_choice(options, recipe))
         work.check()
         return Plan(recipe, work, "cpu", "command", None, "none", 1, 1, 0, options.same_seed, None)
     engine = mutable["engine"]

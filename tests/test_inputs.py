@@ -1,0 +1,239 @@
+"""The data a wrapped command reads is recorded, declared or not (docs/command.md, "The data a
+command reads"): declared inputs hashed like data sets, observed ones found by the audit hook in
+every Python process of the command (or strace), compared by diff, verify and reproduce."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from runhelpers import repro500
+
+from repro500.capture import inputs
+from repro500.capture.data import digest_path
+from repro500.workloads.observe import Watch
+
+PY = sys.executable
+ACC = ["--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5"]
+
+
+def _project(root: Path, data: Path) -> Path:
+    """A two-file experiment that reads a data file outside its directory."""
+    proj = root / "proj"
+    proj.mkdir()
+    (proj / "helpers.py").write_text("def mean(path):\n    xs = [float(x) for x in open(path) if x.strip()]\n"
+                                     "    return sum(xs) / len(xs)\n")
+    (proj / "train.py").write_text(textwrap.dedent("""
+        import sys
+        import helpers
+        print(f"Acc {helpers.mean(sys.argv[1]) / 10:.3f}")
+    """))
+    data.parent.mkdir(parents=True, exist_ok=True)
+    data.write_text("6\n7\n8\n")
+    return proj
+
+
+# ----- which opened files are inputs ---------------------------------------------------------------
+def test_select_keeps_files_read_and_never_written_outside_the_excluded_trees(tmp_path):
+    data, out, source, tree = tmp_path / "data.csv", tmp_path / "out.txt", tmp_path / "proj", tmp_path / "py"
+    for path in (data, out, source / "helpers.py", tree / "lib/os.py", tmp_path / "model.so"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    opened = inputs.Opened(read={str(data), str(out), str(source / "helpers.py"), str(tree / "lib/os.py"),
+                                 str(tmp_path / "model.so"), "/etc/hostname", str(tmp_path / "gone.csv"), str(tmp_path)},
+                           written={str(out)}, trees={str(tree)})
+    assert inputs.select(opened, exclude=[source]) == [str(data)]
+
+
+def test_many_files_of_a_directory_become_one_directory_digest_and_siblings_merge(tmp_path):
+    files = []
+    for cls in ("cat", "dog"):
+        for i in range(inputs.DIR_MIN_FILES):
+            path = tmp_path / "images" / "train" / cls / f"{i}.png"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(bytes([i]))
+            files.append(str(path))
+    few = tmp_path / "labels" / "a.txt"
+    few.parent.mkdir()
+    few.write_text("a")
+    grouped = inputs.group(sorted([*files, str(few)]))
+    assert grouped == [str(tmp_path / "images" / "train"), str(few)]
+    entries, skipped = inputs.digest(grouped)
+    assert skipped == [] and entries[0]["kind"] == "directory" and entries[0]["nfiles"] == 2 * inputs.DIR_MIN_FILES
+    assert entries[0]["md5"] == digest_path(tmp_path / "images" / "train")["md5"]  # DVC's directory digest
+
+
+def test_an_input_over_the_budget_is_listed_with_its_size_not_hashed(tmp_path):
+    small, big = tmp_path / "small.bin", tmp_path / "big.bin"
+    small.write_bytes(b"x" * 10)
+    big.write_bytes(b"x" * 5000)
+    entries, skipped = inputs.digest([str(small), str(big)], budget_bytes=1000)
+    assert [e["path"] for e in entries] == [str(small)]
+    assert skipped[0]["path"] == str(big) and skipped[0]["bytes"] == 5000 and "budget" in skipped[0]["reason"]
+
+
+def test_an_strace_log_is_read_with_flags_and_resolved_paths():
+    log = textwrap.dedent("""\
+        101   openat(AT_FDCWD, "data.csv", O_RDONLY|O_CLOEXEC) = 3</work/data.csv>
+        101   openat(AT_FDCWD, "out.txt", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 4</work/out.txt>
+        102   open("/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3</etc/ld.so.cache>
+        102   openat(AT_FDCWD, "missing", O_RDONLY) = -1 ENOENT (No such file or directory)
+        102   openat(AT_FDCWD, "odd\\x20name", O_RDONLY) = 5</work/odd\\x20name>
+    """)
+    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"strace-{os.getpid()}.txt"
+    path.write_text(log)
+    try:
+        opened = inputs.read_strace(path)
+    finally:
+        path.unlink()
+    assert opened.read == {"/work/data.csv", "/etc/ld.so.cache", "/work/odd name"}
+    assert opened.written == {"/work/out.txt"} and opened.processes == 2
+
+
+# ----- the audit hook in the command's Python processes -------------------------------------------------
+def test_the_hook_sees_reads_of_the_script_its_forks_and_its_python_children(tmp_path):
+    data = tmp_path / "elsewhere" / "values.csv"
+    proj = _project(tmp_path, data)
+    other = tmp_path / "elsewhere" / "other.txt"
+    other.write_text("o")
+    (proj / "main.py").write_text(textwrap.dedent(f"""
+        import os, subprocess, sys
+        import helpers
+        helpers.mean({str(data)!r})
+        open("written.txt", "w").write("w")
+        if os.fork() == 0:
+            open({str(other)!r}).read()
+            os._exit(0)
+        os.wait()
+        subprocess.run([sys.executable, "-c", "open({str(tmp_path / 'elsewhere' / 'child.txt')!r}, 'w').write('c')"])
+        subprocess.run([sys.executable, "-c", "open({str(tmp_path / 'elsewhere' / 'child.txt')!r}).read()"])
+    """))
+    watch = Watch("auto")
+    env = watch.env({k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert env["PYTHONPATH"] == str(Path(inputs.__file__).parents[1] / "workloads" / "childsite")  # no empty entry
+    subprocess.run([PY, "main.py"], cwd=proj, env=env, check=True)
+    seen = watch.result(exclude=[proj])
+    # the script's own files, what it wrote and the interpreter's trees are not inputs
+    assert seen["paths"] == sorted([str(data), str(other)]) and seen["method"] == "audit-hook"
+    assert seen["processes"] >= 4 and seen["note"] is None
+    assert watch.dir is None  # its scratch directory is gone
+
+
+def test_a_command_without_python_is_not_observed_and_the_record_says_so(tmp_path):
+    watch = Watch("auto")
+    subprocess.run(["sh", "-c", "cat /dev/null"], env=watch.env(dict(os.environ)), check=True)
+    seen = watch.result(exclude=[])
+    assert seen["paths"] == [] and "--input" in seen["note"] and "--trace-inputs" in seen["note"]
+
+
+def test_the_hook_keeps_a_sitecustomize_it_shadows(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_LOADED'] = '1'\n")
+    watch = Watch("auto")
+    env = watch.env({**os.environ, "PYTHONPATH": str(site)})
+    out = subprocess.run([PY, "-c", "import os, sys; print(os.environ.get('THEIRS_LOADED'), "
+                                    "any('childsite' in p for p in sys.path))"],
+                         env=env, capture_output=True, text=True, check=True)
+    watch.close()
+    assert out.stdout.split() == ["1", "False"]  # theirs ran, and repro500's directory left sys.path
+
+
+# ----- through repro500 run: declared and observed, recorded, compared ------------------------------------
+def test_a_run_records_declared_and_observed_inputs_and_diff_names_a_changed_one(tmp_path):
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    args = ["run", "--command", *ACC, "-n", "1", "--no-tracking", "--input", str(data)]
+    first = repro500(*args, "--run-id", "a", "--", PY, "train.py", str(data), cwd=proj)
+    assert first.returncode == 3, first.stderr  # one repeat: no confidence bound, but a finished run
+    run = proj / "runs" / "a"
+    observed = json.loads((run / "inputs.json").read_text())
+    assert observed["method"] == "audit-hook" and [e["path"] for e in observed["observed"]] == [str(data)]
+    assert observed["observed"][0]["md5"] == digest_path(data)["md5"] and observed["observed"][0]["repeats"] == [0]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert [e["path"] for e in manifest["facets"]["data"]["inputs"]] == [str(data)]
+    assert "inputs.json" in (run / "SHA256SUMS").read_text()
+
+    data.write_text("6\n7\n9\n")
+    second = repro500(*args, "--run-id", "b", "--", PY, "train.py", str(data), cwd=proj)
+    assert second.returncode == 3, second.stderr
+    shown = repro500("diff", str(run), str(proj / "runs" / "b"), "--json", cwd=proj)
+    assert shown.returncode == 1
+    keys = {(d["facet"], d["key"]) for d in json.loads(shown.stdout)["differences"] if d["result_relevant"]}
+    assert keys == {("data", f"observed.{data}.md5"), ("data", f"inputs.{data}.md5")}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--input", "nosuch.csv"], "fixed.inputs: {proj}/nosuch.csv does not exist"),
+    (["--input", "data-{seed}.csv"], "uses {{seed}}; an input exists before the repeats run"),
+])
+def test_a_bad_declared_input_is_one_sentence_before_anything_is_written(tmp_path, extra, message):
+    proj = _project(tmp_path, tmp_path / "data" / "values.csv")
+    done = repro500("run", "--command", *ACC, "--no-tracking", *extra, "--", PY, "train.py", "x", cwd=proj)
+    assert done.returncode == 4, done.stderr
+    assert message.format(proj=proj) in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and not (proj / "runs").exists()
+
+
+def test_a_declared_directory_over_the_budget_is_refused_before_the_run(tmp_path):
+    proj = _project(tmp_path, tmp_path / "data" / "values.csv")
+    recipe = {"schema": "repro500/recipe/v1", "name": "budget", "repeats": 1, "seed": 0,
+              "fixed": {"workload": "command", "command": [PY, "train.py", "x"], "inputs": [str(tmp_path / "data")],
+                        "inputs_budget_mb": 0.000001},
+              "metrics": {"accuracy": {"regex": "Acc ([0-9.]+)"}},
+              "acceptance": {"accuracy": {"target": 0.5, "direction": "higher", "tolerance": 0}}}
+    (proj / "r.yaml").write_text(yaml.safe_dump(recipe))
+    done = repro500("run", "r.yaml", "--no-tracking", cwd=proj)
+    assert done.returncode == 4 and "over fixed.inputs_budget_mb" in done.stderr and not (proj / "runs").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to drop DAC override")
+def test_an_unreadable_declared_input_is_one_sentence(tmp_path):
+    proj = _project(tmp_path, tmp_path / "data" / "values.csv")
+    secret = tmp_path / "secret.csv"
+    secret.write_text("1\n")
+    secret.chmod(0)
+    cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "--inh-caps=-dac_override,-dac_read_search",
+           PY, "-m", "repro500.cli", "run", "--command", *ACC, "--no-tracking", "--input", str(secret),
+           "--", PY, "train.py", str(secret)]
+    done = subprocess.run(cmd, cwd=proj, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4 and f"fixed.inputs: {secret} cannot be read" in done.stderr, done.stderr
+
+
+# ----- strace, for programs that are not Python ---------------------------------------------------------
+def _strace_works() -> str | None:
+    if not shutil.which("strace"):
+        return "strace is not installed (apt-get install strace; .ci/run installs it)"
+    probe = subprocess.run(["strace", "-f", "-qq", "-e", "trace=none", "--", "true"], capture_output=True, text=True)
+    return None if probe.returncode == 0 else f"strace cannot trace here: {probe.stderr.strip()[-200:]}"
+
+
+@pytest.mark.skipif(_strace_works() is not None, reason=str(_strace_works()))
+def test_trace_inputs_finds_what_a_shell_program_reads(tmp_path):
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    done = repro500("run", "--command", "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0",
+                    "-n", "1", "--no-tracking", "--trace-inputs", "--run-id", "t",
+                    "--", "sh", "-c", f"wc -l < {data} > /dev/null; echo Acc 1", cwd=proj)
+    assert done.returncode == 3, done.stderr
+    observed = json.loads((proj / "runs/t/inputs.json").read_text())
+    assert observed["method"] == "strace" and [e["path"] for e in observed["observed"]] == [str(data)]
+
+
+def test_trace_inputs_without_strace_is_one_sentence(tmp_path):
+    proj = _project(tmp_path, tmp_path / "data" / "values.csv")
+    bare = tmp_path / "bin"
+    bare.mkdir()
+    for tool in ("sh", "true"):
+        (bare / tool).symlink_to(shutil.which(tool))
+    done = repro500("run", "--command", *ACC, "--no-tracking", "--trace-inputs", "--", PY, "train.py", "x",
+                    cwd=proj, env={"PATH": str(bare)})
+    assert done.returncode == 4 and "needs strace, which is not installed" in done.stderr
+    assert not (proj / "runs").exists()
