@@ -69,10 +69,12 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
               help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db).")
 @click.option("--run-code", is_flag=True,
               help="Allow the publication's own experiment code (a wrapped command, a plug-in) to run; review OUT/source first.")
+@click.option("--allow-data-differences", is_flag=True,
+              help="Rerun even when the data the command read differs here from the published digests (each is named).")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool,
-              run_code: bool) -> None:
+              run_code: bool, allow_data_differences: bool) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -84,10 +86,12 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
     \b
     Exit codes: 0 REPRODUCED, 1 NOT REPRODUCED, 2 usage error, 3 INCONCLUSIVE,
                 4 invalid input: a tampered or incomplete publication, an unsafe archive,
-                data that cannot be recreated; 130 interrupted.
+                data that cannot be recreated, inputs that differ (without
+                --allow-data-differences); 130 interrupted.
     """
     from repro500.publish.reproduce import reproduce as run_reproduce
 
     result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
-                           margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code)
+                           margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
+                           allow_data_differences=allow_data_differences)
     ctx.exit(result.exit_code)
