@@ -14,7 +14,6 @@ import pytest
 import yaml
 from runhelpers import repro500
 
-from repro500 import recipe as recipes
 from repro500.starter import MLFLOW_IGNORES, input_dep
 
 BIN = Path(sys.executable).parent
@@ -195,17 +194,6 @@ def test_an_input_becomes_a_dvc_dependency_where_dvc_can_name_it(raw, mutable, d
         assert input_dep(raw, mutable)[1]  # the reason init prints
 
 
-def _inputs_accepted() -> bool:
-    data = {"fixed": {"workload": "command", "command": ["true"], "inputs": ["x"]}, "metrics": {"a": {}},
-            "acceptance": {"a": {"target": 1}}}
-    try:
-        recipes.from_data(data, "probe")
-    except Exception:
-        return False
-    return True
-
-
-@pytest.mark.skipif(not _inputs_accepted(), reason="the recipe schema does not accept fixed.inputs yet")
 def test_init_inputs_are_recipe_inputs_and_dvc_dependencies_that_follow_params(in_tmp):
     (in_tmp / "train.py").write_text(SCRIPT)
     (in_tmp / "data").mkdir()
@@ -234,7 +222,6 @@ def test_init_inputs_are_recipe_inputs_and_dvc_dependencies_that_follow_params(i
     assert "data/b.csv" in status and "data/a.csv" not in status
 
 
-@pytest.mark.skipif(not _inputs_accepted(), reason="the recipe schema does not accept fixed.inputs yet")
 def test_an_input_that_does_not_exist_is_refused_before_writing(in_tmp):
     (in_tmp / "train.py").write_text(SCRIPT)
     bad = repro500("init", *REGEX, "--input", "data/missing.csv", "--", "python", "train.py", "--lr", "0.1",
