@@ -109,6 +109,8 @@ def snapshot(root: Path, files: list[str], run_dir: Path) -> dict[str, Any]:
             complete = False
             continue
         entry: dict[str, Any] = {"path": rel, "bytes": size, "sha256": digest, "copied": False}
+        if os.access(path, os.X_OK):
+            entry["executable"] = True  # an archive keeps no modes: a reproduction restores it from here
         if size > FILE_LIMIT_BYTES or total + size > TOTAL_LIMIT_BYTES:
             entry["skipped"] = "larger than the source limits (docs/command.md): listed, not copied"
             complete = False

@@ -66,9 +66,8 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
     if as_command:
         from repro500.workloads.adhoc import recipe_data
 
-        adhoc = recipe_data(list(recipe), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s)
-        if inputs:
-            adhoc["fixed"]["inputs"] = list(inputs)
+        adhoc = recipe_data(list(recipe), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
+                            inputs=list(inputs) or None)
         recipe_path = None
     else:
         stray = [flag for flag, value in (("--metric", metrics), ("--accept", accepts), ("--timeout", timeout_s),

@@ -200,6 +200,12 @@ def _place_source(pub: opened.Publication, workdir: Path) -> Path | None:
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(src, target, symlinks=False)
+    # A packed run stores every file 0644: scripts the command runs directly get their bit back.
+    for entry in rundir.read_optional_json(pub.reference / "source.json").get("files") or []:
+        if entry.get("executable") and entry.get("copied"):
+            path = target / safe_relpath(entry.get("path"), "source.json path")
+            if path.is_file() and not path.is_symlink():
+                path.chmod(path.stat().st_mode | 0o111)
     return target
 
 

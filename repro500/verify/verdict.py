@@ -216,7 +216,7 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
         verdict.equivalence = equivalence.compare(run, ref, alpha, margins)
         verdict.time_to_train = check_time_to_train(
             repeat_docs, alpha, reference_epochs=ref.epochs_to_quality, reference_times_s=ref.time_to_quality_s)
-        verdict.provenance = provenance_diff(run.manifest, ref.manifest)
+        verdict.provenance = provenance_diff(run.provenance_manifest, ref.manifest)  # with what each command read
         if ref.run is not None:
             verdict.determinism.cross_run = compare_with_reference(run, ref.run)
             verdict.exact_replay = exact_replay(run, ref.run)

@@ -1,0 +1,151 @@
+"""Someone else's experiment, run as it is, comes back out of a publication intact (issue 17).
+
+Three shapes real repositories have, each reading a small data file outside its directory and
+each run exactly as its author runs it: a script importing a module beside it, a ``src/`` package
+run with ``python -m`` and ``PYTHONPATH=src``, and a shell script that calls Python.  Each goes
+run -> publish -> reproduce --run-code in a fresh directory; then its data changes, and the
+reproduction refuses (one line naming the input) until --allow-data-differences, whose verdict
+names the difference.  Also here: two runs of an unchanged directory have one source digest
+while MLflow's store grows beside them, and a script keeps its MLflow habits under repro500.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from runhelpers import repro500
+
+PY = sys.executable
+VENV = {"PATH": f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+METRIC = ["--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5±0.1"]
+MEAN = "def mean(path):\n    xs = [float(x) for x in open(path) if x.strip()]\n    return sum(xs) / len(xs)\n"
+TRAIN = textwrap.dedent("""
+    import os, random, sys
+    {imports}
+    random.seed(int(os.environ["REPRO500_SEED"]))
+    print(f"Acc {{mean(sys.argv[1]) / 10 + random.random() / 100:.4f}}")
+""")
+
+
+def sibling_module(proj: Path, data: Path) -> list[str]:
+    (proj / "helpers.py").write_text(MEAN)
+    (proj / "train.py").write_text(TRAIN.format(imports="from helpers import mean"))
+    return [PY, "train.py", str(data)]
+
+
+def src_package(proj: Path, data: Path) -> list[str]:
+    pkg = proj / "src" / "pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "stats.py").write_text(MEAN)
+    (pkg / "train.py").write_text(TRAIN.format(imports="from pkg.stats import mean"))
+    return [PY, "-m", "pkg.train", str(data)]
+
+
+def shell_script(proj: Path, data: Path) -> list[str]:
+    (proj / "helpers.py").write_text(MEAN)
+    (proj / "train.py").write_text(TRAIN.format(imports="from helpers import mean"))
+    (proj / "run.sh").write_text(f'#!/bin/sh\nset -e\nexec "{PY}" train.py "$1"\n')
+    (proj / "run.sh").chmod(0o755)
+    return ["./run.sh", str(data)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [sibling_module, src_package, shell_script], ids=lambda f: f.__name__)
+def test_an_experiment_as_it_is_runs_publishes_and_reproduces_in_a_fresh_directory(tmp_path, shape):
+    proj, data = tmp_path / "author" / "exp", tmp_path / "shared-data" / "values.csv"
+    proj.mkdir(parents=True)
+    data.parent.mkdir()
+    data.write_text("6\n7\n8\n")
+    argv = shape(proj, data)
+    env = {**VENV, "PYTHONPATH": "src"} if shape is src_package else VENV
+    ran = repro500("run", "--command", *METRIC, "-n", "3", "--no-tracking", "--run-id", "orig", "--", *argv,
+                   cwd=proj, env=env)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    run = proj / "runs" / "orig"
+    observed = json.loads((run / "inputs.json").read_text())
+    assert [e["path"] for e in observed["observed"]] == [str(data)] and observed["observed"][0]["repeats"] == [0, 1, 2]
+    published = repro500("publish", str(run), "--out", str(tmp_path / "pub"), cwd=tmp_path)
+    assert published.returncode == 0, published.stderr
+
+    fresh = tmp_path / "reproducer"
+    fresh.mkdir()
+    # the reproducer's shell has no PYTHONPATH=src: the recorded entry is re-rooted into OUT/source
+    done = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "again", cwd=fresh, env=VENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 input(s) the command read match the published digests" in done.stdout
+    verdict = json.loads((fresh / "again" / "verdict.json").read_text())
+    assert verdict["status"] == "REPRODUCED" and verdict["provenance"]["result_relevant"] == 0, verdict["provenance"]
+
+    data.write_text("6\n7\n9\n")
+    refused = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "changed", cwd=fresh, env=VENV)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    assert f"data path '{data}' changed" in refused.stderr and "--allow-data-differences" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (fresh / "changed" / "runs").exists()
+    allowed = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--allow-data-differences", "--out", "changed",
+                       cwd=fresh, env=VENV)
+    assert allowed.returncode in (0, 1, 3), allowed.stdout + allowed.stderr
+    rows = json.loads((fresh / "changed" / "verdict.json").read_text())["provenance"]["top"]
+    assert any(r["facet"] == "data" and r["key"] == f"observed.{data}.md5" and r["impact"] >= 90 for r in rows), rows
+
+
+@pytest.mark.slow
+def test_two_runs_of_an_unchanged_directory_share_a_source_digest_beside_their_mlflow_store(tmp_path):
+    proj, data = tmp_path / "exp", tmp_path / "values.csv"
+    proj.mkdir()
+    data.write_text("6\n7\n8\n")
+    argv = sibling_module(proj, data)
+
+    def tree(run_id: str) -> tuple[str, list[str]]:
+        done = repro500("run", "--command", *METRIC, "-n", "2", "--run-id", run_id, "--", *argv, cwd=proj,
+                        env={**VENV, "MLFLOW_TRACKING_URI": "sqlite:///mlflow.db"})  # a relative store, in the experiment
+        assert done.returncode in (0, 3), done.stdout + done.stderr
+        kept = json.loads((proj / "runs" / run_id / "source.json").read_text())
+        return kept["tree_sha256"], sorted(f["path"] for f in kept["files"])
+
+    first, files = tree("one")
+    assert (proj / "mlflow.db").is_file() and files == ["helpers.py", "train.py"]
+    second, _ = tree("two")
+    assert second == first  # the store changed in between; the experiment did not
+    (proj / "helpers.py").write_text(MEAN + "\n")
+    assert tree("three")[0] != first
+
+
+@pytest.mark.slow
+def test_a_script_keeps_its_mlflow_habits_under_repro500_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    (tmp_path / "train.py").write_text(textwrap.dedent("""
+        import os
+        import mlflow
+        mlflow.set_experiment("lab-notebook")
+        mlflow.autolog(silent=True)
+        seed = int(os.environ["REPRO500_SEED"])
+        with mlflow.start_run(run_name="fit"):
+            mlflow.log_metric("loss", 0.5, step=0)
+            mlflow.log_metric("loss", 0.2, step=1)
+        with mlflow.start_run(run_name="eval"):
+            mlflow.log_metric("accuracy", 0.9 + seed % 7 / 1000)
+    """))
+    store = f"sqlite:///{tmp_path / 'store.db'}"
+    done = repro500("run", "--command", "--metric", "accuracy=mlflow", "--metric", "loss=mlflow",
+                    "--accept", "accuracy>=0.85", "-n", "2", "--run-id", "habits", "--", PY, "train.py",
+                    cwd=tmp_path, env={**VENV, "MLFLOW_TRACKING_URI": store})
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((tmp_path / "runs/habits/repeats/1/summary.json").read_text())
+    assert summary["metrics"]["loss"] == 0.2 and summary["metric_sources"]["accuracy"] == "mlflow"
+    client = MlflowClient(store)
+    meta = json.loads((tmp_path / "runs/habits/run.json").read_text())["mlflow"]
+    lab = client.get_experiment_by_name("lab-notebook")
+    runs = client.search_runs([lab.experiment_id])
+    assert sorted((r.info.run_name, r.data.tags["repro500.repeat"]) for r in runs) == [
+        ("eval", "0"), ("eval", "1"), ("fit", "0"), ("fit", "1")]
+    for r in runs:  # found from the repeat, and the way back from the script's own experiment
+        assert r.data.tags["repro500.run_id"] == "habits"
+        assert r.data.tags["repro500.repeat_run_id"] == meta["repeat_run_ids"][r.data.tags["repro500.repeat"]]
+    assert client.get_run(meta["parent_run_id"]).data.tags["repro500.verdict"] == "PASS"
