@@ -237,3 +237,29 @@ def test_trace_inputs_without_strace_is_one_sentence(tmp_path):
                     cwd=proj, env={"PATH": str(bare)})
     assert done.returncode == 4 and "needs strace, which is not installed" in done.stderr
     assert not (proj / "runs").exists()
+
+
+# ----- the command's environment is the one the run started with ----------------------------------------
+def test_nothing_repro500_sets_for_itself_reaches_the_command(in_tmp, monkeypatch):
+    from repro500.runner import RunOptions, run
+
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
+    (in_tmp / "dump.py").write_text(textwrap.dedent("""
+        import json, os
+        json.dump(dict(os.environ), open(os.path.join(os.environ["REPRO500_REPEAT_DIR"], "env.json"), "w"))
+        print("Acc 0.9")
+    """))
+    adhoc = {"schema": "repro500/recipe/v1", "name": "env", "repeats": 2, "seed": 1,
+             "fixed": {"workload": "command", "command": [PY, "dump.py"]},
+             "metrics": {"accuracy": {"regex": "Acc ([0-9.]+)"}},
+             "acceptance": {"accuracy": {"target": 0.5, "direction": "higher", "tolerance": 0}}}
+    outcome = run(RunOptions(adhoc=adhoc, run_id="e", tracking=False))
+    assert outcome.exit_code == 0
+    # the runner set CUBLAS_WORKSPACE_CONFIG for its own trainer; the verdict's imports ran during repeat 0
+    for k in (0, 1):
+        env = json.loads((in_tmp / f"runs/e/repeats/{k}/env.json").read_text())
+        assert "CUBLAS_WORKSPACE_CONFIG" not in env and "MLFLOW_RUN_ID" not in env and "PYTHONSAFEPATH" not in env
+        assert env["REPRO500_RUN_ID"] == "e" and env["REPRO500_REPEAT"] == str(k)
+        assert all(key in os.environ or key.startswith("REPRO500_") or key in
+                   ("PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONPATH") for key in env), set(env) - set(os.environ)

@@ -4,6 +4,7 @@ the built-in trainer, and commands (recipe and ad-hoc), run -> verify, resume, b
 from __future__ import annotations
 
 import json
+import sys
 import textwrap
 from pathlib import Path
 
@@ -81,6 +82,8 @@ def test_a_plugin_model_dataset_and_evaluator_train_and_verify(in_tmp):
     assert experiment["workload"]["model"] == "mylab.nets:build"
     imported = [Path(e["path"]).name for e in experiment["imported_sources"]]
     assert "nets.py" in imported and all(e["sha256"] for e in experiment["imported_sources"])
+    assert not [e for e in experiment["imported_sources"]  # the console script is never the experiment's
+                if Path(e["path"]).name == "repro500" or Path(e["path"]).is_relative_to(sys.prefix)]
     assert (run / "source" / "mylab" / "nets.py").read_text() == PLUGIN
     again = repro500("verify", str(run), cwd=in_tmp)
     assert again.returncode == result.returncode, again.stdout
@@ -186,8 +189,9 @@ def test_a_failed_command_keeps_finished_repeats_and_resume_completes_it(in_tmp)
     assert "Traceback" not in first.stderr
     run = in_tmp / "runs" / "r"
     kept = (run / "repeats" / "0" / "summary.json").read_bytes()
-    second = repro500("run", "--resume", str(run), "--no-tracking", cwd=in_tmp, env=env)
+    second = repro500("run", "--resume", str(run), cwd=in_tmp, env=env)  # an untracked run resumes untracked
     assert second.returncode == 0, second.stdout + second.stderr
+    assert not (in_tmp / "mlflow.db").exists() and json.loads((run / "run.json").read_text())["mlflow"] is None
     assert (run / "repeats" / "0" / "summary.json").read_bytes() == kept
     statuses = json.loads((run / "summary.json").read_text())["repeats"]
     assert statuses == {"0": "completed", "1": "completed", "2": "completed"}
