@@ -65,6 +65,7 @@ bench: $(STAMP)
 	$(PY) bench/overhead.py
 	$(PY) bench/overhead.py --plugin
 	$(PY) bench/command_overhead.py
+	$(PY) bench/observe_inputs.py
 	$(PY) bench/attest.py
 	$(PY) bench/compress.py
 	$(PY) bench/wire_bytes.py
