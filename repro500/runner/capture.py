@@ -73,10 +73,12 @@ def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
 
 
 def _facets(plan: Plan, kept: dict[str, Any] | None) -> dict[str, Any]:
+    """The facets only the run knows that must be read before the repeats: what the source copy
+    kept, and torch's runtime state (setting determinism flags must not race the trainer)."""
     from repro500.capture import env as env_facet
     from repro500.workloads.engines.ranks import rank_plan
 
-    facets: dict[str, Any] = {"experiment": {**experiment_facet(plan), "source": kept}}
+    facets: dict[str, Any] = {"experiment": {"source": kept}}
     if plan.recipe.is_command:
         facets["runtime"] = {}  # the command's own runtime is its business; repro500 set only its seeds' env
         facets["distributed"] = {"engine": "command", "world_size": 1, "backend": None, "compressor": "none"}
@@ -118,8 +120,9 @@ def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, by
     slow part, run beside the first repeat.  Reads only; nothing is written into the run here."""
     from repro500.capture.manifest import build_manifest
 
+    facets = {**prepared.facets, "experiment": {**experiment_facet(plan), **prepared.facets["experiment"]}}
     return build_manifest(
-        plan.workload.data_paths(), extra_facets=prepared.facets, progress=True, seed=plan.recipe.seed,
+        plan.workload.data_paths(), extra_facets=facets, progress=False, seed=plan.recipe.seed,
         repeats=plan.recipe.repeats, world_size=plan.world_size, same_seed=plan.same_seed,
         input_paths=plan.workload.input_paths(), environ=prepared.environ)
 
