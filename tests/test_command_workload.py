@@ -409,3 +409,16 @@ def test_an_unwritable_repeat_directory_is_one_sentence(tmp_path):
     spec = make(tmp_path, "print('never runs')")
     with pytest.raises(InvalidInput, match=r"^the repeat directory /dev/null/repeats/0 cannot be written \("):
         run_repeat(spec, 0, derive(500, 0), Path("/dev/null/repeats/0"))
+
+
+def test_mlflow_metrics_without_the_run_context_provider_are_refused_before_the_run(tmp_path, monkeypatch):
+    import importlib.metadata
+
+    real = importlib.metadata.entry_points
+    monkeypatch.setattr(importlib.metadata, "entry_points",
+                        lambda **kw: [] if kw.get("group") == "mlflow.run_context_provider" else real(**kw))
+    spec = make(tmp_path, "pass", metrics={"loss": "mlflow"})
+    with pytest.raises(InvalidInput, match="need repro500's MLflow run-context provider .* not registered"):
+        check(spec)
+    with pytest.raises(InvalidInput, match="not tracked"):  # an untracked run refuses them for its own reason
+        check(spec, tracking=False)

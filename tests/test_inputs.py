@@ -263,3 +263,12 @@ def test_nothing_repro500_sets_for_itself_reaches_the_command(in_tmp, monkeypatc
         assert env["REPRO500_RUN_ID"] == "e" and env["REPRO500_REPEAT"] == str(k)
         assert all(key in os.environ or key.startswith("REPRO500_") or key in
                    ("PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONPATH") for key in env), set(env) - set(os.environ)
+
+
+def test_a_script_that_changes_directory_has_its_relative_reads_recorded_where_they_were(tmp_path):
+    data = tmp_path / "elsewhere" / "values.csv"
+    proj = _project(tmp_path, data)
+    (proj / "walk.py").write_text(f"import os\nos.chdir({str(data.parent)!r})\nopen('values.csv').read()\n")
+    watch = Watch("auto")
+    subprocess.run([PY, "walk.py"], cwd=proj, env=watch.env(dict(os.environ)), check=True)
+    assert watch.result(exclude=[proj])["paths"] == [str(data)]
