@@ -19,9 +19,10 @@ import stat
 import tarfile
 import tempfile
 import zlib
+from collections.abc import Collection
 from pathlib import Path, PurePosixPath
 
-from repro500 import atomic, bundle
+from repro500 import atomic, bundle, progress
 from repro500.errors import InvalidInput, UsageError
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
@@ -32,6 +33,7 @@ MAX_UNPACK_BYTES = 4 * 2**30
 MAX_MEMBERS = 100_000
 _MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
+_COPY_BYTES = 2**20  # tarfile's own 16 KiB copies cost a few percent on a run of checkpoints
 
 
 def is_archive(path: str | Path) -> bool:
@@ -43,7 +45,7 @@ def is_archive(path: str | Path) -> bool:
 # --------------------------------------------------------------------------- pack
 
 
-def _packed_files(root: Path) -> list[str]:
+def packed_files(root: Path) -> list[str]:
     """Covered entries, SHA256SUMS, and the derived views (verdict, report) that are regular files.
 
     A derived view that is a link is left out: it is not covered, and following it could put any
@@ -70,7 +72,8 @@ def _regular(path: Path) -> bool:
         return False
 
 
-def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = False) -> Path:
+def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = False,
+         leave_out: Collection[str] = ()) -> Path:
     """Pack a run directory into one reproducible ``.tar.gz``; returns the archive's path.
 
     The directory must match its ``SHA256SUMS`` (an archive that would not verify is
@@ -79,6 +82,8 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = Fa
     with ``force``.  The archive is written to a temporary name and renamed when complete, so an
     output that cannot be written leaves nothing behind (InvalidInput, one sentence).
     A link to a file inside the run is stored as that file's content, never as a link.
+    ``leave_out``: files of the run the archive does not hold; alone it reports them missing (only a
+    publication records them: repro500.publish.excluded).
     """
     root = Path(run_dir)
     if not root.is_dir():
@@ -91,10 +96,15 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = Fa
         raise UsageError(f"{target} lies inside the run directory: write the archive somewhere else")
     if target.exists() and not force:
         raise InvalidInput(f"{target} already exists: remove it or pass --force to replace it")
-    files = _packed_files(root)
+    files = packed_files(root)
+    if stray := sorted(set(leave_out) - set(files) | set(leave_out) & {bundle.SUMS_NAME}):
+        raise UsageError(f"{stray[0]} is not a file of {root} that can be left out of its archive")
+    files = [rel for rel in files if rel not in set(leave_out)]
     dirs = sorted({p.as_posix() for rel in files for p in PurePosixPath(rel).parents if p != PurePosixPath(".")})
     try:
-        _write_archive(root, target, dirs, files)
+        total = sum(os.stat(root / rel).st_size for rel in files)
+        with progress.step(f"packing {root}", total, files=len(files)) as meter:
+            _write_archive(root, target, dirs, files, meter)
     except OSError as err:
         if err.filename and Path(err.filename).resolve().is_relative_to(root.resolve()):
             raise InvalidInput(f"cannot read {err.filename} ({err.strerror or err.__class__.__name__}): "
@@ -104,7 +114,7 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = Fa
     return target
 
 
-def _write_archive(root: Path, target: Path, dirs: list[str], files: list[str]) -> None:
+def _write_archive(root: Path, target: Path, dirs: list[str], files: list[str], meter: progress.Meter) -> None:
     # mtime=0 and an empty name in the gzip header keep the bytes reproducible
     with (
         atomic.atomic_path(target) as tmp,
@@ -112,6 +122,7 @@ def _write_archive(root: Path, target: Path, dirs: list[str], files: list[str]) 
         gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) as gz,
         tarfile.open(fileobj=gz, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
+        tar.copybufsize = _COPY_BYTES
         tar.addfile(_tarinfo(root.name, tarfile.DIRTYPE))
         for rel in dirs:
             tar.addfile(_tarinfo(f"{root.name}/{rel}", tarfile.DIRTYPE))
@@ -119,7 +130,7 @@ def _write_archive(root: Path, target: Path, dirs: list[str], files: list[str]) 
             with open(root / rel, "rb") as fh:  # follows a link inside: its content is stored
                 info = _tarinfo(f"{root.name}/{rel}", tarfile.REGTYPE)
                 info.size = os.fstat(fh.fileno()).st_size
-                tar.addfile(info, fh)
+                tar.addfile(info, progress.CountingReader(fh, meter))
 
 
 def _tarinfo(name: str, kind: bytes) -> tarfile.TarInfo:
@@ -171,7 +182,8 @@ def _unsafe(member: tarfile.TarInfo) -> str | None:
     return None
 
 
-def _read_members(archive: Path, cap: int, dest: Path, free: int | None) -> tuple[list[tarfile.TarInfo], int]:
+def _read_members(archive: Path, cap: int, dest: Path, free: int | None,
+                  meter: progress.Meter) -> tuple[list[tarfile.TarInfo], int]:
     """Every header, checked as it is read; returns the members and their declared bytes.
 
     The size checks run on each header before the reader moves past that member's data, so a
@@ -180,7 +192,7 @@ def _read_members(archive: Path, cap: int, dest: Path, free: int | None) -> tupl
     members: list[tarfile.TarInfo] = []
     total = 0
     try:
-        with tarfile.open(archive, "r:*") as tar:
+        with _open_counted(archive, meter) as tar:
             while (member := tar.next()) is not None:
                 reason = _unsafe(member)
                 if reason:
@@ -202,6 +214,12 @@ def _read_members(archive: Path, cap: int, dest: Path, free: int | None) -> tupl
     except (*_CORRUPT, OSError) as err:
         raise InvalidInput(f"{archive} is not a readable archive (corrupt or truncated: {err.__class__.__name__})") from None
     return members, total
+
+
+@contextlib.contextmanager
+def _open_counted(archive: Path, meter: progress.Meter):  # noqa: ANN202 - a context manager of a TarFile
+    with open(archive, "rb") as raw, tarfile.open(fileobj=progress.CountingReader(raw, meter), mode="r:*") as tar:
+        yield tar
 
 
 def _size(n: int) -> str:
@@ -332,20 +350,27 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
         raise InvalidInput(f"{dest} is not a directory: give --dest a directory to unpack into")
     cap = max_unpack_bytes()
     free = _free_bytes(dest)
-    members, _ = _read_members(archive, cap, dest, free)
-    top = _check_tree(archive, members)
-    target = dest / top
-    if target.exists() or target.is_symlink():
-        raise InvalidInput(f"{target} already exists: remove it or unpack into another directory")
+    with progress.step(f"unpacking {archive}", archive.stat().st_size) as meter:
+        meter.phase("checking")
+        members, _ = _read_members(archive, cap, dest, free, meter)
+        top = _check_tree(archive, members)
+        target = dest / top
+        if target.exists() or target.is_symlink():
+            raise InvalidInput(f"{target} already exists: remove it or unpack into another directory")
+        meter.phase("extracting")
+        _extract(archive, dest, members, top, min(cap, free) if free is not None else cap, meter)
+    return target
+
+
+def _extract(archive: Path, dest: Path, members: list[tarfile.TarInfo], top: str, budget: int, meter: progress.Meter) -> None:
     created = _make_dest(dest)
-    budget = min(cap, free) if free is not None else cap
     done = False
     staging: Path | None = None
     try:
         staging = Path(tempfile.mkdtemp(prefix=".repro500-unpack-", dir=dest))
-        with tarfile.open(archive, "r:*") as tar:
+        with _open_counted(archive, meter) as tar:
             tar.extractall(staging, members=members, filter=_counting_filter(archive, budget))
-        os.replace(staging / top, target)
+        os.replace(staging / top, dest / top)
         done = True
     except tarfile.FilterError as err:
         raise InvalidInput(f"{archive} is unsafe to unpack: {err}; nothing was kept") from None
@@ -360,7 +385,6 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
         if not done and created is not None:
             with contextlib.suppress(OSError):
                 shutil.rmtree(created)
-    return target
 
 
 def _counting_filter(archive: Path, budget: int):

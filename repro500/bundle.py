@@ -32,6 +32,7 @@ import json
 import os
 import posixpath
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,6 +200,7 @@ class IntegrityReport:
     missing: list[str] = field(default_factory=list)
     extra: list[str] = field(default_factory=list)
     unsafe: list[str] = field(default_factory=list)  # sentences: links that leave, devices, pipes
+    not_carried: list[str] = field(default_factory=list)  # absent, as the publication that left them out records
 
     @property
     def ok(self) -> bool:
@@ -214,11 +216,16 @@ class IntegrityReport:
 
     def as_dict(self) -> dict[str, list[str] | bool]:
         return {"ok": self.ok, "modified": self.modified, "missing": self.missing, "extra": self.extra,
-                "unsafe": self.unsafe}
+                "unsafe": self.unsafe, "not_carried": self.not_carried}
 
 
-def check_sums(run_dir: str | Path) -> IntegrityReport:
-    """Recompute every digest and compare with ``SHA256SUMS``; every link is an entry of its own."""
+def check_sums(run_dir: str | Path, *, not_carried: Mapping[str, str] | None = None) -> IntegrityReport:
+    """Recompute every digest and compare with ``SHA256SUMS``; every link is an entry of its own.
+
+    ``not_carried`` ({path: sha256}) is what a publication records as left out of its archive
+    (repro500.publish.excluded): a file absent from the directory is *not carried*, not missing,
+    when it is recorded there with the digest ``SHA256SUMS`` gives it.  Present, it is checked like
+    any other file.  This is the one place that tells the two apart."""
     root = Path(run_dir)
     recorded, recorded_links = _read_lines(root)
     entries = scan(root)
@@ -243,6 +250,11 @@ def check_sums(run_dir: str | Path) -> IntegrityReport:
                 report.modified.append(f"{rel} (a link to {target!r}, now a file)")
         elif rel not in entries.unsafe:
             report.missing.append(rel)
+    if not_carried:
+        absent = set(report.missing)
+        left_out = {rel for rel in absent if rel in recorded and not_carried.get(rel) == recorded[rel]}
+        report.missing = [rel for rel in report.missing if rel not in left_out]
+        report.not_carried = sorted(left_out)
     for rel in sorted(files - set(recorded)):
         if rel in recorded_links:
             continue

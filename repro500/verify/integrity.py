@@ -26,6 +26,7 @@ run's metrics, or the archive's SHA-256.  Step 6 catches a forger who forgets th
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,7 @@ class IntegrityResult:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    not_carried: list[dict[str, Any]] = field(default_factory=list)  # {path, bytes, sha256}: sealed, not here
 
     @property
     def ok(self) -> bool:
@@ -58,19 +60,30 @@ class IntegrityResult:
         return {
             "label": self.label, "ok": self.ok, "sums": self.sums, "sums_digest": self.sums_digest,
             "files_checked": self.files_checked, "problems": self.problems,
-            "warnings": self.warnings, "notes": self.notes,
+            "warnings": self.warnings, "notes": self.notes, "not_carried": self.not_carried,
         }
 
 
-def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: str | None = None) -> IntegrityResult:
-    """Steps 1-4: digests, manifest and run.json (no summary parsing needed)."""
+def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: str | None = None,
+                not_carried: Sequence[Mapping[str, Any]] = ()) -> IntegrityResult:
+    """Steps 1-4: digests, manifest and run.json (no summary parsing needed).
+
+    ``not_carried`` is the list a publication records of the files it left out of its archive
+    (``{path, bytes, sha256}``, checked by repro500.publish.excluded.read_list): those absent
+    here are reported as not carried instead of missing.  A run directory on its own has no
+    such list, so a file it lacks is missing."""
     root = Path(run_dir)
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a run directory (it does not exist or is not a directory)")
     result = IntegrityResult(label=label)
-    report = bundle.check_sums(root)  # raises InvalidInput when SHA256SUMS is missing/malformed
+    # raises InvalidInput when SHA256SUMS is missing/malformed
+    report = bundle.check_sums(root, not_carried={str(e["path"]): str(e["sha256"]) for e in not_carried})
     result.sums = report.as_dict()
-    result.files_checked = len(bundle.read_sums(root))
+    absent = set(report.not_carried)
+    result.not_carried = [dict(e) for e in not_carried if e["path"] in absent]
+    if result.not_carried:
+        result.notes.append(not_carried_note(result.not_carried))
+    result.files_checked = len(bundle.read_sums(root)) - len(absent)
     result.sums_digest = file_digest(root / bundle.SUMS_NAME)
     if not report.ok:
         result.problems.append(f"files do not match SHA256SUMS ({report.describe()})")
@@ -83,14 +96,24 @@ def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: 
     return result
 
 
+def not_carried_note(entries: Sequence[Mapping[str, Any]]) -> str:
+    """``2 files (412.0 MB) not carried, digests recorded: repeats/0/checkpoint.pt, ...``"""
+    from repro500.progress import human_bytes
+
+    paths = [str(e["path"]) for e in entries]
+    shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
+    size = human_bytes(sum(int(e["bytes"]) for e in entries))
+    return f"{len(paths)} file{'s' if len(paths) != 1 else ''} ({size}) not carried, digests recorded: {shown}"
+
+
 def check_run(run_dir: str | Path, *, label: str = "run", expect_sums_digest: str | None = None,
-              deep: bool = True) -> tuple[IntegrityResult, RunData | None]:
+              deep: bool = True, not_carried: Sequence[Mapping[str, Any]] = ()) -> tuple[IntegrityResult, RunData | None]:
     """Every integrity step, in order; the run's data is returned when the files could be read.
 
     This is the one place that decides whether a run directory is what the run wrote: a check
     of a signature or of a chain of repeat digests belongs here, next to the others.  ``deep``
     adds the consistency warnings and the re-hashing of data files (steps 6 and 7)."""
-    result = check_files(run_dir, label=label, expect_sums_digest=expect_sums_digest)
+    result = check_files(run_dir, label=label, expect_sums_digest=expect_sums_digest, not_carried=not_carried)
     if not result.ok:
         return result, None
     run = load_run(run_dir)
