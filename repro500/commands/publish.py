@@ -21,9 +21,13 @@ from repro500.commands.verify import _parse_margins
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               help="Directory the run ran in; used only for runs without data-specs.json (made before it existed): "
                    "their relative data paths are read there for their generator parameters.")
+@click.option("--exclude", "exclude", multiple=True, metavar="GLOB",
+              help="Leave the run's files matching GLOB (relative to the run directory, e.g. 'repeats/*/checkpoint.pt') "
+                   "out of the archive, their digests recorded in publication.json (repeatable). Only the "
+                   "experiment's own outputs under repeats/<k>/ can be left out.")
 @click.option("--force", is_flag=True, help="Replace an existing publication directory (only once the new one is complete).")
 def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
-            margins: dict[str, float], data_root: Path, force: bool) -> None:
+            margins: dict[str, float], data_root: Path, exclude: tuple[str, ...], force: bool) -> None:
     """Write a self-contained publication of RUN into --out for others to reproduce.
 
     RUN is a run directory (runs/<run-id>) or a packed run. The publication holds the packed
@@ -32,13 +36,14 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
     commands, and SHA256SUMS.
 
     \b
-    Exit codes: 0 written; 2 usage error; 4 RUN missing, incomplete or tampered, or
-                --out exists (without --force).
+    Exit codes: 0 written; 2 usage error (an --exclude that matches nothing or a file
+                repro500 needs); 4 RUN missing, incomplete or tampered, or --out exists
+                (without --force).
     """
     from repro500.publish.publication import publish as write_publication
 
     result = write_publication(run_dir, out, benchmark=benchmark, citation=citation, url=url,
-                               margins=margins or None, data_root=data_root, force=force)
+                               margins=margins or None, data_root=data_root, force=force, exclude=exclude)
     click.echo(f"published {run_dir} -> {result.path} (metrics: {', '.join(result.metrics)}; "
                f"the run's own verdict: {result.status})")
     for note in result.notes:

@@ -1,5 +1,6 @@
 """A publication read back and checked before anything runs (``repro500 reproduce``): its digest
-list, the archive against its recorded SHA-256 and its own ``SHA256SUMS``, and every number of
+list, the archive against its recorded SHA-256 and its own ``SHA256SUMS`` (the files the index
+says it left out accounted for, repro500.publish.excluded), and every number of
 ``published.yaml``, the recipe, the seed and the data digests against the packed run.
 
 :mod:`repro500.publish.publication` writes publications; this module reads them.
@@ -8,7 +9,7 @@ list, the archive against its recorded SHA-256 and its own ``SHA256SUMS``, and e
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import yaml
 from repro500 import bundle
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
+from repro500.publish import excluded
 from repro500.publish.datafiles import DataEntry, check_entries, safe_relpath
 from repro500.publish.publication import (
     INDEX,
@@ -41,6 +43,9 @@ class Publication:
     data: list[DataEntry]
     repeats: int
     seed: int
+    # the packed run's integrity, with what the publication left out of it (publish --exclude)
+    integrity: Any = None  # repro500.verify.integrity.IntegrityResult
+    not_carried: list[excluded.LeftOut] = field(default_factory=list)
 
     @property
     def run_id(self) -> str:
@@ -94,6 +99,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     Nothing in the publication is executed: YAML is read with ``yaml.safe_load``, the archive
     is unpacked with :func:`repro500.bundle.unpack` (which refuses path escapes and links).
     """
+    from repro500.verify import integrity
     from repro500.verify.published import load_published
     from repro500.verify.rundir import load_run
 
@@ -114,11 +120,16 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     if not archive.is_file() or file_digest(archive) != archive_sha:
         raise InvalidInput(f"{archive} is missing or its SHA-256 differs from {INDEX}: the packed run was replaced")
     reference = bundle.unpack(archive, workdir)
-    ref_sums = bundle.check_sums(reference)
-    if not ref_sums.ok:
-        raise InvalidInput(f"the packed run {archive.name} does not match its SHA256SUMS ({ref_sums.describe()})")
+    recorded = bundle.read_sums(reference)  # InvalidInput when SHA256SUMS is missing or malformed
     if file_digest(reference / bundle.SUMS_NAME) != index.get("sums_digest"):
         raise InvalidInput(f"the packed run's SHA256SUMS differs from the digest in {INDEX}")
+    # the publication index says what the archive left out; the run's SHA256SUMS, anchored just
+    # above, says what each of those files was
+    not_carried = excluded.read_list(index, recorded, root / INDEX)
+    check = integrity.check_files(reference, label=f"packed run {archive.name}",
+                                  not_carried=[e.to_dict() for e in not_carried])
+    if not check.ok:
+        raise InvalidInput(f"the packed run {archive.name} is not what the run wrote: {'; '.join(check.problems)}")
     run = load_run(reference)
 
     published = load_published(root / PUBLISHED)
@@ -153,7 +164,8 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     if set(params["run"]) - {"repeats", "seed"}:
         raise InvalidInput(f"{root / PARAMS}: run may only hold repeats and seed")
     data = check_entries(params["data"], run.manifest or {}, root / PARAMS)
-    return Publication(root=root, index=index, reference=reference, data=data, repeats=int(repeats), seed=int(seed))
+    return Publication(root=root, index=index, reference=reference, data=data, repeats=int(repeats), seed=int(seed),
+                       integrity=check, not_carried=not_carried)
 
 
 def _check_recipe_paths(recipe: dict[str, Any], where: Path) -> None:

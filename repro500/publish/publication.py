@@ -2,7 +2,8 @@
 
 A publication is a directory (docs/publish.md)::
 
-    publication.json   repro500/publication/v1: what is here, digests, how the run was made
+    publication.json   repro500/publication/v1: what is here, digests, how the run was made,
+                       what the archive leaves out (not_carried: publish --exclude)
     <run-id>.tar.gz    the packed run (repro500 pack): the reference, verifiable anywhere
     published.yaml     repro500/published/v1: the run's per-repeat values, margins from the
                        acceptance tolerances, epochs-to-quality, the reference manifest
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +35,8 @@ import yaml
 from repro500 import __version__, atomic, bundle
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
+from repro500.progress import human_bytes
+from repro500.publish import excluded
 from repro500.publish.datafiles import (
     DataEntry,
     describe,
@@ -64,6 +68,7 @@ class PublishResult:
     metrics: list[str]
     notes: list[str] = field(default_factory=list)
     readme: str = ""
+    not_carried: list[excluded.LeftOut] = field(default_factory=list)  # left out of the archive (--exclude)
 
 
 def _utc() -> str:
@@ -187,11 +192,29 @@ def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[Data
     lines += [f"$ {run_cmd}", f"$ repro500 verify runs/{RERUN_ID} --against {PUBLISHED}", "```", "",
               "With DVC (inside a DVC project, or after `dvc init --no-scm` here): `dvc repro`, then",
               "`dvc metrics show`. Read `dvc.yaml` before running it: DVC executes its commands.", "",
-              "## Check the reference", "", "```console", "$ sha256sum -c SHA256SUMS",
-              f"$ repro500 verify {index['archive']['name']} --expect-sums {index['sums_digest']}", "```", "",
-              f"Archive SHA-256: `{index['archive']['sha256']}`. Quote it (and the SHA-256 of this",
+              "## Check the reference", "", "```console", "$ sha256sum -c SHA256SUMS"]
+    left_out = index.get(excluded.INDEX_KEY) or []
+    if not left_out:
+        lines.append(f"$ repro500 verify {index['archive']['name']} --expect-sums {index['sums_digest']}")
+    lines += ["```", "", f"Archive SHA-256: `{index['archive']['sha256']}`. Quote it (and the SHA-256 of this",
               "directory's SHA256SUMS) wherever the result is cited: a copy that matches them is this one.", ""]
+    if left_out:
+        # the archive alone cannot say what it lacks: only this directory's publication.json does
+        lines += ["## Files left out of the packed run", "", left_out_note(left_out),
+                  "`repro500 reproduce` checks the packed run with them accounted for. `repro500 verify` or",
+                  f"`repro500 unpack` of {index['archive']['name']} on its own reports them missing (exit 4) until "
+                  "they are put back", "into the unpacked run, where they are checked like any other file.", "",
+                  "| file | bytes | SHA-256 |", "| --- | --- | --- |",
+                  *(f"| {e['path']} | {e['bytes']} | `{e['sha256']}` |" for e in left_out), ""]
     return "\n".join(lines)
+
+
+def left_out_note(entries: Sequence[dict[str, Any]]) -> str:
+    """The sentence publish prints, and the README says, about the files ``--exclude`` left out."""
+    size = human_bytes(sum(e["bytes"] for e in entries))
+    shown = ", ".join(e["path"] for e in entries[:5]) + (f" and {len(entries) - 5} more" if len(entries) > 5 else "")
+    return (f"{len(entries)} file(s) of the run ({size}) are left out of the archive (--exclude): {shown}; their "
+            f"SHA-256 stay sealed in the run's SHA256SUMS and are listed in {INDEX} ({excluded.INDEX_KEY}).")
 
 
 def _write_clean(path: Path, text: str) -> None:
@@ -231,6 +254,7 @@ def publish(
     margins: dict[str, float] | None = None,
     data_root: str | Path = ".",
     force: bool = False,
+    exclude: Sequence[str] = (),
 ) -> PublishResult:
     """Write the publication of ``run`` (a run directory or a packed run) into ``out``.
 
@@ -238,18 +262,22 @@ def publish(
     before that file existed, ``data_root`` is the directory the run ran in: its relative data
     paths are looked up there to read their generator parameters.  ``out`` must not exist (or be empty) unless
     ``force``; the publication is written next to it and renamed into place when complete.
+    ``exclude`` globs name files of the run that the archive leaves out, their digests recorded
+    (repro500.publish.excluded; UsageError for one that matches nothing or a file repro500 needs).
     """
     run_path, out = Path(run), Path(out)
     if bundle.is_archive(run_path):
         with tempfile.TemporaryDirectory(prefix="repro500-publish-") as tmp:
-            return _publish(bundle.unpack(run_path, tmp), out, benchmark, citation, url, margins, data_root, force)
+            return _publish(bundle.unpack(run_path, tmp), out, benchmark, citation, url, margins, data_root, force,
+                            exclude)
     if not run_path.is_dir():
         raise InvalidInput(f"{run_path} is not a run directory or a packed run: give runs/<run-id> or a .tar.gz")
-    return _publish(run_path, out, benchmark, citation, url, margins, data_root, force)
+    return _publish(run_path, out, benchmark, citation, url, margins, data_root, force, exclude)
 
 
 def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
-             margins: dict[str, float] | None, data_root: str | Path, force: bool) -> PublishResult:
+             margins: dict[str, float] | None, data_root: str | Path, force: bool,
+             exclude: Sequence[str]) -> PublishResult:
     from repro500.verify.rundir import load_run
     from repro500.verify.verdict import verify_run
 
@@ -258,6 +286,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     if out.resolve().is_relative_to(root.resolve()):
         raise UsageError(f"{out} lies inside the run directory: write the publication somewhere else")
     bundle.require_untouched(root, "only an untouched run can be published")
+    left_out = excluded.select(root, exclude)
     run = load_run(root)
     if run.recipe is None or run.manifest is None:
         raise InvalidInput(f"{root} has no recipe.yaml or manifest.json: it cannot be rerun from a publication")
@@ -270,13 +299,15 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     flags = _rerun_flags(meta)
     if meta.get("open_division"):
         notes.append("the run was in the open division (fixed keys overridden); recipe.yaml holds the values it used")
+    if left_out:
+        notes.append(left_out_note([e.to_dict() for e in left_out]))
 
     from repro500.writable import writing
 
     with writing("the publication", out, "give --out a directory you can write to"):
         staging = _stage_dir(out)
     try:
-        archive = bundle.pack(root, staging / f"{run.run_id}.tar.gz")
+        archive = bundle.pack(root, staging / f"{run.run_id}.tar.gz", leave_out=[e.path for e in left_out])
         shutil.copyfile(root / "manifest.json", staging / MANIFEST)
         published: dict[str, Any] = {
             "schema": "repro500/published/v1",
@@ -315,6 +346,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
                     "open_division": bool(meta.get("open_division")), "engine": meta.get("engine"),
                     "world_size": meta.get("world_size"), "verdict": verdict.status},
             "margins": used,
+            excluded.INDEX_KEY: [e.to_dict() for e in left_out],
             "files": {"published": PUBLISHED, "manifest": MANIFEST, "recipe": RECIPE, "params": PARAMS,
                       "dvc": DVC_FILE, "readme": README},
             "notes": notes,
@@ -331,7 +363,8 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         raise
     return PublishResult(path=out, archive=out / archive.name, archive_sha256=index["archive"]["sha256"],
                          sums_digest=index["sums_digest"], publication_digest=publication_digest,
-                         status=verdict.status, metrics=list(metrics), notes=notes, readme=readme)
+                         status=verdict.status, metrics=list(metrics), notes=notes, readme=readme,
+                         not_carried=left_out)
 
 
 # Reading a publication back (and checking it) is repro500.publish.opened's.

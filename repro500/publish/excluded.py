@@ -1,0 +1,107 @@
+"""Files a publication leaves out of its packed run (``repro500 publish --exclude GLOB``).
+
+A command that writes checkpoints into its repeat directory makes a run of hundreds of
+megabytes whose result is its summaries.  ``--exclude`` leaves such files out of the archive
+while their digests stay sealed: the run's ``SHA256SUMS`` is not touched (a signature over it stays
+valid), and ``publication.json`` lists each file left out under ``not_carried``
+(``{path, bytes, sha256}``), where the publication's own ``SHA256SUMS`` covers it.  Whoever
+obtains such a file elsewhere checks it against both.
+
+Only the experiment's own outputs can be left out: files under ``repeats/<k>/`` that repro500
+does not write there itself.  Everything else (the run's documents at its top, ``source/``, and
+per repeat what :data:`REPEAT_RECORDS` names) is what verify, reproduce, report and resume read.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from repro500 import bundle, rundir
+from repro500.archive import packed_files
+from repro500.errors import InvalidInput, UsageError
+
+INDEX_KEY = "not_carried"  # in publication.json
+# what repro500 writes into a repeat directory (rundir.py); "metrics.json" is $REPRO500_METRICS,
+# which the command workload reads (workloads/command_repeat.py)
+REPEAT_RECORDS = frozenset({*rundir.REPEAT_ARTIFACTS, rundir.PARAMS, rundir.RANKS, "metrics.json"})
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    path: str  # relative to the run directory, POSIX
+    bytes: int
+    sha256: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def required(rel: str) -> bool:
+    """Whether repro500 needs this file of a run to verify, reproduce, report or resume it."""
+    parts = rel.split("/")
+    if len(parts) < 3 or parts[0] != rundir.REPEATS or not parts[1].isdigit():
+        return True
+    return len(parts) == 3 and parts[2] in REPEAT_RECORDS
+
+
+def _matches(rel: str, glob: str) -> bool:
+    # a glob that names a directory leaves out everything under it
+    path = PurePosixPath(rel)
+    return any(fnmatch.fnmatchcase(p.as_posix(), glob) for p in (path, *list(path.parents)[:-1]))
+
+
+def select(run_dir: str | Path, globs: Sequence[str]) -> list[LeftOut]:
+    """The sealed files of ``run_dir`` that ``globs`` match (fnmatch on the path relative to the run
+    directory; ``*`` crosses ``/``).  UsageError, before anything is written, for a glob that
+    matches a file repro500 needs or matches nothing."""
+    root = Path(run_dir)
+    if not globs:
+        return []
+    recorded = bundle.read_sums(root)
+    candidates = packed_files(root)  # what the archive would hold, records included: those are refused
+    chosen: set[str] = set()
+    for glob in globs:
+        hits = [rel for rel in candidates if _matches(rel, glob)]
+        needed = [rel for rel in hits if required(rel)]
+        if needed:
+            raise UsageError(f"--exclude {glob!r} matches {needed[0]}, one of repro500's own records of the run, "
+                             "which verify and reproduce read: only the experiment's own outputs under repeats/<k>/ "
+                             "can be left out (e.g. 'repeats/*/checkpoint.pt')")
+        if not hits:
+            raise UsageError(f"--exclude {glob!r} matches no file of {root}: a glob matches paths relative to the "
+                             "run directory (e.g. 'repeats/*/checkpoint.pt' or '*.pt')")
+        chosen.update(hits)
+    return [LeftOut(rel, (root / rel).stat().st_size, recorded[rel]) for rel in sorted(chosen)]
+
+
+def read_list(index: dict[str, Any], recorded: dict[str, str], where: Path) -> list[LeftOut]:
+    """``not_carried`` of a publication index, checked against the packed run's ``SHA256SUMS``
+    (``recorded``): each entry a file the run sealed, with the digest it sealed, and never one
+    repro500 needs.  InvalidInput names the first entry that is not."""
+    raw = index.get(INDEX_KEY, [])
+    if not isinstance(raw, list):
+        raise InvalidInput(f"{where}: {INDEX_KEY} must be a list of {{path, bytes, sha256}}")
+    out: dict[str, LeftOut] = {}
+    for i, item in enumerate(raw):
+        entry = f"{where}: {INDEX_KEY}[{i}]"
+        if not (isinstance(item, dict) and set(item) == {"path", "bytes", "sha256"} and isinstance(item["path"], str)
+                and isinstance(item["bytes"], int) and not isinstance(item["bytes"], bool) and item["bytes"] >= 0
+                and isinstance(item["sha256"], str) and _SHA256.fullmatch(item["sha256"])):
+            raise InvalidInput(f"{entry} is not {{path, bytes, sha256}}: the index was edited")
+        path = item["path"]
+        if path in out:
+            raise InvalidInput(f"{entry}: {path} is listed twice: the index was edited")
+        if required(path):
+            raise InvalidInput(f"{entry}: {path} is a file every publication carries, never left out: "
+                               "the index was edited")
+        if recorded.get(path) != item["sha256"]:
+            raise InvalidInput(f"{entry}: {path} is not a file the packed run's SHA256SUMS seals with that "
+                               "SHA-256: the index was edited")
+        out[path] = LeftOut(path, item["bytes"], item["sha256"])
+    return list(out.values())
