@@ -103,7 +103,7 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = Fa
     dirs = sorted({p.as_posix() for rel in files for p in PurePosixPath(rel).parents if p != PurePosixPath(".")})
     try:
         total = sum(os.stat(root / rel).st_size for rel in files)
-        with progress.step(f"packing {root}", total, files=len(files)) as meter:
+        with progress.step(f"packing {root.name}", total, files=len(files)) as meter:
             _write_archive(root, target, dirs, files, meter)
     except OSError as err:
         if err.filename and Path(err.filename).resolve().is_relative_to(root.resolve()):

@@ -61,7 +61,7 @@ class Meter:
 
 @contextmanager
 def step(label: str, total_bytes: int, *, files: int | None = None) -> Iterator[Meter]:
-    """Show ``label`` while the block moves ``total_bytes``: ``packing runs/x: 412.0 MB in 37 files
+    """Show ``label`` while the block moves ``total_bytes``: ``packing x: 412.0 MB in 37 files
     ... done in 6.1 s (67.5 MB/s)`` off a terminal, a bar with the rate on one."""
     if total_bytes < min_bytes():
         yield Meter()

@@ -74,8 +74,9 @@ def select(run_dir: str | Path, globs: Sequence[str]) -> list[LeftOut]:
                              "which verify and reproduce read: only the experiment's own outputs under repeats/<k>/ "
                              "can be left out (e.g. 'repeats/*/checkpoint.pt')")
         if not hits:
-            raise UsageError(f"--exclude {glob!r} matches no file of {root}: a glob matches paths relative to the "
-                             "run directory (e.g. 'repeats/*/checkpoint.pt' or '*.pt')")
+            # the run's name, not its path: a packed run is read from a temporary directory
+            raise UsageError(f"--exclude {glob!r} matches no file of run {root.name}: a glob matches paths relative "
+                             "to the run directory (e.g. 'repeats/*/checkpoint.pt' or '*.pt')")
         chosen.update(hits)
     return [LeftOut(rel, (root / rel).stat().st_size, recorded[rel]) for rel in sorted(chosen)]
 
