@@ -133,28 +133,40 @@ def test_json_file_not_written_or_corrupt(tmp_path):
     assert math.isnan(ms.read_json(decl("f1", {"source": "json"}), data, path))
 
 
-# ----- MLflow (no subprocess: the test logs itself) --------------------------------------------
+# ----- MLflow (no subprocess: the test logs as a script's runs are tagged) -------------------------
 @pytest.fixture
 def mlflow_run(tmp_path):
+    """A store with two runs a script started in repeat 0 of run "r" (the later one logs loss) and
+    one of repro500's own (untagged as a script's, so never read)."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run_id = client.create_run(client.create_experiment("t")).info.run_id
+    experiment = client.create_experiment("t")
+    tags = {"repro500.run_id": "r", "repro500.repeat": "0", "repro500.script": "true"}
+    first = client.create_run(experiment, tags=tags, start_time=1000).info.run_id
+    client.log_metric(first, "loss", 5.0, step=0)
+    client.log_metric(first, "warmup", 1.0, step=0)
+    run_id = client.create_run(experiment, tags=tags, start_time=2000).info.run_id
     for step, value in enumerate([0.9, 0.4, 0.6]):
         client.log_metric(run_id, "loss", value, step=step)
-    return uri, run_id
+    own = client.create_run(experiment, tags={"repro500.run_id": "r", "repro500.repeat": "0"}).info.run_id
+    client.log_metric(own, "loss", 99.0)
+    return ms.ScriptRuns(uri, "r", 0)
 
 
-def test_mlflow_latest_and_history(mlflow_run):
-    uri, run_id = mlflow_run
-    latest = ms.mlflow_metrics(uri, run_id)
-    assert latest == {"loss": 0.6}
-    assert ms.read_mlflow(decl("loss", {"source": "mlflow"}), uri, run_id, latest) == 0.6
-    assert ms.read_mlflow(decl("loss", {"source": "mlflow", "take": "min"}), uri, run_id, latest) == 0.4
-    assert ms.read_mlflow(decl("best", {"source": "mlflow", "key": "loss", "take": "max"}), uri, run_id, latest) == 0.9
-    with pytest.raises(MetricMissing, match=f"MLflow run {run_id} has no metric 'accuracy'"):
-        ms.read_mlflow(decl("accuracy", {"source": "mlflow"}), uri, run_id, latest)
+def test_mlflow_reads_the_last_started_script_run_that_logged_the_metric(mlflow_run):
+    runs = ms.script_run_metrics(mlflow_run)
+    assert [latest for _, latest in runs] == [{"loss": 5.0, "warmup": 1.0}, {"loss": 0.6}]
+    uri = mlflow_run.uri
+    assert ms.read_mlflow(decl("loss", {"source": "mlflow"}), uri, runs) == 0.6
+    assert ms.read_mlflow(decl("loss", {"source": "mlflow", "take": "min"}), uri, runs) == 0.4
+    assert ms.read_mlflow(decl("best", {"source": "mlflow", "key": "loss", "take": "max"}), uri, runs) == 0.9
+    assert ms.read_mlflow(decl("warmup", {"source": "mlflow"}), uri, runs) == 1.0  # only the first run has it
+    with pytest.raises(MetricMissing, match="none of the 2 MLflow run.s. the script started in this repeat logged 'accuracy'"):
+        ms.read_mlflow(decl("accuracy", {"source": "mlflow"}), uri, runs)
+    other = ms.script_run_metrics(ms.ScriptRuns(uri, "r", 1))  # another repeat's runs are not this one's
+    assert other == []
 
 
 # ----- the auto order, through Produced ----------------------------------------------------------
@@ -191,8 +203,9 @@ def test_declared_mlflow_without_tracking_is_a_sentence(tmp_path):
 
 
 def test_unreadable_mlflow_store_is_a_sentence(tmp_path):
-    p = produced(tmp_path, mlflow=(f"sqlite:///{tmp_path / 'm.db'}", "0" * 32))
-    with pytest.raises(MetricMissing, match=r"metric loss: MLflow run 0{32} could not be read"):
+    (tmp_path / "m.db").write_text("not a database")
+    p = produced(tmp_path, mlflow=ms.ScriptRuns(f"sqlite:///{tmp_path / 'm.db'}", "r", 0))
+    with pytest.raises(MetricMissing, match=r"metric loss: the MLflow store could not be read"):
         read_metric(decl("loss", {"source": "mlflow"}), p)
 
 

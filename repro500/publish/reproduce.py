@@ -297,6 +297,8 @@ def reproduce(
         pub = opened.open_publication(workdir / "publication", tmp / "reference")
         console.print(f"publication checked: run {pub.run_id}, {pub.repeats} repeats, seed {pub.seed}; "
                       f"archive sha256 {pub.index['archive']['sha256'][:16]}", highlight=False, soft_wrap=True)
+        if pub.not_carried:  # publish --exclude: sealed digests, files left out of the archive
+            console.print(f"  {pub.integrity.notes[0]}", highlight=False, soft_wrap=True)
 
         code = experiment_code(pub)
         if code and not run_code:
@@ -322,6 +324,7 @@ def reproduce(
             verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
                                  alpha=alpha, margins=margins)
         verdict.run_dir = str(rerun)
+        verdict.reference_integrity = pub.integrity  # the packed run, with what publish left out named
         if verdict.status != "INVALID" and verdict.determinism is not None:
             mine, theirs = load_run(rerun), load_run(pub.reference)
             verdict.determinism.cross_run = compare_with_reference(mine, theirs)
