@@ -13,6 +13,7 @@ exit code: the rest of the output is dropped and the command ends as it would ha
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import os
@@ -210,7 +211,32 @@ def main() -> None:
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, _ClosedPipeSafe):
             setattr(sys, name, _ClosedPipeSafe(stream))
-    cli(prog_name="repro500")
+    try:
+        cli(prog_name="repro500")
+    except SystemExit as done:
+        if "mlflow" in sys.modules:
+            _exit_without_teardown(done.code)
+        raise
+
+
+def _exit_without_teardown(code: object) -> None:
+    """Exit as ``sys.exit(code)`` would, but without the interpreter's module teardown: with MLflow
+    loaded (SQLAlchemy, alembic, pandas, ...) it takes about a second, after every result is on
+    disk and every file is closed (issue 17's wrapping budget).  atexit handlers still run."""
+    import atexit
+
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 if __name__ == "__main__":  # pragma: no cover
