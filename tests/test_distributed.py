@@ -79,6 +79,7 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_da
     assert step["bytes_sent"] > 0 and step["compression_ratio"] == pytest.approx(1.0)
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_a_rank_that_dies_fails_the_run_naming_it_and_keeps_finished_repeats(in_tmp, cosmo_data):
     write_recipe(in_tmp / "c.yaml", COSMO, repeats=2, fixed__epochs=40)
     run_dir = in_tmp / "runs/r"
@@ -106,6 +107,7 @@ def test_topk_with_error_feedback_on_the_quickstart_still_meets_its_band(in_tmp)
     assert step["compression_ratio"] > 40
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_two_nodes_through_torchrun_rendezvous(in_tmp, cosmo_data):
     """Multi-node as users run it (one `repro500 run` per node), both nodes on loopback."""
     from repro500.ui import free_port

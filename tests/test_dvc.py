@@ -58,6 +58,7 @@ def clone(in_tmp: Path) -> Path:
     return in_tmp / "clone"
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_dvc_repro_from_a_fresh_clone_records_the_verdict_and_experiments_diff_it(clone: Path) -> None:
     assert "analytics = false" in (clone / ".dvc" / "config").read_text()
     assert _dvc("remote", "list", cwd=clone).stdout.strip() == ""  # no remote is needed

@@ -248,6 +248,7 @@ def test_reproduce_a_packed_run_publishes_it_on_the_fly(project: Path, in_tmp: P
     assert json.loads((in_tmp / "rep" / "verdict.json").read_text())["status"] == "REPRODUCED"
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_reproduce_a_packed_run_without_its_data_regenerates_it(in_tmp: Path) -> None:
     """Someone else's packed run, on a machine that never had its (generated) data."""
     from repro500.workloads.data.generate import generate

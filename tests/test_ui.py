@@ -24,6 +24,7 @@ def _post(url: str, payload: dict) -> dict:
         return json.loads(response.read())
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_ui_serves_repro500_runs_on_loopback(in_tmp, monkeypatch):
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

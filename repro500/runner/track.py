@@ -144,7 +144,7 @@ class Tracking:
             return
         meta["mlflow"] = {"tracking_uri": tracking._safe_uri(self.uri), "experiment_id": self.tracker.experiment_id,
                           "parent_run_id": self.parent_id,
-                          "repeat_run_ids": {str(k): v for k, v in sorted(self.repeat_ids.items())}}
+                          "repeat_run_ids": {str(k): v for k, v in sorted(dict(self.repeat_ids).items())}}
 
     def start_repeat(self, k: int, seed: int, run_id: str, params: dict[str, str]) -> None:
         def start() -> None:
@@ -167,9 +167,9 @@ class Tracking:
         wrapped script started in the repeat under it first."""
         def end() -> None:
             mlflow_id = self.repeat_ids[k]
-            if script_runs_of:
-                self.tracker.adopt_script_runs(script_runs_of, k, mlflow_id)
             try:
+                if script_runs_of:
+                    self.tracker.adopt_script_runs(script_runs_of, k, mlflow_id)
                 self.tracker.end_repeat(mlflow_id, summary, files, status)
             except BaseException:
                 # the repeat is complete on disk: whatever stopped the logging, MLflow must not keep
