@@ -4,19 +4,19 @@ Uses ``MlflowClient`` with explicit run ids rather than MLflow's fluent API, so 
 resumed runs and runs fed from another process (distributed engines) need no global state.
 MLflow derives git tags from ``sys.argv[0]``, which is the console script here, so repro500 sets
 ``mlflow.source.git.*`` itself (docs/contracts.md, "MLflow").  Everything logged goes through
-:func:`repro500.redact.scrub` first: no secret reaches a tracking server.
+:func:`repro500.redact.scrub` first: no secret reaches a tracking server.  Where the store is and
+whether it can be used is :mod:`repro500.mlflow_store`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from repro500.errors import InvalidInput
+from repro500 import mlflow_store
 
 # MLflow caps: 6000 characters per param value, 8000 per tag, 100 params/tags and 1000 metrics per batch
 PARAM_MAX_CHARS = 6000
@@ -39,181 +39,6 @@ RUN_ID_TAG, REPEAT_TAG = "repro500.run_id", "repro500.repeat"
 SCRIPT_TAG = "repro500.script"  # "true": a run the script started, not one of repro500's own
 RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
 
-DEFAULT_STORE = "mlflow.db"
-# SQLite keeps these beside a database while it is written; store_lock adds the ".lock".
-SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")
-
-
-def tracking_uri() -> str:
-    """The tracking URI in effect: ``MLFLOW_TRACKING_URI``, else MLflow's default SQLite store
-    ``mlflow.db`` in the working directory; a relative SQLite path is made absolute, so a command
-    running in another directory logs into the same file.
-
-    Read without importing MLflow (1-2 s on the critical path of every run).  MLflow's own
-    ``get_tracking_uri`` gives the same, except where ``./mlruns`` holds a legacy file store,
-    which MLflow >= 3.13 no longer opens: repro500 then uses ``mlflow.db`` beside it.
-    """
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{DEFAULT_STORE}"
-    db = _sqlite_path(uri)
-    if db is not None and not db.is_absolute():
-        query = uri.partition("?")[2]
-        uri = f"sqlite:///{Path.cwd() / db}" + (f"?{query}" if query else "")
-    return uri
-
-
-def local_store_paths(uri: str) -> list[Path]:
-    """The files a local tracking store consists of (a SQLite database and its side files), which
-    are repro500's output and never the experiment's source; none for a server."""
-    db = _sqlite_path(uri)
-    if db is None:
-        if uri.startswith("file:"):
-            return [Path(uri.removeprefix("file://").removeprefix("file:")).resolve()]
-        return []
-    db = db.resolve()
-    return [db, *(db.with_name(db.name + side) for side in SQLITE_SIDE_FILES)]
-
-
-@contextlib.contextmanager
-def _fast_failing_http() -> Iterator[None]:
-    # MLflow retries an unreachable server with back-off for minutes; the pre-flight check must not.
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "5"
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def _safe_uri(uri: str) -> str:
-    from repro500.redact import redact_url
-
-    return redact_url(uri)
-
-
-def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI (relative or ``sqlite:////absolute``), else None."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri.removeprefix("sqlite:///").split("?", 1)[0]
-    return Path(path) if path and path != ":memory:" else None
-
-
-@contextlib.contextmanager
-def store_lock(uri: str, timeout_s: float = 300.0) -> Iterator[None]:
-    """Hold a file lock beside a SQLite store (``<db>.lock``) while its schema is created or upgraded.
-
-    MLflow creates and migrates the schema when a process first opens a store; several processes
-    doing that at once on a new file race ("duplicate column name", "Online migration expected to
-    match one row").  Serialising the first open is enough: MLflow keeps the store per process.
-    Other stores (servers, databases with their own locking) are not locked.
-    """
-    from filelock import FileLock, Timeout
-
-    db = _sqlite_path(uri)
-    if db is None:
-        yield
-        return
-    lock = FileLock(f"{db}.lock")
-    try:
-        lock.acquire(timeout=timeout_s)
-    except Timeout:
-        raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} stayed locked for {timeout_s:.0f} s by another "
-                           f"process ({db}.lock); try again, or run with --no-tracking") from None
-    except OSError:
-        # A lock cannot be created beside a read-only store; there is then no schema to write either.
-        yield
-        return
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def open_store(uri: str) -> None:
-    """Open (and on first use create or upgrade) the tracking store of *uri* in this process, under
-    :func:`store_lock`, so concurrent first use of a new SQLite file works."""
-    from mlflow.tracking._tracking_service.utils import _get_store
-
-    with store_lock(uri):
-        _get_store(uri)
-
-
-def _reason(err: BaseException) -> str:
-    """MLflow's error as one short clause, with credentials it quotes (the URI with its password) removed."""
-    from repro500.redact import redact_text
-
-    text = str(err).strip()
-    return redact_text(text.splitlines()[0][:200]) if text else type(err).__name__
-
-
-def check_reachable() -> str:
-    """Fail fast, before any training, when the tracking store cannot be used. Returns the URI."""
-    from mlflow.tracking import MlflowClient
-
-    uri = tracking_uri()
-    db_path = _sqlite_path(uri)
-    if db_path is not None:
-        parent = db_path.parent if str(db_path.parent) else Path(".")
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} is not writable: directory {parent} does not exist or is read-only")
-    try:
-        with _fast_failing_http():
-            open_store(uri)
-            MlflowClient(uri).search_experiments(max_results=1)
-    except InvalidInput:
-        raise
-    except Exception as err:  # noqa: BLE001 - any failure here means "unreachable"
-        reason = _reason(err)
-        raise InvalidInput(
-            f"MLflow tracking store {_safe_uri(uri)} is unreachable ({reason}); check MLFLOW_TRACKING_URI "
-            "or run with --no-tracking"
-        ) from None
-    return uri
-
-
-def check_usable(uri: str | None = None) -> str:
-    """:func:`check_reachable` without importing MLflow where a cheaper look decides: a local
-    SQLite file (its directory writable, the file a SQLite database or new) or an HTTP server
-    that answers MLflow's ``/health``.  Other stores get the full check.  Returns the URI."""
-    import urllib.error
-    import urllib.request
-
-    uri = uri or tracking_uri()
-    unreachable = (f"MLflow tracking store {_safe_uri(uri)} is unreachable ({{}}); check MLFLOW_TRACKING_URI "
-                   "or run with --no-tracking")
-    db = _sqlite_path(uri)
-    if db is not None:
-        parent = db.parent if str(db.parent) else Path(".")
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} is not writable: directory {parent} does not "
-                               "exist or is read-only")
-        if db.exists():
-            try:
-                with open(db, "rb") as fh:
-                    head = fh.read(16)
-            except OSError as err:
-                raise InvalidInput(unreachable.format(err.strerror or err)) from None
-            if head and head != b"SQLite format 3\0":
-                raise InvalidInput(unreachable.format(f"{db} is not an SQLite database"))
-            if not os.access(db, os.W_OK):
-                raise InvalidInput(f"MLflow tracking store {_safe_uri(uri)} is not writable: {db} is read-only")
-        return uri
-    if uri.startswith(("http://", "https://")):
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as answer:  # noqa: S310 - the user's server
-                if answer.status == 200:
-                    return uri
-        except urllib.error.HTTPError:
-            pass  # a proxy or an auth layer in front: let MLflow itself decide below
-        except (urllib.error.URLError, OSError) as err:
-            raise InvalidInput(unreachable.format(_reason(getattr(err, "reason", err)))) from None
-    return check_reachable()
-
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
     for i in range(0, len(items), size):
@@ -226,8 +51,8 @@ class Tracker:
     def __init__(self, experiment: str, uri: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
-        self.uri = uri or tracking_uri()
-        open_store(self.uri)
+        self.uri = uri or mlflow_store.tracking_uri()
+        mlflow_store.open_store(self.uri)
         self.client = MlflowClient(self.uri)
         self.experiment_id = self._experiment(experiment)
         self.parent_id: str | None = None

@@ -98,11 +98,11 @@ def test_text_artifacts_holding_a_secret_are_logged_as_redacted_copies(tmp_path,
 
 
 def test_store_lock_sits_beside_sqlite_files_only(tmp_path):
-    from repro500.tracking import _sqlite_path, store_lock
+    from repro500.mlflow_store import sqlite_path, store_lock
 
-    assert _sqlite_path("sqlite:////srv/lab/mlflow.db") == Path("/srv/lab/mlflow.db")
-    assert _sqlite_path("sqlite:///mlflow.db?mode=ro") == Path("mlflow.db")
-    assert _sqlite_path("sqlite://") is None and _sqlite_path("http://host:5000") is None
+    assert sqlite_path("sqlite:////srv/lab/mlflow.db") == Path("/srv/lab/mlflow.db")
+    assert sqlite_path("sqlite:///mlflow.db?mode=ro") == Path("mlflow.db")
+    assert sqlite_path("sqlite://") is None and sqlite_path("http://host:5000") is None
     with store_lock(f"sqlite:///{tmp_path}/x.db"):
         assert (tmp_path / "x.db.lock").exists()
     with store_lock("http://127.0.0.1:1"):

@@ -69,7 +69,7 @@ def test_ui_refuses_a_missing_store(in_tmp, monkeypatch):
 def test_ui_stopped_by_sigterm_takes_its_server_along(in_tmp):
     """`kill PID` (a service manager, a batch system, a closed terminal) must not leave MLflow's server
     answering on the port: repro500 passes the signal to the server's whole process group."""
-    from repro500.tracking import open_store
+    from repro500.mlflow_store import open_store
 
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
     open_store(uri)

@@ -60,7 +60,7 @@ def _store_uri(recorded: str | None) -> tuple[str | None, str | None]:
 
 def check_tracking(run_dir: str | Path) -> TrackingResult:
     """Compare each repeat's summary with its MLflow run; problems name the repeat and the value."""
-    from repro500.tracking import _fast_failing_http, _reason, _safe_uri
+    from repro500.mlflow_store import fast_failing_http, reason, safe_uri
 
     root = Path(run_dir)
     try:
@@ -69,7 +69,7 @@ def check_tracking(run_dir: str | Path) -> TrackingResult:
         return TrackingResult(problems=["run.json is missing or not JSON: the tracking records cannot be found"])
     record = run.get("mlflow") or {}
     uri, why = _store_uri(record.get("tracking_uri"))
-    result = TrackingResult(uri=_safe_uri(uri) if uri else record.get("tracking_uri"))
+    result = TrackingResult(uri=safe_uri(uri) if uri else record.get("tracking_uri"))
     if uri is None:
         result.problems.append(str(why))
         return result
@@ -80,13 +80,13 @@ def check_tracking(run_dir: str | Path) -> TrackingResult:
     try:
         from mlflow.tracking import MlflowClient
 
-        with _fast_failing_http():
+        with fast_failing_http():
             client = MlflowClient(uri)
             for k in sorted(ids):
                 result.problems += _compare(client, root, k, ids[k])
                 result.compared += 1
     except Exception as err:  # noqa: BLE001 - any store failure means "could not compare"
-        result.problems.append(f"the MLflow store {result.uri} could not be read ({_reason(err)}): "
+        result.problems.append(f"the MLflow store {result.uri} could not be read ({reason(err)}): "
                                "the repeats were not compared with their tracking records")
     return result
 

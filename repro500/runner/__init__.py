@@ -114,9 +114,9 @@ def _prepare_tracking(options: RunOptions) -> None:
     # here, not through the trainer, so that a wrapped command's run never imports torch (2-3 s).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if options.tracking:
-        from repro500 import tracking
+        from repro500 import mlflow_store
 
-        tracking.check_usable()  # MLflow itself is imported beside the first repeat
+        mlflow_store.check_usable()  # MLflow itself is imported beside the first repeat
 
 
 def run(options: RunOptions, console: Console | None = None) -> RunOutcome:

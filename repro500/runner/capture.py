@@ -50,9 +50,9 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
 def own_outputs(run: layout.RunDir) -> list[Path]:
     """What repro500 itself writes near the experiment, never part of its source wherever it lies:
     the runs under ``--out`` and the tracking store's files (docs/command.md)."""
-    from repro500 import tracking
+    from repro500 import mlflow_store
 
-    return [run.path.parent, *tracking.local_store_paths(tracking.tracking_uri())]
+    return [run.path.parent, *mlflow_store.local_store_paths(mlflow_store.tracking_uri())]
 
 
 def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:

@@ -146,10 +146,10 @@ class Session:
             chain.append(self.run.path, k, self.run.repeat(k) / layout.REPEAT_SUMMARY)
 
     def track(self) -> None:
-        from repro500 import tracking
+        from repro500 import mlflow_store
         from repro500.runner.track import Tracking
 
-        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", tracking.tracking_uri())
+        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", mlflow_store.tracking_uri())
         self.tracking.open(self.plan, self.meta, self._settled, self.run.path.name, self.source_name,
                            [self.run.file(n) for n in (layout.MANIFEST, layout.CODE_DIFF, layout.RECIPE)])
 

@@ -9,6 +9,7 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from repro500 import mlflow_store
 from repro500.runner.plan import Plan
 
 
@@ -101,13 +102,12 @@ class Tracking:
         """Raise what went wrong in the background, as one sentence (exit 4)."""
         if self.error is None:
             return
-        from repro500 import tracking
         from repro500.errors import InvalidInput, ReproError
 
         if isinstance(self.error, ReproError):
             raise self.error
-        raise InvalidInput(f"logging to the MLflow tracking store {tracking._safe_uri(self.uri)} failed "
-                           f"({tracking._reason(self.error)})")
+        raise InvalidInput(f"logging to the MLflow tracking store {mlflow_store.safe_uri(self.uri)} failed "
+                           f"({mlflow_store.reason(self.error)})")
 
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Until the store is open (a script's MLflow runs can be read), then :meth:`check`."""
@@ -124,9 +124,8 @@ class Tracking:
 
     def _open(self, plan: Plan, previous: dict[str, Any], manifest: Any, run_id: str, source_name: str,
               artifacts: list[Path]) -> None:
-        from repro500 import tracking
 
-        if previous.get("parent_run_id") and previous.get("tracking_uri") == tracking._safe_uri(self.uri):
+        if previous.get("parent_run_id") and previous.get("tracking_uri") == mlflow_store.safe_uri(self.uri):
             self.tracker.resume_parent(previous["parent_run_id"])
             self.repeat_ids.update({int(k): v for k, v in (previous.get("repeat_run_ids") or {}).items()})
             self.parent_id = previous["parent_run_id"]
@@ -138,11 +137,10 @@ class Tracking:
 
     def record(self, meta: dict[str, Any]) -> None:
         """What is known so far into run.json's ``mlflow`` section (the runner writes it)."""
-        from repro500 import tracking
 
         if self.parent_id is None or self.tracker is None:
             return
-        meta["mlflow"] = {"tracking_uri": tracking._safe_uri(self.uri), "experiment_id": self.tracker.experiment_id,
+        meta["mlflow"] = {"tracking_uri": mlflow_store.safe_uri(self.uri), "experiment_id": self.tracker.experiment_id,
                           "parent_run_id": self.parent_id,
                           "repeat_run_ids": {str(k): v for k, v in sorted(dict(self.repeat_ids).items())}}
 
