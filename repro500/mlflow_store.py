@@ -125,6 +125,13 @@ def reason(err: BaseException) -> str:
     return redact_text(text.splitlines()[0][:200]) if text else type(err).__name__
 
 
+def _check_directory(uri: str, db: Path) -> None:
+    parent = db.parent if str(db.parent) else Path(".")
+    if not parent.is_dir() or not os.access(parent, os.W_OK):
+        raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} is not writable: directory {parent} does not exist "
+                           "or is read-only")
+
+
 def check_reachable() -> str:
     """Fail fast, before any training, when the tracking store cannot be used. Returns the URI."""
     from mlflow.tracking import MlflowClient
@@ -132,9 +139,7 @@ def check_reachable() -> str:
     uri = tracking_uri()
     db_path = sqlite_path(uri)
     if db_path is not None:
-        parent = db_path.parent if str(db_path.parent) else Path(".")
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} is not writable: directory {parent} does not exist or is read-only")
+        _check_directory(uri, db_path)
     try:
         with fast_failing_http():
             open_store(uri)
@@ -161,10 +166,7 @@ def check_usable(uri: str | None = None) -> str:
                    "or run with --no-tracking")
     db = sqlite_path(uri)
     if db is not None:
-        parent = db.parent if str(db.parent) else Path(".")
-        if not parent.is_dir() or not os.access(parent, os.W_OK):
-            raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} is not writable: directory {parent} does not "
-                               "exist or is read-only")
+        _check_directory(uri, db)
         if db.exists():
             try:
                 with open(db, "rb") as fh:
@@ -176,7 +178,8 @@ def check_usable(uri: str | None = None) -> str:
             if not os.access(db, os.W_OK):
                 raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} is not writable: {db} is read-only")
         return uri
-    if uri.startswith(("http://", "https://")):
+    # A URL with credentials in it (user:password@host) is MLflow's to open: urllib takes them for a port.
+    if uri.startswith(("http://", "https://")) and "@" not in uri.split("/", 3)[2]:
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as answer:  # noqa: S310 - the user's server
                 if answer.status == 200:
@@ -185,4 +188,6 @@ def check_usable(uri: str | None = None) -> str:
             pass  # a proxy or an auth layer in front: let MLflow itself decide below
         except (urllib.error.URLError, OSError) as err:
             raise InvalidInput(unreachable.format(reason(getattr(err, "reason", err)))) from None
+        except Exception:  # noqa: BLE001, S110 - a URL urllib cannot parse: MLflow decides below
+            pass
     return check_reachable()

@@ -1,6 +1,6 @@
-"""Progress of the steps that move many bytes (pack, unpack, publish): a transient bar on a
-terminal, one plain line per step elsewhere (CI logs, ``| tee``), as ``repro500 run`` shows its
-repeats (runner/display.py) and the data facet its hashing (capture/data.py).
+"""Progress of the steps that move many bytes (pack, unpack, publish, hashing data): a transient
+bar on a terminal, one plain line per step elsewhere (CI logs, ``| tee``), as ``repro500 run``
+shows its repeats (runner/display.py).
 
 Small work stays quiet: a step below :data:`PROGRESS_MIN_BYTES` (``REPRO500_PROGRESS_MIN_BYTES``
 changes it) shows nothing, so a run of summaries and logs packs without a word.  Everything goes

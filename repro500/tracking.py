@@ -103,7 +103,7 @@ class Tracker:
 
     # ----- repeats --------------------------------------------------------------------------
     def start_repeat(self, repeat: int, tags: dict[str, str], params: dict[str, str] | None = None) -> str:
-        run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, "repro500.repeat": str(repeat)}
+        run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, REPEAT_TAG: str(repeat)}
         run = self.client.create_run(self.experiment_id, run_name=f"repeat-{repeat}", tags=self._tags(run_tags))
         if params:  # the recipe on every repeat too: repeats and reruns compare side by side in the UI
             self.log_params(run.info.run_id, params)

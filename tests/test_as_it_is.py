@@ -149,3 +149,32 @@ def test_a_script_keeps_its_mlflow_habits_under_repro500_run(tmp_path):
         assert r.data.tags["repro500.run_id"] == "habits"
         assert r.data.tags["repro500.repeat_run_id"] == meta["repeat_run_ids"][r.data.tags["repro500.repeat"]]
     assert client.get_run(meta["parent_run_id"]).data.tags["repro500.verdict"] == "PASS"
+
+
+@pytest.mark.slow
+def test_data_kept_inside_a_repository_is_asked_for_and_taken_from_data_root(tmp_path):
+    import shutil
+    import subprocess
+
+    proj = tmp_path / "author" / "exp"
+    (proj / "data").mkdir(parents=True)
+    (proj / "data" / "values.csv").write_text("6\n7\n8\n")
+    argv = sibling_module(proj, Path("data/values.csv"))
+    (proj / ".gitignore").write_text("data/\nruns/\n")  # as `dvc add data` leaves it
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=proj, check=True, capture_output=True)
+    ran = repro500("run", "--command", *METRIC, "-n", "3", "--no-tracking", "--run-id", "orig", "--", *argv,
+                   cwd=proj, env=VENV)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert repro500("publish", str(proj / "runs" / "orig"), "--out", str(tmp_path / "pub"), cwd=tmp_path).returncode == 0
+    fresh = tmp_path / "reproducer"
+    fresh.mkdir()
+    missing = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "again", cwd=fresh, env=VENV)
+    assert missing.returncode == 4 and "again/source/data/values.csv' recorded in the manifest is missing here" in missing.stderr
+    copy = tmp_path / "my-copy"
+    shutil.copytree(proj / "data", copy / "data")
+    done = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "again", "--data-root", str(copy),
+                    cwd=fresh, env=VENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "data/values.csv: copied from" in done.stdout
+    assert json.loads((fresh / "again" / "verdict.json").read_text())["status"] == "REPRODUCED"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -61,17 +62,18 @@ def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
     assert (db.parent / "mlflow.db.lock").exists()  # the lock lives beside the database
 
 
-def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path):
+@pytest.mark.parametrize("uri", ["http://user:s3cretpw@127.0.0.1:1", "http://user:s3cretpw@127.0.0.1/"])
+def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path, uri):
     from runhelpers import write_recipe
 
     recipe = write_recipe(tmp_path / "tiny.yaml")
-    env = _env(MLFLOW_TRACKING_URI="http://user:s3cretpw@127.0.0.1:1")
+    env = _env(MLFLOW_TRACKING_URI=uri)
     out = subprocess.run([sys.executable, "-m", "repro500.cli", "run", str(recipe), "--run-id", "leak"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 4, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("repro500: error: MLflow tracking store"), out.stderr
-    assert "is unreachable" in lines[0] and "127.0.0.1:1" in lines[0] and REDACTED in lines[0]
+    assert "is unreachable" in lines[0] and "127.0.0.1" in lines[0] and REDACTED in lines[0]
     assert "s3cretpw" not in out.stdout + out.stderr
     assert not (tmp_path / "runs" / "leak").exists()  # refused before anything was captured
 
@@ -107,3 +109,67 @@ def test_store_lock_sits_beside_sqlite_files_only(tmp_path):
         assert (tmp_path / "x.db.lock").exists()
     with store_lock("http://127.0.0.1:1"):
         pass
+
+
+def _failing_artifacts(monkeypatch, marker):
+    from repro500 import tracking
+
+    def broken(self, run_id, files):
+        marker.write_text("failed")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tracking.Tracker, "log_artifacts", broken)
+
+
+def _command(code: str, repeats: int = 3) -> dict:
+    return {"schema": "repro500/recipe/v1", "name": "t", "repeats": repeats, "seed": 1,
+            "fixed": {"workload": "command", "command": [sys.executable, "-c", code]},
+            "metrics": {"accuracy": {"regex": "Acc ([0-9.]+)"}},
+            "acceptance": {"accuracy": {"target": 0.5, "direction": "higher", "tolerance": 0}}}
+
+
+def _nothing_running(uri: str) -> None:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
+
+
+def test_a_tracking_failure_during_the_repeats_stops_the_run_after_the_repeat_in_flight(tmp_path, monkeypatch):
+    from repro500.errors import InvalidInput
+    from repro500.runner import RunOptions, run
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    from repro500 import tracking
+
+    marker = tmp_path / "failed.txt"
+
+    def unopenable(self, experiment, uri=None):  # the store fails while repeat 0 runs
+        marker.write_text("failed")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(tracking.Tracker, "__init__", unopenable)
+    wait = f"import os, time\nwhile not os.path.exists({str(marker)!r}): time.sleep(0.05)\nprint('Acc 0.9')"
+    with pytest.raises(InvalidInput, match=r"logging to the MLflow tracking store .* failed \(disk full\)"):
+        run(RunOptions(adhoc=_command(wait), run_id="r"))
+    meta = json.loads((tmp_path / "runs/r/run.json").read_text())
+    assert meta["status"] == "failed" and not (tmp_path / "runs/r/repeats/1").exists()
+    assert json.loads((tmp_path / "runs/r/repeats/0/summary.json").read_text())["status"] == "completed"  # kept
+
+
+def test_a_tracking_failure_found_at_the_end_keeps_the_complete_run_and_says_so(tmp_path, monkeypatch):
+    from repro500.errors import InvalidInput
+    from repro500.runner import RunOptions, run
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    _failing_artifacts(monkeypatch, tmp_path / "failed.txt")
+    with pytest.raises(InvalidInput, match=r"the run itself is complete .*repro500 verify runs/r.* \(disk full\)"):
+        run(RunOptions(adhoc=_command("print('Acc 0.9')"), run_id="r"))  # over before MLflow's store is open
+    assert json.loads((tmp_path / "runs/r/run.json").read_text())["status"] == "completed"
+    assert (tmp_path / "runs/r/verdict.json").is_file()
+    _nothing_running(uri)

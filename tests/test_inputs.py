@@ -79,22 +79,29 @@ def test_an_input_over_the_budget_is_listed_with_its_size_not_hashed(tmp_path):
     assert skipped[0]["path"] == str(big) and skipped[0]["bytes"] == 5000 and "budget" in skipped[0]["reason"]
 
 
-def test_an_strace_log_is_read_with_flags_and_resolved_paths():
-    log = textwrap.dedent("""\
-        101   openat(AT_FDCWD, "data.csv", O_RDONLY|O_CLOEXEC) = 3</work/data.csv>
-        101   openat(AT_FDCWD, "out.txt", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 4</work/out.txt>
-        102   open("/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3</etc/ld.so.cache>
-        102   openat(AT_FDCWD, "missing", O_RDONLY) = -1 ENOENT (No such file or directory)
-        102   openat(AT_FDCWD, "odd\\x20name", O_RDONLY) = 5</work/odd\\x20name>
-    """)
-    path = Path(os.environ.get("TMPDIR", "/tmp")) / f"strace-{os.getpid()}.txt"
-    path.write_text(log)
-    try:
-        opened = inputs.read_strace(path)
-    finally:
-        path.unlink()
+def test_strace_logs_are_read_with_flags_and_resolved_paths(tmp_path):
+    (tmp_path / "strace.txt.101").write_text(textwrap.dedent("""\
+        openat(AT_FDCWD, "data.csv", O_RDONLY|O_CLOEXEC) = 3</work/data.csv>
+        openat(AT_FDCWD, "out.txt", O_WRONLY|O_CREAT|O_TRUNC, 0666) = 4</work/out.txt>
+        openat(AT_FDCWD, "missing", O_RDONLY) = -1 ENOENT (No such file or directory)
+    """))
+    (tmp_path / "strace.txt.102").write_text(textwrap.dedent("""\
+        open("/etc/ld.so.cache", O_RDONLY|O_CLOEXEC) = 3</etc/ld.so.cache>
+        openat(AT_FDCWD, "odd\\x20name", O_RDONLY) = 5</work/odd\\x20name>
+        creat("/work/made.txt", 0644) = 6</work/made.txt>
+    """))
+    opened = inputs.read_strace(sorted(tmp_path.glob("strace.txt.*")))
     assert opened.read == {"/work/data.csv", "/etc/ld.so.cache", "/work/odd name"}
-    assert opened.written == {"/work/out.txt"} and opened.processes == 2
+    assert opened.written == {"/work/out.txt", "/work/made.txt"} and opened.processes == 2
+
+
+def test_hidden_files_and_compiler_caches_are_never_inputs(tmp_path):
+    secret, cache, data = tmp_path / ".aws" / "credentials", tmp_path / ".netrc", tmp_path / "data.csv"
+    for path in (secret, cache, data):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    opened = inputs.Opened(read={str(secret), str(cache), str(data)})
+    assert inputs.select(opened, exclude=[]) == [str(data)]
 
 
 # ----- the audit hook in the command's Python processes -------------------------------------------------
@@ -245,6 +252,7 @@ def test_nothing_repro500_sets_for_itself_reaches_the_command(in_tmp, monkeypatc
 
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     monkeypatch.delenv("KMP_DUPLICATE_LIB_OK", raising=False)
+    monkeypatch.setenv("MLFLOW_RUN_ID", "f" * 32)  # a leftover in the user's shell: never handed on
     (in_tmp / "dump.py").write_text(textwrap.dedent("""
         import json, os
         json.dump(dict(os.environ), open(os.path.join(os.environ["REPRO500_REPEAT_DIR"], "env.json"), "w"))
@@ -259,16 +267,50 @@ def test_nothing_repro500_sets_for_itself_reaches_the_command(in_tmp, monkeypatc
     # the runner set CUBLAS_WORKSPACE_CONFIG for its own trainer; the verdict's imports ran during repeat 0
     for k in (0, 1):
         env = json.loads((in_tmp / f"runs/e/repeats/{k}/env.json").read_text())
-        assert "CUBLAS_WORKSPACE_CONFIG" not in env and "MLFLOW_RUN_ID" not in env and "PYTHONSAFEPATH" not in env
+        assert "CUBLAS_WORKSPACE_CONFIG" not in env and "MLFLOW_RUN_ID" not in env
         assert env["REPRO500_RUN_ID"] == "e" and env["REPRO500_REPEAT"] == str(k)
         assert all(key in os.environ or key.startswith("REPRO500_") or key in
                    ("PYTHONHASHSEED", "PYTHONUNBUFFERED", "PYTHONPATH") for key in env), set(env) - set(os.environ)
+        assert os.environ.get("CUBLAS_WORKSPACE_CONFIG")  # repro500 did set it, for itself
 
 
 def test_a_script_that_changes_directory_has_its_relative_reads_recorded_where_they_were(tmp_path):
-    data = tmp_path / "elsewhere" / "values.csv"
-    proj = _project(tmp_path, data)
-    (proj / "walk.py").write_text(f"import os\nos.chdir({str(data.parent)!r})\nopen('values.csv').read()\n")
+    one, two = tmp_path / "one" / "labels.txt", tmp_path / "two" / "labels.txt"
+    proj = _project(tmp_path, one)
+    two.parent.mkdir()
+    two.write_text("b")
+    (proj / "walk.py").write_text(f"import os\nfor d in {[str(one.parent), str(two.parent)]!r}:\n"
+                                  "    os.chdir(d)\n    open('labels.txt').read()\n")
     watch = Watch("auto")
     subprocess.run([PY, "walk.py"], cwd=proj, env=watch.env(dict(os.environ)), check=True)
-    assert watch.result(exclude=[proj])["paths"] == [str(data)]
+    assert watch.result(exclude=[proj])["paths"] == [str(one), str(two)]  # the same name, two files
+
+
+def test_a_process_reading_very_many_files_logs_their_directories_past_its_limit(tmp_path):
+    images = tmp_path / "images"
+    for cls in ("a", "b"):
+        (images / cls).mkdir(parents=True)
+        for i in range(1500):
+            (images / cls / f"{i}.bin").write_bytes(b"x")
+    proj = _project(tmp_path, tmp_path / "values.csv")
+    (proj / "load.py").write_text(f"import os\nfor root, _, names in os.walk({str(images)!r}):\n"
+                                  "    for n in names:\n        open(os.path.join(root, n)).read()\n")
+    watch = Watch("auto")
+    subprocess.run([PY, "load.py"], cwd=proj, env=watch.env(dict(os.environ)), check=True)
+    logged = sum(len(p.read_text().splitlines()) for p in watch.dir.glob("opened-*.txt"))
+    assert logged < 2100  # 2,000 paths, then one line per directory, not 3,000 paths
+    assert watch.result(exclude=[proj])["paths"] == [str(images)]
+
+
+def test_data_inside_the_experiment_that_is_not_in_its_source_copy_is_an_input(tmp_path):
+    proj = _project(tmp_path, tmp_path / "proj" / "data" / "values.csv")  # data/ inside the repository
+    (proj / ".gitignore").write_text("data/\nruns/\n")  # as dvc add leaves it
+    for args in (["init", "-q"], ["add", "."], ["-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "x"]):
+        subprocess.run(["git", *args], cwd=proj, check=True, capture_output=True)
+    done = repro500("run", "--command", *ACC, "-n", "1", "--no-tracking", "--run-id", "g", "--",
+                    PY, "train.py", "data/values.csv", cwd=proj)
+    assert done.returncode == 3, done.stderr
+    kept = json.loads((proj / "runs/g/source.json").read_text())
+    assert sorted(f["path"] for f in kept["files"]) == ["helpers.py", "train.py"]
+    observed = json.loads((proj / "runs/g/inputs.json").read_text())["observed"]
+    assert [e["path"] for e in observed] == [str(proj / "data" / "values.csv")]  # the code is not, the data is

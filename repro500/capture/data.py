@@ -40,7 +40,6 @@ from repro500.errors import InvalidInput
 HASH_NAME = "md5"
 IGNORED_DIRS = frozenset({".git", ".hg", ".dvc"})  # DVC's default ignore list
 _CHUNK_BYTES = 1 << 20
-PROGRESS_MIN_BYTES = 256 * 1024 * 1024
 # Below this many files the 16-lane kernel would mostly idle; hashlib threads are as fast.
 MULTIBUFFER_MIN_FILES = 8  # below this a progress bar only flickers
 # A file modified this recently may be modified again within the same mtime tick without
@@ -195,30 +194,17 @@ def _hash_all(files: list[_File], jobs: int, progress: bool) -> dict[str, str]:
         return {}
     total_bytes = sum(f.size for f in files)
     order = sorted(files, key=lambda f: f.size, reverse=True)
-    bar_ctx: Any = contextlib.nullcontext(None)
-    if progress and total_bytes >= PROGRESS_MIN_BYTES:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
+    from repro500 import progress as shown
 
-        bar_ctx = Progress(TextColumn("hashing data"), BarColumn(), DownloadColumn(),
-                           TransferSpeedColumn(), TimeRemainingColumn(),
-                           console=Console(stderr=True), transient=True)
-    with bar_ctx as bar:
+    step: Any = shown.step("hashing data", total_bytes, files=len(order)) if progress else contextlib.nullcontext(None)
+    with step as meter:
         on_bytes = None
-        if bar is not None:
-            task = bar.add_task("hash", total=total_bytes)
+        if meter is not None:
             lock = threading.Lock()
 
             def on_bytes(n: int) -> None:
-                with lock:
-                    bar.advance(task, n)
+                with lock:  # hashing threads report at once
+                    meter.advance(n)
 
         try:
             if len(order) >= MULTIBUFFER_MIN_FILES and md5mb.available():
@@ -359,9 +345,9 @@ def compare(entries: Iterable[dict[str, Any]]) -> list[str]:
 
 @facet("data")
 def data_facet(ctx: CaptureContext) -> dict[str, Any]:
-    facet = {"entries": digest_paths(ctx.data_paths, use_cache=ctx.use_cache, progress=ctx.progress)}
+    facet = {"entries": digest_paths(ctx.data_paths, use_cache=ctx.use_cache, progress=ctx.progress, jobs=ctx.jobs)}
     if ctx.input_paths:  # a wrapped command's declared inputs: read where they are, not placed
-        facet["inputs"] = digest_paths(ctx.input_paths, use_cache=ctx.use_cache, progress=ctx.progress)
+        facet["inputs"] = digest_paths(ctx.input_paths, use_cache=ctx.use_cache, progress=ctx.progress, jobs=ctx.jobs)
     return facet
 
 

@@ -7,10 +7,13 @@ module decides which of them are *inputs* and digests them as the data facet dig
 (DVC-compatible md5, the same cache):
 
 * kept: regular files opened for reading and never for writing during the repeat;
-* left out: the experiment's own source (it is in ``source/``), the interpreter's trees and
-  site-packages (each process reports its own), system trees (``/proc``, ``/sys``, ``/dev``,
-  ``/usr``, ``/etc``, ...), caches (``~/.cache``), loaded code (shared libraries, ``.pyc``), and
-  repro500's own outputs (the run, the ``--out`` directory, the tracking store);
+* left out: the experiment's files copied into ``source/`` (a file beside them that was not
+  copied, gitignored data for one, *is* an input), the interpreter's trees and site-packages
+  (each process reports its own), system trees (``/proc``, ``/sys``, ``/dev``, ``/usr``,
+  ``/etc``, ...), caches (``~/.cache``, compiler caches in the temporary directory), hidden files
+  and directories (credentials live there: ``~/.netrc``, ``~/.aws``, a project's ``.env``),
+  loaded code (shared libraries, ``.pyc``), and repro500's own outputs (the run, the ``--out``
+  directory, the tracking store);
 * grouped: a directory from which :data:`DIR_MIN_FILES` or more files were read is recorded as
   one DVC directory digest (and sibling directories so recorded merge into their parent when
   nothing else of it was read), so an image folder is one entry, not a hundred thousand;
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,21 +37,25 @@ from typing import Any
 
 SCHEMA = "repro500/inputs/v1"
 DIR_MIN_FILES = 16
-BUDGET_BYTES = 4 * 2**30  # hashed after the repeat, beside the next one; the cache makes reruns free
+BUDGET_MB = 4096.0  # hashed after the repeat, beside the next one; the cache makes reruns free
+BUDGET_BYTES = int(BUDGET_MB * 2**20)
 SYSTEM_ROOTS = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin",
                 "/sbin", "/boot", "/snap", "/var/lib", "/var/cache", "/var/run", "/nix/store")
 METHODS = ("audit-hook", "strace")
 # Loaded code, not data: shared libraries and Python's byte-code caches
 _COMPILED = re.compile(r"(\.so(\.\d+)*|\.pyc|\.dylib)$")
+_TMP_CACHES = ("torchinductor_", "triton", "numba", "__pycache__")
 
 
 @dataclass
 class Opened:
-    """What one repeat's processes opened: paths read, paths written, their interpreters' trees."""
+    """What one repeat's processes opened: paths read, paths written, their interpreters' trees,
+    and directories a process read so many files from that it logged the directory instead."""
 
     read: set[str] = field(default_factory=set)
     written: set[str] = field(default_factory=set)
     trees: set[str] = field(default_factory=set)
+    read_dirs: set[str] = field(default_factory=set)
     processes: int = 0
 
 
@@ -70,32 +78,34 @@ def read_hook_logs(directory: Path) -> Opened:
                 opened.read.add(os.path.abspath(path))
             elif kind == "w":
                 opened.written.add(os.path.abspath(path))
+            elif kind == "D":
+                opened.read_dirs.add(os.path.abspath(path))
     return opened
 
 
-# strace -f -y: "1234  openat(AT_FDCWD, "data.csv", O_RDONLY|O_CLOEXEC) = 3</abs/data.csv>"
+# strace -y: "openat(AT_FDCWD, "data.csv", O_RDONLY|O_CLOEXEC) = 3</abs/data.csv>" (with -f, a pid first)
 _STRACE_OPEN = re.compile(r'^(?:\d+\s+)?(?:open|openat|openat2|creat)\(.*?, ([A-Z_|0-9]+)(?:, [^)]*)?\) = \d+<(.+)>$')
 _STRACE_CREAT = re.compile(r'^(?:\d+\s+)?creat\(')
 
 
-def read_strace(log: Path) -> Opened:
-    """The successful opens in an ``strace -f -y -e trace=open,openat,openat2,creat`` log."""
+def read_strace(logs: list[Path]) -> Opened:
+    """The successful opens in ``strace -ff -y -e trace=open,openat,openat2,creat`` logs, one file
+    per process (so no call is split across lines by another process's)."""
     opened = Opened()
-    pids: set[str] = set()
-    try:
-        text = Path(log).read_bytes().decode("utf-8", "surrogateescape")
-    except OSError:
-        return opened
-    for line in text.splitlines():
-        match = _STRACE_OPEN.match(line.strip())
-        if not match:
+    for log in logs:
+        try:
+            text = Path(log).read_bytes().decode("utf-8", "surrogateescape")
+        except OSError:
             continue
-        pids.add(line.split(None, 1)[0])
-        flags, path = match.groups()
-        path = _unescape(path)
-        writes = _STRACE_CREAT.match(line.strip()) or any(f in flags.split("|") for f in ("O_WRONLY", "O_RDWR"))
-        (opened.written if writes else opened.read).add(os.path.abspath(path))
-    opened.processes = len(pids)
+        opened.processes += 1
+        for line in text.splitlines():
+            match = _STRACE_OPEN.match(line.strip())
+            if not match:
+                continue
+            flags, path = match.groups()
+            path = _unescape(path)
+            writes = _STRACE_CREAT.match(line.strip()) or any(f in flags.split("|") for f in ("O_WRONLY", "O_RDWR"))
+            (opened.written if writes else opened.read).add(os.path.abspath(path))
     return opened
 
 
@@ -109,8 +119,7 @@ def _unescape(text: str) -> str:
 
 def _caches() -> list[str]:
     home = os.path.expanduser("~")
-    found = [os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"),
-             os.path.join(home, ".config"), os.path.join(home, ".nv"), os.path.join(home, ".triton")]
+    found = [os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), os.path.join(home, ".config")]
     return [os.path.abspath(p) for p in found if p]
 
 
@@ -118,12 +127,32 @@ def _under(path: str, roots: Iterable[str]) -> bool:
     return any(path == r or path.startswith(r.rstrip(os.sep) + os.sep) for r in roots)
 
 
-def select(opened: Opened, exclude: Iterable[str | os.PathLike[str]]) -> list[str]:
-    """The inputs among what was opened (module docstring), as grouped paths, sorted."""
+def _private_or_cache(path: str) -> bool:
+    """A hidden file or directory anywhere on the path (credentials live there: ~/.netrc,
+    ~/.aws/credentials, ~/.mlflow/credentials, a project's .env, as source.py leaves them out
+    too), or a compiler cache in the temporary directory (torchinductor, triton)."""
+    parts = path.split(os.sep)
+    if any(part.startswith(".") and part not in (".", "..") for part in parts):
+        return True
+    tmp = tempfile.gettempdir()
+    return _under(path, [tmp]) and path[len(tmp):].lstrip(os.sep).startswith(_TMP_CACHES)
+
+
+def select(opened: Opened, exclude: Iterable[str | os.PathLike[str]], *,
+           exclude_files: Iterable[str] = ()) -> list[str]:
+    """The inputs among what was opened (module docstring), as grouped paths, sorted.  *exclude*
+    are trees that are never inputs (repro500's outputs, the run); *exclude_files* single files
+    (the experiment's files copied into ``source/``: an uncopied file beside them is an input)."""
     skip = [*(os.path.abspath(os.fspath(p)) for p in exclude), *sorted(opened.trees), *SYSTEM_ROOTS, *_caches()]
+    copied = {os.path.abspath(p) for p in exclude_files}
+
+    def kept(path: str) -> bool:
+        return not (path in copied or _under(path, skip) or "/site-packages/" in path or "/dist-packages/" in path
+                    or _COMPILED.search(path) or _private_or_cache(path))
+
     files = []
     for path in sorted(opened.read - opened.written):
-        if _under(path, skip) or "/site-packages/" in path or "/dist-packages/" in path or _COMPILED.search(path):
+        if not kept(path):
             continue
         try:
             if not os.path.isfile(path):
@@ -131,15 +160,18 @@ def select(opened: Opened, exclude: Iterable[str | os.PathLike[str]]) -> list[st
         except OSError:
             continue
         files.append(path)
-    return group(files)
+    dirs = [d for d in sorted(opened.read_dirs) if kept(d) and os.path.isdir(d) and d not in copied
+            and not any(_under(c, [d]) for c in copied)]  # never the experiment's own tree
+    return group(files, dirs)
 
 
-def group(files: list[str]) -> list[str]:
-    """Files, with directories from which many were read collapsed to the directory."""
+def group(files: list[str], dirs: Iterable[str] = ()) -> list[str]:
+    """Files, with directories from which many were read collapsed to the directory (and *dirs*,
+    directories known to have been read from, taken as they are)."""
     by_dir: dict[str, list[str]] = {}
     for path in files:
         by_dir.setdefault(os.path.dirname(path), []).append(path)
-    dirs = {d for d, members in by_dir.items() if len(members) >= DIR_MIN_FILES}
+    dirs = {*dirs, *(d for d, members in by_dir.items() if len(members) >= DIR_MIN_FILES)}
     loose = [p for p in files if os.path.dirname(p) not in dirs]
     changed = True
     while changed:  # imagefolder/train/cat + imagefolder/train/dog -> imagefolder/train
@@ -158,7 +190,8 @@ def group(files: list[str]) -> list[str]:
     return sorted([*dirs, *loose])
 
 
-def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES, *,
+           jobs: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(entries, skipped): DVC-compatible digests of *paths* within the budget, largest last."""
     from repro500.capture.data import digest_paths
     from repro500.errors import InvalidInput
@@ -180,7 +213,7 @@ def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES) -> tuple[list[dic
                                       "not hashed (declare it with --input to hash it anyway)"})
             continue
         try:
-            entries.append(digest_paths([path])[0])
+            entries.append(digest_paths([path], jobs=jobs)[0])
         except InvalidInput as err:  # vanished or unreadable since the repeat
             skipped.append({"path": path, "reason": str(err)})
             continue
@@ -204,11 +237,17 @@ def disk_size(path: str) -> tuple[int, int | None]:
     return total, count
 
 
-def document(summaries: Mapping[int, Mapping[str, Any]], budget_bytes: int = BUDGET_BYTES) -> dict[str, Any] | None:
+def budget(observed: Mapping[str, Any]) -> int:
+    """The hashing budget, in bytes, a repeat's ``observed_inputs`` were recorded under."""
+    return int(float(observed.get("budget_mb") or BUDGET_MB) * 2**20)
+
+
+def document(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The run's ``inputs.json`` from its repeats' ``observed_inputs``; None when no repeat has them."""
     observed = {k: s["observed_inputs"] for k, s in sorted(summaries.items()) if s.get("observed_inputs")}
     if not observed:
         return None
+    budget_bytes = min(budget(seen) for seen in observed.values())
     by_path: dict[str, list[int]] = {}
     for k, seen in observed.items():
         for path in seen.get("paths") or []:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -106,6 +107,8 @@ def build_manifest(
     same_seed: bool = False,
     input_paths: Iterable[str | Path] = (),
     environ: dict[str, str] | None = None,
+    jobs: int | None = None,
+    ahead: Ahead | None = None,
 ) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Capture every registered facet: ``(manifest, artifacts)``.
 
@@ -116,7 +119,9 @@ def build_manifest(
     Raises :class:`InvalidInput` for a missing or unreadable data path and for a
     ``repo_dir`` that is not a directory (outside a git work tree is recorded, not an error).
     ``input_paths`` are a wrapped command's declared inputs (the data facet's ``inputs``);
-    ``environ`` is the environment the experiment runs with (default ``os.environ``).
+    ``environ`` is the environment the experiment runs with (default ``os.environ``); ``jobs``
+    the threads hashing data (default every usable CPU); ``ahead`` facets already gathered
+    (:func:`gather_ahead`), which are not gathered again.
     """
     paths = tuple(str(p) for p in data_paths)
     inputs = tuple(str(p) for p in input_paths)
@@ -124,13 +129,18 @@ def build_manifest(
     ctx = CaptureContext(
         data_paths=paths, repo_dir=Path(repo_dir) if repo_dir is not None else None,
         progress=progress, use_cache=use_cache, seed=seed, repeats=repeats,
-        world_size=world_size, same_seed=same_seed, input_paths=inputs, environ=environ,
+        world_size=world_size, same_seed=same_seed, input_paths=inputs, environ=environ, jobs=jobs,
     )
-    gathered, errors = registry.gather(ctx, also=("runtime",) if runtime else ())
+    ahead = ahead or Ahead()
+    wanted = [name for name, f in registry.registered().items()
+              if (f.default or (runtime and name == "runtime")) and name not in ahead.facets and name not in ahead.errors]
+    gathered, errors = registry.gather(ctx, only=wanted)
+    gathered.update(ahead.facets)
+    errors.update(ahead.errors)
     for name, value in (extra_facets or {}).items():
         gathered[name] = value
         errors.pop(name, None)
-    artifacts = dict(ctx.artifacts)
+    artifacts = {**ahead.artifacts, **ctx.artifacts}
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "tool": {"name": "repro500", "version": __version__},
@@ -143,6 +153,23 @@ def build_manifest(
         },
     }
     return seal(doc), artifacts
+
+
+@dataclass
+class Ahead:
+    """Facets gathered before the rest of a capture (the code facet, before a command writes into
+    its tree), with their errors and artifacts."""
+
+    facets: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    artifacts: dict[str, bytes] = field(default_factory=dict)
+
+
+def gather_ahead(names: Iterable[str]) -> Ahead:
+    """Gather *names* now, for a :func:`build_manifest` later."""
+    ctx = CaptureContext()
+    facets, errors = registry.gather(ctx, only=list(names))
+    return Ahead(facets, errors, dict(ctx.artifacts))
 
 
 def seal(manifest: dict[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,8 @@ class CaptureContext:
     input_paths: tuple[str, ...] = ()
     # the environment to record (the one the experiment runs with); None: os.environ
     environ: dict[str, str] | None = None
+    # threads hashing data (None: every usable CPU; 1 beside a running repeat)
+    jobs: int | None = None
     # file name -> bytes, written next to the manifest (e.g. "code.diff")
     artifacts: dict[str, bytes] = field(default_factory=dict)
 

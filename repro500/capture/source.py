@@ -19,6 +19,7 @@ listed with its digest but not copied, and ``complete`` says so.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from collections.abc import Iterable
@@ -167,3 +168,15 @@ def python_path(value: str | None, root: Path) -> dict[str, list[str]]:
         else:
             outside.append(entry)
     return {"inside": inside, "outside": outside}
+
+
+def copied_files(run_dir: Path) -> frozenset[str]:
+    """The absolute paths, where the experiment ran, of the files its run copied into ``source/``
+    (a command's reads of these are its code, not its inputs)."""
+    index = Path(run_dir) / INDEX
+    try:
+        doc = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return frozenset()
+    root = Path(str(doc.get("root") or "."))
+    return frozenset(str(root / e["path"]) for e in doc.get("files") or [] if e.get("copied") and e.get("path"))

@@ -34,10 +34,11 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repro500 import bundle, rundir
+from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
     EXIT_FAIL,
     EXIT_INCONCLUSIVE,
@@ -126,36 +127,45 @@ def _data(entry: DataEntry, workdir: Path, src: sources.Source, data_root: Path,
                        "(or pass --data-root), or reproduce from a git repository whose DVC remote holds it")
 
 
-def _recorded_inputs(pub: opened.Publication, workdir: Path) -> list[dict[str, Any]]:
+def _recorded_inputs(pub: opened.Publication, workdir: Path) -> list[tuple[dict[str, Any], PurePosixPath | None]]:
     """The inputs the publisher's command read (declared in the manifest's data facet, observed
-    in inputs.json), each where this reproduction will read it: inside the experiment's directory
-    means inside ``OUT/source``, anywhere else the same path."""
+    in inputs.json), each where this reproduction will read it, with its path inside the
+    experiment's directory (then it is read from ``OUT/source``; anywhere else, the same path)."""
     manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
     observed = rundir.read_optional_json(pub.reference / rundir.INPUTS)
-    root = rundir.read_optional_json(pub.reference / "source.json").get("root")
+    root = rundir.read_optional_json(pub.reference / SOURCE_INDEX).get("root")
     entries = [*(((manifest.get("facets") or {}).get("data") or {}).get("inputs") or []),
                *(observed.get("observed") or [])]
     placed = []
     for entry in entries:
-        path = Path(str(entry.get("path")))
+        path, rel = Path(str(entry.get("path"))), None
         if root and path.is_absolute() and path.is_relative_to(root):
             rel = safe_relpath(path.relative_to(root).as_posix(), "input path")
             path = workdir / "source" / rel
-        placed.append({**entry, "path": str(path)})
+        placed.append(({**entry, "path": str(path)}, rel))
     return placed
 
 
-def _check_inputs(pub: opened.Publication, workdir: Path, allow: bool, console: Any) -> list[str]:
+def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow: bool, console: Any) -> list[str]:
     """The reproducer's copies of the command's inputs against the published digests, before
-    anything runs; one line each that differs or is missing."""
+    anything runs; one line each that differs or is missing.  An input the publisher kept inside
+    the experiment's directory (gitignored data, say) but that the publication does not carry is
+    copied into ``OUT/source`` from ``--data-root`` when a copy there has the published md5."""
     from repro500.capture.data import compare
 
     recorded = _recorded_inputs(pub, workdir)
-    problems = compare(recorded)
+    for entry, rel in recorded:
+        target, local = Path(entry["path"]), data_root / rel if rel is not None else None
+        if local is not None and local.resolve() != target.resolve() and not md5_matches(target, entry.get("md5", "")) \
+                and md5_matches(local, entry.get("md5", "")):
+            sources.copy_data(local, target)
+            console.print(f"  {rel}: copied from {local} into the experiment's directory (md5 matches)", highlight=False)
+    problems = compare([entry for entry, _ in recorded])
     if problems and not allow:
         raise InvalidInput("the data this experiment read is not the same here:\n  " + "\n  ".join(problems)
-                           + "\nput the published data in place, or rerun anyway with --allow-data-differences "
-                             "(the verdict then names each difference)")
+                           + "\nput the published data in place (an input of the experiment's own directory goes "
+                             "under OUT/source, or give --data-root holding a copy), or rerun anyway with "
+                             "--allow-data-differences (the verdict then names each difference)")
     for line in problems:
         console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
     if recorded and not problems:
@@ -180,7 +190,7 @@ def experiment_code(pub: opened.Publication) -> tuple[str, list[str]] | None:
 
     recipe = yaml.safe_load((pub.reference / "recipe.yaml").read_text(encoding="utf-8")) or {}
     fixed = recipe.get("fixed") or {}
-    index = pub.reference / "source.json"
+    index = pub.reference / SOURCE_INDEX
     files = [e["path"] for e in json.loads(index.read_text(encoding="utf-8")).get("files", [])] if index.is_file() else []
     if fixed.get("workload") == "command":
         return "command", files
@@ -197,11 +207,11 @@ def _place_source(pub: opened.Publication, workdir: Path) -> Path | None:
     if not src.is_dir():
         return None
     target = workdir / "source"
-    if target.exists():
-        shutil.rmtree(target)
-    shutil.copytree(src, target, symlinks=False)
+    # Over what is there: data the reproducer put beside the code (inputs the publication does not
+    # carry) stays; every published file is written anew.
+    shutil.copytree(src, target, symlinks=False, dirs_exist_ok=True)
     # A packed run stores every file 0644: scripts the command runs directly get their bit back.
-    for entry in rundir.read_optional_json(pub.reference / "source.json").get("files") or []:
+    for entry in rundir.read_optional_json(pub.reference / SOURCE_INDEX).get("files") or []:
         if entry.get("executable") and entry.get("copied"):
             path = target / safe_relpath(entry.get("path"), "source.json path")
             if path.is_file() and not path.is_symlink():
@@ -310,7 +320,7 @@ def reproduce(
                           highlight=False, soft_wrap=True)
         placed = _place_source(pub, workdir) if code else None
         lines, warnings = [], []
-        warnings += _check_inputs(pub, workdir, allow_data_differences, console)
+        warnings += _check_inputs(pub, workdir, Path(data_root), allow_data_differences, console)
         for entry in pub.data:
             line, warning = _data(entry, workdir, src, Path(data_root), tmp)
             lines.append(line)

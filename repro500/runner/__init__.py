@@ -21,7 +21,7 @@ from repro500 import recipe as recipes
 from repro500 import rundir as layout
 from repro500.errors import InvalidInput, UsageError
 from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight, tracking_choice
-from repro500.runner.session import RunOutcome, Session, refuse_complete
+from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
 from repro500.workloads.workload import SUMMARY_METRICS
 
@@ -103,6 +103,15 @@ def _resumed(options: RunOptions, console: Console) -> Session:
         raise InvalidInput(f"cannot write the run directory {run} ({err.strerror or err})") from None
     return Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
                    source_name=str(meta.get("recipe_path") or "--command"), sign=_signing(options))
+
+
+def refuse_complete(run: layout.RunDir, meta: dict[str, Any], planned: int) -> None:
+    """``--resume`` of a run that has nothing left to run must not rewrite run.json and the digest
+    list people quote."""
+    finished = run.summaries(planned, finished_only=True)
+    if meta.get("status") == "completed" and len(finished) == planned:
+        raise UsageError(f"run {run} is already complete ({planned} of {planned} repeats finished); nothing to "
+                         f"resume. Verify it with: repro500 verify {run}")
 
 
 def _signing(options: RunOptions) -> tuple[str, str | None] | None:

@@ -73,12 +73,13 @@ def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
 
 
 def _facets(plan: Plan, kept: dict[str, Any] | None) -> dict[str, Any]:
-    """The facets only the run knows that must be read before the repeats: what the source copy
-    kept, and torch's runtime state (setting determinism flags must not race the trainer)."""
+    """The facets only the run knows that must be read before the repeats: the experiment (its
+    git state, what the source copy kept: a command may write into its tree), and torch's runtime
+    state (setting determinism flags must not race the trainer)."""
     from repro500.capture import env as env_facet
     from repro500.workloads.engines.ranks import rank_plan
 
-    facets: dict[str, Any] = {"experiment": {"source": kept}}
+    facets: dict[str, Any] = {"experiment": {**experiment_facet(plan), "source": kept}}
     if plan.recipe.is_command:
         facets["runtime"] = {}  # the command's own runtime is its business; repro500 set only its seeds' env
         facets["distributed"] = {"engine": "command", "world_size": 1, "backend": None, "compressor": "none"}
@@ -104,6 +105,7 @@ class Prepared:
     first: bool  # the manifest is written now, not compared with a recorded one (resume)
     facets: dict[str, Any]
     environ: dict[str, str]
+    ahead: Any  # capture.manifest.Ahead: the code facet, read before a command writes into its tree
 
 
 def prepare(plan: Plan, run: layout.RunDir, *, resumed: bool) -> Prepared:
@@ -112,7 +114,9 @@ def prepare(plan: Plan, run: layout.RunDir, *, resumed: bool) -> Prepared:
     kept = keep_source(plan, run) if first else None
     # A command's environment is the one the run started with; the trainer's is this process's.
     environ = user_environ() if plan.recipe.is_command else dict(os.environ)
-    return Prepared(first, _facets(plan, kept), environ)
+    from repro500.capture.manifest import gather_ahead
+
+    return Prepared(first, _facets(plan, kept), environ, gather_ahead(["code"]))
 
 
 def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -120,11 +124,11 @@ def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, by
     slow part, run beside the first repeat.  Reads only; nothing is written into the run here."""
     from repro500.capture.manifest import build_manifest
 
-    facets = {**prepared.facets, "experiment": {**experiment_facet(plan), **prepared.facets["experiment"]}}
     return build_manifest(
-        plan.workload.data_paths(), extra_facets=facets, progress=False, seed=plan.recipe.seed,
+        plan.workload.data_paths(), extra_facets=prepared.facets, progress=False, seed=plan.recipe.seed,
         repeats=plan.recipe.repeats, world_size=plan.world_size, same_seed=plan.same_seed,
-        input_paths=plan.workload.input_paths(), environ=prepared.environ)
+        input_paths=plan.workload.input_paths(), environ=prepared.environ,
+        jobs=1, ahead=prepared.ahead)  # one core: a repeat runs beside it, and its timings are results
 
 
 def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared: Prepared,

@@ -24,8 +24,9 @@ from rich.console import Console
 
 from repro500 import redact
 from repro500 import rundir as layout
-from repro500.errors import EXIT_INTERRUPTED, ReproError, RunFailed, UsageError
+from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
 from repro500.runner import summaries as aggregation
+from repro500.runner.background import warm_verify
 from repro500.runner.display import Display
 from repro500.runner.plan import Plan
 from repro500.workloads.workload import Repeat
@@ -55,7 +56,6 @@ class Session:
         self._prepared: Any = None
         self._gathered: Future[Any] | None = None
         self._settled: Future[dict[str, Any]] = Future()
-        self._unlinked: list[int] = []  # repeats that ended before the chain could start
         self._inputs: dict[int, Future[Any]] = {}  # hashing what repeat k's command read, beside the next
 
     @property
@@ -69,6 +69,10 @@ class Session:
         try:
             return self._stages()
         except KeyboardInterrupt:
+            if self.meta.get("status") == "completed":  # only MLflow's last records were still being written
+                self.console.print(f"[yellow]Interrupted[/] while MLflow's last records were written; the run is "
+                                   f"complete: repro500 verify {self.run}")
+                return RunOutcome(self.run.path, EXIT_INTERRUPTED)
             self._abandon("interrupted", "KILLED")
             self.console.print(f"[yellow]Interrupted.[/] Complete the run with: repro500 run --resume {self.run}")
             return RunOutcome(self.run.path, EXIT_INTERRUPTED)
@@ -81,7 +85,8 @@ class Session:
         if self.tracking_on:
             self.track()
         summaries, interrupted = self.repeats()
-        self.settle()
+        if not interrupted or self._gathered is None or self._gathered.done():
+            self.settle()  # an interrupted run does not wait for a capture still hashing: --resume redoes it
         self.summarise(summaries, "interrupted" if interrupted else
                        "failed" if any(s.get("status") == "failed" for s in summaries.values()) else "completed")
         if interrupted:
@@ -106,9 +111,11 @@ class Session:
         from repro500.runner import capture
         from repro500.runner.background import call_in_background
 
-        # A run resumed from before chains existed gets none rather than a chain that starts late.
+        # A run resumed from before chains existed gets none rather than a chain that starts late;
+        # one whose first attempt stopped before its manifest was written starts it now.
         self._chain_wanted = not self.run.file(chain.CHAIN_NAME).is_file() and (
-            not self.resumed or not self.run.summaries(self.recipe.repeats, finished_only=False))
+            not self.resumed or not self.run.manifest_path().is_file()
+            or not self.run.summaries(self.recipe.repeats, finished_only=False))
         self._prepared = capture.prepare(self.plan, self.run, resumed=self.resumed)
         self._gathered = call_in_background("repro500-capture", capture.gather, self.plan, self._prepared)
 
@@ -127,22 +134,25 @@ class Session:
             manifest = capture.settle(self.run, self.meta, self.console, self._prepared, self._gathered.result(),
                                       resumed=self.resumed)
         except BaseException as err:
-            self._settled.set_exception(err)  # the tracking thread waits on it, too
+            self._settled.set_exception(err)
             raise
-        if self._chain_wanted and not self.run.file(chain.CHAIN_NAME).is_file():
+        if self.tracking and self._prepared.first:  # the parent's manifest tags and artifacts
+            self.tracking.describe(manifest, [self.run.file(n) for n in (layout.MANIFEST, layout.CODE_DIFF, layout.RECIPE)])
+        started = self._chain_wanted and not self.run.file(chain.CHAIN_NAME).is_file()
+        if started:
             chain.start(self.run.path, manifest["digest"]["value"], self.recipe.repeats)
         self._settled.set_result(manifest)
-        for k in self._unlinked:
-            self._link(k)
-        self._unlinked.clear()
+        if started:  # the repeats that ended before the chain could start, this attempt's or earlier ones
+            for k in sorted(self.run.summaries(self.recipe.repeats, finished_only=False)):
+                self._link(k)
         return manifest
 
     def _link(self, k: int) -> None:
+        """Chain repeat k's summary (once the chain exists: :meth:`settle` links what came before)."""
         from repro500.attest import chain
 
-        if not self._settled.done():
-            self._unlinked.append(k)
-        elif self.run.file(chain.CHAIN_NAME).is_file() and self.run.repeat_summary(k) is not None:
+        if (self._settled.done() and self.run.file(chain.CHAIN_NAME).is_file()
+                and self.run.repeat_summary(k) is not None):
             chain.append(self.run.path, k, self.run.repeat(k) / layout.REPEAT_SUMMARY)
 
     def track(self) -> None:
@@ -150,14 +160,15 @@ class Session:
         from repro500.runner.track import Tracking
 
         self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", mlflow_store.tracking_uri())
-        self.tracking.open(self.plan, self.meta, self._settled, self.run.path.name, self.source_name,
-                           [self.run.file(n) for n in (layout.MANIFEST, layout.CODE_DIFF, layout.RECIPE)])
+        self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name)
 
     def _sync(self, k: int) -> None:
         """After repeat k: the manifest and chain (first time), k's link, what MLflow has so far,
         and whether MLflow failed behind the scenes (then the run stops here, repeats kept)."""
-        self.settle()
-        self._link(k)
+        linked_all = not self._settled.done() and self._chain_wanted
+        self.settle()  # the first time: writes the manifest (and starts the chain, linking what ended)
+        if not linked_all:
+            self._link(k)
         if self.tracking:
             self.tracking.check()
             self.tracking.record(self.meta)
@@ -174,7 +185,7 @@ class Session:
         else:
             self.console.print(f"Run [bold]{self.meta['run_id']}[/] -> {self.run}")
         display = Display(self.console, planned, len(summaries))
-        _warm_verify()
+        warm_verify()
         try:
             with display.running():
                 for k in todo:
@@ -194,12 +205,11 @@ class Session:
         from repro500.capture import inputs
         from repro500.runner.background import call_in_background
 
-        paths = (summary.get("observed_inputs") or {}).get("paths")
-        if paths:
-            self._inputs[k] = call_in_background("repro500-inputs", inputs.digest, list(paths), self._inputs_budget())
-
-    def _inputs_budget(self) -> int:
-        return int(float(self.recipe.fixed.get("inputs_budget_mb", 4096)) * 2**20)
+        observed = summary.get("observed_inputs") or {}
+        if observed.get("paths"):
+            # one hashing thread: the next repeat is running beside it
+            self._inputs[k] = call_in_background("repro500-inputs", inputs.digest, list(observed["paths"]),
+                                                 inputs.budget(observed), jobs=1)
 
     def summarise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
         """The aggregate over every repeat that has a summary (killed and failed ones too, so it
@@ -208,12 +218,13 @@ class Session:
 
         every = {**self.run.summaries(self.recipe.repeats, finished_only=False), **summaries}
         self.run.write_summary(aggregation.aggregate(self.meta["run_id"], self.recipe, every))
-        for pending in self._inputs.values():
-            with suppress(Exception):
-                pending.result()  # only warms the cache; the document below decides
-        observed = inputs.document(every, self._inputs_budget())
-        if observed is not None:
-            self.run.write_inputs(observed)
+        if status != "interrupted":  # an interrupted run does not hash now: the resume records them all
+            for pending in self._inputs.values():
+                with suppress(Exception):
+                    pending.result()  # only warms the cache; the document below decides
+            observed = inputs.document(every)
+            if observed is not None:
+                self.run.write_inputs(observed)
         if self.tracking:  # run.json names every repeat's MLflow run before the seal
             self.tracking.wait_started()
             self.tracking.record(self.meta)
@@ -237,11 +248,17 @@ class Session:
             self.tracking.log_parent_artifacts([self.run.file(n) for n in (layout.SUMMARY, layout.VERDICT, layout.INPUTS)])
             means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
                      for name, m in self.run.summary()["metrics"].items() if m["values"]}
-            self._close_tracking("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
+            try:
+                self._close_tracking("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
+            except ReproError as err:  # MLflow failed behind the repeats; the run directory has it all
+                raise InvalidInput(f"the run itself is complete and verified ({verdict.status}; repro500 verify "
+                                   f"{self.run}), but {err}") from None
         return verdict
 
     # ----- one repeat ---------------------------------------------------------------------------
     def _repeat(self, k: int, display: Display) -> dict[str, Any]:
+        from repro500.capture import source
+
         out = self.run.fresh_repeat(k)
         seeds = self.plan.seeds(k)
         tracked = self.tracking is not None
@@ -259,7 +276,7 @@ class Session:
                     hooks.on_epoch_end = on_epoch_end
                 summary = self.plan.workload.run_repeat(Repeat(
                     k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(),
-                    own_outputs=self._own_outputs()))
+                    own_outputs=self._own_outputs(), source_files=source.copied_files(self.run.path)))
             except KeyboardInterrupt:
                 self._mark_killed(k, seeds, "interrupted by the user")
                 raise
@@ -348,7 +365,7 @@ class Session:
     def _abandon(self, status: str, mlflow_status: str) -> None:
         """Record a run that stopped outside the repeat loop.  Best effort: the error that got us
         here is what the user must see, not a second one from the cleanup."""
-        if not self._settled.done():
+        if not self._settled.done() and self._gathered is not None and self._gathered.done():
             with suppress(BaseException):
                 self.settle()  # the manifest of a run that stopped is still the run's
         if not self._settled.done():
@@ -368,25 +385,3 @@ class Session:
         """End the MLflow parent and wait until every queued record has landed."""
         if self.tracking:
             self.tracking.close(status, **logged)
-
-
-def refuse_complete(run: layout.RunDir, meta: dict[str, Any], planned: int) -> None:
-    """``--resume`` of a run that has nothing left to run must not rewrite run.json and the digest
-    list people quote."""
-    finished = run.summaries(planned, finished_only=True)
-    if meta.get("status") == "completed" and len(finished) == planned:
-        raise UsageError(f"run {run} is already complete ({planned} of {planned} repeats finished); nothing to "
-                         f"resume. Verify it with: repro500 verify {run}")
-
-
-def _warm_verify() -> None:
-    """Import the verdict's statistics (scipy.stats: 1-2 s) while the repeats run: the process
-    mostly waits on a wrapped command or a launcher there, so the closing verify no longer pays
-    for it (issue 12's wrapping-cost budget)."""
-    import threading
-
-    def load() -> None:
-        with suppress(Exception):
-            import repro500.verify.verdict  # noqa: F401
-
-    threading.Thread(target=load, name="repro500-warm-verify", daemon=True).start()

@@ -13,23 +13,14 @@ from repro500 import mlflow_store
 from repro500.runner.plan import Plan
 
 
-def parent_tags(plan: Plan, run_id: str, manifest: dict[str, Any], source_name: str) -> dict[str, str]:
-    """The ``repro500.*`` and ``mlflow.source.*`` tags of a run's parent (MLflow would derive the
-    git tags from ``sys.argv[0]``, the console script, so they are set here from the manifest)."""
-    from repro500.capture.hardware import gpu_model
-
+def parent_tags(plan: Plan, run_id: str, source_name: str) -> dict[str, str]:
+    """The tags of a run's parent known from the plan, before the capture ends."""
     recipe = plan.recipe
-    facets = manifest.get("facets", {})
-    # The experiment's own repository when it has one (a command's or plug-in's), else repro500's.
-    code = (facets.get("experiment") or {}).get("repository") or facets.get("code", {}) or {}
     compressor = plan.compressor
-    tags = {
+    return {
         "repro500.run_id": run_id,
-        "repro500.manifest_digest": manifest["digest"]["value"],
         "repro500.recipe": recipe.name,
         "repro500.workload": plan.workload.kind,
-        "repro500.dirty": str(bool(code.get("dirty"))).lower(),
-        "repro500.gpu_model": gpu_model(manifest),
         "repro500.world_size": str(plan.world_size),
         "repro500.engine": plan.engine,
         "repro500.compressor": compressor if isinstance(compressor, str) else compressor.get("name", "?"),
@@ -38,6 +29,22 @@ def parent_tags(plan: Plan, run_id: str, manifest: dict[str, Any], source_name: 
         "repro500.repeats": str(recipe.repeats),
         "mlflow.source.name": source_name,
         "mlflow.source.type": "LOCAL",
+    }
+
+
+def manifest_tags(manifest: dict[str, Any]) -> dict[str, str]:
+    """The parent's tags that come from the manifest: its digest, the code's git state, the GPU
+    (MLflow would derive the git tags from ``sys.argv[0]``, the console script, so they are set
+    here from the manifest)."""
+    from repro500.capture.hardware import gpu_model
+
+    facets = manifest.get("facets", {})
+    # The experiment's own repository when it has one (a command's or plug-in's), else repro500's.
+    code = (facets.get("experiment") or {}).get("repository") or facets.get("code", {}) or {}
+    tags = {
+        "repro500.manifest_digest": manifest["digest"]["value"],
+        "repro500.dirty": str(bool(code.get("dirty"))).lower(),
+        "repro500.gpu_model": gpu_model(manifest),
     }
     if code.get("commit"):
         tags["mlflow.source.git.commit"] = code["commit"]
@@ -76,6 +83,7 @@ class Tracking:
         self.ready_file = self._scratch / "ready"
         self._worker = Worker("repro500-mlflow")
         self._started: list[Any] = []
+        self._closed_repeats: set[int] = set()  # their runs ended (FINISHED, FAILED or KILLED)
         self._connected = self._queue(self._connect)
 
     # ----- the queue ------------------------------------------------------------------------------
@@ -115,25 +123,27 @@ class Tracking:
         self.check()
 
     # ----- what the runner records ----------------------------------------------------------------
-    def open(self, plan: Plan, meta: dict[str, Any], manifest: Any, run_id: str, source_name: str,
-             artifacts: list[Path]) -> None:
+    def open(self, plan: Plan, meta: dict[str, Any], run_id: str, source_name: str) -> None:
         """Resume the recorded parent when the run is resumed against the same store; else start one
-        once *manifest* (a future: the capture runs beside the first repeat) is known."""
+        (its manifest-derived tags and artifacts follow with :meth:`describe`)."""
         previous = dict(meta.get("mlflow") or {})
-        self._queue(self._open, plan, previous, manifest, run_id, source_name, artifacts)
+        self._queue(self._open, plan, previous, run_id, source_name)
 
-    def _open(self, plan: Plan, previous: dict[str, Any], manifest: Any, run_id: str, source_name: str,
-              artifacts: list[Path]) -> None:
-
+    def _open(self, plan: Plan, previous: dict[str, Any], run_id: str, source_name: str) -> None:
         if previous.get("parent_run_id") and previous.get("tracking_uri") == mlflow_store.safe_uri(self.uri):
             self.tracker.resume_parent(previous["parent_run_id"])
             self.repeat_ids.update({int(k): v for k, v in (previous.get("repeat_run_ids") or {}).items()})
             self.parent_id = previous["parent_run_id"]
             return
-        doc = manifest.result()
         self.parent_id = self.tracker.start_parent(run_id, plan.recipe.flat_params(),
-                                                   parent_tags(plan, run_id, doc, source_name))
-        self.tracker.log_artifacts(self.parent_id, [p for p in artifacts if p.is_file()])
+                                                   parent_tags(plan, run_id, source_name))
+
+    def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:
+        """The parent's manifest tags and artifacts, once the manifest is written (beside repeat 0)."""
+        def describe() -> None:
+            self.tracker.set_tags(self.parent_id, manifest_tags(manifest))
+            self.tracker.log_artifacts(self.parent_id, [p for p in artifacts if p.is_file()])
+        self._queue(describe)
 
     def record(self, meta: dict[str, Any]) -> None:
         """What is known so far into run.json's ``mlflow`` section (the runner writes it)."""
@@ -169,6 +179,7 @@ class Tracking:
                 if script_runs_of:
                     self.tracker.adopt_script_runs(script_runs_of, k, mlflow_id)
                 self.tracker.end_repeat(mlflow_id, summary, files, status)
+                self._closed_repeats.add(k)
             except BaseException:
                 # the repeat is complete on disk: whatever stopped the logging, MLflow must not keep
                 # it RUNNING
@@ -178,7 +189,11 @@ class Tracking:
         self._queue(end)
 
     def kill(self, k: int, reason: str) -> None:
-        self._queue(lambda: self.tracker.kill(self.repeat_ids[k], reason) if k in self.repeat_ids else None)
+        def kill() -> None:
+            if k in self.repeat_ids:
+                self.tracker.kill(self.repeat_ids[k], reason)
+                self._closed_repeats.add(k)
+        self._queue(kill)
 
     def log_parent_artifacts(self, files: list[Path]) -> None:
         self._queue(lambda: self.tracker.log_artifacts(self.tracker.parent_id, [p for p in files if p.is_file()]))
@@ -192,8 +207,21 @@ class Tracking:
         self.ended = True
         self._queue(lambda: self.tracker.end_parent(status, **logged))
         try:
-            self._worker.drain(timeout_s)
+            if self._worker.drain(timeout_s) and self.error is not None:
+                self._terminate_after_failure(status)
         finally:
             self._worker.stop()
             shutil.rmtree(self._scratch, ignore_errors=True)
         self.check()
+
+    def _terminate_after_failure(self, status: str) -> None:
+        """After a failure stopped the queue, no run may stay RUNNING: end what was started, best effort."""
+        if self.tracker is None:
+            return
+        for k, mlflow_id in dict(self.repeat_ids).items():
+            if k not in self._closed_repeats:
+                with suppress(Exception):
+                    self.tracker.client.set_terminated(mlflow_id, status="FAILED")
+        if self.parent_id is not None:
+            with suppress(Exception):
+                self.tracker.client.set_terminated(self.parent_id, status="FAILED" if status == "FINISHED" else status)

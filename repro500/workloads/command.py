@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.inputs import BUDGET_MB
 from repro500.capture.seeds import Seeds
 from repro500.errors import InvalidInput
 from repro500.launchenv import user_environ
@@ -37,7 +38,7 @@ RESERVED_METRICS = frozenset({"total_time_s"})  # measured by repro500 itself
 _SCALARS = (str, int, float)
 _FORMATTER = string.Formatter()
 _WHOLE = re.compile(r"^\{mutable\.([^{}!:]+)\}$")
-_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+_PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")  # python, python3, python3.11 (as adhoc.py names runs)
 
 
 def child_seed(seeds: Seeds) -> int:
@@ -63,7 +64,7 @@ class CommandSpec:
     source: str = "recipe"  # prefixes error sentences
     inputs: list[str] = field(default_factory=list)  # declared data, hashed like a data set
     observe: str = "auto"  # how the files it opens are watched: auto | strace | off
-    inputs_budget_mb: float = 4096.0  # observed inputs past this are listed, not hashed
+    inputs_budget_mb: float = BUDGET_MB  # observed inputs past this are listed, not hashed
 
     @classmethod
     def from_recipe(cls, fixed: Mapping[str, Any], metrics: Mapping[str, Any] | None,
@@ -118,7 +119,7 @@ class CommandSpec:
         observe = fixed.get("observe_inputs", "auto")
         if observe not in OBSERVE_MODES:
             raise bad("fixed.observe_inputs", f"expected one of {', '.join(OBSERVE_MODES)}, not {observe!r}")
-        budget = fixed.get("inputs_budget_mb", 4096)
+        budget = fixed.get("inputs_budget_mb", BUDGET_MB)
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
             raise bad("fixed.inputs_budget_mb", f"expected a number of MiB (0 or more), not {budget!r}")
         spec = cls(
@@ -225,7 +226,7 @@ def fill(spec: CommandSpec, *, seed: int, repeat: int, repeat_dir: str) -> list[
 
 
 # ----- pre-flight -----------------------------------------------------------------------------
-def _merged_env(spec: CommandSpec) -> dict[str, str]:
+def merged_env(spec: CommandSpec) -> dict[str, str]:
     # The environment the run was started with, not os.environ now (repro500.launchenv).
     return {**user_environ(), **spec.env}
 
@@ -253,7 +254,7 @@ def check(spec: CommandSpec, *, tracking: bool = True) -> None:
             raise InvalidInput(f"{where}: fixed.command: program {program} is not executable (chmod +x {path})")
         found = str(path)
     else:
-        found = shutil.which(program, path=_merged_env(spec).get("PATH", os.defpath)) or ""
+        found = shutil.which(program, path=merged_env(spec).get("PATH", os.defpath)) or ""
         if not found:
             raise InvalidInput(f"{where}: fixed.command: program {program!r} was not found on PATH")
     _check_inputs(spec)

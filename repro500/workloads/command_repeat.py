@@ -25,8 +25,8 @@ from repro500.capture.seeds import Seeds
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
 from repro500.redact import REDACTED, is_secret_name, redact_text, scrub
-from repro500.tracking import RUN_ID_ENV
-from repro500.workloads.command import CommandSpec, _merged_env, child_seed, fill
+from repro500.tracking import REPEAT_ENV, RUN_ID_ENV
+from repro500.workloads.command import CommandSpec, child_seed, fill, merged_env
 from repro500.workloads.command_process import Child
 from repro500.workloads.metric_sources import MetricMissing, Produced, ScriptRuns, read_metric
 from repro500.workloads.observe import Watch
@@ -58,6 +58,7 @@ class RepeatContext:
     deterministic: bool = False
     mlflow: MlflowTarget | None = None
     exclude: list[Path] = field(default_factory=list)  # repro500's own outputs: never inputs
+    source_files: frozenset[str] = frozenset()  # the experiment's files kept in source/: its code, not inputs
     echo: Callable[[str, str], None] | None = None
 
 
@@ -93,10 +94,10 @@ def child_env(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path,
     """The child's environment: the one the run started with (repro500.launchenv), the recipe's
     fixed.env, then what repro500 sets per repeat (docs/command.md, "What the command gets")."""
     context = context or RepeatContext()
-    env = _merged_env(spec)
+    env = merged_env(spec)
     env.update({
         "REPRO500_SEED": str(child_seed(seeds)),
-        "REPRO500_REPEAT": str(repeat),
+        REPEAT_ENV: str(repeat),
         "REPRO500_REPEAT_DIR": str(out_dir),
         "REPRO500_METRICS": str(out_dir / METRICS_FILE),
         "REPRO500_DETERMINISTIC": "1" if context.deterministic else "0",
@@ -206,7 +207,8 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
         summary.update(exit_status=child.exit_status, signal=child.signal_name, timed_out=child.timed_out,
                        total_time_s=child.elapsed_s)
         # what it read, however it ended: a failed repeat's inputs explain it too
-        summary["observed_inputs"] = watch.result([spec.workdir, out_dir.parent.parent, *context.exclude])
+        summary["observed_inputs"] = watch.result([out_dir.parent.parent, *context.exclude], context.source_files,
+                                                  spec.inputs_budget_mb)
     finally:
         watch.close()
     error = _exit_error(child, spec.timeout_s, child.last_stderr)

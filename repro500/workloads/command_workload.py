@@ -46,7 +46,7 @@ class CommandWorkload:
 
         context = command_repeat.RepeatContext(
             run_id=repeat.run_id, deterministic=bool(self.recipe.mutable.get("deterministic")), mlflow=repeat.mlflow,
-            exclude=list(repeat.own_outputs), echo=repeat.progress.on_line)
+            exclude=list(repeat.own_outputs), source_files=repeat.source_files, echo=repeat.progress.on_line)
         return command_repeat.run_repeat(self.spec, repeat.k, repeat.seeds, Path(repeat.out_dir), context)
 
     def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:

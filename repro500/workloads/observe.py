@@ -52,29 +52,35 @@ class Watch:
         self.dir = Path(tempfile.mkdtemp(prefix="repro500-observe-")) if mode != "off" else None
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
-        """*env* with the hook: its directory first on PYTHONPATH, and where to log."""
-        if self.dir is None:
+        """*env* with the hook: its directory first on PYTHONPATH, and where to log.  The hook is
+        also what makes ``import mlflow`` wait for repro500's store (``REPRO500_MLFLOW_READY``),
+        so it is loaded for that even when nothing is watched."""
+        if self.dir is None and not env.get("REPRO500_MLFLOW_READY"):
             return env
         out = dict(env)
         # no empty entry: an empty PYTHONPATH item would put the working directory on sys.path
         out["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD_SITE), env.get("PYTHONPATH", "")) if p)
-        out["REPRO500_OBSERVE_DIR"] = str(self.dir)
+        if self.dir is not None:
+            out["REPRO500_OBSERVE_DIR"] = str(self.dir)
         return out
 
     def argv(self, argv: list[str]) -> list[str]:
         if self.mode != "strace" or self.dir is None:
             return argv
-        return [shutil.which("strace") or "strace", "-f", "-qq", "-y", "-e", _STRACE_CALLS,
+        # -ff: a log per process, so no call is split across lines by another process's
+        return [shutil.which("strace") or "strace", "-ff", "-qq", "-y", "-e", _STRACE_CALLS,
                 "-o", str(self.dir / _STRACE_LOG), "--", *argv]
 
-    def result(self, exclude: list[Path]) -> dict[str, Any] | None:
-        """``observed_inputs`` for the repeat's summary: method, the input paths, a note."""
+    def result(self, exclude: list[Path], exclude_files: frozenset[str] = frozenset(),
+               budget_mb: float = inputs.BUDGET_MB) -> dict[str, Any] | None:
+        """``observed_inputs`` for the repeat's summary: method, the input paths, a note, and the
+        hashing budget they are held to (capture.inputs.document)."""
         if self.dir is None:
             return None
         try:
             if self.mode == "strace":
                 # strace sees every open; the hook's logs add which trees are the interpreters'
-                opened = inputs.read_strace(self.dir / _STRACE_LOG)
+                opened = inputs.read_strace(sorted(self.dir.glob(_STRACE_LOG + ".*")))
                 opened.trees |= inputs.read_hook_logs(self.dir).trees
                 method, note = "strace", None
             else:
@@ -83,8 +89,9 @@ class Watch:
                 note = None if opened.processes else (
                     "no Python process of the command reported its opens (a program other than Python, or "
                     "python -I/-E): declare its inputs with --input, or trace it with --trace-inputs")
-            return {"method": method, "processes": opened.processes, "paths": inputs.select(opened, [*exclude, CHILD_SITE]),
-                    "note": note}
+            paths = inputs.select(opened, [*exclude, CHILD_SITE], exclude_files=exclude_files)
+            return {"method": method, "processes": opened.processes, "paths": paths, "note": note,
+                    "budget_mb": budget_mb}
         finally:
             self.close()
 

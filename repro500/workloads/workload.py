@@ -59,6 +59,7 @@ class Repeat:
     run_id: str = ""  # the repro500 run's id
     mlflow: Any = None  # command_repeat.MlflowTarget: where a wrapped script's own MLflow runs go
     own_outputs: list[Path] = field(default_factory=list)  # repro500's files: never a command's inputs
+    source_files: frozenset[str] = frozenset()  # the experiment's files the run copied into source/
 
 
 class Workload(Protocol):

@@ -7,8 +7,9 @@ command starts (``python``, ``python -m``, ``torchrun``'s workers, a shell scrip
 DataLoader workers by fork) runs this once, before the user's code, without any change to it:
 
 1. with ``REPRO500_OBSERVE_DIR`` set, an audit hook (PEP 578) appends each distinct file the
-   process opens to ``opened-<pid>.txt`` there, one ``r``/``w`` line per path, after a header
-   naming the interpreter's own trees; repro500 reads, filters and hashes them after the repeat;
+   process opens to ``opened-<pid>.txt`` there, one ``r``/``w`` line per path (past 2,000 paths
+   read, one ``D`` line per directory instead), after a header naming the interpreter's own
+   trees; repro500 reads, filters and hashes them after the repeat;
 2. with ``REPRO500_MLFLOW_READY`` set, ``import mlflow`` waits until that file exists: repro500
    opens (and on first use creates) the tracking store while the command starts, and the two
    must not create or migrate one store at the same time;
@@ -24,52 +25,58 @@ import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _WAIT_S = 600.0
+_PATHS_PER_PROCESS = 2000
 
 
 def _observer(directory):
-    state = {"pid": None, "fd": -1, "seen": set(), "busy": False}
+    state = {"pid": None, "fd": -1, "seen": set(), "dirs": set(), "busy": False}
 
-    def log_fd():
+    def start_log():
+        """This process's own log (a forked child's too), headed by its interpreter's trees."""
         pid = os.getpid()
-        if state["pid"] != pid:  # a forked child writes a file of its own
-            state["pid"], state["seen"], state["fd"] = pid, set(), -1
-            state["busy"] = True  # os.open below raises the audit event we are handling
-            try:
-                fd = os.open(os.path.join(directory, "opened-%d.txt" % pid),
-                             os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
-                trees = set([sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", "")])
-                header = "".join("prefix\t%s\n" % p for p in sorted(trees) if p)
-                os.write(fd, ("executable\t%s\n" % sys.executable + header).encode("utf-8", "surrogateescape"))
-                state["fd"] = fd
-            except OSError:
-                pass
-            finally:
-                state["busy"] = False
-        return state["fd"]
+        state["pid"], state["seen"], state["dirs"], state["fd"] = pid, set(), set(), -1
+        state["busy"] = True  # os.open below raises the audit event being handled
+        try:
+            fd = os.open(os.path.join(directory, "opened-%d.txt" % pid),
+                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+            trees = set([sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", "")])
+            header = "".join("prefix\t%s\n" % p for p in sorted(trees) if p)
+            os.write(fd, ("executable\t%s\n" % sys.executable + header).encode("utf-8", "surrogateescape"))
+            state["fd"] = fd
+        except OSError:
+            pass
+        finally:
+            state["busy"] = False
 
     def record(path, flags):
-        if state["busy"]:
+        if state["busy"] or isinstance(path, int):  # an int: an already-open descriptor
             return
-        if isinstance(path, int):
-            return  # an already-open descriptor
         try:
             path = os.fsdecode(os.fspath(path))
-        except TypeError:
+            if not os.path.isabs(path):
+                path = os.path.join(os.getcwd(), path)  # now: the script may change directory later
+        except (TypeError, OSError):
             return
+        if state["pid"] != os.getpid():
+            start_log()
         kind = "w" if (flags or 0) & 3 else "r"  # O_ACCMODE: O_RDONLY is 0
         key = kind + path
-        if key in state["seen"] and state["pid"] == os.getpid():
+        if key in state["seen"]:
             return
-        if not os.path.isabs(path):
-            try:
-                path = os.path.join(os.getcwd(), path)  # now: the script may change directory later
-            except OSError:
+        if kind == "r" and len(state["seen"]) >= _PATHS_PER_PROCESS:
+            # Past this many, a directory once for all the files read in it: DataLoader workers
+            # forked anew each epoch would otherwise log a whole data set again every epoch.
+            folder = os.path.dirname(path)
+            if folder in state["dirs"]:
                 return
-        fd = log_fd()
-        state["seen"].add(key)
-        if fd >= 0:
+            state["dirs"].add(folder)
+            line = "D\t%s\n" % folder
+        else:
+            state["seen"].add(key)
+            line = "%s\t%s\n" % (kind, path)
+        if state["fd"] >= 0:
             try:
-                os.write(fd, ("%s\t%s\n" % (kind, path)).encode("utf-8", "surrogateescape"))
+                os.write(state["fd"], line.encode("utf-8", "surrogateescape"))
             except OSError:
                 pass
 
@@ -116,9 +123,12 @@ def _chain():
     mine = sys.modules.pop("sitecustomize", None)
     try:
         import sitecustomize  # noqa: F401 - the next one on sys.path
-    except ImportError:
+    except Exception as err:  # noqa: BLE001 - reported as Python's own site.py reports it
         if mine is not None:
             sys.modules["sitecustomize"] = mine
+        if not (isinstance(err, ImportError) and getattr(err, "name", None) == "sitecustomize"):
+            sys.stderr.write("Error in sitecustomize; set PYTHONVERBOSE for traceback:\n%s: %s\n"
+                             % (type(err).__name__, err))
 
 
 try:
