@@ -50,7 +50,15 @@ RANKS = "ranks.json"
 ERROR_LOG = "error.log"
 STDOUT = "stdout.txt"
 STDERR = "stderr.txt"
-REPEAT_ARTIFACTS = (REPEAT_SUMMARY, METRICS, MLLOG, STDOUT, STDERR, ERROR_LOG)
+LAUNCHER_LOG = "launcher.log"  # a failed distributed repeat's launcher output (node 0's, or the only node's)
+REPEAT_ARTIFACTS = (REPEAT_SUMMARY, METRICS, MLLOG, STDOUT, STDERR, ERROR_LOG, LAUNCHER_LOG)
+
+
+
+def node_launcher_log(node_rank: int) -> str:
+    """Another node's launcher log of a failed multi-node repeat, sent to node 0 and kept here."""
+    return f"launcher-node-{node_rank}.log"
+
 
 FINISHED_STATUSES = ("completed", "diverged")
 

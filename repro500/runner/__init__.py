@@ -20,6 +20,7 @@ from repro500 import launchenv, redact
 from repro500 import recipe as recipes
 from repro500 import rundir as layout
 from repro500.errors import InvalidInput, UsageError
+from repro500.runner import multinode
 from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight, tracking_choice
 from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
@@ -55,6 +56,7 @@ def _new(options: RunOptions, console: Console) -> Session:
             if with_meta and with_meta.get("status") == "completed":
                 resume = f"; it is complete (repro500 verify {run})"
         raise InvalidInput(f"run directory {run} already exists; choose another --run-id{resume}")
+    multinode.agree(plan, run_id, list(range(recipe.repeats)), str(run.path.resolve()))  # before anything is written
     meta: dict[str, Any] = {
         "schema": layout.RUN_SCHEMA, "run_id": run_id, "status": "running", "created_utc": utc(),
         "finished_utc": None, "argv": redact.scrub(list(options.argv)),
@@ -94,7 +96,11 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     # A resume keeps the run's own choice (an untracked run stays untracked) unless told otherwise.
     recorded = meta.get("tracking", meta.get("mlflow") is not None)
     options = replace(options, tracking=options.tracking if options.tracking is not None else bool(recorded))
-    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking))
+    nodes = dict(nnodes=options.nnodes, node_rank=0, rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
+    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking, **nodes))
+    multinode.check_resume(run, meta, options, plan)
+    finished = run.summaries(recipe.repeats, finished_only=True)
+    multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished], str(run.path.resolve()))
     meta["status"] = "running"
     _prepare_tracking(options)
     try:

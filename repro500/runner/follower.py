@@ -7,6 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from repro500.runner import multinode
 from repro500.runner.plan import RunOptions, load_recipe, make_plan
 from repro500.runner.session import RunOutcome
 
@@ -22,8 +23,9 @@ def follow_node(options: RunOptions, console: Console) -> RunOutcome:
     plan = make_plan(recipe, options)
     spec = plan.workload.spec()  # type: ignore[attr-defined]
     assert options.run_id is not None
+    todo = multinode.agree(plan, options.run_id)  # node 0 says which repeats (a resume runs the missing ones)
     with tempfile.TemporaryDirectory(prefix="repro500-node-") as scratch:
-        for k in range(recipe.repeats):
+        for k in todo:
             console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")
             out = Path(scratch) / str(k)
             out.mkdir()

@@ -113,12 +113,17 @@ def rendezvous(options: RunOptions) -> dict[str, Any] | None:
 
 def check_options(options: RunOptions) -> None:
     if options.nnodes > 1:
-        if not options.rdzv_endpoint or not options.run_id:
+        if not options.rdzv_endpoint or not (options.run_id or options.resume):
             raise UsageError("a multi-node run needs --rdzv-endpoint HOST:PORT and the same --run-id on every node")
         if not 0 <= options.node_rank < options.nnodes:
             raise UsageError(f"--node-rank must be in 0..{options.nnodes - 1}")
-        if options.resume:
-            raise UsageError("--resume is for single-node runs; rerun the multi-node run with a new --run-id")
+        if options.resume and options.node_rank != 0:
+            raise UsageError("--resume is given on node 0 only; on every other node run the command that started "
+                             "the run there (node 0 tells it which repeats are missing)")
+        host, _, port = options.rdzv_endpoint.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65535:
+            raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint} is not HOST:PORT with a port below 65535 "
+                             "(node 0 also listens on PORT + 1)")
     if options.nproc is not None and options.nproc < 1:
         raise UsageError("--nproc must be at least 1")
     if options.sign_key:

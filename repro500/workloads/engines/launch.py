@@ -27,6 +27,7 @@ from typing import Any
 from repro500 import rundir as layout
 from repro500.capture import seeds as seeding
 from repro500.errors import ReproError, UsageError
+from repro500.workloads.engines import nodes
 from repro500.workloads.train import Callbacks, TrainSpec
 
 POLL_S = 0.5
@@ -135,19 +136,63 @@ def run_distributed(engine: str, nproc: int, spec: TrainSpec, repeat: int, seeds
                 raise
             log.seek(0)
             output = log.read()
-        if proc.returncode != 0:
-            rank = failed_rank(output)
-            detail = failure_detail(output, rank)
-            who = f"rank {rank}" if rank is not None else "a rank"
-            (Path(out_dir) / "launcher.log").write_text(output, encoding="utf-8")
-            raise RankFailed(f"{who} of the {engine} job failed ({detail or f'launcher exit {proc.returncode}'}); "
-                             f"the other ranks were stopped; full log: {Path(out_dir) / 'launcher.log'}")
+        multinode = engine == "ddp" and rendezvous is not None and int(rendezvous.get("nnodes", 1)) > 1
+        if multinode:
+            failure = _node_failure(output, proc.returncode, repeat, Path(out_dir), rendezvous or {})
+            if failure is not None:
+                raise failure
+        elif proc.returncode != 0:
+            raise _local_failure(engine, output, proc.returncode, Path(out_dir))
     summary_path = Path(out_dir) / layout.REPEAT_SUMMARY
     if not expect_summary:
         return {}
     if not summary_path.is_file():
         raise RankFailed(f"the {engine} job ended without rank 0 writing {summary_path}")
     return json.loads(summary_path.read_text(encoding="utf-8"))
+
+
+def _local_failure(engine: str, output: str, returncode: int, out_dir: Path) -> RankFailed:
+    log_path = out_dir / layout.LAUNCHER_LOG
+    log_path.write_text(output, encoding="utf-8")
+    if engine == "ddp":
+        culprit = nodes.launcher_report(output, returncode)
+        if culprit["rank"] is not None:
+            return RankFailed(f"{nodes.describe({**culprit, 'node_rank': 0})}; the other ranks of the {engine} job "
+                              f"were stopped; full log: {log_path}")
+    rank = failed_rank(output)
+    detail = failure_detail(output, rank)
+    who = f"rank {rank}" if rank is not None else "a rank"
+    return RankFailed(f"{who} of the {engine} job failed ({detail or f'launcher exit {returncode}'}); "
+                      f"the other ranks were stopped; full log: {log_path}")
+
+
+def _node_failure(output: str, returncode: int, repeat: int, out_dir: Path,
+                  rendezvous: dict[str, Any]) -> RankFailed | None:
+    """A multi-node repeat: tell the other nodes how this node's ranks ended and, if any node
+    failed, name the same culprit as they do; node 0 keeps every node's launcher log."""
+    link = nodes.link(rendezvous)
+    ended = nodes.launcher_report(output, returncode)
+    if not link.leader:
+        ended["log"] = nodes.log_tail(output)
+    link.report(repeat, ended)
+    if returncode == 0:
+        return None
+    reports = link.reports(repeat) or [{**ended, "node_rank": link.node_rank}]
+    if link.leader:
+        (out_dir / layout.LAUNCHER_LOG).write_text(output, encoding="utf-8")
+        for r in reports:
+            if r.get("log") is not None:
+                (out_dir / layout.node_launcher_log(int(r["node_rank"]))).write_text(r["log"], encoding="utf-8")
+        logs = f"launcher logs of every node that reported: {out_dir}/launcher*.log"
+    else:
+        where = layout.RunDir(link.run_dir).repeat(repeat) if link.run_dir else "its repeat directory"
+        logs = f"node 0 keeps every node's launcher log in {where}"
+    culprit = nodes.blame(reports)
+    missing = sorted(set(range(link.nnodes)) - {int(r["node_rank"]) for r in reports})
+    silent = f"; node(s) {', '.join(map(str, missing))} sent no report (stopped or unreachable)" if missing else ""
+    if culprit is None:
+        return RankFailed(f"a rank of the ddp job failed (launcher exit {returncode}){silent}; {logs}")
+    return RankFailed(f"{nodes.describe(culprit)}{silent}; the other ranks were stopped; {logs}")
 
 
 def _stop(proc: subprocess.Popen) -> None:

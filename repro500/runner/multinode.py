@@ -1,0 +1,85 @@
+"""A run on several nodes: what the nodes must agree on, and what a resume must keep.
+
+Every node starts its own ``repro500 run``; nothing but the rendezvous makes them one run.  So
+before the first step each node states what it is about to run and node 0 compares
+(:mod:`repro500.workloads.engines.nodes`): a different ``--set`` on one node, another version of
+repro500 or of a plug-in, or other data stop every node with one sentence naming the key and the
+nodes.  A resume keeps the run's own topology: the world size a repeat ran with is part of its
+result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from repro500 import redact
+from repro500.errors import UsageError
+from repro500.runner.plan import Plan, RunOptions
+
+
+def fingerprint(plan: Plan, run_id: str) -> dict[str, str]:
+    """What a node is about to run, key by key (values scrubbed of secrets, as they are shown)."""
+    recipe = plan.recipe
+    out = {"run_id": run_id, "engine": plan.engine, "nproc": str(plan.nproc), "nnodes": str(plan.nnodes),
+           "device": plan.device, "same_seed": str(plan.same_seed).lower(),
+           "code.repro500": _package_digest()}
+    # Two different secrets both read "<redacted>": a recipe that keeps secrets in its values is
+    # compared on everything else.
+    out.update({key: str(value) for key, value in redact.scrub(recipe.flat_params()).items()})
+    described = plan.workload.source([])
+    if described is not None:
+        root, files = described
+        out["code.experiment"] = _files_digest(root, files)
+    from repro500.capture.data import digest_paths
+
+    for entry in digest_paths(plan.workload.data_paths()):
+        out[f"data:{entry['path']}"] = entry["md5"]
+    return out
+
+
+def _files_digest(root: Path, files: list[str]) -> str:
+    h = hashlib.sha256()
+    for rel in sorted(files):
+        path = root / rel
+        if path.is_file():
+            h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()[:16]
+
+
+def _package_digest() -> str:
+    """repro500's own code on this node (its Python, C++ and CUDA sources)."""
+    import repro500
+
+    root = Path(repro500.__file__).parent
+    files = [str(p.relative_to(root)) for p in root.rglob("*")
+             if p.suffix in (".py", ".cpp", ".cu", ".h", ".cuh") and "__pycache__" not in p.parts]
+    return f"{repro500.__version__}+{_files_digest(root, files)}"
+
+
+def agree(plan: Plan, run_id: str, todo: list[int] | None = None, run_dir: str | None = None) -> list[int]:
+    """Compare this node with the others (node 0 gives the repeats to run); a no-op on one node."""
+    if plan.rendezvous is None:
+        return list(todo or [])
+    from repro500.workloads.engines import nodes
+
+    return nodes.link(plan.rendezvous).agree(fingerprint(plan, run_id), todo, run_dir)
+
+
+def check_resume(run: Any, meta: dict[str, Any], options: RunOptions, plan: Plan) -> None:
+    """A resume runs the missing repeats on the run's own topology, or says how to relaunch it."""
+    nnodes = int(meta.get("nnodes") or 1)
+    world = meta.get("world_size")
+    if nnodes > 1 and options.nnodes != nnodes:
+        given = "on one node" if options.nnodes == 1 else f"on {options.nnodes} nodes"
+        raise UsageError(
+            f"run {run} ran on {nnodes} nodes (world size {world}); resuming it {given} would change its world "
+            f"size. Resume it on all {nnodes} nodes: on node 0 `repro500 run --resume {run} --nnodes {nnodes} "
+            f"--node-rank 0 --rdzv-endpoint HOST:PORT`, and on every other node the command that started it "
+            f"there, with the same --rdzv-endpoint")
+    if nnodes == 1 and options.nnodes > 1:
+        raise UsageError(f"run {run} ran on one node; resume it without --nnodes")
+    if world is not None and plan.world_size != int(world):
+        raise UsageError(f"run {run} ran with world size {world} ({plan.engine}); this resume would run "
+                         f"{plan.world_size} rank(s). Resume it with the run's own --nproc {int(world) // nnodes}")
