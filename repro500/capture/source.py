@@ -133,6 +133,31 @@ def snapshot(root: Path, files: list[str], run_dir: Path) -> dict[str, Any]:
     return {"tree_sha256": tree, "files": len(entries), "copied": copied, "bytes": total, "complete": complete}
 
 
+def recheck(root: Path, run_dir: Path) -> tuple[str, list[str]] | None:
+    """For a resumed run: :func:`tree_digest` over the files the first attempt kept (its
+    ``source.json``), as they are now under ``root``, and the paths whose content differs.
+
+    The resume compares with the run's own list, not with the directory as it is now: repeats
+    that already ran may have written new files into the experiment's tree (a command's outputs,
+    checkpoints), which are no edit of the source.  A changed, deleted or newly unreadable file
+    of that list is.  None when the run kept no source (a built-in recipe)."""
+    try:
+        index = json.loads((Path(run_dir) / INDEX).read_text(encoding="utf-8"))
+        entries = [(str(e["path"]), e.get("sha256")) for e in index["files"]]
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # no copy to compare with: the manifest comparison reports the source as absent
+    pairs, changed = [], []
+    for rel, recorded in entries:
+        try:
+            now = file_digest(root / rel)
+        except OSError:
+            now = None
+        pairs.append((now, rel))
+        if now != recorded:
+            changed.append(rel)
+    return tree_digest(pairs), changed
+
+
 def tree_digest(pairs: Iterable[tuple[str | None, str]]) -> str:
     """One SHA-256 over (file digest, relative path) pairs in ``sha256sum`` line form: the same
     files with the same contents give the same digest wherever they lie."""

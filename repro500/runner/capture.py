@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,28 @@ def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
     return kept
 
 
+def recheck_source(plan: Plan, run: layout.RunDir) -> tuple[dict[str, Any] | None, list[str]]:
+    """For a resume: the source record of the first attempt with its digest taken again over the
+    same files as they are now (the copy in ``source/`` stays the first attempt's), and the files
+    that differ.  Taken the way :func:`keep_source` took it, so that an unchanged experiment gives
+    the same record and a resume reports no source change; a resume used to record no source at
+    all, which every comparison read as a changed experiment (issue 22)."""
+    from repro500.capture import source
+
+    try:
+        recorded = json.loads(run.manifest_path().read_text(encoding="utf-8"))["facets"]["experiment"]["source"]
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded = None  # no record to redo (or a damaged manifest, which the comparison itself reports)
+    found = plan.workload.source(own_outputs(run))
+    if not recorded or not found:
+        return None, []  # no source then (a built-in recipe), or none now: the comparison says which
+    again = source.recheck(found[0], run.path)
+    if again is None:
+        return None, []
+    tree, changed = again
+    return {**recorded, "tree_sha256": tree}, changed
+
+
 def _facets(plan: Plan, kept: dict[str, Any] | None) -> dict[str, Any]:
     """The facets only the run knows that must be read before the repeats: the experiment (its
     git state, what the source copy kept: a command may write into its tree), and torch's runtime
@@ -106,17 +128,20 @@ class Prepared:
     facets: dict[str, Any]
     environ: dict[str, str]
     ahead: Any  # capture.manifest.Ahead: the code facet, read before a command writes into its tree
+    source_changed: list[str] = field(default_factory=list)  # a resume: the experiment's files edited since
 
 
 def prepare(plan: Plan, run: layout.RunDir, *, resumed: bool) -> Prepared:
     """The part of the capture that must precede the repeats (the rest runs beside them)."""
     first = not (resumed and run.manifest_path().is_file())
-    kept = keep_source(plan, run) if first else None
+    # A resume keeps the first attempt's copy (what the finished repeats ran) and checks the
+    # experiment's files against it before the remaining repeats run.
+    kept, changed = (keep_source(plan, run), []) if first else recheck_source(plan, run)
     # A command's environment is the one the run started with; the trainer's is this process's.
     environ = user_environ() if plan.recipe.is_command else dict(os.environ)
     from repro500.capture.manifest import gather_ahead
 
-    return Prepared(first, _facets(plan, kept), environ, gather_ahead(["code"]))
+    return Prepared(first, _facets(plan, kept), environ, gather_ahead(["code"]), changed)
 
 
 def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -140,7 +165,7 @@ def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared:
 
     manifest, artifacts = gathered
     if not prepared.first:
-        _record_resume(run, meta, manifest, console)
+        _record_resume(run, meta, manifest, console, prepared.source_changed)
         return json.loads(run.manifest_path().read_text(encoding="utf-8"))
     if resumed:  # the first attempt stopped before its capture finished: this one is the run's
         meta.setdefault("resumes", []).append({
@@ -150,7 +175,8 @@ def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared:
     return manifest
 
 
-def _record_resume(run: layout.RunDir, meta: dict[str, Any], manifest: dict[str, Any], console: Console) -> None:
+def _record_resume(run: layout.RunDir, meta: dict[str, Any], manifest: dict[str, Any], console: Console,
+                   source_changed: list[str]) -> None:
     from repro500.capture.manifest import load_manifest
     from repro500.verify.diff import diff_manifests, is_result_relevant
 
@@ -158,8 +184,12 @@ def _record_resume(run: layout.RunDir, meta: dict[str, Any], manifest: dict[str,
     relevant = [d for d in diff_manifests(original, manifest) if is_result_relevant(d)]
     if relevant:
         shown = "; ".join(f"{d.facet}.{d.key}: {d.a!r} -> {d.b!r}" for d in relevant[:3])
+        if source_changed:  # a digest alone does not say which file to look at
+            more = f" and {len(source_changed) - 5} more" if len(source_changed) > 5 else ""
+            shown += f" (the experiment's files changed: {', '.join(source_changed[:5])}{more})"
         console.print(f"[yellow]warning:[/] the environment changed since the run started: {shown}")
     meta.setdefault("resumes", []).append({
         "utc": utc(), "manifest_digest": manifest["digest"]["value"],
         "result_relevant_differences": [f"{d.facet}.{d.key}" for d in relevant],
+        "source_changed": source_changed,
     })
