@@ -73,6 +73,10 @@ def test_an_unchanged_command_resumed_from_elsewhere_reports_no_change_and_stays
     run, env = first_attempt(tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
+    before = (run / "run.json").read_bytes()
+    contrary = repro500("run", "--resume", str(run), "--tracking", cwd=elsewhere, env=env)
+    assert contrary.returncode == 2 and "run with --no-tracking, and a resume keeps that choice" in contrary.stderr
+    assert (run / "run.json").read_bytes() == before and not (tmp_path / "mlflow.db").exists()
     resumed = repro500("run", "--resume", str(run), cwd=elsewhere, env=env)  # MLFLOW_TRACKING_URI is set
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     resume = last_resume(run)

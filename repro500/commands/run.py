@@ -39,7 +39,7 @@ import click
               help="Complete an interrupted run: rerun only its missing repeats, with the same seeds.")
 @click.option("--tracking/--no-tracking", default=None,
               help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db). Default: on, or the --params file's "
-                   "run.tracking; a resumed run keeps its own choice.")
+                   "run.tracking; a resumed run keeps its own choice (a contrary flag is refused).")
 @click.option("--experiment", help="MLflow experiment name (default: repro500/<recipe name>).")
 @click.option("--sign-key", envvar="REPRO500_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="Sign the finished run with this OpenSSH Ed25519 key (env REPRO500_SIGNING_KEY; docs/trust.md).")

@@ -93,9 +93,14 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     meta = run.meta()
     recipe = recipes.from_run_dir(run.path)
     refuse_complete(run, meta, recipe.repeats)
-    # A resume keeps the run's own choice (an untracked run stays untracked) unless told otherwise.
-    recorded = meta.get("tracking", meta.get("mlflow") is not None)
-    options = replace(options, tracking=options.tracking if options.tracking is not None else bool(recorded))
+    # A resume keeps the run's own choice: half a run's repeats in an MLflow parent that never
+    # sees the other half, or a parent whose last repeats never arrive, is a record that lies.
+    recorded = bool(meta.get("tracking", meta.get("mlflow") is not None))
+    if options.tracking is not None and options.tracking != recorded:
+        was = "tracked in MLflow" if recorded else "run with --no-tracking"
+        raise UsageError(f"run {run} was {was}, and a resume keeps that choice; drop "
+                         f"--{'' if options.tracking else 'no-'}tracking (or start a new run)")
+    options = replace(options, tracking=recorded)
     nodes = dict(nnodes=options.nnodes, node_rank=0, rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
     plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking, **nodes))
     multinode.check_resume(run, meta, options, plan)
