@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from repro500.errors import InvalidInput, UsageError
-from repro500.verify import stats
+from repro500.verify import planning, stats
 from repro500.verify.reference import Reference
 from repro500.verify.rundir import RunData
 
@@ -167,20 +167,10 @@ def _advise(out: EquivalenceResult, res: stats.TostResult, test: str, direction:
     if res.ci_low is None:
         out.advice.append(_too_few_advice(out.metric, res, reference_kind))
         return
-    diff, m = res.diff, res.margin
-    if test == "equivalence":
-        kind = "equivalence" if abs(diff) < m else "difference"
-        shifted = diff
-    else:
-        kind, shifted = "one-sided", (diff + m if direction == "higher" else m - diff)
-        m = 0.0
-    std_b = None if single_value else res.std_b
-    n = stats.repeats_needed(shifted, res.std_a or 0.0, m, alpha, std_b=std_b,
-                             n_b=None if single_value else res.n_b, kind=kind)
-    both = False
-    if n is None and std_b is not None:
-        n = stats.repeats_needed(shifted, res.std_a or 0.0, m, alpha, std_b=std_b, kind=kind)
-        both = n is not None
+    # the computation `repro500 plan` makes before a run (repro500/verify/planning.py)
+    n, both = planning.equivalence_repeats(res.diff, res.std_a or 0.0, res.margin, alpha,
+                                           sd_ref=None if single_value else res.std_b,
+                                           n_ref=None if single_value else res.n_b, test=test, direction=direction)
     out.repeats_needed = n
     if n is None:
         out.advice.append(f"{out.metric}: the difference sits too close to the margin for more repeats to decide it")

@@ -1,0 +1,113 @@
+"""``repro500 plan``: how many repeats a decision needs, before running them."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+
+from repro500.commands.verify import _parse_margins
+
+
+def _parse_cvs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, float]:
+    cvs: dict[str, float] = {}
+    for item in value:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise click.BadParameter(f"{item!r} is not METRIC=CV (e.g. accuracy=0.01 for 1%)")
+        try:
+            number = float(text.rstrip("%")) / (100.0 if text.endswith("%") else 1.0)
+        except ValueError:
+            raise click.BadParameter(f"{item!r}: {text!r} is not a number") from None
+        if not (math.isfinite(number) and number > 0):
+            raise click.BadParameter(f"{item!r}: the CV must be a number > 0")
+        cvs[name] = number
+    return cvs
+
+
+@click.command()
+@click.argument("source", metavar="RUN_OR_RECIPE", type=click.Path(path_type=Path))
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+              help="Equivalence margin to plan a reproduction for (repeatable; default: the acceptance tolerances).")
+@click.option("--cv", "cvs", multiple=True, metavar="METRIC=CV", callback=_parse_cvs,
+              help="State the spread as a coefficient of variation (0.01 or 1%) instead of the run's observed one; "
+                   "needed for a recipe (repeatable).")
+@click.option("--power", type=click.FloatRange(0.5, 1.0, max_open=True), default=0.8, show_default=True,
+              help="Probability that the test decides, if the assumptions hold.")
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level, as for verify.")
+@click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
+def plan(source: Path, margins: dict[str, float], cvs: dict[str, float], power: float, alpha: float,
+         as_json: bool) -> None:
+    """Say how many repeats the bands and the equivalence test need.
+
+    RUN_OR_RECIPE is a run directory (or a packed archive), whose per-repeat spread is used, or
+    a recipe, whose spread you state with --cv. For each metric with an acceptance band or a
+    margin: the repeats for the band's bound to decide it, and for a reproduction to show
+    equivalence within the margin (both sides fresh, and against this run's own repeats). The
+    assumptions are printed with the figures.
+
+    \b
+    Exit codes: 0 planned, 2 nothing to plan or a metric without a spread, 4 unreadable input.
+    """
+    from repro500.verify.planning import build
+
+    if source.is_file() and source.name.endswith((".tar.gz", ".tgz")):
+        from repro500 import bundle
+
+        with tempfile.TemporaryDirectory(prefix="repro500-plan-") as tmp:
+            result = build(bundle.unpack(source, Path(tmp)), margins, cvs, alpha, power, shown_as=str(source))
+    else:
+        result = build(source, margins, cvs, alpha, power)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True, allow_nan=False))
+        return
+    _render(result)
+
+
+def _n(value: Any) -> str:
+    return "not reachable" if value is None else str(value)
+
+
+def _render(result: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table(title=f"Repeats needed ({result.kind} {result.source}; alpha {result.alpha:g}, "
+                        f"power {result.power:.0%})")
+    for column in ("metric", "spread (sd)", "decision", "repeats", "conservative"):
+        table.add_column(column, justify="right" if column in ("repeats", "conservative") else "left")
+    for m in result.metrics:
+        spread = f"{m.sd:.4g}"
+        conservative = m.n_spread is not None
+        if m.band:
+            side = "<=" if m.band["direction"] == "lower" else ">="
+            table.add_row(m.metric, spread, f"band {side} {m.band['threshold']:.6g}", _n(m.band["repeats"]),
+                          _n(m.band["conservative"]) if conservative else "-")
+        if m.equivalence:
+            e = m.equivalence
+            first = not m.band
+            table.add_row(m.metric if first else "", spread if first else "", f"within +/-{e['margin']:g}, fresh",
+                          _n(e["fresh"]), _n(e["conservative"]) if conservative else "-")
+            if "against_this_run" in e:
+                table.add_row("", "", f"within +/-{e['margin']:g}, vs this run", _n(e["against_this_run"]), "-")
+    console.print(table)
+    for m in result.metrics:
+        where = f"spread of {m.metric}: {m.spread_from}"
+        if m.equivalence:
+            where += f"; margin {m.equivalence['margin']:g} from the {m.equivalence['margin_source']}"
+        console.print(where)
+    console.print("'fresh': a reproduction where both sides run that many repeats; 'vs this run': the reproduction's "
+                  "repeats against this run's own; 'conservative': if the spread is at its upper 80% bound.")
+    for m in result.metrics:
+        for note in m.notes:
+            console.print(f"[yellow]note:[/] {note}")
+    console.print("Assumptions:")
+    for line in result.assumptions:
+        console.print(f"  - {line}")

@@ -1,0 +1,171 @@
+"""How many repeats a decision needs: ``repro500 plan`` and the advice lines of ``verify``.
+
+One computation for both (:func:`band_repeats`, :func:`equivalence_repeats`, over
+:func:`repro500.verify.stats.repeats_needed`), so what ``plan`` promises before a run is what
+``verify`` advises after it.  Planning takes an observed or stated spread as the truth; with
+few repeats the sample standard deviation is itself uncertain (with 3 repeats its 80% upper
+bound is 2.2 times the estimate), so every figure comes with the count the spread's upper 80%
+confidence bound would need.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from scipy import stats as sps
+
+from repro500.errors import UsageError
+from repro500.verify import stats
+from repro500.verify.rundir import Criterion
+
+SPREAD_CONFIDENCE = 0.8  # the conservative count plans with the spread's upper bound at this level
+
+
+def band_repeats(mean: float, sd: float, criterion: Criterion, alpha: float,
+                 power: float = stats.DEFAULT_POWER) -> int | None:
+    """Repeats for the band's one-sided (1 - alpha) bound to fall on one side of its threshold
+    with the given power, if the true mean and spread are *mean* and *sd*."""
+    return stats.repeats_needed(mean - criterion.threshold, sd, 0.0, alpha, kind="one-sided", power=power)
+
+
+def equivalence_repeats(diff: float, sd: float, margin: float, alpha: float, *, sd_ref: float | None = None,
+                        n_ref: int | None = None, test: str = "equivalence", direction: str = "higher",
+                        power: float = stats.DEFAULT_POWER) -> tuple[int | None, bool]:
+    """Run repeats for the equivalence (TOST) or non-inferiority test to decide, if the true
+    difference (run - reference) is *diff*.  With *sd_ref*, the reference keeps its *n_ref*
+    values; when no count of run repeats alone decides it, the count that both sides would need
+    is returned with ``True``."""
+    if test == "equivalence":
+        kind, shifted, m = ("equivalence" if abs(diff) < margin else "difference"), diff, margin
+    else:  # non-inferiority: only the bound on the bad side must clear the margin
+        kind, shifted, m = "one-sided", (diff + margin if direction == "higher" else margin - diff), 0.0
+    n = stats.repeats_needed(shifted, sd, m, alpha, std_b=sd_ref, n_b=n_ref, kind=kind, power=power)
+    if n is None and sd_ref is not None and n_ref is not None:
+        both = stats.repeats_needed(shifted, sd, m, alpha, std_b=sd_ref, kind=kind, power=power)
+        return both, both is not None
+    return n, False
+
+
+def sd_upper(sd: float, n: int, confidence: float = SPREAD_CONFIDENCE) -> float:
+    """The one-sided upper confidence bound of a normal standard deviation estimated from n values."""
+    return sd * math.sqrt((n - 1) / float(sps.chi2.ppf(1.0 - confidence, n - 1)))
+
+
+@dataclass
+class MetricPlan:
+    metric: str
+    sd: float
+    spread_from: str  # "3 repeats of the run" | "stated CV 0.5%"
+    center: float | None  # the run's mean, or the band's target for a recipe
+    n_spread: int | None  # repeats behind the sd (None: stated)
+    band: dict[str, Any] | None = None  # threshold, direction, repeats, conservative
+    equivalence: dict[str, Any] | None = None  # margin, source, fresh, against_this_run, conservative
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Plan:
+    source: str  # the run directory or recipe planned from
+    kind: str  # "run" | "recipe"
+    alpha: float
+    power: float
+    metrics: list[MetricPlan]
+    assumptions: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": "repro500/plan/v1", **asdict(self)}
+
+
+def plan_metric(name: str, values: list[float], criterion: Criterion | None, margin: tuple[float, str] | None,
+                cv: float | None, alpha: float, power: float, n_run: int | None) -> MetricPlan:
+    """The plan for one metric from its observed *values* (a run) or a stated *cv* (relative to
+    the run's mean, or to the band's target for a recipe)."""
+    mean = sum(values) / len(values) if values else (criterion.target if criterion else None)
+    if cv is not None:
+        if mean is None or mean == 0:
+            raise UsageError(f"--cv {name}={cv}: a CV needs a non-zero mean to scale; give the run or an acceptance "
+                             f"target for {name}")
+        sd, spread_from, n_spread = abs(mean) * cv, f"stated CV {cv:.3g}", None
+    elif len(values) >= 2:
+        sd = float(stats.describe(values, alpha)["std"])
+        spread_from, n_spread = f"{len(values)} repeats of the run", len(values)
+    else:
+        have = f"{len(values)} repeat" if values else "no repeats"
+        raise UsageError(f"{name}: {have} to estimate the spread from; state it with --cv {name}=CV (e.g. 0.01)")
+    out = MetricPlan(name, sd, spread_from, mean, n_spread)
+    upper = sd_upper(sd, n_spread) if n_spread else None
+    if criterion is not None and mean is not None:
+        n = band_repeats(mean, sd, criterion, alpha, power)
+        out.band = {"threshold": criterion.threshold, "direction": criterion.direction, "repeats": n,
+                    "conservative": band_repeats(mean, upper, criterion, alpha, power) if upper else None,
+                    "side": "meets" if (mean >= criterion.threshold) == (criterion.direction == "higher") else "misses"}
+        if n is None:
+            out.notes.append(f"{name}: the mean sits on the band's threshold; no number of repeats decides it")
+    if margin is not None:
+        delta, source = margin
+        fresh, _ = equivalence_repeats(0.0, sd, delta, alpha, sd_ref=sd, power=power)
+        out.equivalence = {"margin": delta, "margin_source": source, "fresh": fresh,
+                           "conservative": equivalence_repeats(0.0, upper, delta, alpha, sd_ref=upper,
+                                                               power=power)[0] if upper else None}
+        if n_run:  # a reproduction of this run, with its repeats as the reference
+            against, both = equivalence_repeats(0.0, sd, delta, alpha, sd_ref=sd, n_ref=n_run, power=power)
+            out.equivalence["against_this_run"] = None if both else against
+            if against is None or both:
+                out.notes.append(f"{name}: this run's {n_run} repeats are too few to reproduce against at margin "
+                                 f"{delta:g}; rerun both sides with {fresh} repeats each")
+    return out
+
+
+def assumptions(alpha: float, power: float, kind: str) -> list[str]:
+    return [
+        "each metric's repeats are independent and normally distributed",
+        ("the spread observed in the run (its sample standard deviation) is the true one; 'conservative' "
+         f"uses its upper {SPREAD_CONFIDENCE:.0%} confidence bound" if kind == "run"
+         else "the stated CV times the band's target is the true standard deviation"),
+        "a reproduction differs from the reference by 0 in truth, with the same spread",
+        (f"bands: one-sided {1 - alpha:.0%} bound beyond the threshold; equivalence: TOST at alpha {alpha:g} "
+         f"(a {1 - 2 * alpha:.0%} interval inside the margin); power {power:.0%}, normal approximation with "
+         "Welch t quantiles, as verify's advice"),
+    ]
+
+
+def build(source: Any, margins: dict[str, float], cvs: dict[str, float], alpha: float, power: float,
+          shown_as: str | None = None) -> Plan:
+    """The plan for a run directory (its observed spread) or a recipe file (a stated CV)."""
+    from pathlib import Path
+
+    from repro500.errors import InvalidInput
+    from repro500.verify.rundir import load_run, parse_acceptance
+
+    path = Path(source)
+    if path.is_dir():
+        run = load_run(path)
+        kind, criteria, n_run = "run", run.acceptance, len(run.completed)
+        values_of, known = run.values, set(run.metric_names())
+    elif path.is_file():
+        from repro500 import recipe as recipes
+
+        loaded = recipes.load(path)
+        kind, n_run = "recipe", None
+        criteria = parse_acceptance(loaded.acceptance, f"{path}: acceptance")
+        known = {c.metric for c in criteria}
+
+        def values_of(name: str) -> list[float]:
+            return []
+    else:
+        raise InvalidInput(f"{path} does not exist: give a run directory (runs/<run-id>) or a recipe file")
+    by_metric = {c.metric: c for c in criteria}
+    for name in [*margins, *cvs]:
+        if name not in known:
+            raise UsageError(f"{name!r} is not a metric of {path} (it has: {', '.join(sorted(known)) or 'none'})")
+    chosen = {c.metric: (c.tolerance, "acceptance tolerance") for c in criteria if c.tolerance > 0}
+    chosen.update({name: (delta, "--margin") for name, delta in margins.items()})
+    names = [*by_metric, *[n for n in chosen if n not in by_metric]]
+    if not names:
+        raise UsageError(f"nothing to plan: {path} has no acceptance band; pass --margin METRIC=DELTA for the "
+                         "metrics a reproduction must match")
+    metrics = [plan_metric(name, values_of(name), by_metric.get(name), chosen.get(name), cvs.get(name),
+                           alpha, power, n_run) for name in names]
+    return Plan(shown_as or str(path), kind, alpha, power, metrics, assumptions(alpha, power, kind))
