@@ -21,7 +21,9 @@ by chance about once in 740, where 2 SE would cross once in 44).  A small sample
 also decided through the full scalar path (``compare_values``) to show it agrees with the
 vectorised core.
 
-Run: ``python bench/verdict_calibration.py`` (about 15 s); exits 0 when every rate is within
+Section 7 is the sequential design of ``run --until-decided`` (bench/sequential_design.py).
+
+Run: ``python bench/verdict_calibration.py`` (about 60 s); exits 0 when every rate is within
 its limit, 1 and a MISSED line otherwise.
 """
 
@@ -194,8 +196,11 @@ def main() -> int:
           "(two-sample equivalence and one-sided published)")
     if agree != total:
         missed.append("scalar/vectorised disagreement")
+    from sequential_design import run_grid  # bench/, beside this file
+
+    run_grid(rng, missed)  # 7. the sequential design of --until-decided (about 40 s)
     elapsed = time.perf_counter() - start
-    print(f"\nelapsed {elapsed:.1f} s (target < 60 s, ratio {elapsed / 60:.2f})")
+    print(f"\nelapsed {elapsed:.1f} s (target < 90 s, ratio {elapsed / 90:.2f})")
     print("RESULT: " + (f"OK, every error rate <= alpha within {Z_LIMIT:g} SE" if not missed
                         else "MISSED: " + "; ".join(missed)))
     return 1 if missed else 0

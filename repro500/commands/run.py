@@ -6,6 +6,8 @@ import sys
 
 import click
 
+from repro500.commands.verify import _parse_margins
+
 
 @click.command(context_settings={"show_default": True})
 @click.argument("recipe", required=False, nargs=-1)
@@ -44,11 +46,21 @@ import click
 @click.option("--sign-key", envvar="REPRO500_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="Sign the finished run with this OpenSSH Ed25519 key (env REPRO500_SIGNING_KEY; docs/trust.md).")
 @click.option("--sign-principal", metavar="NAME", help="Who signs, as named in the verifier's allowed_signers (e.g. an email).")
+@click.option("--until-decided", is_flag=True,
+              help="Run repeats one at a time and stop once the verdict is decided (group-sequential tests; docs/verify.md).")
+@click.option("--max-repeats", type=click.IntRange(min=3), help="With --until-decided: at most this many repeats.  [default: 10]")
+@click.option("--spending", type=click.Choice(["obrien-fleming", "pocock"]), default="obrien-fleming",
+              help="With --until-decided: how alpha is spent over the looks.")
+@click.option("--against", metavar="REF", help="Verify against this reference (a run, a packed run or a published file); "
+                                               "with --until-decided the equivalence test decides when to stop.")
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+              help="With --against: equivalence margin for a metric (repeatable; default: the acceptance tolerances).")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool | None,
-        experiment: str | None, sign_key: str | None, sign_principal: str | None) -> None:
+        experiment: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
+        max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float]) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
@@ -84,6 +96,8 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
             ("--set", overrides), ("--params", params_file), ("--repeats", repeats), ("--nproc", nproc),
             ("--deterministic", deterministic), ("--same-seed", same_seed), ("--open-division", open_division),
             ("--run-id", run_id), ("--experiment", experiment), ("--trace-inputs", trace_inputs),
+            ("--until-decided", until_decided), ("--max-repeats", max_repeats), ("--against", against),
+            ("--margin", margins),
             ("--out", click.get_current_context().get_parameter_source("out_dir")
              is not click.core.ParameterSource.DEFAULT),
         ) if value]
@@ -95,6 +109,8 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
                          experiment=experiment, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
                          rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
-                         sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs)
+                         sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,
+                         until_decided=until_decided, max_repeats=max_repeats, spending=spending, against=against,
+                         margins=margins)
     outcome = run_recipe(options)
     sys.exit(outcome.exit_code)

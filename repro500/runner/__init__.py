@@ -20,7 +20,7 @@ from repro500 import launchenv, redact
 from repro500 import recipe as recipes
 from repro500 import rundir as layout
 from repro500.errors import InvalidInput, UsageError
-from repro500.runner import multinode
+from repro500.runner import decide, multinode
 from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight, tracking_choice
 from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
@@ -43,9 +43,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _new(options: RunOptions, console: Console) -> Session:
+    if options.until_decided:  # the recipe plans the most repeats; the looks decide how many run
+        options = replace(options, repeats=options.max_repeats or decide.DEFAULT_MAX_REPEATS)
     recipe = load_recipe(options)
     options = replace(options, tracking=tracking_choice(options, recipe))
     plan = make_plan(recipe, options)
+    design, reference, loaded = decide.prepare(options, recipe)
     run_id = options.run_id or new_run_id(recipe.name)
     run = layout.RunDir(Path(options.out_dir) / run_id)
     if run.exists():
@@ -67,10 +70,13 @@ def _new(options: RunOptions, console: Console) -> Session:
         "engine": plan.engine, "world_size": plan.world_size, "nnodes": plan.nnodes,
         "compressor": plan.compressor, "tracking": options.tracking, "mlflow": None, "resumes": [],
     }
+    meta.update({key: value for key, value in (("design", design), ("reference", reference)) if value})
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
-    return Session(plan, run, meta, console, resumed=False, tracking=options.tracking, experiment=options.experiment,
-                   source_name=str(options.recipe or "--command"), sign=_signing(options))
+    session = Session(plan, run, meta, console, resumed=False, tracking=options.tracking,
+                      experiment=options.experiment, source_name=str(options.recipe or "--command"), sign=_signing(options))
+    session.reference = loaded
+    return session
 
 
 def _recipe_yaml(recipe: recipes.Recipe) -> str:
@@ -93,6 +99,7 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     meta = run.meta()
     recipe = recipes.from_run_dir(run.path)
     refuse_complete(run, meta, recipe.repeats)
+    loaded = decide.reload(meta)  # the same question goes on being decided
     # A resume keeps the run's own choice: half a run's repeats in an MLflow parent that never
     # sees the other half, or a parent whose last repeats never arrive, is a record that lies.
     recorded = bool(meta.get("tracking", meta.get("mlflow") is not None))
@@ -112,15 +119,18 @@ def _resumed(options: RunOptions, console: Console) -> Session:
         run.write_meta(meta)
     except OSError as err:
         raise InvalidInput(f"cannot write the run directory {run} ({err.strerror or err})") from None
-    return Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
-                   source_name=str(meta.get("recipe_path") or "--command"), sign=_signing(options))
+    session = Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
+                      source_name=str(meta.get("recipe_path") or "--command"), sign=_signing(options))
+    session.reference = loaded
+    return session
 
 
 def refuse_complete(run: layout.RunDir, meta: dict[str, Any], planned: int) -> None:
     """``--resume`` of a run that has nothing left to run must not rewrite run.json and the digest
     list people quote."""
     finished = run.summaries(planned, finished_only=True)
-    if meta.get("status") == "completed" and len(finished) == planned:
+    stopped = (meta.get("design") or {}).get("stopped_at")  # a sequential run that stopped when decided
+    if meta.get("status") == "completed" and len(finished) == (stopped or planned):
         raise UsageError(f"run {run} is already complete ({planned} of {planned} repeats finished); nothing to "
                          f"resume. Verify it with: repro500 verify {run}")
 

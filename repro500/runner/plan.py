@@ -45,6 +45,11 @@ class RunOptions:
     sign_key: str | None = None  # an OpenSSH Ed25519 key: the finished run is signed (docs/trust.md)
     sign_principal: str | None = None
     trace_inputs: bool = False  # a command's reads found with strace (fixed.observe_inputs: strace)
+    until_decided: bool = False  # repeats one at a time until the verdict is decided (verify/sequential.py)
+    max_repeats: int | None = None
+    spending: str = "obrien-fleming"
+    against: str | None = None  # verified against this reference; with until_decided it decides the stop
+    margins: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -124,6 +129,12 @@ def check_options(options: RunOptions) -> None:
         if not host or not port.isdigit() or not 0 < int(port) < 65535:
             raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint} is not HOST:PORT with a port below 65535 "
                              "(node 0 also listens on PORT + 1)")
+    if options.max_repeats is not None and not options.until_decided:
+        raise UsageError("--max-repeats goes with --until-decided (a fixed design takes --repeats)")
+    if options.until_decided and options.repeats is not None:
+        raise UsageError("--until-decided runs up to --max-repeats repeats; --repeats is for a fixed design")
+    if options.margins and not options.against:
+        raise UsageError("--margin needs --against: margins are for comparing with a reference")
     if options.nproc is not None and options.nproc < 1:
         raise UsageError("--nproc must be at least 1")
     if options.sign_key:

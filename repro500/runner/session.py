@@ -25,6 +25,7 @@ from rich.console import Console
 from repro500 import redact
 from repro500 import rundir as layout
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
+from repro500.runner import decide
 from repro500.runner import summaries as aggregation
 from repro500.runner.background import warm_verify
 from repro500.runner.display import Display
@@ -57,6 +58,7 @@ class Session:
         self._gathered: Future[Any] | None = None
         self._settled: Future[dict[str, Any]] = Future()
         self._inputs: dict[int, Future[Any]] = {}  # hashing what repeat k's command read, beside the next
+        self.reference: Any = None  # what the run is verified against (runner/decide.py)
 
     @property
     def recipe(self) -> Any:
@@ -193,7 +195,7 @@ class Session:
                     self._prefetch_inputs(k, summaries[k])
                     self._sync(k)
                     display.finished(k, summaries[k])
-                    if summaries[k]["status"] == "failed":
+                    if summaries[k]["status"] == "failed" or decide.look(self, summaries):
                         break
         except KeyboardInterrupt:
             return summaries, True
@@ -240,7 +242,8 @@ class Session:
         from repro500.attest import check
         from repro500.verify.verdict import render, verify_run, write_verdict
 
-        verdict = verify_run(self.run.path)
+        reference = self.meta.get("reference") or {}
+        verdict = verify_run(self.run.path, against=reference.get("against"), margins=reference.get("margins") or None)
         check.apply(check.check_run(self.run.path), verdict)  # the chain, as verify RUN would
         write_verdict(verdict, self.run.path)
         render(verdict, self.console)

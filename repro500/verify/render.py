@@ -50,11 +50,22 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
     if verdict.status == "INVALID":
         _advice(verdict, console)
         return
+    _design(verdict, console)
     _bands(verdict, console)
     _equivalence(verdict, console)
     _statistics(verdict, console)
     _other_sections(verdict, console)
     _advice(verdict, console)
+
+
+def _design(verdict: Verdict, console: Console) -> None:
+    d = verdict.design
+    if not d:
+        return
+    level = f"nominal level {d['nominal_level']:.3g}" if d.get("nominal_level") is not None else "before the first look"
+    stopped = (f"stopped when decided after {d['stopped_at']}" if d.get("stopped_at") else f"{d['look']}")
+    console.print(f"[bold]Sequential design[/]  {stopped} of up to {d['max_repeats']} repeats; decisions at {level} "
+                  f"({d.get('spending')} spending of alpha {verdict.alpha:g}; docs/verify.md)", highlight=False)
 
 
 def _integrity(verdict: Verdict, console: Console) -> None:

@@ -90,8 +90,13 @@ class RunData:
 
     @property
     def not_run(self) -> list[int]:
-        """Planned repeats with no summary at all (an incomplete run; integrity decides if allowed)."""
-        return [k for k in range(self.planned or 0) if k not in self.repeats]
+        """Planned repeats with no summary at all (an incomplete run; integrity decides if allowed).
+        A sequential run that stopped once its verdict was decided planned only the repeats it ran
+        (verify/sequential.py re-derives the stopping point)."""
+        design = (self.run or {}).get("design")
+        stopped = design.get("stopped_at") if isinstance(design, dict) and design.get("kind") == "sequential" else None
+        limit = stopped if isinstance(stopped, int) and not isinstance(stopped, bool) and stopped >= 1 else self.planned
+        return [k for k in range(limit or 0) if k not in self.repeats]
 
     @property
     def unsuccessful(self) -> dict[int, str]:

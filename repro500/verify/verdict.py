@@ -46,7 +46,7 @@ from repro500.errors import (
     InvalidInput,
     UsageError,
 )
-from repro500.verify import equivalence, integrity
+from repro500.verify import equivalence, integrity, sequential
 from repro500.verify.bands import BandResult, check_bands
 from repro500.verify.determinism import (
     DeterminismResult,
@@ -94,6 +94,7 @@ class Verdict:
     provenance: ProvenanceResult | None = None
     valid_flops: FlopsResult | None = None
     exact_replay: ExactReplay | None = None
+    design: dict[str, Any] | None = None  # a sequential run's design and the look it stopped at
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
@@ -126,7 +127,7 @@ class Verdict:
             "equivalence": None if self.equivalence is None else [e.to_dict() for e in self.equivalence],
             "time_to_train": section(self.time_to_train), "determinism": section(self.determinism),
             "provenance": section(self.provenance), "valid_flops": section(self.valid_flops),
-            "exact_replay": section(self.exact_replay),
+            "exact_replay": section(self.exact_replay), "design": self.design,
         }
         return _clean(doc)
 
@@ -208,12 +209,23 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
         values = run.values(name)
         if values:
             verdict.statistics[name] = describe(values, alpha)
-    verdict.bands = check_bands(run, alpha)
+    decide_at = alpha
+    design = sequential.recorded(run.run)
+    if design is not None:  # decisions at the nominal level of the look the run stopped at
+        problems = sequential.stop_check(run, design, float(design.get("alpha", alpha))) \
+            if design.get("decided_on") == "bands" else []
+        if problems:
+            return _invalid(verdict, problems)
+        n = len(run.completed)
+        level = sequential.level_of(design, n, alpha)
+        decide_at = level if level is not None else alpha
+        verdict.design = {**design, "look": n, "nominal_level": level}
+    verdict.bands = check_bands(run, decide_at)
     verdict.determinism = check_determinism(run)
     verdict.valid_flops = valid_flops(run, alpha)
     repeat_docs = [run.repeats[k] for k in sorted(run.repeats)]
     if ref is not None:
-        verdict.equivalence = equivalence.compare(run, ref, alpha, margins)
+        verdict.equivalence = equivalence.compare(run, ref, decide_at, margins)
         verdict.time_to_train = check_time_to_train(
             repeat_docs, alpha, reference_epochs=ref.epochs_to_quality, reference_times_s=ref.time_to_quality_s)
         verdict.provenance = provenance_diff(run.provenance_manifest, ref.manifest)  # with what each command read

@@ -1,0 +1,111 @@
+"""``run --until-decided``: group-sequential looks that keep the error rate, stop when decided,
+and a verdict that re-derives where the run stopped."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from runhelpers import repro500
+from scipy import stats as sps
+from test_verify_rundir import make_run
+
+from repro500 import bundle
+from repro500.verify import sequential
+from repro500.verify.verdict import verify_run
+
+NOISY = "import random, sys\nrandom.seed(int(sys.argv[1]))\nprint(f'acc {float(sys.argv[2]) + random.gauss(0, 0.01):.5f}')\n"
+
+
+def test_the_calibration_spends_alpha_as_the_textbook_boundaries_do():
+    """Known-variance paths through the same calibration give Lan-DeMets O'Brien-Fleming's
+    boundaries for 5 equally spaced looks at one-sided 0.025 (4.877, 3.357, 2.680, 2.290, 2.031)."""
+    rng = np.random.default_rng(3)
+    paths = np.cumsum(rng.standard_normal((400_000, 5)), axis=1)
+    z = [paths[:, k] / np.sqrt(k + 1) for k in range(5)]
+    levels = sequential.calibrate([sps.norm.sf(v) for v in z], [0.2, 0.4, 0.6, 0.8, 1.0], 0.025)
+    bounds = [float(sps.norm.isf(p)) for p in levels]
+    assert bounds[0] > 4.0 and bounds[1] > 3.0
+    assert bounds[2:] == pytest.approx([2.680, 2.290, 2.031], abs=0.03)
+    assert sequential.spent(1.0, 0.05) == pytest.approx(0.05) and sequential.spent(1.0, 0.05, "pocock") == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize("spending", sequential.SPENDING)
+def test_t_tests_at_the_nominal_levels_cross_with_probability_alpha(spending):
+    levels = sequential.nominal_levels(12, 0.05, spending)
+    assert all(0 <= level < 0.05 for level in levels)
+    if spending == "obrien-fleming":  # almost nothing early, nearly alpha at the end
+        assert levels[0] < 1e-3 < 0.02 < levels[-1]
+    rng = np.random.default_rng(11)  # not the calibration's seed: an independent check
+    x = rng.standard_normal((100_000, 12))
+    sums, squares, crossed = np.cumsum(x, 1), np.cumsum(x**2, 1), np.zeros(len(x), dtype=bool)
+    for n, level in zip(sequential.looks(12), levels, strict=True):
+        mean = sums[:, n - 1] / n
+        t = mean / np.sqrt((squares[:, n - 1] - n * mean**2) / (n - 1) / n)
+        crossed |= t > sps.t.isf(level, n - 1)
+    assert crossed.mean() == pytest.approx(0.05, abs=3 * np.sqrt(0.05 * 0.95 / 100_000) + 0.001)
+
+
+def _experiment(tmp_path):
+    (tmp_path / "t.py").write_text(NOISY)
+    return ["run", "--command", "--no-tracking", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.9"]
+
+
+def test_until_decided_stops_at_the_first_decided_look_and_verifies(tmp_path):
+    common = _experiment(tmp_path)
+    easy = repro500(*common, "--run-id", "easy", "--until-decided", "--", "python", "t.py", "{seed}", "0.95",
+                    cwd=tmp_path)
+    assert easy.returncode == 0, easy.stdout + easy.stderr
+    meta = json.loads((tmp_path / "runs/easy/run.json").read_text())
+    design = meta["design"]
+    assert design["kind"] == "sequential" and design["max_repeats"] == 10 and design["decided_on"] == "bands"
+    assert 3 <= design["stopped_at"] < 10 and design["decision"] == {"acc": "PASS"}
+    assert sorted(p.name for p in (tmp_path / "runs/easy/repeats").iterdir()) == [
+        str(k) for k in range(design["stopped_at"])]
+    assert "look after 3 repeats" in easy.stdout and "Decided after" in easy.stdout
+    verdict = verify_run(tmp_path / "runs/easy")
+    assert verdict.status == "PASS" and verdict.design["look"] == design["stopped_at"]
+    assert verdict.design["nominal_level"] == pytest.approx(design["nominal_levels"][design["stopped_at"] - 3])
+    again = repro500("run", "--resume", "runs/easy", cwd=tmp_path)
+    assert again.returncode == 2 and "already complete" in again.stderr
+
+    # against that run: the equivalence test decides when to stop
+    rerun = repro500(*common, "--run-id", "rerun", "--until-decided", "--max-repeats", "6", "--against", "runs/easy",
+                     "--margin", "acc=0.03", "--", "python", "t.py", "{seed}", "0.95", cwd=tmp_path)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    design = json.loads((tmp_path / "runs/rerun/run.json").read_text())["design"]
+    assert design["decided_on"] == "against" and design["reference_repeats"] >= 3 and design["stopped_at"] <= 6
+
+
+def test_a_stopping_point_the_repeats_do_not_support_is_invalid(tmp_path):
+    """An author who drops the repeats after the decided look and reseals: verify re-derives it."""
+    values = [0.95, 0.951, 0.949, 0.95, 0.952]  # decided PASS at the first look (3 repeats)
+    root = make_run(tmp_path, values={"accuracy": values})
+    meta = json.loads((root / "run.json").read_text())
+    design = sequential.design(5, 0.05)
+    meta["design"] = {**design, "decided_on": "bands", "stopped_at": 5, "decision": {"accuracy": "PASS"}}
+    (root / "run.json").write_text(json.dumps(meta))
+    bundle.write_sums(root)
+    verdict = verify_run(root)
+    assert verdict.status == "INVALID"
+    assert "stopped after 5 repeats, but its repeats decide the verdict after 3" in " ".join(verdict.reasons)
+
+
+def test_bad_sequential_options_are_one_sentence_before_anything_is_written(tmp_path):
+    (tmp_path / "t.py").write_text(NOISY)
+    base = ["run", "--command", "--no-tracking", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.9",
+            "--run-id", "x"]
+    make_run(tmp_path, "ref")
+    no_margin = repro500(*base, "--until-decided", "--against", "ref", "--", "python", "t.py", "1", "0.9", cwd=tmp_path)
+    assert no_margin.returncode == 2 and "needs an equivalence margin" in no_margin.stderr, no_margin.stderr
+    cases = [
+        (["--max-repeats", "5"], "--max-repeats goes with --until-decided"),
+        (["--until-decided", "--repeats", "4"], "--repeats is for a fixed design"),
+        (["--margin", "acc=0.1"], "--margin needs --against"),
+        (["--until-decided", "--against", "nowhere"], "nowhere"),
+    ]
+    for extra, says in cases:
+        result = repro500(*base, *extra, "--", "python", "t.py", "1", "0.9", cwd=tmp_path)
+        assert result.returncode in (2, 4) and says in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "runs").exists()
