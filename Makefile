@@ -70,6 +70,7 @@ bench: $(STAMP)
 	$(PY) bench/compress.py
 	$(PY) bench/wire_bytes.py
 	$(PY) bench/verdict_calibration.py
+	$(PY) bench/variance_attribution.py
 	$(PY) bench/quickstart.py
 
 clean:

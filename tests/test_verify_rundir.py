@@ -79,8 +79,12 @@ def make_run(
     salt = json.dumps(values, sort_keys=True)
     seeds = [seedlib.derive(500, k).as_dict() for k in range(n)]
     if torch_seeds is not None:
+        first: dict[int, int] = {}
         for k, s in enumerate(torch_seeds):
-            seeds[k]["torch"] = s
+            # repeats that share a seed share every seed, as --same-seed gives them (the
+            # determinism check groups by all of them)
+            j = first.setdefault(s, k)
+            seeds[k].update({name: seeds[j][name] for name in ("python", "numpy", "loader")}, torch=s)
     etq = epochs_to_quality or [2] * n
     ttq = time_to_quality_s or [20.0 + k for k in range(n)]
     repeat_states = {}

@@ -91,18 +91,44 @@ def seed_worker(worker_id: int) -> None:
     random.seed(worker_seed)
 
 
-def plan(master_seed: int, repeats: int, world_size: int = 1, same_seed: bool = False) -> list[dict[str, Any]]:
+# The sources of randomness a factorial run (``repro500 run --vary``) varies one at a time, and
+# the seeds each one owns: ``init`` is torch's generator (initialisation, dropout, anything the
+# model draws from torch), ``data_order`` the DataLoader's shuffling, ``seed`` all of them;
+# ``kernels`` holds every seed and lets torch choose non-deterministic algorithms.
+SOURCES: dict[str, tuple[str, ...]] = {
+    "seed": ("python", "numpy", "torch", "loader"),
+    "init": ("torch",),
+    "data_order": ("loader",),
+    "kernels": (),
+}
+
+
+def derive_varied(master_seed: int, repeat: int, rank: int, varied: tuple[str, ...] | None) -> Seeds:
+    """Repeat *repeat*'s seeds with only the *varied* fields its own (the others are repeat 0's);
+    ``None`` varies all of them, as :func:`derive`."""
+    own = derive(master_seed, repeat, rank)
+    if varied is None:
+        return own
+    base = derive(master_seed, 0, rank)
+    fields = {name: getattr(own if name in varied else base, name) for name in SOURCES["seed"]}
+    return Seeds(master=int(master_seed), repeat=int(repeat), rank=int(rank), **fields)
+
+
+def plan(master_seed: int, repeats: int, world_size: int = 1, same_seed: bool = False,
+         varied: list[tuple[str, ...] | None] | None = None) -> list[dict[str, Any]]:
     """All seeds of a run, as recorded in the manifest's ``seeds`` facet.
 
-    With ``same_seed`` every repeat uses repeat 0's seeds (a determinism check).
+    With ``same_seed`` every repeat uses repeat 0's seeds (a determinism check); ``varied`` gives
+    each repeat the seeds it varies (a factorial run, :func:`derive_varied`).
     """
     out = []
     for k in range(repeats):
         source = 0 if same_seed else k
+        fields = varied[k] if varied is not None else None
         out.append(
             {
                 "repeat": k,
-                "ranks": [derive(master_seed, source, r).as_dict() for r in range(world_size)],
+                "ranks": [derive_varied(master_seed, source, r, fields).as_dict() for r in range(world_size)],
             }
         )
     return out

@@ -55,12 +55,16 @@ from repro500.commands.verify import _parse_margins
                                                "with --until-decided the equivalence test decides when to stop.")
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
               help="With --against: equivalence margin for a metric (repeatable; default: the acceptance tolerances).")
+@click.option("--vary", metavar="SOURCES", help="A factorial run: vary each named source of randomness alone (seed, init, "
+                                              "data_order, kernels; comma-separated), to attribute the variance.")
+@click.option("--repeats-per-cell", type=click.IntRange(min=2), default=3, help="With --vary: repeats per source.")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool | None,
         experiment: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
-        max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float]) -> None:
+        max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float], vary: str | None,
+        repeats_per_cell: int) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
@@ -97,7 +101,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
             ("--deterministic", deterministic), ("--same-seed", same_seed), ("--open-division", open_division),
             ("--run-id", run_id), ("--experiment", experiment), ("--trace-inputs", trace_inputs),
             ("--until-decided", until_decided), ("--max-repeats", max_repeats), ("--against", against),
-            ("--margin", margins),
+            ("--margin", margins), ("--vary", vary),
             ("--out", click.get_current_context().get_parameter_source("out_dir")
              is not click.core.ParameterSource.DEFAULT),
         ) if value]
@@ -111,6 +115,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
                          rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
                          sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,
                          until_decided=until_decided, max_repeats=max_repeats, spending=spending, against=against,
-                         margins=margins)
+                         margins=margins, repeats_per_cell=repeats_per_cell,
+                         vary=[name.strip() for name in vary.split(",")] if vary is not None else None)
     outcome = run_recipe(options)
     sys.exit(outcome.exit_code)

@@ -45,6 +45,8 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def _new(options: RunOptions, console: Console) -> Session:
     if options.until_decided:  # the recipe plans the most repeats; the looks decide how many run
         options = replace(options, repeats=options.max_repeats or decide.DEFAULT_MAX_REPEATS)
+    if options.vary:  # a factorial run: one cell of repeats per source of randomness
+        options = replace(options, repeats=options.repeats_per_cell * len(options.vary))
     recipe = load_recipe(options)
     options = replace(options, tracking=tracking_choice(options, recipe))
     plan = make_plan(recipe, options)
@@ -70,6 +72,9 @@ def _new(options: RunOptions, console: Console) -> Session:
         "engine": plan.engine, "world_size": plan.world_size, "nnodes": plan.nnodes,
         "compressor": plan.compressor, "tracking": options.tracking, "mlflow": None, "resumes": [],
     }
+    if plan.vary:
+        design = {"kind": "factorial", "sources": plan.vary, "per_cell": plan.per_cell,
+                  "cells": [plan.cell(k) for k in range(recipe.repeats)]}
     meta.update({key: value for key, value in (("design", design), ("reference", reference)) if value})
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
@@ -109,7 +114,10 @@ def _resumed(options: RunOptions, console: Console) -> Session:
                          f"--{'' if options.tracking else 'no-'}tracking (or start a new run)")
     options = replace(options, tracking=recorded)
     nodes = dict(nnodes=options.nnodes, node_rank=0, rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
-    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking, **nodes))
+    factorial = meta.get("design") if (meta.get("design") or {}).get("kind") == "factorial" else {}
+    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking,
+                                        vary=factorial.get("sources"), repeats_per_cell=factorial.get("per_cell", 3),
+                                        **nodes))
     multinode.check_resume(run, meta, options, plan)
     finished = run.summaries(recipe.repeats, finished_only=True)
     multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished], str(run.path.resolve()))

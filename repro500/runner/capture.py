@@ -102,6 +102,15 @@ def _facets(plan: Plan, kept: dict[str, Any] | None) -> dict[str, Any]:
     from repro500.workloads.engines.ranks import rank_plan
 
     facets: dict[str, Any] = {"experiment": {**experiment_facet(plan), "source": kept}}
+    if plan.vary:  # a factorial run: each repeat's seeds vary only its cell's source (capture/seeds.py)
+        from repro500.capture import seeds as seeding
+        from repro500.capture.manifest import seeds_facet
+
+        repeats = plan.recipe.repeats
+        facets["seeds"] = {**seeds_facet(plan.recipe.seed, repeats, plan.world_size),
+                           "plan": seeding.plan(plan.recipe.seed, repeats, plan.world_size,
+                                                varied=[plan.varied(k) for k in range(repeats)]),
+                           "design": {"kind": "factorial", "sources": plan.vary, "per_cell": plan.per_cell}}
     if plan.recipe.is_command:
         facets["runtime"] = {}  # the command's own runtime is its business; repro500 set only its seeds' env
         facets["distributed"] = {"engine": "command", "world_size": 1, "backend": None, "compressor": "none"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -29,6 +30,8 @@ def follow_node(options: RunOptions, console: Console) -> RunOutcome:
             console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")
             out = Path(scratch) / str(k)
             out.mkdir()
-            launch.run_distributed(plan.engine, plan.nproc, spec, k, plan.seeds(k), out, rendezvous=plan.rendezvous,
+            at_k = dataclasses.replace(spec, deterministic=plan.deterministic_at(k))  # a factorial run's kernels cell
+            launch.run_distributed(plan.engine, plan.nproc, at_k, k, plan.seeds(k), out, rendezvous=plan.rendezvous,
+                                   varied=plan.varied(k),
                                    expect_summary=False)
     return RunOutcome(Path(options.out_dir) / options.run_id, 0)

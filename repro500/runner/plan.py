@@ -20,6 +20,7 @@ from repro500.errors import InvalidInput, UsageError
 from repro500.workloads import workload as workloads
 
 ENGINES = ("local", "ddp", "horovod", "command")
+MAX_FACTORIAL_REPEATS = 200
 
 
 @dataclass
@@ -50,6 +51,8 @@ class RunOptions:
     spending: str = "obrien-fleming"
     against: str | None = None  # verified against this reference; with until_decided it decides the stop
     margins: dict[str, float] = field(default_factory=dict)
+    vary: list[str] | None = None  # a factorial run over these sources of randomness (capture/seeds.py)
+    repeats_per_cell: int = 3
 
 
 @dataclass
@@ -67,6 +70,8 @@ class Plan:
     node_rank: int
     same_seed: bool
     rendezvous: dict[str, Any] | None
+    vary: list[str] | None = None  # a factorial run: the sources of randomness varied, one per cell
+    per_cell: int = 0
 
     @property
     def world_size(self) -> int:
@@ -76,8 +81,22 @@ class Plan:
     def deterministic(self) -> bool:
         return bool(self.recipe.mutable.get("deterministic"))
 
+    def cell(self, k: int) -> str | None:
+        """The source repeat k varies (a factorial run), cells in the order given to --vary."""
+        return self.vary[k // self.per_cell] if self.vary else None
+
+    def varied(self, k: int) -> tuple[str, ...] | None:
+        """The seeds repeat k draws for itself (None: all of them)."""
+        cell = self.cell(k)
+        return None if cell is None else seeding.SOURCES[cell]
+
+    def deterministic_at(self, k: int) -> bool:
+        """The kernels cell lets torch choose non-deterministic algorithms; every other repeat of a
+        factorial run with that cell is deterministic, so only that cell varies the kernels."""
+        return False if self.cell(k) == "kernels" else self.deterministic
+
     def seeds(self, k: int, rank: int = 0) -> seeding.Seeds:
-        return seeding.derive(self.recipe.seed, 0 if self.same_seed else k, rank)
+        return seeding.derive_varied(self.recipe.seed, 0 if self.same_seed else k, rank, self.varied(k))
 
 
 def resolve_device(requested: str) -> str:
@@ -133,6 +152,21 @@ def check_options(options: RunOptions) -> None:
         raise UsageError("--max-repeats goes with --until-decided (a fixed design takes --repeats)")
     if options.until_decided and options.repeats is not None:
         raise UsageError("--until-decided runs up to --max-repeats repeats; --repeats is for a fixed design")
+    if options.vary is not None:
+        unknown = [name for name in options.vary if name not in seeding.SOURCES]
+        if unknown or not options.vary or len(set(options.vary)) != len(options.vary):
+            raise UsageError(f"--vary {','.join(options.vary)}: name each source once, from "
+                             f"{', '.join(seeding.SOURCES)}" + (f" ({unknown[0]!r} is not one)" if unknown else ""))
+        clash = [flag for flag, given in (("--repeats", options.repeats is not None), ("--same-seed", options.same_seed),
+                                          ("--until-decided", options.until_decided)) if given]
+        if clash:
+            raise UsageError(f"--vary runs --repeats-per-cell repeats per source; {clash[0]} does not apply")
+        if options.repeats_per_cell < 2:
+            raise UsageError("--repeats-per-cell must be at least 2: one repeat has no spread")
+        if options.repeats_per_cell * len(options.vary) > MAX_FACTORIAL_REPEATS:
+            raise UsageError(f"--vary {','.join(options.vary)} with --repeats-per-cell {options.repeats_per_cell} is "
+                             f"{options.repeats_per_cell * len(options.vary)} repeats, more than {MAX_FACTORIAL_REPEATS}; "
+                             "use fewer repeats per cell or fewer sources")
     if options.margins and not options.against:
         raise UsageError("--margin needs --against: margins are for comparing with a reference")
     if options.nproc is not None and options.nproc < 1:
@@ -153,6 +187,9 @@ def load_recipe(options: RunOptions) -> recipes.Recipe:
         recipe = recipes.load(options.recipe, **kwargs)
     else:
         raise UsageError("give a RECIPE file, --command -- PROGRAM ARGS..., or --resume RUN_DIR")
+    if options.vary and recipe.is_command:
+        raise UsageError("--vary needs a trained workload, whose seeds repro500 applies one source at a time; a "
+                         "command receives one seed ({seed}), so its sources cannot be told apart")
     if recipe.is_command:
         if options.nproc or options.nnodes > 1:
             raise UsageError("--nproc and --nnodes are for trained workloads; a command launches its own processes")
@@ -170,8 +207,8 @@ def load_recipe(options: RunOptions) -> recipes.Recipe:
                 mutable["engine"] = "ddp"
         if options.nnodes > 1 and mutable["engine"] == "local":
             mutable["engine"] = "ddp"
-    if options.deterministic:
-        recipe.mutable["deterministic"] = True
+    if options.deterministic or (options.vary and "kernels" in options.vary):
+        recipe.mutable["deterministic"] = True  # only the kernels cell lets torch choose (Plan.deterministic_at)
     return recipe
 
 
@@ -210,7 +247,8 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
         if device == "cpu" and nproc > cores:
             print(f"repro500: warning: {nproc} ranks on {cores} CPU cores will oversubscribe the machine", file=sys.stderr)
     return Plan(recipe, work, device, engine, comm_backend(engine, device), compressor, nproc,
-                options.nnodes, options.node_rank, options.same_seed, meeting)
+                options.nnodes, options.node_rank, options.same_seed, meeting,
+                list(options.vary) if options.vary else None, options.repeats_per_cell if options.vary else 0)
 
 
 def preflight(recipe: recipes.Recipe, options: RunOptions | None = None) -> Plan:

@@ -279,7 +279,8 @@ class Session:
                     hooks.on_epoch_end = on_epoch_end
                 summary = self.plan.workload.run_repeat(Repeat(
                     k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(),
-                    own_outputs=self._own_outputs(), source_files=source.copied_files(self.run.path)))
+                    own_outputs=self._own_outputs(), source_files=source.copied_files(self.run.path),
+                    deterministic=self.plan.deterministic_at(k), varied=self.plan.varied(k)))
             except KeyboardInterrupt:
                 self._mark_killed(k, seeds, "interrupted by the user")
                 raise

@@ -1,7 +1,7 @@
 """Determinism: repeats that share a seed must end with identical parameters.
 
-Repeats are grouped by the torch seed in their summaries (``seeds.torch``; ``repro500 run
---same-seed`` gives every repeat repeat 0's seeds).  Within a group every
+Repeats are grouped by the seeds in their summaries (``seeds``: python, numpy, torch, loader;
+``repro500 run --same-seed`` gives every repeat repeat 0's seeds).  Within a group every
 ``final_param_digest`` must be equal.  Where two differ, ``repeats/<k>/params.jsonl``
 (one line per epoch end: whole-model digest and one digest per tensor) locates the first
 epoch at which they diverge and the first tensor, in state_dict order, that differs; without
@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from repro500.verify.rundir import RunData
+
+_SEED_NAMES = ("python", "numpy", "torch", "loader")
 
 
 @dataclass
@@ -110,21 +112,29 @@ def _diverge(run: RunData, a: int, b: int, seed: Any) -> Divergence:
 def check_determinism(run: RunData) -> DeterminismResult:
     groups: dict[Any, list[int]] = {}
     unseeded = []
-    for k in run.completed:
-        seed = (run.repeats[k].get("seeds") or {}).get("torch")
-        if seed is None:
+    design = (run.run or {}).get("design") or {}
+    # a factorial run's kernels cell lets torch choose non-deterministic algorithms on purpose:
+    # its spread is measured by the variance decomposition, not judged here
+    cells = design.get("cells") if design.get("kind") == "factorial" else None
+    chosen = [k for k in run.completed if not (cells and k < len(cells) and cells[k] == "kernels")]
+    for k in chosen:
+        seeds = run.repeats[k].get("seeds") or {}
+        if seeds.get("torch") is None:
             unseeded.append(k)
-        else:
-            groups.setdefault(seed, []).append(k)
+        else:  # every seed the repeat records: a factorial run holds some and varies others
+            groups.setdefault(tuple(seeds.get(n) for n in _SEED_NAMES), []).append(k)
     res = DeterminismResult(status="SKIPPED", reason="")
     if unseeded:
         res.notes.append(f"repeats {unseeded} record no torch seed: not grouped")
-    shared = {seed: ks for seed, ks in groups.items() if len(ks) > 1}
+    if len(chosen) < len(run.completed):
+        res.notes.append("the kernels cell of the factorial run is left out: it varies the algorithms on purpose")
+    shared = {key: ks for key, ks in groups.items() if len(ks) > 1}
     if not shared:
         res.reason = "no two completed repeats share a seed (use repro500 run --same-seed to check determinism)"
         return res
     unrecorded: list[int] = []
-    for seed, ks in shared.items():
+    for key, ks in shared.items():
+        seed = key[2]  # shown by its torch seed
         digests = {k: run.repeats[k].get("final_param_digest") for k in ks}
         unrecorded += [k for k in ks if digests[k] is None]
         recorded = [k for k in ks if digests[k] is not None]

@@ -51,6 +51,7 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
         _advice(verdict, console)
         return
     _design(verdict, console)
+    _variance(verdict, console)
     _bands(verdict, console)
     _equivalence(verdict, console)
     _statistics(verdict, console)
@@ -66,6 +67,30 @@ def _design(verdict: Verdict, console: Console) -> None:
     stopped = (f"stopped when decided after {d['stopped_at']}" if d.get("stopped_at") else f"{d['look']}")
     console.print(f"[bold]Sequential design[/]  {stopped} of up to {d['max_repeats']} repeats; decisions at {level} "
                   f"({d.get('spending')} spending of alpha {verdict.alpha:g}; docs/verify.md)", highlight=False)
+
+
+def _variance(verdict: Verdict, console: Console) -> None:
+    from rich.table import Table
+
+    for result in verdict.variance or []:
+        table = Table(title=f"Where the variance of {result.metric} comes from (factorial run)", title_justify="left",
+                      box=None)
+        for column in ("source", "n", "sd", "variance [95% CI]", "share [90% CI]", "repeats if only it"):
+            table.add_column(column)
+        for c in result.components:
+            if c.variance is None:
+                table.add_row(c.source, str(c.n), "-", "-", "-", "-")
+                continue
+            ci = f"{c.variance:.3g} [{c.ci[0]:.3g}, {c.ci[1]:.3g}]" if c.ci else f"{c.variance:.3g}"
+            share = (f"{c.share:.0%} [{c.share_ci[0]:.0%}, {c.share_ci[1]:.0%}]" if c.share is not None and c.share_ci
+                     else "(all together)" if c.source == "seed" else "-")
+            table.add_row(c.source, str(c.n), f"{c.sd:.3g}", ci, share,
+                          "not reachable" if c.repeats_needed is None else str(c.repeats_needed))
+        console.print(table)
+        if result.dominant:
+            console.print(f"  dominant source: {result.dominant}", highlight=False)
+        for note in result.notes:
+            console.print(f"  [dim]{note}[/]", highlight=False)
 
 
 def _integrity(verdict: Verdict, console: Console) -> None:

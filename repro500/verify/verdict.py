@@ -46,7 +46,7 @@ from repro500.errors import (
     InvalidInput,
     UsageError,
 )
-from repro500.verify import equivalence, integrity, sequential
+from repro500.verify import equivalence, integrity, sequential, variance
 from repro500.verify.bands import BandResult, check_bands
 from repro500.verify.determinism import (
     DeterminismResult,
@@ -95,6 +95,7 @@ class Verdict:
     valid_flops: FlopsResult | None = None
     exact_replay: ExactReplay | None = None
     design: dict[str, Any] | None = None  # a sequential run's design and the look it stopped at
+    variance: list[Any] | None = None  # a factorial run's decomposition (verify/variance.py)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
@@ -128,6 +129,7 @@ class Verdict:
             "time_to_train": section(self.time_to_train), "determinism": section(self.determinism),
             "provenance": section(self.provenance), "valid_flops": section(self.valid_flops),
             "exact_replay": section(self.exact_replay), "design": self.design,
+            "variance": None if self.variance is None else [v.to_dict() for v in self.variance],
         }
         return _clean(doc)
 
@@ -221,6 +223,7 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
         decide_at = level if level is not None else alpha
         verdict.design = {**design, "look": n, "nominal_level": level}
     verdict.bands = check_bands(run, decide_at)
+    verdict.variance = variance.decompose(run, alpha)
     verdict.determinism = check_determinism(run)
     verdict.valid_flops = valid_flops(run, alpha)
     repeat_docs = [run.repeats[k] for k in sorted(run.repeats)]

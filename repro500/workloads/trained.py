@@ -3,6 +3,7 @@ built-in or a plug-in (the same door), on the local, DDP or Horovod engine."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -151,6 +152,8 @@ class TrainedWorkload:
         from repro500.workloads import train
 
         spec = self.spec()
+        if repeat.deterministic is not None and repeat.deterministic != spec.deterministic:
+            spec = dataclasses.replace(spec, deterministic=repeat.deterministic)
         callbacks = train.Callbacks(repeat.progress.on_epoch_start, repeat.progress.on_step, repeat.progress.on_epoch_end)
         if self.engine == "local":
             return train.train_repeat(spec, repeat.k, repeat.seeds, repeat.out_dir, callbacks=callbacks)
@@ -158,7 +161,7 @@ class TrainedWorkload:
 
         return launch.run_distributed(self.engine, int(self.recipe.mutable.get("nproc", 1)), spec, repeat.k,
                                       repeat.seeds, repeat.out_dir,
-                                      callbacks=callbacks, rendezvous=self.rendezvous)
+                                      callbacks=callbacks, rendezvous=self.rendezvous, varied=repeat.varied)
 
     def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:
         """The experiment source to keep with the run: the plug-ins' own modules, relative to the

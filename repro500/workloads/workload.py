@@ -60,6 +60,8 @@ class Repeat:
     mlflow: Any = None  # command_repeat.MlflowTarget: where a wrapped script's own MLflow runs go
     own_outputs: list[Path] = field(default_factory=list)  # repro500's files: never a command's inputs
     source_files: frozenset[str] = frozenset()  # the experiment's files the run copied into source/
+    deterministic: bool | None = None  # this repeat's torch determinism (a factorial run's kernels cell)
+    varied: tuple[str, ...] | None = None  # the seeds this repeat draws itself (capture.seeds.derive_varied)
 
 
 class Workload(Protocol):

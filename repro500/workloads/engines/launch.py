@@ -104,7 +104,7 @@ def failure_detail(output: str, rank: int | None) -> str:
 
 def run_distributed(engine: str, nproc: int, spec: TrainSpec, repeat: int, seeds: seeding.Seeds, out_dir: Path,
                     callbacks: Callbacks | None = None, rendezvous: dict[str, Any] | None = None,
-                    expect_summary: bool = True) -> dict[str, Any]:
+                    expect_summary: bool = True, varied: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Run one repeat of ``spec`` on ``nproc`` ranks of ``engine`` (this node's); returns rank 0's
     summary.  The plan resolved engine, device and ranks: the workers take them as given."""
     job = {
@@ -112,6 +112,7 @@ def run_distributed(engine: str, nproc: int, spec: TrainSpec, repeat: int, seeds
         "repeat": repeat,
         "master_seed": seeds.master,
         "seed_repeat": seeds.repeat,
+        "seed_varied": list(varied) if varied is not None else None,  # a factorial run's cell
         "out_dir": str(Path(out_dir).resolve()),
         "engine": engine,
         "timeout_s": COLLECTIVE_TIMEOUT_S,

@@ -90,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
     job = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     dist = _init_ddp(job) if job["engine"] == "ddp" else _init_horovod(job)
     spec = train.TrainSpec(**job["spec"])
-    seeds = seeding.derive(int(job["master_seed"]), int(job["seed_repeat"]), dist.rank)
+    varied = job.get("seed_varied")
+    seeds = seeding.derive_varied(int(job["master_seed"]), int(job["seed_repeat"]), dist.rank,
+                                  tuple(varied) if varied is not None else None)
     out_dir = Path(job["out_dir"])
     ranks = _gather(_rank_record(dist, spec.device), dist)
     if dist.is_main:
