@@ -64,6 +64,11 @@ def test_until_decided_stops_at_the_first_decided_look_and_verifies(tmp_path):
     assert sorted(p.name for p in (tmp_path / "runs/easy/repeats").iterdir()) == [
         str(k) for k in range(design["stopped_at"])]
     assert "look after 3 repeats" in easy.stdout and "Decided after" in easy.stdout
+    from repro500.verify.variance import design_tags
+
+    assert design_tags(design) == {"repro500.design": "sequential", "repro500.design.max_repeats": "10",
+                                   "repro500.design.spending": "obrien-fleming",
+                                   "repro500.design.stopped_at": str(design["stopped_at"])}
     verdict = verify_run(tmp_path / "runs/easy")
     assert verdict.status == "PASS" and verdict.design["look"] == design["stopped_at"]
     assert verdict.design["nominal_level"] == pytest.approx(design["nominal_levels"][design["stopped_at"] - 3])

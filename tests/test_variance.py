@@ -60,9 +60,10 @@ def test_share_intervals_are_proper_and_reproducible():
     assert first[0][0] > first[2][1]  # the dominant source is told apart from the small one
 
 
-def test_vary_runs_one_cell_per_source_and_verify_attributes_the_variance(in_tmp):
+def test_vary_runs_one_cell_per_source_and_verify_attributes_the_variance(in_tmp, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
     recipe = write_recipe(in_tmp / "tiny.yaml", fixed__epochs=1)
-    outcome = run(RunOptions(recipe=str(recipe), tracking=False, run_id="f", vary=["init", "data_order", "kernels"],
+    outcome = run(RunOptions(recipe=str(recipe), tracking=True, run_id="f", vary=["init", "data_order", "kernels"],
                              repeats_per_cell=2))
     assert outcome.exit_code in (0, 1, 3)
     root = in_tmp / "runs/f"
@@ -79,6 +80,13 @@ def test_vary_runs_one_cell_per_source_and_verify_attributes_the_variance(in_tmp
     verdict = verify_run(root)
     assert verdict.status != "INVALID" and verdict.determinism.status != "FAIL", verdict.reasons
     assert [c.source for c in verdict.variance[0].components] == ["init", "data_order", "kernels"]
+    import mlflow
+
+    parent = mlflow.MlflowClient(f"sqlite:///{in_tmp / 'mlflow.db'}").get_run(meta["mlflow"]["parent_run_id"])
+    assert parent.data.tags["repro500.design"] == "factorial" and parent.data.tags["repro500.design.per_cell"] == "2"
+    assert parent.data.metrics["accuracy_variance_init"] == pytest.approx(verdict.variance[0].components[0].variance)
+    report = repro500("report", "runs/f", "--out", "r.html", cwd=in_tmp)
+    assert report.returncode == 0 and "Where the variance of accuracy comes from" in (in_tmp / "r.html").read_text()
 
 
 def test_bad_vary_options_are_one_sentence(in_tmp):

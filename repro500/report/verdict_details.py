@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from repro500.report import plots
+from repro500.report.design import study_design
 from repro500.report.html import (
     Markup,
     badge,
@@ -32,7 +33,7 @@ def verdict_sections(verdict: VerdictView) -> Markup:
     if verdict.invalid:
         parts.append(note("a run that does not match its SHA256SUMS is not analysed further: obtain an untouched copy"))
         return section("verdict", "Verdict details", *parts)
-    parts += [_bands(doc), _statistics(doc), _equivalence(doc), _time_to_train(doc), _determinism(doc),
+    parts += [*study_design(doc), _bands(doc), _statistics(doc), _equivalence(doc), _time_to_train(doc), _determinism(doc),
               _exact_replay(doc), _valid_flops(doc)]
     return section("verdict", "Verdict details", *parts)
 

@@ -252,7 +252,10 @@ class Session:
             means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
                      for name, m in self.run.summary()["metrics"].items() if m["values"]}
             try:
-                self._close_tracking("FINISHED", metrics=means, tags={"repro500.verdict": verdict.status})
+                from repro500.verify.variance import design_tags, mlflow_metrics
+
+                self._close_tracking("FINISHED", metrics={**means, **mlflow_metrics(verdict.variance)},
+                                     tags={"repro500.verdict": verdict.status, **design_tags(self.meta.get("design"))})
             except ReproError as err:  # MLflow failed behind the repeats; the run directory has it all
                 raise InvalidInput(f"the run itself is complete and verified ({verdict.status}; repro500 verify "
                                    f"{self.run}), but {err}") from None

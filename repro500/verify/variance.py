@@ -123,3 +123,31 @@ def _one(criterion: Any, by_source: dict[str, list[float]], alpha: float) -> Var
     if missing:
         result.notes.append(f"cell(s) {', '.join(missing)} have fewer than 2 completed repeats: no variance")
     return result
+
+
+def mlflow_metrics(results: list[VarianceResult] | None) -> dict[str, float]:
+    """The decomposition as metrics of the MLflow parent run, so the runs table can sort by them:
+    ``<metric>_variance_<source>`` and ``<metric>_share_<source>``."""
+    out: dict[str, float] = {}
+    for result in results or []:
+        for c in result.components:
+            if c.variance is not None:
+                out[f"{result.metric}_variance_{c.source}"] = c.variance
+            if c.share is not None:
+                out[f"{result.metric}_share_{c.source}"] = c.share
+    return out
+
+
+def design_tags(design: dict[str, Any] | None) -> dict[str, str]:
+    """A sequential or factorial design as tags of the MLflow parent run."""
+    if not isinstance(design, dict) or not design.get("kind"):
+        return {}
+    tags = {"repro500.design": str(design["kind"])}
+    if design["kind"] == "sequential":
+        tags.update({"repro500.design.max_repeats": str(design.get("max_repeats")),
+                     "repro500.design.spending": str(design.get("spending")),
+                     "repro500.design.stopped_at": str(design.get("stopped_at"))})
+    elif design["kind"] == "factorial":
+        tags.update({"repro500.design.sources": ",".join(design.get("sources") or []),
+                     "repro500.design.per_cell": str(design.get("per_cell"))})
+    return tags
