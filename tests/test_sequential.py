@@ -114,3 +114,25 @@ def test_bad_sequential_options_are_one_sentence_before_anything_is_written(tmp_
         result = repro500(*base, *extra, "--", "python", "t.py", "1", "0.9", cwd=tmp_path)
         assert result.returncode in (2, 4) and says in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_reproduce_until_decided_stops_once_the_publication_is_matched(tmp_path):
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "t.py").write_text(NOISY)
+    original = repro500("run", "--command", "--no-tracking", "--metric", "acc=regex:acc ([0-9.]+)", "--accept",
+                        "acc>=0.9±0.03", "--run-id", "orig", "--repeats", "5", "--", "python", "t.py", "{seed}", "0.95",
+                        cwd=lab)
+    assert original.returncode == 0, original.stdout + original.stderr
+    assert repro500("publish", "runs/orig", "--out", str(tmp_path / "pub"), cwd=lab).returncode == 0
+    both = repro500("reproduce", "pub", "--until-decided", "--repeats", "3", "--run-code", cwd=tmp_path)
+    assert both.returncode == 2 and "--repeats is for a fixed design" in both.stderr
+    again = repro500("reproduce", "pub", "--out", "again", "--run-code", "--until-decided", "--max-repeats", "8",
+                     cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    (rerun,) = (tmp_path / "again/runs").iterdir()
+    design = json.loads((rerun / "run.json").read_text())["design"]
+    assert design["decided_on"] == "against" and design["reference_repeats"] == 5
+    assert design["stopped_at"] is not None and design["stopped_at"] < 8
+    verdict = json.loads((tmp_path / "again/verdict.json").read_text())
+    assert verdict["status"] == "REPRODUCED" and verdict["design"]["look"] == design["stopped_at"]

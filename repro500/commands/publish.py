@@ -76,10 +76,13 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
               help="Allow the publication's own experiment code (a wrapped command, a plug-in) to run; review OUT/source first.")
 @click.option("--allow-data-differences", is_flag=True,
               help="Rerun even when the data the command read differs here from the published digests (each is named).")
+@click.option("--until-decided", is_flag=True,
+              help="Rerun repeats one at a time until the equivalence test against the publication decides.")
+@click.option("--max-repeats", type=click.IntRange(min=3), help="With --until-decided: at most this many repeats.  [default: 10]")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool,
-              run_code: bool, allow_data_differences: bool) -> None:
+              run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -98,5 +101,6 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
 
     result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
                            margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
-                           allow_data_differences=allow_data_differences)
+                           allow_data_differences=allow_data_differences, until_decided=until_decided,
+                           max_repeats=max_repeats)
     ctx.exit(result.exit_code)

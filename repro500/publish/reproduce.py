@@ -231,7 +231,8 @@ def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, s
 
 
 def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
-           code: tuple[str, list[str]] | None = None, placed: Path | None = None) -> Path:
+           code: tuple[str, list[str]] | None = None, placed: Path | None = None,
+           sequential: list[str] | None = None) -> Path:
     rid = _rerun_id(workdir)
     root = pub.root.resolve()
     args = ["-m", "repro500.cli", "run", str(root / pubs.RECIPE),
@@ -239,6 +240,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
             *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
     if repeats is not None:
         args += ["--repeats", str(repeats)]
+    args += sequential or []
     if placed is not None and code and code[0] == "command":
         # The command runs from its source directory with the environment a run gives it, as on
         # the publisher's machine: -P and -E keep that directory and PYTHONPATH off repro500's own
@@ -280,6 +282,8 @@ def reproduce(
     console: Any = None,
     run_code: bool = False,
     allow_data_differences: bool = False,
+    until_decided: bool = False,
+    max_repeats: int | None = None,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     from repro500.verify.determinism import compare_with_reference
@@ -293,6 +297,10 @@ def reproduce(
     console = _console(console)
     if repeats is not None and repeats < 1:
         raise UsageError(f"--repeats {repeats}: give at least 1")
+    if until_decided and repeats is not None:
+        raise UsageError("--until-decided runs up to --max-repeats repeats; --repeats is for a fixed design")
+    if max_repeats is not None and not until_decided:
+        raise UsageError("--max-repeats goes with --until-decided (a fixed design takes --repeats)")
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
         src = sources.resolve(source, tmp, rev=rev, subpath=subpath)
@@ -329,7 +337,12 @@ def reproduce(
                 warnings.append(warning)
                 console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
-        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed)
+        sequential = None
+        if until_decided:  # the rerun stops once the equivalence test against the publication decides
+            sequential = ["--until-decided", "--against", str((workdir / "publication" / pubs.PUBLISHED).resolve()),
+                          *(["--max-repeats", str(max_repeats)] if max_repeats else []),
+                          *[f"--margin={name}={delta}" for name, delta in (margins or {}).items()]]
+        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential)
         with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir
             verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
                                  alpha=alpha, margins=margins)

@@ -34,7 +34,9 @@ def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str,
 
     criteria = parse_acceptance(recipe.acceptance, f"{recipe.source}: acceptance")
     # every recipe has an acceptance band (recipe.py): without a reference, the bands decide
-    if loaded is not None and not options.margins and not any(c.tolerance > 0 for c in criteria):
+    published_margins = loaded is not None and loaded.published is not None  # the file states its margins
+    if loaded is not None and not published_margins and not options.margins \
+            and not any(c.tolerance > 0 for c in criteria):
         raise UsageError("--until-decided --against REF needs an equivalence margin: pass --margin METRIC=DELTA "
                          "(or give the recipe's acceptance a tolerance)")
     # the reference's own repeats bound what more run repeats can learn (sequential.nominal_levels)
