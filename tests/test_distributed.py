@@ -194,6 +194,7 @@ def test_the_failed_rank_is_read_from_torchrun_and_horovodrun_reports(text, rank
     assert failure_detail(text, rank) == detail
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_a_diverging_two_rank_run_is_recorded_as_diverged_not_failed(in_tmp):
     recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=2,
                           mutable__optimizer={"name": "sgd", "lr": 1.0e12})

@@ -309,6 +309,7 @@ def test_publish_refuses_a_tampered_run_and_an_existing_directory(project: Path,
     assert not (in_tmp / "pub").exists()
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_the_publications_own_dvc_pipeline_reproduces_it(project: Path, in_tmp: Path) -> None:
     pub = in_tmp / "pub"
     shutil.copytree(project / "pubs" / "ref", pub)

@@ -16,6 +16,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 from runhelpers import repro500
 from test_own_experiment import plugin_recipe
@@ -103,6 +104,7 @@ def test_a_one_byte_edit_between_the_attempts_is_a_result_relevant_source_change
     assert "the environment changed since the run started" in said and "files changed: train.py" in said
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_a_plugin_experiment_interrupted_and_resumed_reports_no_source_change(in_tmp):
     """A trained workload whose model and data come from the user's own modules (kept in source/)."""
     plugin_recipe(in_tmp, fixed__epochs=150, repeats=2)

@@ -116,6 +116,7 @@ def test_bad_sequential_options_are_one_sentence_before_anything_is_written(tmp_
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_reproduce_until_decided_stops_once_the_publication_is_matched(tmp_path):
     lab = tmp_path / "lab"
     lab.mkdir()
