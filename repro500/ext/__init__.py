@@ -4,7 +4,7 @@ compressors  the Compressor classes and ``get(spec)``      memory       error fe
 communicator compress -> collective -> decompress, bytes     ddp_hook     DDP adapter
 horovod      Horovod adapter (optional dependency)           ops          operator entry points
 reference    pure-PyTorch references of the operators        build        JIT compile + cache
-gradcheck    analytic vs numerical gradients (float64)
+gradcheck    analytic vs numerical gradients (float64)      specs        names, parameters, resolve(spec)
 
 Nothing here imports torch at package import time; each module imports what it needs.
 """

@@ -12,13 +12,14 @@ decompressed and summed (``aggregate``).  Error feedback lives in :mod:`repro500
 the collectives in :mod:`repro500.ext.communicator`.
 
 ``get(spec)`` builds one from a name (``"topk"``) or a dict (``{"name": "topk", "ratio":
-0.01}``); the valid names and parameters are in :data:`PARAMETERS` and docs/compression.md.
+0.01}``); the valid names and parameters are in :data:`PARAMETERS` and docs/compression.md,
+and ``resolve(spec)`` gives the spec with every default filled in (:mod:`repro500.ext.specs`,
+no torch needed), which is what a run records.
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,9 @@ import torch
 
 from repro500.errors import UsageError
 from repro500.ext import ops
+from repro500.ext.specs import DEFAULT_MEMORY, MEMORIES, PARAMETERS, names, resolve
+
+__all__ = ["DEFAULT_MEMORY", "MEMORIES", "PARAMETERS", "Compressor", "get", "names", "resolve"]
 
 
 @dataclass(frozen=True)
@@ -54,7 +58,7 @@ class Compressor:
 
     name = "none"
     summable = True  # payloads may be summed across ranks (allreduce)
-    default_memory = "none"
+    default_memory = DEFAULT_MEMORY["none"]
     # Nominal wire cost per element of an fp32 gradient, for documentation and planning;
     # the communicator counts the bytes of the real payload, not this number.
     bits_per_element: float | None = 32.0
@@ -126,7 +130,7 @@ class TopKCompressor(Compressor):
     name = "topk"
     uses_ops = True
     summable = False
-    default_memory = "residual"
+    default_memory = DEFAULT_MEMORY["topk"]
 
     def __init__(self, ratio: float = 0.01, memory: str | None = None) -> None:
         super().__init__(memory=memory, ratio=ratio)
@@ -157,7 +161,7 @@ class RandomKCompressor(Compressor):
 
     name = "randomk"
     summable = True
-    default_memory = "residual"
+    default_memory = DEFAULT_MEMORY["randomk"]
 
     def __init__(self, ratio: float = 0.01, seed: int = 0, memory: str | None = None) -> None:
         super().__init__(memory=memory, ratio=ratio, seed=seed)
@@ -187,7 +191,7 @@ class QSGDCompressor(Compressor):
     name = "qsgd"
     uses_ops = True
     summable = False
-    default_memory = "none"  # unbiased: no error feedback needed
+    default_memory = DEFAULT_MEMORY["qsgd"]
 
     def __init__(
         self, levels: int = 127, bucket_size: int = 512, seed: int = 0, memory: str | None = None
@@ -252,7 +256,7 @@ class EFSignCompressor(Compressor):
     name = "efsignsgd"
     uses_ops = True
     summable = False
-    default_memory = "efsign"
+    default_memory = DEFAULT_MEMORY["efsignsgd"]
     bits_per_element = 1.0
 
     def compress(self, tensor: torch.Tensor, name: object) -> tuple[list[torch.Tensor], Ctx]:
@@ -273,7 +277,7 @@ class PowerSGDCompressor(Compressor):
 
     name = "powersgd"
     summable = True
-    default_memory = "none"  # error feedback lives inside torch's PowerSGDState
+    default_memory = DEFAULT_MEMORY["powersgd"]
 
     def __init__(
         self,
@@ -309,37 +313,6 @@ class PowerSGDCompressor(Compressor):
         )
 
 
-# name -> (class, {parameter: (kind, default, description)}); kinds are checked by get().
-PARAMETERS: dict[str, dict[str, tuple[str, Any, str]]] = {
-    "none": {},
-    "fp16": {},
-    "bf16": {},
-    "topk": {"ratio": ("ratio", 0.01, "fraction of elements kept, in (0, 1]")},
-    "randomk": {
-        "ratio": ("ratio", 0.01, "fraction of elements kept, in (0, 1]"),
-        "seed": ("int>=0", 0, "seed of the shared random positions"),
-    },
-    "qsgd": {
-        "levels": ("levels", 127, "quantization levels s per sign, 1..127"),
-        "bucket_size": ("int>=1", 512, "elements per L2-norm bucket"),
-        "seed": ("int>=0", 0, "seed of the stochastic rounding"),
-    },
-    "terngrad": {
-        "clip_sigmas": ("float>0|null", 2.5, "clip at this many standard deviations (null: off)"),
-        "bucket_size": ("int>=1", 4096, "elements per max-norm scale"),
-        "seed": ("int>=0", 0, "seed of the stochastic rounding"),
-    },
-    "efsignsgd": {},
-    "powersgd": {
-        "rank": ("int>=1", 1, "matrix approximation rank r"),
-        "start_iter": ("int>=2", 10, "steps of plain allreduce before compressing"),
-        "min_compression_rate": ("float>0", 2.0, "compress a matrix only if it saves this factor"),
-        "warm_start": ("bool", True, "reuse Q from the previous step"),
-        "error_feedback": ("bool", True, "carry the approximation error to the next step"),
-        "seed": ("int>=0", 0, "seed of the initial Q"),
-    },
-}
-MEMORIES = ("none", "residual", "efsign")
 _CLASSES: dict[str, Any] = {
     "none": NoneCompressor,
     "topk": TopKCompressor,
@@ -351,43 +324,6 @@ _CLASSES: dict[str, Any] = {
 }
 
 
-def names() -> list[str]:
-    return list(PARAMETERS)
-
-
-def _check(name: str, key: str, kind: str, value: Any) -> Any:
-    def bad(expect: str) -> UsageError:
-        return UsageError(f"compressor {name!r}: {key}={value!r} is invalid; expected {expect}.")
-
-    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if kind == "ratio":
-        if not is_number or not 0 < value <= 1:
-            raise bad("a ratio in (0, 1], e.g. 0.01")
-        return float(value)
-    if kind == "levels":
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= 127:
-            raise bad("an integer number of levels in 1..127 (codes are int8)")
-        return value
-    if kind.startswith("int>="):
-        low = int(kind[5:])
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise bad(f"an integer >= {low}")
-        return value
-    if kind == "float>0":
-        if not is_number or not value > 0 or not math.isfinite(value):
-            raise bad("a positive number")
-        return float(value)
-    if kind == "float>0|null":
-        if value is None:
-            return None
-        return _check(name, key, "float>0", value)
-    if kind == "bool":
-        if not isinstance(value, bool):
-            raise bad("true or false")
-        return value
-    raise AssertionError(f"unknown parameter kind {kind}")
-
-
 def get(spec: str | Mapping[str, Any] | Compressor | None) -> Compressor:
     """Build a compressor from a name, a dict with "name" and parameters, or pass one through.
 
@@ -396,40 +332,10 @@ def get(spec: str | Mapping[str, Any] | Compressor | None) -> Compressor:
     """
     if isinstance(spec, Compressor):
         return spec
-    if spec is None:
-        spec = "none"
-    if isinstance(spec, str):
-        spec = {"name": spec}
-    if not isinstance(spec, Mapping):
-        raise UsageError(
-            f"compressor spec {spec!r} is neither a name nor a mapping; use e.g. "
-            "'topk' or {name: topk, ratio: 0.01}."
-        )
-    params = dict(spec)
-    name = str(params.pop("name", "")).strip().lower()
-    if name not in PARAMETERS:
-        raise UsageError(
-            f"unknown compressor {name!r}; valid compressors: {', '.join(PARAMETERS)}."
-        )
-    memory = params.pop("memory", None)
-    if memory is not None and memory not in MEMORIES:
-        raise UsageError(
-            f"compressor {name!r}: memory={memory!r} is unknown; "
-            f"valid memories: {', '.join(MEMORIES)}."
-        )
-    schema = PARAMETERS[name]
-    unknown = sorted(set(params) - set(schema))
-    if unknown:
-        valid = ", ".join(schema) or "none besides name and memory"
-        raise UsageError(
-            f"compressor {name!r} has no parameter {unknown[0]!r}; valid parameters: {valid}."
-        )
-    values = {
-        key: _check(name, key, kind, params.get(key, default))
-        for key, (kind, default, _) in schema.items()
-    }
+    resolved = resolve(spec)
+    name, memory = resolved.pop("name"), resolved.pop("memory")
     if name == "fp16":
         return CastCompressor(torch.float16, "fp16", memory=memory)
     if name == "bf16":
         return CastCompressor(torch.bfloat16, "bf16", memory=memory)
-    return _CLASSES[name](memory=memory, **values)
+    return _CLASSES[name](memory=memory, **resolved)

@@ -29,6 +29,7 @@ import torch
 from repro500.errors import UsageError
 from repro500.ext import compressors, memory, ops
 from repro500.ext.communicator import Communicator, allreduce_bytes
+from repro500.ext.specs import UNSUPPORTED
 
 HOROVOD_HOOK_COMPRESSORS = ("none", "fp16")
 _instances = [0]  # distributed_optimizer calls so far in this process
@@ -150,16 +151,9 @@ def distributed_optimizer(
     """
     hvd = import_horovod()
     compressor = compressors.get(spec)
-    if isinstance(compressor, compressors.PowerSGDCompressor):
-        raise UsageError(
-            "the powersgd compressor works only with the ddp engine; "
-            "choose another compressor for horovod."
-        )
-    if compressor.name == "bf16":
-        raise UsageError(
-            "Horovod 0.28.1 cannot reduce bfloat16 tensors; use fp16 with horovod, "
-            "or bf16 with the ddp engine."
-        )
+    refusal = UNSUPPORTED.get(("horovod", compressor.name))
+    if refusal:  # powersgd, bf16
+        raise UsageError(refusal)
     communicator = Communicator(
         compressor, memory.for_compressor(compressor), hvd.size(), hvd.rank()
     )

@@ -151,13 +151,15 @@ def compressor_spec(spec: Any, seeds: seeding.Seeds) -> dict[str, Any]:
     """The recipe's compressor as a dict, seeded from the repeat unless the recipe gives a seed.
 
     Rank 0's seed is used on every rank: random-k needs the same positions everywhere; the
-    stochastic quantizers add the rank themselves.
+    stochastic quantizers add the rank themselves.  A seed of None is unset too: that is how the
+    run's resolved spec records a per-repeat seed (repro500.ext.specs.resolve), so that spec
+    can be given back as a recipe's compressor.
     """
-    from repro500.ext.compressors import PARAMETERS
+    from repro500.ext.specs import PARAMETERS
 
     out = {"name": spec} if isinstance(spec, str) else dict(spec)
-    if "seed" in PARAMETERS.get(str(out.get("name", "")).lower(), {}):
-        out.setdefault("seed", seeding.derive(seeds.master, seeds.repeat, 0).torch % 2**31)
+    if "seed" in PARAMETERS.get(str(out.get("name", "")).lower(), {}) and out.get("seed") is None:
+        out["seed"] = seeding.derive(seeds.master, seeds.repeat, 0).torch % 2**31
     return out
 
 
