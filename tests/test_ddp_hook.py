@@ -1,15 +1,19 @@
 """Two real Gloo processes on localhost running DistributedDataParallel with the hook adapter.
 
 One 2-rank job runs every scenario (process start-up is the expensive part) and rank 0
-saves the results; the tests below assert on them.
+saves the results; the tests below assert on them.  Besides one-bucket models, every
+compressor runs on a small CNN cut into three DDP buckets (issue 22: PowerSGD's chained
+collectives aborted Gloo with two buckets), and PowerSGD on ResNet-20 with DDP's own caps.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import socket
 import time
+from datetime import timedelta
 
 import pytest
 import torch
@@ -17,12 +21,23 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from repro500.ext import ops
+from repro500.ext import compressors, ops
+from repro500.scaling import wire
 
 WORLD = 2
 # bucket_cap_mb large enough that each model is one DDP bucket, so the expected bytes are
 # a formula of the parameter count alone.
 BUCKET_CAP_MB = 64
+# ~2 KB buckets cut the CNN below (2068 parameters) into three from step 2 on: [both Linear
+# layers], [conv2], [conv1], every one with a matrix PowerSGD compresses.
+SMALL_BUCKET_MB = 0.002
+MULTI_STEPS = 5
+POWERSGD_START = 2  # steps 1-2 plain allreduce, 3-5 compressed
+# a spec per compressor, small ratios so that sparse payloads differ visibly from dense ones
+MULTI_SPECS = {name: {"name": name} for name in compressors.names()}
+MULTI_SPECS["topk"] = {"name": "topk", "ratio": 0.05}
+MULTI_SPECS["randomk"] = {"name": "randomk", "ratio": 0.25}
+MULTI_SPECS["powersgd"] = {"name": "powersgd", "rank": 1, "start_iter": POWERSGD_START}
 
 
 def _model(seed: int, hidden: int = 32) -> torch.nn.Module:
@@ -84,11 +99,80 @@ def _train(spec, rank: int, steps: int, lr: float, hidden: int = 32, float32: bo
     }
 
 
+def _cnn(seed: int) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 16, 3, padding=1), torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(),
+        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4),
+    )
+
+
+def _spy_on_buckets() -> list[tuple[int, list[tuple[int, ...]]]]:
+    """Record (bucket index, gradient shapes) of every hook call, as DDP really cut the buckets
+    (it rebuilds them after step 1), for the expected bytes."""
+    from repro500.ext import ddp_hook
+
+    seen: list[tuple[int, list[tuple[int, ...]]]] = []
+
+    def spy(hook):
+        @functools.wraps(hook)  # DDP checks the hook's signature; wraps keeps it
+        def wrapped(state, bucket):
+            seen.append((bucket.index(), [tuple(g.shape) for g in bucket.gradients()]))
+            return hook(state, bucket)
+        return wrapped
+
+    ddp_hook._compressed_hook = spy(ddp_hook._compressed_hook)
+    ddp_hook._powersgd_hook = spy(ddp_hook._powersgd_hook)
+    return seen
+
+
+def _train_buckets(spec, rank: int, seen: list, net: torch.nn.Module, bucket_cap_mb: float | None,
+                   size: int, steps: int) -> dict:
+    """Steps of DDP with *spec* on *net*; each step's stats with the buckets the hook saw."""
+    from repro500.ext import ddp_hook
+
+    model = DistributedDataParallel(net, bucket_cap_mb=bucket_cap_mb)
+    state = ddp_hook.register(model, spec)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    g = torch.Generator().manual_seed(rank)
+    x, y = torch.randn(8, 3, size, size, generator=g), torch.randint(0, 4, (8,), generator=g)
+    stats = []
+    for _ in range(steps):
+        seen.clear()
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(x)[:, :4], y).backward()
+        waited = state.comm_wait_s(time.perf_counter())
+        optimizer.step()
+        stats.append({**state.step_stats(), "buckets": list(seen), "comm_wait_s": waited})
+    params = _flat_params(model.module)
+    everyone = [torch.empty_like(params) for _ in range(WORLD)]
+    dist.all_gather(everyone, params)
+    return {"stats": stats, "ranks_agree": all(torch.equal(everyone[0], p) for p in everyone[1:]),
+            "finite": bool(torch.isfinite(params).all())}
+
+
+def _multi_bucket(rank: int) -> dict:
+    from repro500.workloads.models import build_model
+
+    seen = _spy_on_buckets()
+    out = {name: _train_buckets(spec, rank, seen, _cnn(0), SMALL_BUCKET_MB, 8, MULTI_STEPS)
+           for name, spec in MULTI_SPECS.items()}
+    # The built-in model of the issue, at DDP's own bucket caps (1 MiB first: two buckets).
+    torch.manual_seed(0)
+    out["resnet20_powersgd"] = _train_buckets(MULTI_SPECS["powersgd"], rank, seen,
+                                              build_model("resnet20", num_classes=10), None, 16, 4)
+    return out
+
+
 def _worker(rank: int, port: int, out_path: str) -> None:
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # A bounded wait: collectives issued in a different order on the two ranks can hang rather
+    # than abort, and a hang must fail the test, not stall the suite.
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=120))
     results = {
         "plain": _train(None, rank, steps=5, lr=0.1),
         "none": _train("none", rank, steps=5, lr=0.1),
@@ -118,6 +202,7 @@ def _worker(rank: int, port: int, out_path: str) -> None:
             float32=True,
         ),
     }
+    results["multi_bucket"] = _multi_bucket(rank)
     # The trainer's divergence decision is collective: one rank's NaN stops every rank.
     from repro500.workloads.engines.collectives import for_engine
 
@@ -228,3 +313,60 @@ def test_fp16_halves_the_bytes_and_powersgd_compresses_after_start_iter(results)
 def test_one_ranks_non_finite_loss_stops_every_rank(results):
     # rank 0 saved these: it saw a finite loss itself in "one_rank_nan" yet must stop too
     assert results["all_finite"] == {"one_rank_nan": False, "one_rank_inf": False, "all_finite": True}
+
+
+def _expected_bytes(spec: dict, buckets: list[tuple[int, list[tuple[int, ...]]]], compressed: bool) -> int:
+    """What repro500.scaling's wire model predicts one rank sends for these buckets."""
+    numels = [sum(math.prod(shape) for shape in shapes) for _, shapes in buckets]
+    if not compressed:  # a plain allreduce of every bucket
+        return wire.bytes_per_rank([wire.Bucket(n, 1, 4 * n) for n in numels], WORLD, True)
+    if spec["name"] == "powersgd":
+        payloads = [wire.powersgd_payload_bytes(spec, shapes) for _, shapes in buckets]
+    else:
+        payloads = [wire.payload_bytes(spec, n) for n in numels]
+    planned = [wire.Bucket(n, 1, m) for n, m in zip(numels, payloads, strict=True)]
+    return wire.bytes_per_rank(planned, WORLD, wire.is_summable(spec))
+
+
+def test_the_multi_bucket_model_covers_every_compressor_with_several_buckets(results):
+    runs = results["multi_bucket"]
+    assert set(MULTI_SPECS) == set(compressors.names()) and len(MULTI_SPECS) == 9
+    # DDP runs step 1 with one bucket and cuts its buckets after it (in gradient-ready order).
+    for name in MULTI_SPECS:
+        counts = [(s["tensors"], len(s["buckets"])) for s in runs[name]["stats"]]
+        assert counts == [(1, 1)] + [(3, 3)] * (MULTI_STEPS - 1), name
+    resnet = runs["resnet20_powersgd"]["stats"]
+    assert [(s["tensors"], len(s["buckets"])) for s in resnet] == [(1, 1), (2, 2), (2, 2), (2, 2)]
+
+
+@pytest.mark.parametrize("name", list(MULTI_SPECS))
+def test_every_compressor_runs_on_several_buckets_and_its_bytes_match_the_wire_model(results, name):
+    run, spec = results["multi_bucket"][name], MULTI_SPECS[name]
+    assert run["ranks_agree"] and run["finite"]
+    stats = run["stats"]
+    assert len(stats) == MULTI_STEPS
+    flags = [s["compressed"] for s in stats]
+    if name == "powersgd":
+        assert flags == [False] * POWERSGD_START + [True] * (MULTI_STEPS - POWERSGD_START)
+    else:
+        assert flags == [True] * MULTI_STEPS
+    for step in stats:
+        expected = _expected_bytes(spec, step["buckets"], step["compressed"])
+        assert step["bytes_sent"] == step["bytes_received"] == expected, (name, step["buckets"])
+        assert step["dense_bytes_sent"] == _expected_bytes(spec, step["buckets"], False)
+    if name not in ("none",):  # every real compressor sends less than the dense bytes once active
+        assert stats[-1]["bytes_sent"] < stats[-1]["dense_bytes_sent"], name
+
+
+def test_powersgd_on_resnet20_two_buckets_completes_compressed_steps(results):
+    run = results["multi_bucket"]["resnet20_powersgd"]
+    assert run["ranks_agree"] and run["finite"]
+    spec = MULTI_SPECS["powersgd"]
+    assert [s["compressed"] for s in run["stats"]] == [False, False, True, True]
+    for step in run["stats"]:
+        assert step["bytes_sent"] == _expected_bytes(spec, step["buckets"], step["compressed"])
+    for step in run["stats"][POWERSGD_START:]:
+        # On Gloo each bucket's PowerSGD finishes inside the hook, so the backward pass waited for
+        # all of its communication: the wait covers every bucket's collectives, not the last one's.
+        assert step["comm_wait_s"] + step["time_compress_s"] >= step["time_comm_s"] - 1e-3, step
+    assert run["stats"][-1]["compression_ratio"] > 10

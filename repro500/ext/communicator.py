@@ -22,6 +22,9 @@ allreduce of the uncompressed tensor (in its own dtype) under the same model, so
 compares like with like.  ``time_compress_s`` covers error feedback plus compression (the
 memory update decompresses the rank's own payload), ``time_decompress_s`` the decoding and
 averaging of what arrived, ``time_comm_s`` the collective from launch to completion.
+``compressed`` is false for a step whose buckets went as plain allreduces of the uncompressed
+gradient because the compressor was not active yet (PowerSGD before ``start_iter``): its bytes
+are dense bytes, and its ratio 1.0 says nothing about the compressor.
 
 These byte counts are a model, not a measurement: each rank computes them from its own
 payload, the trainer records rank 0's, and the ring formulas assume every rank hands the
@@ -29,7 +32,8 @@ collective the same number of bytes (true for every compressor here).  ``bench/w
 checks them against the kernel's TCP counters.  ``time_comm_s`` overlaps the backward pass
 (DDP launches a bucket as soon as its gradients are ready), so it is not the time a step
 spends on communication; :meth:`Communicator.comm_wait_s` is: from the last launch (the
-rank's own backward work done) until the caller's mark (the end of the backward pass).
+rank's own backward work done) until the caller's mark (the end of the backward pass), plus
+any time a hook blocked the backward pass on a collective (:meth:`Communicator.record_blocked`).
 """
 
 from __future__ import annotations
@@ -66,6 +70,8 @@ class StepStats:
     time_decompress_s: float = 0.0
     time_comm_s: float = 0.0
     tensors: int = 0
+    dense_tensors: int = 0  # buckets sent uncompressed: the compressor was not active yet
+
 
     def as_dict(self) -> dict[str, Any]:
         """The record the trainer writes into metrics.jsonl (units in the names)."""
@@ -79,6 +85,8 @@ class StepStats:
             "time_decompress_s": self.time_decompress_s,
             "time_comm_s": self.time_comm_s,
             "tensors": self.tensors,
+            # None when nothing was exchanged; False when any bucket skipped the compressor
+            "compressed": (self.dense_tensors == 0) if self.tensors else None,
         }
 
 
@@ -135,6 +143,7 @@ class Communicator:
         self._stats = StepStats()
         self._lock = threading.Lock()  # collective callbacks may run on a backend thread
         self._last_launch: float | None = None  # perf_counter() when the last payload left
+        self._blocked_s = 0.0  # seconds a hook held the backward pass waiting on a collective
 
     def mark_launched(self) -> None:
         """Note that a payload was just handed to its collective (see :meth:`comm_wait_s`)."""
@@ -143,10 +152,16 @@ class Communicator:
     def comm_wait_s(self, until: float) -> float | None:
         """Seconds from the last launch to *until* (a ``time.perf_counter()`` value): the part of
         the communication the rank waited for rather than hid behind its backward pass; None
-        when nothing was launched since the last :meth:`step_stats` reset."""
+        when nothing was launched since the last :meth:`step_stats` reset.  Time recorded with
+        :meth:`record_blocked` is added: the backward pass waited for it too."""
         if self._last_launch is None:
             return None
-        return max(0.0, until - self._last_launch)
+        return self._blocked_s + max(0.0, until - self._last_launch)
+
+    def record_blocked(self, seconds: float) -> None:
+        """A hook waited *seconds* for its collectives before returning to the backward pass."""
+        with self._lock:
+            self._blocked_s += seconds
 
     def _add(self, **amounts: float) -> None:
         with self._lock:
@@ -156,8 +171,10 @@ class Communicator:
     def record_comm_time(self, seconds: float) -> None:
         self._add(time_comm_s=seconds)
 
-    def record_bytes(self, sent: int, received: int, dense_sent: int) -> None:
-        self._add(bytes_sent=sent, bytes_received=received, dense_bytes_sent=dense_sent, tensors=1)
+    def record_bytes(self, sent: int, received: int, dense_sent: int, compressed: bool = True) -> None:
+        """One bucket's bytes; *compressed* False: it went uncompressed (compressor not active yet)."""
+        self._add(bytes_sent=sent, bytes_received=received, dense_bytes_sent=dense_sent, tensors=1,
+                  dense_tensors=0 if compressed else 1)
 
     def step_stats(self, reset: bool = True) -> dict[str, Any]:
         """Costs accumulated since the last reset (one optimizer step when called per step)."""
@@ -166,6 +183,7 @@ class Communicator:
             if reset:
                 self._stats = StepStats()
                 self._last_launch = None
+                self._blocked_s = 0.0
         return stats
 
     def prepare(self, tensor: torch.Tensor, name: object) -> Outgoing:

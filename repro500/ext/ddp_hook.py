@@ -13,7 +13,8 @@ are packed into one uint8 buffer per rank and allgathered, then every rank decod
 averages all of them.  Error-feedback state is keyed by ``bucket.index()``.
 
 ``powersgd`` uses torch's own ``powerSGD_hook`` and ``PowerSGDState`` (warm start and error
-feedback included), wrapped only to count its bytes and time.
+feedback included), wrapped to count its bytes and time and, on any backend but NCCL, to run
+one bucket's PowerSGD to completion before the next bucket starts (see :func:`_powersgd_hook`).
 """
 
 # No `from __future__ import annotations`: DDP's register_comm_hook inspects the hook's
@@ -89,18 +90,41 @@ def _compressed_hook(
 
 
 class PowerSGDHookState(HookState):
-    """torch's PowerSGDState plus the accounting; ``torch_state`` is torch's own object."""
+    """torch's PowerSGDState plus the accounting; ``torch_state`` is torch's own object.
+
+    *serialize*: finish each bucket's PowerSGD inside the hook (every backend but NCCL, see
+    :func:`_powersgd_hook`)."""
 
     def __init__(
-        self, communicator: Communicator, torch_state: Any, process_group: Any = None
+        self,
+        communicator: Communicator,
+        torch_state: Any,
+        process_group: Any = None,
+        serialize: bool = True,
     ) -> None:
         super().__init__(communicator, process_group)
         self.torch_state = torch_state
+        self.serialize = serialize
 
 
 def _powersgd_hook(
     state: PowerSGDHookState, bucket: dist.GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
+    """torch's ``powerSGD_hook`` on one bucket, with its bytes and times recorded.
+
+    torch's hook launches a bucket's first allreduce (the uncompressed tensors) here, and the
+    next two (P, then Q) from callbacks of the previous one's future.  On Gloo those callbacks
+    run on Gloo's worker thread whenever the previous allreduce finishes, while the training
+    thread goes on launching the next bucket's first allreduce: with two or more buckets the
+    collectives reach Gloo in a different order on different ranks, and Gloo aborts the job
+    ("collective mismatch", issue 22).  So on any backend but NCCL the hook waits for the
+    bucket's whole chain before it returns: every rank then issues U0 P0 Q0 U1 P1 Q1 ... in
+    bucket order, at the price of not overlapping that bucket's communication with the rest of
+    the backward pass (the time the backward pass spent waiting is in ``time_comm_wait_s``).
+    NCCL keeps the overlap: its futures are marked complete as soon as the collective is
+    enqueued on the stream, so the callbacks run inline on this thread and all three
+    allreduces of a bucket are enqueued before the hook returns, in bucket order on every rank.
+    """
     from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
     buffer = bucket.buffer()
@@ -108,22 +132,37 @@ def _powersgd_hook(
     before = state.torch_state.total_numel_after_compression
     started = time.perf_counter()
     fut = powerSGD_hook.powerSGD_hook(state.torch_state, bucket)
-    comm.mark_launched()
     # The hook's synchronous part (error feedback, P = MQ) is its compression work.
     comm._add(time_compress_s=time.perf_counter() - started)
+    if state.serialize:
+        waited_from = time.perf_counter()
+        fut.wait()
+        comm.record_blocked(time.perf_counter() - waited_from)
+    comm.mark_launched()
     moved_numel = state.torch_state.total_numel_after_compression - before
-    if moved_numel <= 0:  # before start_iter torch runs a plain allreduce of the bucket
+    compressed = moved_numel > 0
+    if not compressed:  # before start_iter torch runs a plain allreduce of the bucket
         moved_numel = buffer.numel()
     # torch allreduces the uncompressed tensors, then P, then Q: all allreduces.
     moved = allreduce_bytes(moved_numel * buffer.element_size(), comm.world_size)
     dense = allreduce_bytes(buffer.numel() * buffer.element_size(), comm.world_size)
-    comm.record_bytes(moved, moved, dense)
+    comm.record_bytes(moved, moved, dense, compressed=compressed)
 
     def record(done: torch.futures.Future) -> torch.Tensor:
         comm.record_comm_time(time.perf_counter() - started)
         return done.value()
 
     return fut.then(record)
+
+
+def _gradient_backend(group: Any, device: torch.device) -> str:
+    """The backend that carries *device*'s gradients: the worker's GPU group is
+    "cpu:gloo,cuda:nccl" (get_backend returns that string), a CPU one plain "gloo"."""
+    backend = str(dist.get_backend(group)).lower()
+    if ":" not in backend:
+        return backend
+    by_device = dict(part.split(":", 1) for part in backend.split(",") if ":" in part)
+    return by_device.get(device.type, "")
 
 
 def register(
@@ -158,7 +197,10 @@ def register(
             # torch logs its own statistics at this period; ours are in step_stats().
             compression_stats_logging_frequency=10**12,
         )
-        state: HookState = PowerSGDHookState(communicator, torch_state, process_group)
+        # NCCL alone enqueues a bucket's chained allreduces inline (see _powersgd_hook).
+        device = next(ddp_model.parameters()).device
+        serialize = _gradient_backend(group, device) != "nccl"
+        state: HookState = PowerSGDHookState(communicator, torch_state, process_group, serialize)
         ddp_model.register_comm_hook(state, _powersgd_hook)
         return state
     state = HookState(communicator, process_group)

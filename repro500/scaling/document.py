@@ -47,7 +47,10 @@ def _ran_with(run: RunTimings | None, spec: Mapping[str, Any]) -> bool:
     """Whether *run* exchanged gradients on several ranks with the compressor *spec*."""
     if run is None or run.world_size < 2:
         return False
-    ran = wire.compressor_spec(run.compressor)
+    from repro500.ext import specs
+
+    # run.json records a seed the trainer derives per repeat as None (ext/specs.py): resolvable here.
+    ran = specs.resolve(run.compressor, seed_per_repeat=True)
     # The trainer derives a compressor's seed from the repeat when the recipe gives none.
     return {k: v for k, v in ran.items() if k != "seed"} == {k: v for k, v in spec.items() if k != "seed"}
 
@@ -77,6 +80,9 @@ def _workload(inputs: Inputs, run: RunTimings | None, spec: dict[str, Any], para
         if not (same and run.last_bytes_sent):
             raise UsageError("powersgd's wire size depends on every layer's shape: give a RUN_DIR of a "
                              "multi-rank run that used the same powersgd settings")
+        if run.last_compressed is False:  # its bytes are a plain allreduce's, not powersgd's
+            raise UsageError(f"{run.path} never compressed: its last step ran before powersgd's start_iter "
+                             f"({spec.get('start_iter')}); give a run with more steps than start_iter")
         total = wire.payload_from_bytes_sent(run.last_bytes_sent, run.world_size, summable)
         buckets = wire.scaled_buckets(params, total)
         notes.append(f"powersgd payload: {total} bytes per step, from the run's last step, spread over the "

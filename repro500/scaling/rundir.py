@@ -48,6 +48,8 @@ class RunTimings:
     bytes_sent: float | None  # per step and rank
     last_bytes_sent: float | None  # the last step's (PowerSGD compresses only after start_iter)
     dense_bytes_sent: float | None  # a plain allreduce of the same gradients
+    # the last step's "compressed" (False: PowerSGD had not started; None: not recorded, older runs)
+    last_compressed: bool | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {"path": str(self.path), "world_size": self.world_size, "steps": self.steps,
@@ -130,4 +132,5 @@ def read_run(path: str | Path) -> RunTimings:
         bytes_sent=_mean(records, "bytes_sent") if world_size > 1 else None,
         last_bytes_sent=last_sent if world_size > 1 else None,
         dense_bytes_sent=_mean(records, "dense_bytes_sent") if world_size > 1 else None,
+        last_compressed=records[-1].get("compressed") if isinstance(records[-1].get("compressed"), bool) else None,
     )

@@ -96,6 +96,32 @@ def payload_bytes(spec: str | Mapping[str, Any] | None, numel: int) -> int:
     return out.buffer.numel() * out.buffer.element_size()
 
 
+def powersgd_payload_bytes(spec: str | Mapping[str, Any] | None, shapes: list[tuple[int, ...]],
+                           element_bytes: int = GRADIENT_BYTES_PER_ELEMENT) -> int:
+    """Bytes one rank hands to torch's powerSGD_hook allreduces for one bucket whose gradients have
+    *shapes*, once it compresses (after ``start_iter``; before, the whole bucket): each gradient is an
+    n x m matrix (n = its first dimension), sent as P (n x r) and Q (m x r) when
+    ``(n + m)·r · min_compression_rate < n·m`` with r = min(n, m, rank), else as itself
+    (torch's ``_should_compress``).  The layer shapes are needed: the parameter count alone
+    does not say it, which is why ``repro500 model`` takes powersgd's bytes from a run."""
+    from repro500.ext import specs
+
+    resolved = specs.resolve(spec)
+    if resolved["name"] != "powersgd":
+        raise UsageError(f"powersgd_payload_bytes is for powersgd, not {resolved['name']}")
+    numel = 0
+    for shape in shapes:
+        size = 1
+        for dim in shape:
+            size *= int(dim)
+        n = int(shape[0]) if shape else 1
+        m = size // n if n else 0
+        r = min(n, m, resolved["rank"])
+        compressed = (n + m) * r
+        numel += compressed if compressed * resolved["min_compression_rate"] < n * m else size
+    return numel * element_bytes
+
+
 def buckets(spec: str | Mapping[str, Any] | None, params: int) -> list[Bucket]:
     """DDP's buckets for *params* float32 gradient elements with their compressed payloads."""
     return [Bucket(numel, count, payload_bytes(spec, numel)) for numel, count in bucket_plan(params)]

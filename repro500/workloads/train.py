@@ -321,7 +321,7 @@ def train_repeat(
                     "time_backward_s": t2 - t1, "time_optimizer_s": t3 - t2, "step_time_s": step_s,
                     "time_comm_s": None, "time_comm_wait_s": None, "time_compress_s": None,
                     "time_decompress_s": None, "bytes_sent": None, "bytes_received": None,
-                    "dense_bytes_sent": None, "compression_ratio": None,
+                    "dense_bytes_sent": None, "compression_ratio": None, "compressed": None,
                     "peak_memory_bytes": measure.peak_memory_bytes(device), "wall_s": t3 - run_start,
                 }
                 if hook_state is not None:
