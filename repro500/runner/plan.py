@@ -17,6 +17,7 @@ from typing import Any
 from repro500 import recipe as recipes
 from repro500.capture import seeds as seeding
 from repro500.errors import InvalidInput, UsageError
+from repro500.ext import specs
 from repro500.workloads import workload as workloads
 
 ENGINES = ("local", "ddp", "horovod", "command")
@@ -122,7 +123,7 @@ def comm_backend(engine: str, device: str) -> str | None:
             return "horovod-gloo"
         try:
             import horovod.torch as hvd
-        except ImportError:  # reported when the launch needs it
+        except ImportError:  # make_plan has refused the engine already (check_horovod)
             return "horovod-gloo"
         return "horovod-nccl" if hvd.nccl_built() else "horovod-gloo"
     return "nccl" if device == "cuda" else "gloo"
@@ -226,16 +227,19 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     if recipe.is_command:
         work = workloads.make(recipe, tracking=tracking_choice(options, recipe))
         work.check()
-        return Plan(recipe, work, "cpu", "command", None, "none", 1, 1, 0, options.same_seed, None)
+        return Plan(recipe, work, "cpu", "command", None, specs.resolve("none"), 1, 1, 0, options.same_seed, None)
     engine = mutable["engine"]
+    # What the run records (manifest, run.json, MLflow) is the resolved spec, every default filled
+    # in, so that two runs of one compressor compare equal however their recipes spelled it; an
+    # unknown name or a bad value is a UsageError here, before any work.
+    compressor = specs.resolve(mutable.get("compressor", "none"), seed_per_repeat=True)
+    if compressor["name"] != "none" and engine == "local":
+        raise UsageError("a gradient compressor needs a distributed engine: add --nproc 2 (or more)")
+    if (engine, compressor["name"]) in specs.UNSUPPORTED:
+        raise UsageError(specs.UNSUPPORTED[(engine, compressor["name"])])
+    if engine == "horovod":
+        check_horovod()
     device = resolve_device(mutable["device"])
-    compressor = mutable.get("compressor", "none")
-    if compressor not in ("none", None):
-        from repro500.ext.compressors import get as get_compressor
-
-        get_compressor(compressor)  # an unknown name or a bad ratio: UsageError before any work
-        if engine == "local":
-            raise UsageError("a gradient compressor needs a distributed engine: add --nproc 2 (or more)")
     nproc = int(mutable.get("nproc", 1))
     if engine == "local" and nproc > 1:
         raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
@@ -246,9 +250,36 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
         cores = os.cpu_count() or 1
         if device == "cpu" and nproc > cores:
             print(f"repro500: warning: {nproc} ranks on {cores} CPU cores will oversubscribe the machine", file=sys.stderr)
+    warn_uncompressed(compressor, recipe, getattr(work, "train_samples", None), nproc * options.nnodes)
     return Plan(recipe, work, device, engine, comm_backend(engine, device), compressor, nproc,
                 options.nnodes, options.node_rank, options.same_seed, meeting,
                 list(options.vary) if options.vary else None, options.repeats_per_cell if options.vary else 0)
+
+
+def check_horovod() -> None:
+    """The horovod engine launches ``horovodrun`` (workloads/engines/launch.py): without it the run
+    would fail only after its directory is written."""
+    import importlib.util
+    import shutil
+
+    if shutil.which("horovodrun") is None or importlib.util.find_spec("horovod") is None:
+        raise UsageError("engine horovod needs Horovod: build it with scripts/build_horovod.sh (see docs/distributed.md)")
+
+
+def warn_uncompressed(compressor: dict[str, Any], recipe: recipes.Recipe, samples: int | None, world: int) -> None:
+    """PowerSGD sends plain allreduces for its first ``start_iter`` steps: a repeat with no more steps
+    than that never compresses, and its bytes are a dense allreduce's (each step record says
+    ``compressed: false``).  Say so before training rather than leave a ratio of 1.0 to explain."""
+    start = compressor.get("start_iter")
+    if compressor["name"] != "powersgd" or not samples or start is None:
+        return
+    batch, epochs = int(recipe.mutable.get("batch_size", 1)), int(recipe.fixed.get("epochs", 1))
+    steps = (samples // world) // batch * epochs  # DistributedSampler and the loader drop the rest
+    if start >= steps:
+        print(f"repro500: warning: powersgd compresses only after start_iter={start} steps, but a repeat runs at most "
+              f"{steps} ({samples} samples / ({batch} x {world} ranks) x {epochs} epochs): no step will be compressed "
+              f"and the bytes recorded are a plain allreduce's; lower it with --set compressor.start_iter=N "
+              f"(N >= 2)", file=sys.stderr)
 
 
 def preflight(recipe: recipes.Recipe, options: RunOptions | None = None) -> Plan:

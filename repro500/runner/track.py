@@ -32,6 +32,19 @@ def parent_tags(plan: Plan, run_id: str, source_name: str) -> dict[str, str]:
     }
 
 
+def compressor_params(compressor: Any) -> dict[str, str]:
+    """The parent's ``compressor.<field>`` params: the plan's resolved compressor spec, every
+    default filled in (``compressor.ratio`` = 0.01 for a recipe that said only ``topk``), so
+    runs are compared in MLflow by what ran, not by how the recipe spelled it.  Values are
+    written as the recipe's params are (YAML/JSON scalars: ``null``, ``true``, ``0.01``)."""
+    import json
+
+    if not isinstance(compressor, dict):
+        return {"compressor.name": str(compressor)}
+    return {f"compressor.{key}": value if isinstance(value, str) else json.dumps(value)
+            for key, value in compressor.items()}
+
+
 def manifest_tags(manifest: dict[str, Any]) -> dict[str, str]:
     """The parent's tags that come from the manifest: its digest, the code's git state, the GPU
     (MLflow would derive the git tags from ``sys.argv[0]``, the console script, so they are set
@@ -135,8 +148,10 @@ class Tracking:
             self.repeat_ids.update({int(k): v for k, v in (previous.get("repeat_run_ids") or {}).items()})
             self.parent_id = previous["parent_run_id"]
             return
-        self.parent_id = self.tracker.start_parent(run_id, plan.recipe.flat_params(),
-                                                   parent_tags(plan, run_id, source_name))
+        params = plan.recipe.flat_params()
+        if plan.engine != "command":  # a command exchanges no gradients of repro500's
+            params.update(compressor_params(plan.compressor))
+        self.parent_id = self.tracker.start_parent(run_id, params, parent_tags(plan, run_id, source_name))
 
     def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:
         """The parent's manifest tags and artifacts, once the manifest is written (beside repeat 0)."""

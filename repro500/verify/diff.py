@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from repro500.ext import specs
+
 SCHEMA = "repro500/diff/v1"
 RELEVANT_IMPACT = 50
 _MISSING = "<absent>"
@@ -231,6 +233,9 @@ def _sections(manifest: Mapping[str, Any]) -> dict[str, Any]:
     for extra in ("facet_errors", "artifacts", "tool", "created_utc"):
         if extra in manifest:
             sections[extra] = manifest[extra]
+    facet = sections.get("distributed")
+    if isinstance(facet, Mapping) and "compressor" in facet:  # resolved: older runs recorded a bare name
+        sections["distributed"] = {**facet, "compressor": specs.canonical(facet["compressor"])}
     return sections
 
 

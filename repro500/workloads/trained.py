@@ -33,6 +33,7 @@ class TrainedWorkload:
         self.rendezvous = rendezvous
         self.search_paths = plugins.search_paths(search_paths or [])
         self.info: dict[str, Any] = {}
+        self.train_samples: int | None = None  # known after check(): the plan's step count needs it
         self.imported: list[tuple[str, str]] = []  # (import root, file) of the plug-ins' own modules
 
     @property
@@ -83,6 +84,10 @@ class TrainedWorkload:
         self._check_data(self.data_paths())
         dataset = parts.open_data(fixed["dataset"], "train", paths=self.search_paths)
         self.info = dict(getattr(dataset, "info", {}) or {})
+        try:
+            self.train_samples = len(dataset)
+        except TypeError:  # an iterable plug-in dataset has no length
+            self.train_samples = None
         if self.info.get("task") and self.info["task"] != fixed["workload"]:
             name = parts.dataset_ref(fixed["dataset"])[1]
             raise InvalidInput(f"{source}: dataset {name} is for {self.info['task']}, but fixed.workload is {fixed['workload']}")
