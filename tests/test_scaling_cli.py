@@ -263,3 +263,17 @@ def test_a_failing_measurement_is_one_line_exit_1(monkeypatch, tmp_path):
     assert "timing Gloo collectives on 2 processes failed (RuntimeError: Connection refused)" in result.output
     assert "Traceback" not in result.output
     assert not measure.cache_path().exists()
+
+
+def test_powersgd_bytes_come_only_from_a_run_that_compressed(tmp_path, timings):
+    # issue 22: a run shorter than start_iter recorded dense bytes, which were taken as powersgd's
+    spec = {"name": "powersgd", "start_iter": 2}
+    short = craft_run(tmp_path, "short", compressor=spec, step={"compressed": False})
+    result = invoke(short, "--json")
+    assert result.exit_code == 2, result.output
+    assert "never compressed: its last step ran before powersgd's start_iter (2)" in result.output
+    compressed = craft_run(tmp_path, "long", compressor=spec,
+                           step={"compressed": True, "bytes_sent": 31_164, "bytes_received": 31_164})
+    result = invoke(compressed, "--json")
+    assert result.exit_code == 0, result.output
+    assert "powersgd payload: 31164 bytes per step" in result.stdout
