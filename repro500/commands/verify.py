@@ -31,7 +31,7 @@ def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str,
 @click.command()
 @click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--against", "-a", metavar="REF", type=click.Path(path_type=Path), default=None,
-              help="Reference: another run directory, a packed .tar.gz, or a published-results .yaml/.json file.")
+              help="Reference: another run directory, a packed .tar.gz, a published-results .yaml/.json file, or history:SOURCE (earlier runs of the recipe on this system: a directory of runs or an MLflow experiment).")
 @click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level: bands use (1-alpha) bounds, equivalence (1-2 alpha) intervals.")
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,

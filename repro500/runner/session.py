@@ -162,7 +162,7 @@ class Session:
         from repro500.runner.track import Tracking
 
         self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", mlflow_store.tracking_uri())
-        self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name)
+        self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name, str(self.run.path.resolve()))
 
     def _sync(self, k: int) -> None:
         """After repeat k: the manifest and chain (first time), k's link, what MLflow has so far,

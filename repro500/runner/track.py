@@ -13,12 +13,14 @@ from repro500 import mlflow_store
 from repro500.runner.plan import Plan
 
 
-def parent_tags(plan: Plan, run_id: str, source_name: str) -> dict[str, str]:
-    """The tags of a run's parent known from the plan, before the capture ends."""
+def parent_tags(plan: Plan, run_id: str, source_name: str, run_dir: str = "") -> dict[str, str]:
+    """The tags of a run's parent known from the plan, before the capture ends.  ``repro500.run_dir``
+    (absolute) is how ``--against history:EXPERIMENT`` finds the run's files (verify/history.py)."""
     recipe = plan.recipe
     compressor = plan.compressor
     return {
         "repro500.run_id": run_id,
+        "repro500.run_dir": run_dir,
         "repro500.recipe": recipe.name,
         "repro500.workload": plan.workload.kind,
         "repro500.world_size": str(plan.world_size),
@@ -136,22 +138,24 @@ class Tracking:
         self.check()
 
     # ----- what the runner records ----------------------------------------------------------------
-    def open(self, plan: Plan, meta: dict[str, Any], run_id: str, source_name: str) -> None:
+    def open(self, plan: Plan, meta: dict[str, Any], run_id: str, source_name: str, run_dir: str = "") -> None:
         """Resume the recorded parent when the run is resumed against the same store; else start one
         (its manifest-derived tags and artifacts follow with :meth:`describe`)."""
         previous = dict(meta.get("mlflow") or {})
-        self._queue(self._open, plan, previous, run_id, source_name)
+        self._queue(self._open, plan, previous, run_id, source_name, run_dir)
 
-    def _open(self, plan: Plan, previous: dict[str, Any], run_id: str, source_name: str) -> None:
+    def _open(self, plan: Plan, previous: dict[str, Any], run_id: str, source_name: str, run_dir: str) -> None:
         if previous.get("parent_run_id") and previous.get("tracking_uri") == mlflow_store.safe_uri(self.uri):
             self.tracker.resume_parent(previous["parent_run_id"])
             self.repeat_ids.update({int(k): v for k, v in (previous.get("repeat_run_ids") or {}).items()})
             self.parent_id = previous["parent_run_id"]
+            if run_dir:  # where the run is now (a run moved, or made before the tag existed)
+                self.tracker.set_tags(self.parent_id, {"repro500.run_dir": run_dir})
             return
         params = plan.recipe.flat_params()
         if plan.engine != "command":  # a command exchanges no gradients of repro500's
             params.update(compressor_params(plan.compressor))
-        self.parent_id = self.tracker.start_parent(run_id, params, parent_tags(plan, run_id, source_name))
+        self.parent_id = self.tracker.start_parent(run_id, params, parent_tags(plan, run_id, source_name, run_dir))
 
     def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:
         """The parent's manifest tags and artifacts, once the manifest is written (beside repeat 0)."""

@@ -51,13 +51,14 @@ class EquivalenceResult:
     p_value: float | None = None  # of the test that decides: TOST max, or the one-sided test
     repeats_needed: int | None = None
     advice: list[str] = field(default_factory=list)
+    change: str | None = None  # against a history: regression | improvement | equivalent | inconclusive
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "metric": self.metric, "test": self.test, "direction": self.direction,
             "margin": self.margin, "margin_source": self.margin_source, "status": self.status,
             "reason": self.reason, "p_value": self.p_value, "tost": self.tost,
-            "repeats_needed": self.repeats_needed, "advice": self.advice,
+            "repeats_needed": self.repeats_needed, "advice": self.advice, "change": self.change,
         }
 
 

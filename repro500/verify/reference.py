@@ -23,7 +23,7 @@ PUBLISHED_SUFFIXES = (".yaml", ".yml", ".json")
 
 @dataclass
 class Reference:
-    kind: str  # "run" | "bundle" | "published"
+    kind: str  # "run" | "bundle" | "published" | "history"
     path: str
     label: str
     values: dict[str, list[float]]  # metric -> per-repeat values (or the one published value)
@@ -34,6 +34,7 @@ class Reference:
     time_to_quality_s: list[float] | None = None
     integrity: integrity.IntegrityResult | None = None
     notes: list[str] = field(default_factory=list)
+    history: dict[str, Any] | None = None  # a history reference's runs and scope (verify/history.py)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "path": self.path, "label": self.label}
@@ -44,6 +45,8 @@ class Reference:
             out.update(run_id=self.run.run_id, repeats=len(self.run.completed))
         if self.integrity is not None:
             out["sums_digest"] = self.integrity.sums_digest
+        if self.history is not None:
+            out["history"] = self.history
         return out
 
 

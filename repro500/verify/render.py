@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the verdict module imports this one
 STYLES = {
     "PASS": "bold green", "REPRODUCED": "bold green", "FAIL": "bold red",
     "NOT REPRODUCED": "bold red", "INCONCLUSIVE": "bold yellow", "INVALID": "bold magenta",
-    "SKIPPED": "dim",
+    "SKIPPED": "dim", "REGRESSION": "bold red", "IMPROVEMENT": "bold green", "EQUIVALENT": "bold green",
 }
 MAX_STAT_ROWS = 8
 
@@ -123,7 +123,13 @@ def _bands(verdict: Verdict, console: Console) -> None:
 def _equivalence(verdict: Verdict, console: Console) -> None:
     if not verdict.equivalence:
         return
-    console.print("[bold]Equivalence to the reference[/]")
+    history = (verdict.against or {}).get("history")
+    console.print("[bold]Against the history[/]" if history else "[bold]Equivalence to the reference[/]")
+    if history:
+        runs = history.get("runs") or []
+        console.print(f"  [dim]{len(runs)} earlier run(s) of this recipe on this system, newest {history.get('latest')}; "
+                      f"{len(history.get('skipped') or [])} other run(s) left out (verdict.json: against.history)[/]",
+                      highlight=False)
     for e in verdict.equivalence:
         t = e.tost
         interval = "no interval"
@@ -131,9 +137,12 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
             interval = f"{t['ci_confidence']:.0%} CI [{_g(t['ci_low'], 3)}, {_g(t['ci_high'], 3)}]"
         margin = f"margin ±{_g(e.margin)}" if e.test == "equivalence" else f"non-inferiority margin {_g(e.margin)}"
         p = f", p = {_g(e.p_value, 2)}" if e.p_value is not None else ""
-        console.print(f"  {e.metric}  {_status(e.status)}  diff {_g(t.get('diff'), 3)}, {interval}, {margin}{p}",
+        shown = _status(e.change.upper()) if e.change else _status(e.status)
+        console.print(f"  {e.metric}  {shown}  diff {_g(t.get('diff'), 3)}, {interval}, {margin}{p}",
                       highlight=False)
         ref = f"{_g(t.get('mean_b'))} (n={t['n_b']})" if t.get("n_b") else f"{_g(t.get('mean_b'))} (exact value)"
+        if history and (history.get("pooling") or {}).get(e.metric):
+            ref += f", {history['pooling'][e.metric]}"
         console.print(f"    [dim]run {_g(t.get('mean_a'))} (n={t.get('n_a')}) vs reference {ref}; "
                       f"{t.get('method')}; margin from {e.margin_source}[/]", highlight=False)
 

@@ -10,6 +10,9 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
 * with a reference, **equivalence**, **determinism** and the **time-to-train**
   convergence check decide the same way, reported as REPRODUCED / NOT REPRODUCED /
   INCONCLUSIVE; the bands are still shown;
+* against a history (``history:SOURCE``, verify/history.py) each compared metric is a
+  regression (FAIL), inconclusive, equivalent or an improvement (PASS), reported as PASS / FAIL /
+  INCONCLUSIVE: an improvement is no failure to reproduce;
 * against a reference run, an **exact replay** (every rerun repeat ends with the final
   parameters of the reference repeat of its seed, bit for bit, and records the same metrics,
   times and rates aside) is the strongest outcome: REPRODUCED (exact), whatever the number of
@@ -46,7 +49,7 @@ from repro500.errors import (
     InvalidInput,
     UsageError,
 )
-from repro500.verify import equivalence, integrity, sequential, variance
+from repro500.verify import equivalence, history, integrity, sequential, variance
 from repro500.verify.bands import BandResult, check_bands
 from repro500.verify.determinism import (
     DeterminismResult,
@@ -200,7 +203,11 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
         return _invalid(verdict, check.problems)
 
     ref: Reference | None = None
-    if against is not None:
+    in_history = history.is_history(against)
+    if in_history:  # earlier runs of the same recipe on this system (verify/history.py)
+        ref = history.reference(str(against)[len(history.PREFIX):], run, alpha)
+        verdict.against = ref.describe()
+    elif against is not None:
         ref = load_reference(against)
         verdict.against = ref.describe()
         verdict.reference_integrity = ref.integrity
@@ -228,7 +235,8 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
     verdict.valid_flops = valid_flops(run, alpha)
     repeat_docs = [run.repeats[k] for k in sorted(run.repeats)]
     if ref is not None:
-        verdict.equivalence = equivalence.compare(run, ref, decide_at, margins)
+        compare = history.compare if in_history else equivalence.compare
+        verdict.equivalence = compare(run, ref, decide_at, margins)
         verdict.time_to_train = check_time_to_train(
             repeat_docs, alpha, reference_epochs=ref.epochs_to_quality, reference_times_s=ref.time_to_quality_s)
         verdict.provenance = provenance_diff(run.provenance_manifest, ref.manifest)  # with what each command read
@@ -257,7 +265,8 @@ def _decide(verdict: Verdict, with_reference: bool, run: RunData) -> None:
                                       f"{run.planned} have not run"))
     if with_reference:
         mapping = {"REPRODUCED": "PASS", "NOT REPRODUCED": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE"}
-        items += [(mapping[e.status], f"{e.metric}: {e.reason}") for e in verdict.equivalence or []]
+        items += [(history.CHANGE_OUTCOME[e.change] if e.change else mapping[e.status], f"{e.metric}: {e.reason}")
+                  for e in verdict.equivalence or []]
         t = verdict.time_to_train
         if t is not None and t.status in ("PASS", "FAIL"):
             items.append((t.status, f"time-to-train: {t.reason}"))
@@ -278,7 +287,7 @@ def _decide(verdict: Verdict, with_reference: bool, run: RunData) -> None:
         chosen = [reason for status, reason in items if status == outcome]
         if chosen:
             break
-    if with_reference:
+    if with_reference and (verdict.against or {}).get("kind") != "history":
         verdict.status = {"PASS": "REPRODUCED", "FAIL": "NOT REPRODUCED"}.get(outcome, outcome)
     else:
         verdict.status = outcome

@@ -1,0 +1,79 @@
+"""``repro500 history``: a metric across earlier runs, with the provenance changes where it moved."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+
+@click.command()
+@click.argument("source", metavar="SOURCE")
+@click.argument("metric")
+@click.option("--recipe", default=None, help="The recipe whose runs to show, where SOURCE holds runs of several.")
+@click.option("--plot", "plot_path", metavar="FILE.png", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also draw the metric across the runs (intervals, one colour per system, moves marked).")
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Level of the intervals and of the test that says the metric moved.")
+@click.option("--json", "as_json", is_flag=True, help="Print the history as JSON (schema repro500/history/v1).")
+def history(source: str, metric: str, recipe: str | None, plot_path: Path | None, alpha: float, as_json: bool) -> None:
+    """Show METRIC across the runs SOURCE holds, oldest first, and what changed where it moved.
+
+    SOURCE is a directory of run directories (runs) or an MLflow experiment's name
+    (repro500/<recipe> by default). Each run is compared with the previous run on the same
+    system: "better"/"worse" when Welch's t-test says the metric moved at --alpha, and the
+    result-relevant provenance differences between the two (packages, driver, commit, data).
+    `repro500 verify RUN --against history:SOURCE` decides whether RUN is a regression.
+
+    \b
+    Exit codes: 0 shown, 2 usage error (several recipes, unknown metric), 4 no readable run.
+    """
+    from repro500.verify import trend
+
+    found = trend.build(source, metric, alpha, recipe)
+    if plot_path is not None:
+        trend.plot(found, plot_path)
+    if as_json:
+        click.echo(json.dumps(found.to_dict(), indent=2, sort_keys=True, allow_nan=False))
+    else:
+        _render(found)
+    if plot_path is not None:
+        click.echo(f"plot: {plot_path}", err=as_json)
+
+
+def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
+    from rich.console import Console
+    from rich.table import Table
+
+    from repro500.verify import trend
+    from repro500.verify.diff import short
+
+    console = Console()
+    better = "higher" if found.direction == "higher" else "lower"
+    table = Table(title=f"{found.recipe}: {found.metric} across {len(found.rows)} run(s) of {found.source} "
+                        f"({better} is better)", title_justify="left")
+    for column in ("run", "created", "system", "n", "mean", f"{1 - found.alpha:.0%} CI", "vs previous",
+                   "result-relevant changes since the previous run"):
+        table.add_column(column, overflow="fold")
+    for r in found.rows:
+        ci = "-" if r.ci_low is None else f"[{r.ci_low:.4g}, {r.ci_high:.4g}]"
+        if r.previous is None:
+            moved = "first"
+        elif r.moved:
+            moved = f"[{'green' if r.moved == 'better' else 'red'}]{r.moved}[/] (p={r.p_value:.2g})"
+        else:
+            moved = "same" if r.p_value is not None else "untested (n<2)"
+        changes = "; ".join(f"{c['key']}: {short(c['before'], 20)} -> {short(c['after'], 20)}"
+                            for c in r.changes[:trend.MAX_CHANGES]) or ("-" if r.previous else "")
+        if len(r.changes) > trend.MAX_CHANGES:
+            changes += f"; +{len(r.changes) - trend.MAX_CHANGES} more (--json)"
+        table.add_row(r.run_id, r.created, r.system, str(r.n), "-" if r.mean is None else f"{r.mean:.4g}", ci,
+                      moved, changes)
+    console.print(table)
+    for label, key in found.systems.items():
+        shown = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in key.items() if v is not None)
+        console.print(f"  [dim]{label}: {shown}[/]", highlight=False)
+    if found.skipped:
+        console.print(f"  [dim]{len(found.skipped)} run(s) left out: "
+                      + "; ".join(f"{s['run']}: {s['why']}" for s in found.skipped[:3]) + "[/]", highlight=False)

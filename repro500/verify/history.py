@@ -1,0 +1,347 @@
+"""References from history: the earlier runs of the same recipe on the same system.
+
+``repro500 verify RUN --against history:SOURCE`` and ``repro500 history SOURCE METRIC`` read the
+runs a SOURCE holds: a directory of run directories (``runs/``), or the parent runs of an MLflow
+experiment, each of which records its run directory (tag ``repro500.run_dir``).  A run is part
+of RUN's reference when (ReFrame keeps references per system and programming environment; this
+is the same scoping, read from the manifests):
+
+* its files match its SHA256SUMS (a tampered run is no reference) and a repeat completed;
+* it ran the same recipe: ``recipe.yaml`` equal but for ``repeats``, ``seed`` and ``acceptance``;
+* it ran on the same system (:func:`system_key`): the hardware facet's CPU and GPUs and memory,
+  the environment's Python and torch/CUDA, and the run's engine and world size;
+* it was created before RUN.
+
+The newest :data:`WINDOW` such runs are the reference.  Their repeats are pooled, unless the runs
+differ among themselves more than repeats do (one-way ANOVA at alpha), when each run's mean is
+one observation: pooling then would understate the spread a new run meets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from repro500.digest import canonical_digest
+from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError
+from repro500.verify import integrity
+from repro500.verify.reference import Reference
+from repro500.verify.rundir import RunData
+
+PREFIX = "history:"
+WINDOW = 10  # the newest matching runs that make a reference: old enough history is another system
+RUN_DIR_TAG = "repro500.run_dir"
+# recipe keys that do not change what a run measures
+RECIPE_KEYS_IGNORED = ("repeats", "seed", "acceptance")
+
+
+class NoHistory(ReproError):
+    """A history with no earlier run of the recipe on this system: nothing to decide yet (exit 3)."""
+
+    exit_code = EXIT_INCONCLUSIVE
+
+
+@dataclass
+class Entry:
+    """One earlier run of a history."""
+
+    path: Path
+    run: RunData
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def created(self) -> str:
+        return str((self.run.run or {}).get("created_utc") or (self.run.manifest or {}).get("created_utc") or "")
+
+    @property
+    def recipe_name(self) -> str:
+        return str((self.run.recipe or {}).get("name") or self.run.summary.get("recipe_name") or "?")
+
+    def mean(self, metric: str) -> float | None:
+        values = self.run.values(metric)
+        return sum(values) / len(values) if values else None
+
+
+def is_history(against: Any) -> bool:
+    return against is not None and str(against).startswith(PREFIX)
+
+
+def system_key(run: RunData, environment: bool = True) -> dict[str, Any]:
+    """What makes two runs' figures comparable, as ``facet.key -> value`` (docs/verify.md).
+
+    ``environment=False`` leaves out Python and torch/CUDA: ``repro500 history`` follows one
+    machine across software updates, to show where an update moved a metric."""
+    facets = (run.manifest or {}).get("facets") or {}
+    hardware = facets.get("hardware") or {}
+    cpu = hardware.get("cpu") if isinstance(hardware.get("cpu"), dict) else {}
+    gpus = [g.get("name") or g.get("model") for g in hardware.get("gpus") or [] if isinstance(g, dict)]
+    memory = (hardware.get("memory") or {}).get("total_bytes")
+    env = facets.get("environment") or {}
+    python = str((env.get("python") or {}).get("version") or "")
+    torch_build = env.get("torch_build") or {}
+    meta = run.run or {}
+    key = {
+        "hardware.cpu.model": cpu.get("model"), "hardware.cpu.cores": cpu.get("cores"),
+        "hardware.cpu.sockets": cpu.get("sockets"), "hardware.gpus": ", ".join(sorted(map(str, gpus))) or "none",
+        # the figure the OS reports moves by a few MB between boots: whole GiB
+        "hardware.memory_gib": round(memory / 2**30) if isinstance(memory, (int, float)) else None,
+        "run.engine": meta.get("engine"), "run.world_size": meta.get("world_size"),
+    }
+    if environment:
+        key.update({"environment.python": ".".join(python.split(".")[:2]) or None,
+                    "environment.torch": torch_build.get("version"), "environment.cuda": torch_build.get("cuda")})
+    return key
+
+
+def recipe_key(run: RunData) -> str:
+    recipe = {k: v for k, v in (run.recipe or {}).items() if k not in RECIPE_KEYS_IGNORED}
+    return canonical_digest({"recipe": recipe})
+
+
+def recipe_difference(a: RunData, b: RunData) -> str | None:
+    """The first recipe key in which two runs differ, ``None`` when they ran the same recipe."""
+    from repro500.verify.diff import flatten
+
+    flat_a = flatten({k: v for k, v in (a.recipe or {}).items() if k not in RECIPE_KEYS_IGNORED})
+    flat_b = flatten({k: v for k, v in (b.recipe or {}).items() if k not in RECIPE_KEYS_IGNORED})
+    for key in sorted(set(flat_a) | set(flat_b)):
+        if flat_a.get(key) != flat_b.get(key):
+            return f"recipe {key} is {flat_b.get(key)!r}, not {flat_a.get(key)!r}"
+    return None
+
+
+def system_difference(a: RunData, b: RunData) -> str | None:
+    """The first system key in which ``b`` differs from ``a``, ``None`` on the same system."""
+    key_a, key_b = system_key(a), system_key(b)
+    for key, value in key_a.items():
+        if key_b.get(key) != value:
+            return f"another system: {key} is {key_b.get(key)!r}, not {value!r}"
+    return None
+
+
+# ----- finding the runs -------------------------------------------------------------------------------
+def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
+    """The run directories SOURCE names, and the runs it names that cannot be read (with why)."""
+    source = Path(spec)
+    if source.is_dir():
+        if (source / "run.json").is_file() or (source / "SHA256SUMS").is_file():
+            raise InvalidInput(f"history:{spec} is one run directory: give the directory that holds the runs "
+                               f"(e.g. history:{source.parent}) or an MLflow experiment's name")
+        return sorted(p for p in source.iterdir() if p.is_dir() and (p / "SHA256SUMS").is_file()), []
+    return _from_mlflow(spec)
+
+
+def _from_mlflow(name: str) -> tuple[list[Path], list[dict[str, str]]]:
+    from repro500 import mlflow_store
+
+    uri = mlflow_store.tracking_uri()
+    db = mlflow_store.sqlite_path(uri)
+    missing = (f"history:{name}: there is no directory {name!r}, and no MLflow experiment of that name in "
+               f"{mlflow_store.safe_uri(uri)}; give a directory of runs (history:runs) or an experiment's name "
+               f"(MLFLOW_TRACKING_URI selects the store)")
+    if db is not None and not db.is_file():  # reading history never creates a store
+        raise InvalidInput(missing)
+    mlflow_store.check_reachable()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        raise InvalidInput(missing)
+    paths, skipped = [], []
+    for found in client.search_runs([experiment.experiment_id], max_results=5000):
+        tags = found.data.tags
+        if "repro500.run_id" not in tags or "mlflow.parentRunId" in tags:
+            continue  # a repeat's nested run, or a run repro500 did not make
+        where = tags.get(RUN_DIR_TAG)
+        if not where:
+            skipped.append({"run": tags["repro500.run_id"], "why": "its MLflow run records no run directory "
+                            "(made before repro500 recorded one); give the directory that holds it instead"})
+        elif not Path(where, "SHA256SUMS").is_file():
+            skipped.append({"run": tags["repro500.run_id"], "why": f"its run directory {where} is not here"})
+        else:
+            paths.append(Path(where))
+    return sorted(set(paths)), skipped
+
+
+def load(paths: list[Path], skipped: list[dict[str, str]]) -> list[Entry]:
+    """Every run of ``paths`` whose integrity checks pass, oldest first; the others go to ``skipped``."""
+    entries = []
+    for path in paths:
+        try:
+            check, run = integrity.check_run(path, label="history run", deep=False)
+        except InvalidInput as err:
+            skipped.append({"run": path.name, "why": str(err)})
+            continue
+        if run is None or not check.ok:
+            skipped.append({"run": path.name, "why": "; ".join(check.problems[:1]) or "unreadable"})
+        elif not run.completed:
+            skipped.append({"run": path.name, "why": "no repeat completed"})
+        else:
+            entries.append(Entry(path=path, run=run))
+    return sorted(entries, key=lambda e: (e.created, e.run_id))
+
+
+# ----- the reference -----------------------------------------------------------------------------------
+def reference(spec: str, run: RunData, alpha: float) -> Reference:
+    """RUN's reference from the history SOURCE (``spec`` without the prefix)."""
+    if not spec:
+        raise InvalidInput("--against history: names no history: give history:DIR (a directory of runs) or "
+                           "history:EXPERIMENT (an MLflow experiment)")
+    paths, skipped = locate(spec)
+    here = run.path.resolve()
+    paths = [p for p in paths if p.resolve() != here]
+    matched: list[Entry] = []
+    for entry in load(paths, skipped):
+        why = _why_not(entry, run)
+        if why:
+            skipped.append({"run": entry.run_id, "why": why})
+        else:
+            matched.append(entry)
+    matched = matched[-WINDOW:]
+    if not matched:
+        seen = f"{len(paths)} run(s) there, none of them comparable" if paths else "no run there"
+        reasons = "; ".join(f"{s['run']}: {s['why']}" for s in skipped[:3])
+        raise NoHistory(f"history:{spec} has no earlier run of recipe {_name(run)!r} on this system ({seen}"
+                        f"{': ' + reasons if reasons else ''}); run it here first, then verify against the history")
+    values, pooling = pooled(matched, run.metric_names(), alpha)
+    latest = matched[-1].run
+    ref = Reference(kind="history", path=f"{PREFIX}{spec}",
+                    label=f"history:{spec} ({len(matched)} earlier run(s) on this system)", values=values,
+                    manifest=latest.provenance_manifest,
+                    epochs_to_quality=_pooled_field(matched, "epochs_to_quality"),
+                    time_to_quality_s=_pooled_field(matched, "time_to_quality_s"))
+    ref.history = {
+        "source": spec, "window": WINDOW, "runs": [e.run_id for e in matched],
+        "latest": latest.run_id, "pooling": pooling, "system": system_key(run),
+        "skipped": skipped,
+    }
+    return ref
+
+
+def _name(run: RunData) -> str:
+    return str((run.recipe or {}).get("name") or run.summary.get("recipe_name") or "?")
+
+
+def _why_not(entry: Entry, run: RunData) -> str | None:
+    if entry.run_id == run.run_id:
+        return "the run being verified"
+    if entry.created and (run.run or {}).get("created_utc") and entry.created >= run.run["created_utc"]:
+        return "created after the run being verified"
+    if recipe_key(entry.run) != recipe_key(run):
+        return recipe_difference(run, entry.run) or "another recipe"
+    return system_difference(run, entry.run)
+
+
+def pooled(entries: list[Entry], metrics: list[str], alpha: float) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """metric -> reference values, and how each was formed (``repeats`` or ``run means`` and why)."""
+    from scipy import stats as sps
+
+    values: dict[str, list[float]] = {}
+    how: dict[str, str] = {}
+    for metric in metrics:
+        groups = [e.run.values(metric) for e in entries]
+        groups = [g for g in groups if g]
+        if not groups:
+            continue
+        flat = [v for g in groups for v in g]
+        how[metric] = f"{len(flat)} repeats of {len(groups)} run(s), pooled"
+        values[metric] = flat
+        if len(groups) >= 2 and all(len(g) >= 2 for g in groups):
+            p = float(sps.f_oneway(*groups).pvalue)
+            if math.isfinite(p) and p < alpha:
+                values[metric] = [sum(g) / len(g) for g in groups]
+                how[metric] = (f"means of {len(groups)} runs (the runs differ among themselves more than their "
+                               f"repeats do: one-way ANOVA p = {p:.2g})")
+    return values, how
+
+
+def _pooled_field(entries: list[Entry], name: str) -> list[float]:
+    from repro500.verify.reference import _repeat_field
+
+    return [v for e in entries for v in _repeat_field(e.run, name)]
+
+
+# ----- regression, improvement or equivalent -------------------------------------------------------------
+# Performance figures compared by default, with their good direction; a margin of RELATIVE_MARGIN
+# of the history's mean unless --margin names one.
+PERFORMANCE = {"throughput_samples_per_s": "higher", "time_to_quality_s": "lower"}
+RELATIVE_MARGIN = 0.05
+LOWER_IS_BETTER_WORDS = ("loss", "error", "latency", "time")
+CHANGE_OUTCOME = {"regression": "FAIL", "inconclusive": "INCONCLUSIVE", "equivalent": "PASS", "improvement": "PASS"}
+
+
+def direction_of(metric: str, run: RunData) -> str:
+    """The metric's good direction: the acceptance criterion's, else the known performance
+    figures', else lower for names of losses, errors and times, higher otherwise."""
+    for criterion in run.acceptance:
+        if criterion.metric == metric:
+            return criterion.direction
+    if metric in PERFORMANCE:
+        return PERFORMANCE[metric]
+    lower = any(word in metric for word in LOWER_IS_BETTER_WORDS) or metric.endswith("_s")
+    return "lower" if lower else "higher"
+
+
+def compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, float] | None) -> list[Any]:
+    """Per metric, whether RUN is a regression, an improvement or equivalent to the history.
+
+    The equivalence test decides on the (1 - 2 alpha) interval of run - history: inside +-margin
+    is *equivalent*; entirely beyond the margin on the bad side a *regression*, on the good side an
+    *improvement*; straddling an edge *inconclusive*.  A change smaller than the margin is
+    equivalent by design: the margin says what difference matters.
+    """
+    from repro500.errors import UsageError
+    from repro500.verify import equivalence
+
+    margins = dict(margins or {})
+    unknown = sorted(n for n in margins if not (ref.values.get(n) and run.values(n)))
+    if unknown:
+        shared = ", ".join(n for n in run.metric_names() if ref.values.get(n)) or "none"
+        raise UsageError(f"--margin names {unknown[0]!r}, which the run and its history do not both report "
+                         f"(shared: {shared})")
+    chosen: dict[str, tuple[float, str]] = {}
+    for criterion in run.acceptance:
+        if criterion.tolerance > 0:
+            chosen[criterion.metric] = (criterion.tolerance, "acceptance tolerance")
+    for metric in PERFORMANCE:
+        reference_values = ref.values.get(metric) or []
+        mean = abs(sum(reference_values) / len(reference_values)) if reference_values else 0.0
+        if mean > 0 and run.values(metric):
+            chosen[metric] = (RELATIVE_MARGIN * mean, f"{RELATIVE_MARGIN:.0%} of the history's mean")
+    chosen.update({name: (value, "--margin") for name, value in margins.items()})
+    results = []
+    for name, (margin, source) in chosen.items():
+        if not (ref.values.get(name) and run.values(name)):
+            continue
+        direction = direction_of(name, run)
+        res = equivalence.compare_values(name, run.values(name), ref.values[name], margin, alpha,
+                                         direction=direction, margin_source=source, reference_kind="history")
+        res.change = change_of(res.status, res.tost.get("diff"), direction)
+        res.reason = f"{res.change}: {res.reason}"
+        results.append(res)
+    if not results:
+        raise UsageError("nothing to compare with the history: the run has no acceptance tolerance and reports "
+                         "no throughput or time-to-quality; pass --margin METRIC=DELTA")
+    if run.unsuccessful:  # as against any reference: the repeats that completed cannot vouch for the rest
+        for res in results:
+            if res.change in ("equivalent", "improvement"):
+                equivalence._block_reproduced(res, run.unsuccessful)
+                res.change = "inconclusive"
+    return results
+
+
+def change_of(status: str, diff: float | None, direction: str) -> str:
+    from repro500.verify.equivalence import NOT_REPRODUCED, REPRODUCED
+
+    if status == REPRODUCED:
+        return "equivalent"
+    if status == NOT_REPRODUCED and diff is not None:
+        better = diff > 0 if direction == "higher" else diff < 0
+        return "improvement" if better else "regression"
+    return "inconclusive"
