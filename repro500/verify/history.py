@@ -20,6 +20,7 @@ one observation: pooling then would understate the spread a new run meets.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,7 @@ def system_key(run: RunData, environment: bool = True) -> dict[str, Any]:
         # the figure the OS reports moves by a few MB between boots: whole GiB
         "hardware.memory_gib": round(memory / 2**30) if isinstance(memory, (int, float)) else None,
         "run.engine": meta.get("engine"), "run.world_size": meta.get("world_size"),
+        "run.deterministic": meta.get("deterministic"),  # other kernels: other numbers and speed
     }
     if environment:
         key.update({"environment.python": ".".join(python.split(".")[:2]) or None,
@@ -253,7 +255,9 @@ def pooled(entries: list[Entry], metrics: list[str], alpha: float) -> tuple[dict
         how[metric] = f"{len(flat)} repeats of {len(groups)} run(s), pooled"
         values[metric] = flat
         if len(groups) >= 2 and all(len(g) >= 2 for g in groups):
-            p = float(sps.f_oneway(*groups).pvalue)
+            with warnings.catch_warnings():  # constant groups: a NaN p-value, handled below
+                warnings.simplefilter("ignore", RuntimeWarning)
+                p = float(sps.f_oneway(*groups).pvalue)
             if math.isfinite(p) and p < alpha:
                 values[metric] = [sum(g) / len(g) for g in groups]
                 how[metric] = (f"means of {len(groups)} runs (the runs differ among themselves more than their "

@@ -10,6 +10,7 @@ or data digest that changed where the metric moved.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,7 +107,9 @@ def _row(entry: history.Entry, label: str, previous: history.Entry | None, metri
     row.previous = previous.run_id
     before = previous.run.values(metric)
     if len(values) >= 2 and len(before) >= 2:
-        p = float(sps.ttest_ind(values, before, equal_var=False).pvalue)
+        with warnings.catch_warnings():  # nearly constant series: the p-value says it, not a warning
+            warnings.simplefilter("ignore", RuntimeWarning)
+            p = float(sps.ttest_ind(values, before, equal_var=False).pvalue)
         if math.isfinite(p):
             row.p_value = p
         elif values != before and min(values) == max(values) and min(before) == max(before):
