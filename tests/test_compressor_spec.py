@@ -82,13 +82,14 @@ def test_the_mlflow_parent_gets_the_spec_as_params_and_the_name_as_tag(tmp_path)
             return "parent-1"
 
     fake = type("T", (), {"tracker": Tracker()})()
-    track.Tracking._open(fake, plan, {}, "run-1", "tiny.yaml")
+    track.Tracking._open(fake, plan, {}, "run-1", "tiny.yaml", str(tmp_path / "runs" / "run-1"))
     params = started["params"]
     assert {k: v for k, v in params.items() if k.startswith("compressor.")} == {
         "compressor.name": "terngrad", "compressor.clip_sigmas": "null", "compressor.bucket_size": "4096",
         "compressor.seed": "null", "compressor.memory": "none"}
     assert params["fixed.model"] == "resnet20"  # the recipe's params are still there
     assert started["tags"]["repro500.compressor"] == "terngrad"
+    assert started["tags"]["repro500.run_dir"] == str(tmp_path / "runs" / "run-1")
 
 
 def test_powersgd_too_short_to_compress_is_said_before_training(tmp_path, capsys):
