@@ -28,7 +28,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from repro500.workloads.data.generate import generate
+from repro500.data.generate import generate
 
 TARGET_RATIO = 0.5
 TARGET_RSS_BYTES = 2 * 1024**3
@@ -55,7 +55,7 @@ def write_ewa(path: Path, samples: int, size: str) -> float:
 
 _RSS_CHILD = """
 import resource, sys
-from repro500.workloads.data.generate import generate
+from repro500.data.generate import generate
 generate("ewa", sys.argv[1], samples=int(sys.argv[2]), size=sys.argv[3], force=True)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)  # KiB on Linux
 """

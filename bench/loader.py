@@ -9,7 +9,7 @@ read, warm in the page cache, two ways:
 * loader: ``open_dataset("ewa", "train", path=...)`` through a DataLoader with
   ``--workers`` persistent workers and ``collate_detection`` (batch size 1): each sample's
   boxes are read and turned into a torchvision target in a worker, and its image is handed
-  to the main process as a mapping of the file's pages (repro500/workloads/data/handoff.py),
+  to the main process as a mapping of the file's pages (repro500/data/handoff.py),
   which the main process then reads once, whole (``image.sum()``).
 
 The loader hands over pages that nobody has read yet; the cost of reading them falls on the
@@ -45,8 +45,8 @@ import psutil
 import torch
 from torch.utils.data import DataLoader
 
-from repro500.workloads.data import collate_detection, open_dataset
-from repro500.workloads.data.generate import generate
+from repro500.data import collate_detection, open_dataset
+from repro500.data.generate import generate
 
 TARGET_RATIO = 0.8
 

@@ -28,8 +28,8 @@ from pathlib import Path
 import torch
 
 from repro500.capture import seeds as seeding
+from repro500.data import open_dataset
 from repro500.workloads import train
-from repro500.workloads.data import open_dataset
 from repro500.workloads.models import build_model
 
 TARGET = 1.01

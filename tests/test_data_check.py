@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 
-from repro500.workloads.data.generate import generate
+from repro500.data.generate import generate
 
 REPRO500 = [sys.executable, "-m", "repro500.cli"]
 

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 from scipy.stats import spearmanr
 
+from repro500.data import classification, cosmo, ewa
+from repro500.data.classification import ClassificationParams
+from repro500.data.cosmo import CosmoGenerator, CosmoParams
+from repro500.data.ewa import AR, ETC, TC, TD, EwaGenerator, EwaParams, _int_window
+from repro500.data.generate import generate, shard_range
+from repro500.data.layout import EWA_CHANNELS
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
-from repro500.workloads.data import classification, cosmo, ewa
-from repro500.workloads.data.classification import ClassificationParams
-from repro500.workloads.data.cosmo import CosmoGenerator, CosmoParams
-from repro500.workloads.data.ewa import AR, ETC, TC, TD, EwaGenerator, EwaParams, _int_window
-from repro500.workloads.data.generate import generate, shard_range
-from repro500.workloads.data.layout import EWA_CHANNELS
 
 REPRO500 = [sys.executable, "-m", "repro500.cli"]
 PSL, TMQ = EWA_CHANNELS.index("PSL"), EWA_CHANNELS.index("TMQ")
@@ -50,7 +50,7 @@ def test_same_seed_gives_identical_files_and_another_seed_differs(tmp_path, kind
     assert not np.array_equal(_arrays(a.path)[main], _arrays(c.path)[main])
     with h5py.File(a.path, "r") as h5:  # the file says how it was made
         assert h5.attrs["kind"] == kind and h5.attrs["seed"] == 7 and h5.attrs["split"] == "train"
-        assert h5.attrs["generator"] == f"repro500.workloads.data.{kind}"
+        assert h5.attrs["generator"] == f"repro500.workloads.data.{kind}"  # a stable name: it is in the file's bytes
         assert h5.attrs["samples_total"] == n and "params" in h5.attrs
         assert "generator_version" in h5.attrs
         assert h5.attrs["generator_version"] == GENERATOR_VERSIONS[kind]
@@ -192,7 +192,7 @@ def test_cosmo_volumes_carry_their_parameters():
 
 
 def test_classification_images_have_class_structure():
-    from repro500.workloads.data.classification import ClassificationGenerator, ClassificationParams
+    from repro500.data.classification import ClassificationGenerator, ClassificationParams
 
     gen = ClassificationGenerator(ClassificationParams(), seed=0, split="train")
     samples = [gen.sample(i) for i in range(200)]

@@ -12,9 +12,9 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from repro500.data import collate_detection, open_dataset
+from repro500.data.generate import generate
 from repro500.errors import InvalidInput
-from repro500.workloads.data import collate_detection, open_dataset
-from repro500.workloads.data.generate import generate
 
 
 @pytest.fixture(autouse=True)
@@ -102,7 +102,7 @@ STORAGE = {
 
 @pytest.mark.parametrize("layout", sorted(STORAGE))
 def test_ewa_samples_read_as_file_bytes_equal_hdf5_reads(tmp_path, monkeypatch, layout):
-    from repro500.workloads.data import h5files
+    from repro500.data import h5files
 
     options, dtype, direct_read = STORAGE[layout]
     path = tmp_path / "climo_1979.h5"
@@ -221,7 +221,7 @@ def test_a_sample_changed_in_place_in_a_worker_arrives_changed(tmp_path, how):
 
 def _worker_sample(monkeypatch, tmp_path, index=1):
     """What file_tensor gives inside a DataLoader worker, made in this process."""
-    from repro500.workloads.data import h5files, handoff
+    from repro500.data import h5files, handoff
 
     path = generate("ewa", tmp_path / "train.h5", samples=2, size="48x72").path
     data = open_dataset("ewa", "train", path=path)

@@ -12,9 +12,9 @@ import torch.nn.functional as F
 import yaml
 from runhelpers import write_recipe
 
+from repro500.data.generate import generate
 from repro500.errors import InvalidInput, UsageError
 from repro500.runner import RunOptions, run
-from repro500.workloads.data.generate import generate
 from repro500.workloads.evaluation import make_evaluator
 from repro500.workloads.mlperf import MLPerfLogger, OptimizerInfo, optimizer_records
 from repro500.workloads.mlperf_check import check_compliance, logged_benchmark

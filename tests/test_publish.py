@@ -61,7 +61,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A git + DVC project with a finished tiny run and its publication in pubs/ref."""
     import h5py
 
-    from repro500.workloads.data.generate import generate
+    from repro500.data.generate import generate
 
     root = tmp_path_factory.mktemp("project")
     generate("classification", root / "data" / "train.h5", samples=128, seed=7, options={"noise": 0.04})
@@ -251,7 +251,7 @@ def test_reproduce_a_packed_run_publishes_it_on_the_fly(project: Path, in_tmp: P
 @pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_reproduce_a_packed_run_without_its_data_regenerates_it(in_tmp: Path) -> None:
     """Someone else's packed run, on a machine that never had its (generated) data."""
-    from repro500.workloads.data.generate import generate
+    from repro500.data.generate import generate
 
     origin = in_tmp / "origin"
     generate("classification", origin / "data" / "train.h5", samples=128, seed=7, options={"noise": 0.04})

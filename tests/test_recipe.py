@@ -190,7 +190,7 @@ def test_round_trip_through_run_directory(tmp_path):
 def test_every_shipped_recipe_is_valid():
     from pathlib import Path
 
-    from repro500.workloads.data.loaders import DATASETS, PARAMS
+    from repro500.data.loaders import DATASETS, PARAMS
     from repro500.workloads.models import model_options, model_task
 
     shipped = sorted((Path(__file__).resolve().parents[1] / "experiments").glob("*.yaml"))

@@ -1,4 +1,4 @@
-"""``repro500 data generate | check``: thin click commands over repro500.workloads.data."""
+"""``repro500 data generate | check``: thin click commands over repro500.data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from repro500.workloads.data.layout import KINDS, SPLITS
+from repro500.data.layout import KINDS, SPLITS
 
 _COMPRESSIONS = ("none", "gzip", "lzf")
 
@@ -62,9 +62,9 @@ def generate(kind: str, out: Path, samples: int | None, size: str | None, seed: 
     Exit codes: 0 written; 2 bad option values; 4 the output exists (without --force)
     or cannot be written; 130 interrupted by Ctrl-C or SIGTERM (no file is left at --out).
     """
+    from repro500.data.generate import generate as run_generate
+    from repro500.data.generate import parse_shard
     from repro500.errors import UsageError
-    from repro500.workloads.data.generate import generate as run_generate
-    from repro500.workloads.data.generate import parse_shard
 
     options: dict[str, Any] = {}
     for name, value, kinds in (("classes", classes, ("classification",)),
@@ -104,7 +104,7 @@ def check(path: Path, manifest: Path | None, quick: bool) -> None:
     Exit codes: 0 everything is in order; 4 a file is missing, corrupt, truncated,
     in the wrong layout, holds bad values, or differs from the manifest.
     """
-    from repro500.workloads.data.check import check_path
+    from repro500.data.check import check_path
 
     report = check_path(path, manifest=manifest, quick=quick, progress=sys.stderr.isatty())
     for line in report.lines():

@@ -29,11 +29,11 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repro500 import atomic
+from repro500.data.layout import GENERATOR_PREFIX
 from repro500.errors import InvalidInput, ReproError
 
 SPECS_NAME = "data-specs.json"  # in the run directory, covered by SHA256SUMS
 SPECS_SCHEMA = "repro500/data-specs/v1"
-GENERATOR_PREFIX = "repro500.workloads.data."
 # options `repro500 data generate` accepts on its command line, by kind
 CLI_OPTIONS = {"classification": ("classes", "channels", "noise"), "cosmo": ("channels",), "ewa": ()}
 SPEC_KEYS = ("out", "kind", "seed", "split", "samples", "shard", "size", "compression", "options")
@@ -125,7 +125,7 @@ def file_spec(path: str | Path, out: str) -> tuple[dict[str, Any] | None, str | 
 
 
 def _build(spec: dict[str, Any]) -> Any:
-    from repro500.workloads.data.generate import build_generator
+    from repro500.data.generate import build_generator
 
     options = dict(spec.get("options") or {})
     return build_generator(spec["kind"], seed=spec["seed"], split=spec["split"], size=spec.get("size"), options=options)
@@ -261,7 +261,7 @@ def check_spec(spec: Any, where: str) -> dict[str, Any]:
 
 def regenerate(spec: dict[str, Any], root: str | Path) -> Path:
     """Write the file of ``spec`` under ``root`` (replacing one that is there); returns its path."""
-    from repro500.workloads.data.generate import generate, parse_shard
+    from repro500.data.generate import generate, parse_shard
 
     out = Path(root) / safe_relpath(spec["out"], "data path")
     generate(spec["kind"], out, samples=spec["samples"], seed=spec["seed"], split=spec["split"],

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from repro500.data.loaders import DATASETS
 from repro500.errors import InvalidInput
 from repro500.workloads import plugins
-from repro500.workloads.data.loaders import DATASETS
 
 
 def dataset_ref(dataset: dict[str, Any]) -> tuple[str, str]:

@@ -156,7 +156,7 @@ def build_data(spec: TrainSpec, dist: Dist, seeds: seeding.Seeds) -> tuple[Any, 
     info = dict(getattr(train_set, "info", {}))
     collate = None
     if spec.workload == "detection":
-        from repro500.workloads.data import collate_detection
+        from repro500.data import collate_detection
 
         collate = collate_detection
     generator = seeding.loader_generator(seeds)

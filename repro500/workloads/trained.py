@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import recipe as recipes
+from repro500.data.loaders import H5_DATASETS
 from repro500.errors import InvalidInput, UsageError
 from repro500.workloads import parts, plugins
-from repro500.workloads.data.loaders import H5_DATASETS
 from repro500.workloads.workload import (
     SUMMARY_METRICS,
     Repeat,
@@ -124,8 +124,8 @@ class TrainedWorkload:
         data check (every target, 16 evenly spaced samples per file) names it in a second."""
         if parts.dataset_ref(self.fixed["dataset"])[1] not in H5_DATASETS:
             return
-        from repro500.workloads.data import h5files
-        from repro500.workloads.data.check import check_file
+        from repro500.data import h5files
+        from repro500.data.check import check_file
 
         for path in paths:
             if Path(path).is_file() and Path(path).suffix.lower() in h5files.H5_SUFFIXES:

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from repro500.workloads.data.rng import sample_rng
-from repro500.workloads.data.spec import DatasetSpec
+from repro500.data.rng import sample_rng
+from repro500.data.spec import DatasetSpec
 
 VERSION = 1
 GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0  # class k's stripes lie at pi * frac(k * GOLDEN)

@@ -29,12 +29,12 @@ import numpy as np
 
 from repro500 import __version__
 from repro500.atomic import atomic_path
+from repro500.data.layout import GENERATOR_PREFIX, KINDS, SPLITS
+from repro500.data.normstats import Moments
+from repro500.data.progress import progress_bar
+from repro500.data.rng import KIND_IDS, SPLIT_IDS
+from repro500.data.spec import Generator
 from repro500.errors import InvalidInput, ReproError, UsageError
-from repro500.workloads.data.layout import KINDS, SPLITS
-from repro500.workloads.data.normstats import Moments
-from repro500.workloads.data.progress import progress_bar
-from repro500.workloads.data.rng import KIND_IDS, SPLIT_IDS
-from repro500.workloads.data.spec import Generator
 
 DEFAULT_SAMPLES = {"ewa": 16, "cosmo": 32, "classification": 1024}
 OPTIONS = {  # generator parameters beyond size, seed and split, by kind
@@ -88,17 +88,17 @@ def build_generator(
         raise UsageError(f"options {unknown} do not apply to {kind} data (it takes {sorted(OPTIONS[kind])})")
     try:
         if kind == "ewa":
-            from repro500.workloads.data import ewa
+            from repro500.data import ewa
 
             h, w = ewa.parse_size(size)
             if "events_per_sample" in options:
                 options["events_per_sample"] = tuple(options["events_per_sample"])
             return ewa.EwaGenerator(ewa.EwaParams(height=h, width=w, **options), seed, split)
         if kind == "cosmo":
-            from repro500.workloads.data import cosmo
+            from repro500.data import cosmo
 
             return cosmo.CosmoGenerator(cosmo.CosmoParams(size=cosmo.parse_size(size), **options), seed, split)
-        from repro500.workloads.data import classification
+        from repro500.data import classification
 
         h, w = classification.parse_size(size)
         params = classification.ClassificationParams(height=h, width=w, **options)
@@ -182,7 +182,7 @@ def file_attrs(gen: Generator, samples_total: int, start: int, shard: tuple[int,
     params = gen.params.as_dict()  # type: ignore[attr-defined]
     return {
         "kind": gen.kind,
-        "generator": f"repro500.workloads.data.{gen.kind}",
+        "generator": f"{GENERATOR_PREFIX}{gen.kind}",
         "generator_version": gen.version,
         "repro500_version": __version__,
         "seed": gen.seed,

@@ -13,13 +13,13 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from repro500.errors import InvalidInput
-from repro500.workloads.data.classification import (
+from repro500.data.classification import (
     ClassificationGenerator,
     ClassificationParams,
     parse_size,
 )
-from repro500.workloads.data.normstats import Moments, safe_std
+from repro500.data.normstats import Moments, safe_std
+from repro500.errors import InvalidInput
 
 DEFAULT_SAMPLES = {"train": 1024, "eval": 512}
 STATS_SAMPLES = 64  # normalisation statistics come from the first train samples

@@ -1,6 +1,6 @@
 """Data: synthetic scientific generators (EWA, cosmo, classification) and real loaders.
 
-Public entry points (imported lazily: ``import repro500.workloads.data`` costs nothing)::
+Public entry points (imported lazily: ``import repro500.data`` costs nothing)::
 
     open_dataset(name, split, *, path=None, seed=0, params=None) -> torch Dataset
     collate_detection(batch)                                      -> (images, targets)
@@ -15,12 +15,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "open_dataset": "repro500.workloads.data.loaders",
-    "collate_detection": "repro500.workloads.data.loaders",
-    "DATASETS": "repro500.workloads.data.loaders",
-    "SyntheticClassification": "repro500.workloads.data.synthetic",
-    "generate": "repro500.workloads.data.generate",
-    "check_path": "repro500.workloads.data.check",
+    "open_dataset": "repro500.data.loaders",
+    "collate_detection": "repro500.data.loaders",
+    "DATASETS": "repro500.data.loaders",
+    "SyntheticClassification": "repro500.data.synthetic",
+    "generate": "repro500.data.generate",
+    "check_path": "repro500.data.check",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -18,9 +18,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from repro500.errors import InvalidInput
-from repro500.workloads.data import h5files, handoff, normstats
-from repro500.workloads.data.layout import (
+from repro500.data import h5files, handoff, normstats
+from repro500.data.layout import (
     COSMO_PARAMS,
     EWA_CHANNELS,
     EWA_CLASSES,
@@ -29,6 +28,7 @@ from repro500.workloads.data.layout import (
     ewa_samples,
     text,
 )
+from repro500.errors import InvalidInput
 
 _IN_MEMORY_BYTES = 256 * 1024**2  # a classification split this small is read once, whole
 

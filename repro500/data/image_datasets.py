@@ -9,8 +9,8 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from repro500.data.cifar import CLASSES, FILES, MEAN, STD, batch_dir, read_batch
 from repro500.errors import InvalidInput
-from repro500.workloads.data.cifar import CLASSES, FILES, MEAN, STD, batch_dir, read_batch
 
 # ImageNet's channel statistics: the usual normalisation for photographs in class folders.
 IMAGENET_MEAN = (0.485, 0.456, 0.406)

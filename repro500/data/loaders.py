@@ -58,20 +58,20 @@ def open_dataset(
         known = ", ".join(sorted(PARAMS[name])) or "none"
         raise InvalidInput(f"dataset {name!r} does not take the parameters {unknown} (it takes: {known})")
     if name == "synthetic-classification":
-        from repro500.workloads.data.synthetic import SyntheticClassification
+        from repro500.data.synthetic import SyntheticClassification
 
         return SyntheticClassification(split, seed=seed, params=params)
     if path is None or (isinstance(path, (list, tuple)) and not path):
         raise InvalidInput(f"dataset {name!r} needs a path to its files")
     if name == "cifar10":
-        from repro500.workloads.data.image_datasets import Cifar10
+        from repro500.data.image_datasets import Cifar10
 
         return Cifar10(_one_path(name, path), split, augment=bool(params.get("augment", False)))
     if name == "imagefolder":
-        from repro500.workloads.data.image_datasets import image_folder
+        from repro500.data.image_datasets import image_folder
 
         return image_folder(_one_path(name, path), split, params)
-    from repro500.workloads.data import h5datasets
+    from repro500.data import h5datasets
 
     cls = {
         "ewa": h5datasets.EwaDataset,

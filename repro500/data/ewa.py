@@ -37,15 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from repro500.workloads.data import smooth
-from repro500.workloads.data.layout import (
+from repro500.data import smooth
+from repro500.data.layout import (
     EWA_CHANNELS,
     EWA_CLASSES,
     EWA_FULL_SIZE,
     EWA_MAX_BOXES,
 )
-from repro500.workloads.data.rng import FILE_LEVEL, sample_rng
-from repro500.workloads.data.spec import DatasetSpec
+from repro500.data.rng import FILE_LEVEL, sample_rng
+from repro500.data.spec import DatasetSpec
 
 VERSION = 1  # bump when the bytes of a sample change for the same seed and parameters
 

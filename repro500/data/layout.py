@@ -16,6 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
+# The generator's name as generated files have always recorded it, the package it lived in until
+# the data moved to repro500.data: a new name would change every generated file's bytes, and with
+# them the digests that runs and publications already sealed.
+GENERATOR_PREFIX = "repro500.workloads.data."
+
 EWA_CHANNELS: tuple[str, ...] = (
     "PRECT", "PS", "PSL", "QREFHT", "T200", "T500", "TMQ", "TREFHT",
     "TS", "U850", "UBOT", "V850", "VBOT", "Z1000", "Z200", "ZBOT",

@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from repro500.data.layout import attr_str
 from repro500.errors import InvalidInput
-from repro500.workloads.data.layout import attr_str
 
 SPLIT_NAMES = {"train": ("train",), "eval": ("eval", "val", "test")}
 H5_SUFFIXES = (".h5", ".hdf5", ".he5")

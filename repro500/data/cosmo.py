@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-from repro500.workloads.data.layout import COSMO_PARAMS
-from repro500.workloads.data.rng import sample_rng
-from repro500.workloads.data.spec import DatasetSpec
+from repro500.data.layout import COSMO_PARAMS
+from repro500.data.rng import sample_rng
+from repro500.data.spec import DatasetSpec
 
 VERSION = 1
 PARAM_RANGES = {  # synthetic prior: wide enough that the parameters are worth learning

@@ -21,16 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from repro500.errors import InvalidInput
-from repro500.workloads.data import h5files
-from repro500.workloads.data.layout import (
+from repro500.data import h5files
+from repro500.data.layout import (
     EWA_CLASSES,
     SAMPLE_COUNTERS,
     attr_str,
     detect_kind,
     text,
 )
-from repro500.workloads.data.progress import progress_bar
+from repro500.data.progress import progress_bar
+from repro500.errors import InvalidInput
 
 QUICK_SAMPLES = 16
 _CLASS_ABBREV = ("TD", "TC", "ETC", "AR")
@@ -76,7 +76,7 @@ def check_path(
     if root.is_dir():
         files = sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in h5files.H5_SUFFIXES)
         if not files:
-            from repro500.workloads.data import cifar
+            from repro500.data import cifar
 
             try:
                 batches = cifar.batch_dir(root)
@@ -214,7 +214,7 @@ def _scan_classification(path: Path, h5: Any, indices: np.ndarray, advance: Any)
 
 
 def _check_cifar(batches: Path) -> FileCheck:
-    from repro500.workloads.data import cifar
+    from repro500.data import cifar
 
     total, counts = 0, np.zeros(10, dtype=np.int64)
     for name in cifar.FILES["train"] + cifar.FILES["eval"]:
