@@ -9,13 +9,14 @@ from pathlib import Path
 from rich.console import Console
 
 from repro500.runner import multinode
-from repro500.runner.plan import RunOptions, load_recipe, make_plan
+from repro500.runner.plan import RunOptions, design_repeats, load_recipe, make_plan
 from repro500.runner.session import RunOutcome
 
 
 def follow_node(options: RunOptions, console: Console) -> RunOutcome:
     from repro500.workloads.engines import launch
 
+    options = design_repeats(options)  # a factorial run's repeats, as node 0 plans them
     recipe = load_recipe(options)
     if recipe.is_command:
         from repro500.errors import UsageError

@@ -67,6 +67,8 @@ def _design(verdict: Verdict, console: Console) -> None:
     stopped = (f"stopped when decided after {d['stopped_at']}" if d.get("stopped_at") else f"{d['look']}")
     console.print(f"[bold]Sequential design[/]  {stopped} of up to {d['max_repeats']} repeats; decisions at {level} "
                   f"({d.get('spending')} spending of alpha {verdict.alpha:g}; docs/verify.md)", highlight=False)
+    if d.get("stop_check"):
+        console.print(f"  stopping point: {d['stop_check']}", highlight=False)
 
 
 def _variance(verdict: Verdict, console: Console) -> None:
