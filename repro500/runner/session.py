@@ -367,14 +367,15 @@ class Session:
         if not failed:
             return
         self._close_tracking("FAILED")
+        resume = f"finished repeats are kept; rerun the failed one(s) with: repro500 run --resume {self.run}"
         known = self.repeat_errors.get(failed[0])
         if known is not None:
-            raise known
+            raise type(known)(f"{known}; {resume}") from None
         err = summaries[failed[0]].get("error") or "unknown error"
         where = self.run.repeat(failed[0])
         detail = (f"its output is in {where / layout.STDOUT} and {where / layout.STDERR}" if self.recipe.is_command
                   else f"the traceback is in {where / layout.ERROR_LOG}")
-        raise RunFailed(f"repeat {failed[0]} failed: {err}; {detail}, and finished repeats are kept")
+        raise RunFailed(f"repeat {failed[0]} failed: {err}; {detail}; {resume}")
 
     def _abandon(self, status: str, mlflow_status: str) -> None:
         """Record a run that stopped outside the repeat loop.  Best effort: the error that got us
