@@ -67,7 +67,8 @@ def _new(options: RunOptions, console: Console) -> Session:
             if with_meta and with_meta.get("status") == "completed":
                 resume = f"; it is complete (repro500 verify {run})"
         raise InvalidInput(f"run directory {run} already exists; choose another --run-id{resume}")
-    multinode.agree(plan, run_id, list(range(recipe.repeats)), str(run.path.resolve()))  # before anything is written
+    multinode.agree(plan, run_id, list(range(recipe.repeats)), str(run.path.resolve()),  # before anything is written
+                    options.until_decided)
     meta: dict[str, Any] = {
         "schema": layout.RUN_SCHEMA, "run_id": run_id, "status": "running", "created_utc": utc(),
         "finished_utc": None, "argv": redact.scrub(list(options.argv)),
@@ -126,7 +127,8 @@ def _resumed(options: RunOptions, console: Console) -> Session:
                                         **nodes))
     multinode.check_resume(run, meta, options, plan)
     finished = run.summaries(recipe.repeats, finished_only=True)
-    multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished], str(run.path.resolve()))
+    multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished],
+                    str(run.path.resolve()), (meta.get("design") or {}).get("kind") == "sequential")
     meta["status"] = "running"
     _prepare_tracking(options)
     try:

@@ -25,7 +25,8 @@ def follow_node(options: RunOptions, console: Console) -> RunOutcome:
     plan = make_plan(recipe, options)
     spec = plan.workload.spec()  # type: ignore[attr-defined]
     assert options.run_id is not None
-    todo = multinode.agree(plan, options.run_id)  # node 0 says which repeats (a resume runs the missing ones)
+    # node 0 says which repeats (a resume runs the missing ones)
+    todo = multinode.agree(plan, options.run_id, sequential=options.until_decided)
     with tempfile.TemporaryDirectory(prefix="repro500-node-") as scratch:
         for k in todo:
             console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")
