@@ -141,10 +141,10 @@ def _cell(rng, n_max, n_ref, spending, diff, caps, missed, ratio_missed):
         flag = ""
         if judged and not ratio <= RATIO_TARGET:
             flag = " MISSED"
-            ratio_missed.append(f"sequential n_ref={n_ref} {spending} diff={diff} E[n]/n_fixed {ratio:.2f}")
+            ratio_missed.append(f"sequential n_ref={n_ref} {spending} diff={diff} E[n]/n_fixed {ratio:.3f}")
         cap = caps.get(abs(diff))
         note = f" (power capped at {cap:.2f} by the reference: {POWER:.0%} unreachable)" if cap is not None else ""
-        shown = f"{ratio:.2f}" if n_fixed else f"<{ratio:.2f}"
+        shown = f"{ratio:.3f}" if n_fixed else f"<{ratio:.3f}"
         tail = f"{power:>6.3f} {used.mean():>6.2f} {n_fixed or f'>{FIXED_LIMIT}':>7} {shown:>6}{flag}{note}"
     print(f"   {n_max:>3} {n_ref or 'value':>5} {spending:<15}{diff:>+9.2f}  {'; '.join(cells_out):>22}  {tail}")
 

@@ -136,7 +136,7 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
         t = e.tost
         interval = "no interval"
         if t.get("ci_low") is not None:
-            interval = f"{t['ci_confidence']:.0%} CI [{_g(t['ci_low'], 3)}, {_g(t['ci_high'], 3)}]"
+            interval = f"{100 * t['ci_confidence']:.4g}% CI [{_g(t['ci_low'], 3)}, {_g(t['ci_high'], 3)}]"
         margin = f"margin ±{_g(e.margin)}" if e.test == "equivalence" else f"non-inferiority margin {_g(e.margin)}"
         p = f", p = {_g(e.p_value, 2)}" if e.p_value is not None else ""
         shown = _status(e.change.upper()) if e.change else _status(e.status)
