@@ -123,6 +123,8 @@ def test_the_fingerprint_names_the_design_torch_and_the_plugin_distributions(in_
     (RunOptions(resume="runs/x", nnodes=2, node_rank=1, rdzv_endpoint="h:29500"), "on node 0 only"),
     (RunOptions(recipe="r.yaml", nnodes=2, run_id="x", rdzv_endpoint="h:99999"), "not HOST:PORT"),
     (RunOptions(recipe="r.yaml", nnodes=2, run_id="x", rdzv_endpoint="29500"), "not HOST:PORT"),
+    (RunOptions(recipe="r.yaml", nnodes=2, run_id="x", rdzv_endpoint="h:29500", until_decided=True),
+     "--until-decided runs on one node: node 0 alone decides when to stop"),
 ])
 def test_multinode_options_are_checked_before_anything_runs(options, says):
     with pytest.raises(UsageError, match=says):
