@@ -70,7 +70,10 @@ def calibrate(p_values: list[np.ndarray], fractions: list[float], alpha: float,
     for i, (p, t) in enumerate(zip(p_values, fractions, strict=True)):
         now = spent(t, alpha, spending)
         allowed = int(round((now - previous) * total))
-        candidates = np.sort(p[alive])
+        candidates = p[alive]
+        # only the allowed-th and the next smallest matter: a partition, not a sort
+        kth = sorted({min(max(allowed - 1, 0), candidates.size - 1), min(allowed, candidates.size - 1)})
+        candidates = np.partition(candidates, kth)
 
         def level_of_(score: float, i: int = i) -> float:
             return float(score) if to_p is None else float(to_p[i](score))
