@@ -62,9 +62,9 @@ def repro500(*args: str, cwd: Path, env: dict | None = None, timeout: float = 30
 
 
 def kill_a_rank_when(ranks_file: Path, *args: str, cwd: Path, rank: int = 1,
-                     start_timeout_s: float = 300) -> tuple[int, str, float]:
+                     start_timeout_s: float = 300) -> tuple[int, str, float, int]:
     """Start ``repro500 ARGS``; once ``ranks_file`` (a repeat's ranks.json) appears, SIGKILL that
-    repeat's *rank*.  Returns (exit code, stderr, seconds from the kill to the exit)."""
+    repeat's *rank*.  Returns (exit code, stderr, seconds from the kill to the exit, the pid killed)."""
     import json
     import signal
     import time
@@ -80,7 +80,7 @@ def kill_a_rank_when(ranks_file: Path, *args: str, cwd: Path, rank: int = 1,
     os.kill(victim, signal.SIGKILL)
     killed_at = time.monotonic()
     _, err = proc.communicate(timeout=120)
-    return proc.returncode, err, time.monotonic() - killed_at
+    return proc.returncode, err, time.monotonic() - killed_at, victim
 
 
 def make_tar(path: Path, members, *, gz: bool = True, format: int = tarfile.DEFAULT_FORMAT) -> Path:

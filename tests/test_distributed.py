@@ -80,16 +80,35 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_da
 
 
 @pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
-def test_a_rank_that_dies_fails_the_run_naming_it_and_keeps_finished_repeats(in_tmp, cosmo_data):
+def test_a_rank_killed_by_a_signal_is_named_its_log_kept_and_the_resume_keeps_two_ranks(in_tmp, cosmo_data):
+    """Issue 22, items 2 and 3, as a user meets them: SIGKILL rank 1 of repeat 1, then the command
+    the run suggests (`repro500 run --resume`), which reruns repeat 1 on the run's own two ranks."""
     write_recipe(in_tmp / "c.yaml", COSMO, repeats=2, fixed__epochs=40)
     run_dir = in_tmp / "runs/r"
-    code, err, after_kill_s = kill_a_rank_when(run_dir / "repeats/1/ranks.json", "run", "c.yaml", "--nproc", "2",
-                                               "--no-tracking", "--run-id", "r", cwd=in_tmp)
+    code, err, after_kill_s, pid = kill_a_rank_when(run_dir / "repeats/1/ranks.json", "run", "c.yaml", "--nproc",
+                                                    "2", "--no-tracking", "--run-id", "r", cwd=in_tmp)
     assert after_kill_s < 60
     assert code == 1, err
-    assert "rank 1" in err and "Traceback" not in err
+    said = " ".join(err.split())
+    assert "rank 1 (node 0 on host " in said and f", local rank 1, pid {pid}) was killed by signal 9 (SIGKILL)" in said
+    assert "Traceback" not in err and "runs/r/repeats/1/launcher.log" in said
+    log = run_dir / "repeats/1/launcher.log"  # torchrun's own words, inside the run directory
+    assert f"Signal 9 (SIGKILL) received by PID {pid}" in log.read_text()
     assert _final(run_dir)["status"] == "completed"
     assert json.loads((run_dir / "repeats/1/summary.json").read_text())["status"] == "failed"
+    assert "repro500 run --resume" in said
+
+    resumed = repro500("run", "--resume", "runs/r", cwd=in_tmp, timeout=600)
+    assert resumed.returncode in (0, 1, 3), resumed.stderr
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert meta["status"] == "completed" and (meta["world_size"], meta["engine"]) == (2, "ddp")
+    again = json.loads((run_dir / "repeats/1/summary.json").read_text())
+    assert again["status"] == "completed" and (again["world_size"], again["engine"]) == (2, "ddp")
+    assert json.loads((run_dir / "repeats/1/ranks.json").read_text())["world_size"] == 2
+    (resume,) = meta["resumes"]
+    assert resume["result_relevant_differences"] == []  # a built-in workload, nothing changed
+    verdict = repro500("verify", "runs/r", "--json", "--no-write", cwd=in_tmp)
+    assert json.loads(verdict.stdout)["status"] != "INVALID", verdict.stdout[-2000:]
 
 
 @pytest.mark.slow
@@ -192,6 +211,42 @@ def test_the_failed_rank_is_read_from_torchrun_and_horovodrun_reports(text, rank
 
     assert failed_rank(text) == rank
     assert failure_detail(text, rank) == detail
+
+
+def test_a_horovod_rank_is_named_with_its_local_rank_and_pid_from_ranks_json(tmp_path):
+    """horovodrun names only the failed process and its status; the rank's own record says the rest."""
+    from repro500.workloads.engines.launch import _local_failure
+
+    (tmp_path / "ranks.json").write_text(json.dumps({"schema": "repro500/ranks/v1", "ranks": [
+        {"rank": 0, "local_rank": 0, "host": "h", "pid": 100}, {"rank": 1, "local_rank": 1, "host": "h", "pid": 101}]}))
+    err = _local_failure("horovod", HOROVOD_FAILURE, 1, tmp_path)
+    assert str(err).startswith("rank 1 (node 0 on host h, local rank 1, pid 101) was killed by signal 9 (SIGKILL) "
+                               "(horovodrun: exitcode 137 (killed by signal 9)); the other ranks of the horovod job")
+    assert (tmp_path / "launcher.log").read_text() == HOROVOD_FAILURE
+    (tmp_path / "ranks.json").unlink()  # died before it recorded itself: the rank and its status only
+    assert str(_local_failure("horovod", HOROVOD_FAILURE, 1, tmp_path)).startswith(
+        "rank 1 of the horovod job failed (exitcode 137 (killed by signal 9))")
+
+
+def test_a_resume_whose_records_disagree_on_the_world_size_says_how_to_start_again(in_tmp):
+    """--resume takes no --nproc: the refusal must give advice a user can follow."""
+    from repro500.errors import UsageError
+    from repro500.workloads.adhoc import recipe_data
+
+    adhoc = recipe_data([sys.executable, "-c", "print('acc 0.9')"], metrics=["acc=regex:acc ([0-9.]+)"],
+                        accept=["acc>=0.5"], name="t")
+    done = run(RunOptions(adhoc=adhoc, tracking=False, run_id="w", repeats=2))
+    meta_path = done.run_dir / "run.json"
+    meta = json.loads(meta_path.read_text())
+    meta.update(world_size=2, status="interrupted")
+    meta_path.write_text(json.dumps(meta))
+    before = meta_path.read_bytes()
+    with pytest.raises(UsageError) as refused:
+        run(RunOptions(resume=str(done.run_dir), tracking=False))
+    said = str(refused.value)
+    assert "ran with world size 2 (command), but its recipe.yaml plans 1 rank(s)" in said
+    assert "start a new run with `repro500 run" in said and "--nproc 2`" in said and "--resume" not in said
+    assert meta_path.read_bytes() == before
 
 
 @pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow

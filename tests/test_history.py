@@ -174,16 +174,35 @@ def test_history_shows_the_metric_moving_where_torch_changed_and_plots_it(tmp_pa
 
 
 @pytest.mark.slow
-def test_a_history_found_by_its_mlflow_experiment(tmp_path):
-    """Two real runs tracked into one experiment; the third is verified against them by its name."""
+def test_a_history_found_by_its_mlflow_experiment_or_a_search_filter_and_from_run_against(tmp_path):
+    """Real runs tracked into one experiment: the third is verified against them at the end of its
+    own run (run --against history:runs), by the experiment's name, and by MLflow search filters."""
     script = tmp_path / "train.py"
     script.write_text("import os, random\nrandom.seed(int(os.environ['REPRO500_SEED']))\n"
                       "print(f'Acc {0.9 + random.random() / 1000:.5f}')\n")
     metric = ["--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.9±0.01"]
-    for run_id in ("first", "second", "third"):
-        done = repro500("run", "--command", *metric, "-n", "3", "--experiment", "nightly", "--run-id", run_id,
-                        "--", sys.executable, "train.py", cwd=tmp_path, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
+
+    def run(run_id: str, *against: str):
+        return repro500("run", "--command", *metric, "-n", "3", "--experiment", "nightly", "--run-id", run_id,
+                        *against, "--", sys.executable, "train.py", cwd=tmp_path, timeout=600)
+
+    nowhere = run("first", "--against", "history:runs")  # runs/ does not exist yet: refused before writing
+    assert nowhere.returncode == 4 and "there is no directory 'runs'" in nowhere.stderr, nowhere.stderr
+    assert not (tmp_path / "runs").exists()
+    assert run("first").returncode == 0
+    # a filter that matches no run: the run completes, and its verdict against the history cannot be made
+    empty = run("second", "--against", "history:mlflow:tags.`repro500.run_id` = 'none'")
+    assert empty.returncode == 3, empty.stderr[-2000:]
+    assert "the run itself is complete (runs/second), but verifying it against history:mlflow:" in empty.stderr
+    assert "has no earlier run of recipe 'train' on this system" in empty.stderr
+    assert json.loads((tmp_path / "runs/second/run.json").read_text())["status"] == "completed"
+    third = run("third", "--against", "history:runs")
+    assert third.returncode == 0, third.stderr[-2000:]
+    doc = json.loads((tmp_path / "runs/third/verdict.json").read_text())
+    assert doc["against"]["kind"] == "history" and doc["against"]["history"]["runs"] == ["first", "second"]
+    assert json.loads((tmp_path / "runs/third/run.json").read_text())["reference"]["against"] == \
+        f"history:{(tmp_path / 'runs').resolve()}"
+
     done = repro500("verify", "runs/third", "--against", "history:nightly", "--json", "--no-write", cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     doc = json.loads(done.stdout)
@@ -191,3 +210,15 @@ def test_a_history_found_by_its_mlflow_experiment(tmp_path):
     assert {e["metric"]: e["change"] for e in doc["equivalence"]}["accuracy"] == "equivalent"
     done = repro500("history", "nightly", "accuracy", "--json", cwd=tmp_path)
     assert [r["run_id"] for r in json.loads(done.stdout)["runs"]] == ["first", "second", "third"]
+
+    # an MLflow search filter, over every experiment of the store: only the runs it matches
+    chosen = "history:mlflow:tags.`repro500.run_id` = 'first' and tags.`repro500.recipe` = 'train'"
+    done = repro500("verify", "runs/third", "--against", chosen, "--json", "--no-write", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout)["against"]["history"]["runs"] == ["first"]
+    done = repro500("history", "mlflow:tags.`repro500.run_id` != 'first'", "accuracy", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert [r["run_id"] for r in json.loads(done.stdout)["runs"]] == ["second", "third"]
+    bad = repro500("verify", "runs/third", "--against", "history:mlflow:tags.x ===", cwd=tmp_path)
+    assert bad.returncode == 2 and "MLflow cannot search with that filter" in bad.stderr
+    assert "Traceback" not in bad.stderr and bad.stderr.count("\n") == 1

@@ -80,11 +80,15 @@ def test_a_horovod_rank_that_dies_fails_the_run_naming_it_and_keeps_finished_rep
     write_recipe(in_tmp / "tiny.yaml", repeats=2, fixed__epochs=6)
     run_dir = in_tmp / "runs/r"
     # repeat 1's ranks.json: repeat 0 is finished, repeat 1 starting
-    code, err, after_kill_s = kill_a_rank_when(run_dir / "repeats/1/ranks.json", "run", "tiny.yaml", "--nproc", "2",
-                                               "--set", "engine=horovod", "--no-tracking", "--run-id", "r", cwd=in_tmp)
+    code, err, after_kill_s, pid = kill_a_rank_when(run_dir / "repeats/1/ranks.json", "run", "tiny.yaml", "--nproc",
+                                                    "2", "--set", "engine=horovod", "--no-tracking", "--run-id", "r",
+                                                    cwd=in_tmp)
     assert after_kill_s < 60
     assert code == 1, err
-    assert "rank 1 of the horovod job failed (exitcode 137 (killed by signal 9))" in err and "Traceback" not in err, err
+    # horovodrun names the rank and its status; ranks.json where it ran
+    said = " ".join(err.split())
+    assert f"local rank 1, pid {pid}) was killed by signal 9 (SIGKILL) (horovodrun: exitcode 137 (killed by signal 9))" \
+        in said and "Traceback" not in err, err
     assert json.loads((run_dir / "repeats/0/summary.json").read_text())["status"] == "completed"
     assert json.loads((run_dir / "repeats/1/summary.json").read_text())["status"] == "failed"
     assert (run_dir / "repeats/1/launcher.log").is_file()

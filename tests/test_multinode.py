@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,6 +46,21 @@ def test_a_launcher_report_names_rank_local_rank_pid_and_signal():
     assert nodes.launcher_report("all fine", 0)["ok"] is True
 
 
+def test_a_rank_that_raised_is_named_with_its_own_error_line():
+    """torchrun's report of a worker without its error handler says only "To enable traceback see
+    ..."; the rank's own last line says why it failed."""
+    raised = ROOT_CAUSE.replace("-9 (pid: 4242)", "1 (pid: 4242)").replace(
+        "Signal 9 (SIGKILL) received by PID 4242", "To enable traceback see: "
+        "https://pytorch.org/docs/stable/elastic/errors.html")
+    output = ("[rank3]: Traceback (most recent call last):\n[rank3]:   File \"train.py\", line 1, in <module>\n"
+              "[rank2]: RuntimeError: [gloo] Connection closed by peer\n"
+              "[rank3]: repro500.errors.InvalidInput: no eval files in cls.h5\n" + raised)
+    report = nodes.launcher_report(output, 1)
+    assert report["detail"] == "InvalidInput: no eval files in cls.h5"
+    assert nodes.describe({**report, "node_rank": 1}).endswith("exited with code 1 (InvalidInput: no eval files in "
+                                                                "cls.h5)")
+
+
 def test_every_node_blames_the_killed_rank_not_the_one_that_lost_its_peer():
     node0 = {**nodes.launcher_report(LOST_PEER, 1), "node_rank": 0}
     node1 = {**nodes.launcher_report(ROOT_CAUSE, 1), "node_rank": 1}
@@ -70,10 +86,45 @@ def test_a_disagreement_names_the_key_the_values_and_the_nodes():
     assert "data:train.h5 is aa on node 0 but absent on node 1" in missing
 
 
+def test_the_fingerprint_names_the_design_torch_and_the_plugin_distributions(in_tmp, monkeypatch):
+    """What the nodes compare besides the recipe: a factorial design, a sequential one, torch, and
+    the version of every installed plug-in distribution the recipe uses."""
+    import torch
+
+    from repro500 import recipe as recipes
+    from repro500.runner import multinode
+    from repro500.runner.plan import design_repeats, load_recipe, make_plan
+    from repro500.workloads import plugins
+
+    site = in_tmp / "site"
+    (site / "labnets").mkdir(parents=True)
+    (site / "labnets" / "__init__.py").write_text(
+        "import torch\n\ndef build(num_classes=10, **kw):\n    return torch.nn.Linear(4, num_classes)\n")
+    info = site / "labnets-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: labnets\nVersion: 0.3\n")
+    (info / "entry_points.txt").write_text("[repro500.models]\nlab_linear = labnets:build\n")
+    monkeypatch.syspath_prepend(str(site))
+    plugins.registered.cache_clear()
+    try:
+        write_recipe(in_tmp / "c.yaml", fixed__model="lab_linear")
+        options = design_repeats(RunOptions(recipe="c.yaml", vary=["init", "data_order"], repeats_per_cell=2))
+        plan = make_plan(load_recipe(options), options)
+        fp = multinode.fingerprint(plan, "x")
+    finally:
+        plugins.registered.cache_clear()
+    assert fp["code.plugin.labnets"] == "0.3" and fp["code.torch"].startswith(torch.__version__)
+    assert (fp["design.vary"], fp["design.repeats_per_cell"], fp["repeats"]) == ("init,data_order", "2", "4")
+    assert fp["design.until_decided"] == "false" and multinode.fingerprint(plan, "x", True)["design.until_decided"] == "true"
+    assert isinstance(recipes.load(in_tmp / "c.yaml").repeats, int)
+
+
 @pytest.mark.parametrize(("options", "says"), [
     (RunOptions(resume="runs/x", nnodes=2, node_rank=1, rdzv_endpoint="h:29500"), "on node 0 only"),
     (RunOptions(recipe="r.yaml", nnodes=2, run_id="x", rdzv_endpoint="h:99999"), "not HOST:PORT"),
     (RunOptions(recipe="r.yaml", nnodes=2, run_id="x", rdzv_endpoint="29500"), "not HOST:PORT"),
+    (RunOptions(recipe="r.yaml", nnodes=2, run_id="x", rdzv_endpoint="h:29500", until_decided=True),
+     "--until-decided runs on one node: node 0 alone decides when to stop"),
 ])
 def test_multinode_options_are_checked_before_anything_runs(options, says):
     with pytest.raises(UsageError, match=says):
@@ -105,6 +156,30 @@ def test_nodes_started_with_different_settings_stop_before_anything_is_written(i
         assert proc.returncode == 2, err
         assert "mutable.optimizer.lr is 0.05 on node 0 but 0.1 on node 1" in err and "Traceback" not in err
     assert not (in_tmp / "runs/mm").exists()
+
+
+@pytest.mark.usefixtures("cosmo_data")
+@pytest.mark.slow  # two nodes of torch processes on 2 cores; CI runs make test-slow
+def test_nodes_with_other_data_stop_naming_the_data_before_anything_is_written(in_tmp):
+    """Node 1 starts in its own directory, where the same recipe's data files hold other samples."""
+    write_recipe(in_tmp / "c.yaml", COSMO, fixed__epochs=1)
+    other = in_tmp / "node1"
+    other.mkdir()
+    shutil.copy(in_tmp / "c.yaml", other / "c.yaml")
+    for out, split, n in (("cosmo.h5", "train", "40"), ("cosmo-eval.h5", "eval", "8")):
+        made = repro500("data", "generate", "cosmo", "--out", out, "--samples", n, "--size", "16", "--seed", "3",
+                        "--split", split, cwd=other)
+        assert made.returncode == 0, made.stderr
+    common = _common("c.yaml", "md")
+    follower = _start(common, 1, other)
+    leader = _start(common, 0, in_tmp)
+    (_, lead_err), (_, follow_err) = leader.communicate(timeout=180), follower.communicate(timeout=60)
+    for proc, err in ((leader, lead_err), (follower, follow_err)):
+        said = " ".join(err.split())
+        assert proc.returncode == 2, err
+        assert "the nodes disagree before the first step: data:cosmo-eval.h5 is " in said, err
+        assert " on node 0 but " in said and " on node 1; data:cosmo.h5 is " in said and "Traceback" not in err
+    assert not (in_tmp / "runs/md").exists() and not (other / "runs").exists()
 
 
 @pytest.mark.usefixtures("cosmo_data")

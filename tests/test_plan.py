@@ -82,8 +82,14 @@ def test_plan_cli_on_a_run_a_recipe_and_bad_input(tmp_path):
     assert doc["schema"] == "repro500/plan/v1" and doc["kind"] == "run"
     assert metric["equivalence"]["margin_source"] == "--margin" and metric["equivalence"]["fresh"] >= 2
     assert any("independent and normally distributed" in line for line in doc["assumptions"])
+    # and the --max-repeats a run --until-decided needs for the same question, by the same function
+    band = metric["band"]["until_decided"]
+    assert band["max_repeats"] >= 3 and band["achieved_power"] >= 0.8
+    against = metric["equivalence"]["until_decided"]
+    assert against["max_repeats"] is None and "a reference of 3 repeats caps the power" in against["reason"]
     shown = repro500("plan", str(run), cwd=tmp_path)
     assert shown.returncode == 0 and "Assumptions:" in shown.stdout and "band >= 0.88" in shown.stdout
+    assert "until decided" in shown.stdout
 
     recipe = tmp_path / "r.yaml"
     recipe.write_text(

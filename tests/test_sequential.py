@@ -4,6 +4,7 @@ and a verdict that re-derives where the run stopped."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from scipy import stats as sps
 from test_verify_rundir import make_run
 
 from repro500 import bundle
-from repro500.verify import sequential
+from repro500.verify import sequential, sequential_plan
+from repro500.verify.rundir import load_run
 from repro500.verify.verdict import verify_run
 
 NOISY = "import random, sys\nrandom.seed(int(sys.argv[1]))\nprint(f'acc {float(sys.argv[2]) + random.gauss(0, 0.01):.5f}')\n"
@@ -60,6 +62,8 @@ def test_until_decided_stops_at_the_first_decided_look_and_verifies(tmp_path):
     meta = json.loads((tmp_path / "runs/easy/run.json").read_text())
     design = meta["design"]
     assert design["kind"] == "sequential" and design["max_repeats"] == 10 and design["decided_on"] == "bands"
+    # the bands decide, and no spread is known before the first repeat: the default, and it says so
+    assert design["max_repeats_from"]["from"] == "default" and "up to 10 repeats, the default" in easy.stdout
     assert 3 <= design["stopped_at"] < 10 and design["decision"] == {"acc": "PASS"}
     assert sorted(p.name for p in (tmp_path / "runs/easy/repeats").iterdir()) == [
         str(k) for k in range(design["stopped_at"])]
@@ -67,6 +71,7 @@ def test_until_decided_stops_at_the_first_decided_look_and_verifies(tmp_path):
     from repro500.verify.variance import design_tags
 
     assert design_tags(design) == {"repro500.design": "sequential", "repro500.design.max_repeats": "10",
+                                   "repro500.design.max_repeats_from": "default",
                                    "repro500.design.spending": "obrien-fleming",
                                    "repro500.design.stopped_at": str(design["stopped_at"])}
     verdict = verify_run(tmp_path / "runs/easy")
@@ -75,12 +80,22 @@ def test_until_decided_stops_at_the_first_decided_look_and_verifies(tmp_path):
     again = repro500("run", "--resume", "runs/easy", cwd=tmp_path)
     assert again.returncode == 2 and "already complete" in again.stderr
 
-    # against that run: the equivalence test decides when to stop
-    rerun = repro500(*common, "--run-id", "rerun", "--until-decided", "--max-repeats", "6", "--against", "runs/easy",
+    # against that run, without --max-repeats: planned from the reference's spread, the equivalence
+    # test deciding when to stop
+    rerun = repro500(*common, "--run-id", "rerun", "--until-decided", "--against", "runs/easy",
                      "--margin", "acc=0.03", "--", "python", "t.py", "{seed}", "0.95", cwd=tmp_path)
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     design = json.loads((tmp_path / "runs/rerun/run.json").read_text())["design"]
-    assert design["decided_on"] == "against" and design["reference_repeats"] >= 3 and design["stopped_at"] <= 6
+    assert design["decided_on"] == "against" and design["reference_repeats"] >= 3
+    how = design["max_repeats_from"]
+    ref_values = [v for k, v in load_run(tmp_path / "runs/easy").indexed_values("acc")]
+    sd = float(np.std(ref_values, ddof=1))
+    expected = sequential_plan.plan(0.0, 0.03 / sd, len(ref_values), 0.8).max_repeats
+    assert how["from"] == "planned" and design["max_repeats"] == how["max_repeats"] == expected
+    assert f"up to {expected} repeats, planned for 80% power" in " ".join(rerun.stdout.split())
+    assert design["stopped_at"] <= expected
+    assert verify_run(tmp_path / "runs/rerun").design["stop_check"].startswith("re-derived from the repeats and the "
+                                                                                "reference")
 
 
 def test_a_stopping_point_the_repeats_do_not_support_is_invalid(tmp_path):
@@ -97,6 +112,53 @@ def test_a_stopping_point_the_repeats_do_not_support_is_invalid(tmp_path):
     assert "stopped after 5 repeats, but its repeats decide the verdict after 3" in " ".join(verdict.reasons)
 
 
+def test_a_run_that_stopped_on_its_reference_is_rederived_against_that_reference(tmp_path):
+    """verify repeats the looks against the reference run.json names: a stopping point its repeats do
+    not support is INVALID; a reference no longer here is said, not silently skipped."""
+    make_run(tmp_path, "ref", values={"accuracy": [0.950, 0.951, 0.949, 0.950, 0.952, 0.948]})
+    design = sequential.design(6, 0.05, reference_repeats=6)
+
+    def sequential_run(name: str, values: list[float], stopped_at: int):
+        root = make_run(tmp_path, name, values={"accuracy": values})
+        meta = json.loads((root / "run.json").read_text())
+        meta["design"] = {**design, "decided_on": "against", "stopped_at": stopped_at,
+                          "decision": {"accuracy": "PASS"}}
+        meta["reference"] = {"against": str((tmp_path / "ref").resolve()), "margins": {"accuracy": 0.01}}
+        (root / "run.json").write_text(json.dumps(meta))
+        bundle.write_sums(root)
+        return root
+
+    # its looks decide at the 3rd repeat; it claims the 4th did (a repeat added, then resealed)
+    verdict = verify_run(sequential_run("late", [0.950, 0.9505, 0.9495, 0.951], 4))
+    assert verdict.status == "INVALID"
+    assert "stopped after 4 repeats, but its repeats decide the verdict after 3" in " ".join(verdict.reasons)
+    root = sequential_run("right", [0.950, 0.9505, 0.9495], 3)
+    verdict = verify_run(root, against=tmp_path / "ref", margins={"accuracy": 0.01})
+    assert verdict.status == "REPRODUCED", verdict.reasons
+    assert verdict.design["stop_check"] == f"re-derived from the repeats and the reference {(tmp_path / 'ref').resolve()}"
+    shutil.move(tmp_path / "ref", tmp_path / "elsewhere")
+    verdict = verify_run(root)
+    assert verdict.status != "INVALID" and verdict.design["stop_check"].startswith(
+        "not re-derived: the reference it decided against is not readable here")
+    assert any("stopping point was not re-derived" in a for a in verdict.advice)
+
+
+def test_the_planned_max_repeats_reaches_the_power_and_a_small_reference_caps_it():
+    planned = sequential_plan.plan(0.0, 1.5, None, power=0.8)  # one exact value, margin 1.5 sd
+    assert planned.max_repeats >= planned.fixed_repeats and planned.achieved_power >= 0.8
+    rng = np.random.default_rng(99)  # not the plan's seed: an independent check
+    decision, used = sequential_plan.simulate(planned.max_repeats, 0.0, 1.5, None, draws=20_000, rng=rng)
+    assert np.mean(decision == 1) >= 0.8 - 3 * np.sqrt(0.16 / 20_000)
+    assert used.mean() < planned.max_repeats  # it stops early on average
+    if planned.max_repeats - 2 >= sequential.MIN_REPEATS:  # and no more than it needs
+        fewer, _ = sequential_plan.simulate(planned.max_repeats - 2, 0.0, 1.5, None, draws=20_000, rng=rng)
+        assert np.mean(fewer == 1) < 0.8
+    capped = sequential_plan.plan(1.5, 1.0, 20, power=0.9)  # 1.5 margins off, a reference of 20 repeats
+    assert capped.max_repeats is None and 0.6 < capped.power_cap < 0.8
+    assert f"caps the power at {capped.power_cap:.2f}" in capped.reason
+    assert sequential_plan.plan(1.0, 1.0, None).reason.startswith("the assumed difference sits on the margin")
+
+
 def test_bad_sequential_options_are_one_sentence_before_anything_is_written(tmp_path):
     (tmp_path / "t.py").write_text(NOISY)
     base = ["run", "--command", "--no-tracking", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.9",
@@ -105,7 +167,8 @@ def test_bad_sequential_options_are_one_sentence_before_anything_is_written(tmp_
     no_margin = repro500(*base, "--until-decided", "--against", "ref", "--", "python", "t.py", "1", "0.9", cwd=tmp_path)
     assert no_margin.returncode == 2 and "needs an equivalence margin" in no_margin.stderr, no_margin.stderr
     cases = [
-        (["--max-repeats", "5"], "--max-repeats goes with --until-decided"),
+        (["--max-repeats", "5"], "--max-repeats caps a sequential run (--until-decided) or a factorial one"),
+        (["--until-decided", "--against", "history:runs"], "--until-decided looks at a fixed reference"),
         (["--until-decided", "--repeats", "4"], "--repeats is for a fixed design"),
         (["--margin", "acc=0.1"], "--margin needs --against"),
         (["--until-decided", "--against", "nowhere"], "nowhere"),

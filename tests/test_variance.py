@@ -85,6 +85,19 @@ def test_vary_runs_one_cell_per_source_and_verify_attributes_the_variance(in_tmp
     parent = mlflow.MlflowClient(f"sqlite:///{in_tmp / 'mlflow.db'}").get_run(meta["mlflow"]["parent_run_id"])
     assert parent.data.tags["repro500.design"] == "factorial" and parent.data.tags["repro500.design.per_cell"] == "2"
     assert parent.data.metrics["accuracy_variance_init"] == pytest.approx(verdict.variance[0].components[0].variance)
+    # the intervals, the dominant source and the repeats a decision would need, as verify.json has them
+    decomposition = verdict.variance[0]
+    assert parent.data.tags["repro500.variance.accuracy.dominant"] == (decomposition.dominant or "none")
+    for c in decomposition.components:
+        if c.variance is not None:
+            assert (parent.data.metrics[f"accuracy_variance_{c.source}_ci_low"],
+                    parent.data.metrics[f"accuracy_variance_{c.source}_ci_high"]) == pytest.approx(c.ci)
+        if c.share is not None:
+            assert (parent.data.metrics[f"accuracy_share_{c.source}_ci_low"],
+                    parent.data.metrics[f"accuracy_share_{c.source}_ci_high"]) == pytest.approx(c.share_ci)
+        if c.repeats_needed is not None:
+            assert parent.data.metrics[f"accuracy_repeats_needed_{c.source}"] == c.repeats_needed
+    assert any(c.share is not None for c in decomposition.components)
     report = repro500("report", "runs/f", "--out", "r.html", cwd=in_tmp)
     assert report.returncode == 0 and "Where the variance of accuracy comes from" in (in_tmp / "r.html").read_text()
 
@@ -94,7 +107,11 @@ def test_bad_vary_options_are_one_sentence(in_tmp):
     for args, says in ((["--vary", "init,weather"], "'weather' is not one"),
                        (["--vary", "init", "--repeats", "3"], "--repeats does not apply"),
                        (["--vary", "init", "--repeats-per-cell", "1"], "1 is not in the range"),
-                       (["--vary", "seed,init,data_order,kernels", "--repeats-per-cell", "60"], "more than 200")):
+                       (["--vary", "seed,init,data_order,kernels", "--repeats-per-cell", "60"], "more than 200"),
+                       (["--vary", "init,data_order", "--max-repeats", "4"],
+                        "--vary init,data_order with --repeats-per-cell 3 is 6 repeats, more than --max-repeats 4; "
+                        "use fewer repeats per cell (at most 2)"),
+                       (["--repeats-per-cell", "3"], "--repeats-per-cell goes with --vary (a factorial run)")):
         result = repro500("run", "tiny.yaml", "--no-tracking", *args, cwd=in_tmp)
         assert result.returncode == 2 and says in result.stderr and "Traceback" not in result.stderr, result.stderr
     command = repro500("run", "--no-tracking", "--vary", "init", "--command", "--metric", "a=regex:a ([0-9.]+)",

@@ -188,6 +188,23 @@ def test_forger_who_rewrites_everything_is_flagged_by_metrics_jsonl_and_expect_s
     assert verify_run(run, expect_sums_digest=published).status == "INVALID"
 
 
+def test_a_repeat_on_another_world_size_or_engine_than_the_run_is_invalid(tmp_path):
+    """Issue 22: a resume that reran a repeat on one rank left run.json saying world size 2."""
+    run = make_run(tmp_path)
+    edit_json(run / "run.json", lambda d: d.update(engine="ddp", world_size=2))
+    for k in range(3):
+        edit_json(run / "repeats" / str(k) / "summary.json", lambda d: d.update(engine="ddp", world_size=2))
+    bundle.write_sums(run)
+    assert verify_run(run).status != "INVALID"
+    edit_json(run / "repeats" / "2" / "summary.json", lambda d: d.update(engine="local", world_size=1))
+    bundle.write_sums(run)
+    verdict = verify_run(run)
+    assert verdict.status == "INVALID"
+    assert "repeat 2 ran with world size 1, but run.json records world size 2 for the run" in " ".join(verdict.reasons)
+    assert "repeat 2 ran with engine 'local', but run.json records engine 'ddp' for the run" in " ".join(
+        verdict.reasons)
+
+
 def test_edited_manifest_with_regenerated_sums_fails_its_canonical_digest(tmp_path):
     run = make_run(tmp_path)
     edit_json(run / "manifest.json", lambda d: d["facets"]["environment"]["packages"].update(torch="9.9"))

@@ -41,16 +41,19 @@ def _parse_cvs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...
               help="Probability that the test decides, if the assumptions hold.")
 @click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level, as for verify.")
+@click.option("--spending", type=click.Choice(["obrien-fleming", "pocock"]), default="obrien-fleming",
+              show_default=True, help="The spending function of the run --until-decided the plan sizes.")
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 def plan(source: Path, margins: dict[str, float], cvs: dict[str, float], power: float, alpha: float,
-         as_json: bool) -> None:
+         spending: str, as_json: bool) -> None:
     """Say how many repeats the bands and the equivalence test need.
 
     RUN_OR_RECIPE is a run directory (or a packed archive), whose per-repeat spread is used, or
     a recipe, whose spread you state with --cv. For each metric with an acceptance band or a
     margin: the repeats for the band's bound to decide it, and for a reproduction to show
-    equivalence within the margin (both sides fresh, and against this run's own repeats). The
-    assumptions are printed with the figures.
+    equivalence within the margin (both sides fresh, and against this run's own repeats); and
+    the --max-repeats a `run --until-decided` needs to decide the same question with the same
+    power (column "until decided"). The assumptions are printed with the figures.
 
     \b
     Exit codes: 0 planned, 2 nothing to plan or a metric without a spread, 4 unreadable input.
@@ -61,9 +64,10 @@ def plan(source: Path, margins: dict[str, float], cvs: dict[str, float], power: 
         from repro500 import bundle
 
         with tempfile.TemporaryDirectory(prefix="repro500-plan-") as tmp:
-            result = build(bundle.unpack(source, Path(tmp)), margins, cvs, alpha, power, shown_as=str(source))
+            result = build(bundle.unpack(source, Path(tmp)), margins, cvs, alpha, power, shown_as=str(source),
+                           spending=spending)
     else:
-        result = build(source, margins, cvs, alpha, power)
+        result = build(source, margins, cvs, alpha, power, spending=spending)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True, allow_nan=False))
         return
@@ -74,6 +78,17 @@ def _n(value: Any) -> str:
     return "not reachable" if value is None else str(value)
 
 
+def _sequential(found: dict[str, Any] | None) -> str:
+    """--max-repeats N and the repeats it expects to stop after, for the "until decided" column."""
+    if not found:
+        return "-"
+    if found.get("max_repeats") is None:
+        return "not reachable"
+    from rich.markup import escape
+
+    return escape(f"{found['max_repeats']} (E[n] {found['expected_repeats']:.1f})")
+
+
 def _render(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -81,30 +96,38 @@ def _render(result: Any) -> None:
     console = Console()
     table = Table(title=f"Repeats needed ({result.kind} {result.source}; alpha {result.alpha:g}, "
                         f"power {result.power:.0%})")
-    for column in ("metric", "spread (sd)", "decision", "repeats", "conservative"):
-        table.add_column(column, justify="right" if column in ("repeats", "conservative") else "left")
+    for column in ("metric", "spread (sd)", "decision", "repeats", "conservative", "until decided"):
+        table.add_column(column, justify="left" if column in ("metric", "spread (sd)", "decision") else "right")
     for m in result.metrics:
         spread = f"{m.sd:.4g}"
         conservative = m.n_spread is not None
         if m.band:
             side = "<=" if m.band["direction"] == "lower" else ">="
             table.add_row(m.metric, spread, f"band {side} {m.band['threshold']:.6g}", _n(m.band["repeats"]),
-                          _n(m.band["conservative"]) if conservative else "-")
+                          _n(m.band["conservative"]) if conservative else "-", _sequential(m.band.get("until_decided")))
         if m.equivalence:
             e = m.equivalence
             first = not m.band
             table.add_row(m.metric if first else "", spread if first else "", f"within +/-{e['margin']:g}, fresh",
-                          _n(e["fresh"]), _n(e["conservative"]) if conservative else "-")
+                          _n(e["fresh"]), _n(e["conservative"]) if conservative else "-", "-")
             if "against_this_run" in e:
-                table.add_row("", "", f"within +/-{e['margin']:g}, vs this run", _n(e["against_this_run"]), "-")
+                table.add_row("", "", f"within +/-{e['margin']:g}, vs this run", _n(e["against_this_run"]), "-",
+                              _sequential(e.get("until_decided")))
     console.print(table)
+    for m in result.metrics:
+        for what, found in (("band", (m.band or {}).get("until_decided")),
+                            ("vs this run", (m.equivalence or {}).get("until_decided"))):
+            if found and found.get("max_repeats") is None and found.get("reason"):
+                console.print(f"[yellow]until decided, {m.metric} {what}:[/] {found['reason']}")
     for m in result.metrics:
         where = f"spread of {m.metric}: {m.spread_from}"
         if m.equivalence:
             where += f"; margin {m.equivalence['margin']:g} from the {m.equivalence['margin_source']}"
         console.print(where)
     console.print("'fresh': a reproduction where both sides run that many repeats; 'vs this run': the reproduction's "
-                  "repeats against this run's own; 'conservative': if the spread is at its upper 80% bound.")
+                  "repeats against this run's own; 'conservative': if the spread is at its upper 80% bound; "
+                  "'until decided': the --max-repeats of run --until-decided for the same question and power, "
+                  "and E\\[n], the repeats it is expected to stop after.")
     for m in result.metrics:
         for note in m.notes:
             console.print(f"[yellow]note:[/] {note}")

@@ -48,7 +48,9 @@ from repro500.commands.verify import _parse_margins
 @click.option("--sign-principal", metavar="NAME", help="Who signs, as named in the verifier's allowed_signers (e.g. an email).")
 @click.option("--until-decided", is_flag=True,
               help="Run repeats one at a time and stop once the verdict is decided (group-sequential tests; docs/verify.md).")
-@click.option("--max-repeats", type=click.IntRange(min=3), help="With --until-decided: at most this many repeats.  [default: 10]")
+@click.option("--max-repeats", type=click.IntRange(min=3),
+              help="With --until-decided: at most this many repeats [default: as many as 80% power needs against "
+                   "--against's spread (repro500 plan), else 10]. With --vary: a cap on the factorial's size.")
 @click.option("--spending", type=click.Choice(["obrien-fleming", "pocock"]), default="obrien-fleming",
               help="With --until-decided: how alpha is spent over the looks.")
 @click.option("--against", metavar="REF", help="Verify against this reference (a run, a packed run or a published file); "
@@ -57,14 +59,14 @@ from repro500.commands.verify import _parse_margins
               help="With --against: equivalence margin for a metric (repeatable; default: the acceptance tolerances).")
 @click.option("--vary", metavar="SOURCES", help="A factorial run: vary each named source of randomness alone (seed, init, "
                                               "data_order, kernels; comma-separated), to attribute the variance.")
-@click.option("--repeats-per-cell", type=click.IntRange(min=2), default=3, help="With --vary: repeats per source.")
+@click.option("--repeats-per-cell", type=click.IntRange(min=2), help="With --vary: repeats per source.  [default: 3]")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool | None,
         experiment: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
         max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float], vary: str | None,
-        repeats_per_cell: int) -> None:
+        repeats_per_cell: int | None) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
@@ -101,7 +103,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
             ("--deterministic", deterministic), ("--same-seed", same_seed), ("--open-division", open_division),
             ("--run-id", run_id), ("--experiment", experiment), ("--trace-inputs", trace_inputs),
             ("--until-decided", until_decided), ("--max-repeats", max_repeats), ("--against", against),
-            ("--margin", margins), ("--vary", vary),
+            ("--margin", margins), ("--vary", vary), ("--repeats-per-cell", repeats_per_cell),
             ("--out", click.get_current_context().get_parameter_source("out_dir")
              is not click.core.ParameterSource.DEFAULT),
         ) if value]

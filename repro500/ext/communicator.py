@@ -71,6 +71,7 @@ class StepStats:
     time_comm_s: float = 0.0
     tensors: int = 0
     dense_tensors: int = 0  # buckets sent uncompressed: the compressor was not active yet
+    bucket_numels: list[int] = field(default_factory=list)  # each tensor's gradient elements, in hook order
 
 
     def as_dict(self) -> dict[str, Any]:
@@ -85,6 +86,8 @@ class StepStats:
             "time_decompress_s": self.time_decompress_s,
             "time_comm_s": self.time_comm_s,
             "tensors": self.tensors,
+            # DDP's cut of the gradients this step (the wire model's input: scaling/wire.py)
+            "bucket_numels": list(self.bucket_numels),
             # None when nothing was exchanged; False when any bucket skipped the compressor
             "compressed": (self.dense_tensors == 0) if self.tensors else None,
         }
@@ -171,10 +174,15 @@ class Communicator:
     def record_comm_time(self, seconds: float) -> None:
         self._add(time_comm_s=seconds)
 
-    def record_bytes(self, sent: int, received: int, dense_sent: int, compressed: bool = True) -> None:
-        """One bucket's bytes; *compressed* False: it went uncompressed (compressor not active yet)."""
+    def record_bytes(self, sent: int, received: int, dense_sent: int, compressed: bool = True,
+                     numel: int | None = None) -> None:
+        """One bucket's bytes; *compressed* False: it went uncompressed (compressor not active yet);
+        *numel*: its gradient elements."""
         self._add(bytes_sent=sent, bytes_received=received, dense_bytes_sent=dense_sent, tensors=1,
                   dense_tensors=0 if compressed else 1)
+        if numel is not None:
+            with self._lock:
+                self._stats.bucket_numels.append(int(numel))
 
     def step_stats(self, reset: bool = True) -> dict[str, Any]:
         """Costs accumulated since the last reset (one optimizer step when called per step)."""
@@ -207,7 +215,7 @@ class Communicator:
             moved = allgather_bytes(buffer.numel(), self.world_size)
         dense = allreduce_bytes(tensor.numel() * tensor.element_size(), self.world_size)
         self._add(time_compress_s=time.perf_counter() - start)
-        self.record_bytes(moved, moved, dense)
+        self.record_bytes(moved, moved, dense, numel=tensor.numel())
         return out
 
     def finish_allreduce(self, out: Outgoing, reduced: torch.Tensor) -> torch.Tensor:

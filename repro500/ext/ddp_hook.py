@@ -146,7 +146,7 @@ def _powersgd_hook(
     # torch allreduces the uncompressed tensors, then P, then Q: all allreduces.
     moved = allreduce_bytes(moved_numel * buffer.element_size(), comm.world_size)
     dense = allreduce_bytes(buffer.numel() * buffer.element_size(), comm.world_size)
-    comm.record_bytes(moved, moved, dense, compressed=compressed)
+    comm.record_bytes(moved, moved, dense, compressed=compressed, numel=buffer.numel())
 
     def record(done: torch.futures.Future) -> torch.Tensor:
         comm.record_comm_time(time.perf_counter() - started)

@@ -64,7 +64,7 @@ class _HookCompression:
         sent = payload[0]
         moved = allreduce_bytes(sent.numel() * sent.element_size(), self.size)
         comm.record_bytes(
-            moved, moved, allreduce_bytes(tensor.numel() * tensor.element_size(), self.size)
+            moved, moved, allreduce_bytes(tensor.numel() * tensor.element_size(), self.size), numel=tensor.numel()
         )
         return sent.view(tensor.shape), ctx
 

@@ -21,7 +21,14 @@ from repro500 import recipe as recipes
 from repro500 import rundir as layout
 from repro500.errors import InvalidInput, UsageError
 from repro500.runner import decide, multinode
-from repro500.runner.plan import RunOptions, load_recipe, make_plan, preflight, tracking_choice
+from repro500.runner.plan import (
+    RunOptions,
+    design_repeats,
+    load_recipe,
+    make_plan,
+    preflight,
+    tracking_choice,
+)
 from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
 from repro500.workloads.workload import SUMMARY_METRICS
@@ -43,14 +50,13 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def _new(options: RunOptions, console: Console) -> Session:
-    if options.until_decided:  # the recipe plans the most repeats; the looks decide how many run
-        options = replace(options, repeats=options.max_repeats or decide.DEFAULT_MAX_REPEATS)
-    if options.vary:  # a factorial run: one cell of repeats per source of randomness
-        options = replace(options, repeats=options.repeats_per_cell * len(options.vary))
+    options = design_repeats(options)
     recipe = load_recipe(options)
     options = replace(options, tracking=tracking_choice(options, recipe))
     plan = make_plan(recipe, options)
     design, reference, loaded = decide.prepare(options, recipe)
+    if design is not None:
+        console.print(decide.describe_max(design))
     run_id = options.run_id or new_run_id(recipe.name)
     run = layout.RunDir(Path(options.out_dir) / run_id)
     if run.exists():
@@ -61,7 +67,8 @@ def _new(options: RunOptions, console: Console) -> Session:
             if with_meta and with_meta.get("status") == "completed":
                 resume = f"; it is complete (repro500 verify {run})"
         raise InvalidInput(f"run directory {run} already exists; choose another --run-id{resume}")
-    multinode.agree(plan, run_id, list(range(recipe.repeats)), str(run.path.resolve()))  # before anything is written
+    multinode.agree(plan, run_id, list(range(recipe.repeats)), str(run.path.resolve()),  # before anything is written
+                    options.until_decided)
     meta: dict[str, Any] = {
         "schema": layout.RUN_SCHEMA, "run_id": run_id, "status": "running", "created_utc": utc(),
         "finished_utc": None, "argv": redact.scrub(list(options.argv)),
@@ -116,11 +123,12 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     nodes = dict(nnodes=options.nnodes, node_rank=0, rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
     factorial = meta.get("design") if (meta.get("design") or {}).get("kind") == "factorial" else {}
     plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking,
-                                        vary=factorial.get("sources"), repeats_per_cell=factorial.get("per_cell", 3),
+                                        vary=factorial.get("sources"), repeats_per_cell=factorial.get("per_cell"),
                                         **nodes))
     multinode.check_resume(run, meta, options, plan)
     finished = run.summaries(recipe.repeats, finished_only=True)
-    multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished], str(run.path.resolve()))
+    multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished],
+                    str(run.path.resolve()), (meta.get("design") or {}).get("kind") == "sequential")
     meta["status"] = "running"
     _prepare_tracking(options)
     try:

@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any
 
 from repro500.errors import UsageError
-
-DEFAULT_MAX_REPEATS = 10
+from repro500.runner.plan import DEFAULT_MAX_REPEATS
 
 
 def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Any]:
     """(design, reference record, loaded reference) for a new run; UsageError / InvalidInput."""
     reference = loaded = None
+    if options.against and str(options.against).startswith("history:"):
+        return None, history_reference(options), None
     if options.against:
         from repro500.verify.reference import load_reference
 
@@ -39,18 +40,99 @@ def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str,
             and not any(c.tolerance > 0 for c in criteria):
         raise UsageError("--until-decided --against REF needs an equivalence margin: pass --margin METRIC=DELTA "
                          "(or give the recipe's acceptance a tolerance)")
+    if options.max_repeats is None:  # as many as the requested power needs, when the reference says
+        planned, how = planned_max(loaded, criteria, options.margins, options.spending)
+        if planned is not None:
+            recipe.repeats = planned
+            recipe.overrides["repeats"] = planned
+    else:
+        how = {"from": "--max-repeats"}
     # the reference's own repeats bound what more run repeats can learn (sequential.nominal_levels)
     counts = [len(v) for v in (loaded.values if loaded is not None else {}).values() if len(v) > 1]
     design = sequential.design(recipe.repeats, 0.05, options.spending, min(counts) if counts else None)
     design["decided_on"] = "against" if loaded is not None else "bands"
+    design["max_repeats_from"] = how
     return design, reference, loaded
+
+
+def history_reference(options: Any) -> dict[str, Any]:
+    """``--against history:SOURCE``: the run is verified against its history once it ends (which
+    earlier runs count depends on this run's own system and recipe, known only then).  The source
+    must exist now; a directory is recorded by its absolute path, so a resume finds it."""
+    from repro500.verify import history
+
+    spec = str(options.against)[len(history.PREFIX):]
+    if options.until_decided:
+        raise UsageError(f"--until-decided looks at a fixed reference (a run, a packed run or a published file), but "
+                         f"the earlier runs {options.against} holds are chosen by this run's system and recipe, "
+                         f"known only once it has run: drop --until-decided (the run is then verified against the "
+                         f"history at its end), or give one earlier run as --against")
+    if not spec:
+        raise UsageError("--against history: names no history: give history:DIR (a directory of runs), "
+                         "history:EXPERIMENT (an MLflow experiment) or history:mlflow:FILTER")
+    history.locate(spec)  # InvalidInput / UsageError now, before anything is written
+    where = str(Path(spec).resolve()) if not spec.startswith(history.MLFLOW_FILTER) and Path(spec).is_dir() else spec
+    return {"against": history.PREFIX + where, "margins": dict(options.margins)}
+
+
+def planned_max(loaded: Any, criteria: list[Any], margins: dict[str, float],
+                spending: str) -> tuple[int | None, dict[str, Any]]:
+    """``--max-repeats`` for a sequential run that gave none: the most any compared metric needs
+    for the default power to decide, if the rerun truly matches the reference, with the
+    reference's spread as the truth (verify/sequential_plan.py, as ``repro500 plan``); None (and
+    why, for the default) when the reference gives no spread to plan from."""
+    from repro500.verify import sequential, sequential_plan, stats
+
+    default = {"from": "default", "max_repeats": DEFAULT_MAX_REPEATS}
+    if loaded is None:
+        return None, {**default, "why": "the bands decide, and before the first repeat no spread is known"}
+    wanted: dict[str, tuple[float, str]] = {}  # metric -> (margin, test), as equivalence.compare chooses them
+    if loaded.published is not None:
+        for name, metric in loaded.published.metrics.items():
+            wanted[name] = (margins.get(name, metric.margin), metric.test)
+    else:
+        wanted.update({c.metric: (c.tolerance, "equivalence") for c in criteria if c.tolerance > 0})
+        wanted.update({name: (m, "equivalence") for name, m in margins.items()})
+    needs: dict[str, Any] = {}
+    for name, (margin, test) in wanted.items():
+        values = [float(v) for v in loaded.values.get(name) or []]
+        if len(values) < 2:
+            return None, {**default, "why": f"the reference gives one value of {name}, no spread to plan from"}
+        sd = float(stats.describe(values, 0.05)["std"])
+        if sd == 0.0:  # zero spread: decided exactly at the first look
+            needs[name] = {"max_repeats": sequential.MIN_REPEATS, "sd": 0.0, "reference_repeats": len(values)}
+            continue
+        question, effect = ("equivalence", 0.0) if test == "equivalence" else ("one-sided", margin / sd)
+        plan = sequential_plan.plan(effect, margin / sd, len(values), stats.DEFAULT_POWER, 0.05, spending, question)
+        if plan.max_repeats is None:
+            return None, {**default, "why": f"{name}: {plan.reason}"}
+        needs[name] = {"max_repeats": plan.max_repeats, "sd": sd, "reference_repeats": len(values),
+                       "expected_repeats": plan.expected_repeats}
+    if not needs:
+        return None, {**default, "why": "no compared metric"}
+    top = max(v["max_repeats"] for v in needs.values())
+    return top, {"from": "planned", "max_repeats": top, "power": stats.DEFAULT_POWER, "metrics": needs}
+
+
+def describe_max(design: dict[str, Any]) -> str:
+    """The line a sequential run prints about where its maximum came from."""
+    how = design.get("max_repeats_from") or {}
+    if how.get("from") == "planned":
+        per = ", ".join(f"{name} needs {v['max_repeats']} (reference sd {v['sd']:.4g} over {v['reference_repeats']} "
+                        f"repeats)" for name, v in how["metrics"].items())
+        return (f"--max-repeats not given: up to {design['max_repeats']} repeats, planned for {how['power']:.0%} power "
+                f"to decide if the rerun matches the reference ({per}; repro500 plan)")
+    if how.get("from") == "default":
+        return (f"--max-repeats not given: up to {design['max_repeats']} repeats, the default, since no plan could "
+                f"be made ({how.get('why')}); `repro500 plan` says how many a decision needs")
+    return f"up to {design['max_repeats']} repeats (--max-repeats)"
 
 
 def reload(meta: dict[str, Any]) -> Any:
     """The reference a resumed run was verified against (None when it had none)."""
     record = meta.get("reference") or {}
-    if not record.get("against"):
-        return None
+    if not record.get("against") or str(record["against"]).startswith("history:"):
+        return None  # a history is read once the run ends (verify_run), never at a look
     from repro500.verify.reference import load_reference
 
     return load_reference(record["against"])

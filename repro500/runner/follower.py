@@ -9,13 +9,14 @@ from pathlib import Path
 from rich.console import Console
 
 from repro500.runner import multinode
-from repro500.runner.plan import RunOptions, load_recipe, make_plan
+from repro500.runner.plan import RunOptions, design_repeats, load_recipe, make_plan
 from repro500.runner.session import RunOutcome
 
 
 def follow_node(options: RunOptions, console: Console) -> RunOutcome:
     from repro500.workloads.engines import launch
 
+    options = design_repeats(options)  # a factorial run's repeats, as node 0 plans them
     recipe = load_recipe(options)
     if recipe.is_command:
         from repro500.errors import UsageError
@@ -24,7 +25,8 @@ def follow_node(options: RunOptions, console: Console) -> RunOutcome:
     plan = make_plan(recipe, options)
     spec = plan.workload.spec()  # type: ignore[attr-defined]
     assert options.run_id is not None
-    todo = multinode.agree(plan, options.run_id)  # node 0 says which repeats (a resume runs the missing ones)
+    # node 0 says which repeats (a resume runs the missing ones)
+    todo = multinode.agree(plan, options.run_id, sequential=options.until_decided)
     with tempfile.TemporaryDirectory(prefix="repro500-node-") as scratch:
         for k in todo:
             console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")

@@ -19,12 +19,23 @@ from repro500.errors import UsageError
 from repro500.runner.plan import Plan, RunOptions
 
 
-def fingerprint(plan: Plan, run_id: str) -> dict[str, str]:
-    """What a node is about to run, key by key (values scrubbed of secrets, as they are shown)."""
+def fingerprint(plan: Plan, run_id: str, sequential: bool = False) -> dict[str, str]:
+    """What a node is about to run, key by key (values scrubbed of secrets, as they are shown):
+    the recipe with every override, the topology, the study design (a factorial run's sources and
+    cells, whether it is sequential; --max-repeats shows as the repeats it plans), the code
+    (repro500's, the experiment's plug-in modules, the plug-in distributions' versions, torch's) and
+    the data digests."""
+    import torch
+
     recipe = plan.recipe
     out = {"run_id": run_id, "engine": plan.engine, "nproc": str(plan.nproc), "nnodes": str(plan.nnodes),
            "device": plan.device, "same_seed": str(plan.same_seed).lower(),
-           "code.repro500": _package_digest()}
+           "design.vary": ",".join(plan.vary or []) or "-", "design.repeats_per_cell": str(plan.per_cell or "-"),
+           "design.until_decided": str(sequential).lower(),
+           "code.repro500": _package_digest(), "code.torch": f"{torch.__version__} (cuda {torch.version.cuda})"}
+    describe = getattr(plan.workload, "describe", None)
+    plugins = (describe() if callable(describe) else {}).get("plugins") or {}
+    out.update({f"code.plugin.{name}": str(version) for name, version in plugins.items()})
     # Two different secrets both read "<redacted>": a recipe that keeps secrets in its values is
     # compared on everything else.
     out.update({key: str(value) for key, value in redact.scrub(recipe.flat_params()).items()})
@@ -58,13 +69,14 @@ def _package_digest() -> str:
     return f"{repro500.__version__}+{_files_digest(root, files)}"
 
 
-def agree(plan: Plan, run_id: str, todo: list[int] | None = None, run_dir: str | None = None) -> list[int]:
+def agree(plan: Plan, run_id: str, todo: list[int] | None = None, run_dir: str | None = None,
+          sequential: bool = False) -> list[int]:
     """Compare this node with the others (node 0 gives the repeats to run); a no-op on one node."""
     if plan.rendezvous is None:
         return list(todo or [])
     from repro500.workloads.engines import nodes
 
-    return nodes.link(plan.rendezvous).agree(fingerprint(plan, run_id), todo, run_dir)
+    return nodes.link(plan.rendezvous).agree(fingerprint(plan, run_id, sequential), todo, run_dir)
 
 
 def check_resume(run: Any, meta: dict[str, Any], options: RunOptions, plan: Plan) -> None:
@@ -81,5 +93,10 @@ def check_resume(run: Any, meta: dict[str, Any], options: RunOptions, plan: Plan
     if nnodes == 1 and options.nnodes > 1:
         raise UsageError(f"run {run} ran on one node; resume it without --nnodes")
     if world is not None and plan.world_size != int(world):
-        raise UsageError(f"run {run} ran with world size {world} ({plan.engine}); this resume would run "
-                         f"{plan.world_size} rank(s). Resume it with the run's own --nproc {int(world) // nnodes}")
+        # --resume takes no --nproc (a resume reruns the run as recorded): the records disagree, and
+        # what ran cannot be completed as it was
+        recipe = meta.get("recipe_path") or "RECIPE"
+        raise UsageError(f"run {run} ran with world size {world} ({meta.get('engine') or plan.engine}), but its "
+                         f"recipe.yaml plans {plan.world_size} rank(s) (mutable.nproc {plan.nproc} on {nnodes} "
+                         f"node(s)): its records disagree, so it cannot be resumed as it ran; start a new run with "
+                         f"`repro500 run {recipe} --nproc {max(1, int(world) // nnodes)}`")

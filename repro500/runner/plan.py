@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,8 @@ from repro500.workloads import workload as workloads
 
 ENGINES = ("local", "ddp", "horovod", "command")
 MAX_FACTORIAL_REPEATS = 200
+DEFAULT_PER_CELL = 3  # --repeats-per-cell
+DEFAULT_MAX_REPEATS = 10  # --until-decided without --max-repeats, when no plan can be made (runner/decide.py)
 
 
 @dataclass
@@ -53,7 +55,7 @@ class RunOptions:
     against: str | None = None  # verified against this reference; with until_decided it decides the stop
     margins: dict[str, float] = field(default_factory=dict)
     vary: list[str] | None = None  # a factorial run over these sources of randomness (capture/seeds.py)
-    repeats_per_cell: int = 3
+    repeats_per_cell: int | None = None  # None: DEFAULT_PER_CELL
 
 
 @dataclass
@@ -149,25 +151,18 @@ def check_options(options: RunOptions) -> None:
         if not host or not port.isdigit() or not 0 < int(port) < 65535:
             raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint} is not HOST:PORT with a port below 65535 "
                              "(node 0 also listens on PORT + 1)")
-    if options.max_repeats is not None and not options.until_decided:
-        raise UsageError("--max-repeats goes with --until-decided (a fixed design takes --repeats)")
+    if options.max_repeats is not None and not (options.until_decided or options.vary is not None):
+        raise UsageError("--max-repeats caps a sequential run (--until-decided) or a factorial one (--vary); "
+                         "a fixed design takes --repeats")
     if options.until_decided and options.repeats is not None:
         raise UsageError("--until-decided runs up to --max-repeats repeats; --repeats is for a fixed design")
+    if options.until_decided and options.nnodes > 1:
+        raise UsageError("--until-decided runs on one node: node 0 alone decides when to stop, and the other nodes "
+                         "would wait for repeats that never start; give a fixed --repeats N on several nodes")
+    if options.repeats_per_cell is not None and options.vary is None:
+        raise UsageError("--repeats-per-cell goes with --vary (a factorial run); a fixed design takes --repeats")
     if options.vary is not None:
-        unknown = [name for name in options.vary if name not in seeding.SOURCES]
-        if unknown or not options.vary or len(set(options.vary)) != len(options.vary):
-            raise UsageError(f"--vary {','.join(options.vary)}: name each source once, from "
-                             f"{', '.join(seeding.SOURCES)}" + (f" ({unknown[0]!r} is not one)" if unknown else ""))
-        clash = [flag for flag, given in (("--repeats", options.repeats is not None), ("--same-seed", options.same_seed),
-                                          ("--until-decided", options.until_decided)) if given]
-        if clash:
-            raise UsageError(f"--vary runs --repeats-per-cell repeats per source; {clash[0]} does not apply")
-        if options.repeats_per_cell < 2:
-            raise UsageError("--repeats-per-cell must be at least 2: one repeat has no spread")
-        if options.repeats_per_cell * len(options.vary) > MAX_FACTORIAL_REPEATS:
-            raise UsageError(f"--vary {','.join(options.vary)} with --repeats-per-cell {options.repeats_per_cell} is "
-                             f"{options.repeats_per_cell * len(options.vary)} repeats, more than {MAX_FACTORIAL_REPEATS}; "
-                             "use fewer repeats per cell or fewer sources")
+        check_factorial(options)
     if options.margins and not options.against:
         raise UsageError("--margin needs --against: margins are for comparing with a reference")
     if options.nproc is not None and options.nproc < 1:
@@ -176,6 +171,43 @@ def check_options(options: RunOptions) -> None:
         from repro500.attest import keys
 
         keys.load_private_key(options.sign_key)  # a wrong passphrase fails now, not after training
+
+
+def check_factorial(options: RunOptions) -> None:
+    """``--vary`` with its cells: known sources, a size within the limits."""
+    assert options.vary is not None
+    unknown = [name for name in options.vary if name not in seeding.SOURCES]
+    if unknown or not options.vary or len(set(options.vary)) != len(options.vary):
+        raise UsageError(f"--vary {','.join(options.vary)}: name each source once, from "
+                         f"{', '.join(seeding.SOURCES)}" + (f" ({unknown[0]!r} is not one)" if unknown else ""))
+    clash = [flag for flag, given in (("--repeats", options.repeats is not None), ("--same-seed", options.same_seed),
+                                      ("--until-decided", options.until_decided)) if given]
+    if clash:
+        raise UsageError(f"--vary runs --repeats-per-cell repeats per source; {clash[0]} does not apply")
+    per_cell = per_cell_of(options)
+    if per_cell < 2:
+        raise UsageError("--repeats-per-cell must be at least 2: one repeat has no spread")
+    total = per_cell * len(options.vary)
+    size = f"--vary {','.join(options.vary)} with --repeats-per-cell {per_cell} is {total} repeats"
+    if options.max_repeats is not None and total > options.max_repeats:
+        raise UsageError(f"{size}, more than --max-repeats {options.max_repeats}; use fewer repeats per cell "
+                         f"(at most {options.max_repeats // len(options.vary)}) or fewer sources, or raise "
+                         "--max-repeats")
+    if total > MAX_FACTORIAL_REPEATS:
+        raise UsageError(f"{size}, more than {MAX_FACTORIAL_REPEATS}; use fewer repeats per cell or fewer sources")
+
+
+def per_cell_of(options: RunOptions) -> int:
+    return DEFAULT_PER_CELL if options.repeats_per_cell is None else options.repeats_per_cell
+
+
+def design_repeats(options: RunOptions) -> RunOptions:
+    """The repeats a sequential or factorial run plans (every node computes the same)."""
+    if options.until_decided:  # the recipe plans the most repeats; the looks decide how many run
+        return replace(options, repeats=options.max_repeats or DEFAULT_MAX_REPEATS)
+    if options.vary:  # a factorial run: one cell of repeats per source of randomness
+        return replace(options, repeats=per_cell_of(options) * len(options.vary))
+    return options
 
 
 def load_recipe(options: RunOptions) -> recipes.Recipe:
@@ -253,7 +285,7 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     warn_uncompressed(compressor, recipe, getattr(work, "train_samples", None), nproc * options.nnodes)
     return Plan(recipe, work, device, engine, comm_backend(engine, device), compressor, nproc,
                 options.nnodes, options.node_rank, options.same_seed, meeting,
-                list(options.vary) if options.vary else None, options.repeats_per_cell if options.vary else 0)
+                list(options.vary) if options.vary else None, per_cell_of(options) if options.vary else 0)
 
 
 def check_horovod() -> None:

@@ -243,7 +243,13 @@ class Session:
         from repro500.verify.verdict import render, verify_run, write_verdict
 
         reference = self.meta.get("reference") or {}
-        verdict = verify_run(self.run.path, against=reference.get("against"), margins=reference.get("margins") or None)
+        try:
+            verdict = verify_run(self.run.path, against=reference.get("against"),
+                                 margins=reference.get("margins") or None)
+        except ReproError as err:  # e.g. a history with no earlier run on this system (exit 3)
+            self._close_tracking("FINISHED")
+            raise type(err)(f"the run itself is complete ({self.run}), but verifying it against "
+                            f"{reference.get('against')} stopped: {err}") from None
         check.apply(check.check_run(self.run.path), verdict)  # the chain, as verify RUN would
         write_verdict(verdict, self.run.path)
         render(verdict, self.console)
@@ -252,10 +258,11 @@ class Session:
             means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
                      for name, m in self.run.summary()["metrics"].items() if m["values"]}
             try:
-                from repro500.verify.variance import design_tags, mlflow_metrics
+                from repro500.verify.variance import design_tags, mlflow_metrics, mlflow_tags
 
                 self._close_tracking("FINISHED", metrics={**means, **mlflow_metrics(verdict.variance)},
-                                     tags={"repro500.verdict": verdict.status, **design_tags(self.meta.get("design"))})
+                                     tags={"repro500.verdict": verdict.status, **design_tags(self.meta.get("design")),
+                                           **mlflow_tags(verdict.variance)})
             except ReproError as err:  # MLflow failed behind the repeats; the run directory has it all
                 raise InvalidInput(f"the run itself is complete and verified ({verdict.status}; repro500 verify "
                                    f"{self.run}), but {err}") from None
@@ -360,14 +367,15 @@ class Session:
         if not failed:
             return
         self._close_tracking("FAILED")
+        resume = f"finished repeats are kept; rerun the failed one(s) with: repro500 run --resume {self.run}"
         known = self.repeat_errors.get(failed[0])
         if known is not None:
-            raise known
+            raise type(known)(f"{known}; {resume}") from None
         err = summaries[failed[0]].get("error") or "unknown error"
         where = self.run.repeat(failed[0])
         detail = (f"its output is in {where / layout.STDOUT} and {where / layout.STDERR}" if self.recipe.is_command
                   else f"the traceback is in {where / layout.ERROR_LOG}")
-        raise RunFailed(f"repeat {failed[0]} failed: {err}; {detail}, and finished repeats are kept")
+        raise RunFailed(f"repeat {failed[0]} failed: {err}; {detail}; {resume}")
 
     def _abandon(self, status: str, mlflow_status: str) -> None:
         """Record a run that stopped outside the repeat loop.  Best effort: the error that got us

@@ -57,18 +57,26 @@ def bucket_plan(params: int, element_bytes: int = GRADIENT_BYTES_PER_ELEMENT) ->
     return plan
 
 
+def _for_sizing(spec: str | Mapping[str, Any] | None) -> str | Mapping[str, Any] | None:
+    """A spec as run.json records it has ``seed: null`` when each repeat drew its own seed
+    (ext/specs.py); a payload's size does not depend on the seed, so it is sized with the default."""
+    if isinstance(spec, Mapping) and "seed" in spec and spec["seed"] is None:
+        return {k: v for k, v in spec.items() if k != "seed"}
+    return spec
+
+
 def compressor_spec(spec: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """The canonical spec of a compressor (UsageError, exit 2, for an unknown one or a bad value)."""
     from repro500.ext import compressors
 
-    return compressors.get(spec).spec()
+    return compressors.get(_for_sizing(spec)).spec()
 
 
 def is_summable(spec: str | Mapping[str, Any] | None) -> bool:
     """Whether the compressor's payloads are allreduced (True) or allgathered (False)."""
     from repro500.ext import compressors
 
-    return bool(compressors.get(spec).summable)
+    return bool(compressors.get(_for_sizing(spec)).summable)
 
 
 def payload_bytes(spec: str | Mapping[str, Any] | None, numel: int) -> int:
@@ -78,7 +86,7 @@ def payload_bytes(spec: str | Mapping[str, Any] | None, numel: int) -> int:
     from repro500.ext import compressors, memory, ops
     from repro500.ext.communicator import Communicator
 
-    compressor = compressors.get(spec)
+    compressor = compressors.get(_for_sizing(spec))
     if isinstance(compressor, compressors.PowerSGDCompressor):
         raise UsageError(
             "powersgd's wire size depends on every layer's shape, not on the parameter count: "
@@ -106,7 +114,7 @@ def powersgd_payload_bytes(spec: str | Mapping[str, Any] | None, shapes: list[tu
     does not say it, which is why ``repro500 model`` takes powersgd's bytes from a run."""
     from repro500.ext import specs
 
-    resolved = specs.resolve(spec)
+    resolved = specs.resolve(spec, seed_per_repeat=True)  # a run.json spec: the seed does not size P and Q
     if resolved["name"] != "powersgd":
         raise UsageError(f"powersgd_payload_bytes is for powersgd, not {resolved['name']}")
     numel = 0

@@ -100,7 +100,7 @@ def _decide(c: Criterion, values: list[float], alpha: float, unsuccessful: int) 
         return res
     low, high = stats.one_sided_bounds(values, alpha)
     res.lower_bound, res.upper_bound = low, high
-    level = f"{1.0 - alpha:.0%}"
+    level = f"{100 * (1.0 - alpha):.4g}%"  # a look's nominal level: 99.81%, not a rounded 100%
     decisive, opposite = (low, high) if higher else (high, low)
     meets = decisive >= c.threshold if higher else decisive <= c.threshold
     misses = opposite < c.threshold if higher else opposite > c.threshold

@@ -93,7 +93,7 @@ def classify(res: stats.TostResult, test: str, direction: str) -> tuple[str, str
     m = res.margin
     if res.ci_low is None or res.ci_high is None:
         return INCONCLUSIVE, "; ".join(res.notes) or "no interval could be computed"
-    level = f"{res.ci_confidence:.0%}"
+    level = f"{100 * res.ci_confidence:.4g}%"  # at a look's nominal level: 99.9%, not a rounded 100%
     if res.exact and res.exact_diff is not None:
         where = f"difference {Decimal(res.exact_diff):+} (zero variance, exact in decimal)"
     elif res.exact:

@@ -1,8 +1,10 @@
 """References from history: the earlier runs of the same recipe on the same system.
 
 ``repro500 verify RUN --against history:SOURCE`` and ``repro500 history SOURCE METRIC`` read the
-runs a SOURCE holds: a directory of run directories (``runs/``), or the parent runs of an MLflow
-experiment, each of which records its run directory (tag ``repro500.run_dir``).  A run is part
+runs a SOURCE holds: a directory of run directories (``runs/``), the parent runs of an MLflow
+experiment (SOURCE is its name), or the parent runs in any experiment that match an MLflow search
+filter (``mlflow:FILTER``, e.g. ``mlflow:tags.`repro500.recipe` = 'quickstart'``); each MLflow
+parent run records its run directory (tag ``repro500.run_dir``).  A run is part
 of RUN's reference when (ReFrame keeps references per system and programming environment; this
 is the same scoping, read from the manifests):
 
@@ -26,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from repro500.digest import canonical_digest
-from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError
+from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError, UsageError
 from repro500.verify import integrity
 from repro500.verify.reference import Reference
 from repro500.verify.rundir import RunData
 
 PREFIX = "history:"
+MLFLOW_FILTER = "mlflow:"  # history:mlflow:FILTER searches every experiment of the store with MLflow's syntax
 WINDOW = 10  # the newest matching runs that make a reference: old enough history is another system
 RUN_DIR_TAG = "repro500.run_dir"
 # recipe keys that do not change what a run measures
@@ -129,6 +132,8 @@ def system_difference(a: RunData, b: RunData) -> str | None:
 # ----- finding the runs -------------------------------------------------------------------------------
 def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
     """The run directories SOURCE names, and the runs it names that cannot be read (with why)."""
+    if spec.startswith(MLFLOW_FILTER):
+        return _from_mlflow(spec)
     source = Path(spec)
     if source.is_dir():
         if (source / "run.json").is_file() or (source / "SHA256SUMS").is_file():
@@ -138,36 +143,56 @@ def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
     return _from_mlflow(spec)
 
 
-def _from_mlflow(name: str) -> tuple[list[Path], list[dict[str, str]]]:
+def _from_mlflow(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
+    """The parent runs of an MLflow experiment (SOURCE is its name), or of every experiment in the
+    store that match an MLflow search filter (SOURCE is ``mlflow:FILTER``)."""
     from repro500 import mlflow_store
 
     uri = mlflow_store.tracking_uri()
     db = mlflow_store.sqlite_path(uri)
-    missing = (f"history:{name}: there is no directory {name!r}, and no MLflow experiment of that name in "
-               f"{mlflow_store.safe_uri(uri)}; give a directory of runs (history:runs) or an experiment's name "
+    where = mlflow_store.safe_uri(uri)
+    query = spec[len(MLFLOW_FILTER):].strip() if spec.startswith(MLFLOW_FILTER) else None
+    if query is not None and not query:
+        raise UsageError(f"history:{spec} names no filter: give MLflow's search syntax, e.g. "
+                         f"history:mlflow:\"tags.`repro500.recipe` = 'quickstart'\"")
+    missing = (f"history:{spec}: there is no directory {spec!r}, and no MLflow experiment of that name in {where}; "
+               f"give a directory of runs (history:runs), an experiment's name or history:mlflow:FILTER "
                f"(MLFLOW_TRACKING_URI selects the store)")
+    if query is not None:
+        missing = f"history:{spec}: there is no MLflow store at {where} to search (MLFLOW_TRACKING_URI selects it)"
     if db is not None and not db.is_file():  # reading history never creates a store
         raise InvalidInput(missing)
     mlflow_store.check_reachable()
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(uri)
-    experiment = client.get_experiment_by_name(name)
-    if experiment is None:
-        raise InvalidInput(missing)
+    if query is None:
+        experiment = client.get_experiment_by_name(spec)
+        if experiment is None:
+            raise InvalidInput(missing)
+        ids = [experiment.experiment_id]
+    else:
+        ids = [e.experiment_id for e in client.search_experiments()]
+    try:
+        found_runs = client.search_runs(ids, query or "", max_results=5000) if ids else []
+    except MlflowException as err:
+        first = str(err.message if hasattr(err, "message") else err).strip().splitlines()[0]
+        raise UsageError(f"history:{spec}: MLflow cannot search with that filter ({first}); see MLflow's search "
+                         f"syntax, e.g. tags.`repro500.recipe` = 'quickstart' and params.batch_size = '64'") from None
     paths, skipped = [], []
-    for found in client.search_runs([experiment.experiment_id], max_results=5000):
+    for found in found_runs:
         tags = found.data.tags
         if "repro500.run_id" not in tags or "mlflow.parentRunId" in tags:
             continue  # a repeat's nested run, or a run repro500 did not make
-        where = tags.get(RUN_DIR_TAG)
-        if not where:
+        run_dir = tags.get(RUN_DIR_TAG)
+        if not run_dir:
             skipped.append({"run": tags["repro500.run_id"], "why": "its MLflow run records no run directory "
                             "(made before repro500 recorded one); give the directory that holds it instead"})
-        elif not Path(where, "SHA256SUMS").is_file():
-            skipped.append({"run": tags["repro500.run_id"], "why": f"its run directory {where} is not here"})
+        elif not Path(run_dir, "SHA256SUMS").is_file():
+            skipped.append({"run": tags["repro500.run_id"], "why": f"its run directory {run_dir} is not here"})
         else:
-            paths.append(Path(where))
+            paths.append(Path(run_dir))
     return sorted(set(paths)), skipped
 
 
@@ -300,7 +325,6 @@ def compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, float
     *improvement*; straddling an edge *inconclusive*.  A change smaller than the margin is
     equivalent by design: the margin says what difference matters.
     """
-    from repro500.errors import UsageError
     from repro500.verify import equivalence
 
     margins = dict(margins or {})

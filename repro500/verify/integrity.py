@@ -7,8 +7,9 @@ Checks, in order (docs/verify.md, "Integrity"):
 3. ``manifest.json``: schema and its canonical digest (``repro500-c14n/v1``);
 4. ``run.json`` schema;
 5. every planned repeat accounted for (run.json, summary.json, recipe.yaml and the manifest
-   agree on how many; each has its own ``repeats/<k>/summary.json``, seeds as planned), and
-   the aggregate ``summary.json`` recomputed from the per-repeat summaries;
+   agree on how many; each has its own ``repeats/<k>/summary.json``, seeds as planned, the world
+   size and engine run.json records), and the aggregate ``summary.json`` recomputed from the
+   per-repeat summaries;
 6. cross-file consistency (summary values vs ``metrics.jsonl`` epoch records, final
    parameter digests vs ``params.jsonl``): reported as warnings, not INVALID, because they
    depend on how a workload defines its summary metric;
@@ -218,6 +219,7 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
                                    "a repeat was moved to another slot")
         if str(k) not in listed:
             result.problems.append(f"summary.json does not list repeat {k}, which repeats/{k}/summary.json records")
+        _check_topology(run.run or {}, k, doc, result)
         planned_seed = _planned_torch_seed(plan, k)
         seed = (doc.get("seeds") or {}).get("torch")
         if planned_seed is not None and seed is not None and seed != planned_seed:
@@ -234,6 +236,19 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
         said = f"run.json says the run is {state!r}" if state else "nothing says the run stopped early"
         result.problems.append(f"repeat(s) {_ks(missing)} of the {planned} planned are missing (no "
                                f"repeats/<k>/summary.json) and {said}: a repeat cannot be dropped from a run")
+
+
+def _check_topology(meta: dict[str, Any], k: int, doc: dict[str, Any], result: IntegrityResult) -> None:
+    """Every repeat ran on the run's own world size and engine: a repeat's result depends on both
+    (global batch, reduction order, compression), so a run whose repeats differ mixes two
+    experiments.  repro500 refuses a resume that would change them (runner/multinode.py), so a
+    difference means the records were altered or made by a version that let a resume change them."""
+    for key, label in (("world_size", "world size"), ("engine", "engine")):
+        recorded, ran = meta.get(key), doc.get(key)
+        if recorded is not None and ran is not None and recorded != ran:
+            result.problems.append(f"repeat {k} ran with {label} {ran!r}, but run.json records {label} {recorded!r} "
+                                   f"for the run: its result is not comparable with the other repeats' (rerun it "
+                                   f"with the run's own topology)")
 
 
 def _check_repeat_dirs(run: RunData, planned: int, result: IntegrityResult) -> None:

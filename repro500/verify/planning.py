@@ -48,6 +48,21 @@ def equivalence_repeats(diff: float, sd: float, margin: float, alpha: float, *, 
     return n, False
 
 
+def until_decided(effect: float, sd: float, margin: float, alpha: float, power: float, spending: str,
+                  n_ref: int | None = None, question: str = "equivalence") -> dict[str, Any]:
+    """The ``--max-repeats`` a ``run --until-decided`` needs to decide with *power* if the true
+    difference (a band: mean - threshold, in the good direction) is *effect* (verify/sequential_plan.py)."""
+    from repro500.verify import sequential, sequential_plan
+
+    if sd == 0.0:  # no spread: the first look decides exactly
+        return {"max_repeats": sequential.MIN_REPEATS, "expected_repeats": float(sequential.MIN_REPEATS),
+                "achieved_power": 1.0, "spending": spending, "reason": "zero spread"}
+    found = sequential_plan.plan(effect / sd, margin / sd, n_ref, power, alpha, spending, question)
+    return {"max_repeats": found.max_repeats, "expected_repeats": found.expected_repeats,
+            "achieved_power": found.achieved_power, "power_cap": found.power_cap, "spending": spending,
+            "reason": found.reason}
+
+
 def sd_upper(sd: float, n: int, confidence: float = SPREAD_CONFIDENCE) -> float:
     """The one-sided upper confidence bound of a normal standard deviation estimated from n values."""
     return sd * math.sqrt((n - 1) / float(sps.chi2.ppf(1.0 - confidence, n - 1)))
@@ -79,7 +94,8 @@ class Plan:
 
 
 def plan_metric(name: str, values: list[float], criterion: Criterion | None, margin: tuple[float, str] | None,
-                cv: float | None, alpha: float, power: float, n_run: int | None) -> MetricPlan:
+                cv: float | None, alpha: float, power: float, n_run: int | None,
+                spending: str = "obrien-fleming") -> MetricPlan:
     """The plan for one metric from its observed *values* (a run) or a stated *cv* (relative to
     the run's mean, or to the band's target for a recipe)."""
     mean = sum(values) / len(values) if values else (criterion.target if criterion else None)
@@ -101,6 +117,8 @@ def plan_metric(name: str, values: list[float], criterion: Criterion | None, mar
         out.band = {"threshold": criterion.threshold, "direction": criterion.direction, "repeats": n,
                     "conservative": band_repeats(mean, upper, criterion, alpha, power) if upper else None,
                     "side": "meets" if (mean >= criterion.threshold) == (criterion.direction == "higher") else "misses"}
+        shortfall = mean - criterion.threshold if criterion.direction == "higher" else criterion.threshold - mean
+        out.band["until_decided"] = until_decided(shortfall, sd, 0.0, alpha, power, spending, question="one-sided")
         if n is None:
             out.notes.append(f"{name}: the mean sits on the band's threshold; no number of repeats decides it")
     if margin is not None:
@@ -112,13 +130,14 @@ def plan_metric(name: str, values: list[float], criterion: Criterion | None, mar
         if n_run:  # a reproduction of this run, with its repeats as the reference
             against, both = equivalence_repeats(0.0, sd, delta, alpha, sd_ref=sd, n_ref=n_run, power=power)
             out.equivalence["against_this_run"] = None if both else against
+            out.equivalence["until_decided"] = until_decided(0.0, sd, delta, alpha, power, spending, n_ref=n_run)
             if against is None or both:
                 out.notes.append(f"{name}: this run's {n_run} repeats are too few to reproduce against at margin "
                                  f"{delta:g}; rerun both sides with {fresh} repeats each")
     return out
 
 
-def assumptions(alpha: float, power: float, kind: str) -> list[str]:
+def assumptions(alpha: float, power: float, kind: str, spending: str = "obrien-fleming") -> list[str]:
     return [
         "each metric's repeats are independent and normally distributed",
         ("the spread observed in the run (its sample standard deviation) is the true one; 'conservative' "
@@ -128,11 +147,15 @@ def assumptions(alpha: float, power: float, kind: str) -> list[str]:
         (f"bands: one-sided {1 - alpha:.0%} bound beyond the threshold; equivalence: TOST at alpha {alpha:g} "
          f"(a {1 - 2 * alpha:.0%} interval inside the margin); power {power:.0%}, normal approximation with "
          "Welch t quantiles, as verify's advice"),
+        (f"until decided: the smallest --max-repeats for run --until-decided ({spending} spending, a look after "
+         f"every repeat from the 3rd) whose looks decide with power {power:.0%}, by simulating the design "
+         "(20 000 runs; the band if the true mean is the one above; a reproduction against this run's repeats "
+         "if it truly matches them)"),
     ]
 
 
 def build(source: Any, margins: dict[str, float], cvs: dict[str, float], alpha: float, power: float,
-          shown_as: str | None = None) -> Plan:
+          shown_as: str | None = None, spending: str = "obrien-fleming") -> Plan:
     """The plan for a run directory (its observed spread) or a recipe file (a stated CV)."""
     from pathlib import Path
 
@@ -167,5 +190,5 @@ def build(source: Any, margins: dict[str, float], cvs: dict[str, float], alpha: 
         raise UsageError(f"nothing to plan: {path} has no acceptance band; pass --margin METRIC=DELTA for the "
                          "metrics a reproduction must match")
     metrics = [plan_metric(name, values_of(name), by_metric.get(name), chosen.get(name), cvs.get(name),
-                           alpha, power, n_run) for name in names]
-    return Plan(shown_as or str(path), kind, alpha, power, metrics, assumptions(alpha, power, kind))
+                           alpha, power, n_run, spending) for name in names]
+    return Plan(shown_as or str(path), kind, alpha, power, metrics, assumptions(alpha, power, kind, spending))

@@ -67,6 +67,8 @@ def _design(verdict: Verdict, console: Console) -> None:
     stopped = (f"stopped when decided after {d['stopped_at']}" if d.get("stopped_at") else f"{d['look']}")
     console.print(f"[bold]Sequential design[/]  {stopped} of up to {d['max_repeats']} repeats; decisions at {level} "
                   f"({d.get('spending')} spending of alpha {verdict.alpha:g}; docs/verify.md)", highlight=False)
+    if d.get("stop_check"):
+        console.print(f"  stopping point: {d['stop_check']}", highlight=False)
 
 
 def _variance(verdict: Verdict, console: Console) -> None:
@@ -134,7 +136,7 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
         t = e.tost
         interval = "no interval"
         if t.get("ci_low") is not None:
-            interval = f"{t['ci_confidence']:.0%} CI [{_g(t['ci_low'], 3)}, {_g(t['ci_high'], 3)}]"
+            interval = f"{100 * t['ci_confidence']:.4g}% CI [{_g(t['ci_low'], 3)}, {_g(t['ci_high'], 3)}]"
         margin = f"margin ±{_g(e.margin)}" if e.test == "equivalence" else f"non-inferiority margin {_g(e.margin)}"
         p = f", p = {_g(e.p_value, 2)}" if e.p_value is not None else ""
         shown = _status(e.change.upper()) if e.change else _status(e.status)

@@ -58,39 +58,54 @@ def information(n: int, reference_repeats: int | None = None) -> float:
 
 
 def calibrate(p_values: list[np.ndarray], fractions: list[float], alpha: float,
-              spending: str = "obrien-fleming") -> list[float]:
+              spending: str = "obrien-fleming", to_p: list[Any] | None = None) -> list[float]:
     """Per look, the nominal level whose first crossings spend alpha's increment at that look's
-    information fraction, given each simulated path's one-sided p-value at every look."""
+    information fraction, given each simulated path's one-sided p-value at every look.  With
+    *to_p*, ``p_values`` hold a statistic that orders the paths as their p-values do (smaller is
+    more significant) and ``to_p[i]`` turns look i's statistic into its p-value: the same levels,
+    with two p-values computed per look instead of one per path."""
     alive = np.ones(p_values[0].shape, dtype=bool)
     total = alive.size
     levels, previous = [], 0.0
-    for p, t in zip(p_values, fractions, strict=True):
+    for i, (p, t) in enumerate(zip(p_values, fractions, strict=True)):
         now = spent(t, alpha, spending)
         allowed = int(round((now - previous) * total))
-        candidates = np.sort(p[alive])
-        level = float(candidates[allowed - 1]) if allowed >= 1 else 0.0
+        candidates = p[alive]
+        # only the allowed-th and the next smallest matter: a partition, not a sort
+        kth = sorted({min(max(allowed - 1, 0), candidates.size - 1), min(allowed, candidates.size - 1)})
+        candidates = np.partition(candidates, kth)
+
+        def level_of_(score: float, i: int = i) -> float:
+            return float(score) if to_p is None else float(to_p[i](score))
+
+        level = level_of_(candidates[allowed - 1]) if allowed >= 1 else 0.0
         if allowed < candidates.size:  # between the last crossing and the first path that stays
-            level = (level + float(candidates[allowed])) / 2.0 if allowed >= 1 else float(candidates[0]) / 2.0
+            level = (level + level_of_(candidates[allowed])) / 2.0 if allowed >= 1 else level_of_(candidates[0]) / 2.0
         levels.append(level)
-        alive &= p > level
+        if allowed >= 1:  # no path's p-value lies between the last crossing and the level
+            alive &= p > candidates[min(allowed, candidates.size) - 1]
         previous = now
     return levels
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=64)
 def nominal_levels(max_repeats: int, alpha: float, spending: str = "obrien-fleming",
-                   min_repeats: int = MIN_REPEATS, reference_repeats: int | None = None) -> tuple[float, ...]:
+                   min_repeats: int = MIN_REPEATS, reference_repeats: int | None = None,
+                   paths: int = SIMULATED_PATHS) -> tuple[float, ...]:
     """The one-sided nominal level of each look (in the order of :func:`looks`) at which the
     verdict's t test (Welch's against a reference of *reference_repeats* values) crosses with
-    probability *alpha* over all looks under the boundary hypothesis."""
+    probability *alpha* over all looks under the boundary hypothesis.  Fewer *paths* give
+    noisier levels, for a search over designs (verify/sequential_plan.py), never for a run."""
     counts = looks(max_repeats, min_repeats)
     rng = np.random.default_rng(SEED)
-    run = rng.standard_normal((SIMULATED_PATHS, max_repeats))
-    sums, squares = np.cumsum(run, axis=1), np.cumsum(run**2, axis=1)
+    run = rng.standard_normal((paths, max_repeats))
+    squares = np.cumsum(run**2, axis=1)
+    sums = np.cumsum(run, axis=1, out=run)  # in place: a long design's paths are large
     if reference_repeats:
-        ref = rng.standard_normal((SIMULATED_PATHS, reference_repeats))
+        ref = rng.standard_normal((paths, reference_repeats))
         ref_mean, ref_var = ref.mean(axis=1), ref.var(axis=1, ddof=1)
-    p_values = []
+        del ref
+    p_values, to_p = [], []
     for n in counts:
         mean = sums[:, n - 1] / n
         var = np.maximum(squares[:, n - 1] - n * mean**2, 1e-300) / (n - 1)
@@ -98,12 +113,13 @@ def nominal_levels(max_repeats: int, alpha: float, spending: str = "obrien-flemi
             se = np.sqrt(var / n + ref_var / reference_repeats)
             num, den = (var / n + ref_var / reference_repeats) ** 2, \
                 (var / n) ** 2 / (n - 1) + (ref_var / reference_repeats) ** 2 / (reference_repeats - 1)
-            p_values.append(sps.t.sf((mean - ref_mean) / se, num / den))
-        else:
-            p_values.append(sps.t.sf(mean / np.sqrt(var / n), n - 1))
+            p_values.append(sps.t.sf((mean - ref_mean) / se, num / den))  # Welch: each path its own df
+        else:  # one df for every path: ordered by -t, and only the levels' p-values computed
+            p_values.append(-mean / np.sqrt(var / n))
+            to_p.append(functools.partial(lambda score, df: sps.t.sf(-score, df), df=n - 1))
     top = information(max_repeats, reference_repeats)
     fractions = [information(n, reference_repeats) / top for n in counts]
-    return tuple(calibrate(p_values, fractions, alpha, spending))
+    return tuple(calibrate(p_values, fractions, alpha, spending, to_p or None))
 
 
 def level_at(n: int, max_repeats: int, alpha: float, spending: str = "obrien-fleming",

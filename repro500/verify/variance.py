@@ -127,15 +127,29 @@ def _one(criterion: Any, by_source: dict[str, list[float]], alpha: float) -> Var
 
 def mlflow_metrics(results: list[VarianceResult] | None) -> dict[str, float]:
     """The decomposition as metrics of the MLflow parent run, so the runs table can sort by them:
-    ``<metric>_variance_<source>`` and ``<metric>_share_<source>``."""
+    ``<metric>_variance_<source>`` with ``..._ci_low`` and ``..._ci_high`` (its 1 - alpha interval),
+    ``<metric>_share_<source>`` with ``..._ci_low`` and ``..._ci_high`` (its 90% generalised
+    interval), and ``<metric>_repeats_needed_<source>`` (a decision at the margin, were only that
+    source random)."""
     out: dict[str, float] = {}
     for result in results or []:
         for c in result.components:
-            if c.variance is not None:
-                out[f"{result.metric}_variance_{c.source}"] = c.variance
-            if c.share is not None:
-                out[f"{result.metric}_share_{c.source}"] = c.share
+            for name, value, interval in (("variance", c.variance, c.ci), ("share", c.share, c.share_ci)):
+                if value is None:
+                    continue
+                out[f"{result.metric}_{name}_{c.source}"] = value
+                if interval is not None:
+                    out[f"{result.metric}_{name}_{c.source}_ci_low"] = float(interval[0])
+                    out[f"{result.metric}_{name}_{c.source}_ci_high"] = float(interval[1])
+            if c.repeats_needed is not None:
+                out[f"{result.metric}_repeats_needed_{c.source}"] = float(c.repeats_needed)
     return out
+
+
+def mlflow_tags(results: list[VarianceResult] | None) -> dict[str, str]:
+    """The dominant source of each metric, ``repro500.variance.<metric>.dominant`` (``none`` when
+    no single source varied it)."""
+    return {f"repro500.variance.{r.metric}.dominant": r.dominant or "none" for r in results or []}
 
 
 def design_tags(design: dict[str, Any] | None) -> dict[str, str]:
@@ -145,6 +159,7 @@ def design_tags(design: dict[str, Any] | None) -> dict[str, str]:
     tags = {"repro500.design": str(design["kind"])}
     if design["kind"] == "sequential":
         tags.update({"repro500.design.max_repeats": str(design.get("max_repeats")),
+                     "repro500.design.max_repeats_from": str((design.get("max_repeats_from") or {}).get("from")),
                      "repro500.design.spending": str(design.get("spending")),
                      "repro500.design.stopped_at": str(design.get("stopped_at"))})
     elif design["kind"] == "factorial":

@@ -221,14 +221,15 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
     decide_at = alpha
     design = sequential.recorded(run.run)
     if design is not None:  # decisions at the nominal level of the look the run stopped at
-        problems = sequential.stop_check(run, design, float(design.get("alpha", alpha))) \
-            if design.get("decided_on") == "bands" else []
+        problems, checked = _check_stop(run, design, ref if not in_history else None)
         if problems:
             return _invalid(verdict, problems)
         n = len(run.completed)
         level = sequential.level_of(design, n, alpha)
         decide_at = level if level is not None else alpha
-        verdict.design = {**design, "look": n, "nominal_level": level}
+        verdict.design = {**design, "look": n, "nominal_level": level, "stop_check": checked}
+        if checked.startswith("not re-derived"):
+            verdict.advice.append(f"the sequential stopping point was {checked}")
     verdict.bands = check_bands(run, decide_at)
     verdict.variance = variance.decompose(run, alpha)
     verdict.determinism = check_determinism(run)
@@ -248,6 +249,34 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float,
     _decide(verdict, ref is not None, run)
     _collect_advice(verdict, run)
     return verdict
+
+
+def _check_stop(run: RunData, design: dict[str, Any], given: Reference | None) -> tuple[list[str], str]:
+    """(problems, what was checked) of a sequential run's stopping point, re-derived from its
+    repeats in order against what it decided on: its bands, or the reference run.json records
+    (the one given with --against when it is that one; else read again, if it is still here)."""
+    alpha = float(design.get("alpha", 0.05))
+    if design.get("stopped_at") is None:
+        return [], "nothing to re-derive: no look decided the run"
+    if design.get("decided_on") != "against":
+        return sequential.stop_check(run, design, alpha), "re-derived from the repeats and the bands"
+    record = (run.run or {}).get("reference") or {}
+    where = str(record.get("against") or "")
+    if not where:
+        return [], "not re-derived: run.json names no reference it decided against"
+    ref = given
+    if ref is None or Path(ref.path).resolve() != Path(where).resolve():
+        try:
+            ref = load_reference(where)
+        except (InvalidInput, UsageError) as err:
+            return [], f"not re-derived: the reference it decided against is not readable here ({err})"
+    if ref.integrity is not None and not ref.integrity.ok:
+        return [], f"not re-derived: the reference it decided against ({where}) fails its integrity check"
+    try:
+        problems = sequential.stop_check(run, design, alpha, ref, record.get("margins") or None)
+    except (InvalidInput, UsageError) as err:
+        return [], f"not re-derived: the run's looks cannot be repeated against {where} ({err})"
+    return problems, f"re-derived from the repeats and the reference {where}"
 
 
 def _invalid(verdict: Verdict, problems: list[str]) -> Verdict:

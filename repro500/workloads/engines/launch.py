@@ -162,9 +162,35 @@ def _local_failure(engine: str, output: str, returncode: int, out_dir: Path) -> 
                               f"were stopped; full log: {log_path}")
     rank = failed_rank(output)
     detail = failure_detail(output, rank)
+    known = _started_rank(out_dir, rank)
+    if known is not None:  # horovodrun names the rank and its exit status; ranks.json the rest
+        code = _horovod_status(output, rank)
+        signum = -code if code is not None and code < 0 else code - 128 if code is not None and code > 128 else None
+        culprit = {"rank": rank, "node_rank": 0, "host": known.get("host"), "local_rank": known.get("local_rank"),
+                   "pid": known.get("pid"), "signal": signum, "exitcode": code, "detail": detail}
+        return RankFailed(f"{nodes.describe(culprit)} (horovodrun: {detail or f'launcher exit {returncode}'}); the "
+                          f"other ranks of the {engine} job were stopped; full log: {log_path}")
     who = f"rank {rank}" if rank is not None else "a rank"
     return RankFailed(f"{who} of the {engine} job failed ({detail or f'launcher exit {returncode}'}); "
                       f"the other ranks were stopped; full log: {log_path}")
+
+
+def _started_rank(out_dir: Path, rank: int | None) -> dict[str, Any] | None:
+    """What rank *rank* reported of itself once started (ranks.json: host, local rank, pid), if it got
+    that far: the launcher's report of a horovodrun job names only the rank."""
+    path = out_dir / layout.RANKS
+    if rank is None or not path.is_file():
+        return None
+    try:
+        ranks = json.loads(path.read_text(encoding="utf-8")).get("ranks") or []
+    except (OSError, ValueError):
+        return None
+    return next((r for r in ranks if isinstance(r, dict) and r.get("rank") == rank), None)
+
+
+def _horovod_status(output: str, rank: int | None) -> int | None:
+    match = re.search(rf"Process {rank} exit with status code (-?\d+)\.", output) if rank is not None else None
+    return int(match.group(1)) if match else None
 
 
 def _node_failure(output: str, returncode: int, repeat: int, out_dir: Path,
@@ -173,8 +199,8 @@ def _node_failure(output: str, returncode: int, repeat: int, out_dir: Path,
     failed, name the same culprit as they do; node 0 keeps every node's launcher log."""
     link = nodes.link(rendezvous)
     ended = nodes.launcher_report(output, returncode)
-    if not link.leader:
-        ended["log"] = nodes.log_tail(output)
+    if not link.leader and returncode != 0:
+        ended["log_chunks"] = link.send_log(repeat, output)  # the whole log, before the report says so
     link.report(repeat, ended)
     if returncode == 0:
         return None
@@ -182,8 +208,9 @@ def _node_failure(output: str, returncode: int, repeat: int, out_dir: Path,
     if link.leader:
         (out_dir / layout.LAUNCHER_LOG).write_text(output, encoding="utf-8")
         for r in reports:
-            if r.get("log") is not None:
-                (out_dir / layout.node_launcher_log(int(r["node_rank"]))).write_text(r["log"], encoding="utf-8")
+            text = link.read_log(repeat, int(r["node_rank"]), int(r["log_chunks"])) if r.get("log_chunks") else None
+            if text is not None:
+                (out_dir / layout.node_launcher_log(int(r["node_rank"]))).write_text(text, encoding="utf-8")
         logs = f"launcher logs of every node that reported: {out_dir}/launcher*.log"
     else:
         where = layout.RunDir(link.run_dir).repeat(repeat) if link.run_dir else "its repeat directory"

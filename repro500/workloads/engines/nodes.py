@@ -10,7 +10,8 @@ each other once training starts.  Three things need the nodes before that and af
   repeats are missing; the other nodes run exactly those;
 - **the rank to blame**: when a repeat fails, each node's launcher only knows its own ranks (a
   node whose peer died sees its own ranks fail with a lost connection).  Each node reports how its
-  ranks ended; every node names the same culprit, and node 0 keeps every node's launcher log.
+  ranks ended; every node names the same culprit, and node 0 keeps every node's whole launcher
+  log (sent in chunks of LOG_CHUNK_BYTES, so a long run's log is not one huge store value).
 
 Node 0 hosts a small key-value store (torch's ``TCPStore``) at the rendezvous host, one port
 above the rendezvous port, for the whole run.
@@ -30,7 +31,7 @@ from repro500.errors import InvalidInput, UsageError
 STORE_PORT_OFFSET = 1
 START_WAIT_S = 600  # nodes are started by hand, one after the other: wait this long for the rest
 REPORT_WAIT_S = 30  # after a failure, how long a node waits for the other nodes' reports
-LOG_TAIL_BYTES = 256 * 1024  # what of a node's launcher log travels to node 0
+LOG_CHUNK_BYTES = 4 * 1024 * 1024  # a node's launcher log travels to node 0 whole, in store values of this size
 _GONE = (InvalidInput, RuntimeError, OSError)  # the store's server went away or a wait timed out
 _LOST_PEER = re.compile(r"connection (closed|reset)|broken pipe|timed out|timeout|socket|peer|gloo|nccl", re.I)
 
@@ -112,6 +113,26 @@ class NodeLink:
         with suppress(*_GONE):  # node 0 is gone: the caller still reports its own ranks
             self._set(f"repeat/{k}/node/{self.node_rank}", {**ended, "node_rank": self.node_rank})
 
+    def send_log(self, k: int, text: str) -> int:
+        """This node's whole launcher log of repeat *k*, in chunks; returns how many."""
+        data = text.encode("utf-8", "replace")
+        chunks = [data[i:i + LOG_CHUNK_BYTES] for i in range(0, len(data), LOG_CHUNK_BYTES)] or [b""]
+        with suppress(*_GONE):
+            store = self._connect()
+            for i, chunk in enumerate(chunks):
+                store.set(f"repeat/{k}/node/{self.node_rank}/log/{i}", chunk)
+            return len(chunks)
+        return 0
+
+    def read_log(self, k: int, node: int, chunks: int) -> str | None:
+        """Node *node*'s launcher log of repeat *k* (None when it did not arrive whole)."""
+        try:
+            store = self._connect()
+            parts = [store.get(f"repeat/{k}/node/{node}/log/{i}") for i in range(chunks)]
+        except _GONE:
+            return None
+        return b"".join(parts).decode("utf-8", "replace")
+
     def reports(self, k: int) -> list[dict[str, Any]]:
         """Every node's report on repeat *k* that arrives within REPORT_WAIT_S."""
         keys = [f"repeat/{k}/node/{r}" for r in range(self.nnodes)]
@@ -185,7 +206,31 @@ def launcher_report(output: str, returncode: int) -> dict[str, Any]:
             report[name] = match.group(1)
     if match := _FIELD["traceback"].search(root):
         report["detail"] = match.group(1).strip()
+    if report["rank"] is not None and report["signal"] is None and report["detail"] in ("", "<N/A>", _NO_TRACEBACK):
+        report["detail"] = rank_error(output, report["rank"]) or ""
     return report
+
+
+_NO_TRACEBACK = "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html"
+
+
+def rank_error(output: str, rank: int) -> str | None:
+    """The last line of the exception rank *rank* printed (torchrun prefixes each of a rank's lines
+    with ``[rankN]:``), its module path dropped: "InvalidInput: no eval files in ...".  torchrun's
+    own report says only "To enable traceback see ..." for a worker without its error handler."""
+    prefix = f"[rank{rank}]: "
+    found = None
+    for line in output.splitlines():
+        if not line.startswith(prefix):
+            continue
+        text = line[len(prefix):]
+        if text and not text[0].isspace() and not text.startswith("Traceback (most recent call last)") \
+                and re.match(r"^[A-Za-z_][\w.]*: ", text):
+            found = text
+    if found is None:
+        return None
+    kind, _, message = found.partition(": ")
+    return f"{kind.rsplit('.', 1)[-1]}: {message}"
 
 
 def blame(reports: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -219,11 +264,6 @@ def describe(culprit: dict[str, Any]) -> str:
         if culprit.get("detail") and culprit["detail"] != "<N/A>":
             how += f" ({culprit['detail'][:200]})"
     return f"rank {culprit['rank']} ({', '.join(where)}) {how}"
-
-
-def log_tail(output: str) -> str:
-    data = output.encode("utf-8", "replace")
-    return data[-LOG_TAIL_BYTES:].decode("utf-8", "replace")
 
 
 _links: dict[str, NodeLink] = {}
