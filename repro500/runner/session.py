@@ -211,7 +211,7 @@ class Session:
         if observed.get("paths"):
             # one hashing thread: the next repeat is running beside it
             self._inputs[k] = call_in_background("repro500-inputs", inputs.digest, list(observed["paths"]),
-                                                 inputs.budget(observed), jobs=1)
+                                                 inputs.budget(observed), jobs=1, budget_s=inputs.budget_s(observed))
 
     def summarise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
         """The aggregate over every repeat that has a summary (killed and failed ones too, so it
@@ -227,6 +227,9 @@ class Session:
             observed = inputs.document(every)
             if observed is not None:
                 self.run.write_inputs(observed)
+                said = inputs.skipped_line(observed["skipped"])
+                if said:
+                    self.console.print(f"[yellow]note:[/] {said}", highlight=False, soft_wrap=True)
         if self.tracking:  # run.json names every repeat's MLflow run before the seal
             self.tracking.wait_started()
             self.tracking.record(self.meta)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500.capture.inputs import BUDGET_MB
+from repro500.capture.inputs import BUDGET_MB, BUDGET_S
 from repro500.capture.seeds import Seeds
 from repro500.errors import InvalidInput
 from repro500.launchenv import user_environ
@@ -65,6 +65,7 @@ class CommandSpec:
     inputs: list[str] = field(default_factory=list)  # declared data, hashed like a data set
     observe: str = "auto"  # how the files it opens are watched: auto | strace | off
     inputs_budget_mb: float = BUDGET_MB  # observed inputs past this are listed, not hashed
+    inputs_budget_s: float = BUDGET_S  # hashing observed inputs the cache lacks stops after this long
 
     @classmethod
     def from_recipe(cls, fixed: Mapping[str, Any], metrics: Mapping[str, Any] | None,
@@ -122,6 +123,9 @@ class CommandSpec:
         budget = fixed.get("inputs_budget_mb", BUDGET_MB)
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
             raise bad("fixed.inputs_budget_mb", f"expected a number of MiB (0 or more), not {budget!r}")
+        seconds = fixed.get("inputs_budget_s", BUDGET_S)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise bad("fixed.inputs_budget_s", f"expected a number of seconds (0 or more), not {seconds!r}")
         spec = cls(
             argv=[str(a) for a in command],
             workdir=((base or Path.cwd()) / workdir).resolve(),
@@ -134,6 +138,7 @@ class CommandSpec:
             inputs=list(inputs),
             observe=observe,
             inputs_budget_mb=float(budget),
+            inputs_budget_s=float(seconds),
         )
         fill(spec, seed=0, repeat=0, repeat_dir="repeat_dir")  # unknown placeholders fail here
         return spec

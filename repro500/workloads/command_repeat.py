@@ -208,7 +208,7 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
                        total_time_s=child.elapsed_s)
         # what it read, however it ended: a failed repeat's inputs explain it too
         summary["observed_inputs"] = watch.result([out_dir.parent.parent, *context.exclude], context.source_files,
-                                                  spec.inputs_budget_mb)
+                                                  spec.inputs_budget_mb, spec.inputs_budget_s)
     finally:
         watch.close()
     error = _exit_error(child, spec.timeout_s, child.last_stderr)

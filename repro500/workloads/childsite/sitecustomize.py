@@ -9,7 +9,10 @@ DataLoader workers by fork) runs this once, before the user's code, without any 
 1. with ``REPRO500_OBSERVE_DIR`` set, an audit hook (PEP 578) appends each distinct file the
    process opens to ``opened-<pid>.txt`` there, one ``r``/``w`` line per path (past 2,000 paths
    read, one ``D`` line per directory instead), after a header naming the interpreter's own
-   trees; repro500 reads, filters and hashes them after the repeat;
+   trees; a Python source file opened by the import system, ``runpy`` or ``linecache`` (a
+   warning's or a traceback's source line) is code, not data, and gets a ``c`` line (an editable
+   install's modules lie outside site-packages); repro500 reads, filters and hashes them after
+   the repeat;
 2. with ``REPRO500_MLFLOW_READY`` set, ``import mlflow`` waits until that file exists: repro500
    opens (and on first use creates) the tracking store while the command starts, and the two
    must not create or migrate one store at the same time;
@@ -26,6 +29,21 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _WAIT_S = 600.0
 _PATHS_PER_PROCESS = 2000
+_SOURCE_SUFFIXES = (".py", ".pyw", ".pyi")
+# Who opens a source file to run or show it: the import system (frozen), runpy (``python -m``,
+# run_path), and tokenize/linecache (a warning's or a traceback's source line, inspect).  The
+# caller of ``open`` itself is asked, so a script's own ``open("x.py")`` stays a read.
+_CODE_READERS = ("<frozen importlib._bootstrap", os.sep + "linecache.py", os.sep + "tokenize.py",
+                 os.sep + "runpy.py")
+
+
+def _read_as_code():
+    try:
+        frame = sys._getframe(3)  # _read_as_code <- record <- hook <- the code that opened the file
+    except ValueError:  # opened from C with no Python caller (the interpreter reading the main script)
+        return False
+    name = frame.f_code.co_filename
+    return any(name.startswith(reader) or name.endswith(reader) for reader in _CODE_READERS)
 
 
 def _observer(directory):
@@ -60,6 +78,8 @@ def _observer(directory):
         if state["pid"] != os.getpid():
             start_log()
         kind = "w" if (flags or 0) & 3 else "r"  # O_ACCMODE: O_RDONLY is 0
+        if kind == "r" and path.endswith(_SOURCE_SUFFIXES) and _read_as_code():
+            kind = "c"
         key = kind + path
         if key in state["seen"]:
             return
@@ -108,11 +128,14 @@ def _install():
         return
 
     def hook(event, args):
-        if event == "open":
-            if record is not None and args:
-                record(args[0], args[2] if len(args) > 2 else 0)
-        elif event == "import" and wait is not None and args and args[0] == "mlflow":
-            wait()
+        try:
+            if event == "open":
+                if record is not None and args:
+                    record(args[0], args[2] if len(args) > 2 else 0)
+            elif event == "import" and wait is not None and args and args[0] == "mlflow":
+                wait()
+        except Exception:  # noqa: BLE001 - an error here would fail the user's open or import
+            pass
 
     sys.addaudithook(hook)
 
