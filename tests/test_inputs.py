@@ -202,6 +202,41 @@ def test_a_run_records_declared_and_observed_inputs_and_diff_names_a_changed_one
     assert keys == {("data", f"observed.{data}.md5"), ("data", f"inputs.{data}.md5")}
 
 
+def _observed_by_a_run(proj: Path, *argv: str) -> dict:
+    done = repro500("run", "--command", *ACC, "-n", "1", "--no-tracking", "--run-id", "o", "--", *argv, cwd=proj)
+    assert done.returncode == 3, done.stdout + done.stderr  # one repeat: a finished run without a bound
+    return json.loads((proj / "runs" / "o" / "inputs.json").read_text())
+
+
+def test_a_python_shebang_script_run_as_a_program_has_its_reads_observed(tmp_path):
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    script = proj / "train.py"
+    script.write_text(f"#!{PY}\n" + script.read_text())
+    script.chmod(0o755)
+    observed = _observed_by_a_run(proj, "./train.py", str(data))
+    assert observed["method"] == "audit-hook" and [e["path"] for e in observed["observed"]] == [str(data)]
+    assert observed["observed"][0]["md5"] == digest_path(data)["md5"]
+
+
+@pytest.mark.slow
+def test_torchrun_workers_have_their_reads_observed(tmp_path):
+    torchrun = Path(PY).parent / "torchrun"
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    shard = tmp_path / "data" / "rank0.csv"  # read only by the worker, named by its rank
+    shard.write_text("1\n")
+    (proj / "train.py").write_text(textwrap.dedent(f"""
+        import os, sys
+        import helpers
+        open(os.path.join({str(shard.parent)!r}, f"rank{{os.environ['RANK']}}.csv")).read()
+        print(f"Acc {{helpers.mean(sys.argv[1]) / 10:.3f}}")
+    """))
+    observed = _observed_by_a_run(proj, str(torchrun), "--standalone", "--nproc-per-node", "1", "train.py", str(data))
+    assert [e["path"] for e in observed["observed"]] == [str(shard), str(data)]  # the agent's own reads are not
+    assert observed["method"] == "audit-hook"
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--input", "nosuch.csv"], "fixed.inputs: {proj}/nosuch.csv does not exist"),
     (["--input", "data-{seed}.csv"], "uses {{seed}}; an input exists before the repeats run"),
