@@ -396,6 +396,24 @@ def test_a_process_reading_very_many_files_logs_their_directories_past_its_limit
     assert watch.result(exclude=[proj])["paths"] == [str(images)]
 
 
+def test_byte_code_and_library_reads_neither_fill_the_log_nor_spend_the_per_process_limit(tmp_path):
+    # importing mlflow and scikit-learn opens thousands of byte-code files before a script reads
+    # its data: the data must still be recorded as the file it is, not as its directory
+    cache = tmp_path / "pycache"
+    cache.mkdir()
+    for i in range(2500):
+        (cache / f"m{i}.cpython-311.pyc").write_bytes(b"x")
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    (proj / "load.py").write_text(f"import os\nfor n in os.listdir({str(cache)!r}):\n"
+                                  f"    open(os.path.join({str(cache)!r}, n), 'rb').read()\nopen({str(data)!r}).read()\n")
+    watch = Watch("auto")
+    subprocess.run([PY, "load.py"], cwd=proj, env=watch.env(dict(os.environ)), check=True)
+    logged = sum(len(p.read_text().splitlines()) for p in watch.dir.glob("opened-*.txt"))
+    assert logged < 50  # the byte code is not logged at all
+    assert watch.result(exclude=[proj])["paths"] == [str(data)]
+
+
 def test_data_inside_the_experiment_that_is_not_in_its_source_copy_is_an_input(tmp_path):
     proj = _project(tmp_path, tmp_path / "proj" / "data" / "values.csv")  # data/ inside the repository
     (proj / ".gitignore").write_text("data/\nruns/\n")  # as dvc add leaves it
