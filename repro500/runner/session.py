@@ -284,7 +284,7 @@ class Session:
 
                     hooks.on_epoch_end = on_epoch_end
                 summary = self.plan.workload.run_repeat(Repeat(
-                    k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(),
+                    k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(k),
                     own_outputs=self._own_outputs(), source_files=source.copied_files(self.run.path),
                     deterministic=self.plan.deterministic_at(k), varied=self.plan.varied(k)))
             except KeyboardInterrupt:
@@ -299,13 +299,14 @@ class Session:
                                      script_runs_of=self.meta["run_id"] if self.recipe.is_command else None)
         return summary
 
-    def _mlflow_target(self) -> Any:
-        """Where a wrapped script's own MLflow runs go (none for a trained workload or untracked)."""
+    def _mlflow_target(self, k: int) -> Any:
+        """Where repeat *k*'s wrapped script's own MLflow runs go (none for a trained workload or
+        untracked), and the file naming the repeat's own run once it exists (track.py)."""
         if self.tracking is None or not self.recipe.is_command:
             return None
         from repro500.workloads.command_repeat import MlflowTarget
 
-        return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.ready_file,
+        return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.repeat_file(k),
                             self.tracking.wait_ready)
 
     def _own_outputs(self) -> list[Path]:
