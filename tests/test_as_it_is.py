@@ -195,6 +195,40 @@ def test_a_script_keeps_its_mlflow_habits_under_repro500_run(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("where, module, said", [
+    ("beside the script", "raise ImportError('an old copy of repro500')\n", "an old copy of repro500"),
+    ("on fixed.env's PYTHONPATH", "RepeatRunContext = None\ndel RepeatRunContext\n",
+     "module 'repro500.mlflow_context' has no attribute 'RepeatRunContext'"),
+], ids=["beside-the-script", "pythonpath"])
+def test_a_run_context_provider_mlflow_does_not_load_is_refused_before_anything_is_written(tmp_path, where, module,
+                                                                                           said):
+    import subprocess
+
+    proj = tmp_path / "exp"
+    proj.mkdir()
+    (proj / "train.py").write_text("import mlflow\nwith mlflow.start_run():\n    mlflow.log_metric('loss', 0.1)\n")
+    shadow = proj if where == "beside the script" else tmp_path / "vendor"
+    (shadow / "repro500").mkdir(parents=True)  # a package of the user's own that shadows repro500 in the command
+    (shadow / "repro500" / "__init__.py").write_text("")
+    (shadow / "repro500" / "mlflow_context.py").write_text(module)
+    fixed = {"command": [PY, "train.py"], **({"env": {"PYTHONPATH": str(shadow)}} if shadow != proj else {})}
+    (tmp_path / "exp.yaml").write_text(json.dumps({
+        "schema": "repro500/recipe/v1", "name": "shadowed", "repeats": 2, "seed": 1, "fixed": fixed,
+        "metrics": {"loss": "mlflow"}, "acceptance": {"loss": {"target": 1, "direction": "lower", "tolerance": 0}}}))
+    store = tmp_path / "store.db"
+    # the console script, as a user runs it (python -m repro500.cli here would import the shadow itself)
+    done = subprocess.run([str(Path(PY).parent / "repro500"), "run", str(tmp_path / "exp.yaml")], cwd=proj,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}"}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 4, done.stdout + done.stderr
+    line = " ".join(done.stderr.split())
+    assert done.stderr.startswith("repro500: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "need repro500's MLflow run-context provider, but MLflow in the command's Python" in line
+    assert said in line and f"there, repro500 is {shadow / 'repro500' / '__init__.py'}" in line
+    assert not (proj / "runs").exists() and not store.exists()  # nothing written, not even the store
+
+
+@pytest.mark.slow
 def test_data_kept_inside_a_repository_is_asked_for_and_taken_from_data_root(tmp_path):
     import shutil
     import subprocess
