@@ -78,6 +78,7 @@ FIXED_SCHEMA: dict[str, Any] = {
     "inputs": list,  # files and directories the command reads, hashed like data sets
     "observe_inputs": ["auto", "strace", "off"],  # how the files it opens are found (docs/command.md)
     "inputs_budget_mb": (int, float),
+    "inputs_budget_s": (int, float),
 }
 MUTABLE_SCHEMA: dict[str, Any] = {
     "batch_size": int,
@@ -117,7 +118,8 @@ REQUIRED_COMMAND = ("command",)
 # Keys only a trained workload has, and keys only a command has: naming one in the other kind of
 # recipe is a mistake worth one sentence, not a silently ignored key.
 TRAINED_ONLY = ("model", "model_options", "dataset", "epochs", "valid_flops_exponent", "mlperf_benchmark", "evaluate")
-COMMAND_ONLY = ("command", "workdir", "timeout_s", "outputs", "env", "inputs", "observe_inputs", "inputs_budget_mb")
+COMMAND_ONLY = ("command", "workdir", "timeout_s", "outputs", "env", "inputs", "observe_inputs", "inputs_budget_mb",
+                "inputs_budget_s")
 
 
 # ---------------------------------------------------------------------------------------------

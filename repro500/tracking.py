@@ -37,7 +37,11 @@ STEP_METRIC_KEYS = (
 # script starts inside a repeat, from the variables the repeat's environment carries.
 RUN_ID_TAG, REPEAT_TAG = "repro500.run_id", "repro500.repeat"
 SCRIPT_TAG = "repro500.script"  # "true": a run the script started, not one of repro500's own
+REPEAT_RUN_TAG = "repro500.repeat_run_id"  # the repeat's own MLflow run: the way back from any experiment
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's UI nests a run under this one, within one experiment
 RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
+# a file that exists once the repeat's own run does, holding {"run_id", "experiment_id"} (runner/track.py)
+READY_ENV = "REPRO500_MLFLOW_READY"
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
@@ -144,17 +148,23 @@ class Tracker:
         self.client.set_terminated(run_id, status=status)
 
     def adopt_script_runs(self, run_id: str, repeat: int, repeat_run_id: str) -> list[str]:
-        """Nest the runs a wrapped script started in repeat *repeat* under the repeat's own run
-        (``mlflow.parentRunId``), where they share its experiment: the UI shows a parent run
-        nesting across experiments nowhere.  Returns the script runs' ids."""
+        """The fallback for the runs a wrapped script started in repeat *repeat* that the run-context
+        provider could not link when they started (repro500.mlflow_context: a run made before the
+        repeat's own run existed, or by a process that does not load the provider, or outside
+        ``mlflow.start_run``): give each the tags it lacks, ``repro500.repeat_run_id`` and, where it
+        shares the repeat's experiment and has no parent of its own, ``mlflow.parentRunId`` (the
+        UI nests within one experiment only).  Nothing is overwritten.  Returns the runs' ids."""
         from mlflow.entities import RunTag
 
         found = script_runs(self.client, run_id, repeat)
         for run in found:
-            tags = [RunTag("repro500.repeat_run_id", repeat_run_id)]  # the way back, from any experiment
-            if run.info.experiment_id == self.experiment_id and "mlflow.parentRunId" not in run.data.tags:
-                tags.append(RunTag("mlflow.parentRunId", repeat_run_id))
-            self.client.log_batch(run.info.run_id, tags=tags)
+            tags = []
+            if REPEAT_RUN_TAG not in run.data.tags:
+                tags.append(RunTag(REPEAT_RUN_TAG, repeat_run_id))
+            if run.info.experiment_id == self.experiment_id and PARENT_TAG not in run.data.tags:
+                tags.append(RunTag(PARENT_TAG, repeat_run_id))
+            if tags:
+                self.client.log_batch(run.info.run_id, tags=tags)
         return [run.info.run_id for run in found]
 
     def kill(self, run_id: str, reason: str) -> None:

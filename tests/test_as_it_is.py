@@ -116,39 +116,116 @@ def test_two_runs_of_an_unchanged_directory_share_a_source_digest_beside_their_m
     assert tree("three")[0] != first
 
 
+HABITS = textwrap.dedent("""
+    import os, sys
+    import mlflow
+    from sklearn.linear_model import LogisticRegression
+
+    rows = [[float(v) for v in line.split(",")] for line in open(sys.argv[1]) if line.strip()]
+    X, y = [r[:2] for r in rows], [int(r[2]) for r in rows]
+    seed = int(os.environ["REPRO500_SEED"])
+    mlflow.autolog(silent=True, log_models=False, log_datasets=False)
+
+    def at_start(run):  # the tags the run had as it started: before repro500 could add any after it
+        tags = mlflow.get_run(run.info.run_id).data.tags
+        mlflow.log_params({"parent_at_start": tags.get("mlflow.parentRunId", "-"),
+                           "repeat_run_at_start": tags.get("repro500.repeat_run_id", "-")})
+
+    with mlflow.start_run(run_name="prepare") as run:  # in repro500's own experiment: nested under the repeat
+        at_start(run)
+        mlflow.log_metric("rows", len(rows))
+    mlflow.set_experiment("lab-notebook")
+    with mlflow.start_run(run_name="fit") as run:
+        at_start(run)
+        mlflow.log_metric("loss", 0.5, step=0)
+        mlflow.log_metric("loss", 0.2, step=1)
+    LogisticRegression(random_state=seed, max_iter=200).fit(X, y)  # autologging starts a run of its own
+    with mlflow.start_run(run_name="eval") as run:
+        at_start(run)
+        mlflow.log_metric("accuracy", 0.9 + seed % 7 / 1000)
+""")
+
+
 @pytest.mark.slow
 def test_a_script_keeps_its_mlflow_habits_under_repro500_run(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    (tmp_path / "train.py").write_text(textwrap.dedent("""
-        import os
-        import mlflow
-        mlflow.set_experiment("lab-notebook")
-        mlflow.autolog(silent=True)
-        seed = int(os.environ["REPRO500_SEED"])
-        with mlflow.start_run(run_name="fit"):
-            mlflow.log_metric("loss", 0.5, step=0)
-            mlflow.log_metric("loss", 0.2, step=1)
-        with mlflow.start_run(run_name="eval"):
-            mlflow.log_metric("accuracy", 0.9 + seed % 7 / 1000)
-    """))
+    proj, data = tmp_path / "exp", tmp_path / "data" / "points.csv"
+    proj.mkdir()
+    data.parent.mkdir()
+    data.write_text("".join(f"{i % 7},{i % 5},{int(i % 7 > 3)}\n" for i in range(60)))
+    (proj / "train.py").write_text(HABITS)
     store = f"sqlite:///{tmp_path / 'store.db'}"
     done = repro500("run", "--command", "--metric", "accuracy=mlflow", "--metric", "loss=mlflow",
-                    "--accept", "accuracy>=0.85", "-n", "2", "--run-id", "habits", "--", PY, "train.py",
-                    cwd=tmp_path, env={**VENV, "MLFLOW_TRACKING_URI": store})
+                    "--metric", "rows=mlflow", "--metric", "train_acc=mlflow:training_accuracy_score",
+                    "--accept", "accuracy>=0.85", "-n", "2", "--run-id", "habits", "--", PY, "train.py", str(data),
+                    cwd=proj, env={**VENV, "MLFLOW_TRACKING_URI": store})
     assert done.returncode == 0, done.stdout + done.stderr
-    summary = json.loads((tmp_path / "runs/habits/repeats/1/summary.json").read_text())
-    assert summary["metrics"]["loss"] == 0.2 and summary["metric_sources"]["accuracy"] == "mlflow"
     client = MlflowClient(store)
-    meta = json.loads((tmp_path / "runs/habits/run.json").read_text())["mlflow"]
+    meta = json.loads((proj / "runs/habits/run.json").read_text())["mlflow"]
+    repeat_runs = meta["repeat_run_ids"]
     lab = client.get_experiment_by_name("lab-notebook")
     runs = client.search_runs([lab.experiment_id])
-    assert sorted((r.info.run_name, r.data.tags["repro500.repeat"]) for r in runs) == [
+    autologged = [r for r in runs if r.data.tags.get("estimator_name") == "LogisticRegression"]
+    assert len(runs) == 6 and len(autologged) == 2
+    assert sorted((r.info.run_name, r.data.tags["repro500.repeat"]) for r in runs if r not in autologged) == [
         ("eval", "0"), ("eval", "1"), ("fit", "0"), ("fit", "1")]
-    for r in runs:  # found from the repeat, and the way back from the script's own experiment
-        assert r.data.tags["repro500.run_id"] == "habits"
-        assert r.data.tags["repro500.repeat_run_id"] == meta["repeat_run_ids"][r.data.tags["repro500.repeat"]]
+    for r in runs:  # found from the repeat, the way back from the script's own experiment, no parent there
+        k = r.data.tags["repro500.repeat"]
+        assert r.data.tags["repro500.run_id"] == "habits" and r.data.tags["repro500.script"] == "true"
+        assert r.data.tags["repro500.repeat_run_id"] == repeat_runs[k] and "mlflow.parentRunId" not in r.data.tags
+        if r not in autologged:  # tagged as it started, by the run-context provider
+            assert r.data.params == {"parent_at_start": "-", "repeat_run_at_start": repeat_runs[k]}
+    for k in ("0", "1"):  # autologging's own metric of the fit, read from its run
+        summary = json.loads((proj / f"runs/habits/repeats/{k}/summary.json").read_text())
+        fit = next(r for r in autologged if r.data.tags["repro500.repeat"] == k)
+        assert summary["metrics"]["train_acc"] == fit.data.metrics["training_accuracy_score"]
+        assert summary["metrics"]["loss"] == 0.2 and summary["metrics"]["rows"] == 60
+        assert set(summary["metric_sources"].values()) == {"mlflow"}
+    # in repro500's own experiment: nested under the repeat's run from the start
+    ours = client.search_runs([meta["experiment_id"]], "tags.`repro500.script` = 'true'")
+    assert sorted(r.data.tags["repro500.repeat"] for r in ours) == ["0", "1"]
+    for r in ours:
+        parent = repeat_runs[r.data.tags["repro500.repeat"]]
+        assert r.data.tags["mlflow.parentRunId"] == parent and r.data.params["parent_at_start"] == parent
     assert client.get_run(meta["parent_run_id"]).data.tags["repro500.verdict"] == "PASS"
+    # what it read: its data; never repro500's provider, sklearn's or MLflow's code (an editable install too)
+    observed = json.loads((proj / "runs/habits/inputs.json").read_text())
+    assert [e["path"] for e in observed["observed"]] == [str(data)] and observed["skipped"] == [], observed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where, module, said", [
+    ("beside the script", "raise ImportError('an old copy of repro500')\n", "an old copy of repro500"),
+    ("on fixed.env's PYTHONPATH", "RepeatRunContext = None\ndel RepeatRunContext\n",
+     "module 'repro500.mlflow_context' has no attribute 'RepeatRunContext'"),
+], ids=["beside-the-script", "pythonpath"])
+def test_a_run_context_provider_mlflow_does_not_load_is_refused_before_anything_is_written(tmp_path, where, module,
+                                                                                           said):
+    import subprocess
+
+    proj = tmp_path / "exp"
+    proj.mkdir()
+    (proj / "train.py").write_text("import mlflow\nwith mlflow.start_run():\n    mlflow.log_metric('loss', 0.1)\n")
+    shadow = proj if where == "beside the script" else tmp_path / "vendor"
+    (shadow / "repro500").mkdir(parents=True)  # a package of the user's own that shadows repro500 in the command
+    (shadow / "repro500" / "__init__.py").write_text("")
+    (shadow / "repro500" / "mlflow_context.py").write_text(module)
+    fixed = {"command": [PY, "train.py"], **({"env": {"PYTHONPATH": str(shadow)}} if shadow != proj else {})}
+    (tmp_path / "exp.yaml").write_text(json.dumps({
+        "schema": "repro500/recipe/v1", "name": "shadowed", "repeats": 2, "seed": 1, "fixed": fixed,
+        "metrics": {"loss": "mlflow"}, "acceptance": {"loss": {"target": 1, "direction": "lower", "tolerance": 0}}}))
+    store = tmp_path / "store.db"
+    # the console script, as a user runs it (python -m repro500.cli here would import the shadow itself)
+    done = subprocess.run([str(Path(PY).parent / "repro500"), "run", str(tmp_path / "exp.yaml")], cwd=proj,
+                          env={**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{store}"}, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 4, done.stdout + done.stderr
+    line = " ".join(done.stderr.split())
+    assert done.stderr.startswith("repro500: error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert "need repro500's MLflow run-context provider, but MLflow in the command's Python" in line
+    assert said in line and f"there, repro500 is {shadow / 'repro500' / '__init__.py'}" in line
+    assert not (proj / "runs").exists() and not store.exists()  # nothing written, not even the store
 
 
 @pytest.mark.slow

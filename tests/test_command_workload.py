@@ -411,14 +411,44 @@ def test_an_unwritable_repeat_directory_is_one_sentence(tmp_path):
         run_repeat(spec, 0, derive(500, 0), Path("/dev/null/repeats/0"))
 
 
-def test_mlflow_metrics_without_the_run_context_provider_are_refused_before_the_run(tmp_path, monkeypatch):
-    import importlib.metadata
-
-    real = importlib.metadata.entry_points
-    monkeypatch.setattr(importlib.metadata, "entry_points",
-                        lambda **kw: [] if kw.get("group") == "mlflow.run_context_provider" else real(**kw))
+def test_mlflow_metrics_are_refused_under_no_tracking(tmp_path):
     spec = make(tmp_path, "pass", metrics={"loss": "mlflow"})
-    with pytest.raises(InvalidInput, match="need repro500's MLflow run-context provider .* not registered"):
-        check(spec)
     with pytest.raises(InvalidInput, match="not tracked"):  # an untracked run refuses them for its own reason
         check(spec, tracking=False)
+
+
+# What MLflow loads in the command (provider_check.py): broken shadows are refused end to end in
+# tests/test_as_it_is.py; here, which Python and which first sys.path entry are asked, and when a
+# remembered success no longer holds.
+def test_the_python_asked_is_the_commands_own(tmp_path):
+    from repro500.workloads.provider_check import first_path, interpreter
+
+    script = tmp_path / "train.py"
+    script.write_text(f"#!/usr/bin/env {Path(PY).name}\nprint(1)\n")
+    torchrun = Path(PY).parent / "torchrun"
+    shell = tmp_path / "run.sh"
+    shell.write_text("#!/bin/sh\npython train.py\n")
+    env = {"PATH": str(Path(PY).parent)}
+    assert interpreter([PY, "train.py"], PY, env) == PY
+    assert interpreter(["./train.py"], str(script), env) == str(Path(PY).parent / Path(PY).name)
+    assert Path(interpreter([str(torchrun)], str(torchrun), env)).parent == Path(PY).parent  # a console script
+    assert interpreter(["./run.sh"], str(shell), env) == sys.executable  # unknown: repro500's own
+    sub = tmp_path / "sub"
+    assert first_path([PY, "-W", "always", "sub/train.py"], tmp_path) == sub
+    assert first_path([PY, "-u", "-m", "pkg.train"], tmp_path) == tmp_path
+    assert first_path(["./train.py"], tmp_path) == tmp_path
+
+
+def test_a_remembered_check_no_longer_holds_once_a_module_it_loaded_is_shadowed(tmp_path):
+    from repro500.workloads.provider_check import shadows
+
+    modules = ["mlflow", "repro500", "yaml"]
+    before = shadows(modules, tmp_path, tmp_path, {})
+    (tmp_path / "runs").mkdir()  # what a run writes beside the script changes nothing
+    (tmp_path / "data.csv").write_text("1\n")
+    assert shadows(modules, tmp_path, tmp_path, {}) == before
+    (tmp_path / "yaml.py").write_text("x = 1\n")  # MLflow would import this one in the command
+    assert shadows(modules, tmp_path, tmp_path, {}) != before
+    (tmp_path / "yaml.py").unlink()
+    (tmp_path / "lib" / "repro500").mkdir(parents=True)
+    assert shadows(modules, tmp_path, tmp_path, {"PYTHONPATH": "lib"}) != before

@@ -85,7 +85,7 @@ def test_publish_exclude_leaves_the_files_out_and_seals_their_digests(lab: Path)
     subprocess.run(["sha256sum", "--quiet", "-c", "SHA256SUMS"], cwd=pub, check=True)  # the index is covered
     readme = (pub / "README.md").read_text()
     assert "## Files left out of the packed run" in readme and sealed["repeats/1/checkpoint.pt"] in readme
-    assert "repro500 verify heavy.tar.gz" not in readme  # it would report them missing
+    assert "repro500 verify heavy.tar.gz --expect-sums" in readme  # in place, it knows what was left out
 
 
 def test_a_publication_with_files_left_out_reproduces(lab: Path, tmp_path: Path) -> None:
@@ -113,6 +113,80 @@ def test_the_archive_alone_reports_them_missing_until_they_are_put_back(lab: Pat
         shutil.copyfile(lab / "runs" / "heavy" / rel, run / rel)
     verified = repro500("verify", str(run), "--no-write", cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+NOT_CARRIED = "4 files (7.0 kB) not carried, digests recorded: repeats/0/checkpoint.pt"
+
+
+SLOW = pytest.mark.slow  # each form is a verify of its own (2-3 s): the first ones stay in make test
+
+
+@pytest.mark.parametrize("args", [["pub"], ["pub/heavy.tar.gz"], ["runs/heavy", "--against", "pub"],
+                                  pytest.param(["runs/heavy", "--against", "pub/heavy.tar.gz"], marks=SLOW)],
+                         ids=["directory", "archive", "against-directory", "against-archive"])
+def test_verify_of_a_publication_says_what_it_did_not_carry(lab: Path, args: list[str]) -> None:
+    done = repro500("verify", *args, "--no-write", "--json", cwd=lab)
+    assert done.returncode == 0, done.stdout + done.stderr
+    verdict = json.loads(done.stdout)
+    checked = verdict["reference_integrity" if "--against" in args else "integrity"]
+    assert checked["ok"] and checked["sums"]["missing"] == [] and checked["sums"]["not_carried"] == LEFT_OUT
+    assert [n for n in checked["notes"] if n.startswith(NOT_CARRIED)], checked["notes"]
+    if "--against" not in args:  # the packed run's own chain is checked too, a publication directory's as well
+        assert "repeat chain intact: every planned repeat is accounted for (chain.jsonl)" in checked["notes"]
+    assert verdict["status"] == ("REPRODUCED" if "--against" in args else "PASS")
+    if args == ["pub"]:  # and on the terminal, in the integrity section; the publication stays as published
+        shown = repro500("verify", *args, cwd=lab)
+        assert NOT_CARRIED in " ".join(shown.stdout.split()) and "missing" not in shown.stdout
+        assert not (lab / "pub" / "verdict.json").exists()
+
+
+def _repack(pub: Path, edit) -> None:
+    """The publication's archive packed again with ``edit`` applied to the unpacked run, the index
+    and the publication's SHA256SUMS brought in line: a forger who leaves no loose end."""
+    archive = pub / "heavy.tar.gz"
+    with tarfile.open(archive) as tar:
+        tar.extractall(pub / "x", filter="data")
+    edit(pub / "x" / "heavy")
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(pub / "x" / "heavy", arcname="heavy")
+    shutil.rmtree(pub / "x")
+    _edit_index(pub, lambda index: index["archive"].update(sha256=hashlib.sha256(archive.read_bytes()).hexdigest()))
+    _resum(pub)
+
+
+def _alter_carried(run: Path) -> None:
+    (run / "repeats" / "0" / "notes.txt").write_text("edited after publishing\n")
+
+
+def _put_back_altered(run: Path) -> None:
+    (run / "repeats" / "0" / "checkpoint.pt").write_bytes(b"not the checkpoint that ran")
+
+
+@pytest.mark.parametrize("form, edit, said", [
+    ("directory", _alter_carried, "edited: repeats/0/notes.txt"),
+    pytest.param("archive", _alter_carried, "edited: repeats/0/notes.txt", marks=SLOW),
+    pytest.param("against", _alter_carried, "edited: repeats/0/notes.txt", marks=SLOW),
+    pytest.param("directory", _put_back_altered, "edited: repeats/0/checkpoint.pt", marks=SLOW),
+], ids=["directory", "archive", "against", "left-out-file-put-back-altered"])
+def test_a_carried_file_that_was_altered_is_still_invalid(lab: Path, tmp_path: Path, form: str, edit,
+                                                          said: str) -> None:
+    pub = tmp_path / "pub"
+    shutil.copytree(lab / "pub", pub)
+    _repack(pub, edit)
+    args = {"directory": [str(pub)], "archive": [str(pub / "heavy.tar.gz")],
+            "against": [str(lab / "runs" / "heavy"), "--against", str(pub)]}[form]
+    done = repro500("verify", *args, "--no-write", cwd=tmp_path)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "INVALID" in done.stdout and said in " ".join(done.stdout.split())
+
+
+def test_verify_refuses_a_publication_changed_after_publish(lab: Path, tmp_path: Path) -> None:
+    pub = tmp_path / "pub"
+    shutil.copytree(lab / "pub", pub)
+    _edit_index(pub, _drop_first)  # the publication's own SHA256SUMS no longer matches
+    done = repro500("verify", str(pub), "--no-write", cwd=tmp_path)
+    assert done.returncode == 4 and "was changed after repro500 publish wrote it" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize("glob, said", [

@@ -133,6 +133,31 @@ def test_the_hook_sees_reads_of_the_script_its_forks_and_its_python_children(tmp
     assert watch.dir is None  # its scratch directory is gone
 
 
+def test_python_source_opened_as_code_is_never_an_input_wherever_it_lies(tmp_path):
+    # a library installed in editable mode lives outside site-packages: its modules are imported,
+    # and a warning it raises makes linecache read its source again; neither is data
+    lib = tmp_path / "checkout" / "mylib"
+    lib.mkdir(parents=True)
+    (lib / "__init__.py").write_text("import warnings\n\ndef load(path):\n    warnings.warn('deprecated')\n"
+                                     "    return open(path).read()\n")
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    config = tmp_path / "data" / "settings.py"  # a .py file the script itself reads: data like any other
+    config.write_text("lr = 0.1\n")
+    (proj / "main.py").write_text(f"import mylib\nmylib.load({str(data)!r})\nopen({str(config)!r}).read()\n")
+    watch = Watch("auto")
+    env = watch.env({**os.environ, "PYTHONPATH": str(lib.parent), "PYTHONDONTWRITEBYTECODE": "1"})
+    done = subprocess.run([PY, "-W", "always", "main.py"], cwd=proj, env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "warnings.warn('deprecated')" in done.stderr, done.stderr  # linecache read it
+    seen = watch.result(exclude=[proj])
+    assert seen["paths"] == [str(config), str(data)]
+    # repro500's own modules (an editable install too) are never inputs, imported or read
+    own = Watch("auto")
+    reader = "import repro500.errors, sys; open(sys.argv[1]).read()"
+    subprocess.run([PY, "-c", reader, inputs.__file__], env=own.env(dict(os.environ)), check=True)
+    assert own.result(exclude=[])["paths"] == []
+
+
 def test_a_command_without_python_is_not_observed_and_the_record_says_so(tmp_path):
     watch = Watch("auto")
     subprocess.run(["sh", "-c", "cat /dev/null"], env=watch.env(dict(os.environ)), check=True)
@@ -177,6 +202,41 @@ def test_a_run_records_declared_and_observed_inputs_and_diff_names_a_changed_one
     assert keys == {("data", f"observed.{data}.md5"), ("data", f"inputs.{data}.md5")}
 
 
+def _observed_by_a_run(proj: Path, *argv: str) -> dict:
+    done = repro500("run", "--command", *ACC, "-n", "1", "--no-tracking", "--run-id", "o", "--", *argv, cwd=proj)
+    assert done.returncode == 3, done.stdout + done.stderr  # one repeat: a finished run without a bound
+    return json.loads((proj / "runs" / "o" / "inputs.json").read_text())
+
+
+def test_a_python_shebang_script_run_as_a_program_has_its_reads_observed(tmp_path):
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    script = proj / "train.py"
+    script.write_text(f"#!{PY}\n" + script.read_text())
+    script.chmod(0o755)
+    observed = _observed_by_a_run(proj, "./train.py", str(data))
+    assert observed["method"] == "audit-hook" and [e["path"] for e in observed["observed"]] == [str(data)]
+    assert observed["observed"][0]["md5"] == digest_path(data)["md5"]
+
+
+@pytest.mark.slow
+def test_torchrun_workers_have_their_reads_observed(tmp_path):
+    torchrun = Path(PY).parent / "torchrun"
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    shard = tmp_path / "data" / "rank0.csv"  # read only by the worker, named by its rank
+    shard.write_text("1\n")
+    (proj / "train.py").write_text(textwrap.dedent(f"""
+        import os, sys
+        import helpers
+        open(os.path.join({str(shard.parent)!r}, f"rank{{os.environ['RANK']}}.csv")).read()
+        print(f"Acc {{helpers.mean(sys.argv[1]) / 10:.3f}}")
+    """))
+    observed = _observed_by_a_run(proj, str(torchrun), "--standalone", "--nproc-per-node", "1", "train.py", str(data))
+    assert [e["path"] for e in observed["observed"]] == [str(shard), str(data)]  # the agent's own reads are not
+    assert observed["method"] == "audit-hook"
+
+
 @pytest.mark.parametrize(("extra", "message"), [
     (["--input", "nosuch.csv"], "fixed.inputs: {proj}/nosuch.csv does not exist"),
     (["--input", "data-{seed}.csv"], "uses {{seed}}; an input exists before the repeats run"),
@@ -199,6 +259,40 @@ def test_a_declared_directory_over_the_budget_is_refused_before_the_run(tmp_path
     (proj / "r.yaml").write_text(yaml.safe_dump(recipe))
     done = repro500("run", "r.yaml", "--no-tracking", cwd=proj)
     assert done.returncode == 4 and "over fixed.inputs_budget_mb" in done.stderr and not (proj / "runs").exists()
+
+
+def test_inputs_past_the_size_or_time_budget_are_listed_and_the_run_says_so_in_one_line(tmp_path):
+    known, fresh, big = tmp_path / "data" / "known.csv", tmp_path / "data" / "fresh.csv", tmp_path / "big" / "big.bin"
+    proj = _project(tmp_path, known)
+    fresh.write_text("1\n")
+    big.parent.mkdir()
+    big.write_bytes(b"\0" * 3 * 2**20)
+    os.utime(known, (1e9, 1e9))  # older than the cache's racy window: a digest the cache keeps
+    cache = {"REPRO500_CACHE_DIR": str(tmp_path / "cache")}
+    os.environ.update(cache)
+    try:
+        digest_path(known)  # hashed before: a cache lookup costs no time budget
+    finally:
+        os.environ.pop("REPRO500_CACHE_DIR")
+    reads = "import sys\nfor p in sys.argv[1:]: open(p, 'rb').read()\nprint('Acc 0.9')\n"
+    (proj / "reads.py").write_text(reads)
+    recipe = {"schema": "repro500/recipe/v1", "name": "budgets", "repeats": 1, "seed": 0,
+              "fixed": {"workload": "command", "command": [PY, "reads.py", str(known), str(fresh), str(big)],
+                        "inputs_budget_mb": 1, "inputs_budget_s": 0},
+              "metrics": {"accuracy": {"regex": "Acc ([0-9.]+)"}},
+              "acceptance": {"accuracy": {"target": 0.5, "direction": "higher", "tolerance": 0}}}
+    (proj / "r.yaml").write_text(yaml.safe_dump(recipe))
+    done = repro500("run", "r.yaml", "--no-tracking", "--run-id", "b", cwd=proj, env=cache)
+    assert done.returncode == 3, done.stdout + done.stderr
+    recorded = json.loads((proj / "runs" / "b" / "inputs.json").read_text())
+    assert [e["path"] for e in recorded["observed"]] == [str(known)]
+    reasons = {e["path"]: e["reason"] for e in recorded["skipped"]}
+    assert reasons[str(big)].startswith("over the hashing budget (1 MiB, fixed.inputs_budget_mb)")
+    assert reasons[str(fresh)].startswith("not hashed within the time budget (0 s, fixed.inputs_budget_s)")
+    said = [line for line in " ".join(done.stdout.split("\n")).split("note: ")[1:] if "not hashed" in line]
+    assert len(said) == 1 and said[0].startswith("2 input(s) the command read were not hashed"), done.stdout
+    assert f"{big} (3.1 MB, over the size budget)" in " ".join(said[0].split())
+    assert f"{fresh} (2 bytes, past the time budget)" in " ".join(said[0].split())
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv to drop DAC override")
@@ -300,6 +394,24 @@ def test_a_process_reading_very_many_files_logs_their_directories_past_its_limit
     logged = sum(len(p.read_text().splitlines()) for p in watch.dir.glob("opened-*.txt"))
     assert logged < 2100  # 2,000 paths, then one line per directory, not 3,000 paths
     assert watch.result(exclude=[proj])["paths"] == [str(images)]
+
+
+def test_byte_code_and_library_reads_neither_fill_the_log_nor_spend_the_per_process_limit(tmp_path):
+    # importing mlflow and scikit-learn opens thousands of byte-code files before a script reads
+    # its data: the data must still be recorded as the file it is, not as its directory
+    cache = tmp_path / "pycache"
+    cache.mkdir()
+    for i in range(2500):
+        (cache / f"m{i}.cpython-311.pyc").write_bytes(b"x")
+    data = tmp_path / "data" / "values.csv"
+    proj = _project(tmp_path, data)
+    (proj / "load.py").write_text(f"import os\nfor n in os.listdir({str(cache)!r}):\n"
+                                  f"    open(os.path.join({str(cache)!r}, n), 'rb').read()\nopen({str(data)!r}).read()\n")
+    watch = Watch("auto")
+    subprocess.run([PY, "load.py"], cwd=proj, env=watch.env(dict(os.environ)), check=True)
+    logged = sum(len(p.read_text().splitlines()) for p in watch.dir.glob("opened-*.txt"))
+    assert logged < 50  # the byte code is not logged at all
+    assert watch.result(exclude=[proj])["paths"] == [str(data)]
 
 
 def test_data_inside_the_experiment_that_is_not_in_its_source_copy_is_an_input(tmp_path):

@@ -36,11 +36,15 @@ class TrustResult:
 
 
 def check_run(run: str | Path, *, trust: str | Path | None = None, tracking: bool = False) -> TrustResult:
-    """Chain, signature (with *trust*) and tracking (with *tracking*) checks of a run directory or archive."""
+    """Chain, signature (with *trust*) and tracking (with *tracking*) checks of a run directory or
+    archive, or of the packed run of a publication directory."""
+    from repro500.publish.excluded import publication_of
+
     path = Path(run)
-    if bundle.is_archive(path):
+    packed = publication_of(path)
+    if packed is not None or bundle.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="repro500-trust-") as tmp:
-            return _check_dir(bundle.unpack(path, tmp), trust, tracking)
+            return _check_dir(bundle.unpack(packed.archive if packed is not None else path, tmp), trust, tracking)
     return _check_dir(path, trust, tracking)
 
 

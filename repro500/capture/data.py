@@ -188,10 +188,17 @@ def _default_jobs() -> int:
         return os.cpu_count() or 1
 
 
-def _hash_all(files: list[_File], jobs: int, progress: bool) -> dict[str, str]:
-    """{abspath: md5} for ``files``, largest first so threads finish together."""
+class OverTime(Exception):
+    """Hashing passed the deadline it was given (digest_paths' ``deadline``)."""
+
+
+def _hash_all(files: list[_File], jobs: int, progress: bool, deadline: float | None = None) -> dict[str, str]:
+    """{abspath: md5} for ``files``, largest first so threads finish together; OverTime once
+    ``time.monotonic()`` passes ``deadline`` (checked every 64 MiB and at each file's end)."""
     if not files:
         return {}
+    if deadline is not None and time.monotonic() > deadline:
+        raise OverTime()
     total_bytes = sum(f.size for f in files)
     order = sorted(files, key=lambda f: f.size, reverse=True)
     from repro500 import progress as shown
@@ -205,6 +212,15 @@ def _hash_all(files: list[_File], jobs: int, progress: bool) -> dict[str, str]:
             def on_bytes(n: int) -> None:
                 with lock:  # hashing threads report at once
                     meter.advance(n)
+
+        if deadline is not None:
+            shown_bytes = on_bytes
+
+            def on_bytes(n: int) -> None:
+                if time.monotonic() > deadline:
+                    raise OverTime()
+                if shown_bytes is not None:
+                    shown_bytes(n)
 
         try:
             if len(order) >= MULTIBUFFER_MIN_FILES and md5mb.available():
@@ -271,8 +287,12 @@ def digest_paths(
     jobs: int | None = None,
     use_cache: bool = True,
     progress: bool = False,
+    deadline: float | None = None,
 ) -> list[dict[str, Any]]:
     """Digest every path (file or directory), in the order given.
+
+    With ``deadline`` (a ``time.monotonic()`` value), hashing what the cache does not know stops
+    with :class:`OverTime` once it passes (a digest known to the cache costs a lookup).
 
     Each entry is ``{"path", "kind", "hash": "md5", "md5", "size", "nfiles"}`` with ``size``
     in bytes (the sum over a directory's files) and ``nfiles`` the number of files of a
@@ -290,7 +310,7 @@ def digest_paths(
         known = cache.lookup(unique) if cache else {}
         todo = [f for f in unique if f.abspath not in known]
         started_ns = time.time_ns()
-        fresh = _hash_all(todo, jobs or _default_jobs(), progress)
+        fresh = _hash_all(todo, jobs or _default_jobs(), progress, deadline)
         if cache:
             cache.store([(f, fresh[f.abspath]) for f in todo
                          if f.mtime_ns < started_ns - RACY_WINDOW_NS])

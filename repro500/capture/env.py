@@ -57,6 +57,29 @@ def _install_source(dist: metadata.Distribution) -> dict[str, Any] | None:
     return {"kind": "archive", "url": url}
 
 
+def _name_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
+    """``Name`` and ``Version`` from a distribution's metadata headers, as ``dist.metadata`` gives
+    them (the first of each), read up to the first blank line.  ``dist.metadata`` parses the whole
+    file with the ``email`` package, long description included, and ``dist.version`` does it
+    again: two thirds of the capture's time with a few hundred packages installed."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or dist.read_text("") or ""
+    name = version = None
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end here; the description follows
+        key, sep, value = line.partition(":")
+        if not sep or line[:1].isspace():
+            continue  # a folded continuation line: Name and Version are never folded
+        key = key.strip().lower()
+        if key == "name" and name is None:
+            name = value.strip()
+        elif key == "version" and version is None:
+            version = value.strip()
+        if name is not None and version is not None:
+            break
+    return name, version
+
+
 def distributions() -> list[dict[str, Any]]:
     """Every installed distribution visible to this interpreter, sorted by name.
 
@@ -68,18 +91,18 @@ def distributions() -> list[dict[str, Any]]:
     """
     seen: dict[str, dict[str, Any]] = {}
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
+        name, version = _name_version(dist)
         if not name:
             continue
         key = _normalize(name)
         entry = seen.get(key)
         if entry is not None:
-            if "source" not in entry and entry["version"] == dist.version:
+            if "source" not in entry and entry["version"] == version:
                 source = _install_source(dist)
                 if source:
                     entry["source"] = source
             continue
-        entry = {"name": name, "version": dist.version}
+        entry = {"name": name, "version": version}
         source = _install_source(dist)
         if source:
             entry["source"] = source

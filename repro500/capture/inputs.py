@@ -9,7 +9,9 @@ module decides which of them are *inputs* and digests them as the data facet dig
 * kept: regular files opened for reading and never for writing during the repeat;
 * left out: the experiment's files copied into ``source/`` (a file beside them that was not
   copied, gitignored data for one, *is* an input), the interpreter's trees and site-packages
-  (each process reports its own), system trees (``/proc``, ``/sys``, ``/dev``, ``/usr``,
+  (each process reports its own), Python source read as code wherever it lies (imported, run by
+  ``runpy`` or shown by ``linecache``: an editable install's modules), repro500's own package,
+  system trees (``/proc``, ``/sys``, ``/dev``, ``/usr``,
   ``/etc``, ...), caches (``~/.cache``, compiler caches in the temporary directory), hidden files
   and directories (credentials live there: ``~/.netrc``, ``~/.aws``, a project's ``.env``),
   loaded code (shared libraries, ``.pyc``), and repro500's own outputs (the run, the ``--out``
@@ -17,8 +19,9 @@ module decides which of them are *inputs* and digests them as the data facet dig
 * grouped: a directory from which :data:`DIR_MIN_FILES` or more files were read is recorded as
   one DVC directory digest (and sibling directories so recorded merge into their parent when
   nothing else of it was read), so an image folder is one entry, not a hundred thousand;
-* bounded: past the byte budget an input is listed with its size, not hashed, and the record
-  says so.
+* bounded: past the byte budget (``fixed.inputs_budget_mb``), or once hashing what the digest
+  cache does not know has taken the time budget (``fixed.inputs_budget_s``), an input is listed
+  with its size, not hashed, and the record says so (and the run says so in one line).
 
 The run keeps the result in ``inputs.json`` (written when the repeats end; the manifest was
 sealed before they began); ``repro500 diff``, ``verify --against`` and ``reproduce`` compare it as
@@ -39,12 +42,19 @@ SCHEMA = "repro500/inputs/v1"
 DIR_MIN_FILES = 16
 BUDGET_MB = 4096.0  # hashed after the repeat, beside the next one; the cache makes reruns free
 BUDGET_BYTES = int(BUDGET_MB * 2**20)
+# Hashing what the cache does not know yet stops after this long (each time the inputs are
+# hashed: beside the next repeat, and once more after the last, where it is a cache lookup for
+# everything hashed before): a run ends at most this much later for its inputs.
+BUDGET_S = 60.0
 SYSTEM_ROOTS = ("/proc", "/sys", "/dev", "/run", "/etc", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin",
                 "/sbin", "/boot", "/snap", "/var/lib", "/var/cache", "/var/run", "/nix/store")
 METHODS = ("audit-hook", "strace")
 # Loaded code, not data: shared libraries and Python's byte-code caches
 _COMPILED = re.compile(r"(\.so(\.\d+)*|\.pyc|\.dylib)$")
 _TMP_CACHES = ("torchinductor_", "triton", "numba", "__pycache__")
+# repro500's own package (an editable install lies outside site-packages): its modules, the
+# run-context provider MLflow loads in the command, are never the command's data
+OWN_TREE = str(Path(__file__).resolve().parents[1])
 
 
 @dataclass
@@ -56,6 +66,7 @@ class Opened:
     written: set[str] = field(default_factory=set)
     trees: set[str] = field(default_factory=set)
     read_dirs: set[str] = field(default_factory=set)
+    code: set[str] = field(default_factory=set)  # source files a Python opened to import or show them
     processes: int = 0
 
 
@@ -80,6 +91,8 @@ def read_hook_logs(directory: Path) -> Opened:
                 opened.written.add(os.path.abspath(path))
             elif kind == "D":
                 opened.read_dirs.add(os.path.abspath(path))
+            elif kind == "c":
+                opened.code.add(os.path.abspath(path))
     return opened
 
 
@@ -143,12 +156,13 @@ def select(opened: Opened, exclude: Iterable[str | os.PathLike[str]], *,
     """The inputs among what was opened (module docstring), as grouped paths, sorted.  *exclude*
     are trees that are never inputs (repro500's outputs, the run); *exclude_files* single files
     (the experiment's files copied into ``source/``: an uncopied file beside them is an input)."""
-    skip = [*(os.path.abspath(os.fspath(p)) for p in exclude), *sorted(opened.trees), *SYSTEM_ROOTS, *_caches()]
+    skip = [*(os.path.abspath(os.fspath(p)) for p in exclude), *sorted(opened.trees), *SYSTEM_ROOTS, *_caches(),
+            OWN_TREE]
     copied = {os.path.abspath(p) for p in exclude_files}
 
     def kept(path: str) -> bool:
-        return not (path in copied or _under(path, skip) or "/site-packages/" in path or "/dist-packages/" in path
-                    or _COMPILED.search(path) or _private_or_cache(path))
+        return not (path in copied or path in opened.code or _under(path, skip) or "/site-packages/" in path
+                    or "/dist-packages/" in path or _COMPILED.search(path) or _private_or_cache(path))
 
     files = []
     for path in sorted(opened.read - opened.written):
@@ -190,10 +204,14 @@ def group(files: list[str], dirs: Iterable[str] = ()) -> list[str]:
     return sorted([*dirs, *loose])
 
 
-def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES, *,
-           jobs: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(entries, skipped): DVC-compatible digests of *paths* within the budget, largest last."""
-    from repro500.capture.data import digest_paths
+def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES, *, jobs: int | None = None,
+           budget_s: float | None = BUDGET_S) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(entries, skipped): DVC-compatible digests of *paths* within the byte budget and, for what
+    the digest cache does not know, the time budget; smallest first, so a time budget spent on
+    one huge directory does not leave every small file unrecorded."""
+    import time
+
+    from repro500.capture.data import OverTime, digest_paths
     from repro500.errors import InvalidInput
 
     sized = []
@@ -205,20 +223,45 @@ def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES, *,
             skipped.append({"path": path, "reason": f"cannot be read ({err.strerror or err})"})
             continue
         sized.append((size, path, nfiles))
+    deadline = None if budget_s is None else time.monotonic() + budget_s
     entries, spent = [], 0
     for size, path, nfiles in sorted(sized):
         if spent + size > budget_bytes:
             skipped.append({"path": path, "bytes": size, "nfiles": nfiles,
-                            "reason": f"over the hashing budget ({budget_bytes // 2**20} MiB): listed with its size, "
-                                      "not hashed (declare it with --input to hash it anyway)"})
+                            "reason": f"over the hashing budget ({budget_bytes / 2**20:g} MiB, fixed.inputs_budget_mb): "
+                                      "listed with its size, not hashed"})
             continue
         try:
-            entries.append(digest_paths([path], jobs=jobs)[0])
+            entries.append(digest_paths([path], jobs=jobs, deadline=deadline)[0])
+        except OverTime:
+            skipped.append({"path": path, "bytes": size, "nfiles": nfiles,
+                            "reason": f"not hashed within the time budget ({budget_s:g} s, fixed.inputs_budget_s): "
+                                      "listed with its size"})
+            continue
         except InvalidInput as err:  # vanished or unreadable since the repeat
             skipped.append({"path": path, "reason": str(err)})
             continue
         spent += size
     return sorted(entries, key=lambda e: e["path"]), sorted(skipped, key=lambda e: e["path"])
+
+
+def skipped_line(skipped: list[Mapping[str, Any]]) -> str | None:
+    """One line saying which inputs were not hashed and why (docs/command.md), or None."""
+    if not skipped:
+        return None
+    from repro500.progress import human_bytes
+
+    def why(entry: Mapping[str, Any]) -> str:
+        reason = str(entry.get("reason") or "")
+        if reason.startswith("over the hashing budget"):
+            return f"{human_bytes(int(entry.get('bytes') or 0))}, over the size budget"
+        if reason.startswith("not hashed within"):
+            return f"{human_bytes(int(entry.get('bytes') or 0))}, past the time budget"
+        return reason
+    shown = "; ".join(f"{e['path']} ({why(e)})" for e in skipped[:3])
+    more = f" and {len(skipped) - 3} more" if len(skipped) > 3 else ""
+    return (f"{len(skipped)} input(s) the command read were not hashed (inputs.json lists them): {shown}{more}; "
+            "raise fixed.inputs_budget_mb / fixed.inputs_budget_s, or declare the part it reads with --input")
 
 
 def disk_size(path: str) -> tuple[int, int | None]:
@@ -242,17 +285,25 @@ def budget(observed: Mapping[str, Any]) -> int:
     return int(float(observed.get("budget_mb") or BUDGET_MB) * 2**20)
 
 
+def budget_s(observed: Mapping[str, Any]) -> float:
+    """The hashing time budget, in seconds, a repeat's ``observed_inputs`` were recorded under
+    (a run recorded before there was one: the default)."""
+    value = observed.get("budget_s")
+    return BUDGET_S if value is None else float(value)
+
+
 def document(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, Any] | None:
     """The run's ``inputs.json`` from its repeats' ``observed_inputs``; None when no repeat has them."""
     observed = {k: s["observed_inputs"] for k, s in sorted(summaries.items()) if s.get("observed_inputs")}
     if not observed:
         return None
     budget_bytes = min(budget(seen) for seen in observed.values())
+    seconds = min(budget_s(seen) for seen in observed.values())
     by_path: dict[str, list[int]] = {}
     for k, seen in observed.items():
         for path in seen.get("paths") or []:
             by_path.setdefault(path, []).append(k)
-    entries, skipped = digest(sorted(by_path), budget_bytes)
+    entries, skipped = digest(sorted(by_path), budget_bytes, budget_s=seconds)
     for entry in (*entries, *skipped):
         entry["repeats"] = by_path.get(entry["path"], [])
     methods = sorted({s.get("method") for s in observed.values() if s.get("method")})

@@ -21,8 +21,6 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
-
 FORMULA = (
     "SeedSequence(entropy=master_seed, spawn_key=(repeat, rank)).generate_state(4, uint64) "
     "-> python, numpy (mod 2**32), torch, dataloader"
@@ -49,6 +47,8 @@ def derive(master_seed: int, repeat: int = 0, rank: int = 0) -> Seeds:
     """Derive the seeds of (repeat, rank) from the master seed (formula in module doc)."""
     if master_seed < 0 or repeat < 0 or rank < 0:
         raise ValueError("seeds, repeat and rank indices must be non-negative integers")
+    import numpy as np  # here, not at import: `repro500 capture` without seeds never needs numpy (0.2-0.5 s)
+
     ss = np.random.SeedSequence(entropy=int(master_seed), spawn_key=(int(repeat), int(rank)))
     words = [int(w) for w in ss.generate_state(4, dtype=np.uint64)]
     return Seeds(
@@ -64,6 +64,7 @@ def derive(master_seed: int, repeat: int = 0, rank: int = 0) -> Seeds:
 
 def apply(seeds: Seeds) -> None:
     """Seed python's ``random``, numpy's global state and torch (CPU and all CUDA devices)."""
+    import numpy as np
     import torch
 
     random.seed(seeds.python)
@@ -84,6 +85,7 @@ def loader_generator(seeds: Seeds) -> Any:
 
 def seed_worker(worker_id: int) -> None:
     """``worker_init_fn`` for DataLoaders: seed ``random`` and numpy from torch's worker seed."""
+    import numpy as np
     import torch
 
     worker_seed = torch.initial_seed() % 2**32

@@ -10,9 +10,11 @@ a git work tree).
 Which files: inside a git work tree, the tracked and the untracked-but-not-ignored files under
 the directory, as they are in the work tree (uncommitted edits are what ran); outside one, every
 file under it.  Never hidden files (a ``.env`` holds secrets), caches, virtual environments or
-repro500's own outputs (``runs/``, ``publications/``, ``reproductions/``, MLflow's ``mlruns/`` and
-``mlartifacts/``, and whatever the runner names: the ``--out`` directory and the tracking store's
-files, wherever they lie).  Anything past the size limits is
+repro500's own outputs: ``runs/``, ``publications/``, ``reproductions/``, MLflow's ``mlruns/`` and
+``mlartifacts/`` by name, whatever the runner names (the ``--out`` directory, the tracking store's
+files and artifact roots), and every run directory, publication, reproduction, packed run, MLflow
+store and artifact root recognised by what it holds, whatever it is called
+(:mod:`repro500.capture.outputs`).  Anything past the size limits is
 listed with its digest but not copied, and ``complete`` says so.
 """
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import atomic
+from repro500.capture.outputs import OwnOutputs
 from repro500.digest import file_digest
 
 SCHEMA = "repro500/source/v1"
@@ -66,10 +69,10 @@ def _git_files(root: Path) -> list[str] | None:
     return names
 
 
-def _walk_files(root: Path) -> list[str]:
+def _walk_files(root: Path, own: OwnOutputs) -> list[str]:
     names = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith("."))
+        dirnames[:] = own.prune(Path(dirpath), sorted(d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")))
         for name in sorted(filenames):
             if not name.startswith("."):
                 names.append((Path(dirpath) / name).relative_to(root).as_posix())
@@ -77,14 +80,17 @@ def _walk_files(root: Path) -> list[str]:
 
 
 def candidates(root: Path, exclude: list[Path] = ()) -> list[str]:
-    """The files of the experiment under ``root``, sorted, outside ``exclude`` (the run's output)."""
+    """The files of the experiment under ``root``, sorted, outside ``exclude`` (the run's output)
+    and outside every other output of repro500's, recognised by what it holds
+    (:mod:`repro500.capture.outputs`)."""
     root = root.resolve()
+    skip = [p.resolve() for p in exclude]
+    own = OwnOutputs(root, [p for p in skip if p.is_dir()])
     names = _git_files(root)
     if names is None:
-        names = _walk_files(root)
-    skip = [p.resolve() for p in exclude]
+        names = _walk_files(root, own)
     out = []
-    for rel in sorted(set(names)):
+    for rel in own.select(sorted(set(names))):
         # Hidden files are left out whether or not git tracks them: a ``.env`` holds secrets,
         # and the same experiment must give the same file set inside and outside a work tree.
         if any(part in _SKIP_DIRS or part.startswith(".") for part in Path(rel).parts):

@@ -31,7 +31,7 @@ def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str,
 @click.command()
 @click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--against", "-a", metavar="REF", type=click.Path(path_type=Path), default=None,
-              help="Reference: another run directory, a packed .tar.gz, a published-results .yaml/.json file, or history:SOURCE (earlier runs of the recipe on this system: a directory of runs or an MLflow experiment).")
+              help="Reference: another run directory, a packed .tar.gz, a publication directory, a published-results .yaml/.json file, or history:SOURCE (earlier runs of the recipe on this system: a directory of runs or an MLflow experiment).")
 @click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level: bands use (1-alpha) bounds, equivalence (1-2 alpha) intervals.")
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
@@ -52,8 +52,9 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
            trust: Path | None, check_tracking: bool) -> None:
     """Decide whether RUN holds (its acceptance bands) or reproduces a reference.
 
-    RUN is a run directory (runs/<run-id>) or an archive made by `repro500 pack`.
-    Writes RUN/verdict.json (not with --no-write, nor for an archive).
+    RUN is a run directory (runs/<run-id>), an archive made by `repro500 pack`, or a
+    publication directory made by `repro500 publish` (files it left out are not carried, not missing).
+    Writes RUN/verdict.json (not with --no-write, nor for an archive or a publication).
     With --trust or --check-tracking, or when RUN has a repeat chain, a broken chain, a missing,
     untrusted or forged signature, or a disagreement with MLflow makes the verdict INVALID.
 
@@ -68,7 +69,9 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
     from repro500.attest import check as trust_check
 
     trust_check.apply(trust_check.check_run(run_dir, trust=trust, tracking=check_tracking), verdict)
-    if not no_write and run_dir.is_dir():
+    from repro500.publish.excluded import is_publication_dir
+
+    if not no_write and run_dir.is_dir() and not is_publication_dir(run_dir):  # a publication stays as published
         try:
             write_verdict(verdict, run_dir)
         except OSError as err:

@@ -10,6 +10,10 @@ obtains such a file elsewhere checks it against both.
 Only the experiment's own outputs can be left out: files under ``repeats/<k>/`` that repro500
 does not write there itself.  Everything else (the run's documents at its top, ``source/``, and
 per repeat what :data:`REPEAT_RECORDS` names) is what verify, reproduce, report and resume read.
+
+``repro500 verify`` of a publication (its directory, or its archive where it lies in it, as the
+run or as ``--against``) reads the list with :func:`publication_of`, so the files left out are
+not carried, not missing; a carried file that differs from its digest is still tampering.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from repro500.archive import packed_files
 from repro500.errors import InvalidInput, UsageError
 
 INDEX_KEY = "not_carried"  # in publication.json
+PUBLICATION_INDEX = "publication.json"  # repro500.publish.publication.INDEX
 # what repro500 writes into a repeat directory (rundir.py); "metrics.json" is $REPRO500_METRICS,
 # which the command workload reads (workloads/command_repeat.py)
 REPEAT_RECORDS = frozenset({*rundir.REPEAT_ARTIFACTS, rundir.PARAMS, rundir.RANKS, "metrics.json"})
@@ -106,3 +111,65 @@ def read_list(index: dict[str, Any], recorded: dict[str, str], where: Path) -> l
                                "SHA-256: the index was edited")
         out[path] = LeftOut(path, item["bytes"], item["sha256"])
     return list(out.values())
+
+
+@dataclass(frozen=True)
+class PackedIn:
+    """A publication's packed run: the archive, and what the publication says it left out."""
+
+    root: Path  # the publication directory
+    archive: Path
+    index: dict[str, Any]
+
+    def not_carried(self, unpacked: Path) -> list[dict[str, Any]]:
+        """The index's ``not_carried`` list checked against the unpacked run's ``SHA256SUMS``
+        (:func:`read_list`), and that ``SHA256SUMS`` against the digest the index recorded."""
+        from repro500.digest import file_digest
+
+        if file_digest(Path(unpacked) / bundle.SUMS_NAME) != self.index.get("sums_digest"):
+            raise InvalidInput(f"the packed run's SHA256SUMS differs from the digest in {self.root / PUBLICATION_INDEX}")
+        recorded = bundle.read_sums(unpacked)
+        return [e.to_dict() for e in read_list(self.index, recorded, self.root / PUBLICATION_INDEX)]
+
+
+def is_publication_dir(path: str | Path) -> bool:
+    """Whether ``path`` is a directory holding a publication index (not a run directory)."""
+    path = Path(path)
+    return (path / PUBLICATION_INDEX).is_file() and not (path / rundir.RUN_JSON).is_file()
+
+
+def publication_of(path: str | Path) -> PackedIn | None:
+    """The publication ``path`` is (a directory holding ``publication.json``) or whose archive it
+    is (the archive ``publication.json`` beside it names), checked as far as it vouches for the
+    archive: the publication's ``SHA256SUMS`` covers the index unchanged, and the archive has the
+    SHA-256 the index records.  None for anything else (a run directory, an archive on its own:
+    then a file left out is missing, since nothing records it).  InvalidInput when the
+    publication was changed."""
+    import json
+
+    from repro500.digest import file_digest
+
+    path = Path(path)
+    root = path if path.is_dir() else path.parent
+    index_path = root / PUBLICATION_INDEX
+    if not is_publication_dir(root) or (path.is_file() and not bundle.is_archive(path)):
+        return None
+    try:
+        index = json.loads(index_path.read_text(encoding="utf-8"))
+        name = str(index["archive"]["name"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None  # not a publication of repro500's: the path is verified as it is
+    archive = root / name
+    if path.is_file() and path.resolve() != archive.resolve():
+        return None  # another archive in the same directory
+    if "/" in name or name in ("", ".", ".."):
+        raise InvalidInput(f"{index_path}: archive.name {name!r} is not a file beside it")
+    sums = bundle.check_sums(root)
+    if sums.modified or sums.missing or PUBLICATION_INDEX not in bundle.read_sums(root):
+        changed = bundle.IntegrityReport(modified=sums.modified, missing=sums.missing).describe() or \
+            f"{PUBLICATION_INDEX} is not in its SHA256SUMS"
+        raise InvalidInput(f"publication {root} was changed after repro500 publish wrote it ({changed}): "
+                           "obtain an untouched copy")
+    if not archive.is_file() or file_digest(archive) != index["archive"].get("sha256"):
+        raise InvalidInput(f"{archive} is missing or its SHA-256 differs from {index_path}: the packed run was replaced")
+    return PackedIn(root, archive, index)

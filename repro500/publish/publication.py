@@ -194,16 +194,17 @@ def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[Data
               "`dvc metrics show`. Read `dvc.yaml` before running it: DVC executes its commands.", "",
               "## Check the reference", "", "```console", "$ sha256sum -c SHA256SUMS"]
     left_out = index.get(excluded.INDEX_KEY) or []
-    if not left_out:
-        lines.append(f"$ repro500 verify {index['archive']['name']} --expect-sums {index['sums_digest']}")
+    lines.append(f"$ repro500 verify {index['archive']['name']} --expect-sums {index['sums_digest']}")
     lines += ["```", "", f"Archive SHA-256: `{index['archive']['sha256']}`. Quote it (and the SHA-256 of this",
               "directory's SHA256SUMS) wherever the result is cited: a copy that matches them is this one.", ""]
     if left_out:
         # the archive alone cannot say what it lacks: only this directory's publication.json does
         lines += ["## Files left out of the packed run", "", left_out_note(left_out),
-                  "`repro500 reproduce` checks the packed run with them accounted for. `repro500 verify` or",
-                  f"`repro500 unpack` of {index['archive']['name']} on its own reports them missing (exit 4) until "
-                  "they are put back", "into the unpacked run, where they are checked like any other file.", "",
+                  "`repro500 verify` (of this directory, or of the archive where it lies here) and `repro500",
+                  "reproduce` read them from publication.json: not carried, digests recorded. Copied elsewhere on its",
+                  f"own, {index['archive']['name']} has no such list: verify and unpack then report them missing "
+                  "(exit 4)", "until they are put back into the unpacked run, where they are checked like any other "
+                  "file.", "",
                   "| file | bytes | SHA-256 |", "| --- | --- | --- |",
                   *(f"| {e['path']} | {e['bytes']} | `{e['sha256']}` |" for e in left_out), ""]
     return "\n".join(lines)

@@ -49,10 +49,14 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
 
 def own_outputs(run: layout.RunDir) -> list[Path]:
     """What repro500 itself writes near the experiment, never part of its source wherever it lies:
-    the runs under ``--out`` and the tracking store's files (docs/command.md)."""
+    the runs under ``--out``, the tracking store's files and its experiments' artifact roots
+    (docs/command.md).  Others are recognised by what they hold (repro500.capture.outputs)."""
     from repro500 import mlflow_store
+    from repro500.capture.outputs import artifact_roots
 
-    return [run.path.parent, *mlflow_store.local_store_paths(mlflow_store.tracking_uri())]
+    store = mlflow_store.local_store_paths(mlflow_store.tracking_uri())
+    roots = artifact_roots(store[0]) if store and store[0].is_file() else []
+    return [run.path.parent, *store, *roots]
 
 
 def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:

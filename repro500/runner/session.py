@@ -211,7 +211,7 @@ class Session:
         if observed.get("paths"):
             # one hashing thread: the next repeat is running beside it
             self._inputs[k] = call_in_background("repro500-inputs", inputs.digest, list(observed["paths"]),
-                                                 inputs.budget(observed), jobs=1)
+                                                 inputs.budget(observed), jobs=1, budget_s=inputs.budget_s(observed))
 
     def summarise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
         """The aggregate over every repeat that has a summary (killed and failed ones too, so it
@@ -227,6 +227,9 @@ class Session:
             observed = inputs.document(every)
             if observed is not None:
                 self.run.write_inputs(observed)
+                said = inputs.skipped_line(observed["skipped"])
+                if said:
+                    self.console.print(f"[yellow]note:[/] {said}", highlight=False, soft_wrap=True)
         if self.tracking:  # run.json names every repeat's MLflow run before the seal
             self.tracking.wait_started()
             self.tracking.record(self.meta)
@@ -288,7 +291,7 @@ class Session:
 
                     hooks.on_epoch_end = on_epoch_end
                 summary = self.plan.workload.run_repeat(Repeat(
-                    k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(),
+                    k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(k),
                     own_outputs=self._own_outputs(), source_files=source.copied_files(self.run.path),
                     deterministic=self.plan.deterministic_at(k), varied=self.plan.varied(k)))
             except KeyboardInterrupt:
@@ -303,13 +306,14 @@ class Session:
                                      script_runs_of=self.meta["run_id"] if self.recipe.is_command else None)
         return summary
 
-    def _mlflow_target(self) -> Any:
-        """Where a wrapped script's own MLflow runs go (none for a trained workload or untracked)."""
+    def _mlflow_target(self, k: int) -> Any:
+        """Where repeat *k*'s wrapped script's own MLflow runs go (none for a trained workload or
+        untracked), and the file naming the repeat's own run once it exists (track.py)."""
         if self.tracking is None or not self.recipe.is_command:
             return None
         from repro500.workloads.command_repeat import MlflowTarget
 
-        return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.ready_file,
+        return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.repeat_file(k),
                             self.tracking.wait_ready)
 
     def _own_outputs(self) -> list[Path]:

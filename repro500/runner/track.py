@@ -92,10 +92,9 @@ class Tracking:
         self.repeat_ids: dict[int, str] = {}
         self.error: BaseException | None = None
         self.ended = False
-        # A wrapped script's `import mlflow` waits for this file (workloads/childsite): the store
-        # is created or migrated by one process at a time.
+        # A wrapped script's `import mlflow` waits for its repeat's file here (workloads/childsite):
+        # the store is created or migrated by one process at a time (repeat_file).
         self._scratch = Path(tempfile.mkdtemp(prefix="repro500-mlflow-"))
-        self.ready_file = self._scratch / "ready"
         self._worker = Worker("repro500-mlflow")
         self._started: list[Any] = []
         self._closed_repeats: set[int] = set()  # their runs ended (FINISHED, FAILED or KILLED)
@@ -116,10 +115,7 @@ class Tracking:
     def _connect(self) -> None:
         from repro500 import tracking
 
-        try:
-            self.tracker = tracking.Tracker(self.experiment, self.uri)
-        finally:
-            self.ready_file.touch()
+        self.tracker = tracking.Tracker(self.experiment, self.uri)
 
     def check(self) -> None:
         """Raise what went wrong in the background, as one sentence (exit 4)."""
@@ -173,11 +169,31 @@ class Tracking:
                           "parent_run_id": self.parent_id,
                           "repeat_run_ids": {str(k): v for k, v in sorted(dict(self.repeat_ids).items())}}
 
+    def repeat_file(self, k: int) -> Path:
+        """A file that exists once repeat *k*'s own MLflow run does (or could not be made), holding
+        its ``run_id`` and ``experiment_id``: a wrapped script's ``import mlflow`` waits for it
+        (``REPRO500_MLFLOW_READY``), and repro500's run-context provider reads it to give the
+        script's runs their parent when they start (repro500.mlflow_context)."""
+        return self._scratch / f"repeat-{k}.json"
+
     def start_repeat(self, k: int, seed: int, run_id: str, params: dict[str, str]) -> None:
         def start() -> None:
-            self.repeat_ids[k] = self.tracker.start_repeat(
-                k, {"repro500.seed": str(seed), "repro500.run_id": run_id}, params=params)
-        self._started.append(self._queue(start))
+            try:
+                if self.error is None:  # everything after a failure would fail alike
+                    self.repeat_ids[k] = self.tracker.start_repeat(
+                        k, {"repro500.seed": str(seed), "repro500.run_id": run_id}, params=params)
+            except BaseException as err:  # noqa: BLE001 - reported by check() on the main thread
+                self.error = err
+            finally:  # whatever happened, a script waiting for the file goes on
+                self._announce(k)
+        self._started.append(self._worker.submit(start))
+
+    def _announce(self, k: int) -> None:
+        from repro500 import atomic
+
+        made = self.repeat_ids.get(k) if self.error is None else None
+        atomic.write_json(self.repeat_file(k), {"run_id": made, "experiment_id": self.tracker.experiment_id
+                                                if made and self.tracker is not None else None})
 
     def wait_started(self, timeout_s: float = 120.0) -> None:
         """Until every repeat's run exists (its id goes into run.json), not for the uploads after."""

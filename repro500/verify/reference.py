@@ -23,7 +23,7 @@ PUBLISHED_SUFFIXES = (".yaml", ".yml", ".json")
 
 @dataclass
 class Reference:
-    kind: str  # "run" | "bundle" | "published" | "history"
+    kind: str  # "run" | "bundle" | "publication" | "published" | "history"
     path: str
     label: str
     values: dict[str, list[float]]  # metric -> per-repeat values (or the one published value)
@@ -55,12 +55,20 @@ def load_reference(against: str | Path) -> Reference:
     path = Path(against)
     if not path.exists():
         raise InvalidInput(f"reference {path} does not exist: give a run directory, a packed .tar.gz or a published-results file")
-    if path.is_dir():
+    from repro500.publish.excluded import publication_of
+
+    packed = publication_of(path)  # what a publication left out of its archive is not carried
+    if packed is None and path.is_dir():
         return _from_run_dir(path, kind="run", shown=str(path))
-    if bundle.is_archive(path):
+    if packed is not None or bundle.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="repro500-ref-") as tmp:
-            unpacked = bundle.unpack(path, tmp)
-            return _from_run_dir(unpacked, kind="bundle", shown=str(path))
+            unpacked = bundle.unpack(packed.archive if packed is not None else path, tmp)
+            try:
+                not_carried = packed.not_carried(unpacked) if packed is not None else []
+            except InvalidInput as err:
+                raise InvalidInput(f"reference {path}: {err}") from None
+            return _from_run_dir(unpacked, kind="publication" if packed is not None else "bundle", shown=str(path),
+                                 not_carried=not_carried)
     if path.suffix.lower() in PUBLISHED_SUFFIXES:
         return _from_published(load_published(path))
     raise InvalidInput(
@@ -68,9 +76,9 @@ def load_reference(against: str | Path) -> Reference:
     )
 
 
-def _from_run_dir(path: Path, *, kind: str, shown: str) -> Reference:
+def _from_run_dir(path: Path, *, kind: str, shown: str, not_carried: list[dict[str, Any]] | None = None) -> Reference:
     try:
-        check, run = integrity.check_run(path, label="reference", deep=False)
+        check, run = integrity.check_run(path, label="reference", deep=False, not_carried=not_carried or ())
     except InvalidInput as err:  # name the reference the user gave, not a temporary directory
         raise InvalidInput(f"reference {shown}: {err}") from None
     ref = Reference(kind=kind, path=shown, label=shown, values={}, integrity=check)

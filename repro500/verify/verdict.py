@@ -179,10 +179,17 @@ def verify_run(
     if margins and against is None:
         raise UsageError("--margin needs --against: margins are for comparing with a reference")
     path = Path(run_dir)
-    if bundle.is_archive(path):
+    # a publication (its directory, or its archive where it lies): what it left out is not carried
+    from repro500.publish.excluded import publication_of
+
+    packed = publication_of(path)
+    archive = packed.archive if packed is not None else path
+    if packed is not None or bundle.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="repro500-verify-") as tmp:
             try:
-                verdict = _verify_dir(bundle.unpack(path, tmp), against, alpha, margins, expect_sums_digest)
+                unpacked = bundle.unpack(archive, tmp)
+                not_carried = packed.not_carried(unpacked) if packed is not None else []
+                verdict = _verify_dir(unpacked, against, alpha, margins, expect_sums_digest, not_carried)
             except InvalidInput as err:
                 if tmp not in str(err):
                     raise
@@ -192,10 +199,10 @@ def verify_run(
     return _verify_dir(path, against, alpha, margins, expect_sums_digest)
 
 
-def _verify_dir(root: Path, against: str | Path | None, alpha: float,
-                margins: dict[str, float] | None, expect_sums_digest: str | None) -> Verdict:
+def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: dict[str, float] | None,
+                expect_sums_digest: str | None, not_carried: list[dict[str, Any]] | None = None) -> Verdict:
     verdict = Verdict(status="INCONCLUSIVE", alpha=float(alpha), run_dir=str(root), margins=dict(margins or {}))
-    check, run = integrity.check_run(root, expect_sums_digest=expect_sums_digest)
+    check, run = integrity.check_run(root, expect_sums_digest=expect_sums_digest, not_carried=not_carried or ())
     verdict.integrity = check
     if run is not None:
         verdict.run_id = run.run_id

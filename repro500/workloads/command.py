@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500.capture.inputs import BUDGET_MB
+from repro500.capture.inputs import BUDGET_MB, BUDGET_S
 from repro500.capture.seeds import Seeds
 from repro500.errors import InvalidInput
 from repro500.launchenv import user_environ
@@ -65,6 +65,7 @@ class CommandSpec:
     inputs: list[str] = field(default_factory=list)  # declared data, hashed like a data set
     observe: str = "auto"  # how the files it opens are watched: auto | strace | off
     inputs_budget_mb: float = BUDGET_MB  # observed inputs past this are listed, not hashed
+    inputs_budget_s: float = BUDGET_S  # hashing observed inputs the cache lacks stops after this long
 
     @classmethod
     def from_recipe(cls, fixed: Mapping[str, Any], metrics: Mapping[str, Any] | None,
@@ -122,6 +123,9 @@ class CommandSpec:
         budget = fixed.get("inputs_budget_mb", BUDGET_MB)
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
             raise bad("fixed.inputs_budget_mb", f"expected a number of MiB (0 or more), not {budget!r}")
+        seconds = fixed.get("inputs_budget_s", BUDGET_S)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise bad("fixed.inputs_budget_s", f"expected a number of seconds (0 or more), not {seconds!r}")
         spec = cls(
             argv=[str(a) for a in command],
             workdir=((base or Path.cwd()) / workdir).resolve(),
@@ -134,6 +138,7 @@ class CommandSpec:
             inputs=list(inputs),
             observe=observe,
             inputs_budget_mb=float(budget),
+            inputs_budget_s=float(seconds),
         )
         fill(spec, seed=0, repeat=0, repeat_dir="repeat_dir")  # unknown placeholders fail here
         return spec
@@ -240,8 +245,6 @@ def check(spec: CommandSpec, *, tracking: bool = True) -> None:
         decl.validate(f"{where}: metrics.{name}")
         if decl.source == "mlflow" and not tracking:
             raise InvalidInput(f"{where}: metrics.{name} is read from MLflow, but this run is not tracked (--no-tracking)")
-    if tracking and any(decl.source == "mlflow" for decl in spec.metrics.values()):
-        _check_run_context_provider(where)
     if spec.timeout_s is not None and not spec.timeout_s > 0:
         raise InvalidInput(f"{where}: fixed.timeout_s must be a positive number of seconds")
     argv = fill(spec, seed=0, repeat=0, repeat_dir=str(spec.workdir))
@@ -258,6 +261,10 @@ def check(spec: CommandSpec, *, tracking: bool = True) -> None:
         if not found:
             raise InvalidInput(f"{where}: fixed.command: program {program!r} was not found on PATH")
     _check_inputs(spec)
+    if tracking and any(decl.source == "mlflow" for decl in spec.metrics.values()):
+        from repro500.workloads import provider_check
+
+        provider_check.check(where, argv, found, spec.workdir, merged_env(spec))
     if spec.observe == "strace":
         from repro500.workloads.observe import check_strace
 
@@ -284,20 +291,3 @@ def _check_inputs(spec: CommandSpec) -> None:
             raise InvalidInput(f"{spec.source}: fixed.inputs: {path} holds {size / 2**20:,.0f} MiB, over "
                                f"fixed.inputs_budget_mb ({spec.inputs_budget_mb:g} MiB): raise the budget or "
                                "declare the part the command reads")
-
-
-def _check_run_context_provider(where: str) -> None:
-    """The script's MLflow runs are found by the tags repro500's run-context provider puts on them;
-    without it registered, a metric read from MLflow could never be found: say so now."""
-    from importlib.metadata import entry_points
-    from importlib.util import find_spec
-
-    # Looked up, not loaded: loading it imports MLflow (2 s), which the run does beside the repeats.
-    found = [ep for ep in entry_points(group="mlflow.run_context_provider") if ep.value.startswith("repro500.")]
-    problem = "" if found else "its entry point is not registered (repro500 is not installed as a package here)"
-    if found and find_spec(found[0].module) is None:
-        problem = f"its module {found[0].module} cannot be found"
-    if problem:
-        raise InvalidInput(f"{where}: metrics read from MLflow need repro500's MLflow run-context provider "
-                           f"(entry point mlflow.run_context_provider), but {problem}; install repro500 with "
-                           "pip install -e . (or pip install repro500), or read the metric from another source")

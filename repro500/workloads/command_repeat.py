@@ -42,7 +42,9 @@ _SECRET_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.DOTALL)
 @dataclass
 class MlflowTarget:
     """Where a repeat's MLflow runs go: the store, the experiment a script's runs land in unless it
-    names its own, and how to wait until repro500 has the store open (it opens it beside the repeat)."""
+    names its own, the file that exists once repro500 has the store open and the repeat's own run
+    made (it holds that run's id and experiment: ``REPRO500_MLFLOW_READY``), and how to wait until
+    the store is open (repro500 opens it beside the repeat)."""
 
     uri: str
     experiment: str
@@ -207,8 +209,10 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
         summary.update(exit_status=child.exit_status, signal=child.signal_name, timed_out=child.timed_out,
                        total_time_s=child.elapsed_s)
         # what it read, however it ended: a failed repeat's inputs explain it too
-        summary["observed_inputs"] = watch.result([out_dir.parent.parent, *context.exclude], context.source_files,
-                                                  spec.inputs_budget_mb)
+        # repro500's own: the run, its outputs, and the file naming the repeat's MLflow run
+        ready = [context.mlflow.ready_file] if context.mlflow and context.mlflow.ready_file else []
+        summary["observed_inputs"] = watch.result([out_dir.parent.parent, *context.exclude, *ready],
+                                                  context.source_files, spec.inputs_budget_mb, spec.inputs_budget_s)
     finally:
         watch.close()
     error = _exit_error(child, spec.timeout_s, child.last_stderr)

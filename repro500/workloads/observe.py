@@ -72,16 +72,19 @@ class Watch:
                 "-o", str(self.dir / _STRACE_LOG), "--", *argv]
 
     def result(self, exclude: list[Path], exclude_files: frozenset[str] = frozenset(),
-               budget_mb: float = inputs.BUDGET_MB) -> dict[str, Any] | None:
+               budget_mb: float = inputs.BUDGET_MB, budget_s: float = inputs.BUDGET_S) -> dict[str, Any] | None:
         """``observed_inputs`` for the repeat's summary: method, the input paths, a note, and the
-        hashing budget they are held to (capture.inputs.document)."""
+        hashing budgets they are held to (capture.inputs.document)."""
         if self.dir is None:
             return None
         try:
             if self.mode == "strace":
-                # strace sees every open; the hook's logs add which trees are the interpreters'
+                # strace sees every open; the hook's logs add which trees are the interpreters' and
+                # which source files they opened as code
                 opened = inputs.read_strace(sorted(self.dir.glob(_STRACE_LOG + ".*")))
-                opened.trees |= inputs.read_hook_logs(self.dir).trees
+                hooked = inputs.read_hook_logs(self.dir)
+                opened.trees |= hooked.trees
+                opened.code |= hooked.code
                 method, note = "strace", None
             else:
                 opened = inputs.read_hook_logs(self.dir)
@@ -91,7 +94,7 @@ class Watch:
                     "python -I/-E): declare its inputs with --input, or trace it with --trace-inputs")
             paths = inputs.select(opened, [*exclude, CHILD_SITE], exclude_files=exclude_files)
             return {"method": method, "processes": opened.processes, "paths": paths, "note": note,
-                    "budget_mb": budget_mb}
+                    "budget_mb": budget_mb, "budget_s": budget_s}
         finally:
             self.close()
 

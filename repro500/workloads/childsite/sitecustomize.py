@@ -9,7 +9,11 @@ DataLoader workers by fork) runs this once, before the user's code, without any 
 1. with ``REPRO500_OBSERVE_DIR`` set, an audit hook (PEP 578) appends each distinct file the
    process opens to ``opened-<pid>.txt`` there, one ``r``/``w`` line per path (past 2,000 paths
    read, one ``D`` line per directory instead), after a header naming the interpreter's own
-   trees; repro500 reads, filters and hashes them after the repeat;
+   trees (reads that are never data, byte code and shared libraries, the interpreter's trees,
+   site-packages and system trees, are not logged, nor counted); a Python source file opened by the import system, ``runpy`` or ``linecache`` (a
+   warning's or a traceback's source line) is code, not data, and gets a ``c`` line (an editable
+   install's modules lie outside site-packages); repro500 reads, filters and hashes them after
+   the repeat;
 2. with ``REPRO500_MLFLOW_READY`` set, ``import mlflow`` waits until that file exists: repro500
    opens (and on first use creates) the tracking store while the command starts, and the two
    must not create or migrate one store at the same time;
@@ -26,20 +30,42 @@ import sys
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _WAIT_S = 600.0
 _PATHS_PER_PROCESS = 2000
+_SOURCE_SUFFIXES = (".py", ".pyw", ".pyi")
+# Reads repro500 never takes for data (capture/inputs.py drops them too: keep this a subset of its
+# rules), left out of the log so that importing a large library (thousands of byte-code files)
+# neither fills it nor spends the per-process budget before the script reads its data.
+_COMPILED_SUFFIXES = (".pyc", ".so", ".dylib")
+_SYSTEM_PREFIXES = ("/proc/", "/sys/", "/dev/", "/usr/", "/lib/", "/lib64/", "/etc/", "/bin/", "/sbin/")
+_PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
+# Who opens a source file to run or show it: the import system (frozen), runpy (``python -m``,
+# run_path), and tokenize/linecache (a warning's or a traceback's source line, inspect).  The
+# caller of ``open`` itself is asked, so a script's own ``open("x.py")`` stays a read.
+_CODE_READERS = ("<frozen importlib._bootstrap", os.sep + "linecache.py", os.sep + "tokenize.py",
+                 os.sep + "runpy.py")
+
+
+def _read_as_code():
+    try:
+        frame = sys._getframe(3)  # _read_as_code <- record <- hook <- the code that opened the file
+    except ValueError:  # opened from C with no Python caller (the interpreter reading the main script)
+        return False
+    name = frame.f_code.co_filename
+    return any(name.startswith(reader) or name.endswith(reader) for reader in _CODE_READERS)
 
 
 def _observer(directory):
-    state = {"pid": None, "fd": -1, "seen": set(), "dirs": set(), "busy": False}
+    state = {"pid": None, "fd": -1, "seen": set(), "dirs": set(), "busy": False, "reads": 0, "trees": ()}
 
     def start_log():
         """This process's own log (a forked child's too), headed by its interpreter's trees."""
         pid = os.getpid()
-        state["pid"], state["seen"], state["dirs"], state["fd"] = pid, set(), set(), -1
+        state["pid"], state["seen"], state["dirs"], state["fd"], state["reads"] = pid, set(), set(), -1, 0
         state["busy"] = True  # os.open below raises the audit event being handled
         try:
+            trees = set([sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", "")])
+            state["trees"] = tuple(p.rstrip(os.sep) + os.sep for p in trees if p)
             fd = os.open(os.path.join(directory, "opened-%d.txt" % pid),
                          os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
-            trees = set([sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", "")])
             header = "".join("prefix\t%s\n" % p for p in sorted(trees) if p)
             os.write(fd, ("executable\t%s\n" % sys.executable + header).encode("utf-8", "surrogateescape"))
             state["fd"] = fd
@@ -60,10 +86,16 @@ def _observer(directory):
         if state["pid"] != os.getpid():
             start_log()
         kind = "w" if (flags or 0) & 3 else "r"  # O_ACCMODE: O_RDONLY is 0
+        if kind == "r":
+            if (path.endswith(_COMPILED_SUFFIXES) or path.startswith(_SYSTEM_PREFIXES)
+                    or path.startswith(state["trees"]) or _PACKAGE_DIRS[0] in path or _PACKAGE_DIRS[1] in path):
+                return
+            if path.endswith(_SOURCE_SUFFIXES) and _read_as_code():
+                kind = "c"
         key = kind + path
         if key in state["seen"]:
             return
-        if kind == "r" and len(state["seen"]) >= _PATHS_PER_PROCESS:
+        if kind == "r" and state["reads"] >= _PATHS_PER_PROCESS:
             # Past this many, a directory once for all the files read in it: DataLoader workers
             # forked anew each epoch would otherwise log a whole data set again every epoch.
             folder = os.path.dirname(path)
@@ -73,6 +105,7 @@ def _observer(directory):
             line = "D\t%s\n" % folder
         else:
             state["seen"].add(key)
+            state["reads"] += kind == "r"
             line = "%s\t%s\n" % (kind, path)
         if state["fd"] >= 0:
             try:
@@ -108,11 +141,14 @@ def _install():
         return
 
     def hook(event, args):
-        if event == "open":
-            if record is not None and args:
-                record(args[0], args[2] if len(args) > 2 else 0)
-        elif event == "import" and wait is not None and args and args[0] == "mlflow":
-            wait()
+        try:
+            if event == "open":
+                if record is not None and args:
+                    record(args[0], args[2] if len(args) > 2 else 0)
+            elif event == "import" and wait is not None and args and args[0] == "mlflow":
+                wait()
+        except Exception:  # noqa: BLE001 - an error here would fail the user's open or import
+            pass
 
     sys.addaudithook(hook)
 
