@@ -32,7 +32,9 @@ def roofline(dtypes: tuple[str, ...], sizes: str, device: str, nproc: int | None
     error, 4 invalid input (sizes that do not fit in memory).
     """
     from repro500.system import recipes, render
+    from repro500.system.roofline import check_names
 
+    check_names(list(dtypes), sizes)  # before torch loads
     system = {"dtypes": list(dtypes) or None, "sizes": sizes, "budget_s": budget_s}
     mutable = {"device": device, "threads": threads, "nproc": nproc, "engine": "ddp" if nproc and nproc > 1 else None}
     data = recipes.roofline_recipe({k: v for k, v in system.items() if v is not None},

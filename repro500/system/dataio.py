@@ -173,6 +173,7 @@ def evict(paths: list[Path]) -> dict[str, Any]:
     for path in paths:
         fd = os.open(path, os.O_RDONLY)
         try:
+            os.fsync(fd)  # dirty pages cannot be dropped until they are written back
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         finally:
             os.close(fd)

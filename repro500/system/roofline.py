@@ -65,13 +65,18 @@ def sysbench() -> str | None:
     return shutil.which("sysbench")
 
 
-def check(config: RooflineConfig) -> list[str]:
-    """Refuse bad names and sizes before anything is written; the metric names a repeat reports."""
-    for dt in config.dtypes:
+def check_names(dtypes: list[str], sizes: str) -> None:
+    """Names a user typed (usage errors, exit 2), checked before torch loads."""
+    for dt in dtypes:
         if dt not in DTYPES:
             raise UsageError(f"unknown dtype {dt!r}; known: {', '.join(DTYPES)}")
-    if config.sizes not in PRESETS:
-        raise UsageError(f"unknown size preset {config.sizes!r}; known: {', '.join(PRESETS)}")
+    if sizes not in PRESETS:
+        raise UsageError(f"unknown size preset {sizes!r}; known: {', '.join(PRESETS)}")
+
+
+def check(config: RooflineConfig) -> list[str]:
+    """Refuse bad names and sizes before anything is written; the metric names a repeat reports."""
+    check_names(config.dtypes, config.sizes)
     from repro500.system.ops import available_bytes
 
     for device in config.devices:
