@@ -33,15 +33,15 @@ def _g(value: Any, scale: float = 1.0, digits: int = 3) -> str:
 def ops_table(doc: dict[str, Any]) -> Table:
     table = Table(title="operators (repeat 0; times are medians with their 95% interval)", title_justify="left", box=None)
     for col in ("case", "time (us)", "interval (us)", "GFLOP/s", "GB/s", "max abs err", "max rel err", "err (eps)",
-                "tolerance (eps)", ""):
-        table.add_column(col)
+                "tolerance (eps)", "error"):
+        table.add_column(col, overflow="fold")
     for rec in doc.get("cases", []):
         t, e = rec["time"], rec["error"]
         ok = rec.get("within_tolerance")
         table.add_row(rec["id"], _g(t["median_s"], 1e6), f"[{_g(t['ci_low_s'], 1e6)}, {_g(t['ci_high_s'], 1e6)}]",
                       _g(rec.get("flops_per_s"), 1e-9), _g(rec.get("bytes_per_s"), 1e-9), _g(e["max_abs_err"]),
                       _g(e["max_rel_err"]), _g(e["err_eps"]), _g(rec.get("tolerance_eps")),
-                      "[green]ok[/]" if ok else "[bold red]EXCEEDS[/]")
+                      "[green]ok[/]" if ok else "[bold red]FAIL[/]")
     return table
 
 
@@ -80,7 +80,10 @@ def after_run(run_dir: Path, console: Console | None = None) -> None:
     doc = first_record(Path(run_dir))
     if doc is None:
         return
-    console = console or Console()
+    if console is None:
+        console = Console()
+        if not console.is_terminal:  # a log or a pipe: whole rows, not columns cut at 80 characters
+            console = Console(width=200)
     for table in tables(doc):
         console.print(table)
     for skipped in doc.get("skipped", [])[:12]:
