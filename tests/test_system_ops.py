@@ -172,3 +172,17 @@ def test_the_all_reduce_runs_on_two_gloo_ranks(tmp_path):
     assert all(c["ranks"] == 2 and c["within_tolerance"] and c["bytes_per_s"] > 0 for c in fp32)
     run = json.loads((tmp_path / "runs" / "ar" / "run.json").read_text())
     assert run["engine"] == "ddp" and run["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_a_dtype_an_operator_has_no_kernel_for_is_refused_when_asked_for_by_name(tmp_path):
+    from repro500.ext import ops as ext
+
+    if not ext.load_native():
+        pytest.skip(f"the C++ operators do not build here ({ext.native_error()})")
+    done = repro500("ops", "--op", "dequantize", "--dtype", "bf16", "--sizes", "tiny", "--no-tracking", cwd=tmp_path)
+    assert done.returncode == 4
+    assert done.stderr.strip().splitlines() == [
+        "repro500: error: dequantize has no bf16 kernel on cpu (repro500::stochastic_dequantize needs float32 or "
+        "float64 scales, got BFloat16): leave --dtype bf16 or --op dequantize out"]
+    assert not (tmp_path / "runs").exists()

@@ -24,8 +24,8 @@ from repro500.commands.system_options import finish, pairs, resolve_device, run_
               help="The all-reduce goes from 4 KiB up to this model's gradient size (repro500 model's table).")
 @click.option("--tolerance", "tolerances", multiple=True, metavar="OP=EPS", callback=pairs,
               help="Replace an operator's stated tolerance (in epsilons of the dtype).")
-@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default="auto",
-              help="Where to measure (auto: the GPU when there is one).")
+@click.option("--device", type=click.Choice(["cpu", "cuda", "auto"]), default=None,
+              help="Where to measure (auto: the GPU when there is one). Default: auto; with --inference the recipe's device.")
 @click.option("--nproc", type=click.IntRange(min=1), default=None, help="Ranks for the all-reduce (Gloo on CPUs, NCCL on GPUs).")
 @click.option("--budget-s", type=click.FloatRange(min=0), default=1.0, help="Seconds of timed calls per case (at least 10 calls).")
 @click.option("--inference", "inference_recipe", metavar="RECIPE", type=click.Path(dir_okay=False, path_type=Path),
@@ -36,7 +36,7 @@ from repro500.commands.system_options import finish, pairs, resolve_device, run_
               help="With --inference: timed calls per batch size (default 400 at batch 1: enough for a p99 interval).")
 @run_options
 def ops(operators: tuple[str, ...], dtypes: tuple[str, ...], sizes: str, custom: dict[str, list[str]], model: str,
-        tolerances: dict[str, list[str]], device: str, nproc: int | None, budget_s: float, inference_recipe: Path | None,
+        tolerances: dict[str, list[str]], device: str | None, nproc: int | None, budget_s: float, inference_recipe: Path | None,
         batch_sizes: tuple[int, ...], calls: int | None, repeats: int, seed: int, threads: int | None, out_dir: str,
         run_id: str | None, tracking: bool | None, experiment: str | None) -> None:
     """Benchmark operators: median time with its interval, FLOP/s, bytes/s and the error against a
@@ -71,6 +71,7 @@ def ops(operators: tuple[str, ...], dtypes: tuple[str, ...], sizes: str, custom:
     system = {"operators": list(operators) or None, "dtypes": list(dtypes) or None, "sizes": sizes, "custom": custom,
               "model": model, "tolerances": tolerance_eps, "budget_s": budget_s}
     system = {k: v for k, v in system.items() if v not in (None, {}, [])}
+    device = device or "auto"
     mutable = {"device": device, "threads": threads, "nproc": nproc,
                "engine": "ddp" if nproc and nproc > 1 else None}
     data = recipes.ops_recipe(system, {k: v for k, v in mutable.items() if v is not None},
@@ -81,12 +82,14 @@ def ops(operators: tuple[str, ...], dtypes: tuple[str, ...], sizes: str, custom:
     finish(outcome)
 
 
-def _inference(recipe_path: Path, device: str, batch_sizes: tuple[int, ...], calls: int | None, repeats: int,
+def _inference(recipe_path: Path, device: str | None, batch_sizes: tuple[int, ...], calls: int | None, repeats: int,
                seed: int, threads: int | None, out_dir: str, run_id: str | None, tracking: bool | None,
                experiment: str | None) -> None:
     from repro500.system import inference, recipes, render
 
     system = inference.options_from_recipe(recipe_path, batch_sizes=list(batch_sizes) or None, calls=calls)
+    device = device or system.pop("device")  # the recipe's own device unless --device says otherwise
+    system.pop("device", None)
     mutable = {"device": device, "threads": threads}
     data = recipes.inference_recipe(system, {k: v for k, v in mutable.items() if v is not None},
                                     device=resolve_device(device), name=recipe_path.stem, repeats=repeats, seed=seed)

@@ -10,7 +10,7 @@ Inputs are real samples of the recipe's data set (its eval split), stacked into 
 Per batch size b: warm-up calls (untimed), then ``calls`` timed calls (stopping early, after at
 least ``MIN_CALLS``, once ``budget_s`` is spent), each synchronised.  Reported: the batch latency's
 p50/p90/p99 with distribution-free order-statistic intervals (repro500.verify.quantiles: a p99
-interval needs at least 367 calls at 95 %), the per-sample latency (batch latency / b) and the
+interval needs at least 368 calls at 95 %), the per-sample latency (batch latency / b) and the
 throughput b / median batch latency.  Batch 1 is the single-stream latency.
 
 Correctness: one batch's outputs against the same model and inputs in float64 on the CPU,
@@ -71,7 +71,8 @@ def options_from_recipe(path: Path, *, batch_sizes: list[int] | None = None, cal
         raise InvalidInput(f"{path} is a {recipe.kind} recipe; --inference needs a recipe that trains a model")
     system: dict[str, Any] = {"recipe": str(path), "task": recipe.fixed["workload"], "model": recipe.fixed["model"],
                               "model_options": recipe.fixed.get("model_options") or {},
-                              "dataset": recipe.fixed["dataset"], "search_paths": [str(Path(path).resolve().parent)]}
+                              "dataset": recipe.fixed["dataset"], "search_paths": [str(Path(path).resolve().parent)],
+                              "device": recipe.mutable.get("device", "cpu")}
     if batch_sizes:
         system["batch_sizes"] = batch_sizes
     if calls:

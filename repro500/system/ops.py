@@ -44,6 +44,7 @@ class OpsConfig:
     device: str = "cpu"
     nproc: int = 1
     engine: str = "local"
+    explicit: bool = False  # operators and dtypes both named: a combination without a kernel is refused
 
     @classmethod
     def from_recipe(cls, system: dict[str, Any], mutable: dict[str, Any], device: str) -> OpsConfig:
@@ -53,7 +54,8 @@ class OpsConfig:
         return cls(operators=operators, dtypes=list(system.get("dtypes") or DTYPES),
                    sizes=str(system.get("sizes", "default")), custom=dict(system.get("custom") or {}),
                    model=str(system.get("model") or DEFAULT_MODEL), tolerances=dict(system.get("tolerances") or {}),
-                   budget=budget, device=device, nproc=nproc, engine=str(mutable.get("engine") or "local"))
+                   budget=budget, device=device, nproc=nproc, engine=str(mutable.get("engine") or "local"),
+                   explicit=bool(system.get("operators") and system.get("dtypes")))
 
 
 def _closest(name: str, allowed: tuple[str, ...]) -> str:
@@ -154,7 +156,12 @@ def check(config: OpsConfig) -> list[Any]:
         if available is not None and need > available:
             raise InvalidInput(f"{case.id} needs about {need / 2**30:.1f} GiB but {available / 2**30:.1f} GiB of "
                                f"{config.device} memory are available: choose a smaller --size")
-    return [c for c in cases if unsupported(c.op, c.dtype, c.device) is None]
+    runnable = [c for c in cases if unsupported(c.op, c.dtype, c.device) is None]
+    missing = [c for c in cases if c not in runnable]
+    if missing and (config.explicit or not runnable):  # asked for by name, or nothing at all to measure
+        raise InvalidInput(f"{unsupported(missing[0].op, missing[0].dtype, missing[0].device)}: leave "
+                           f"--dtype {missing[0].dtype} or --op {missing[0].op} out")
+    return runnable
 
 
 def metric_names(cases: list[Any]) -> list[str]:
