@@ -193,7 +193,7 @@ class H5Samples:
         self.paths = [str(p) for p in paths]
         self.counts = []
         for path in self.paths:
-            with h5py.File(path, "r") as h5:
+            with h5py.File(path, "r", locking=False) as h5:
                 self.counts.append(int(h5["images"].shape[0]))
         self.starts = [sum(self.counts[:i]) for i in range(len(self.counts))]
         self._open: dict[int, Any] = {}
@@ -212,7 +212,9 @@ class H5Samples:
             self._open, self._pid = {}, os.getpid()
         k = bisect.bisect_right(self.starts, index) - 1
         if k not in self._open:
-            self._open[k] = h5py.File(self.paths[k], "r")
+            # no HDF5 file lock: these files are never written while read, and a lock that another
+            # process's handle holds (a worker forked while this one had the file open) refused opens
+            self._open[k] = h5py.File(self.paths[k], "r", locking=False)
         return torch.from_numpy(self._open[k]["images"][index - self.starts[k]]), index
 
     def __getstate__(self) -> dict[str, Any]:
