@@ -3,7 +3,8 @@
 Hoefler & Belli (SC'15) rules, as repro500 applies them to operators and inference:
 
 * warm-up calls run first and are never timed (first calls allocate, pick kernels, fill caches);
-  warm-up ends after ``warmup`` calls or ``warmup_s`` seconds, whichever comes later;
+  warm-up ends after ``warmup`` calls or ``warmup_s`` seconds, whichever comes later, or as soon
+  as warming up has taken longer than the whole timing budget (a call that slow has warmed up);
 * each timed call is measured alone, with the device synchronised before and after (CUDA is
   asynchronous: without the synchronisation a GPU kernel's launch is timed, not its run);
 * timed calls repeat until ``max_reps`` or until ``budget_s`` is spent, but never fewer than
@@ -91,6 +92,8 @@ def time_calls(call: Callable[[], Any], sync: Callable[[], None], budget: Budget
         sync()
         warm += 1
         if warm >= 100 * max(1, budget.warmup):  # a call too fast to fill warmup_s: enough of them
+            break
+        if time.perf_counter() - started > budget.budget_s:  # one call longer than the budget has warmed up
             break
     times: list[float] = []
     spent = 0.0
