@@ -5,7 +5,10 @@ Per round, interleaved: repro500's read kernel (``sum`` of a float32 array) and 
 (``fill_``), as ``repro500 roofline`` times them (``roofline.bandwidth``), and
 ``sysbench memory --memory-oper=read|write`` with the same threads, each thread over a block of
 the array's bytes / threads (``roofline.sysbench_memory``).  The figures are the medians over
-rounds; the triad and copy figures (the roofline's ceiling) are printed beside them.
+rounds; the triad and copy figures (the roofline's ceiling) are printed beside them.  Use all
+cores (the default, as ``repro500 roofline`` does): one thread does not saturate the memory, and
+then the comparison is of the two loops' instructions (sysbench reads a word at a time), not of
+the memory.
 
     python bench/roofline_bandwidth.py [--rounds 5] [--mib 256] [--threads N]
 """
