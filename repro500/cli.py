@@ -40,6 +40,9 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "history": ("repro500.commands.history", "history", "Show a metric across earlier runs and what changed where it moved."),
     "plan": ("repro500.commands.plan", "plan", "Say how many repeats the bands and an equivalence test need."),
     "model": ("repro500.commands.model", "model", "Predict step time and scaling efficiency with a fitted alpha-beta model."),
+    "ops": ("repro500.commands.ops", "ops", "Benchmark operators: time, FLOP/s, bytes/s and error against float64 (--inference: a model's latency)."),
+    "roofline": ("repro500.commands.roofline", "roofline", "Measure the machine's ceilings: peak FLOP/s, memory bandwidth, interconnect."),
+    "io": ("repro500.commands.io", "io", "Measure read throughput of repro500's data formats against a raw read."),
     "ui": ("repro500.commands.ui", "ui", "Start the MLflow UI on the configured tracking store."),
 }
 

@@ -37,6 +37,7 @@ from repro500.recipe_schema import (  # noqa: F401 - the schema is part of this 
     MUTABLE_SCHEMA,
     OPTIMIZERS,
     SCHEMA,
+    SYSTEM_MUTABLE,
     TASKS,
     TOP_LEVEL,
     TRAINED_ONLY,
@@ -70,6 +71,12 @@ class Recipe:
     @property
     def is_command(self) -> bool:
         return self.fixed.get("workload") == "command"
+
+    @property
+    def kind(self) -> str:
+        """``trained``, ``command`` or ``system`` (a measurement of the machine, repro500.system)."""
+        workload = self.fixed.get("workload")
+        return workload if workload in ("command", "system") else "trained"
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved recipe as written to a run directory's ``recipe.yaml``."""
@@ -244,6 +251,9 @@ def from_data(
         fixed.setdefault("outputs", [])
         fixed.setdefault("env", {})
         mutable = copy.deepcopy(data.get("mutable") or {})
+    elif fixed.get("workload") == "system":
+        fixed.setdefault("system", {})
+        mutable = _deep_merge(SYSTEM_MUTABLE, data.get("mutable") or {})
     else:
         mutable = _deep_merge(DEFAULT_MUTABLE, data.get("mutable") or {})
         fixed.setdefault("model_options", {})

@@ -17,10 +17,12 @@ from repro500.errors import InvalidInput
 
 SCHEMA = "repro500/recipe/v1"
 
-# The trained tasks (the built-in trainer computes their loss and evaluates them) and ``command``:
-# any program, run once per repeat, whose metrics are read from what it produces (docs/command.md).
+# The trained tasks (the built-in trainer computes their loss and evaluates them), ``command``:
+# any program, run once per repeat, whose metrics are read from what it produces (docs/command.md),
+# and ``system``: a measurement of the machine itself (repro500.system, docs/system.md).
 TASKS = ("classification", "detection", "regression")
-WORKLOADS = (*TASKS, "command")
+WORKLOADS = (*TASKS, "command", "system")
+MEASURES = ("ops", "roofline", "inference", "io")
 DIRECTIONS = ("higher", "lower")
 # The optimizers the trainer builds (repro500.workloads.train.build_optimizer): the recipe schema
 # accepts exactly these, so a name the trainer cannot build is refused at load, before any work.
@@ -79,6 +81,10 @@ FIXED_SCHEMA: dict[str, Any] = {
     "observe_inputs": ["auto", "strace", "off"],  # how the files it opens are found (docs/command.md)
     "inputs_budget_mb": (int, float),
     "inputs_budget_s": (int, float),
+    # a system workload (docs/system.md): what it measures, and that measurement's own options,
+    # checked by repro500.system before anything is written
+    "measure": list(MEASURES),
+    "system": dict,
 }
 MUTABLE_SCHEMA: dict[str, Any] = {
     "batch_size": int,
@@ -113,6 +119,11 @@ DEFAULT_MUTABLE: dict[str, Any] = {
     "threads": None,
     "deterministic": False,
 }
+# A system workload's mutable part: where it measures (its options are fixed.system's).
+SYSTEM_MUTABLE: dict[str, Any] = {"device": "cpu", "engine": "local", "nproc": 1, "threads": None,
+                                  "deterministic": False}
+SYSTEM_KEYS = ("workload", "measure", "system")
+SYSTEM_ONLY = ("measure", "system")
 REQUIRED_FIXED = ("workload", "model", "dataset", "target", "epochs")
 REQUIRED_COMMAND = ("command",)
 # Keys only a trained workload has, and keys only a command has: naming one in the other kind of
@@ -233,8 +244,11 @@ def _validate(data: Any, loc: _Located) -> None:
             "the benchmark's definition or tunable, not both"
         )
     _check_mapping(fixed, FIXED_SCHEMA, "fixed", loc)
+    system = fixed.get("workload") == "system"
     if _is_command(fixed):
         _validate_command(data, fixed, mutable, loc)
+    elif system:
+        _validate_system(data, fixed, mutable, loc)
     else:
         _validate_trained(data, fixed, mutable, loc)
     if "target" in fixed:
@@ -242,7 +256,7 @@ def _validate(data: Any, loc: _Located) -> None:
             if key not in fixed["target"]:
                 raise InvalidInput(f"{loc.where('fixed.target')}: fixed.target.{key} is required")
     acceptance = data.get("acceptance") or {}
-    if not acceptance:
+    if not acceptance and not system:  # a measurement may only measure (verify: nothing to decide)
         raise InvalidInput(f"{loc.where('acceptance')}: acceptance needs at least one metric with a target")
     for metric, entry in acceptance.items():
         path = f"acceptance.{metric}"
@@ -264,11 +278,32 @@ def _is_command(fixed: Mapping[str, Any]) -> bool:
     return fixed.get("workload") == "command" or ("command" in fixed and "workload" not in fixed)
 
 
+def _validate_system(data: Mapping[str, Any], fixed: Mapping[str, Any], mutable: Mapping[str, Any], loc: _Located) -> None:
+    for key in fixed:
+        if key not in SYSTEM_KEYS:
+            raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} is not part of a system workload, which "
+                               f"has only {', '.join(SYSTEM_KEYS)} (docs/system.md)")
+    if "measure" not in fixed:
+        raise InvalidInput(f"{loc.where('fixed')}: fixed.measure is required: one of {', '.join(MEASURES)}")
+    for key in mutable:
+        if key not in SYSTEM_MUTABLE:
+            raise InvalidInput(f"{loc.where('mutable.' + key)}: mutable.{key} is not tunable in a system workload "
+                               f"(allowed: {', '.join(SYSTEM_MUTABLE)})")
+    _check_mapping(mutable, MUTABLE_SCHEMA, "mutable", loc)
+    if "metrics" in data:
+        raise InvalidInput(f"{loc.where('metrics')}: metrics declares where a command's metrics come from; "
+                           "a system workload's metrics are its measurement's")
+
+
 def _validate_trained(data: Mapping[str, Any], fixed: Mapping[str, Any], mutable: Mapping[str, Any], loc: _Located) -> None:
     _check_mapping(mutable, MUTABLE_SCHEMA, "mutable", loc)
     for key in REQUIRED_FIXED:
         if key not in fixed:
             raise InvalidInput(f"{loc.where('fixed')}: fixed.{key} is required")
+    for key in SYSTEM_ONLY:
+        if key in fixed:
+            raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} is for system workloads (fixed.workload: "
+                               f"system, docs/system.md), not a {fixed['workload']} workload")
     for key in COMMAND_ONLY:
         if key in fixed:
             raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} is for command workloads (fixed.workload: command), "
@@ -289,9 +324,9 @@ def _validate_trained(data: Mapping[str, Any], fixed: Mapping[str, Any], mutable
 
 
 def _validate_command(data: Mapping[str, Any], fixed: Mapping[str, Any], mutable: Mapping[str, Any], loc: _Located) -> None:
-    for key in TRAINED_ONLY:
+    for key in (*TRAINED_ONLY, *SYSTEM_ONLY):
         if key in fixed:
-            raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} belongs to a trained workload; "
+            raise InvalidInput(f"{loc.where('fixed.' + key)}: fixed.{key} belongs to a {'system' if key in SYSTEM_ONLY else 'trained'} workload; "
                                "a command workload names its program in fixed.command")
     argv = fixed.get("command")
     if isinstance(argv, str):

@@ -10,8 +10,9 @@ Layout (docs/contracts.md, "Run directory")::
       data-specs.json, code.diff, ...                  written by capture
       repeats/<k>/summary.json  repro500/repeat-summary/v1 (written last: a repeat without one
                                 did not finish)
-      repeats/<k>/...           metrics.jsonl, params.jsonl, mllog.txt (trained workloads);
-                                stdout.txt, stderr.txt, metrics.json (commands)
+      repeats/<k>/...           metrics.jsonl, params.jsonl, mllog.txt, system.jsonl (trained
+                                workloads); stdout.txt, stderr.txt, metrics.json (commands);
+                                system.json (system workloads: ops, roofline, inference, io)
       summary.json              repro500/summary/v1    aggregate across repeats
       SHA256SUMS                digest list of every file above (repro500.bundle)
 
@@ -51,7 +52,9 @@ ERROR_LOG = "error.log"
 STDOUT = "stdout.txt"
 STDERR = "stderr.txt"
 LAUNCHER_LOG = "launcher.log"  # a failed distributed repeat's launcher output (node 0's, or the only node's)
-REPEAT_ARTIFACTS = (REPEAT_SUMMARY, METRICS, MLLOG, STDOUT, STDERR, ERROR_LOG, LAUNCHER_LOG)
+SYSTEM_RECORD = "system.json"  # a system workload's full record of the repeat (repro500.system, docs/system.md)
+SYSTEM_EPOCHS = "system.jsonl"  # a trained repeat's energy, utilization and data wait, one line per epoch
+REPEAT_ARTIFACTS = (REPEAT_SUMMARY, METRICS, MLLOG, STDOUT, STDERR, ERROR_LOG, LAUNCHER_LOG, SYSTEM_RECORD, SYSTEM_EPOCHS)
 
 
 

@@ -42,10 +42,14 @@ EXCLUDED = {
     "model": {"--remeasure", "--measure-p", "--measure-max-bytes", "--measure-reps"},  # would time collectives
     "report": {"--open"},
     "reproduce": {"--tracking"},
+    "io": {"--formats"},  # fixed below: an unknown format keeps it from writing and reading data
 }
-FIXED_FIRST = {  # positional values that keep a command away from real work
+FIXED_FIRST = {  # positional values (and options) that keep a command away from real work
     "run": ["missing-recipe.yaml"],
     "reproduce": ["missing-publication"],
+    "ops": ["--op", "nope"],  # repeatable: an unknown operator always stays among them
+    "roofline": ["--dtype", "nope"],
+    "io": ["--formats", "nope"],
 }
 EXIT_CODES = {EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INCONCLUSIVE, EXIT_INVALID, EXIT_INTERRUPTED}
 

@@ -21,16 +21,20 @@ from repro500.commands.verify import _parse_margins
               help="Significance level when the verdict is computed (default: the stored verdict's, else 0.05).")
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
               help="Equivalence margin for a metric (repeatable); needs --against.")
+@click.option("--roofline", metavar="ROOFLINE_RUN", type=click.Path(path_type=Path), default=None,
+              help="A repro500 roofline run whose ceilings RUN is placed under (default: the newest one beside RUN "
+                   "measured on the same CPU and GPU model).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the written report in the default web browser.")
 @click.pass_context
 def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | None, alpha: float | None,
-           margins: dict[str, float], open_browser: bool) -> None:
+           margins: dict[str, float], roofline: Path | None, open_browser: bool) -> None:
     """Write one self-contained HTML report of RUN and print its path.
 
     RUN is a run directory (runs/<run-id>) or an archive made by `repro500 pack`. The page
     shows convergence curves with a confidence band, per-metric distributions against the
     acceptance band (and the reference), the step-time breakdown, bytes on the wire, the
-    scaling model when present, provenance and the verdict. Plots are embedded; the page has
+    scaling model when present, energy, utilization, data wait and the run on the roofline
+    (docs/system.md), provenance and the verdict. Plots are embedded; the page has
     no scripts and loads nothing from elsewhere.
 
     \b
@@ -43,7 +47,7 @@ def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | 
     if margins and against is None:
         raise UsageError(f"--margin {next(iter(margins))}=... is an equivalence margin against a reference: "
                          "give --against REF as well, or drop --margin")
-    result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None)
+    result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None, roofline=roofline)
     click.echo(str(result.path))
     if result.exit_code != EXIT_OK:
         click.echo(f"repro500: error: {run_dir} fails its integrity check (verdict {result.status}); "

@@ -67,8 +67,10 @@ def write_report(
     against: str | Path | None = None,
     alpha: float | None = None,
     margins: dict[str, float] | None = None,
+    roofline: str | Path | None = None,
 ) -> ReportResult:
-    """Render the report of ``run`` (a run directory or a packed ``.tar.gz``) and write it.
+    """Render the report of ``run`` (a run directory or a packed ``.tar.gz``) and write it;
+    ``roofline`` is a ``repro500 roofline`` run whose ceilings the run is placed under.
 
     Raises InvalidInput (exit 4) when RUN or the reference is missing or unreadable and
     UsageError (exit 2) for arguments that do not fit.  A run that fails its integrity check
@@ -79,18 +81,31 @@ def write_report(
     if bundle.is_archive(run_path):
         with tempfile.TemporaryDirectory(prefix="repro500-report-") as tmp:
             root = bundle.unpack(run_path, tmp)
-            return _write(run_path, root, out, against, alpha, margins, started)
+            return _write(run_path, root, out, against, alpha, margins, started, roofline)
     from repro500.report.load import check_run_dir
 
     check_run_dir(run_path)
-    return _write(run_path, run_path, out, against, alpha, margins, started)
+    if roofline is not None:
+        _check_roofline(Path(roofline))
+    return _write(run_path, run_path, out, against, alpha, margins, started, roofline)
+
+
+def _check_roofline(path: Path) -> None:
+    from repro500.errors import InvalidInput
+    from repro500.report.load import check_run_dir
+    from repro500.report.system import is_roofline
+
+    check_run_dir(path)
+    if not is_roofline(path):
+        raise InvalidInput(f"{path} is not a repro500 roofline run (its recipe measures no roofline): "
+                           "measure the ceilings with `repro500 roofline`")
 
 
 def _write(run_path: Path, root: Path, out: str | Path | None, against: str | Path | None, alpha: float | None,
-           margins: dict[str, float] | None, started: float) -> ReportResult:
+           margins: dict[str, float] | None, started: float, roofline: str | Path | None = None) -> ReportResult:
     target = _resolve_output(run_path, root, out)
     html_text, verdict, sections, images = build_html(root, against=against, alpha=alpha, margins=margins,
-                                                      shown_path=str(run_path))
+                                                      shown_path=str(run_path), roofline=roofline)
     from repro500.redact import redact_values
     from repro500.writable import writing
 
@@ -109,10 +124,12 @@ def build_html(
     alpha: float | None = None,
     margins: dict[str, float] | None = None,
     shown_path: str | None = None,
+    roofline: str | Path | None = None,
 ) -> tuple[str, object, list[str], int]:
     """(html, verdict view, section ids, number of plots) for the run directory ``root``."""
     from repro500.report import html, sections, verdict_details
     from repro500.report.load import load_view
+    from repro500.report.system import system_section
     from repro500.report.verdict_source import obtain_verdict
 
     verdict = obtain_verdict(root, against=against, alpha=alpha, margins=margins)
@@ -122,14 +139,19 @@ def build_html(
     body: list[tuple[str, str, html.Markup]] = []  # (id, title, html)
     if not verdict.invalid:
         reference = _reference(against)
-        body += [
-            ("convergence", "Convergence", sections.convergence(view, verdict)),
-            ("distributions", "Distributions", sections.distributions(view, verdict, reference)),
-            ("step-time", "Step time", sections.step_time(view)),
-            ("wire", "Bytes on the wire", sections.wire(view)),
-            ("scaling", "Scaling model", sections.scaling(view)),
-            ("provenance", "Provenance", sections.provenance(view, verdict, reference)),
-        ]
+        system = ("system", "System", system_section(view, Path(roofline) if roofline else None))
+        if view.summary.get("workload") == "system":  # a measurement of the machine: no training to show
+            body += [system, ("distributions", "Distributions", sections.distributions(view, verdict, reference))]
+        else:
+            body += [
+                ("convergence", "Convergence", sections.convergence(view, verdict)),
+                ("distributions", "Distributions", sections.distributions(view, verdict, reference)),
+                ("step-time", "Step time", sections.step_time(view)),
+                ("wire", "Bytes on the wire", sections.wire(view)),
+                ("scaling", "Scaling model", sections.scaling(view)),
+                system,
+            ]
+        body.append(("provenance", "Provenance", sections.provenance(view, verdict, reference)))
     body.append(("verdict", "Verdict details", verdict_details.verdict_sections(verdict)))
     for text in view.notes:
         if "scaling" not in text:  # the scaling section says that one itself

@@ -86,7 +86,7 @@ def _new(options: RunOptions, console: Console) -> Session:
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
     session = Session(plan, run, meta, console, resumed=False, tracking=options.tracking,
-                      experiment=options.experiment, source_name=str(options.recipe or "--command"), sign=_signing(options))
+                      experiment=options.experiment, source_name=str(options.recipe or options.adhoc_source), sign=_signing(options))
     session.reference = loaded
     return session
 

@@ -45,7 +45,8 @@ class RunOptions:
     node_rank: int = 0
     rdzv_endpoint: str | None = None
     argv: list[str] = field(default_factory=lambda: list(sys.argv))
-    adhoc: dict[str, Any] | None = None  # an ad-hoc recipe (repro500 run --command ...), not a file
+    adhoc: dict[str, Any] | None = None  # an ad-hoc recipe (repro500 run --command ..., repro500 ops ...), not a file
+    adhoc_source: str = "--command"  # how errors name the ad-hoc recipe
     sign_key: str | None = None  # an OpenSSH Ed25519 key: the finished run is signed (docs/trust.md)
     sign_principal: str | None = None
     trace_inputs: bool = False  # a command's reads found with strace (fixed.observe_inputs: strace)
@@ -215,11 +216,14 @@ def load_recipe(options: RunOptions) -> recipes.Recipe:
     kwargs: dict[str, Any] = {"overrides": options.overrides, "params_file": options.params_file,
                               "open_division": options.open_division, "repeats": options.repeats}
     if options.adhoc is not None:
-        recipe = recipes.from_data(options.adhoc, "--command", name=str(options.adhoc.get("name") or "command"), **kwargs)
+        recipe = recipes.from_data(options.adhoc, options.adhoc_source, name=str(options.adhoc.get("name") or "command"),
+                                   **kwargs)
     elif options.recipe:
         recipe = recipes.load(options.recipe, **kwargs)
     else:
         raise UsageError("give a RECIPE file, --command -- PROGRAM ARGS..., or --resume RUN_DIR")
+    if options.vary and recipe.kind == "system":
+        raise UsageError("--vary needs a trained workload: a system measurement draws no training randomness")
     if options.vary and recipe.is_command:
         raise UsageError("--vary needs a trained workload, whose seeds repro500 applies one source at a time; a "
                          "command receives one seed ({seed}), so its sources cannot be told apart")

@@ -364,7 +364,7 @@ class Session:
         target = (self.recipe.fixed.get("target") or {}).get("metric")
         metrics = list(dict.fromkeys([*([target] if target else []), *self.recipe.acceptance]))[:4]
         Display(self.console, self.recipe.repeats, 0).table(self.recipe.name, summaries, metrics,
-                                                            trained=not self.recipe.is_command)
+                                                            trained=self.recipe.kind == "trained")
 
     def _raise_if_failed(self, summaries: dict[int, dict[str, Any]]) -> None:
         failed = [k for k, s in summaries.items() if s.get("status") == "failed"]

@@ -9,7 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repro500 import atomic
 from repro500 import recipe as recipes
+from repro500 import rundir as layout
 from repro500.data.loaders import H5_DATASETS
 from repro500.errors import InvalidInput, UsageError
 from repro500.workloads import parts, plugins
@@ -35,6 +37,7 @@ class TrainedWorkload:
         self.info: dict[str, Any] = {}
         self.train_samples: int | None = None  # known after check(): the plan's step count needs it
         self.imported: list[tuple[str, str]] = []  # (import root, file) of the plug-ins' own modules
+        self._intensity: dict[str, Any] | None = None  # the training step's arithmetic intensity (system.intensity)
 
     @property
     def fixed(self) -> dict[str, Any]:
@@ -154,12 +157,28 @@ class TrainedWorkload:
                                "(its split attribute is 'train'); generate an eval split (repro500 data generate ... --split eval)")
 
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
-        from repro500.workloads import train
+        from repro500.system import epochs
 
         spec = self.spec()
         if repeat.deterministic is not None and repeat.deterministic != spec.deterministic:
             spec = dataclasses.replace(spec, deterministic=repeat.deterministic)
-        callbacks = train.Callbacks(repeat.progress.on_epoch_start, repeat.progress.on_step, repeat.progress.on_epoch_end)
+        # energy, utilization and data wait per epoch, beside the trainer (repro500.system.epochs)
+        metered = epochs.EpochMeter(Path(repeat.out_dir))
+        try:
+            summary = self._train(spec, repeat, metered.wrap(repeat.progress))
+        finally:
+            metered.stop()
+        if summary.get("status") in ("completed", "diverged"):
+            if self._intensity is None:  # the step's intensity is the run's: estimated once
+                self._intensity = epochs.intensity_of(spec)
+            summary = metered.finish(summary, self._intensity)
+            atomic.write_json(Path(repeat.out_dir) / layout.REPEAT_SUMMARY, summary)
+        return summary
+
+    def _train(self, spec: Any, repeat: Repeat, progress: Any) -> dict[str, Any]:
+        from repro500.workloads import train
+
+        callbacks = train.Callbacks(progress.on_epoch_start, progress.on_step, progress.on_epoch_end)
         if self.engine == "local":
             return train.train_repeat(spec, repeat.k, repeat.seeds, repeat.out_dir, callbacks=callbacks)
         from repro500.workloads.engines import launch

@@ -5,6 +5,8 @@
   local, DDP or Horovod engine.
 - :class:`CommandWorkload`: any program, once per repeat, its metrics read from what it
   already produces (``command.py``).
+- :class:`~repro500.system.workload.SystemWorkload`: a measurement of the machine itself
+  (operators, roofline, inference latency, I/O; docs/system.md).
 
 The runner asks a workload four things: which files are its data (captured and digested),
 which metrics a repeat reports (acceptance names are checked against them before anything is
@@ -34,7 +36,10 @@ SUMMARY_METRICS = ("throughput_samples_per_s", "train_flops", "flops_per_s", "va
                    "compression_ratio", "time_compress_per_step_s", "time_decompress_per_step_s",
                    "time_comm_per_step_s",
                    # measured on each rank's TCP sockets (engines.wire), mean over ranks
-                   "wire_bytes_sent_per_step", "wire_bytes_received_per_step")
+                   "wire_bytes_sent_per_step", "wire_bytes_received_per_step",
+                   # added beside the trainer by repro500.system.epochs (docs/system.md)
+                   "energy_j", "energy_j_per_sample", "flops_per_j", "cpu_utilization_pct", "gpu_utilization_pct",
+                   "data_wait_fraction", "arithmetic_intensity_flop_per_byte", "achieved_flops_per_s")
 COMMAND_METRICS = ("total_time_s",)
 
 
@@ -65,7 +70,7 @@ class Repeat:
 
 
 class Workload(Protocol):
-    kind: str  # "trained" | "command"
+    kind: str  # "trained" | "command" | "system"
     imported: list[tuple[str, str]]  # (import root, file) of experiment modules loaded in this process
 
     def data_paths(self) -> list[str]: ...
@@ -113,6 +118,10 @@ def make(recipe: recipes.Recipe, *, device: str = "cpu", engine: str = "local", 
         from repro500.workloads.command_workload import CommandWorkload
 
         return CommandWorkload(recipe, tracking=tracking)
+    if recipe.kind == "system":
+        from repro500.system.workload import SystemWorkload
+
+        return SystemWorkload(recipe, device=device, engine=engine)
     from repro500.workloads.trained import TrainedWorkload
 
     return TrainedWorkload(recipe, device=device, engine=engine, rendezvous=rendezvous,
