@@ -186,3 +186,34 @@ def test_a_dtype_an_operator_has_no_kernel_for_is_refused_when_asked_for_by_name
         "repro500: error: dequantize has no bf16 kernel on cpu (repro500::stochastic_dequantize needs float32 or "
         "float64 scales, got BFloat16): leave --dtype bf16 or --op dequantize out"]
     assert not (tmp_path / "runs").exists()
+
+
+def test_fp32_cases_run_without_tf32_and_the_settings_are_restored(monkeypatch):
+    """cuDNN's TF32 default would make an 'fp32' convolution a TF32 one on a GPU (an H200 measured
+    2,560 fp32 epsilons); the flags are plain attributes on a CPU, so the switch is checked here."""
+    seen = []
+    spec = REGISTRY["conv2d"]
+    real_call = spec.call
+
+    def spy(x):
+        inner = real_call(x)
+
+        def call():
+            seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+            return inner()
+        return call
+
+    monkeypatch.setattr(spec, "call", spy)
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul  # matmul's flags are properties
+    before = (cudnn.allow_tf32, matmul.allow_tf32)
+    cudnn.allow_tf32, matmul.allow_tf32 = True, True
+    try:
+        budget = ops.timing.Budget(warmup=1, min_reps=3, budget_s=0.0)
+        for dtype, expected in (("fp32", (False, False)), ("bf16", (True, True))):
+            seen.clear()
+            shape = (("n", 1), ("c", 2), ("h", 4), ("w", 4), ("o", 2), ("k", 3))
+            ops.measure_case(Case("conv2d", dtype, "cpu", shape), 0, budget)
+            assert seen and set(seen) == {expected}, dtype
+        assert (cudnn.allow_tf32, matmul.allow_tf32) == (True, True)
+    finally:
+        cudnn.allow_tf32, matmul.allow_tf32 = before

@@ -192,11 +192,12 @@ def measure_case(case: Any, seed: int, budget: timing.Budget) -> dict[str, Any]:
     gen = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(case.id.encode())) % 2**63)
     x = spec.make(dims, TORCH_DTYPES[case.dtype], case.device, gen)
     call, sync = spec.call(x), timing.synchronizer(case.device)
-    out = call()
-    sync()
-    err = error(spec.outputs64(out, x), spec.reference(inputs64(x)), case.dtype)
-    del out
-    t = timing.time_calls(call, sync, budget)
+    with timing.math_mode(case.dtype):
+        out = call()
+        sync()
+        err = error(spec.outputs64(out, x), spec.reference(inputs64(x)), case.dtype)
+        del out
+        t = timing.time_calls(call, sync, budget)
     flops, moved = spec.flops(dims), spec.bytes(dims, ITEMSIZE[case.dtype])
     record = {"id": case.id, "op": case.op, "dtype": case.dtype, "device": case.device, "shape": dims,
               "time": t.as_dict(), "flops": flops, "bytes": moved,

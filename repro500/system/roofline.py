@@ -210,7 +210,8 @@ def run(config: RooflineConfig, seed: int) -> tuple[dict[str, Any], dict[str, An
             if why:
                 doc["notes"].append(f"not measured: peak {dt} FLOP/s on {device}: {why}")
                 continue
-            flops, t = gemm_flops(n, dt, device, config.budget)
+            with timing.math_mode(dt):  # an fp32 peak is fp32's, not TF32's
+                flops, t = gemm_flops(n, dt, device, config.budget)
             entry["peak_flops_per_s"][dt], entry["gemm"][dt] = flops, t
             metrics[f"peak_flops_per_s.{device}.{dt}"] = flops
         entry["bandwidth"] = bandwidth(array, device, config.budget)

@@ -18,8 +18,9 @@ Hoefler & Belli (SC'15) rules, as repro500 applies them to operators and inferen
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -66,6 +67,29 @@ def synchronizer(device: Any) -> Callable[[], None]:
     if device.type == "cuda":
         return lambda: torch.cuda.synchronize(device)
     return lambda: None
+
+
+@contextlib.contextmanager
+def math_mode(dtype: str) -> Iterator[dict[str, Any]]:
+    """fp32 measured as IEEE fp32: TensorFloat-32 off for cuDNN and cuBLAS while the case runs.
+
+    torch leaves cuDNN's TF32 on by default, so on Ampere and later GPUs an "fp32" convolution
+    rounds its inputs to 10 mantissa bits: an H200 gave conv2d fp32 errors of 2.5e3-6.9e3 fp32
+    epsilons, TF32's precision, not fp32's.  A figure called fp32 must be fp32's; the settings a
+    training run used are recorded by capture (``cudnn_allow_tf32``).  Yields what was restored.
+    """
+    import torch
+
+    if dtype != "fp32":
+        yield {}
+        return
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    before = {"cudnn_allow_tf32": cudnn.allow_tf32, "cuda_matmul_allow_tf32": matmul.allow_tf32}
+    cudnn.allow_tf32, matmul.allow_tf32 = False, False
+    try:
+        yield before
+    finally:
+        cudnn.allow_tf32, matmul.allow_tf32 = before["cudnn_allow_tf32"], before["cuda_matmul_allow_tf32"]
 
 
 def summarize(times_s: list[float], warmup_calls: int = 0, alpha: float = ALPHA) -> Timing:
