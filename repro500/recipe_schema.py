@@ -98,6 +98,8 @@ MUTABLE_SCHEMA: dict[str, Any] = {
     "workers": int,
     "threads": (int, type(None)),
     "deterministic": bool,
+    "precision": ["fp32", "amp-bf16", "amp-fp16"],  # autocast (workloads/step.py)
+    "micro_batch_size": (int, type(None)),  # gradient accumulation in parts of the batch
 }
 ACCEPTANCE_ENTRY_SCHEMA: dict[str, Any] = {
     "target": NUMBER,
@@ -118,6 +120,8 @@ DEFAULT_MUTABLE: dict[str, Any] = {
     "workers": 0,
     "threads": None,
     "deterministic": False,
+    "precision": "fp32",
+    "micro_batch_size": None,
 }
 # A system workload's mutable part: where it measures (its options are fixed.system's).
 SYSTEM_MUTABLE: dict[str, Any] = {"device": "cpu", "engine": "local", "nproc": 1, "threads": None,

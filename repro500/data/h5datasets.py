@@ -205,6 +205,17 @@ class ClassificationH5Dataset(Dataset):
     def __len__(self) -> int:
         return len(self.files)
 
+    def sample_labels(self) -> np.ndarray:
+        """Every sample's class, in index order, without reading an image (sampling bias)."""
+        if self._cache is not None:
+            return self._cache[1]
+        labels = []
+        for k, part in enumerate(self.files.parts):
+            h5 = self.files.handle(k)
+            with h5files.reading(part.path):
+                labels.append(h5["labels"][part.start:part.stop])
+        return np.concatenate(labels)
+
     def _load_all(self) -> tuple[np.ndarray, np.ndarray]:
         images, labels = [], []
         for k, part in enumerate(self.files.parts):

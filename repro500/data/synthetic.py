@@ -70,6 +70,10 @@ class SyntheticClassification(Dataset):
     def __len__(self) -> int:
         return self.samples
 
+    def sample_labels(self) -> np.ndarray:
+        """Every sample's class without drawing its image (sampling bias)."""
+        return np.fromiter((self.generator.label(i) for i in range(self.samples)), dtype=np.int64, count=self.samples)
+
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         if not 0 <= index < self.samples:
             raise IndexError(f"sample {index} is out of range (0..{self.samples - 1})")

@@ -276,6 +276,7 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     if engine == "horovod":
         check_horovod()
     device = resolve_device(mutable["device"])
+    check_variants(mutable, engine, device)
     nproc = int(mutable.get("nproc", 1))
     if engine == "local" and nproc > 1:
         raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
@@ -290,6 +291,21 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     return Plan(recipe, work, device, engine, comm_backend(engine, device), compressor, nproc,
                 options.nnodes, options.node_rank, options.same_seed, meeting,
                 list(options.vary) if options.vary else None, per_cell_of(options) if options.vary else 0)
+
+
+def check_variants(mutable: dict[str, Any], engine: str, device: str) -> None:
+    """The training variants a device or engine cannot run, refused before anything is captured."""
+    from repro500.workloads.step import check_micro_batch, check_precision
+
+    precision, micro = mutable.get("precision", "fp32"), mutable.get("micro_batch_size")
+    check_precision(precision, device)
+    check_micro_batch(micro, int(mutable.get("batch_size", 1)))
+    # Horovod's optimizer reduces on every backward unless told how many to accumulate, and
+    # unscaling fp16 gradients needs its synchronize() first: neither is wired up
+    if engine == "horovod" and micro is not None:
+        raise UsageError("mutable.micro_batch_size is not supported with engine horovod; use engine ddp (--nproc N)")
+    if engine == "horovod" and precision == "amp-fp16":
+        raise UsageError("mutable.precision amp-fp16 is not supported with engine horovod; use amp-bf16 or engine ddp")
 
 
 def check_horovod() -> None:

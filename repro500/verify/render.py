@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the verdict module imports this one
 STYLES = {
     "PASS": "bold green", "REPRODUCED": "bold green", "FAIL": "bold red",
     "NOT REPRODUCED": "bold red", "INCONCLUSIVE": "bold yellow", "INVALID": "bold magenta",
-    "SKIPPED": "dim", "REGRESSION": "bold red", "IMPROVEMENT": "bold green", "EQUIVALENT": "bold green",
+    "SKIPPED": "dim", "OK": "green", "WARN": "bold yellow", "REGRESSION": "bold red", "IMPROVEMENT": "bold green", "EQUIVALENT": "bold green",
 }
 MAX_STAT_ROWS = 8
 
@@ -193,6 +193,13 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
             same = sum(1 for pair in d.cross_run if pair["identical"])
             console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
                           "with bitwise-identical parameters", highlight=False)
+    if verdict.gains:
+        from repro500.verify.gains import describe
+
+        console.print(f"[bold]Against the reference[/]  {describe(verdict.gains)}", highlight=False)
+    s = verdict.sampling
+    if s is not None:
+        console.print(f"[bold]Sampling[/]  {_status(s.status)} {s.reason}", highlight=False)
     r = verdict.exact_replay
     if r is not None:
         state = ("[bold green]exact[/]" if r.exact else

@@ -60,11 +60,13 @@ from repro500.verify.determinism import (
 )
 from repro500.verify.equivalence import EquivalenceResult
 from repro500.verify.flops import FlopsResult, valid_flops
+from repro500.verify.gains import compare_gains
 from repro500.verify.integrity import IntegrityResult
 from repro500.verify.provenance import ProvenanceResult, provenance_diff
 from repro500.verify.reference import Reference, load_reference
 from repro500.verify.render import render  # noqa: F401 - part of this module's interface
 from repro500.verify.rundir import RunData
+from repro500.verify.sampling import check_sampling
 from repro500.verify.stats import describe
 from repro500.verify.timing import TimingResult, check_time_to_train
 
@@ -99,6 +101,8 @@ class Verdict:
     exact_replay: ExactReplay | None = None
     design: dict[str, Any] | None = None  # a sequential run's design and the look it stopped at
     variance: list[Any] | None = None  # a factorial run's decomposition (verify/variance.py)
+    sampling: Any = None  # sampling bias per repeat (verify/sampling.py): OK, WARN, or None when not recorded
+    gains: dict[str, Any] | None = None  # throughput and Valid FLOPS against a reference run (verify/gains.py)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
@@ -133,6 +137,7 @@ class Verdict:
             "provenance": section(self.provenance), "valid_flops": section(self.valid_flops),
             "exact_replay": section(self.exact_replay), "design": self.design,
             "variance": None if self.variance is None else [v.to_dict() for v in self.variance],
+            "sampling": section(self.sampling), "gains": self.gains,
         }
         return _clean(doc)
 
@@ -241,6 +246,7 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
     verdict.variance = variance.decompose(run, alpha)
     verdict.determinism = check_determinism(run)
     verdict.valid_flops = valid_flops(run, alpha)
+    verdict.sampling = check_sampling(run.repeats)
     repeat_docs = [run.repeats[k] for k in sorted(run.repeats)]
     if ref is not None:
         compare = history.compare if in_history else equivalence.compare
@@ -251,6 +257,7 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
         if ref.run is not None:
             verdict.determinism.cross_run = compare_with_reference(run, ref.run)
             verdict.exact_replay = exact_replay(run, ref.run)
+            verdict.gains = compare_gains(run.repeats, ref.run.repeats)
     else:
         verdict.time_to_train = check_time_to_train(repeat_docs, alpha)
     _decide(verdict, ref is not None, run)

@@ -1,0 +1,124 @@
+"""The training variants: precision, micro-batching and sampling bias, on the trainer's own step."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from runhelpers import repro500, write_recipe
+
+from repro500.errors import InvalidInput
+from repro500.workloads import sampling
+from repro500.workloads.blocks import Task
+from repro500.workloads.step import Step, check_micro_batch, check_precision
+
+
+def _mlp() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(12, 16), torch.nn.ReLU(), torch.nn.Linear(16, 5)).double()
+
+
+def _train(micro: int | None, steps: int = 3) -> tuple[list[torch.Tensor], list[float]]:
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = Step(Task("classification"), model, opt, torch.device("cpu"), "fp32", micro)
+    gen = torch.Generator().manual_seed(1)
+    losses = []
+    for _ in range(steps):
+        x, y = torch.randn(32, 12, generator=gen, dtype=torch.float64), torch.randint(0, 5, (32,), generator=gen)
+        out = step(x, y, 32)
+        assert out.get("micro_batches") == (None if micro is None else 32 // micro)
+        losses.append(out["loss"])
+    return [p.detach().clone() for p in model.parameters()], losses
+
+
+def test_micro_batched_steps_equal_full_batch_steps_without_batch_dependent_layers():
+    full, full_losses = _train(None)
+    parts, part_losses = _train(8)
+    for a, b in zip(full, parts, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    assert part_losses == pytest.approx(full_losses, abs=1e-12)  # the recorded loss is the batch mean
+
+
+def test_amp_bf16_runs_the_forward_pass_under_autocast_and_keeps_fp32_parameters():
+    seen = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            out = self.fc(x)
+            seen.append(out.dtype)
+            return out
+
+    model = Probe()
+    step = Step(Task("classification"), model, torch.optim.SGD(model.parameters(), lr=0.1), torch.device("cpu"),
+                "amp-bf16")
+    step(torch.randn(4, 8), torch.tensor([0, 1, 2, 0]), 4)
+    assert seen == [torch.bfloat16] and model.fc.weight.dtype == model.fc.weight.grad.dtype == torch.float32
+
+
+@pytest.mark.parametrize(("call", "words"), [
+    (lambda: check_precision("amp-fp16", "cpu"), "amp-fp16 needs a CUDA device"),
+    (lambda: check_precision("fp8", "cpu"), "not one of fp32, amp-bf16, amp-fp16"),
+    (lambda: check_micro_batch(12, 32), "does not divide mutable.batch_size 32"),
+    (lambda: check_micro_batch(0, 32), "at least 1"),
+])
+def test_variants_a_device_or_batch_cannot_run_are_one_sentence(call, words):
+    with pytest.raises(InvalidInput, match=words):
+        call()
+
+
+def test_sampling_record_flags_duplicates_gaps_and_a_biased_draw():
+    labels = np.repeat(np.arange(4), 25)  # 100 samples, 4 balanced classes
+    whole = sampling.epoch_record(list(range(96)), 100, 32, labels, None, epochs=1)
+    assert whole["complete"] and whole["missing"] == whole["expected_missing"] == 4
+    assert not whole["balance"]["biased"] and whole["balance"]["p_value"] > 0.9
+    padded = sampling.epoch_record([*range(94), 0, 1], 100, 32, labels, None, epochs=1)
+    assert not padded["complete"] and padded["duplicated"] == 2 and padded["missing"] == 6
+    skewed = sampling.epoch_record([i for i in range(100) if labels[i] < 2] * 2, 100, 32, labels, None, epochs=1)
+    assert skewed["balance"]["biased"] and skewed["balance"]["p_value"] < 1e-10
+    unknown = sampling.epoch_record(list(range(96)), 100, 32, None, "no labels here", epochs=1)
+    assert unknown["balance"] == {"not_measured": "no labels here"} and unknown["complete"]
+
+
+def test_a_bf16_micro_batched_run_records_its_variant_and_verifies_against_fp32(in_tmp):
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=2)
+    assert repro500("run", str(recipe), "--no-tracking", "--run-id", "fp32", cwd=in_tmp).returncode == 0
+    proc = repro500("run", str(recipe), "--no-tracking", "--run-id", "bf16", "--set", "precision=amp-bf16",
+                    "--set", "micro_batch_size=8", cwd=in_tmp)
+    assert proc.returncode == 0, proc.stderr
+    rep = in_tmp / "runs" / "bf16" / "repeats" / "0"
+    summary = json.loads((rep / "summary.json").read_text())
+    assert summary["training"] == {"precision": "amp-bf16", "micro_batch_size": 8, "batch_size": 32}
+    assert summary["sampling"]["incomplete_epochs"] == [] and summary["sampling"]["biased_epochs"] == []
+    steps = [json.loads(line) for line in (rep / "metrics.jsonl").read_text().splitlines()]
+    assert {s["micro_batches"] for s in steps if s["kind"] == "step"} == {4}
+    epoch = next(s for s in steps if s["kind"] == "epoch")
+    assert epoch["sampling"]["drawn"] == 256 and epoch["sampling"]["balance"]["dataset_histogram"] == [26] * 6 + [25] * 4
+    assert '"gradient_accumulation_steps", "value": 4' in (rep / "mllog.txt").read_text()
+    verdict = repro500("verify", "runs/bf16", "--against", "runs/fp32", "--margin", "accuracy=0.5", "--json", cwd=in_tmp)
+    doc = json.loads(verdict.stdout)
+    gains = doc["gains"]
+    assert gains["run_variant"]["precision"] == "amp-bf16" and gains["reference_variant"]["precision"] == "fp32"
+    ratio = gains["figures"]["throughput_samples_per_s"]
+    assert ratio["ratio"] == pytest.approx(ratio["run"] / ratio["reference"])
+    assert doc["sampling"]["status"] == "OK" and doc["equivalence"][0]["metric"] == "accuracy"
+    shown = repro500("verify", "runs/bf16", "--against", "runs/fp32", "--margin", "accuracy=0.5", cwd=in_tmp).stdout
+    assert "precision amp-bf16 vs fp32" in " ".join(shown.split())
+
+
+@pytest.mark.parametrize(("override", "code", "words"), [
+    ("precision=amp-fp16", 4, "amp-fp16 needs a CUDA device"),
+    ("micro_batch_size=12", 4, "does not divide mutable.batch_size 32"),
+])
+def test_a_variant_the_machine_cannot_run_is_refused_before_anything_is_written(in_tmp, override, code, words):
+    recipe = write_recipe(in_tmp / "tiny.yaml")
+    proc = repro500("run", str(recipe), "--no-tracking", "--set", override, cwd=in_tmp)
+    assert proc.returncode == code, proc.stderr
+    assert words in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (in_tmp / "runs").exists() or not any((in_tmp / "runs").iterdir())
