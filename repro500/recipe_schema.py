@@ -100,6 +100,7 @@ MUTABLE_SCHEMA: dict[str, Any] = {
     "deterministic": bool,
     "precision": ["fp32", "amp-bf16", "amp-fp16"],  # autocast (workloads/step.py)
     "micro_batch_size": (int, type(None)),  # gradient accumulation in parts of the batch
+    "sync": {"mode": ["allreduce", "average", "gossip"], "every": int},  # workloads/engines/averaging.py
 }
 ACCEPTANCE_ENTRY_SCHEMA: dict[str, Any] = {
     "target": NUMBER,
@@ -122,6 +123,7 @@ DEFAULT_MUTABLE: dict[str, Any] = {
     "deterministic": False,
     "precision": "fp32",
     "micro_batch_size": None,
+    "sync": {"mode": "allreduce", "every": 1},
 }
 # A system workload's mutable part: where it measures (its options are fixed.system's).
 SYSTEM_MUTABLE: dict[str, Any] = {"device": "cpu", "engine": "local", "nproc": 1, "threads": None,

@@ -278,6 +278,7 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     device = resolve_device(mutable["device"])
     check_variants(mutable, engine, device)
     nproc = int(mutable.get("nproc", 1))
+    check_sync(mutable.get("sync") or {}, engine, nproc * options.nnodes, compressor["name"])
     if engine == "local" and nproc > 1:
         raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
     meeting = rendezvous(options)
@@ -306,6 +307,21 @@ def check_variants(mutable: dict[str, Any], engine: str, device: str) -> None:
         raise UsageError("mutable.micro_batch_size is not supported with engine horovod; use engine ddp (--nproc N)")
     if engine == "horovod" and precision == "amp-fp16":
         raise UsageError("mutable.precision amp-fp16 is not supported with engine horovod; use amp-bf16 or engine ddp")
+
+
+def check_sync(sync: dict[str, Any], engine: str, world: int, compressor: str) -> None:
+    """Parameter averaging (mutable.sync) needs ranks to average with, and the ddp engine's group."""
+    mode, every = sync.get("mode", "allreduce"), sync.get("every", 1)
+    if every < 1:
+        raise InvalidInput(f"mutable.sync.every must be at least 1 (steps between averagings), got {every}")
+    if mode == "allreduce":
+        return
+    if engine != "ddp" or world < 2:
+        raise UsageError(f"mutable.sync.mode {mode} averages the parameters of several ranks: run it with --nproc 2 "
+                         "(or more), which selects engine ddp")
+    if compressor != "none":
+        raise UsageError(f"mutable.sync.mode {mode} sends parameters, which the gradient compressors are not made for; "
+                         "drop the compressor or use mode allreduce")
 
 
 def check_horovod() -> None:

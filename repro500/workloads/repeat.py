@@ -67,11 +67,12 @@ class Repeat:
         if self.mllog:
             self.mllog.log_samples(len(self.train_loader.dataset), len(self.eval_loader.dataset))
         self.model = blocks.build_model(spec, self.info).to(self.device)
-        self.comm = collectives.for_engine(dist.engine, dist.world_size)
+        self.comm = collectives.for_engine(dist.engine, dist.world_size, spec.sync, dist.rank)
         compressor = records.compressor_spec(spec.compressor, self.seeds)
         train_model, self.optimizer, self.hook_state = self.comm.wrap(
             self.model, lambda params: build_optimizer(params, spec.optimizer), compressor, self.device)
-        self.step = Step(self.task, train_model, self.optimizer, self.device, spec.precision, spec.micro_batch_size)
+        self.step = Step(self.task, train_model, self.optimizer, self.device, spec.precision, spec.micro_batch_size,
+                         after_step=getattr(self.hook_state, "after_step", None))
         self.base_lrs = [g["lr"] for g in self.optimizer.param_groups]
         self.steps_per_epoch = len(self.train_loader)
         self.flops_per_sample = blocks.flops_per_sample(self.task, self.model, self.train_loader, self.device,
@@ -206,7 +207,7 @@ class Repeat:
         self.summary["sampling"] = sampling.summarise(self.sampling_epochs)
         # the variant trained, beside its figures: verify --against sets them side by side
         self.summary["training"] = {"precision": self.spec.precision, "micro_batch_size": self.spec.micro_batch_size,
-                                    "batch_size": self.spec.batch_size}
+                                    "batch_size": self.spec.batch_size, "sync": self.spec.sync}
 
     def interrupted(self) -> None:
         if self.mllog:

@@ -60,6 +60,7 @@ class TrainSpec:
     deterministic: bool = False
     precision: str = "fp32"  # fp32 | amp-bf16 | amp-fp16 (workloads/step.py)
     micro_batch_size: int | None = None  # gradient accumulation over batch_size / micro_batch_size parts
+    sync: dict[str, Any] = field(default_factory=lambda: {"mode": "allreduce", "every": 1})  # engines/averaging.py
     evaluate: str | None = None  # fixed.evaluate: a plug-in evaluator (default: the task's own)
     search_paths: list[str] = field(default_factory=list)  # where plug-ins' import paths are found
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -67,11 +68,13 @@ class Step:
     """The step of one repeat: built once, called once per batch."""
 
     def __init__(self, task: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
-                 precision: str = "fp32", micro_batch_size: int | None = None) -> None:
+                 precision: str = "fp32", micro_batch_size: int | None = None,
+                 after_step: Callable[[], None] | None = None) -> None:
         self.task, self.model, self.optimizer, self.device = task, model, optimizer, device
         self.precision, self.micro_batch_size = precision, micro_batch_size
         self.dtype = PRECISIONS[precision]
         self.scaler = torch.amp.GradScaler(device.type) if precision == "amp-fp16" else None
+        self.after_step = after_step  # parameter averaging (engines/averaging.py), after the optimizer
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.dtype is None:
@@ -116,6 +119,8 @@ class Step:
             self.optimizer.step()
         _sync(self.device)
         t3 = time.perf_counter()
+        if self.after_step:
+            self.after_step()
         record: dict[str, Any] = {"loss": loss_value, "time_forward_s": forward_s, "time_backward_s": backward_s,
                                   "time_optimizer_s": t3 - t2, "backward_end": t2}
         if len(parts) > 1:

@@ -1,0 +1,98 @@
+"""Synchronising parameters instead of gradients: local SGD and decentralized (gossip) averaging.
+
+Deep500's level 3 compares distributed schemes beyond synchronous all-reduce of gradients
+(``mutable.sync``, docs/distributed.md):
+
+* ``{mode: average, every: H}`` (local SGD, model averaging): every rank steps alone on its own
+  batches and the ranks replace their parameters by the average of all ranks' every H steps
+  (one all-reduce of the parameters, so about 1/H of DDP's bytes per step);
+* ``{mode: gossip, every: H}`` (decentralized averaging): every H steps each rank averages its
+  parameters with its ring neighbours' only (ranks r-1 and r+1, point-to-point through
+  torch.distributed), so no collective spans all ranks.
+
+Floating-point buffers (batch norm's running statistics) are averaged with the parameters, so
+the model rank 0 evaluates is the one the ranks agree on at a synchronisation.  Between
+synchronisations the ranks' models differ: rank 0's is evaluated and digested.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from repro500.ext.communicator import allreduce_bytes
+from repro500.workloads.engines.collectives import DdpCollectives
+
+MODES = ("allreduce", "average", "gossip")
+
+
+def _tensors(model: torch.nn.Module) -> list[torch.Tensor]:
+    return [t for t in [*model.parameters(), *model.buffers()] if t.is_floating_point()]
+
+
+def ring_neighbours(rank: int, world_size: int) -> list[int]:
+    """Ranks r-1 and r+1 on the ring; one rank when there are two."""
+    return sorted({(rank - 1) % world_size, (rank + 1) % world_size} - {rank})
+
+
+class Averager:
+    """Called after each optimizer step: averages every ``every`` steps; its costs per step."""
+
+    def __init__(self, model: torch.nn.Module, mode: str, every: int, rank: int, world_size: int) -> None:
+        self.tensors, self.mode, self.every = _tensors(model), mode, every
+        self.rank, self.world_size = rank, world_size
+        self.steps = 0
+        self._stats: dict[str, Any] = {}
+
+    def after_step(self) -> None:
+        import torch.distributed as tdist
+        from torch.nn.utils import parameters_to_vector, vector_to_parameters
+
+        self.steps += 1
+        synced = self.steps % self.every == 0
+        self._stats = {"synced": synced, "time_comm_s": 0.0, "bytes_sent": 0, "bytes_received": 0}
+        if not synced:
+            return
+        start = time.perf_counter()
+        flat = parameters_to_vector(self.tensors)
+        nbytes = flat.numel() * flat.element_size()
+        if self.mode == "average":
+            tdist.all_reduce(flat)
+            flat /= self.world_size
+            sent = allreduce_bytes(nbytes, self.world_size)
+            received = sent
+        else:
+            neighbours = ring_neighbours(self.rank, self.world_size)
+            inbox = [torch.empty_like(flat) for _ in neighbours]
+            ops = [tdist.P2POp(tdist.isend, flat, peer) for peer in neighbours]
+            ops += [tdist.P2POp(tdist.irecv, box, peer) for box, peer in zip(inbox, neighbours, strict=True)]
+            for request in tdist.batch_isend_irecv(ops):
+                request.wait()
+            flat = (flat + sum(inbox)) / (1 + len(neighbours))
+            sent = received = nbytes * len(neighbours)
+        vector_to_parameters(flat, self.tensors)
+        self._stats.update(time_comm_s=time.perf_counter() - start, bytes_sent=sent, bytes_received=received)
+
+    def step_stats(self) -> dict[str, Any]:
+        stats, self._stats = self._stats, {}
+        return stats
+
+
+class AveragingCollectives(DdpCollectives):
+    """The ddp engine's process group without DDP: each rank's optimizer steps alone, and an
+    :class:`Averager` runs after every step."""
+
+    def __init__(self, world_size: int, mode: str, every: int, rank: int) -> None:
+        super().__init__(world_size)
+        self.mode, self.every, self.rank = mode, every, rank
+
+    def wrap(self, model: torch.nn.Module, build_optimizer: Any, compressor: dict[str, Any],
+             device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
+        import torch.distributed as tdist
+
+        for t in _tensors(model):  # every rank starts from rank 0's initialisation, as DDP does
+            tdist.broadcast(t.data, src=0)
+        return model, build_optimizer(model.parameters()), Averager(model, self.mode, self.every, self.rank,
+                                                                    self.world_size)
