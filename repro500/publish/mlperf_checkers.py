@@ -31,7 +31,8 @@ class CheckOutcome:
     line: str  # what the tool said, in one line
 
 
-def _run_tool(module: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess[str] | str:
+def _run_tool(module: str, args: list[str], cwd: Path, copy: Path,
+              tree_path: Path) -> subprocess.CompletedProcess[str] | str:
     """The finished process, or one sentence when it could not finish (a crash, a timeout)."""
     command = [sys.executable, "-m", f"mlperf_logging.{module}", *args]
     try:
@@ -41,6 +42,9 @@ def _run_tool(module: str, args: list[str], cwd: Path) -> subprocess.CompletedPr
     # The summarizer prints a caught traceback and goes on; only a tool that stopped crashed.
     if done.returncode != 0 and "Traceback (most recent call last)" in done.stderr:
         return f"crashed: {done.stderr.strip().splitlines()[-1]}"
+    # Lines name the exported tree, not the throwaway copy the tool read.
+    done.stdout = done.stdout.replace(str(copy), str(tree_path))
+    done.stderr = done.stderr.replace(str(copy), str(tree_path))
     return done
 
 
@@ -61,7 +65,8 @@ def _problems(text: str, limit: int = 3) -> str:
 
 def package_check(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
     log = work / "package_checker.log"
-    done = _run_tool("package_checker", [str(copy), tree.usage, tree.ruleset, "--log_output", str(log)], work)
+    done = _run_tool("package_checker", [str(copy), tree.usage, tree.ruleset, "--log_output", str(log)],
+                     work, copy, tree.path)
     if isinstance(done, str):
         return CheckOutcome("package_checker", False, f"package_checker {done}")
     text = done.stdout + done.stderr
@@ -74,7 +79,7 @@ def package_check(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
 
 def summarize(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
     csv = work / "summary.csv"
-    done = _run_tool("result_summarizer", [str(copy), tree.usage, tree.ruleset, "--csv", str(csv)], work)
+    done = _run_tool("result_summarizer", [str(copy), tree.usage, tree.ruleset, "--csv", str(csv)], work, copy, tree.path)
     if isinstance(done, str):
         return CheckOutcome("result_summarizer", False, f"result_summarizer {done}")
     text = done.stdout + done.stderr
@@ -116,12 +121,16 @@ def rcp_check(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
                             f"{tree.benchmark} RCPs cover batch sizes {sizes[0]} to {sizes[-1]})")
     log = work / "rcp_checker.log"
     done = _run_tool("rcp_checker", [str(copy / tree.results_dir), "--rcp_usage", tree.usage,
-                                     "--rcp_version", tree.ruleset, "--log_output", str(log)], work)
+                                     "--rcp_version", tree.ruleset, "--log_output", str(log)],
+                     work, copy, tree.path)
     if isinstance(done, str):
         return CheckOutcome("rcp_checker", False, f"rcp_checker {done}")
-    verdict = next((line.split(" - ", 1)[-1].strip() for line in (done.stdout + done.stderr).splitlines()
+    lines = (done.stdout + done.stderr).splitlines()
+    verdict = next((line.split(" - ", 1)[-1].strip() for line in lines
                     if "RCP test PASSED" in line or "RCP test FAILED" in line), "no verdict line")
-    return CheckOutcome("rcp_checker", done.returncode == 0, f"rcp_checker: {verdict}")
+    epochs = next((line.split(":", 1)[-1].strip() for line in lines if "Submission mean epochs" in line), None)
+    return CheckOutcome("rcp_checker", done.returncode == 0, f"rcp_checker: {verdict}"
+                        + (f" (batch size {batch}, submission mean epochs {epochs})" if epochs else f" (batch size {batch})"))
 
 
 def check_tree(tree: ExportedTree, progress=lambda _line: None) -> list[CheckOutcome]:  # noqa: ANN001

@@ -198,16 +198,23 @@ def default_system(manifest: dict[str, Any], nodes: int, accelerators_per_node: 
 
 
 # ----- the export -------------------------------------------------------------------------------
-def _repeat_logs(root: Path) -> dict[int, str]:
-    logs = {}
-    for k in repeat_indices(root):
-        path = root / "repeats" / str(k) / MLLOG
-        if path.is_file():
-            try:
-                logs[k] = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as err:
-                raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__}): the run is corrupt") from None
-    return logs
+def _repeat_logs(rd: RunDir) -> tuple[dict[int, str], list[int]]:
+    """The logs of the finished repeats (completed or diverged: MLPerf runs, converged or not),
+    and the repeats that have a log but did not finish (a crash, a kill: no MLPerf result)."""
+    finished = rd.summaries(max(repeat_indices(rd.path), default=-1) + 1, finished_only=True)
+    logs, unfinished = {}, []
+    for k in repeat_indices(rd.path):
+        path = rd.repeat(k) / MLLOG
+        if not path.is_file():
+            continue
+        if k not in finished:
+            unfinished.append(k)
+            continue
+        try:
+            logs[k] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__}): the run is corrupt") from None
+    return logs, unfinished
 
 
 def _prepare_out(out: Path) -> None:
@@ -240,9 +247,13 @@ def export_tree(
     meta = rd.meta()
     progress(f"checking {root} against its SHA256SUMS")
     bundle.require_untouched(root, "only an untouched run can be exported")
-    logs = _repeat_logs(root)
+    logs, unfinished = _repeat_logs(rd)
     if not logs:
-        raise InvalidInput(f"{root} has no MLPerf logs (repeats/<k>/{MLLOG}): only trained workloads write them")
+        raise InvalidInput(f"{root} has no MLPerf logs of finished repeats (repeats/<k>/{MLLOG}): "
+                           "only trained workloads write them")
+    notes = [f"repeats {', '.join(map(str, unfinished))} did not finish: their logs are not results"] if unfinished else []
+    for line in notes:
+        progress(line)
     benchmarks = {k: logged_benchmark(root / "repeats" / str(k) / MLLOG) for k in logs}
     benchmark = benchmarks[min(logs)]
     if len(set(benchmarks.values())) > 1:
@@ -265,38 +276,37 @@ def export_tree(
     progress(f"division {division}: {reason}")
 
     results_dir = Path("results", system, *(["strong"] if usage == "hpc" else []), benchmark)
+    desc = system_description(manifest, meta, submitter=submitter, division=division, system=system,
+                              accelerators_per_node=accelerators)
+    note = {"schema": EXPORT_SCHEMA, "run_id": meta.get("run_id"),
+            "manifest_sha256": (manifest.get("digest") or {}).get("value"),
+            "benchmark": benchmark, "usage": usage, "ruleset": ruleset, "division": division,
+            "division_reason": reason, "system": system, "submitter": submitter,
+            "results": {str(results_dir / f"result_{k}.txt"): f"repeats/{k}/{MLLOG}" for k in sorted(logs)},
+            "changed_in_logs": f"submission_division set to {division!r}; nothing else"}
     from repro500.writable import writing
 
+    # Any file-system failure (a full disk, no permission) is one sentence, and the staging
+    # directory goes with it: OUT is either the whole tree or untouched.
     with writing("the MLPerf export", out, "give --out a directory you can write to"):
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
-    try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it owner-only; a submission is meant to be shared
-        progress(f"writing systems/{system}.json from the manifest's hardware and environment")
-        desc = system_description(manifest, meta, submitter=submitter, division=division, system=system,
-                                  accelerators_per_node=accelerators)
-        atomic.write_json(staging / "systems" / f"{system}.json", desc)
-        results = []
-        for k, text in sorted(logs.items()):
-            rel = results_dir / f"result_{k}.txt"
-            progress(f"writing {rel} from repeats/{k}/{MLLOG}")
-            atomic.write_text(staging / rel, with_division(text, division))
-            results.append(rel)
-        note = {"schema": EXPORT_SCHEMA, "run_id": meta.get("run_id"),
-                "manifest_sha256": (manifest.get("digest") or {}).get("value"),
-                "benchmark": benchmark, "usage": usage, "ruleset": ruleset, "division": division,
-                "division_reason": reason, "system": system, "submitter": submitter,
-                "results": {str(rel): f"repeats/{k}/{MLLOG}" for k, rel in zip(sorted(logs), results, strict=True)},
-                "changed_in_logs": f"submission_division set to {division!r}; nothing else"}
-        atomic.write_json(staging / EXPORT_NOTE, note)
-        with writing("the MLPerf export", out, "give --out a directory you can write to"):
+        try:
+            mask = os.umask(0)
+            os.umask(mask)
+            os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it owner-only; a submission is meant to be shared
+            progress(f"writing systems/{system}.json from the manifest's hardware and environment")
+            atomic.write_json(staging / "systems" / f"{system}.json", desc)
+            for k, text in sorted(logs.items()):
+                progress(f"writing {results_dir / f'result_{k}.txt'} from repeats/{k}/{MLLOG}")
+                atomic.write_text(staging / results_dir / f"result_{k}.txt", with_division(text, division))
+            atomic.write_json(staging / EXPORT_NOTE, note)
             os.replace(staging, out)  # an empty OUT is replaced whole; a non-empty one was refused above
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
     progress(f"wrote {out}")
     return ExportedTree(path=out, system=system, submitter=submitter, benchmark=benchmark, usage=usage,
-                        ruleset=ruleset, division=division, division_reason=reason, results=results,
-                        results_dir=results_dir)
+                        ruleset=ruleset, division=division, division_reason=reason,
+                        results=[results_dir / f"result_{k}.txt" for k in sorted(logs)],
+                        results_dir=results_dir, notes=notes)
