@@ -11,10 +11,12 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 from runhelpers import write_recipe
 
 from repro500 import bundle, cli
+from repro500.data.generate import generate
 from repro500.errors import EXIT_FAIL, EXIT_INVALID, EXIT_OK, EXIT_USAGE, InvalidInput, UsageError
 from repro500.publish.mlperf_export import export_tree
 from repro500.runner import RunOptions, run
@@ -185,3 +187,33 @@ def test_closed_run_gets_the_closed_rules_and_the_rcp_checker(tmp_path):
     assert "rcp_checker: RCP found, RCP test FAILED" in result.stdout
     assert "(batch size 1632, submission mean epochs 1.0000)" in result.stdout
     assert "not accepted by package_checker and result_summarizer" in result.stderr
+
+
+@pytest.mark.slow
+def test_cosmoflow_goes_under_strong_scaling_and_only_mlperf_hpc_quality_is_missing(tmp_path, monkeypatch):
+    """Ten repeats (HPC's count) of experiments/cosmoflow_cpu.yaml shrunk to tiny universes."""
+    monkeypatch.chdir(tmp_path)
+    generate("cosmo", tmp_path / "cosmo.h5", samples=8, size="8", seed=2)
+    generate("cosmo", tmp_path / "cosmo-eval.h5", samples=4, size="8", seed=2, split="eval")
+    recipe = yaml.safe_load((Path(__file__).parents[1] / "experiments/cosmoflow_cpu.yaml").read_text())
+    recipe["fixed"].update(
+        model_options={"crop_size": 8, "base_channels": 2, "depth": 1, "fc1_size": 8, "fc2_size": 4},
+        dataset={"name": "cosmo", "path": "cosmo.h5", "eval_path": "cosmo-eval.h5", "params": {"crop": 8}},
+        epochs=1,
+    )
+    recipe["mutable"].update(batch_size=4, eval_batch_size=4, threads=1)
+    recipe["repeats"] = 10
+    options = RunOptions(recipe=str(write_recipe(tmp_path / "cosmo.yaml", recipe)), tracking=False,
+                         run_id="cosmo10", open_division=True, overrides=["fixed.target.value=0.5"])
+    run_dir = run(options).run_dir
+    result = _export(str(run_dir), "--out", str(tmp_path / "repro500"))
+    assert result.exit_code == EXIT_FAIL, result.output
+    assert "(open division, hpc 3.0.0)" in result.stdout
+    results = sorted(p.name for p in (tmp_path / "repro500/results").glob("*/strong/cosmoflow/result_*.txt"))
+    assert len(results) == 10
+    checker = next(line for line in result.stdout.splitlines() if line.startswith("package_checker:"))
+    # every key and the layout pass; one epoch of a tiny model is far from MLPerf's MAE 0.124
+    assert checker == ("package_checker: PACKAGE CHECKER FOUND ERRORS: 10 files do not comply, directory cannot "
+                       "be accepted; Failed checks for eval_error : v['value'] <= 0.124 and v['value'] > 0."), checker
+    assert "rcp_checker: not run, no RCP for batch size 4 (hpc 3.0.0 cosmoflow RCPs cover batch sizes 32 to 1024)" \
+        in result.stdout

@@ -56,7 +56,9 @@ def _problems(text: str, limit: int = 3) -> str:
         line = raw.strip()
         if line.startswith("ERROR - ") and line[len("ERROR - "):].strip() not in errors:
             errors.append(line[len("ERROR - "):].strip())
-        elif line.startswith(("Failed checks for", "Required ")) and line not in rules:
+            continue
+        line = line.removeprefix("WARNING - ").strip()  # a compliance report's first line carries it
+        if line.startswith(("Failed checks for", "Required ")) and line not in rules:
             rules.append(line)
     seen = errors + rules
     shown = "; ".join(seen[:limit])
