@@ -146,6 +146,5 @@ def check_tree(tree: ExportedTree, progress=lambda _line: None) -> list[CheckOut
         for tool, step in (("package_checker", package_check), ("result_summarizer", summarize),
                            ("rcp_checker", rcp_check)):
             progress(f"running mlperf_logging.{tool} ({tree.usage} {tree.ruleset})")
-            outcomes.append(step(tree, copy, work))
-            progress(outcomes[-1].line)
+            outcomes.append(step(tree, copy, work))  # the caller shows the outcome lines
     return outcomes
