@@ -139,6 +139,18 @@ def test_compliance_checker_is_not_asked_for_a_ruleset_without_the_benchmark(ope
         check_compliance(open_run / "repeats/0/mllog.txt", benchmark="cosmoflow", usage="hpc", ruleset="9.9.9")
 
 
+def test_a_crashing_compliance_checker_is_its_last_line_not_its_traceback(open_run, monkeypatch):
+    from repro500.workloads import mlperf_check
+
+    # let the ruleset without ResNet rules through, as an older repro500 did: the checker crashes
+    monkeypatch.setattr(mlperf_check, "resolve_rules", lambda benchmark, usage, ruleset: ("training", "4.1.0"))
+    with pytest.raises(InvalidInput) as caught:
+        mlperf_check.check_compliance(open_run / "repeats/0/mllog.txt")
+    message = str(caught.value)
+    assert "the MLPerf compliance checker crashed on" in message and "(training 4.1.0): FileNotFoundError" in message
+    assert "Traceback" not in message and "\n" not in message
+
+
 # ----------------------------------------------------------- MLPerf's tools on the exported tree
 def _tool(module: str, *args: str, cwd: Path) -> str:
     done = subprocess.run([sys.executable, "-m", f"mlperf_logging.{module}", *args], cwd=cwd,
@@ -152,9 +164,10 @@ def test_open_run_is_accepted_by_package_checker_and_result_summarizer(tmp_path)
     out = tmp_path / "repro500"
     result = _export(str(run_dir), "--out", str(out))
     assert result.exit_code == EXIT_OK, result.output
-    assert "package_checker: PACKAGE CHECKER FOUND NO ERRORS, SUCCESS !" in result.stdout
-    assert "result_summarizer: resnet " in result.stdout and "min (time to train, olympic mean of 5" in result.stdout
-    assert "rcp_checker: not run, no RCP for batch size 32" in result.stdout
+    assert "package_checker (training 4.0.0): PACKAGE CHECKER FOUND NO ERRORS, SUCCESS !" in result.stdout
+    assert "result_summarizer (training 4.0.0): resnet " in result.stdout
+    assert "min (time to train, olympic mean of 5 results, open division)" in result.stdout
+    assert "rcp_checker (training 4.0.0): not run, no RCP for batch size 32" in result.stdout
     before = sorted(p.relative_to(out) for p in out.rglob("*"))
     # MLPerf's tools themselves, on the delivered tree, as a submitter runs them
     work = tmp_path / "work"
@@ -181,10 +194,10 @@ def test_closed_run_gets_the_closed_rules_and_the_rcp_checker(tmp_path):
     assert tree["division"] == "closed" and "no fixed or acceptance key overridden" in tree["division_reason"]
     for log in out.glob("results/*/resnet/result_*.txt"):
         assert '"submission_division", "value": "closed"' in log.read_text()
-    assert "package_checker: PACKAGE CHECKER FOUND ERRORS" in result.stdout
+    assert "package_checker (training 4.0.0): PACKAGE CHECKER FOUND ERRORS" in result.stdout
     # the closed ResNet rules (75.9% accuracy, MLPerf's hyperparameters) reject every log
     assert "FOUND ERRORS: 5 files do not comply, directory cannot be accepted" in result.stdout
-    assert "rcp_checker: RCP found, RCP test FAILED" in result.stdout
+    assert "rcp_checker (training 4.0.0): RCP found, RCP test FAILED" in result.stdout
     assert "(batch size 1632, submission mean epochs 1.0000)" in result.stdout
     assert "not accepted by package_checker and result_summarizer" in result.stderr
 
@@ -211,9 +224,9 @@ def test_cosmoflow_goes_under_strong_scaling_and_only_mlperf_hpc_quality_is_miss
     assert "(open division, hpc 3.0.0)" in result.stdout
     results = sorted(p.name for p in (tmp_path / "repro500/results").glob("*/strong/cosmoflow/result_*.txt"))
     assert len(results) == 10
-    checker = next(line for line in result.stdout.splitlines() if line.startswith("package_checker:"))
+    checker = next(line for line in result.stdout.splitlines() if line.startswith("package_checker (hpc 3.0.0):"))
     # every key and the layout pass; one epoch of a tiny model is far from MLPerf's MAE 0.124
-    assert checker == ("package_checker: PACKAGE CHECKER FOUND ERRORS: 10 files do not comply, directory cannot "
+    assert checker == ("package_checker (hpc 3.0.0): PACKAGE CHECKER FOUND ERRORS: 10 files do not comply, directory cannot "
                        "be accepted; Failed checks for eval_error : v['value'] <= 0.124 and v['value'] > 0."), checker
-    assert "rcp_checker: not run, no RCP for batch size 4 (hpc 3.0.0 cosmoflow RCPs cover batch sizes 32 to 1024)" \
+    assert "rcp_checker (hpc 3.0.0): not run, no RCP for batch size 4 (cosmoflow RCPs cover batch sizes 32 to 1024)" \
         in result.stdout

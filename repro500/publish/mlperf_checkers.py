@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro500.publish.mlperf_export import ExportedTree, logged_value
@@ -112,15 +112,15 @@ def _rcp_batch_sizes(usage: str, ruleset: str, benchmark: str) -> list[int]:
 def rcp_check(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
     sizes = _rcp_batch_sizes(tree.usage, tree.ruleset, tree.benchmark)
     if not sizes:
-        return CheckOutcome("rcp_checker", None, f"rcp_checker: not run, mlperf-logging holds no {tree.usage} "
-                                                 f"{tree.ruleset} RCPs for {tree.benchmark}")
+        return CheckOutcome("rcp_checker", None, f"rcp_checker: not run, mlperf-logging holds no RCPs for "
+                                                 f"{tree.benchmark} in this ruleset")
     first = (copy / tree.results[0]).read_text(encoding="utf-8").splitlines()
     batch = logged_value(first, "global_batch_size")
     # An RCP for the batch size itself, or two around it that the checker interpolates between.
     if not isinstance(batch, int) or not sizes[0] <= batch <= sizes[-1]:
         return CheckOutcome("rcp_checker", None,
-                            f"rcp_checker: not run, no RCP for batch size {batch} ({tree.usage} {tree.ruleset} "
-                            f"{tree.benchmark} RCPs cover batch sizes {sizes[0]} to {sizes[-1]})")
+                            f"rcp_checker: not run, no RCP for batch size {batch} ({tree.benchmark} RCPs cover "
+                            f"batch sizes {sizes[0]} to {sizes[-1]})")
     log = work / "rcp_checker.log"
     done = _run_tool("rcp_checker", [str(copy / tree.results_dir), "--rcp_usage", tree.usage,
                                      "--rcp_version", tree.ruleset, "--log_output", str(log)],
@@ -146,5 +146,7 @@ def check_tree(tree: ExportedTree, progress=lambda _line: None) -> list[CheckOut
         for tool, step in (("package_checker", package_check), ("result_summarizer", summarize),
                            ("rcp_checker", rcp_check)):
             progress(f"running mlperf_logging.{tool} ({tree.usage} {tree.ruleset})")
-            outcomes.append(step(tree, copy, work))  # the caller shows the outcome lines
+            outcome = step(tree, copy, work)
+            # Every line names the ruleset that judged it; the caller shows the lines.
+            outcomes.append(replace(outcome, line=outcome.line.replace(tool, f"{tool} ({tree.usage} {tree.ruleset})", 1)))
     return outcomes
