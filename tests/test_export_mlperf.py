@@ -76,6 +76,16 @@ def test_tree_has_the_system_from_the_manifest_and_one_result_per_repeat(open_ru
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 
+def test_a_packed_run_exports_the_same_results(open_run, tmp_path):
+    archive = bundle.pack(open_run, tmp_path / "open2.tar.gz")
+    result = _export(str(archive), "--out", str(tmp_path / "sub"), "--no-check")
+    assert result.exit_code == EXIT_OK, result.output
+    exported = sorted((tmp_path / "sub" / "results").glob("*/resnet/result_*.txt"))
+    assert [p.name for p in exported] == ["result_0.txt", "result_1.txt"]
+    original = (open_run / "repeats/1/mllog.txt").read_text()
+    assert exported[1].read_text() == original  # an open run's log already says open
+
+
 def test_bad_input_is_one_sentence_and_writes_nothing(open_run, tmp_path):
     out = tmp_path / "out"
     result = _export(str(tmp_path), "--out", str(out), "--no-check")

@@ -26,6 +26,7 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
            ruleset: str | None, check: bool) -> None:
     """Write RUN's MLPerf logs as an MLPerf submission tree into --out.
 
+    RUN is a run directory (runs/<run-id>) or a packed run.
     The tree holds systems/<system>.json (from the run's manifest) and one
     results/<system>/<benchmark>/result_<k>.txt per repeat (HPC benchmarks under
     results/<system>/strong/); closed division when the run kept its recipe's fixed keys,
@@ -36,7 +37,7 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
     Exit codes: 0 written (and accepted by package_checker and result_summarizer);
                 1 written, but one of them rejected it; 2 usage error (a ruleset
                 without rules for the benchmark, a bad name); 4 RUN is not an untouched
-                repro500 run with MLPerf logs, or --out is not empty.
+                repro500 run (or packed run) with MLPerf logs, or --out is not empty.
     """
     from repro500.publish.mlperf_export import export_tree
 

@@ -231,13 +231,19 @@ def export_tree(
     ruleset: str | None = None,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> ExportedTree:
-    """Write the MLPerf submission tree of ``run`` (a run directory) into ``out``.
+    """Write the MLPerf submission tree of ``run`` (a run directory or a packed run) into ``out``.
 
     ``out`` must not exist or be empty.  ``submitter`` defaults to the logs' ``submission_org``,
     ``system`` to a name made of the hardware, ``ruleset`` to the one the benchmark is judged
     by (training 4.0.0 for ResNet, HPC 3.0.0 for CosmoFlow).  ``progress`` gets one line per step.
     """
     root, out = Path(run), Path(out)
+    if bundle.is_archive(root):
+        _prepare_out(out)  # refused before the archive is unpacked
+        with tempfile.TemporaryDirectory(prefix="repro500-export-") as tmp:
+            progress(f"unpacking {root}")
+            return export_tree(bundle.unpack(root, tmp), out, submitter=submitter, system=system,
+                               ruleset=ruleset, progress=progress)
     rd = RunDir(root)
     if not root.is_dir() or not rd.is_run():
         raise InvalidInput(f"{root} is not a repro500 run directory (no run.json): give runs/<run-id>")
