@@ -34,6 +34,7 @@ from typing import Any
 from repro500 import atomic, bundle
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import MLLOG, RunDir, read_json, repeat_indices
+from repro500.workloads.mlperf import BENCHMARKS
 from repro500.workloads.mlperf_check import logged_benchmark, resolve_rules
 
 EXPORT_SCHEMA = "repro500/mlperf-export/v1"
@@ -264,6 +265,9 @@ def export_tree(
     benchmark = benchmarks[min(logs)]
     if len(set(benchmarks.values())) > 1:
         raise InvalidInput(f"{root}'s repeats log different benchmarks ({', '.join(sorted(set(benchmarks.values())))})")
+    if BENCHMARKS.get(benchmark, BENCHMARKS["extreme_weather"]).usage is None:
+        raise InvalidInput(f"{root}'s logs are of {benchmark!r}, which MLPerf has no benchmark for: "
+                           "only resnet and cosmoflow runs can be exported")
     usage, ruleset = resolve_rules(benchmark, None, ruleset)
     manifest = read_json(rd.manifest_path(), "the manifest")
     first = logs[min(logs)].splitlines()
