@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "report": ("repro500.commands.report", "report", "Write a self-contained HTML report of a run."),
     "publish": ("repro500.commands.publish", "publish", "Write a self-contained publication of a run for others to reproduce."),
     "reproduce": ("repro500.commands.publish", "reproduce", "Rerun a published result and verify it against the publication."),
+    "export": ("repro500.commands.export", "export", "Export a run in another format: export mlperf writes an MLPerf submission tree."),
     "history": ("repro500.commands.history", "history", "Show a metric across earlier runs and what changed where it moved."),
     "plan": ("repro500.commands.plan", "plan", "Say how many repeats the bands and an equivalence test need."),
     "model": ("repro500.commands.model", "model", "Predict step time and scaling efficiency with a fitted alpha-beta model."),

@@ -5,6 +5,7 @@ ruleset that benchmark is judged by (:mod:`repro500.workloads.mlperf` writes the
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -22,6 +23,48 @@ class ComplianceResult:
     usage: str
     ruleset: str
     output: str  # the checker's own report (its log file), for people to read
+
+
+def _rules_root() -> Path:
+    import mlperf_logging.compliance_checker as checker
+
+    return Path(checker.__file__).parent
+
+
+def _version_key(ruleset: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in ruleset.split("."))
+
+
+def rulesets_with(usage: str, benchmark: str) -> list[str]:
+    """The rulesets of the installed mlperf-logging that hold rules for ``benchmark``, oldest first."""
+    found = []
+    for folder in _rules_root().glob(f"{usage}_*"):
+        ruleset = folder.name.split("_", 1)[1]
+        if re.fullmatch(r"\d+\.\d+\.\d+", ruleset) and (folder / f"open_{benchmark}.yaml").is_file():
+            found.append(ruleset)
+    return sorted(found, key=_version_key)
+
+
+def resolve_rules(benchmark: str, usage: str | None = None, ruleset: str | None = None) -> tuple[str, str]:
+    """``(usage, ruleset)`` for ``benchmark``: the ones it is judged by (BENCHMARKS) unless given.
+
+    A ruleset without rules for the benchmark is one sentence naming the one to use, checked
+    before the checker runs: the compliance checker itself crashes with a traceback there
+    (training 4.1.0 and later hold no ResNet rules).
+    """
+    rules = BENCHMARKS.get(benchmark)
+    usage = usage or (rules.usage if rules else None)
+    ruleset = ruleset or (rules.ruleset if rules else None)
+    if usage is None or ruleset is None:
+        raise UsageError(
+            f"MLPerf has no compliance rules for benchmark {benchmark!r}; pass usage and ruleset explicitly."
+        )
+    known = rulesets_with(usage, benchmark)
+    if ruleset not in known:
+        hint = (f"use {usage} ruleset {known[-1]}, the last one with {benchmark} rules" if known
+                else f"no installed {usage} ruleset holds {benchmark} rules")
+        raise UsageError(f"MLPerf {usage} {ruleset} holds no {benchmark} rules: {hint}.")
+    return usage, ruleset
 
 
 def logged_benchmark(path: str | Path) -> str:
@@ -62,13 +105,7 @@ def check_compliance(
             f"MLPerf log {path} does not exist; pass the mllog.txt of a finished repeat."
         )
     benchmark = benchmark or logged_benchmark(path)
-    rules = BENCHMARKS.get(benchmark)
-    usage = usage or (rules.usage if rules else None)
-    ruleset = ruleset or (rules.ruleset if rules else None)
-    if usage is None or ruleset is None:
-        raise UsageError(
-            f"MLPerf has no compliance rules for benchmark {benchmark!r}; pass usage and ruleset explicitly."
-        )
+    usage, ruleset = resolve_rules(benchmark, usage, ruleset)
     with tempfile.TemporaryDirectory(prefix="repro500-mlperf-") as tmp:
         report = Path(tmp) / "compliance.log"
         command = [
@@ -84,6 +121,10 @@ def check_compliance(
                 f"the MLPerf compliance checker did not finish within {timeout_s:.0f} s on {path}."
             ) from None
         output = report.read_text(encoding="utf-8", errors="replace") if report.exists() else ""
+    if "Traceback (most recent call last)" in done.stderr:
+        # The checker crashed rather than judged: its last line, never the traceback.
+        last = done.stderr.strip().splitlines()[-1]
+        raise InvalidInput(f"the MLPerf compliance checker crashed on {path} ({usage} {ruleset}): {last}")
     output = output or (done.stdout + done.stderr)
     return ComplianceResult(
         passed=done.returncode == 0,
