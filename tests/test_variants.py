@@ -122,3 +122,21 @@ def test_a_variant_the_machine_cannot_run_is_refused_before_anything_is_written(
     assert proc.returncode == code, proc.stderr
     assert words in proc.stderr and "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (in_tmp / "runs").exists() or not any((in_tmp / "runs").iterdir())
+
+
+@pytest.mark.parametrize("name", ["bf16", "microbatch", "localsgd", "gossip"])
+def test_each_variant_has_a_cpu_sized_recipe_that_passes_its_checks(name):
+    from pathlib import Path
+
+    from repro500 import recipe as recipes
+    from repro500.runner.plan import check_sync, check_variants
+
+    root = Path(__file__).resolve().parents[1]
+    recipe = recipes.load(str(root / "experiments" / f"quickstart_{name}.yaml"))
+    mutable = recipe.mutable
+    assert mutable["device"] == "cpu"
+    check_variants(mutable, mutable["engine"], "cpu")
+    check_sync(mutable["sync"], mutable["engine"], int(mutable.get("nproc", 1)), "none")
+    changed = {"bf16": mutable["precision"] == "amp-bf16", "microbatch": mutable["micro_batch_size"] == 16,
+               "localsgd": mutable["sync"]["mode"] == "average", "gossip": mutable["sync"]["mode"] == "gossip"}
+    assert changed[name]
