@@ -62,11 +62,8 @@ def _alternate(a: tuple[str, int | None], b: tuple[str, int | None], steps: int,
 
 
 def _bf16_support() -> str:
-    flags = ""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        pass
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = cpuinfo.read_text() if cpuinfo.is_file() else ""
     units = [f for f in ("avx512_bf16", "amx_bf16") if f in flags]
     return (f"CPU capability {torch.backends.cpu.get_cpu_capability()}; bf16 units: "
             f"{', '.join(units) if units else 'none (bf16 is converted to fp32 for arithmetic)'}")
