@@ -94,7 +94,8 @@ def test_a_bf16_micro_batched_run_records_its_variant_and_verifies_against_fp32(
     assert proc.returncode == 0, proc.stderr
     rep = in_tmp / "runs" / "bf16" / "repeats" / "0"
     summary = json.loads((rep / "summary.json").read_text())
-    assert summary["training"] == {"precision": "amp-bf16", "micro_batch_size": 8, "batch_size": 32}
+    assert summary["training"] == {"precision": "amp-bf16", "micro_batch_size": 8, "batch_size": 32,
+                                   "sync": {"mode": "allreduce", "every": 1}}
     assert summary["sampling"]["incomplete_epochs"] == [] and summary["sampling"]["biased_epochs"] == []
     steps = [json.loads(line) for line in (rep / "metrics.jsonl").read_text().splitlines()]
     assert {s["micro_batches"] for s in steps if s["kind"] == "step"} == {4}
@@ -110,6 +111,12 @@ def test_a_bf16_micro_batched_run_records_its_variant_and_verifies_against_fp32(
     assert doc["sampling"]["status"] == "OK" and doc["equivalence"][0]["metric"] == "accuracy"
     shown = repro500("verify", "runs/bf16", "--against", "runs/fp32", "--margin", "accuracy=0.5", cwd=in_tmp).stdout
     assert "precision amp-bf16 vs fp32" in " ".join(shown.split())
+    report = repro500("report", "runs/bf16", "--against", "runs/fp32", "--margin", "accuracy=0.5", cwd=in_tmp)
+    assert report.returncode == 0, report.stderr
+    page = (in_tmp / "runs" / "bf16" / "report.html").read_text()
+    section = page[page.index('id="variants"'):]
+    section = section[:section.index("</section>")]
+    assert "amp-bf16" in section and "fp32" in section and 'alt="classes drawn vs the data set"' in section
 
 
 @pytest.mark.parametrize(("override", "code", "words"), [

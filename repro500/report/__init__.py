@@ -127,7 +127,7 @@ def build_html(
     roofline: str | Path | None = None,
 ) -> tuple[str, object, list[str], int]:
     """(html, verdict view, section ids, number of plots) for the run directory ``root``."""
-    from repro500.report import html, sections, verdict_details
+    from repro500.report import html, sections, variants, verdict_details
     from repro500.report.load import load_view
     from repro500.report.system import system_section
     from repro500.report.verdict_source import obtain_verdict
@@ -149,6 +149,7 @@ def build_html(
                 ("step-time", "Step time", sections.step_time(view)),
                 ("wire", "Bytes on the wire", sections.wire(view)),
                 ("scaling", "Scaling model", sections.scaling(view)),
+                ("variants", "Variant and sampling", variants.variants_section(view, verdict.doc)),
                 system,
             ]
         body.append(("provenance", "Provenance", sections.provenance(view, verdict, reference)))
