@@ -74,3 +74,20 @@ def test_a_sync_mode_that_cannot_run_is_refused_before_anything_is_written(in_tm
     assert proc.returncode == code, proc.stderr
     assert words in proc.stderr and "Traceback" not in proc.stderr
     assert not (in_tmp / "runs").exists() or not any((in_tmp / "runs").iterdir())
+
+
+def test_the_scaling_model_spreads_local_sgd_s_all_reduce_over_its_steps():
+    from dataclasses import replace
+
+    from repro500.scaling import predict, wire
+    from repro500.scaling.alphabeta import CollectiveFit
+
+    fits = {c: CollectiveFit(c, 1e-4, 2e-9, 1.0, 0.0, 0.0, 13) for c in ("allreduce", "allgather")}
+    params = 269_722
+    every1 = predict.Workload(params=params, buckets=[wire.Bucket(params, 1, 4 * params)], summable=True,
+                              compute_time_s=0.05)
+    every8 = replace(every1, every=8)
+    a, b = predict.predict_one(every1, fits, 16), predict.predict_one(every8, fits, 16)
+    assert a.bytes_per_rank == 2 * 15 * 4 * params // 16  # one ring all-reduce of the parameters
+    assert b.bytes_per_rank == a.bytes_per_rank // 8
+    assert b.comm_time_s == pytest.approx(a.comm_time_s / 8)

@@ -76,7 +76,20 @@ def _workload(inputs: Inputs, run: RunTimings | None, spec: dict[str, Any], para
               notes: list[str]) -> predict.Workload:
     same = _ran_with(run, spec)
     summable = wire.is_summable(spec)
-    if spec["name"] == "powersgd":
+    sync = run.sync if run is not None else {"mode": "allreduce"}
+    every = 1
+    if sync.get("mode") == "gossip":
+        raise UsageError(f"{run.path} averages parameters by gossip, point to point between ring neighbours; "
+                         "repro500 model fits collectives (all-reduce, all-gather), so it does not predict it")
+    if sync.get("mode") == "average":
+        # local SGD: one all-reduce of every parameter each H steps (engines/averaging.py), float
+        # buffers (batch norm's statistics, a fraction of a percent for ResNets) not counted
+        every = int(sync.get("every", 1))
+        buckets = [wire.Bucket(params, 1, params * wire.GRADIENT_BYTES_PER_ELEMENT)]
+        notes.append(f"local SGD: one all-reduce of the {params} parameters every {every} step(s), its cost "
+                     "spread over those steps; float buffers (batch norm's statistics) are averaged too and not "
+                     "counted")
+    elif spec["name"] == "powersgd":
         if not (same and run.last_bytes_sent):
             raise UsageError("powersgd's wire size depends on every layer's shape: give a RUN_DIR of a "
                              "multi-rank run that used the same powersgd settings")
@@ -131,7 +144,7 @@ def _workload(inputs: Inputs, run: RunTimings | None, spec: dict[str, Any], para
                      "left out, so the step time is optimistic by that much")
     return predict.Workload(params=params, buckets=buckets, summable=summable, compute_time_s=compute,
                             data_time_s=data, compress_time_s=compress, decompress_time_s=decompress,
-                            decompress_p=decompress_p)
+                            decompress_p=decompress_p, every=every)
 
 
 def _model_summary(fits: Mapping[str, Any], measurement: measure.Measurement) -> dict[str, Any]:

@@ -37,6 +37,7 @@ class Workload:
     compress_time_s: float = 0.0  # per step, all buckets
     decompress_time_s: float = 0.0  # per step, measured on decompress_p processes
     decompress_p: int = 2
+    every: int = 1  # the collectives run every this many steps (local SGD); costs are per step
 
     @property
     def collective(self) -> str:
@@ -75,7 +76,7 @@ def comm_time_s(workload: Workload, fit: CollectiveFit, p: int) -> float:
     """Seconds per step spent in collectives on *p* processes (one per bucket, not overlapped)."""
     if p < 2:
         return 0.0
-    return sum(b.count * fit.time_s(b.payload_bytes, p) for b in workload.buckets)
+    return sum(b.count * fit.time_s(b.payload_bytes, p) for b in workload.buckets) / workload.every
 
 
 def compression_time_s(workload: Workload, p: int) -> float:
@@ -98,7 +99,7 @@ def predict_one(workload: Workload, fits: Mapping[str, CollectiveFit], p: int, o
     step = base + compression + comm - hidden
     return Prediction(p=p, step_time_s=step, comm_time_s=comm, compression_time_s=compression,
                       efficiency=base / step if step > 0 else 1.0,
-                      bytes_per_rank=wire.bytes_per_rank(workload.buckets, p, workload.summable))
+                      bytes_per_rank=wire.bytes_per_rank(workload.buckets, p, workload.summable) // workload.every)
 
 
 def predict(workload: Workload, fits: Mapping[str, CollectiveFit], p_values: Iterable[int] = DEFAULT_P,

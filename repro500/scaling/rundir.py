@@ -37,6 +37,7 @@ class RunTimings:
     world_size: int
     model_name: str | None
     compressor: Any  # the recipe's mutable.compressor (name or mapping)
+    sync: dict[str, Any]  # the recipe's mutable.sync: gradients all-reduced, or parameters averaged every H steps
     steps: int  # step records averaged
     step_time_s: float
     data_time_s: float
@@ -124,6 +125,7 @@ def read_run(path: str | Path) -> RunTimings:
         path=root, world_size=world_size,
         model_name=str(fixed["model"]) if isinstance(fixed.get("model"), str) else None,
         compressor=mutable.get("compressor", run.get("compressor", "none")) or "none",
+        sync=mutable.get("sync") if isinstance(mutable.get("sync"), dict) else {"mode": "allreduce", "every": 1},
         steps=len(records),
         step_time_s=_mean(records, "step_time_s") or 0.0,
         data_time_s=_mean(records, "time_data_s") or 0.0,
