@@ -130,6 +130,11 @@ class Tracker:
         metrics.append(Metric("epoch_train_time_s", float(epoch_record.get("train_time_s") or 0.0), now, epoch))
         for key, value in (epoch_record.get("system") or {}).items():  # joules, utilization, data wait (system.epochs)
             metrics.append(Metric(key, float(value), now, epoch))
+        sampling = epoch_record.get("sampling") or {}  # workloads/sampling.py: was the epoch's draw representative?
+        for key, value in (("sampling_duplicated", sampling.get("duplicated")),
+                           ("sampling_p_value", (sampling.get("balance") or {}).get("p_value"))):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                metrics.append(Metric(key, float(value), now, epoch))
         wire = epoch_record.get("wire")  # measured TCP bytes of every rank (distributed runs)
         if wire and wire.get("steps"):
             for direction in ("sent", "received"):

@@ -97,6 +97,9 @@ def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store)
         history = client.get_metric_history(child.info.run_id, "loss")
         assert len(history) == sum(r["kind"] == "step" for r in steps)
         assert "eval_accuracy" in child.data.metrics and "final_accuracy" in child.data.metrics
+        sampled = client.get_metric_history(child.info.run_id, "sampling_p_value")  # one per epoch
+        epochs = [r["epoch"] for r in steps if r["kind"] == "epoch"]
+        assert sorted(m.step for m in sampled) == epochs and all(0 <= m.value <= 1 for m in sampled)
         assert {"summary.json", "metrics.jsonl", "mllog.txt"} <= {a.path for a in client.list_artifacts(child.info.run_id)}
 
 
