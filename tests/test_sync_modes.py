@@ -91,3 +91,20 @@ def test_the_scaling_model_spreads_local_sgd_s_all_reduce_over_its_steps():
     assert a.bytes_per_rank == 2 * 15 * 4 * params // 16  # one ring all-reduce of the parameters
     assert b.bytes_per_rank == a.bytes_per_rank // 8
     assert b.comm_time_s == pytest.approx(a.comm_time_s / 8)
+
+
+@pytest.mark.slow  # a two-rank run
+def test_a_diverging_local_sgd_run_stops_together_at_an_averaging(in_tmp):
+    """Between averagings no rank waits for another, so the loss is judged where they meet:
+    every rank stops at the same step, none is left waiting, and the repeat is diverged."""
+    recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=2,
+                          mutable__optimizer={"name": "sgd", "lr": 1.0e12})
+    outcome = run(RunOptions(recipe=str(recipe), nproc=2, tracking=False,
+                             overrides=["sync.mode=average", "sync.every=3"]))
+    summary = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())
+    assert summary["status"] == "diverged", summary.get("error")
+    steps = _steps(outcome.run_dir)
+    # stopped where the ranks meet: an averaging, or the epoch's end (4 steps of 2 x 32 from 256 samples)
+    last = steps[-1]
+    assert (last["synced"] and last["step"] % 3 == 0) or last["step"] % 4 == 0, last
+    assert "non-finite" in summary["error"] or "loss became" in summary["error"]

@@ -143,6 +143,9 @@ class Repeat:
             self.mllog.epoch_stop(epoch)
         record: dict[str, Any] = {"kind": "epoch", "repeat": self.repeat, "epoch": epoch, "metrics": {},
                                   "train_samples": self.samples_seen, "train_time_s": epoch_s, "wire": epoch_wire}
+        if not self.diverged and not self.comm.epoch_all_finite():
+            self.status = STATUS_DIVERGED
+            self.error = f"a rank's loss became non-finite in epoch {epoch} (found at its end)"
         if self.diverged:
             # No evaluation, but the epoch is closed like any other, so that its steps up to the
             # divergence reach MLflow (the ddp engine replays callbacks from this file).

@@ -17,6 +17,7 @@ synchronisations the ranks' models differ: rank 0's is evaluated and digested.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -44,6 +45,7 @@ class Averager:
         self.tensors, self.mode, self.every = _tensors(model), mode, every
         self.rank, self.world_size = rank, world_size
         self.steps = 0
+        self.last_synced = False
         self._stats: dict[str, Any] = {}
 
     def after_step(self) -> None:
@@ -51,7 +53,7 @@ class Averager:
         from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
         self.steps += 1
-        synced = self.steps % self.every == 0
+        synced = self.last_synced = self.steps % self.every == 0
         self._stats = {"synced": synced, "time_comm_s": 0.0, "bytes_sent": 0, "bytes_received": 0}
         if not synced:
             return
@@ -87,6 +89,28 @@ class AveragingCollectives(DdpCollectives):
     def __init__(self, world_size: int, mode: str, every: int, rank: int) -> None:
         super().__init__(world_size)
         self.mode, self.every, self.rank = mode, every, rank
+        self.averager: Averager | None = None
+        self.nonfinite = False  # a non-finite loss seen here since the ranks last agreed
+
+    def all_finite(self, loss_value: float) -> bool:
+        """Decided together only when the ranks synchronise anyway: between averagings no rank
+        waits for another, so a rank whose loss went non-finite keeps stepping until the next
+        averaging, where all stop together.  (Deciding every step, as DDP must, would put a
+        collective in every step of a scheme whose point is not to communicate.)"""
+        self.nonfinite |= not math.isfinite(loss_value)
+        if self.averager is None or not self.averager.last_synced:
+            return True
+        return self._agree()
+
+    def epoch_all_finite(self) -> bool:
+        return self._agree()
+
+    def _agree(self) -> bool:
+        import torch.distributed as tdist
+
+        flag = torch.tensor([1.0 if self.nonfinite else 0.0])
+        tdist.all_reduce(flag, op=tdist.ReduceOp.MAX)
+        return float(flag) == 0.0
 
     def wrap(self, model: torch.nn.Module, build_optimizer: Any, compressor: dict[str, Any],
              device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
@@ -94,5 +118,5 @@ class AveragingCollectives(DdpCollectives):
 
         for t in _tensors(model):  # every rank starts from rank 0's initialisation, as DDP does
             tdist.broadcast(t.data, src=0)
-        return model, build_optimizer(model.parameters()), Averager(model, self.mode, self.every, self.rank,
-                                                                    self.world_size)
+        self.averager = Averager(model, self.mode, self.every, self.rank, self.world_size)
+        return model, build_optimizer(model.parameters()), self.averager

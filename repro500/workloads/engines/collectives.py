@@ -33,6 +33,11 @@ class Collectives:
     def broadcast_flag(self, flag: bool) -> bool:
         return flag
 
+    def epoch_all_finite(self) -> bool:
+        """Whether every rank's losses stayed finite this epoch, where :meth:`all_finite` did not
+        decide it every step (parameter averaging); True where it did."""
+        return True
+
     def gather_object(self, value: Any) -> list[Any]:
         return [value]
 
