@@ -189,9 +189,9 @@ class TeamServer:
             if command.startswith("pip install"):
                 continue  # the test environment has these already (pyproject's test extra)
             if command.startswith("mlflow server"):
-                self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], env=env, text=True,
-                                             stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT,
-                                             start_new_session=True)
+                with open(self.log_path, "w") as log:  # the child keeps its own copy of the descriptor
+                    self.proc = subprocess.Popen(["bash", "-c", f"exec {command}"], env=env, text=True, stdout=log,
+                                                 stderr=subprocess.STDOUT, start_new_session=True)
                 continue
             # createuser --pwprompt reads the password from stdin when there is no terminal (a new session)
             done = subprocess.run(["bash", "-c", command], env=env, input=f"{self.password}\n{self.password}\n",
@@ -207,10 +207,9 @@ class TeamServer:
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"mlflow server exited ({self.proc.returncode}): {self.server_log()}")
-            with contextlib.suppress(OSError):
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        return
+            with contextlib.suppress(OSError), urllib.request.urlopen(f"{self.uri}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return
             time.sleep(0.5)
         raise RuntimeError(f"mlflow server did not answer /health in {timeout_s:.0f} s: {self.server_log()}")
 

@@ -63,7 +63,9 @@ def test_the_doc_gives_the_commands_this_suite_runs():
 def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    recipe = write_recipe(tmp_path / "tiny.yaml")
+    # the smallest run that still logs several steps, epochs and repeats (2 cores, 4 runs at once)
+    recipe = write_recipe(tmp_path / "tiny.yaml", fixed__epochs=1,
+                          acceptance={"accuracy": {"target": 0.05, "direction": "higher", "tolerance": 0.05}})
     commands = teamserver.client_commands()
     export, run_cmd, verify_cmd = commands
     names = {**team.names(), "experiments/quickstart.yaml": str(recipe)}
