@@ -59,6 +59,37 @@ def test_the_doc_gives_the_commands_this_suite_runs():
                      "repro500 run", "repro500 verify"]
 
 
+def test_a_database_uri_is_checked_with_one_quick_connection(monkeypatch):
+    # no server needed: a closed port refuses at once, where MLflow alone would retry for ~100 s
+    pytest.importorskip("psycopg2")
+    from repro500 import mlflow_store
+    from repro500.errors import InvalidInput
+
+    port = teamserver.free_port()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql+psycopg2://mlflow:s3cret-pw@127.0.0.1:{port}/mlflow")
+    started = time.monotonic()
+    with pytest.raises(InvalidInput) as refused:
+        mlflow_store.check_usable()
+    assert time.monotonic() - started < 10
+    message = str(refused.value)
+    assert "Connection refused" in message and "s3cret-pw" not in message and REDACTED in message
+    assert "\n" not in message
+
+
+def test_a_missing_database_driver_is_named(monkeypatch):
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is not None:
+        pytest.skip("psycopg 3 is installed: postgresql:// has its driver")
+    from repro500 import mlflow_store
+    from repro500.errors import InvalidInput
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://mlflow:s3cret-pw@127.0.0.1:1/mlflow")
+    with pytest.raises(InvalidInput, match=r"driver psycopg is not installed.*postgresql\+psycopg2://") as refused:
+        mlflow_store.check_usable()
+    assert "s3cret-pw" not in str(refused.value)
+
+
 @pytest.mark.slow
 def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
     from mlflow.tracking import MlflowClient
