@@ -161,13 +161,17 @@ def _check_directory(uri: str, db: Path) -> None:
 
 
 def check_reachable() -> str:
-    """Fail fast, before any training, when the tracking store cannot be used. Returns the URI."""
+    """Fail fast, before any training, when the tracking store cannot be used (a database server:
+    one connection of 5 s at most before MLflow's own retries). Returns the URI."""
     from mlflow.tracking import MlflowClient
 
     uri = tracking_uri()
     db_path = sqlite_path(uri)
     if db_path is not None:
         _check_directory(uri, db_path)
+    if uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
+        _check_database(uri, f"MLflow tracking store {safe_uri(uri)} is unreachable ({{}}); check "
+                             "MLFLOW_TRACKING_URI or run with --no-tracking")
     try:
         with fast_failing_http():
             open_store(uri)
@@ -185,8 +189,8 @@ def check_reachable() -> str:
 def check_usable(uri: str | None = None) -> str:
     """:func:`check_reachable` without importing MLflow where a cheaper look decides: a local
     SQLite file (its directory writable, the file a SQLite database or new) or an HTTP server
-    that answers MLflow's ``/health``; a database server gets one quick connection before the
-    full check.  Other stores get the full check.  Returns the URI."""
+    that answers MLflow's ``/health``.  Other stores get the full check (a database server: one
+    quick connection first).  Returns the URI."""
     import urllib.error
     import urllib.request
 
@@ -207,8 +211,6 @@ def check_usable(uri: str | None = None) -> str:
             if not os.access(db, os.W_OK):
                 raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} is not writable: {db} is read-only")
         return uri
-    if uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
-        _check_database(uri, unreachable)
     # A URL with credentials in it (user:password@host) is MLflow's to open: urllib takes them for a port.
     if uri.startswith(("http://", "https://")) and "@" not in uri.split("/", 3)[2]:
         try:
