@@ -163,8 +163,6 @@ def _check_directory(uri: str, db: Path) -> None:
 def check_reachable() -> str:
     """Fail fast, before any training, when the tracking store cannot be used (a database server:
     one connection of 5 s at most before MLflow's own retries). Returns the URI."""
-    from mlflow.tracking import MlflowClient
-
     uri = tracking_uri()
     db_path = sqlite_path(uri)
     if db_path is not None:
@@ -172,6 +170,9 @@ def check_reachable() -> str:
     if uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
         _check_database(uri, f"MLflow tracking store {safe_uri(uri)} is unreachable ({{}}); check "
                              "MLFLOW_TRACKING_URI or run with --no-tracking")
+    # imported after the database check: importing MLflow takes seconds
+    from mlflow.tracking import MlflowClient
+
     try:
         with fast_failing_http():
             open_store(uri)

@@ -70,7 +70,7 @@ def test_a_database_uri_is_checked_with_one_quick_connection(monkeypatch):
     started = time.monotonic()
     with pytest.raises(InvalidInput) as refused:
         mlflow_store.check_usable()
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 20  # loaded machines import SQLAlchemy slowly
     message = str(refused.value)
     assert "Connection refused" in message and "s3cret-pw" not in message and REDACTED in message
     assert "\n" not in message
