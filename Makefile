@@ -36,7 +36,8 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict, two-rank runs, the examples end to end.
+# Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict, two-rank runs, the examples end to end,
+# a team's PostgreSQL-backed MLflow server with four runs at once (tests/test_team_postgres.py: needs Debian's postgresql).
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
@@ -61,7 +62,7 @@ lint: $(STAMP)
 # the end, naming those that missed.
 BENCHES := capture.py hashing.py datagen.py loader.py overhead.py "overhead.py --plugin" command_overhead.py \
 	observe_inputs.py attest.py compress.py wire_bytes.py verdict_calibration.py variance_attribution.py quickstart.py \
-	ops_gemm.py roofline_bandwidth.py energy_overhead.py variants.py
+	ops_gemm.py roofline_bandwidth.py energy_overhead.py variants.py team_postgres.py
 bench: $(STAMP)
 	@missed=""; for b in $(BENCHES); do \
 		echo "== bench/$$b"; $(PY) bench/$$b || missed="$$missed; $$b (exit $$?)"; \

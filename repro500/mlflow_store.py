@@ -14,6 +14,8 @@ from pathlib import Path
 from repro500.errors import InvalidInput
 
 DEFAULT_STORE = "mlflow.db"
+# Database stores MLflow opens through SQLAlchemy (besides SQLite): checked with one connection first.
+DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 # SQLite keeps these beside a database while it is written; store_lock adds the ".lock".
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")
 
@@ -125,6 +127,32 @@ def reason(err: BaseException) -> str:
     return redact_text(text.splitlines()[0][:200]) if text else type(err).__name__
 
 
+def _check_database(uri: str, unreachable: str) -> None:
+    """One connection to a database store, 5 s at most, before MLflow opens it: MLflow retries a
+    database it cannot open ten times with back-off (about 100 s), logging every failure, so a
+    wrong password or a server that is down would take minutes and many lines instead of one."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    scheme = uri.split(":", 1)[0].split("+", 1)[0]
+    # libpq and PyMySQL both take connect_timeout; without it a silent host blocks for minutes
+    connect_args = {"connect_timeout": 5} if scheme in ("postgresql", "mysql") else {}
+    engine = None
+    try:
+        engine = sqlalchemy.create_engine(uri, poolclass=NullPool, connect_args=connect_args)
+        with engine.connect():
+            pass
+    except ModuleNotFoundError as err:  # SQLAlchemy >= 2.1 reads postgresql:// as psycopg 3
+        raise InvalidInput(unreachable.format(
+            f"its database driver {err.name} is not installed: install it, or name an installed one in "
+            "the URI, e.g. postgresql+psycopg2:// with psycopg2-binary")) from None
+    except Exception as err:  # noqa: BLE001 - any failure to connect means "unreachable"
+        raise InvalidInput(unreachable.format(reason(err))) from None
+    finally:
+        if engine is not None:
+            engine.dispose()
+
+
 def _check_directory(uri: str, db: Path) -> None:
     parent = db.parent if str(db.parent) else Path(".")
     if not parent.is_dir() or not os.access(parent, os.W_OK):
@@ -133,13 +161,18 @@ def _check_directory(uri: str, db: Path) -> None:
 
 
 def check_reachable() -> str:
-    """Fail fast, before any training, when the tracking store cannot be used. Returns the URI."""
-    from mlflow.tracking import MlflowClient
-
+    """Fail fast, before any training, when the tracking store cannot be used (a database server:
+    one connection of 5 s at most before MLflow's own retries). Returns the URI."""
     uri = tracking_uri()
     db_path = sqlite_path(uri)
     if db_path is not None:
         _check_directory(uri, db_path)
+    if uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
+        _check_database(uri, f"MLflow tracking store {safe_uri(uri)} is unreachable ({{}}); check "
+                             "MLFLOW_TRACKING_URI or run with --no-tracking")
+    # imported after the database check: importing MLflow takes seconds
+    from mlflow.tracking import MlflowClient
+
     try:
         with fast_failing_http():
             open_store(uri)
@@ -157,7 +190,8 @@ def check_reachable() -> str:
 def check_usable(uri: str | None = None) -> str:
     """:func:`check_reachable` without importing MLflow where a cheaper look decides: a local
     SQLite file (its directory writable, the file a SQLite database or new) or an HTTP server
-    that answers MLflow's ``/health``.  Other stores get the full check.  Returns the URI."""
+    that answers MLflow's ``/health``.  Other stores get the full check (a database server: one
+    quick connection first).  Returns the URI."""
     import urllib.error
     import urllib.request
 
