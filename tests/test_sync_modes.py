@@ -26,6 +26,7 @@ def test_ring_neighbours():
     assert ring_neighbours(0, 4) == [1, 3] and ring_neighbours(2, 4) == [1, 3]
 
 
+@pytest.mark.slow  # two two-rank runs; the fast suite keeps DDP's own equivalence test
 def test_averaging_every_step_trains_as_ddp_does(in_tmp, cosmo_data):  # noqa: F811
     """With SGD (momentum included: it is linear in the gradients), averaging the parameters after
     every step lands where DDP's averaged gradients do: the same numbers up to rounding."""

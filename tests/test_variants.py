@@ -86,6 +86,7 @@ def test_sampling_record_flags_duplicates_gaps_and_a_biased_draw():
     assert unknown["balance"] == {"not_measured": "no labels here"} and unknown["complete"]
 
 
+@pytest.mark.slow  # two runs, verify and a report: about a minute on 2 cores
 def test_a_bf16_micro_batched_run_records_its_variant_and_verifies_against_fp32(in_tmp):
     recipe = write_recipe(in_tmp / "tiny.yaml", repeats=2)
     assert repro500("run", str(recipe), "--no-tracking", "--run-id", "fp32", cwd=in_tmp).returncode == 0
