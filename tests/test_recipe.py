@@ -107,7 +107,7 @@ def test_a_bad_params_file_value_is_invalid_input(tmp_path):
 def test_every_optimizer_the_schema_accepts_the_trainer_builds(tmp_path):
     import torch
 
-    from repro500.workloads.train import build_optimizer
+    from repro500.workloads.optim import build_optimizer
 
     assert tuple(recipes.MUTABLE_SCHEMA["optimizer"]["name"]) == recipes.OPTIMIZERS
     weight = torch.nn.Parameter(torch.zeros(2))
