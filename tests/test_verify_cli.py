@@ -190,3 +190,26 @@ def test_verify_passes_on_a_real_quickstart_run(tmp_path):
     assert subprocess.run([*_console_script(), "pack", str(run_dir), "-o", str(archive)], timeout=120).returncode == 0
     again = subprocess.run([*_console_script(), "verify", str(archive)], capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stdout[-2000:]
+
+
+def test_the_statistics_fit_an_80_column_terminal_without_wrapping_a_cell():
+    """issue 21: at 80 columns the single statistics table wrapped its median interval mid-cell."""
+    from rich.console import Console
+
+    from repro500.verify.render import _statistics
+    from repro500.verify.verdict import Verdict
+
+    verdict = Verdict(run_dir="runs/x", status="PASS", alpha=0.05)
+    verdict.statistics = {
+        name: {"n": 12, "mean": mean, "std": mean / 30, "cv": 1 / 30, "ci_low": mean * 0.98, "ci_high": mean * 1.02,
+               "median": mean, "median_ci_low": mean * 0.97, "median_ci_high": mean * 1.03,
+               "median_ci_confidence": 0.961}
+        for name, mean in (("accuracy", 0.9351234), ("valid_flops", 1.234567e12),
+                           ("throughput_samples_per_s", 18765.4321))}  # no band decides: every metric is shown
+    console = Console(width=80, record=True, color_system=None)
+    _statistics(verdict, console)
+    lines = console.export_text().splitlines()
+    assert all(len(line.rstrip()) <= 80 for line in lines)
+    for name in ("accuracy", "valid_flops", "throughput_samples_per_s"):  # one line each, in both tables
+        rows = [line for line in lines if line.startswith(name + " ")]
+        assert len(rows) == 2 and all(line.count("[") == 1 and line.count("]") == 1 for line in rows), rows

@@ -156,19 +156,27 @@ def _statistics(verdict: Verdict, console: Console) -> None:
     names = [n for n in verdict.statistics if n in decisive or n == "time_to_quality_s"]
     names = names or list(verdict.statistics)[:MAX_STAT_ROWS]
     conf = f"{1 - verdict.alpha:.0%}"
+    # Two narrow tables, not one wide one: at 80 columns a single table wrapped its median
+    # interval mid-cell. Cells never wrap (a name too long for the terminal is cut with "...").
     table = Table(title="Statistics across repeats", title_justify="left", box=None, pad_edge=False)
-    for col in ("metric", "n", "mean ± std", "cv", f"{conf} t-interval", "median [order-stat CI] conf"):
-        table.add_column(col)
+    for col in ("metric", "n", "mean ± std", "cv", f"{conf} t-interval"):
+        table.add_column(col, no_wrap=True, overflow="ellipsis")
+    medians = Table(title="Medians (order-statistic intervals)", title_justify="left", box=None,
+                    pad_edge=False)
+    for col in ("metric", "median", "interval", "confidence"):
+        medians.add_column(col, no_wrap=True, overflow="ellipsis")
     for name in names:
         s = verdict.statistics[name]
         ci = "-" if s["ci_low"] is None else f"[{_g(s['ci_low'])}, {_g(s['ci_high'])}]"
-        med = _g(s["median"])
-        if s["median_ci_low"] is not None:
-            med += f" [{_g(s['median_ci_low'])}, {_g(s['median_ci_high'])}] {s['median_ci_confidence']:.0%}"
         mean = _g(s["mean"]) + (f" ± {_g(s['std'], 2)}" if s["std"] is not None else "")
         cv = "-" if s["cv"] is None else f"{s['cv']:.2%}"
-        table.add_row(name, str(s["n"]), mean, cv, ci, med)
+        table.add_row(name, str(s["n"]), mean, cv, ci)
+        if s.get("median_ci_low") is not None:
+            medians.add_row(name, _g(s["median"]), f"[{_g(s['median_ci_low'])}, {_g(s['median_ci_high'])}]",
+                            f"{s['median_ci_confidence']:.0%}")
     console.print(table)
+    if medians.row_count:
+        console.print(medians)
     hidden = len(verdict.statistics) - len(names)
     if hidden > 0:
         console.print(f"  [dim]{hidden} more metric(s) in verdict.json (repro500 verify --json)[/]")
