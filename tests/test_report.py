@@ -332,3 +332,16 @@ def test_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> N
     assert proc.returncode == 0 and bare_shot.is_file()
     _, bare_colourful = _colourful_pixels(bare_shot)
     assert colourful > 20_000 and colourful > 5 * max(bare_colourful, 1), (colourful, bare_colourful)
+
+
+def test_a_fraction_s_band_is_clipped_to_its_range_and_says_so():
+    """issue 21: at n = 2 an accuracy band ran from -0.1 to 1.55."""
+    from repro500.report.plots import range_clip
+    from repro500.report.series import Band
+
+    wide = Band(x=[1, 2], mean=[0.5, 0.9], low=[-0.1, 0.8], high=[1.55, 0.95], n=[2, 2])
+    band, clipped = range_clip(wide, "accuracy")
+    assert clipped and band.low == [0.0, 0.8] and band.high == [1.0, 0.95] and band.mean == wide.mean
+    assert range_clip(wide, "loss") == (wide, False)  # not a fraction: left as it is
+    inside = Band(x=[1], mean=[0.5], low=[0.4], high=[0.6], n=[3])
+    assert range_clip(inside, "map_50") == (inside, False)

@@ -86,11 +86,11 @@ def _integer_x(ax: Any) -> None:
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
-def _draw_band(ax: Any, band: Band, confidence: float, *, dashed: bool = False) -> None:
+def _draw_band(ax: Any, band: Band, confidence: float, *, dashed: bool = False, note: str = "") -> None:
     if band.empty:
         return
     ax.fill_between(band.x, band.low, band.high, color=BAND_COLOR, alpha=0.22, linewidth=0,
-                    label=f"{confidence:.0%} t-interval of the mean", zorder=1)
+                    label=f"{confidence:.0%} t-interval of the mean{note}", zorder=1)
     ax.plot(band.x, band.mean, color=MEAN_COLOR, linewidth=1.4, linestyle="--" if dashed else "-",
             label="mean across repeats", zorder=3)
 
@@ -144,6 +144,20 @@ def _log2_x(ax: Any, ps: Sequence[float]) -> None:
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
+FRACTIONS = ("accuracy", "top5_accuracy", "map", "map_50", "map_75")
+
+
+def range_clip(band: Band, metric: str) -> tuple[Band, bool]:
+    """A fraction's t-interval clipped to [0, 1] (at n = 2 an accuracy band reached -0.1 to 1.55):
+    the mean cannot leave the range, so the part of the interval outside it says nothing; the
+    legend says the band was clipped.  (A logit interval would live in the range but is not the
+    interval the verdict decides with.)"""
+    if band.empty or not (metric in FRACTIONS or metric.startswith("ap_50_")):
+        return band, False
+    low, high = [max(0.0, v) for v in band.low], [min(1.0, v) for v in band.high]
+    return Band(x=band.x, mean=band.mean, low=low, high=high, n=band.n), (low != band.low or high != band.high)
+
+
 def _clip_band(band: Band, values: Sequence[float]) -> Band:
     """On a log axis an interval reaching below zero cannot be drawn: clip it to the data's range."""
     if not values or min(values) <= 0 or max(values) / min(values) <= 100:
@@ -187,9 +201,9 @@ def convergence(loss: dict[int, Curve], loss_band: Band, evals: list[EvalPanel],
                         alpha=0.85, label=f"repeat {k}", zorder=2)
                 values += curve.y
             log = panel.criterion is None and _auto_log_y(ax, values)
-            band = _clip_band(panel.band, values) if log else panel.band
-            _draw_band(ax, band, confidence, dashed=True)
-            values += panel.band.low + panel.band.high
+            band, clipped = range_clip(_clip_band(panel.band, values) if log else panel.band, panel.metric)
+            _draw_band(ax, band, confidence, dashed=True, note=", clipped to [0, 1]" if clipped else "")
+            values += band.low + band.high
             if panel.criterion is not None:
                 _draw_criterion(ax, panel.criterion, values)
             ax.set_title(f"{_label(panel.metric)} per epoch (evaluation)")
