@@ -11,16 +11,9 @@ from repro500.report import plots
 from repro500.report.html import Markup, badge, image, num, para, section, subsection, table
 from repro500.report.load import RunView
 from repro500.report.sections import _d, _l, caption, note
+from repro500.verify.gains import VARIANT_KEYS, sync_text
 
-VARIANT_KEYS = ("precision", "micro_batch_size", "batch_size", "sync")
 LABELS = {"throughput_samples_per_s": "throughput (samples/s)", "valid_flops": "Valid FLOPS (FLOP/s)"}
-
-
-def _sync(value: Any) -> str:
-    value = _d(value)
-    if not value or value.get("mode", "allreduce") == "allreduce":
-        return "all-reduce of gradients"
-    return f"{value.get('mode')} every {value.get('every')} step(s)"
 
 
 def _variant_block(doc: dict[str, Any]) -> Markup | None:
@@ -28,8 +21,8 @@ def _variant_block(doc: dict[str, Any]) -> Markup | None:
     if not gains:
         return None
     mine, theirs = _d(gains.get("run_variant")), _d(gains.get("reference_variant"))
-    rows = [[key, _sync(mine.get(key)) if key == "sync" else mine.get(key),
-             _sync(theirs.get(key)) if key == "sync" else theirs.get(key)] for key in VARIANT_KEYS]
+    rows = [[key, sync_text(mine.get(key)) if key == "sync" else mine.get(key),
+             sync_text(theirs.get(key)) if key == "sync" else theirs.get(key)] for key in VARIANT_KEYS]
     rows += [[LABELS.get(name, name), num(_d(fig).get("run")), num(_d(fig).get("reference"))]
              for name, fig in _d(gains.get("figures")).items()]
     ratios = ", ".join(f"{LABELS.get(name, name)} {num(_d(fig).get('ratio'), 3)}x"

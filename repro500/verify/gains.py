@@ -13,7 +13,7 @@ import statistics
 from typing import Any
 
 FIGURES = ("throughput_samples_per_s", "valid_flops")
-VARIANT_KEYS = ("precision", "micro_batch_size", "batch_size")
+VARIANT_KEYS = ("precision", "micro_batch_size", "batch_size", "sync")
 
 
 def _means(repeats: dict[Any, dict[str, Any]]) -> dict[str, float | None]:
@@ -29,7 +29,15 @@ def _variant(repeats: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     for doc in repeats.values():
         if doc.get("training"):
             return {k: doc["training"].get(k) for k in VARIANT_KEYS}
-    return {"precision": "fp32", "micro_batch_size": None, "batch_size": None}  # before repro500 recorded it
+    # before repro500 recorded it: the only variant there was
+    return {"precision": "fp32", "micro_batch_size": None, "batch_size": None, "sync": {"mode": "allreduce", "every": 1}}
+
+
+def sync_text(sync: Any) -> str:
+    """``{mode: average, every: 8}`` as 'average every 8 step(s)'; gradients all-reduced otherwise."""
+    if not isinstance(sync, dict) or sync.get("mode", "allreduce") == "allreduce":
+        return "all-reduce of gradients"
+    return f"{sync.get('mode')} every {sync.get('every')} step(s)"
 
 
 def compare_gains(run_repeats: dict[Any, dict[str, Any]], ref_repeats: dict[Any, dict[str, Any]]) -> dict[str, Any] | None:
@@ -54,5 +62,7 @@ def describe(gains: dict[str, Any]) -> str:
         else:
             parts.append(f"{label} {fig['ratio']:.3g}x ({fig['run']:.4g} vs {fig['reference']:.4g} {unit})")
     a, b = gains["run_variant"], gains["reference_variant"]
-    changed = [f"{k} {a.get(k)} vs {b.get(k)}" for k in VARIANT_KEYS if a.get(k) != b.get(k) and b.get(k) is not None]
+    shown = {k: (sync_text if k == "sync" else str) for k in VARIANT_KEYS}
+    changed = [f"{k} {shown[k](a.get(k))} vs {shown[k](b.get(k))}" for k in VARIANT_KEYS
+               if a.get(k) != b.get(k) and b.get(k) is not None]
     return ", ".join(parts) + (f"; {', '.join(changed)}" if changed else "")

@@ -84,7 +84,7 @@ class Repeat:
 
     # -- per epoch and per step ------------------------------------------------------------------
     def epoch_start(self, epoch: int) -> None:
-        self.batches.batches.sampler.set_epoch(epoch)
+        self.batches.set_epoch(epoch)
         if self.callbacks.on_epoch_start:
             self.callbacks.on_epoch_start(epoch, self.steps_per_epoch)
         if self.mllog:

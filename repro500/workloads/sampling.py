@@ -43,6 +43,10 @@ class RecordingBatches:
     def __len__(self) -> int:
         return len(self.batches)
 
+    def set_epoch(self, epoch: int) -> None:
+        """The epoch the underlying DistributedSampler shuffles for."""
+        self.batches.sampler.set_epoch(epoch)
+
 
 def dataset_labels(dataset: Any) -> tuple[np.ndarray | None, str | None]:
     """Every sample's class, read without decoding samples, or (None, why not)."""

@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from repro500.errors import InvalidInput
+from repro500.workloads.blocks import sync
 
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
@@ -59,11 +60,6 @@ def _parts(inputs: Any, targets: Any, size: int, total: int) -> list[tuple[Any, 
     return [(inputs[i:i + size], targets[i:i + size]) for i in range(0, total, size)]
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 class Step:
     """The step of one repeat: built once, called once per batch."""
 
@@ -94,7 +90,7 @@ class Step:
         self.optimizer.zero_grad(set_to_none=True)
         forward_s = backward_s = 0.0
         loss_value = 0.0
-        _sync(self.device)
+        sync(self.device)
         for j, (x, y) in enumerate(parts):
             with self._no_sync(last=j == len(parts) - 1):
                 t0 = time.perf_counter()
@@ -102,10 +98,10 @@ class Step:
                     loss = self.task.loss(self.model, x, y)
                 if len(parts) > 1:
                     loss = loss * (len(y) / n)  # the part's share of the batch mean
-                _sync(self.device)
+                sync(self.device)
                 t1 = time.perf_counter()
                 (self.scaler.scale(loss) if self.scaler else loss).backward()
-                _sync(self.device)
+                sync(self.device)
                 t2 = time.perf_counter()
             forward_s, backward_s = forward_s + t1 - t0, backward_s + t2 - t1
             loss_value += float(loss.detach())
@@ -117,7 +113,7 @@ class Step:
             skipped = self.scaler.get_scale() < scale  # inf/NaN gradients: the step was not taken
         else:
             self.optimizer.step()
-        _sync(self.device)
+        sync(self.device)
         t3 = time.perf_counter()
         if self.after_step:
             self.after_step()
