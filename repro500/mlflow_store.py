@@ -110,13 +110,32 @@ def store_lock(uri: str, timeout_s: float = 300.0) -> Iterator[None]:
         lock.release()
 
 
-def open_store(uri: str) -> None:
+def default_artifacts(uri: str) -> str | None:
+    """Where the artifacts of the experiments repro500 creates go unless ``--artifacts`` says:
+    ``mlartifacts/`` beside a SQLite store (MLflow would use ``./mlruns`` of whatever directory
+    the run started in, so runs of one store scattered their files); a tracking server or a
+    database decides for itself (a server's ``--artifacts-destination``), so None."""
+    db = sqlite_path(uri)
+    return str(db.resolve().parent / "mlartifacts") if db is not None else None
+
+
+def artifact_uri(location: str | None) -> str | None:
+    """*location* as MLflow records an experiment's artifact location (a local path made absolute)."""
+    if not location:
+        return location
+    from mlflow.utils.uri import resolve_uri_if_local
+
+    return str(resolve_uri_if_local(location)).rstrip("/")
+
+
+def open_store(uri: str, artifacts: str | None = None) -> None:
     """Open (and on first use create or upgrade) the tracking store of *uri* in this process, under
-    :func:`store_lock`, so concurrent first use of a new SQLite file works."""
+    :func:`store_lock`, so concurrent first use of a new SQLite file works.  A store created here
+    puts its Default experiment's artifacts in *artifacts*."""
     from mlflow.tracking._tracking_service.utils import _get_store
 
     with store_lock(uri):
-        _get_store(uri)
+        _get_store(uri, artifacts) if artifacts else _get_store(uri)
 
 
 def reason(err: BaseException) -> str:
@@ -185,6 +204,21 @@ def check_reachable() -> str:
             "or run with --no-tracking"
         ) from None
     return uri
+
+
+def check_readable(uri: str, advice: str = "check MLFLOW_TRACKING_URI") -> None:
+    """Fail fast when an existing store cannot be read (``verify mlflow:RUN_ID``, ``--check-tracking``):
+    a database server gets one connection of 5 s at most, a tracking server no retries."""
+    unreachable = f"MLflow tracking store {safe_uri(uri)} is unreachable ({{}}); {advice}"
+    if uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
+        _check_database(uri, unreachable)
+    from mlflow.tracking import MlflowClient
+
+    try:
+        with fast_failing_http():
+            MlflowClient(uri).search_experiments(max_results=1)
+    except Exception as err:  # noqa: BLE001 - any failure here means "unreachable"
+        raise InvalidInput(unreachable.format(reason(err))) from None
 
 
 def check_usable(uri: str | None = None) -> str:

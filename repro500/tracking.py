@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import mlflow_store
+from repro500.mlflow_names import EPOCH_METRIC, OUTCOME_TAG, is_number, step_metric
 
 # MLflow caps: 6000 characters per param value, 8000 per tag, 100 params/tags and 1000 metrics per batch
 PARAM_MAX_CHARS = 6000
@@ -42,6 +43,7 @@ PARENT_TAG = "mlflow.parentRunId"  # MLflow's UI nests a run under this one, wit
 RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
 # a file that exists once the repeat's own run does, holding {"run_id", "experiment_id"} (runner/track.py)
 READY_ENV = "REPRO500_MLFLOW_READY"
+SEALED_PATH = "run"  # the parent's artifact folder holding the sealed run as one archive
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
@@ -52,23 +54,32 @@ def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
 class Tracker:
     """Logs one ``repro500 run`` to MLflow."""
 
-    def __init__(self, experiment: str, uri: str | None = None) -> None:
+    def __init__(self, experiment: str, uri: str | None = None, artifacts: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
         self.uri = uri or mlflow_store.tracking_uri()
-        mlflow_store.open_store(self.uri)
+        self.artifacts = artifacts or mlflow_store.default_artifacts(self.uri)
+        mlflow_store.open_store(self.uri, self.artifacts)
         self.client = MlflowClient(self.uri)
-        self.experiment_id = self._experiment(experiment)
+        self.experiment_id = self._experiment(experiment, explicit=artifacts is not None)
         self.parent_id: str | None = None
+        # per repeat run: the last global step logged, the evaluation at it, the last timestamp
+        # (the repeat's outcome lands at that step, after the history: MLflow's "latest" value)
+        self._last: dict[str, tuple[int, dict[str, float], int]] = {}
 
-    def _experiment(self, name: str) -> str:
+    def _experiment(self, name: str, explicit: bool) -> str:
         from mlflow.exceptions import MlflowException
 
         found = self.client.get_experiment_by_name(name)
         if found:
+            if explicit and found.artifact_location.rstrip("/") != mlflow_store.artifact_uri(self.artifacts):
+                import sys
+
+                print(f"repro500: warning: MLflow experiment {name!r} keeps its artifacts in {found.artifact_location} "
+                      f"(fixed when it was created); --artifacts applies to new experiments only", file=sys.stderr)
             return found.experiment_id
         try:
-            return self.client.create_experiment(name)
+            return self.client.create_experiment(name, artifact_location=self.artifacts)
         except MlflowException:
             # Another process created it between the lookup and the creation.
             found = self.client.get_experiment_by_name(name)
@@ -108,51 +119,83 @@ class Tracker:
     # ----- repeats --------------------------------------------------------------------------
     def start_repeat(self, repeat: int, tags: dict[str, str], params: dict[str, str] | None = None) -> str:
         run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, REPEAT_TAG: str(repeat)}
-        run = self.client.create_run(self.experiment_id, run_name=f"repeat-{repeat}", tags=self._tags(run_tags))
+        # unique across the store and readable in the runs table: the parent's name is the run's id
+        name = f"{tags.get(RUN_ID_TAG) or 'run'}-repeat-{repeat}"
+        run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tags(run_tags))
         if params:  # the recipe on every repeat too: repeats and reruns compare side by side in the UI
             self.log_params(run.info.run_id, params)
         return run.info.run_id
 
     def log_epoch(self, run_id: str, epoch_record: dict[str, Any], step_records: list[dict[str, Any]]) -> None:
+        """One epoch: its steps as ``train/<key>`` at their global step; the evaluation under the
+        metrics' own names, the epoch's figures and ``epoch`` itself at the step that ended it
+        (repro500.mlflow_names)."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
+        last_step, _, _ = self._last.get(run_id, (0, {}, 0))
         metrics: list[Any] = []
         for rec in step_records:
             for key in STEP_METRIC_KEYS:
                 value = rec.get(key)
-                if isinstance(value, (int, float)) and not isinstance(value, bool):
-                    metrics.append(Metric(key, float(value), now, int(rec["step"])))
-        epoch = int(epoch_record["epoch"])
-        for key, value in (epoch_record.get("metrics") or {}).items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                metrics.append(Metric(f"eval_{key}", float(value), now, epoch))
-        metrics.append(Metric("epoch_train_time_s", float(epoch_record.get("train_time_s") or 0.0), now, epoch))
-        for key, value in (epoch_record.get("system") or {}).items():  # joules, utilization, data wait (system.epochs)
-            metrics.append(Metric(key, float(value), now, epoch))
+                if is_number(value):
+                    metrics.append(Metric(step_metric(key), float(value), now, int(rec["step"])))
+        step = max([last_step, *(int(r["step"]) for r in step_records)])
+        evaluation = {k: float(v) for k, v in (epoch_record.get("metrics") or {}).items() if is_number(v)}
+        at_end: dict[str, float] = {**evaluation, EPOCH_METRIC: float(epoch_record["epoch"]),
+                                    "epoch_train_time_s": float(epoch_record.get("train_time_s") or 0.0)}
+        at_end.update(epoch_record.get("system") or {})  # joules, utilization, data wait (system.epochs)
         sampling = epoch_record.get("sampling") or {}  # workloads/sampling.py: was the epoch's draw representative?
-        for key, value in (("sampling_duplicated", sampling.get("duplicated")),
-                           ("sampling_p_value", (sampling.get("balance") or {}).get("p_value"))):
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                metrics.append(Metric(key, float(value), now, epoch))
+        at_end.update({key: float(value) for key, value in (
+            ("sampling_duplicated", sampling.get("duplicated")),
+            ("sampling_p_value", (sampling.get("balance") or {}).get("p_value"))) if is_number(value)})
         wire = epoch_record.get("wire")  # measured TCP bytes of every rank (distributed runs)
         if wire and wire.get("steps"):
             for direction in ("sent", "received"):
                 for rank, total in enumerate(wire[f"bytes_{direction}"]):
-                    metrics.append(Metric(f"wire_bytes_{direction}_per_step_rank{rank}",
-                                          total / wire["steps"], now, epoch))
+                    at_end[f"wire_bytes_{direction}_per_step_rank{rank}"] = total / wire["steps"]
+        metrics += [Metric(key, float(value), now, step) for key, value in at_end.items()]
         for chunk in _chunks(metrics, BATCH_METRICS):
             self.client.log_batch(run_id, metrics=chunk)
+        self._last[run_id] = (step, evaluation, now)
 
     def end_repeat(self, run_id: str, summary: dict[str, Any], files: Iterable[Path], status: str) -> None:
-        # "final_" keeps the repeat's outcome apart from the per-step and per-epoch histories
-        metrics = {f"final_{k}": v for k, v in (summary.get("metrics") or {}).items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        self.log_metrics(run_id, metrics)
+        """The repeat's outcome (its summary's numbers) under their own names at its last step,
+        after its history, so they are the run's latest values; those the last evaluation already
+        logged with the same value are not logged twice."""
+        from mlflow.entities import Metric
+
+        outcome = {k: float(v) for k, v in (summary.get("metrics") or {}).items() if is_number(v)}
+        step, evaluation, last_ms = self._last.pop(run_id, (0, {}, 0))
+        now = max(int(time.time() * 1000), last_ms + 1)
+        items = [Metric(k, v, now, step) for k, v in outcome.items() if evaluation.get(k) != v]
+        for chunk in _chunks(items, BATCH_METRICS):
+            self.client.log_batch(run_id, metrics=chunk)
         self.set_tags(run_id, {"repro500.status": summary.get("status", "unknown"),
-                               "repro500.final_param_digest": summary.get("final_param_digest") or ""})
+                               "repro500.final_param_digest": summary.get("final_param_digest") or "",
+                               OUTCOME_TAG: ",".join(sorted(outcome))})
         self.log_artifacts(run_id, files)
         self.client.set_terminated(run_id, status=status)
+
+    def log_datasets(self, run_id: str, entries: list[dict[str, Any]], contexts: dict[str, str]) -> None:
+        """The data a run read, as MLflow dataset inputs (the runs table's Dataset column): named by
+        file, the digest the DVC-compatible md5 of the manifest or ``inputs.json``, the source its
+        path; *contexts* maps a path to ``training``/``evaluation`` (else ``input``)."""
+        import json
+
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        inputs = []
+        for entry in entries:
+            path, md5 = entry.get("path"), entry.get("md5")
+            if not path or not md5:
+                continue
+            profile = json.dumps({k: entry[k] for k in ("size", "nfiles", "kind") if entry.get(k) is not None})
+            dataset = Dataset(name=Path(path).name or str(path), digest=str(md5)[:36], source_type="local",
+                              source=str(path), profile=profile)
+            inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", contexts.get(path, "input"))]))
+        if inputs:
+            self.client.log_inputs(run_id, datasets=inputs)
 
     def adopt_script_runs(self, run_id: str, repeat: int, repeat_run_id: str) -> list[str]:
         """The fallback for the runs a wrapped script started in repeat *repeat* that the run-context
@@ -173,6 +216,17 @@ class Tracker:
             if tags:
                 self.client.log_batch(run.info.run_id, tags=tags)
         return [run.info.run_id for run in found]
+
+    def log_sealed(self, run_id: str, run_dir: Path) -> None:
+        """The sealed run directory as one archive (``repro500 pack``'s), artifact ``run/<run-id>.tar.gz``:
+        with it the store alone holds a run ``repro500 verify`` can check (docs/tracking.md)."""
+        import tempfile
+
+        from repro500 import archive
+
+        with tempfile.TemporaryDirectory(prefix="repro500-sealed-") as tmp:
+            packed = archive.pack(run_dir, tmp)
+            self.client.log_artifact(run_id, str(packed), artifact_path=SEALED_PATH)
 
     def kill(self, run_id: str, reason: str) -> None:
         self.set_tags(run_id, {"repro500.status": "killed", "repro500.error": reason})

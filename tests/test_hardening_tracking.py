@@ -147,7 +147,7 @@ def test_a_tracking_failure_during_the_repeats_stops_the_run_after_the_repeat_in
 
     marker = tmp_path / "failed.txt"
 
-    def unopenable(self, experiment, uri=None):  # the store fails while repeat 0 runs
+    def unopenable(self, *args, **kwargs):  # the store fails while repeat 0 runs
         marker.write_text("failed")
         raise OSError("disk full")
 

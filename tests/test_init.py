@@ -96,7 +96,7 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
     # MLflow itself: one parent run per DVC run, each with its verdict and the metric's mean
     parents = sorted(_parent_runs(path / "mlflow.db"), key=lambda r: r.info.start_time)
     assert [r.data.tags["repro500.verdict"] for r in parents] == ["PASS", "PASS"]
-    means = [r.data.metrics["mean_accuracy"] for r in parents]
+    means = [r.data.metrics["accuracy_mean"] for r in parents]  # DVC's accuracy.mean
     assert 90.1 <= means[0] < 90.2 and 90.5 <= means[1] < 90.6
     return parents
 

@@ -84,6 +84,18 @@ def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store)
     assert parent.data.params["mutable.batch_size"] == "32"
     assert {"manifest.json", "recipe.yaml", "code.diff", "summary.json", "verdict.json"} <= {
         a.path for a in client.list_artifacts(parent.info.run_id)}
+    # the verdict's figures are the parent's metrics, named as in DVC's view with "_" for "."
+    verdict = json.loads((run_dir / "verdict.json").read_text())
+    stats = verdict["statistics"]["accuracy"]
+    for key in ("mean", "std", "ci_low", "ci_high", "n"):
+        assert parent.data.metrics[f"accuracy_{key}"] == pytest.approx(stats[key]), key
+    (band,) = verdict["bands"]
+    assert parent.data.metrics["accuracy_band_bound"] == pytest.approx(band["lower_bound"])
+    assert parent.data.tags["repro500.verdict.accuracy.band.status"] == band["status"]
+    assert parent.data.metrics["throughput_samples_per_s_mean"] == pytest.approx(
+        verdict["statistics"]["throughput_samples_per_s"]["mean"])
+    assert parent.data.metrics["alpha"] == 0.05 and not [k for k in parent.data.metrics if k.startswith("mean_")]
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "run")] == [f"run/{run_dir.name}.tar.gz"]
     (in_tmp / "fetched").mkdir()
     diff = Path(client.download_artifacts(parent.info.run_id, "code.diff", str(in_tmp / "fetched")))
     assert "+FLIP = False  # uncommitted" in diff.read_text(encoding="utf-8")
@@ -94,12 +106,26 @@ def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store)
     for child in children:
         assert child.info.status == "FINISHED"
         assert child.data.tags["repro500.status"] == "completed"
-        history = client.get_metric_history(child.info.run_id, "loss")
+        history = client.get_metric_history(child.info.run_id, "train/loss")  # the training loss, by step
         assert len(history) == sum(r["kind"] == "step" for r in steps)
-        assert "eval_accuracy" in child.data.metrics and "final_accuracy" in child.data.metrics
+        # one name per quantity: the evaluation's accuracy, each epoch's and the repeat's, is `accuracy`,
+        # stepped like everything else by the global step; `epoch` says which epoch ended there
+        k = int(child.data.tags["repro500.repeat"])
+        records = [json.loads(line) for line in (outcome.run_dir / "repeats" / str(k) / "metrics.jsonl").open()]
+        ends = {r["epoch"]: max(s["step"] for s in records if s["kind"] == "step" and s["epoch"] == r["epoch"])
+                for r in records if r["kind"] == "epoch"}
+        assert [(m.step, m.value) for m in client.get_metric_history(child.info.run_id, "epoch")] == [
+            (step, float(epoch)) for epoch, step in sorted(ends.items())]
+        accuracy = sorted((m.step, m.value) for m in client.get_metric_history(child.info.run_id, "accuracy"))
+        final = json.loads((outcome.run_dir / "repeats" / str(k) / "summary.json").read_text())["metrics"]
+        assert [s for s, _ in accuracy] == sorted(ends.values()) and accuracy[-1][1] == final["accuracy"]
+        assert child.data.metrics["accuracy"] == final["accuracy"]
+        assert child.data.metrics["throughput_samples_per_s"] == pytest.approx(final["throughput_samples_per_s"])
+        assert not [key for key in child.data.metrics if key.startswith(("eval_", "final_"))]
+        assert child.info.run_name == f"{outcome.run_dir.name}-repeat-{k}"  # unique in the store, readable
+        assert child.data.tags["mlflow.source.git.commit"] == parent.data.tags["mlflow.source.git.commit"]
         sampled = client.get_metric_history(child.info.run_id, "sampling_p_value")  # one per epoch
-        epochs = [r["epoch"] for r in steps if r["kind"] == "epoch"]
-        assert sorted(m.step for m in sampled) == epochs and all(0 <= m.value <= 1 for m in sampled)
+        assert sorted(m.step for m in sampled) == sorted(ends.values()) and all(0 <= m.value <= 1 for m in sampled)
         assert {"summary.json", "metrics.jsonl", "mllog.txt"} <= {a.path for a in client.list_artifacts(child.info.run_id)}
 
 

@@ -206,8 +206,9 @@ def test_a_training_run_records_energy_utilization_data_wait_and_intensity(tmp_p
     runs = client.search_runs(client.get_experiment_by_name("repro500/tiny").experiment_id,
                               "tags.mlflow.parentRunId != ''")
     history = client.get_metric_history(runs[0].info.run_id, "epoch_data_wait_fraction")
-    assert [h.step for h in history] == [1, 2]
-    assert "final_data_wait_fraction" in runs[0].data.metrics
+    epochs = client.get_metric_history(runs[0].info.run_id, "epoch")  # at the step that ended each epoch
+    assert [h.step for h in history] == [e.step for e in epochs] and [e.value for e in epochs] == [1, 2]
+    assert "data_wait_fraction" in runs[0].data.metrics
     verified = repro500("verify", "runs/t", cwd=tmp_path)
     assert verified.returncode in (0, 3), verified.stdout  # the rewritten summary is the sealed one
     report = repro500("report", "runs/t", cwd=tmp_path)

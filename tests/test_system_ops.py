@@ -145,7 +145,7 @@ def test_ops_is_a_run_directory_verified_against_another_machines_ops(tmp_path):
     repeats = client.search_runs(client.get_experiment_by_name("repro500/ops").experiment_id,
                                  "tags.mlflow.parentRunId != ''")
     assert len(repeats) == 3
-    assert "final_matmul.fp32.cpu.64x64x64.flops_per_s" in repeats[0].data.metrics
+    assert "matmul.fp32.cpu.64x64x64.flops_per_s" in repeats[0].data.metrics
 
 
 @pytest.mark.slow

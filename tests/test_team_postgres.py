@@ -98,7 +98,7 @@ def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
     # left the band's confidence bound straddling, exit 3)
     recipe = write_recipe(tmp_path / "tiny.yaml")
     commands = teamserver.client_commands()
-    export, run_cmd, verify_cmd = commands
+    export, run_cmd, verify_cmd, verify_stored = commands
     names = {**team.names(), "experiments/quickstart.yaml": str(recipe)}
     key, _, value = teamserver.localise(export, names).removeprefix("export ").partition("=")
     env = _env(**{key: value})
@@ -135,7 +135,7 @@ def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
         assert meta["tracking_uri"] == team.uri
         parent = client.get_run(meta["parent_run_id"])
         assert parent.info.status == "FINISHED" and parent.data.tags["repro500.run_id"] == run_dir.name
-        assert {"mean_accuracy", "mean_loss"} <= set(parent.data.metrics)
+        assert {"accuracy_mean", "accuracy_ci_low", "accuracy_ci_high", "loss_mean"} <= set(parent.data.metrics)
         logged = {a.path for a in client.list_artifacts(parent.info.run_id)}
         assert {"manifest.json", "recipe.yaml", "summary.json", "verdict.json"} <= logged, logged
         copy = client.download_artifacts(parent.info.run_id, "manifest.json", str(tmp_path / run_dir.name))
@@ -145,12 +145,22 @@ def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
             assert repeat.info.status == "FINISHED" and repeat.data.tags["mlflow.parentRunId"] == parent.info.run_id
             steps = [json.loads(line) for line in (run_dir / "repeats" / k / "metrics.jsonl").read_text().splitlines()]
             steps = [s for s in steps if s.get("kind") == "step"]
-            assert len(client.get_metric_history(repeat_id, "loss")) == len(steps) > 0
+            assert len(client.get_metric_history(repeat_id, "train/loss")) == len(steps) > 0
             summary = json.loads((run_dir / "repeats" / k / "summary.json").read_text())
-            assert repeat.data.metrics["final_accuracy"] == summary["metrics"]["accuracy"]
+            assert repeat.data.metrics["accuracy"] == summary["metrics"]["accuracy"]
             assert {a.path for a in client.list_artifacts(repeat_id)} >= {"summary.json", "metrics.jsonl"}
     # the artifacts are on the server's artifact store, not on the machines
     assert len(list(team.artifacts.rglob("manifest.json"))) == MACHINES
+    # and a run is verified from the server alone: another machine, no run directory
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for run_dir in run_dirs:
+        parent_id = json.loads((run_dir / "run.json").read_text())["mlflow"]["parent_run_id"]
+        done = subprocess.run(["bash", "-c", teamserver.localise(verify_stored, {"PARENT_RUN_ID": parent_id})],
+                              cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
+        assert run_dir.name in done.stdout
+    assert list(elsewhere.iterdir()) == []  # nothing left behind
 
 
 @pytest.mark.slow

@@ -81,11 +81,11 @@ def test_two_rank_topk_traffic_reaches_the_summary_and_mlflow(in_tmp, sqlite_sto
     client = MlflowClient(sqlite_store)
     child, parent = _repeat_run(client, outcome.run_dir)
     for key in ("bytes_sent", "dense_bytes_sent", "compression_ratio", "time_compress_s", "time_decompress_s"):
-        history = client.get_metric_history(child.info.run_id, key)
+        history = client.get_metric_history(child.info.run_id, f"train/{key}")
         assert sorted((m.step, m.value) for m in history) == [(s["step"], pytest.approx(s[key])) for s in steps], key
     for name in (*PER_STEP, "compression_ratio"):
-        assert child.data.metrics[f"final_{name}"] == pytest.approx(summary[name]), name
-    assert parent.data.metrics["mean_bytes_sent_per_step"] == pytest.approx(summary["bytes_sent_per_step"])
+        assert child.data.metrics[name] == pytest.approx(summary[name]), name
+    assert parent.data.metrics["bytes_sent_per_step_mean"] == pytest.approx(summary["bytes_sent_per_step"])
     for rank in (0, 1):
         (point,) = client.get_metric_history(child.info.run_id, f"wire_bytes_sent_per_step_rank{rank}")
         assert point.value == pytest.approx(wire["bytes_sent_per_step"][rank])
@@ -104,7 +104,7 @@ def test_steps_of_a_diverged_epoch_reach_mlflow(in_tmp, sqlite_store):
     assert closing["diverged"] is True and closing["metrics"] == {}
     assert closing["epoch"] == steps[-1]["epoch"]
     child, _ = _repeat_run(MlflowClient(sqlite_store), outcome.run_dir)
-    history = MlflowClient(sqlite_store).get_metric_history(child.info.run_id, "step_time_s")
+    history = MlflowClient(sqlite_store).get_metric_history(child.info.run_id, "train/step_time_s")
     assert sorted(m.step for m in history) == [s["step"] for s in steps]
     assert child.data.tags["repro500.status"] == "diverged"
 

@@ -1,8 +1,9 @@
 """Two independent records: a run directory's repeats against what MLflow recorded as each finished.
 
 The runner logs every repeat to its own MLflow run (repro500/tracking.py): the summary's numeric
-metrics as ``final_<name>``, its status and final parameter digest as the tags
-``repro500.status`` and ``repro500.final_param_digest``.  :func:`check_tracking` reads those back
+metrics under their own names as the run's latest values, listed in the tag
+``repro500.outcome_metrics`` (runs logged before it: as ``final_<name>``), its status and final
+parameter digest as the tags ``repro500.status`` and ``repro500.final_param_digest``.  :func:`check_tracking` reads those back
 from the store named in ``run.json`` (``mlflow.tracking_uri``; ``MLFLOW_TRACKING_URI`` when set
 replaces it, e.g. to add the credentials run.json never holds) and reports every disagreement.
 Numbers agree when they are equal to 1e-12 relative (the stores keep doubles exactly; the
@@ -60,7 +61,8 @@ def _store_uri(recorded: str | None) -> tuple[str | None, str | None]:
 
 def check_tracking(run_dir: str | Path) -> TrackingResult:
     """Compare each repeat's summary with its MLflow run; problems name the repeat and the value."""
-    from repro500.mlflow_store import fast_failing_http, reason, safe_uri
+    from repro500.errors import InvalidInput
+    from repro500.mlflow_store import check_readable, fast_failing_http, reason, safe_uri
 
     root = Path(run_dir)
     try:
@@ -77,6 +79,11 @@ def check_tracking(run_dir: str | Path) -> TrackingResult:
     on_disk = {int(p.parent.name) for p in (root / "repeats").glob("*/summary.json") if p.parent.name.isdigit()}
     for k in sorted(on_disk - set(ids)):
         result.problems.append(f"repeat {k} has no MLflow run recorded in run.json")
+    try:
+        check_readable(uri, advice="set MLFLOW_TRACKING_URI to the store the run was logged to")
+    except InvalidInput as err:  # a wrong password or a server that is down: one line, not MLflow's retries
+        result.problems.append(f"{err}: the repeats were not compared with their tracking records")
+        return result
     try:
         from mlflow.tracking import MlflowClient
 
@@ -115,7 +122,12 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
         problems.append(f"repeat {k}: final parameter digest differs between the run directory and MLflow")
     metrics = {name: v for name, v in (summary.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    finals = {name.removeprefix("final_"): v for name, v in logged.items() if name.startswith("final_")}
+    from repro500.mlflow_names import OUTCOME_TAG, outcome_names
+
+    if OUTCOME_TAG in tags:
+        finals = {name: logged[name] for name in outcome_names(tags[OUTCOME_TAG]) if name in logged}
+    else:  # logged by a repro500 before one name per quantity (docs/contracts.md, "MLflow names")
+        finals = {name.removeprefix("final_"): v for name, v in logged.items() if name.startswith("final_")}
     for name in sorted(set(metrics) | set(finals)):
         if name not in finals:
             problems.append(f"repeat {k}: {name} = {metrics[name]!r} in the run directory was never logged to MLflow")

@@ -43,6 +43,9 @@ from repro500.commands.verify import _parse_margins
               help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db). Default: on, or the --params file's "
                    "run.tracking; a resumed run keeps its own choice (a contrary flag is refused).")
 @click.option("--experiment", help="MLflow experiment name (default: repro500/<recipe name>).")
+@click.option("--artifacts", metavar="URI", help="Where a new MLflow experiment keeps its artifacts (a directory or "
+                                               "an MLflow artifact URI). Default: mlartifacts/ beside a SQLite store; "
+                                               "a tracking server's own setting.")
 @click.option("--sign-key", envvar="REPRO500_SIGNING_KEY", type=click.Path(dir_okay=False),
               help="Sign the finished run with this OpenSSH Ed25519 key (env REPRO500_SIGNING_KEY; docs/trust.md).")
 @click.option("--sign-principal", metavar="NAME", help="Who signs, as named in the verifier's allowed_signers (e.g. an email).")
@@ -64,7 +67,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool | None,
-        experiment: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
+        experiment: str | None, artifacts: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
         max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float], vary: str | None,
         repeats_per_cell: int | None) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
@@ -95,6 +98,8 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
         if len(recipe) > 1:
             raise UsageError(f"give one RECIPE file, not {len(recipe)} arguments (to run a program, use --command -- PROGRAM ...)")
         recipe_path = recipe[0] if recipe else None
+    if artifacts is not None and tracking is False:
+        raise UsageError("--artifacts says where MLflow keeps a run's artifacts: it does not go with --no-tracking")
     if resume and (recipe_path or adhoc):
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
     if resume:
@@ -113,7 +118,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
     options = RunOptions(recipe=recipe_path, adhoc=adhoc, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
-                         experiment=experiment, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
+                         experiment=experiment, artifacts=artifacts, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
                          rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
                          sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,
                          until_decided=until_decided, max_repeats=max_repeats, spending=spending, against=against,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,7 +32,7 @@ def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str,
 @click.command()
 @click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--against", "-a", metavar="REF", type=click.Path(path_type=Path), default=None,
-              help="Reference: another run directory, a packed .tar.gz, a publication directory, a published-results .yaml/.json file, or history:SOURCE (earlier runs of the recipe on this system: a directory of runs or an MLflow experiment).")
+              help="Reference: another run directory, a packed .tar.gz, a publication directory, a published-results .yaml/.json file, a run in MLflow (mlflow:RUN_ID), or history:SOURCE (earlier runs of the recipe on this system: a directory of runs or an MLflow experiment).")
 @click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level: bands use (1-alpha) bounds, equivalence (1-2 alpha) intervals.")
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
@@ -52,8 +53,10 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
            trust: Path | None, check_tracking: bool) -> None:
     """Decide whether RUN holds (its acceptance bands) or reproduces a reference.
 
-    RUN is a run directory (runs/<run-id>), an archive made by `repro500 pack`, or a
-    publication directory made by `repro500 publish` (files it left out are not carried, not missing).
+    RUN is a run directory (runs/<run-id>), an archive made by `repro500 pack`, a
+    publication directory made by `repro500 publish` (files it left out are not carried, not missing),
+    or a run in the MLflow store (MLFLOW_TRACKING_URI): mlflow:RUN_ID or runs:/RUN_ID, the sealed
+    run its parent holds downloaded and verified (a repeat's run leads to its parent).
     Writes RUN/verdict.json (not with --no-write, nor for an archive or a publication).
     With --trust or --check-tracking, or when RUN has a repeat chain, a broken chain, a missing,
     untrusted or forged signature, or a disagreement with MLflow makes the verdict INVALID.
@@ -62,10 +65,37 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
     Exit codes: 0 pass/reproduced, 1 fail/not reproduced, 2 usage error,
                 3 inconclusive, 4 invalid input (missing, corrupt, tampered).
     """
+    import contextlib
+
+    with contextlib.ExitStack() as stack:
+        named = str(run_dir)
+        run_dir, against = _from_mlflow(stack, run_dir), _from_mlflow(stack, against)
+        _verify(ctx, run_dir, against, alpha, margins, as_json, expect_sums, no_write, metrics_path, trust,
+                check_tracking, shown=f"{named} ({run_dir.name})" if named != str(run_dir) else None)
+
+
+def _from_mlflow(stack: Any, ref: Path | None) -> Path | None:
+    """A run named in MLflow (mlflow:RUN_ID, runs:/RUN_ID) downloaded as its sealed archive, for as
+    long as *stack* lasts; anything else as it is."""
+    from repro500.verify import from_mlflow
+
+    if not from_mlflow.is_reference(ref):
+        return ref
+    import tempfile
+
+    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="repro500-mlflow-"))
+    return from_mlflow.download(str(ref), Path(tmp))
+
+
+def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
+            as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None,
+            trust: Path | None, check_tracking: bool, shown: str | None = None) -> None:
     from repro500.verify.verdict import render, verify_run, write_verdict
 
     verdict = verify_run(run_dir, against=against, alpha=alpha, margins=margins or None,
                          expect_sums_digest=expect_sums)
+    if shown:  # what the user named (mlflow:RUN_ID), not the temporary download
+        verdict.run_dir = shown
     from repro500.attest import check as trust_check
 
     trust_check.apply(trust_check.check_run(run_dir, trust=trust, tracking=check_tracking), verdict)

@@ -86,7 +86,8 @@ def _new(options: RunOptions, console: Console) -> Session:
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
     session = Session(plan, run, meta, console, resumed=False, tracking=options.tracking,
-                      experiment=options.experiment, source_name=str(options.recipe or options.adhoc_source), sign=_signing(options))
+                      experiment=options.experiment, artifacts=options.artifacts,
+                      source_name=str(options.recipe or options.adhoc_source), sign=_signing(options))
     session.reference = loaded
     return session
 
@@ -136,6 +137,7 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     except OSError as err:
         raise InvalidInput(f"cannot write the run directory {run} ({err.strerror or err})") from None
     session = Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
+                      artifacts=options.artifacts,
                       source_name=str(meta.get("recipe_path") or "--command"), sign=_signing(options))
     session.reference = loaded
     return session

@@ -40,6 +40,7 @@ class RunOptions:
     nproc: int | None = None
     tracking: bool | None = None  # None: the params file's run.tracking, else on (a resume: the run's own)
     experiment: str | None = None
+    artifacts: str | None = None  # where a new MLflow experiment keeps its artifacts (default: beside the store)
     run_id: str | None = None
     nnodes: int = 1
     node_rank: int = 0

@@ -46,10 +46,11 @@ class Session:
 
     def __init__(self, plan: Plan, run: layout.RunDir, meta: dict[str, Any], console: Console, *,
                  resumed: bool, tracking: bool, experiment: str | None, source_name: str,
-                 sign: tuple[str, str | None] | None = None) -> None:
+                 sign: tuple[str, str | None] | None = None, artifacts: str | None = None) -> None:
         self.plan, self.run, self.meta, self.console = plan, run, meta, console
         self.resumed, self.tracking_on, self.experiment, self.source_name = resumed, tracking, experiment, source_name
         self.tracking: Any = None
+        self.artifacts = artifacts
         self.repeat_errors: dict[int, ReproError] = {}
         self.sign = sign  # (key path, principal): sign the finished run
         # The capture's slow part runs beside the first repeat (background.py); the manifest is
@@ -104,6 +105,7 @@ class Session:
 
             envelope = sign_run(self.run.path, *self.sign)
             self.console.print(f"Signed: {envelope}")
+        self.conclude(verdict)
         return RunOutcome(self.run.path, verdict.exit_code, verdict=verdict, summaries=summaries)
 
     def capture(self) -> None:
@@ -138,7 +140,7 @@ class Session:
         except BaseException as err:
             self._settled.set_exception(err)
             raise
-        if self.tracking and self._prepared.first:  # the parent's manifest tags and artifacts
+        if self.tracking:  # the parent's manifest tags and artifacts (a resume into another store needs them too)
             self.tracking.describe(manifest, [self.run.file(n) for n in (layout.MANIFEST, layout.CODE_DIFF, layout.RECIPE)])
         started = self._chain_wanted and not self.run.file(chain.CHAIN_NAME).is_file()
         if started:
@@ -161,7 +163,8 @@ class Session:
         from repro500 import mlflow_store
         from repro500.runner.track import Tracking
 
-        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", mlflow_store.tracking_uri())
+        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", mlflow_store.tracking_uri(),
+                                 self.artifacts)
         self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name, str(self.run.path.resolve()))
 
     def _sync(self, k: int) -> None:
@@ -256,20 +259,18 @@ class Session:
         check.apply(check.check_run(self.run.path), verdict)  # the chain, as verify RUN would
         write_verdict(verdict, self.run.path)
         render(verdict, self.console)
-        if self.tracking:
-            self.tracking.log_parent_artifacts([self.run.file(n) for n in (layout.SUMMARY, layout.VERDICT, layout.INPUTS)])
-            means = {f"mean_{name}": sum(m["values"]) / len(m["values"])
-                     for name, m in self.run.summary()["metrics"].items() if m["values"]}
-            try:
-                from repro500.verify.variance import design_tags, mlflow_metrics, mlflow_tags
-
-                self._close_tracking("FINISHED", metrics={**means, **mlflow_metrics(verdict.variance)},
-                                     tags={"repro500.verdict": verdict.status, **design_tags(self.meta.get("design")),
-                                           **mlflow_tags(verdict.variance)})
-            except ReproError as err:  # MLflow failed behind the repeats; the run directory has it all
-                raise InvalidInput(f"the run itself is complete and verified ({verdict.status}; repro500 verify "
-                                   f"{self.run}), but {err}") from None
         return verdict
+
+    def conclude(self, verdict: Any) -> None:
+        """The MLflow parent's last records (the verdict's figures, the sealed run), then end it."""
+        if not self.tracking:
+            return
+        self.tracking.conclude(self.run, verdict, self.meta.get("design"))
+        try:
+            self._close_tracking("FINISHED")
+        except ReproError as err:  # MLflow failed behind the repeats; the run directory has it all
+            raise InvalidInput(f"the run itself is complete and verified ({verdict.status}; repro500 verify "
+                               f"{self.run}), but {err}") from None
 
     # ----- one repeat ---------------------------------------------------------------------------
     def _repeat(self, k: int, display: Display) -> dict[str, Any]:

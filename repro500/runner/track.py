@@ -71,6 +71,20 @@ def manifest_tags(manifest: dict[str, Any]) -> dict[str, str]:
     return tags
 
 
+# The parent's tags every repeat's run carries too: where the code came from (the UI's Source and
+# Version columns, a search by commit).
+INHERITED_PREFIXES = ("mlflow.source.", "repro500.manifest_digest", "repro500.dirty")
+
+
+def data_contexts(dataset: Any) -> dict[str, str]:
+    """MLflow's dataset context of each data path the recipe names: ``training`` for its
+    ``dataset.path``, ``evaluation`` for ``dataset.eval_path``."""
+    if not isinstance(dataset, dict):
+        return {}
+    return {str(dataset[key]): context for key, context in (("path", "training"), ("eval_path", "evaluation"))
+            if dataset.get(key)}
+
+
 class Tracking:
     """The parent run of one ``repro500 run`` and its nested repeat runs, written off the critical
     path: every call is queued, in order, to one background thread (:mod:`repro500.runner.background`),
@@ -81,12 +95,12 @@ class Tracking:
     repeat in flight and stops the run there (finished repeats are kept, ``--resume`` completes it).
     """
 
-    def __init__(self, experiment: str, uri: str) -> None:
+    def __init__(self, experiment: str, uri: str, artifacts: str | None = None) -> None:
         import tempfile
 
         from repro500.runner.background import Worker
 
-        self.experiment, self.uri = experiment, uri
+        self.experiment, self.uri, self.artifacts = experiment, uri, artifacts
         self.tracker: Any = None
         self.parent_id: str | None = None
         self.repeat_ids: dict[int, str] = {}
@@ -98,6 +112,11 @@ class Tracking:
         self._worker = Worker("repro500-mlflow")
         self._started: list[Any] = []
         self._closed_repeats: set[int] = set()  # their runs ended (FINISHED, FAILED or KILLED)
+        # what every repeat's run carries besides its own: the parent's source and git tags and the
+        # data it read, known once the plan (source) and the manifest (git, data) are
+        self._inherited: dict[str, str] = {}
+        self._data: list[dict[str, Any]] = []
+        self._contexts: dict[str, str] = {}
         self._connected = self._queue(self._connect)
 
     # ----- the queue ------------------------------------------------------------------------------
@@ -115,7 +134,7 @@ class Tracking:
     def _connect(self) -> None:
         from repro500 import tracking
 
-        self.tracker = tracking.Tracker(self.experiment, self.uri)
+        self.tracker = tracking.Tracker(self.experiment, self.uri, self.artifacts)
 
     def check(self) -> None:
         """Raise what went wrong in the background, as one sentence (exit 4)."""
@@ -141,6 +160,9 @@ class Tracking:
         self._queue(self._open, plan, previous, run_id, source_name, run_dir)
 
     def _open(self, plan: Plan, previous: dict[str, Any], run_id: str, source_name: str, run_dir: str) -> None:
+        tags = parent_tags(plan, run_id, source_name, run_dir)
+        self._inherited.update({k: v for k, v in tags.items() if k.startswith(INHERITED_PREFIXES)})
+        self._contexts = data_contexts(plan.recipe.fixed.get("dataset"))
         if previous.get("parent_run_id") and previous.get("tracking_uri") == mlflow_store.safe_uri(self.uri):
             self.tracker.resume_parent(previous["parent_run_id"])
             self.repeat_ids.update({int(k): v for k, v in (previous.get("repeat_run_ids") or {}).items()})
@@ -151,12 +173,19 @@ class Tracking:
         params = plan.recipe.flat_params()
         if plan.engine != "command":  # a command exchanges no gradients of repro500's
             params.update(compressor_params(plan.compressor))
-        self.parent_id = self.tracker.start_parent(run_id, params, parent_tags(plan, run_id, source_name, run_dir))
+        self.parent_id = self.tracker.start_parent(run_id, params, tags)
 
     def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:
         """The parent's manifest tags and artifacts, once the manifest is written (beside repeat 0)."""
         def describe() -> None:
-            self.tracker.set_tags(self.parent_id, manifest_tags(manifest))
+            tags = manifest_tags(manifest)
+            self.tracker.set_tags(self.parent_id, tags)
+            self._inherited.update({k: v for k, v in tags.items() if k.startswith(INHERITED_PREFIXES)})
+            self._data = list((manifest.get("facets", {}).get("data") or {}).get("entries") or [])
+            for run_id in [self.parent_id, *self.repeat_ids.values()]:  # the repeats started before it
+                if run_id != self.parent_id:
+                    self.tracker.set_tags(run_id, self._inherited)
+                self.tracker.log_datasets(run_id, self._data, self._contexts)
             self.tracker.log_artifacts(self.parent_id, [p for p in artifacts if p.is_file()])
         self._queue(describe)
 
@@ -181,7 +210,8 @@ class Tracking:
             try:
                 if self.error is None:  # everything after a failure would fail alike
                     self.repeat_ids[k] = self.tracker.start_repeat(
-                        k, {"repro500.seed": str(seed), "repro500.run_id": run_id}, params=params)
+                        k, {**self._inherited, "repro500.seed": str(seed), "repro500.run_id": run_id}, params=params)
+                    self.tracker.log_datasets(self.repeat_ids[k], self._data, self._contexts)
             except BaseException as err:  # noqa: BLE001 - reported by check() on the main thread
                 self.error = err
             finally:  # whatever happened, a script waiting for the file goes on
@@ -230,8 +260,30 @@ class Tracking:
                 self._closed_repeats.add(k)
         self._queue(kill)
 
-    def log_parent_artifacts(self, files: list[Path]) -> None:
-        self._queue(lambda: self.tracker.log_artifacts(self.tracker.parent_id, [p for p in files if p.is_file()]))
+    def conclude(self, run: Any, verdict: Any, design: dict[str, Any] | None) -> None:
+        """The parent's last records: the verdict's figures as metrics and its statuses as tags
+        (repro500.mlflow_names), the data a command was seen reading as dataset inputs, the
+        summary, verdict and inputs files, and the whole sealed run as one archive (``run/<run-id>.tar.gz``:
+        ``repro500 verify mlflow:RUN_ID`` verifies it from the store alone)."""
+        from repro500 import rundir as layout
+        from repro500.mlflow_names import verdict_metrics
+        from repro500.verify.variance import design_tags, mlflow_metrics, mlflow_tags
+
+        metrics, tags = verdict_metrics(verdict.to_dict())
+        metrics.update(mlflow_metrics(verdict.variance))
+        tags.update({**design_tags(design), **mlflow_tags(verdict.variance)})
+        files = [run.file(n) for n in (layout.SUMMARY, layout.VERDICT, layout.INPUTS)]
+        observed = list(run.inputs().get("observed") or [])
+
+        def conclude() -> None:
+            self.tracker.log_metrics(self.parent_id, metrics)
+            self.tracker.set_tags(self.parent_id, tags)
+            self.tracker.log_datasets(self.parent_id, observed, self._contexts)
+            for k, run_id in self.repeat_ids.items():
+                self.tracker.log_datasets(run_id, [e for e in observed if k in (e.get("repeats") or [])], self._contexts)
+            self.tracker.log_artifacts(self.parent_id, [p for p in files if p.is_file()])
+            self.tracker.log_sealed(self.parent_id, run.path)
+        self._queue(conclude)
 
     def close(self, status: str, timeout_s: float | None = None, **logged: Any) -> None:
         """End the parent and wait until everything queued has landed (then :meth:`check`)."""

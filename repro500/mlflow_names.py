@@ -1,0 +1,65 @@
+"""One name per quantity in MLflow: the keys repro500 logs, and how they follow the run directory's.
+
+A quantity keeps its name from the epoch to the repeat to the parent (docs/contracts.md, "MLflow
+names"): the evaluation's ``accuracy`` is ``accuracy`` in each epoch's record and in the repeat's
+``summary.json``, so it is ``accuracy`` on the repeat's MLflow run too (a history by step, its last
+point the repeat's outcome); across repeats it becomes ``accuracy_mean``, ``accuracy_ci_low``, ...
+on the parent, the keys of the DVC metrics file (``accuracy.mean``) with the dots as underscores.
+Per-step training records, whose keys (``loss``, ``lr``, ``step_time_s``) would otherwise collide
+with the evaluation's ``loss`` or the repeat's ``compression_ratio``, are ``train/<key>``: MLflow's
+charts group them in a section of their own.
+
+Every metric of a repeat's run is stepped by the global training step, so one chart's x-axis means
+one thing; ``epoch`` is a metric too (its value at the step that ended the epoch).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+STEP_PREFIX = "train/"
+EPOCH_METRIC = "epoch"
+# The repeat's outcome (its summary's numeric metrics) under their own names: listed in this tag so
+# that `verify --check-tracking` can tell them from the per-epoch histories beside them.
+OUTCOME_TAG = "repro500.outcome_metrics"
+VERDICT_TAG = "repro500.verdict"
+
+
+def step_metric(key: str) -> str:
+    """The MLflow key of a step record's field (``loss`` -> ``train/loss``)."""
+    return STEP_PREFIX + key
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def outcome_names(tag: str | None) -> list[str]:
+    """The metric names an :data:`OUTCOME_TAG` lists."""
+    return [name for name in (tag or "").split(",") if name]
+
+
+def verdict_metrics(doc: dict[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
+    """The verdict's numbers as the parent's metrics and its statuses as tags.
+
+    Built from the DVC view (:func:`repro500.publish.dvcmetrics.verdict_metrics`), so both tools
+    carry the same figures under the same names: ``accuracy.ci_low`` there is ``accuracy_ci_low``
+    here, ``accuracy.band.bound`` is ``accuracy_band_bound``.  A status is a tag:
+    ``repro500.verdict`` for the verdict, ``repro500.verdict.<dotted key>`` for one of its parts
+    (``repro500.verdict.accuracy.band.status``)."""
+    from repro500.publish.dvcmetrics import verdict_metrics as dvc_view
+
+    metrics: dict[str, float] = {}
+    tags: dict[str, str] = {}
+
+    def walk(path: list[str], value: Any) -> None:
+        if isinstance(value, dict):
+            for key, inner in value.items():
+                walk([*path, str(key)], inner)
+        elif is_number(value):
+            metrics["_".join(path)] = float(value)
+        elif isinstance(value, str):
+            tags[VERDICT_TAG if path == ["status"] else ".".join([VERDICT_TAG, *path])] = value
+
+    walk([], dvc_view(doc))
+    return metrics, tags

@@ -1,0 +1,104 @@
+"""A run read back from an MLflow store alone: ``repro500 verify mlflow:RUN_ID`` (or ``runs:/RUN_ID``).
+
+The runner logs the sealed run directory as one archive on the parent run
+(``run/<run-id>.tar.gz``, :meth:`repro500.tracking.Tracker.log_sealed`); this finds the repro500
+parent of the MLflow run named (a repeat's run or a wrapped script's leads up to it), downloads
+that archive and hands it to ``verify`` as a packed run: its ``SHA256SUMS`` decides whether what the
+store kept is what the run sealed.  The store is ``MLFLOW_TRACKING_URI`` (else ``mlflow.db`` here).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from repro500 import mlflow_store
+from repro500.errors import InvalidInput
+
+PREFIXES = ("mlflow:", "runs:/")
+
+
+def is_reference(text: str | Path | None) -> bool:
+    return text is not None and str(text).startswith(PREFIXES)
+
+
+def run_id_of(text: str) -> str:
+    """The MLflow run id in ``mlflow:ID``, ``runs:/ID`` or ``runs:/ID/anything``."""
+    for prefix in PREFIXES:
+        if text.startswith(prefix):
+            rest = text.removeprefix(prefix).strip("/")
+            run_id = rest.split("/", 1)[0]
+            if run_id and run_id.isalnum():
+                return run_id
+    raise InvalidInput(f"{text!r} names no MLflow run: write mlflow:RUN_ID or runs:/RUN_ID (the id the MLflow UI shows)")
+
+
+def _client(uri: str) -> Any:
+    db = mlflow_store.sqlite_path(uri)
+    if db is not None and not db.is_file():  # opening a missing SQLite store would create an empty one
+        raise InvalidInput(f"the MLflow tracking store {mlflow_store.safe_uri(uri)} does not exist here: "
+                           "set MLFLOW_TRACKING_URI to the store the run was logged to")
+    mlflow_store.check_readable(uri)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def _get(client: Any, run_id: str, uri: str) -> Any:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with mlflow_store.fast_failing_http():
+            return client.get_run(run_id)
+    except MlflowException as err:
+        if getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(err).lower():
+            raise InvalidInput(f"there is no MLflow run {run_id} in {mlflow_store.safe_uri(uri)}") from None
+        raise InvalidInput(f"MLflow run {run_id} could not be read from {mlflow_store.safe_uri(uri)} "
+                           f"({mlflow_store.reason(err)})") from None
+
+
+def parent_run(client: Any, run_id: str, uri: str) -> Any:
+    """The repro500 parent run of *run_id*: itself, or the run it nests under (a repeat's, a script's)."""
+    from repro500.tracking import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG
+
+    run = _get(client, run_id, uri)
+    for _ in range(3):  # a script's run -> its repeat's run -> the parent
+        tags = run.data.tags
+        if RUN_ID_TAG not in tags and REPEAT_RUN_TAG not in tags:
+            raise InvalidInput(f"MLflow run {run_id} is not a repro500 run (it has no {RUN_ID_TAG} tag): name the run "
+                               "`repro500 run` logged, or one of its repeats")
+        if REPEAT_TAG not in tags and REPEAT_RUN_TAG not in tags:
+            return run
+        up = tags.get(REPEAT_RUN_TAG) or tags.get(PARENT_TAG)
+        if not up:
+            break
+        run = _get(client, up, uri)
+    raise InvalidInput(f"MLflow run {run_id} is a repro500 repeat whose parent run is not in the store")
+
+
+def download(reference: str, dest: Path) -> Path:
+    """Download the sealed run behind *reference* into *dest*; returns the archive's path."""
+    from repro500.tracking import RUN_ID_TAG, SEALED_PATH
+
+    run_id = run_id_of(reference)
+    uri = mlflow_store.tracking_uri()
+    client = _client(uri)
+    parent = parent_run(client, run_id, uri)
+    parent_id, name = parent.info.run_id, parent.data.tags.get(RUN_ID_TAG, "")
+    try:
+        with mlflow_store.fast_failing_http():
+            archives = [a.path for a in client.list_artifacts(parent_id, SEALED_PATH) if a.path.endswith(".tar.gz")]
+            if not archives:
+                raise InvalidInput(
+                    f"MLflow run {parent_id} ({name}) holds no sealed run ({SEALED_PATH}/<run-id>.tar.gz): it did not "
+                    "finish, or an older repro500 logged it; verify its run directory or a packed copy instead")
+            from mlflow.artifacts import download_artifacts
+
+            local = download_artifacts(run_id=parent_id, artifact_path=archives[0], dst_path=str(dest),
+                                       tracking_uri=uri)
+    except InvalidInput:
+        raise
+    except Exception as err:  # noqa: BLE001 - a store or artifact repository failing is one sentence
+        raise InvalidInput(f"the sealed run of MLflow run {parent_id} could not be downloaded from "
+                           f"{mlflow_store.safe_uri(uri)} ({mlflow_store.reason(err)})") from None
+    return Path(local)

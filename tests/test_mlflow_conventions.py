@@ -1,0 +1,153 @@
+"""MLflow as its users expect (issue 21, item 1): names, datasets, artifacts beside the store, and a
+run verified from the store alone with ``repro500 verify mlflow:RUN_ID``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from runhelpers import repro500
+
+from repro500.mlflow_names import verdict_metrics
+
+# A user's project: a two-file script (its helper module beside it) reading data that lives
+# outside the project, printing its accuracy.
+TRAIN = """
+import sys
+from helper import score
+with open(sys.argv[1], encoding="utf-8") as fh:
+    rows = fh.read().split()
+print(f"Acc {score(rows):.3f}")
+"""
+HELPER = """
+import os
+def score(rows):
+    return 0.9 + 0.01 * (int(os.environ.get("REPRO500_REPEAT", "0")) % 3) + 0.0 * len(rows)
+"""
+
+
+@pytest.fixture(scope="module")
+def logged(tmp_path_factory):
+    """One command run, two repeats, logged to a SQLite store in another directory than the one
+    the run starts in."""
+    root = tmp_path_factory.mktemp("conventions")
+    project, store, data = root / "project", root / "store", root / "data"
+    for folder in (project, store, data):
+        folder.mkdir()
+    (project / "train.py").write_text(textwrap.dedent(TRAIN))
+    (project / "helper.py").write_text(textwrap.dedent(HELPER))
+    (data / "rows.txt").write_text("1 2 3 4\n")
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
+    done = repro500("run", "--repeats", "2", "--run-id", "c", "--metric", "accuracy=regex:Acc ([0-9.]+)",
+                    "--accept", "accuracy>=0.5", "--command", "--", "python", "train.py", str(data / "rows.txt"),
+                    cwd=project, env=env, timeout=300)
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    meta = json.loads((project / "runs/c/run.json").read_text())["mlflow"]
+    return {"root": root, "project": project, "store": store, "data": data, "env": env, "client": client,
+            "parent": client.get_run(meta["parent_run_id"]),
+            "repeats": {int(k): client.get_run(v) for k, v in meta["repeat_run_ids"].items()}}
+
+
+def test_verdict_figures_are_named_as_in_dvc_with_underscores():
+    doc = {"status": "PASS", "exit_code": 0, "alpha": 0.05,
+           "statistics": {"accuracy": {"n": 3, "mean": 0.9, "std": 0.01, "cv": 0.011, "ci_low": 0.88, "ci_high": 0.92},
+                          "throughput_samples_per_s": {"n": 3, "mean": 400.0, "cv": 0.02, "std": 8.0}},
+           "bands": [{"metric": "accuracy", "direction": "higher", "threshold": 0.85, "lower_bound": 0.885,
+                      "status": "PASS"}],
+           "time_to_train": {"status": "SKIPPED"}}
+    metrics, tags = verdict_metrics(doc)
+    assert metrics == {"exit_code": 0.0, "alpha": 0.05, "accuracy_n": 3.0, "accuracy_mean": 0.9, "accuracy_std": 0.01,
+                       "accuracy_cv": 0.011, "accuracy_ci_low": 0.88, "accuracy_ci_high": 0.92,
+                       "accuracy_band_threshold": 0.85, "accuracy_band_bound": 0.885,
+                       "throughput_samples_per_s_mean": 400.0, "throughput_samples_per_s_cv": 0.02}
+    assert tags == {"repro500.verdict": "PASS", "repro500.verdict.accuracy.band.status": "PASS",
+                    "repro500.verdict.time_to_train.status": "SKIPPED"}
+
+
+def test_one_name_per_quantity_from_repeat_to_parent(logged):
+    parent, repeats = logged["parent"], logged["repeats"]
+    verdict = json.loads((logged["project"] / "runs/c/verdict.json").read_text())
+    for k, run in repeats.items():
+        summary = json.loads((logged["project"] / f"runs/c/repeats/{k}/summary.json").read_text())
+        assert run.data.metrics["accuracy"] == summary["metrics"]["accuracy"]
+        assert run.data.tags["repro500.outcome_metrics"].split(",") == sorted(
+            n for n, v in summary["metrics"].items() if isinstance(v, (int, float)))
+        assert run.info.run_name == f"c-repeat-{k}"
+        assert run.data.tags["mlflow.source.name"] == parent.data.tags["mlflow.source.name"]
+    assert parent.data.metrics["accuracy_mean"] == pytest.approx(verdict["statistics"]["accuracy"]["mean"])
+    assert parent.data.metrics["accuracy_ci_low"] == pytest.approx(verdict["statistics"]["accuracy"]["ci_low"])
+    assert parent.data.tags["repro500.verdict"] == verdict["status"]
+    assert not [k for k in parent.data.metrics if k.startswith("mean_")]
+
+
+def test_the_data_a_command_read_is_an_mlflow_dataset_input(logged):
+    md5 = hashlib.md5((logged["data"] / "rows.txt").read_bytes()).hexdigest()  # noqa: S324 - DVC's digest
+    for run in (logged["parent"], *logged["repeats"].values()):
+        got = logged["client"].get_run(run.info.run_id).inputs.dataset_inputs
+        assert [(d.dataset.name, d.dataset.digest, d.dataset.source) for d in got] == [
+            ("rows.txt", md5, str(logged["data"] / "rows.txt"))], run.info.run_name
+
+
+def test_artifacts_land_beside_the_store_not_where_the_run_started(logged):
+    experiment = logged["client"].get_experiment(logged["parent"].info.experiment_id)
+    assert Path(experiment.artifact_location) == logged["store"] / "mlartifacts"
+    assert not (logged["project"] / "mlruns").exists() and not (logged["project"] / "mlartifacts").exists()
+    assert (logged["store"] / "mlartifacts" / logged["parent"].info.run_id / "artifacts/run/c.tar.gz").is_file()
+
+
+def test_verify_mlflow_run_id_checks_the_sealed_run_from_the_store_alone(logged):
+    elsewhere = logged["root"] / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    parent_id = logged["parent"].info.run_id
+    expected = json.loads((logged["project"] / "runs/c/verdict.json").read_text())
+    for ref in (f"mlflow:{parent_id}", f"runs:/{logged['repeats'][1].info.run_id}"):  # a repeat leads to its parent
+        done = repro500("verify", ref, "--json", "--check-tracking", cwd=elsewhere, env=logged["env"])
+        verdict = json.loads(done.stdout)
+        assert done.returncode == expected["exit_code"], done.stderr[-2000:]
+        assert verdict["status"] == expected["status"] and verdict["run_id"] == "c"
+        assert verdict["run_dir"].startswith(ref) and verdict["integrity"]["ok"]
+        assert any("MLflow agrees" in note for note in verdict["integrity"]["notes"])
+    assert list(elsewhere.iterdir()) == []  # the download is gone
+
+
+def test_verify_mlflow_refuses_in_one_sentence(logged, tmp_path):
+    client = logged["client"]
+    plain = client.create_run(logged["parent"].info.experiment_id, run_name="not-ours").info.run_id
+    unfinished = client.create_run(logged["parent"].info.experiment_id, tags={"repro500.run_id": "x"}).info.run_id
+    cases = {
+        "mlflow:0123456789abcdef0123456789abcdef": "there is no MLflow run 0123456789abcdef0123456789abcdef",
+        f"mlflow:{plain}": "is not a repro500 run",
+        f"mlflow:{unfinished}": "holds no sealed run",
+        "mlflow:": "names no MLflow run",
+    }
+    for ref, message in cases.items():
+        done = repro500("verify", ref, cwd=tmp_path, env=logged["env"])
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 4 and len(lines) == 1 and message in lines[0], (ref, done.stderr[-1500:])
+    missing = repro500("verify", f"mlflow:{plain}", cwd=tmp_path,
+                       env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'none.db'}"})
+    assert missing.returncode == 4 and "does not exist here" in missing.stderr
+    assert not (tmp_path / "none.db").exists()
+
+
+def test_artifacts_option_and_its_refusal(tmp_path):
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    refused = repro500("run", "--no-tracking", "--artifacts", str(tmp_path / "a"), "--metric", "accuracy=regex:Acc ([0-9.]+)",
+                       "--accept", "accuracy>=0.5", "--command", "--", "python", "-c", "print('Acc 1')", cwd=tmp_path, env=env)
+    assert refused.returncode == 2 and "does not go with --no-tracking" in refused.stderr
+    assert not (tmp_path / "runs").exists()
+    done = repro500("run", "--repeats", "1", "--run-id", "a", "--experiment", "mine", "--artifacts", str(tmp_path / "elsewhere"),
+                    "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--command", "--", "python",
+                    "-c", "print('Acc 1')", cwd=tmp_path, env=env)
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    experiment = MlflowClient(env["MLFLOW_TRACKING_URI"]).get_experiment_by_name("mine")
+    assert Path(experiment.artifact_location) == tmp_path / "elsewhere"
+    assert list((tmp_path / "elsewhere").rglob("a.tar.gz"))
