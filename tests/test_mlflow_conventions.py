@@ -151,3 +151,20 @@ def test_artifacts_option_and_its_refusal(tmp_path):
     experiment = MlflowClient(env["MLFLOW_TRACKING_URI"]).get_experiment_by_name("mine")
     assert Path(experiment.artifact_location) == tmp_path / "elsewhere"
     assert list((tmp_path / "elsewhere").rglob("a.tar.gz"))
+
+
+def test_check_tracking_against_a_refusing_database_fails_fast_without_the_password(logged, monkeypatch):
+    import socket
+    import time
+
+    from repro500.attest.tracking_check import check_tracking
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql+psycopg2://team:hunter2-secret@127.0.0.1:{port}/mlflow")
+    started = time.monotonic()
+    result = check_tracking(logged["project"] / "runs/c")
+    assert time.monotonic() - started < 30  # one connection, not MLflow's ten retries (~100 s)
+    (problem,) = result.problems
+    assert "is unreachable" in problem and "hunter2-secret" not in problem and result.compared == 0

@@ -137,13 +137,16 @@ class Repeat:
         epoch_s = sum(r["step_time_s"] for r in steps)
         self.train_time_s += epoch_s
         self.epochs_run = epoch
+        # before the wire is read: parameter averaging's epoch-end all-reduce (buffers and the
+        # ranks' agreement on the loss, engines/averaging.py) is part of the epoch's traffic
+        finite = self.diverged or self.comm.epoch_all_finite()
         epoch_wire = self.comm.wire_per_rank(self.wire_start, len(steps))
         self.traffic.add_wire(epoch_wire)
         if self.mllog:
             self.mllog.epoch_stop(epoch)
         record: dict[str, Any] = {"kind": "epoch", "repeat": self.repeat, "epoch": epoch, "metrics": {},
                                   "train_samples": self.samples_seen, "train_time_s": epoch_s, "wire": epoch_wire}
-        if not self.diverged and not self.comm.epoch_all_finite():
+        if not finite:
             self.status = STATUS_DIVERGED
             self.error = f"a rank's loss became non-finite in epoch {epoch} (found at its end)"
         if self.diverged:

@@ -65,7 +65,7 @@ class Step:
 
     def __init__(self, task: Any, model: torch.nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
                  precision: str = "fp32", micro_batch_size: int | None = None,
-                 after_step: Callable[[], None] | None = None) -> None:
+                 after_step: Callable[[float], None] | None = None) -> None:
         self.task, self.model, self.optimizer, self.device = task, model, optimizer, device
         self.precision, self.micro_batch_size = precision, micro_batch_size
         self.dtype = PRECISIONS[precision]
@@ -115,8 +115,8 @@ class Step:
             self.optimizer.step()
         sync(self.device)
         t3 = time.perf_counter()
-        if self.after_step:
-            self.after_step()
+        if self.after_step:  # told the loss: averaging folds the ranks' agreement on it into its all-reduce
+            self.after_step(loss_value)
         record: dict[str, Any] = {"loss": loss_value, "time_forward_s": forward_s, "time_backward_s": backward_s,
                                   "time_optimizer_s": t3 - t2, "backward_end": t2}
         if len(parts) > 1:

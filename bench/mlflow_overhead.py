@@ -1,0 +1,70 @@
+"""What logging to MLflow costs: the quickstart with tracking against the same with ``--no-tracking``.
+
+Both are ``repro500 run experiments/quickstart.yaml`` from the command line, timed from outside
+(the process's whole wall time: capture, the repeats, the closing verify and, when tracked,
+everything MLflow gets: the step and epoch histories, the datasets, the verdict's figures, every
+artifact and the sealed run's archive, which the process waits for before it exits).  The store is
+a SQLite file that already exists (a user's first run creates it, once; its cost is printed apart).
+The two are interleaved, in alternating order, so machine noise hits both alike.  Target
+(issue 21): tracked <= 1.01 x untracked, on the medians.
+
+    python bench/mlflow_overhead.py [--rounds 3] [--repeats 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET = 1.01
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def repro500(work: Path, *args: str, env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "repro500.cli", *args], cwd=work, env=env, capture_output=True,
+                          text=True)
+    elapsed = time.perf_counter() - start
+    if done.returncode not in (0, 1, 3):  # a verdict of any kind: the run finished
+        raise SystemExit(f"repro500 {' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=1, help="repeats per run (the recipe has 3)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="repro500-bench-mlflow-") as tmp:
+        work = Path(tmp)
+        shutil.copy(ROOT / "experiments/quickstart.yaml", work / "quickstart.yaml")
+        env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{work / 'mlflow.db'}", PYTHONUNBUFFERED="1")
+        for split, samples in (("train", 2048), ("eval", 512)):
+            repro500(work, "data", "generate", "classification", "--out", f"data/quickstart-{split}.h5", "--samples",
+                     str(samples), "--seed", "500", "--noise", "0.04", "--split", split, env=env)
+        run = ("run", "quickstart.yaml", "-n", str(args.repeats))
+        first = repro500(work, *run, "--run-id", "first", env=env)  # creates the store
+        print(f"first tracked run (creates the store): {first:.2f} s")
+        tracked, untracked = [], []
+        for i in range(args.rounds):
+            order = ((True, tracked), (False, untracked)) if i % 2 == 0 else ((False, untracked), (True, tracked))
+            for on, times in order:
+                times.append(repro500(work, *run, "--run-id", f"{'t' if on else 'u'}{i}",
+                                      *(() if on else ("--no-tracking",)), env=env))
+                print(f"round {i}: {'tracked  ' if on else 'untracked'} {times[-1]:.2f} s", flush=True)
+    ratio = statistics.median(tracked) / statistics.median(untracked)
+    verdict = "PASS" if ratio <= TARGET else "MISS"
+    print(f"quickstart -n {args.repeats}: tracked median {statistics.median(tracked):.2f} s, untracked median "
+          f"{statistics.median(untracked):.2f} s, ratio {ratio:.4f} (target <= {TARGET}) {verdict}")
+    return 0 if verdict == "PASS" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
