@@ -82,13 +82,13 @@ def _workload(inputs: Inputs, run: RunTimings | None, spec: dict[str, Any], para
         raise UsageError(f"{run.path} averages parameters by gossip, point to point between ring neighbours; "
                          "repro500 model fits collectives (all-reduce, all-gather), so it does not predict it")
     if sync.get("mode") == "average":
-        # local SGD: one all-reduce of every parameter each H steps (engines/averaging.py), float
-        # buffers (batch norm's statistics, a fraction of a percent for ResNets) not counted
+        # local SGD: one all-reduce of every parameter each H steps (engines/averaging.py); float
+        # buffers (batch norm's statistics, a fraction of a percent for ResNets) once per epoch, not counted
         every = int(sync.get("every", 1))
         buckets = [wire.Bucket(params, 1, params * wire.GRADIENT_BYTES_PER_ELEMENT)]
         notes.append(f"local SGD: one all-reduce of the {params} parameters every {every} step(s), its cost "
-                     "spread over those steps; float buffers (batch norm's statistics) are averaged too and not "
-                     "counted")
+                     "spread over those steps; float buffers (batch norm's statistics) are averaged once per epoch, "
+                     "not counted")
     elif spec["name"] == "powersgd":
         if not (same and run.last_bytes_sent):
             raise UsageError("powersgd's wire size depends on every layer's shape: give a RUN_DIR of a "
