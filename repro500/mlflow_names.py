@@ -15,14 +15,17 @@ one thing; ``epoch`` is a metric too (its value at the step that ended the epoch
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 STEP_PREFIX = "train/"
 EPOCH_METRIC = "epoch"
-# The repeat's outcome (its summary's numeric metrics) under their own names: listed in this tag so
-# that `verify --check-tracking` can tell them from the per-epoch histories beside them.
-OUTCOME_TAG = "repro500.outcome_metrics"
 VERDICT_TAG = "repro500.verdict"
+# The keys of a repeat's run that only a history has (the steps', the epochs'), besides the
+# evaluation's, which the repeat's outcome shares: `verify --check-tracking` tells the outcome by them.
+EPOCH_PREFIX = "epoch_"  # the epoch's own figures: epoch_train_time_s, epoch_energy_j, ... (system.epochs)
+SAMPLING_PREFIX = "sampling_"
+_WIRE_PER_RANK = re.compile(r"wire_bytes_(sent|received)_per_step_rank\d+")
 
 
 def step_metric(key: str) -> str:
@@ -34,9 +37,10 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def outcome_names(tag: str | None) -> list[str]:
-    """The metric names an :data:`OUTCOME_TAG` lists."""
-    return [name for name in (tag or "").split(",") if name]
+def is_history(key: str) -> bool:
+    """Whether a repeat run's metric *key* is a step's or an epoch's only, never the repeat's outcome."""
+    return (key == EPOCH_METRIC or key.startswith((STEP_PREFIX, EPOCH_PREFIX, SAMPLING_PREFIX))
+            or _WIRE_PER_RANK.fullmatch(key) is not None)
 
 
 def verdict_metrics(doc: dict[str, Any]) -> tuple[dict[str, float], dict[str, str]]:

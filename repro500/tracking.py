@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import mlflow_store
-from repro500.mlflow_names import EPOCH_METRIC, OUTCOME_TAG, is_number, step_metric
+from repro500.mlflow_names import EPOCH_METRIC, is_number, step_metric
 
 # MLflow caps: 6000 characters per param value, 8000 per tag, 100 params/tags and 1000 metrics per batch
 PARAM_MAX_CHARS = 6000
@@ -44,6 +44,7 @@ RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
 # a file that exists once the repeat's own run does, holding {"run_id", "experiment_id"} (runner/track.py)
 READY_ENV = "REPRO500_MLFLOW_READY"
 SEALED_PATH = "run"  # the parent's artifact folder holding the sealed run as one archive
+SEALED_TAG, SEALED_MAX_ENV, SEALED_MAX_MB = "repro500.sealed", "REPRO500_MLFLOW_SEALED_MAX_MB", 2048
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
@@ -172,8 +173,7 @@ class Tracker:
         for chunk in _chunks(items, BATCH_METRICS):
             self.client.log_batch(run_id, metrics=chunk)
         self.set_tags(run_id, {"repro500.status": summary.get("status", "unknown"),
-                               "repro500.final_param_digest": summary.get("final_param_digest") or "",
-                               OUTCOME_TAG: ",".join(sorted(outcome))})
+                               "repro500.final_param_digest": summary.get("final_param_digest") or ""})
         self.log_artifacts(run_id, files)
         self.client.set_terminated(run_id, status=status)
 
@@ -219,11 +219,20 @@ class Tracker:
 
     def log_sealed(self, run_id: str, run_dir: Path) -> None:
         """The sealed run directory as one archive (``repro500 pack``'s), artifact ``run/<run-id>.tar.gz``:
-        with it the store alone holds a run ``repro500 verify`` can check (docs/tracking.md)."""
+        with it the store alone holds a run ``repro500 verify`` can check (docs/contracts.md, "MLflow
+        names").  A run larger than ``REPRO500_MLFLOW_SEALED_MAX_MB`` (heavy outputs: checkpoints)
+        is not copied into the store a second time; the tag ``repro500.sealed`` says why."""
+        import os
         import tempfile
 
         from repro500 import archive
 
+        limit_mb = float(os.environ.get(SEALED_MAX_ENV) or SEALED_MAX_MB)
+        size = sum((Path(run_dir) / rel).stat().st_size for rel in archive.packed_files(Path(run_dir)))
+        if size > limit_mb * 2**20:
+            self.set_tags(run_id, {SEALED_TAG: f"not logged: the run holds {size / 2**20:,.0f} MiB, over "
+                                               f"{SEALED_MAX_ENV}={limit_mb:g}; publish or pack it instead"})
+            return
         with tempfile.TemporaryDirectory(prefix="repro500-sealed-") as tmp:
             packed = archive.pack(run_dir, tmp)
             self.client.log_artifact(run_id, str(packed), artifact_path=SEALED_PATH)

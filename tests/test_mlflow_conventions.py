@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from runhelpers import repro500
 
-from repro500.mlflow_names import verdict_metrics
+from repro500.mlflow_names import is_history, verdict_metrics
 
 # A user's project: a two-file script (its helper module beside it) reading data that lives
 # outside the project, printing its accuracy.
@@ -76,8 +76,8 @@ def test_one_name_per_quantity_from_repeat_to_parent(logged):
     for k, run in repeats.items():
         summary = json.loads((logged["project"] / f"runs/c/repeats/{k}/summary.json").read_text())
         assert run.data.metrics["accuracy"] == summary["metrics"]["accuracy"]
-        assert run.data.tags["repro500.outcome_metrics"].split(",") == sorted(
-            n for n, v in summary["metrics"].items() if isinstance(v, (int, float)))
+        outcome = sorted(n for n, v in summary["metrics"].items() if isinstance(v, (int, float)))
+        assert sorted(k for k in run.data.metrics if not is_history(k)) == outcome
         assert run.info.run_name == f"c-repeat-{k}"
         assert run.data.tags["mlflow.source.name"] == parent.data.tags["mlflow.source.name"]
     assert parent.data.metrics["accuracy_mean"] == pytest.approx(verdict["statistics"]["accuracy"]["mean"])
@@ -168,3 +168,14 @@ def test_check_tracking_against_a_refusing_database_fails_fast_without_the_passw
     assert time.monotonic() - started < 30  # one connection, not MLflow's ten retries (~100 s)
     (problem,) = result.problems
     assert "is unreachable" in problem and "hunter2-secret" not in problem and result.compared == 0
+
+
+def test_a_run_over_the_size_limit_is_not_copied_into_the_store_and_verify_says_why(tmp_path):
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "REPRO500_MLFLOW_SEALED_MAX_MB": "0.000001"}
+    done = repro500("run", "--repeats", "1", "--run-id", "big", "--metric", "accuracy=regex:Acc ([0-9.]+)",
+                    "--accept", "accuracy>=0.5", "--command", "--", "python", "-c", "print('Acc 1')", cwd=tmp_path, env=env)
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    parent_id = json.loads((tmp_path / "runs/big/run.json").read_text())["mlflow"]["parent_run_id"]
+    refused = repro500("verify", f"mlflow:{parent_id}", cwd=tmp_path, env=env)
+    assert refused.returncode == 4 and "REPRO500_MLFLOW_SEALED_MAX_MB" in refused.stderr, refused.stderr
+    assert not list(tmp_path.rglob("big.tar.gz"))

@@ -1,9 +1,9 @@
 """Two independent records: a run directory's repeats against what MLflow recorded as each finished.
 
 The runner logs every repeat to its own MLflow run (repro500/tracking.py): the summary's numeric
-metrics under their own names as the run's latest values, listed in the tag
-``repro500.outcome_metrics`` (runs logged before it: as ``final_<name>``), its status and final
-parameter digest as the tags ``repro500.status`` and ``repro500.final_param_digest``.  :func:`check_tracking` reads those back
+metrics under their own names as the run's latest values, beside the steps' and epochs' histories
+(:func:`repro500.mlflow_names.is_history` tells them apart; runs logged before: as ``final_<name>``),
+its status and final parameter digest as the tags ``repro500.status`` and ``repro500.final_param_digest``.  :func:`check_tracking` reads those back
 from the store named in ``run.json`` (``mlflow.tracking_uri``; ``MLFLOW_TRACKING_URI`` when set
 replaces it, e.g. to add the credentials run.json never holds) and reports every disagreement.
 Numbers agree when they are equal to 1e-12 relative (the stores keep doubles exactly; the
@@ -122,16 +122,18 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
         problems.append(f"repeat {k}: final parameter digest differs between the run directory and MLflow")
     metrics = {name: v for name, v in (summary.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    from repro500.mlflow_names import OUTCOME_TAG, outcome_names
+    from repro500.mlflow_names import is_history
 
-    if OUTCOME_TAG in tags:
-        finals = {name: logged[name] for name in outcome_names(tags[OUTCOME_TAG]) if name in logged}
-    else:  # logged by a repro500 before one name per quantity (docs/contracts.md, "MLflow names")
+    if any(name.startswith("final_") for name in logged):  # logged before one name per quantity
         finals = {name.removeprefix("final_"): v for name, v in logged.items() if name.startswith("final_")}
+    else:  # docs/contracts.md, "MLflow names": the outcome is every key no history has alone
+        finals = {name: v for name, v in logged.items() if not is_history(name)}
     for name in sorted(set(metrics) | set(finals)):
         if name not in finals:
             problems.append(f"repeat {k}: {name} = {metrics[name]!r} in the run directory was never logged to MLflow")
         elif name not in metrics:
+            if name in (summary.get("metrics") or {}):  # undefined at the end (None): MLflow has its epochs' values
+                continue
             problems.append(f"repeat {k}: MLflow recorded {name} = {finals[name]!r}, the run directory has none")
         elif not _same(metrics[name], finals[name]):
             problems.append(f"repeat {k}: {name} is {metrics[name]!r} in the run directory, {finals[name]!r} in MLflow")

@@ -78,7 +78,7 @@ def parent_run(client: Any, run_id: str, uri: str) -> Any:
 
 def download(reference: str, dest: Path) -> Path:
     """Download the sealed run behind *reference* into *dest*; returns the archive's path."""
-    from repro500.tracking import RUN_ID_TAG, SEALED_PATH
+    from repro500.tracking import RUN_ID_TAG, SEALED_PATH, SEALED_TAG
 
     run_id = run_id_of(reference)
     uri = mlflow_store.tracking_uri()
@@ -88,6 +88,8 @@ def download(reference: str, dest: Path) -> Path:
     try:
         with mlflow_store.fast_failing_http():
             archives = [a.path for a in client.list_artifacts(parent_id, SEALED_PATH) if a.path.endswith(".tar.gz")]
+            if not archives and parent.data.tags.get(SEALED_TAG):
+                raise InvalidInput(f"MLflow run {parent_id} ({name}) holds no sealed run: {parent.data.tags[SEALED_TAG]}")
             if not archives:
                 raise InvalidInput(
                     f"MLflow run {parent_id} ({name}) holds no sealed run ({SEALED_PATH}/<run-id>.tar.gz): it did not "
