@@ -1,4 +1,4 @@
-"""Top-k's positions on the wire: the Elias-Fano code, its kernels and its size."""
+"""Top-k's positions on the wire: the Elias-Fano code, its kernels, its size and the wire model."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import math
 import pytest
 import torch
 
-from repro500.ext import indexcode, ops
+from repro500.errors import UsageError
+from repro500.ext import compressors, indexcode, memory, ops
+from repro500.ext.communicator import Communicator
+from repro500.scaling import wire
 
 
 @pytest.fixture(scope="module")
@@ -107,3 +110,29 @@ def test_opcheck(native):
     p = _random_positions(5000, 50, 3)
     torch.library.opcheck(native.positions_encode, (p, 5000))
     torch.library.opcheck(native.positions_decode, (indexcode.encode(p, 5000), 5000, 50))
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+@pytest.mark.parametrize("numel", [1, 7, 100, 30_001, 262_144, 1_000_003])
+def test_the_wire_model_predicts_the_payload_a_real_gradient_produces(native, backend, numel):
+    """wire.payload_bytes (computed on shapes only) == the bytes prepare() hands the collective."""
+    spec = {"name": "topk", "ratio": 0.01}
+    c = compressors.get(spec)
+    comm = Communicator(c, memory.for_compressor(c), world_size=1, rank=0)
+    with ops.use_backend(backend):
+        out = comm.prepare(torch.randn(numel, generator=torch.Generator().manual_seed(numel)), "b")
+    measured = out.buffer.numel() * out.buffer.element_size()
+    assert wire.payload_bytes(spec, numel) == measured
+    k = max(1, numel // 100)
+
+    def aligned(size: int) -> int:
+        return size + (-size % 8)
+
+    assert measured == aligned(2 * k) + aligned(indexcode.nbytes(numel, k))
+    if numel >= 30_000:  # the 1/100 target holds per bucket, alignment included
+        assert measured * 100 <= 4 * numel
+
+
+def test_too_large_a_bucket_is_a_usage_error_in_the_wire_model_too():
+    with pytest.raises(UsageError, match="2\\^31 - 1"):
+        wire.payload_bytes("topk", 2**31)
