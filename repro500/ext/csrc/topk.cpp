@@ -128,7 +128,9 @@ void collect_chunk(const scalar_t* data, int64_t lo, int64_t hi, raw_t threshold
   out.size = 0;
   int64_t i = lo;
   for (; i + kWord <= hi; i += kWord) {
-    for (int64_t line = 0; line < kWord; line += 16) __builtin_prefetch(data + i + kPrefetchAhead + line);
+    for (int64_t line = 0; line < kWord; line += 16) {  // 16 floats: one cache line
+      __builtin_prefetch(data + i + kPrefetchAhead + line);
+    }
     uint64_t bits = word_hits(data + i, threshold);
     out.ensure(kWord);
     raw_t* raw = out.raw.get();
@@ -162,9 +164,6 @@ void collect_chunk(const scalar_t* data, int64_t lo, int64_t hi, raw_t threshold
 
 constexpr int kDigitBits = 16;  // radix-select digit: 2^16 counters per thread (256 KiB)
 
-// The k-th largest key among the candidates and how many keys equal to it are among the k
-// largest.  A radix select from the top: each round counts, in parallel, the digit below
-// the bits found so far among the candidates that share those bits (two rounds for float).
 template <typename raw_t>
 struct Span {  // raw bits (or keys) of one part of the input to kth_largest
   const raw_t* data;
@@ -172,11 +171,41 @@ struct Span {  // raw bits (or keys) of one part of the input to kth_largest
 };
 
 template <typename raw_t>
-std::pair<raw_t, int64_t> kth_largest(const std::vector<Span<raw_t>>& spans, int64_t k) {
-  constexpr int kKeyBits = 8 * sizeof(raw_t) - 1;  // keys are non-negative
+struct Selection {
+  raw_t kth = 0;                     // the k-th largest key
+  int64_t ties = 0;                  // how many keys equal to it are among the k largest
+  std::vector<int64_t> above, equal;  // per span: its keys above kth, and equal to it
+};
+
+template <typename raw_t>
+constexpr int kKeyBits = 8 * sizeof(raw_t) - 1;  // keys are non-negative
+
+// The first radix round's digit is key >> first_shift (kDigitBits wide, or the whole key).
+template <typename raw_t>
+constexpr int first_shift() {
+  return std::max(0, kKeyBits<raw_t> - kDigitBits);
+}
+
+using Counts = std::vector<std::vector<int32_t>>;  // per thread, per digit
+
+// The k-th largest key of the spans, by a radix select from the top: each round counts, in
+// parallel, the digit below the bits found so far among the keys that share those bits
+// (two rounds for float).  The last round also counts, per span, the keys it already knows
+// to be above (their higher bits are larger) and keeps the few in the k-th key's bin, so
+// the per-span counts the output needs cost no further pass.
+// *first_counts*: the first round's counts, when the caller counted them already (the
+// collecting pass does, saving a parallel region; not used when that round is the last).
+template <typename raw_t>
+Selection<raw_t> kth_largest(const std::vector<Span<raw_t>>& spans, int64_t k,
+                             const Counts* first_counts = nullptr) {
+  constexpr int kKeyBits = repro500::kKeyBits<raw_t>;
   const int64_t num_spans = static_cast<int64_t>(spans.size());
   const int threads = at::get_num_threads();
-  std::vector<std::vector<int32_t>> counts(threads);
+  Counts counts(threads);
+  std::vector<std::vector<int32_t>> in_last_bin(num_spans);  // last round: digits per span
+  Selection<raw_t> out;
+  out.above.assign(num_spans, 0);
+  out.equal.assign(num_spans, 0);
   raw_t prefix = 0;  // the bits of the k-th key at and above hi_bit, found so far
   int64_t rank = k;  // the k-th key is the rank-th largest of the keys sharing them
   for (int hi_bit = kKeyBits; hi_bit > 0;) {
@@ -184,19 +213,34 @@ std::pair<raw_t, int64_t> kth_largest(const std::vector<Span<raw_t>>& spans, int
     const int64_t bins = int64_t{1} << (hi_bit - shift);
     const int64_t digit_mask = bins - 1;
     const bool first = hi_bit >= kKeyBits;  // every key shares the (empty) prefix
+    const bool last = shift == 0;
     const int64_t wanted = first ? 0 : static_cast<int64_t>(prefix >> hi_bit);
-    for (auto& c : counts) c.assign(bins, 0);
-    at::parallel_for(0, num_spans, 1, [&](int64_t s0, int64_t s1) {
-      int32_t* count = counts[at::get_thread_num()].data();
-      for (int64_t c = s0; c < s1; ++c) {
-        const raw_t* raw = spans[c].data;
-        const int64_t size = spans[c].size;
-        for (int64_t j = 0; j < size; ++j) {
-          const raw_t key = key_of(raw[j]);
-          if (first || (key >> hi_bit) == wanted) ++count[(key >> shift) & digit_mask];
+    const bool counted = first && !last && first_counts != nullptr;
+    if (counted) {
+      counts = *first_counts;
+    } else {
+      for (auto& c : counts) c.assign(bins, 0);
+      at::parallel_for(0, num_spans, 1, [&](int64_t s0, int64_t s1) {
+        int32_t* count = counts[at::get_thread_num()].data();
+        for (int64_t c = s0; c < s1; ++c) {
+          const raw_t* raw = spans[c].data;
+          const int64_t size = spans[c].size;
+          int64_t above = 0;
+          for (int64_t j = 0; j < size; ++j) {
+            const raw_t key = key_of(raw[j]);
+            const int64_t high = first ? 0 : static_cast<int64_t>(key >> hi_bit);
+            if (high != wanted) {
+              above += high > wanted;
+              continue;
+            }
+            const int32_t digit = static_cast<int32_t>((key >> shift) & digit_mask);
+            ++count[digit];
+            if (last) in_last_bin[c].push_back(digit);
+          }
+          if (last) out.above[c] = above;
         }
-      }
-    });
+      });
+    }
     int64_t digit = bins - 1;
     for (;; --digit) {
       int64_t in_bin = 0;
@@ -206,8 +250,18 @@ std::pair<raw_t, int64_t> kth_largest(const std::vector<Span<raw_t>>& spans, int
     }
     prefix = static_cast<raw_t>(prefix | (static_cast<raw_t>(digit) << shift));
     hi_bit = shift;
+    if (last) {
+      for (int64_t c = 0; c < num_spans; ++c) {
+        for (const int32_t d : in_last_bin[c]) {
+          out.above[c] += d > digit;
+          out.equal[c] += d == digit;
+        }
+      }
+    }
   }
-  return {prefix, rank};
+  out.kth = prefix;
+  out.ties = rank;
+  return out;
 }
 
 template <typename scalar_t>
@@ -224,14 +278,14 @@ std::tuple<at::Tensor, at::Tensor> topk_threshold_typed(const at::Tensor& x, int
   std::vector<raw_t> sample;
   if (sampled) {
     sample.resize(sample_size);
-    // Every sampled element is a cache (and TLB) miss: prefetching a few ahead overlaps them.
+    // Every sampled element is a cache (and TLB) miss: prefetching a few ahead overlaps them,
+    // so one thread suffices (a parallel region costs more than it saves when the machine
+    // is shared: each one waits for its slowest thread).
     constexpr int64_t kAhead = 16;
-    at::parallel_for(0, sample_size, 4096, [&](int64_t begin, int64_t end) {
-      for (int64_t j = begin; j < end; ++j) {
-        if (j + kAhead < end) __builtin_prefetch(data + (j + kAhead) * n / sample_size);
-        sample[j] = key_of(raw_at(data, j * n / sample_size));
-      }
-    });
+    for (int64_t j = 0; j < sample_size; ++j) {
+      if (j + kAhead < sample_size) __builtin_prefetch(data + (j + kAhead) * n / sample_size);
+      sample[j] = key_of(raw_at(data, j * n / sample_size));
+    }
   }
   const double expected = static_cast<double>(k) * sample_size / n;
   // One span: the sample is small enough that counting it on one thread beats waking others.
@@ -242,19 +296,25 @@ std::tuple<at::Tensor, at::Tensor> topk_threshold_typed(const at::Tensor& x, int
   // Reserve the expected share plus slack, so the pass rarely reallocates.
   const size_t per_chunk = static_cast<size_t>(1.5 * static_cast<double>(k) * kChunk / n) + 64;
   int64_t count = 0;
+  Counts first_counts(at::get_num_threads());
   for (int attempt = 0;; ++attempt) {
     raw_t threshold = 0;
     if (sampled && attempt < kSampledAttempts) {
       const double margin = kMarginSigmas * std::pow(4.0, attempt);
       const int64_t rank =
           static_cast<int64_t>(std::ceil(expected + margin * std::sqrt(expected))) + 1;
-      if (rank < sample_size) threshold = kth_largest(sample_spans, rank).first;
+      if (rank < sample_size) threshold = kth_largest(sample_spans, rank).kth;
     }
-    // (2) One pass: every element whose key reaches the threshold, per chunk in index order.
+    // (2) One pass: every element whose key reaches the threshold, per chunk in index order,
+    // and the first radix round's counts of each chunk's candidates while they are in cache.
+    const int64_t first_bins = int64_t{1} << (kKeyBits<raw_t> - first_shift<raw_t>());
+    for (auto& c : first_counts) c.assign(first_bins, 0);
     at::parallel_for(0, num_chunks, 1, [&](int64_t c0, int64_t c1) {
+      int32_t* digits = first_counts[at::get_thread_num()].data();
       for (int64_t c = c0; c < c1; ++c) {
         if (threshold > 0) chunks[c].ensure(per_chunk);
         collect_chunk(data, c * kChunk, std::min(n, (c + 1) * kChunk), threshold, chunks[c]);
+        for (const raw_t raw : chunks[c]) ++digits[key_of(raw) >> first_shift<raw_t>()];
       }
     });
     count = 0;
@@ -263,32 +323,18 @@ std::tuple<at::Tensor, at::Tensor> topk_threshold_typed(const at::Tensor& x, int
   }
 
   // (3) Exact selection: the k-th largest candidate key (a radix select); every key above it
-  // is kept, and of the keys equal to it the first ones in index order, as many as
-  // selected.second says.
+  // is kept, and of the keys equal to it the first ones in index order, selected.ties of them.
   std::vector<Span<raw_t>> candidate_spans;
   for (const auto& chunk : chunks) candidate_spans.push_back({chunk.raw.get(), chunk.size});
-  const std::pair<raw_t, int64_t> selected = kth_largest(candidate_spans, k);
-  const raw_t kth = selected.first;
+  const Selection<raw_t> selected = kth_largest(candidate_spans, k, &first_counts);
+  const raw_t kth = selected.kth;
 
-  // Each chunk's share of the output, so that the chunks write it in parallel.
-  std::vector<int64_t> chunk_above(num_chunks), chunk_ties(num_chunks);
-  at::parallel_for(0, num_chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      int64_t above = 0, equal = 0;
-      for (const raw_t raw : chunks[c]) {
-        above += key_of(raw) > kth;
-        equal += key_of(raw) == kth;
-      }
-      chunk_above[c] = above;
-      chunk_ties[c] = equal;
-    }
-  });
   std::vector<int64_t> offset(num_chunks + 1, 0), ties_taken(num_chunks, 0);
-  int64_t ties_left = selected.second;
+  int64_t ties_left = selected.ties;  // each chunk's share of the output, in index order
   for (int64_t c = 0; c < num_chunks; ++c) {
-    ties_taken[c] = std::min(chunk_ties[c], ties_left);
+    ties_taken[c] = std::min(selected.equal[c], ties_left);
     ties_left -= ties_taken[c];
-    offset[c + 1] = offset[c] + chunk_above[c] + ties_taken[c];
+    offset[c + 1] = offset[c] + selected.above[c] + ties_taken[c];
   }
   TORCH_CHECK(offset[num_chunks] == k, "repro500::topk_threshold selected ", offset[num_chunks],
               " elements instead of ", k);
