@@ -12,7 +12,10 @@ per rank:
   framing included; repro500.workloads.engines.wire, which runs also record per rank and epoch),
   as an independent check of the model.
 
-Target: top-k's bytes <= 1/40 of the dense allreduce's.  Always exits 0; a miss prints MISSED.
+Targets, printed side by side at the end: top-k's bytes on TCP <= 1/100 of the dense
+allreduce's, and the CPU top-k selection of a 25.6M-element gradient <= 2.5x one read pass
+over it (bench/compress.py's measurement, repeated here so one run shows both).  Always
+exits 0; a miss prints MISSED.
 """
 
 from __future__ import annotations
@@ -26,14 +29,16 @@ import tempfile
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from compress import floor_verdict, selection_vs_floor  # bench/compress.py, beside this file
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from repro500.workloads.engines.wire import tcp_bytes
 from repro500.workloads.models import build_model
 
-TARGET_RATIO = 1 / 40
+TARGET_RATIO = 1 / 100
 WORLD = 2
+SELECTION_NUMEL = 25_600_000  # ResNet-50's gradient, as bench/compress.py
 
 
 def _worker(rank: int, port: int, spec: object, steps: int, out_path: str) -> None:
@@ -125,22 +130,26 @@ def main() -> int:
             f"compress {comp * 1e3:.2f} ms, decompress {decomp * 1e3:.2f} ms per step"
         )
     ratio = rows[1][0] / rows[0][0]
-    verdict = "met" if ratio <= TARGET_RATIO else "MISSED"
-    print(
-        f"  top-k / dense bytes (model)    = {ratio:.4f} = 1/{1 / ratio:.1f} "
-        f"(target <= 1/40: {verdict}; {ratio / TARGET_RATIO:.2f} of target)"
-    )
+    print(f"  top-k / dense bytes (model)    = {ratio:.4f} = 1/{1 / ratio:.1f}")
+    tcp_text = "(ss not available: no TCP measurement) MISSED"
     if rows[0][1] and rows[1][1]:
         tcp_ratio = rows[1][1] / rows[0][1]
         tcp_verdict = "met" if tcp_ratio <= TARGET_RATIO else "MISSED"
-        print(
-            f"  top-k / dense bytes (TCP)      = {tcp_ratio:.4f} = 1/{1 / tcp_ratio:.1f} "
-            f"(target <= 1/40: {tcp_verdict})"
-        )
+        tcp_text = f"1/{1 / tcp_ratio:.1f} (target <= 1/100: {tcp_verdict})"
+        print(f"  top-k / dense bytes (TCP)      = {tcp_ratio:.4f} = {tcp_text}")
         print(
             f"  model vs TCP, dense: {rows[0][0] / rows[0][1]:.3f}; "
             f"top-k: {rows[1][0] / rows[1][1]:.3f} (1.0 = the model is exact)"
         )
+    # The other half of the issue's target, measured in the same run.
+    g = torch.randn(SELECTION_NUMEL, generator=torch.Generator().manual_seed(0))
+    times = selection_vs_floor(g, SELECTION_NUMEL // 100, 15, lambda: None)
+    print(
+        f"Side by side: wire bytes top-k 1% / dense on TCP {tcp_text}; "
+        f"CPU top-k 1% selection of {SELECTION_NUMEL:,} fp32 / one read pass "
+        f"({times['custom top-k'] * 1e3:.2f} / {times['read floor'] * 1e3:.2f} ms) = "
+        f"{floor_verdict(times)}"
+    )
     return 0
 
 

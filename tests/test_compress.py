@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from repro500.errors import UsageError
-from repro500.ext import compressors, memory, ops
+from repro500.ext import compressors, indexcode, memory, ops
 from repro500.ext.communicator import Communicator, allgather_bytes, allreduce_bytes, pack, unpack
 
 BACKENDS = ["native", "reference"]
@@ -118,12 +118,41 @@ def test_topk_payload_and_decompress(backend):
     x = _grad(10_000, 1)
     c = compressors.get({"name": "topk", "ratio": 0.01})
     payload, ctx = c.compress(x, "w")
-    values, indices = payload
-    assert values.numel() == 100 and indices.dtype == torch.int32
+    values, code = payload
+    # bf16 values and Elias-Fano coded positions: 16 + 8.6 bits per kept element, not 64
+    assert values.dtype == torch.bfloat16 and values.numel() == 100
+    assert code.dtype == torch.uint8 and code.numel() == indexcode.nbytes(10_000, 100) == 107
     out = c.decompress(payload, ctx)
     assert int((out != 0).sum()) == 100
-    kept = torch.topk(x.abs(), 100).values.min()
-    assert torch.equal(out[x.abs() >= kept], x[x.abs() >= kept])
+    kept = x.abs() >= torch.topk(x.abs(), 100).values.min()
+    assert torch.equal(out[kept], x[kept].to(torch.bfloat16).float())
+    assert torch.equal(out[~kept], torch.zeros_like(out[~kept]))
+
+
+@pytest.mark.parametrize(("dtype", "sent"), [(torch.float64, torch.bfloat16),
+                                             (torch.float16, torch.float16),
+                                             (torch.bfloat16, torch.bfloat16)])
+def test_topk_values_are_16_bit_whatever_the_gradient(backend, dtype, sent):
+    x = _grad(5000, 2).to(dtype)
+    c = compressors.get({"name": "topk", "ratio": 0.02})
+    payload, ctx = c.compress(x, "w")
+    assert payload[0].dtype == sent  # a 16-bit gradient keeps its own dtype: no second rounding
+    out = c.decompress(payload, ctx)
+    assert out.dtype == dtype and int((out != 0).sum()) == 100
+
+
+def test_topk_aggregate_sums_every_ranks_positions(backend):
+    c = compressors.get({"name": "topk", "ratio": 0.1})
+    x, y = _grad(1000, 5), _grad(1000, 6)
+    (px, ctx), (py, _) = c.compress(x, "w"), c.compress(y, "w")
+    torch.testing.assert_close(c.aggregate([px, py], ctx), c.decompress(px, ctx) + c.decompress(py, ctx),
+                               rtol=0, atol=0)
+
+
+def test_topk_refuses_tensors_int32_positions_cannot_address():
+    big = torch.empty(2**31, device="meta")  # shapes only: nothing is allocated
+    with pytest.raises(UsageError, match="at most 2\\^31 - 1 elements"):
+        compressors.get("topk").compress(big, "w")
 
 
 def test_randomk_positions_are_shared_and_change_per_step(backend):
@@ -197,6 +226,25 @@ def test_error_feedback_conserves_the_gradient_sum(backend, spec):
         sent_total += c.decompress(payload, ctx)
     torch.testing.assert_close(sent_total + mem.residual("bucket0"), grad_total, rtol=0, atol=1e-9)
     assert float(mem.residual("bucket0").abs().sum()) > 0, "something was actually held back"
+
+
+def test_topk_rounding_of_the_values_stays_in_the_residual(backend):
+    """What bf16 does not carry of a kept value is not lost: the memory keeps it."""
+    c = compressors.get({"name": "topk", "ratio": 0.01})
+    mem = memory.for_compressor(c)
+    g = _grad(10_000, 7)
+    compensated = mem.compensate(g, "b")
+    payload, ctx = c.compress(compensated, "b")
+    mem.update(compensated, "b", c, payload, ctx)
+    residual = mem.residual("b")
+    sent = c.decompress(payload, ctx)
+    kept = sent != 0
+    rounding = g[kept] - g[kept].to(torch.bfloat16).float()
+    assert torch.equal(residual[kept], rounding) and float(rounding.abs().max()) > 0
+    assert torch.equal(residual[~kept], g[~kept])
+    assert torch.equal(sent + residual, g)  # exact in float32: the rounding error is representable
+    # the next step sends the carried error: compensate adds it back
+    torch.testing.assert_close(mem.compensate(g, "b"), g + residual)
 
 
 def test_efsign_memory_works_in_update_units():

@@ -21,7 +21,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel
 
-from repro500.ext import compressors, ops
+from repro500.ext import compressors, indexcode, ops
 from repro500.scaling import wire
 
 WORLD = 2
@@ -291,14 +291,17 @@ def test_topk_bytes_are_what_the_allgather_moves(results):
     r = results["topk"]
     n = r["numel"]
     k = int(n * 0.01)
-    aligned = 4 * k + (-(4 * k) % 8)  # each packed tensor starts 8-byte aligned
-    payload = 2 * aligned  # fp32 values + int32 indices
+
+    def aligned(size: int) -> int:  # each packed tensor starts 8-byte aligned
+        return size + (-size % 8)
+
+    payload = aligned(2 * k) + aligned(indexcode.nbytes(n, k))  # bf16 values + coded positions
     for stats in r["stats"]:
         assert stats["tensors"] == 1
         assert stats["bytes_sent"] == (WORLD - 1) * payload
         assert stats["dense_bytes_sent"] == 2 * (WORLD - 1) * 4 * n // WORLD
     assert r["stats"][-1]["compression_ratio"] == pytest.approx(4 * n / payload)
-    assert r["stats"][-1]["compression_ratio"] > 40
+    assert r["stats"][-1]["compression_ratio"] > 100
 
 
 def test_fp16_halves_the_bytes_and_powersgd_compresses_after_start_iter(results):

@@ -98,6 +98,37 @@ def test_topk_other_dtypes(native, dtype):
     assert torch.equal(indices, ref_indices) and torch.equal(values, ref_values)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16])
+def test_topk_sampled_path_with_clusters_ties_and_non_finite_values(native, dtype):
+    # Large enough to be sampled; a run of large values fills whole 64-element words (the
+    # screening writes four hits per word without a branch and loops for the rest); 16-bit
+    # types tie massively; NaN ranks above inf (as torch.sort), and -inf as inf.
+    n, k = 300_000, 3000
+    x = torch.randn(n, generator=torch.Generator().manual_seed(5))
+    x[100_000:101_000] = 50.0 + torch.arange(1000) % 7
+    x[[7, 65_536, 299_999]] = torch.tensor([float("nan"), float("inf"), -float("inf")])
+    x = x.to(dtype)
+    values, indices = native.topk_threshold(x, k)
+    ref_values, ref_indices = reference.topk(x, k)
+    assert torch.equal(indices, ref_indices)
+    torch.testing.assert_close(values, ref_values, rtol=0, atol=0, equal_nan=True)
+    assert {7, 65_536, 299_999} <= set(indices.tolist())
+
+
+def test_topk_does_not_depend_on_the_thread_count(native):
+    x = torch.randint(-50, 51, (2_000_000,), generator=torch.Generator().manual_seed(6)).float()
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = native.topk_threshold(x, 20_000)
+    finally:
+        torch.set_num_threads(threads)
+    many = native.topk_threshold(x, 20_000)
+    assert torch.equal(one[0], many[0]) and torch.equal(one[1], many[1])
+    ref = reference.topk(x, 20_000)
+    assert torch.equal(many[1], ref[1])
+
+
 def test_topk_rejects_bad_k(native):
     with pytest.raises(RuntimeError, match="k must be in"):
         native.topk_threshold(torch.randn(10), 11)
@@ -280,11 +311,11 @@ def test_without_a_compiler_the_references_take_over(tmp_path):
     script = textwrap.dedent(
         """
         import torch
-        from repro500.ext import compressors, ops, reference
+        from repro500.ext import compressors, indexcode, ops, reference
         x = torch.randn(10_000, generator=torch.Generator().manual_seed(0))
         c = compressors.get({"name": "topk", "ratio": 0.01})
         payload, ctx = c.compress(x, "w")
-        assert torch.equal(payload[1], reference.topk(x, 100)[1])
+        assert torch.equal(payload[1], indexcode.encode(reference.topk(x, 100)[1], 10_000))
         assert not ops.load_native()
         print("ok")
         """

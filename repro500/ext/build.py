@@ -24,7 +24,7 @@ from pathlib import Path
 from repro500.cache import cache_dir
 
 CSRC = Path(__file__).parent / "csrc"
-CPU_SOURCES = ("ops.cpp", "topk.cpp", "quantize.cpp", "sign.cpp", "ef_update.cpp")
+CPU_SOURCES = ("ops.cpp", "topk.cpp", "indexcode.cpp", "quantize.cpp", "sign.cpp", "ef_update.cpp")
 CUDA_SOURCES = ("cuda/topk.cu", "cuda/quantize.cu", "cuda/sign.cu", "cuda/ef_update.cu")
 HEADERS = ("rng.h", "cuda_common.h")
 # -fopenmp: at::parallel_for is a header template that only runs in parallel when the

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import torch
 
 from repro500.errors import UsageError
-from repro500.ext import reference
+from repro500.ext import indexcode, reference
 
 BACKENDS = ("auto", "native", "reference")
 _lock = threading.Lock()
@@ -138,6 +138,21 @@ def topk(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return reference.topk(x, k)
 
 
+def positions_encode(positions: torch.Tensor, n: int) -> torch.Tensor:
+    """Elias-Fano code (uint8) of ascending, distinct positions in [0, n): ext/indexcode.py."""
+    # CPU kernel only: on an accelerator the reference's whole-tensor ops are already fast.
+    if positions.device.type == "cpu" and _use_native(positions):
+        return torch.ops.repro500.positions_encode(positions, n)
+    return indexcode.encode(positions, n)
+
+
+def positions_decode(code: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """The k ascending positions (int64) that :func:`positions_encode` coded for this n."""
+    if code.device.type == "cpu" and _use_native(code):
+        return torch.ops.repro500.positions_decode(code, n, k)
+    return indexcode.decode(code, n, k)
+
+
 def quantize(
     x: torch.Tensor, levels: int, bucket_size: int, max_norm: bool, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -190,6 +205,14 @@ def _register_python_parts() -> None:
     @torch.library.register_fake(lib + "topk_threshold")
     def _topk_fake(x: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
         return x.new_empty(k), x.new_empty(k, dtype=torch.int32)
+
+    @torch.library.register_fake(lib + "positions_encode")
+    def _positions_encode_fake(positions, n):
+        return positions.new_empty(indexcode.nbytes(n, positions.numel()), dtype=torch.uint8)
+
+    @torch.library.register_fake(lib + "positions_decode")
+    def _positions_decode_fake(code, n, k):
+        return code.new_empty(k, dtype=torch.int64)
 
     @torch.library.register_fake(lib + "stochastic_quantize")
     def _quantize_fake(x, levels, bucket_size, max_norm, seed):

@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import torch
 
+# The positions code's reference lives with its format: repro500.ext.indexcode.
+from repro500.ext.indexcode import decode as positions_decode  # noqa: F401
+from repro500.ext.indexcode import encode as positions_encode  # noqa: F401
+
 MASK64 = (1 << 64) - 1
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15
 MIX1 = 0xBF58476D1CE4E5B9

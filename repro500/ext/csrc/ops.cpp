@@ -22,6 +22,10 @@ TORCH_LIBRARY(repro500, m) {
   m.def("sign_pack(Tensor x) -> (Tensor packed, Tensor scale)");
   // +scale where the bit is 1, -scale where it is 0, numel elements, dtype of `scale`.
   m.def("sign_unpack(Tensor packed, Tensor scale, int numel) -> Tensor");
+  // Elias-Fano code of ascending, distinct positions in [0, n) (layout: ext/indexcode.py):
+  // uint8, a size that depends on (n, k) only; decode returns the k positions as int64.
+  m.def("positions_encode(Tensor positions, int n) -> Tensor");
+  m.def("positions_decode(Tensor code, int n, int k) -> Tensor");
   // Error feedback: residual = compensated - decompressed, written into residual.
   m.def("ef_update_(Tensor(a!) residual, Tensor compensated, Tensor decompressed) -> ()");
 }
