@@ -13,7 +13,7 @@ Measured on 2 shared cores (1,500 training and 300 evaluation universes of 32^3,
 
 * default generator (8 particles per voxel, random amplitudes): 0.19 to 0.22, with n_s at
   ~0.3 and H_0 at ~0.4: the cosmic variance of a 32^3 box's spectrum hides their tilt;
-* ``--fixed-amplitude --mean-count 512``: ~0.05 (n_s 0.07, H_0 0.09).
+* ``--fixed-amplitude --mean-count 512``: ~0.05 (n_s 0.08, H_0 0.09).
 
 Run: ``python bench/cosmo_information.py [--size 32] [--mean-count 8] [--fixed-amplitude]``;
 prints the per-parameter errors, the mean and its ratio to 0.124; exits 0 when the mean is
