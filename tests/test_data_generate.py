@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -191,6 +193,50 @@ def test_cosmo_volumes_carry_their_parameters():
         CosmoParams(size=4)
 
 
+def _realised_sigma_8(delta: np.ndarray, voxel_mpc: float) -> float:
+    """r.m.s. of ``delta`` in 8 Mpc/h top-hat spheres, from its Fourier modes (Parseval)."""
+    k1 = 2 * np.pi * np.fft.fftfreq(delta.shape[0], d=voxel_mpc)
+    k = np.sqrt(k1[:, None, None] ** 2 + k1[None, :, None] ** 2 + k1[None, None, :] ** 2)
+    x = np.maximum(k * 8.0, 1e-6)
+    tophat = 3.0 * (np.sin(x) - x * np.cos(x)) / x**3
+    power = np.abs(np.fft.fftn(delta.astype(np.float64))) ** 2
+    return float(np.sqrt((power * tophat**2).sum() / delta.size**2))
+
+
+def test_fixed_amplitude_universes_have_exactly_their_sigma_8():
+    # sigma_8 is defined by the power spectrum: with fixed amplitudes every universe realises
+    # it exactly, with random ones a 16^3 box scatters by percents (its cosmic variance).
+    scatter = {}
+    for fixed in (False, True):
+        gen = CosmoGenerator(CosmoParams(size=16, fixed_amplitude=fixed), seed=2, split="train")
+        ratios = [_realised_sigma_8(gen.density(i), gen.params.voxel_mpc) / gen.parameters(i)[1]
+                  for i in range(8)]
+        scatter[fixed] = np.abs(np.log(ratios)).max()
+    assert scatter[True] < 1e-3, scatter
+    assert scatter[False] > 0.01, scatter  # 0.03 measured
+
+
+def test_default_cosmo_universes_keep_their_bytes():
+    # Files generated before --fixed-amplitude and --mean-count existed must not change: the
+    # option is off by default and left out of the params attribute.
+    gen = CosmoGenerator(CosmoParams(size=16), seed=5, split="train")
+    full = gen.sample(3)["full"]
+    digest = hashlib.sha256(full.tobytes()).hexdigest()
+    assert digest == "70c8115262e1e7483fd37795c6682bcc3bc5be4b7b7ccdcc3598b6971d88f1d1"
+    assert "fixed_amplitude" not in CosmoParams().as_dict()
+
+
+def test_cosmo_generator_options_reach_the_file(tmp_path):
+    proc = _cli("data", "generate", "cosmo", "--out", "c.h5", "--samples", "2", "--size", "16",
+                "--mean-count", "64", "--fixed-amplitude", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    with h5py.File(tmp_path / "c.h5", "r") as h5:
+        params = json.loads(h5.attrs["params"])
+        full = h5["full"][()]
+    assert params["mean_count"] == 64.0 and params["fixed_amplitude"] is True
+    assert 50 < full.mean() < 80  # 64 particles per voxel on average, not the default 8
+
+
 def test_classification_images_have_class_structure():
     from repro500.data.classification import ClassificationGenerator, ClassificationParams
 
@@ -221,7 +267,8 @@ def test_existing_output_is_refused_without_force(tmp_path):
 
 
 def test_bad_options_are_usage_errors(tmp_path):
-    for args in (["ewa", "--size", "12x7"], ["ewa", "--shard", "2/2"], ["cosmo", "--classes", "3"]):
+    for args in (["ewa", "--size", "12x7"], ["ewa", "--shard", "2/2"], ["cosmo", "--classes", "3"],
+                 ["ewa", "--mean-count", "9"], ["classification", "--fixed-amplitude"]):
         proc = _cli("data", "generate", *args, "--out", "x.h5", cwd=tmp_path)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr

@@ -53,9 +53,15 @@ def data() -> None:
               help="classification: image channels (default 3); cosmo: redshift bins (default 4).")
 @click.option("--noise", type=click.FloatRange(0.0, 1.0), default=None,
               help="classification: per-pixel noise on a 0..1 scale (default 0.06).")
+@click.option("--mean-count", type=click.FloatRange(min=0.0, min_open=True), default=None,
+              help="cosmo: mean particles per voxel and redshift bin (default 8); more means "
+                   "less Poisson noise.")
+@click.option("--fixed-amplitude", is_flag=True, default=False,
+              help="cosmo: fixed initial conditions (|mode| = sqrt(P(k)), random phases), "
+                   "removing the cosmic variance of small boxes' power spectra.")
 def generate(kind: str, out: Path, samples: int | None, size: str | None, seed: int, split: str,
              shard: str, compression: str, force: bool, classes: int | None, channels: int | None,
-             noise: float | None) -> None:
+             noise: float | None, mean_count: float | None, fixed_amplitude: bool) -> None:
     """Generate a synthetic data set of KIND (ewa, cosmo or classification) into an HDF5 file.
 
     \b
@@ -69,11 +75,13 @@ def generate(kind: str, out: Path, samples: int | None, size: str | None, seed: 
     options: dict[str, Any] = {}
     for name, value, kinds in (("classes", classes, ("classification",)),
                                ("channels", channels, ("classification", "cosmo")),
-                               ("noise", noise, ("classification",))):
+                               ("noise", noise, ("classification",)),
+                               ("mean_count", mean_count, ("cosmo",)),
+                               ("fixed_amplitude", fixed_amplitude or None, ("cosmo",))):
         if value is None:
             continue
         if kind not in kinds:
-            raise UsageError(f"--{name} applies to {' and '.join(kinds)} data, not {kind}")
+            raise UsageError(f"--{name.replace('_', '-')} applies to {' and '.join(kinds)} data, not {kind}")
         options[name] = value
     result = run_generate(
         kind, out, samples=samples, seed=seed, split=split, size=size, shard=parse_shard(shard),

@@ -14,6 +14,11 @@ Poisson counts with mean ``mean_count`` per voxel.  So sigma_8 sets the amplitud
 slope, Gamma (Omega_m and h together) the turnover and Omega_m the growth between bins: a
 3D CNN can learn the parameters back, which is the CosmoFlow task.
 
+``fixed_amplitude`` draws "fixed" initial conditions (Angulo & Pontzen 2016, used by simulation
+suites such as Quijote): every Fourier mode has exactly the amplitude sqrt(P(k)) and only its
+phase is random.  A small box then carries no cosmic variance in its power spectrum, which is
+what limits n_s and H_0 at 32^3 (n_s and Omega_m h tilt P(k) almost alike, docs/data.md).
+
 Layout (the real one batched over universes): ``full`` (N, D, D, D, C) int16 counts,
 channels last; ``unitPar`` (N, 4) float32, the parameters mapped linearly from their range
 to [-1, 1] (``unitPar = 2 (p - low) / (high - low) - 1``); ``physPar`` (N, 4) float32, the
@@ -50,6 +55,7 @@ class CosmoParams:
     channels: int = 4  # redshift bins, REDSHIFTS[:channels]
     voxel_mpc: float = 8.0  # voxel edge in Mpc/h (the 8 Mpc/h of sigma_8: moderate voxel variance)
     mean_count: float = 8.0  # mean particle count per voxel and bin
+    fixed_amplitude: bool = False  # |mode| = sqrt(P(k)) exactly, random phases only
 
     def __post_init__(self) -> None:
         if not 8 <= self.size <= 512:
@@ -60,7 +66,11 @@ class CosmoParams:
             raise ValueError("voxel_mpc and mean_count must be positive")
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if not self.fixed_amplitude:
+            # Left out when off, so files made before the option keep their bytes (params attr).
+            del d["fixed_amplitude"]
+        return d
 
 
 def bbks_transfer(q: np.ndarray) -> np.ndarray:
@@ -159,6 +169,11 @@ class CosmoGenerator:
         rng = sample_rng(self.seed, "cosmo", self.split, index, 1)
         white = rng.standard_normal((p.size,) * 3, dtype=np.float32)
         field = scipy.fft.rfftn(white)
+        if p.fixed_amplitude:
+            # Keep the phases, set |mode| to the white noise's expected sqrt(D^3): the same
+            # normalisation as the random amplitudes, without their scatter.
+            modulus = np.abs(field)
+            field *= np.float32(p.size**1.5) / np.maximum(modulus, np.float32(1e-30))
         field *= amplitude
         return scipy.fft.irfftn(field, s=white.shape).astype(np.float32)
 

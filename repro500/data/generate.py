@@ -39,7 +39,7 @@ from repro500.errors import InvalidInput, ReproError, UsageError
 DEFAULT_SAMPLES = {"ewa": 16, "cosmo": 32, "classification": 1024}
 OPTIONS = {  # generator parameters beyond size, seed and split, by kind
     "ewa": {"events_per_sample"},
-    "cosmo": {"channels", "voxel_mpc", "mean_count"},
+    "cosmo": {"channels", "voxel_mpc", "mean_count", "fixed_amplitude"},
     "classification": {"classes", "channels", "noise"},
 }
 COMPRESSIONS = ("none", "gzip", "lzf")
