@@ -39,8 +39,10 @@ METRICS = "metrics/verdict.json"
 _RESULT_OK = "|| test $? -eq 1 -o $? -eq 3"
 # MLflow's default local store (repro500.tracking: sqlite:///mlflow.db in the working directory,
 # which is the stage's directory under DVC), SQLite's files beside it while it is written,
-# repro500's lock, and MLflow's default artifact root: results of runs, never source.
-MLFLOW_IGNORES = ("mlflow.db", "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm", "mlflow.db.lock", "mlruns/")
+# repro500's lock, the artifacts beside the store (repro500.mlflow_store.default_artifacts) and
+# MLflow's own default artifact root (a script's own experiments): results of runs, never source.
+MLFLOW_IGNORES = ("mlflow.db", "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm", "mlflow.db.lock", "mlartifacts/",
+                  "mlruns/")
 _IGNORE_HEAD = "# MLflow's local store, written by repro500 run (repro500 init appended these lines)"
 # ``{mutable.KEY}`` whole placeholders DVC can fill from params.yaml as ``${run.mutable.KEY}``.
 _DVC_KEY = re.compile(r"^mutable\.([A-Za-z_][A-Za-z0-9_-]*)$")

@@ -149,13 +149,13 @@ def test_gitignore_lines_are_appended_only_when_missing_and_never_rewritten(in_t
     text = (in_tmp / ".gitignore").read_bytes().decode()
     assert text.startswith(mine + "\n")
     appended = text[len(mine) + 1:].splitlines()
-    assert appended[1:] == ["mlflow.db", "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm"]
+    assert appended[1:] == ["mlflow.db", "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm", "mlartifacts/"]
     again = repro500("init", "--force", *args[1:], cwd=in_tmp, env=ENV)
     assert again.returncode == 0 and "appended" not in again.stdout
     assert (in_tmp / ".gitignore").read_bytes().decode() == text
     # git itself agrees that the store, its side files and the artifact root are ignored
     subprocess.run(["git", "init", "-q"], cwd=in_tmp, check=True)
-    for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db.lock", "mlruns/0/meta.yaml"):
+    for name in ("mlflow.db", "mlflow.db-wal", "mlflow.db.lock", "mlruns/0/meta.yaml", "mlartifacts/1/a/artifacts/x"):
         assert subprocess.run(["git", "check-ignore", "-q", name], cwd=in_tmp).returncode == 0, name
 
 
