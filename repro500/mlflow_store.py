@@ -135,7 +135,12 @@ def open_store(uri: str, artifacts: str | None = None) -> None:
     from mlflow.tracking._tracking_service.utils import _get_store
 
     with store_lock(uri):
-        _get_store(uri, artifacts) if artifacts else _get_store(uri)
+        db = sqlite_path(uri)
+        if artifacts and db is not None and not db.exists():  # created now: its Default experiment too
+            _get_store(uri, artifacts)
+        # MLflow keeps one store per (URI, artifact root): the client's, opened once (a second
+        # SQLAlchemy store would cost its engine and schema check again, ~0.4 s)
+        _get_store(uri)
 
 
 def reason(err: BaseException) -> str:

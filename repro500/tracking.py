@@ -225,6 +225,7 @@ class Tracker:
         import os
         import tempfile
 
+        from repro500 import bundle  # before archive: bundle imports archive's names back
         from repro500 import archive
 
         limit_mb = float(os.environ.get(SEALED_MAX_ENV) or SEALED_MAX_MB)
