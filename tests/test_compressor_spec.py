@@ -81,7 +81,7 @@ def test_the_mlflow_parent_gets_the_spec_as_params_and_the_name_as_tag(tmp_path)
             started.update(params=params, tags=tags)
             return "parent-1"
 
-    fake = type("T", (), {"tracker": Tracker()})()
+    fake = type("T", (), {"tracker": Tracker(), "_inherited": {}, "_contexts": {}})()
     track.Tracking._open(fake, plan, {}, "run-1", "tiny.yaml", str(tmp_path / "runs" / "run-1"))
     params = started["params"]
     assert {k: v for k, v in params.items() if k.startswith("compressor.")} == {
