@@ -21,6 +21,8 @@ from typing import Any
 STEP_PREFIX = "train/"
 EPOCH_METRIC = "epoch"
 VERDICT_TAG = "repro500.verdict"
+# On every repeat run logged under these names (runs logged before have `final_<name>` outcomes).
+NAMES_TAG, NAMES_VERSION = "repro500.mlflow_names", "1"
 # The keys of a repeat's run that only a history has (the steps', the epochs'), besides the
 # evaluation's, which the repeat's outcome shares: `verify --check-tracking` tells the outcome by them.
 EPOCH_PREFIX = "epoch_"  # the epoch's own figures: epoch_train_time_s, epoch_energy_j, ... (system.epochs)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import mlflow_store
-from repro500.mlflow_names import EPOCH_METRIC, is_number, step_metric
+from repro500.mlflow_names import EPOCH_METRIC, NAMES_TAG, NAMES_VERSION, is_number, step_metric
 
 # MLflow caps: 6000 characters per param value, 8000 per tag, 100 params/tags and 1000 metrics per batch
 PARAM_MAX_CHARS = 6000
@@ -119,7 +119,8 @@ class Tracker:
 
     # ----- repeats --------------------------------------------------------------------------
     def start_repeat(self, repeat: int, tags: dict[str, str], params: dict[str, str] | None = None) -> str:
-        run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, REPEAT_TAG: str(repeat)}
+        run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, REPEAT_TAG: str(repeat),
+                    NAMES_TAG: NAMES_VERSION}
         # unique across the store and readable in the runs table: the parent's name is the run's id
         name = f"{tags.get(RUN_ID_TAG) or 'run'}-repeat-{repeat}"
         run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tags(run_tags))
@@ -133,8 +134,8 @@ class Tracker:
         (repro500.mlflow_names)."""
         from mlflow.entities import Metric
 
-        now = int(time.time() * 1000)
-        last_step, _, _ = self._last.get(run_id, (0, {}, 0))
+        last_step, _, last_ms = self._last.get(run_id, (0, {}, 0))
+        now = max(int(time.time() * 1000), last_ms + 1)  # later than anything before: MLflow's "latest"
         metrics: list[Any] = []
         for rec in step_records:
             for key in STEP_METRIC_KEYS:
@@ -185,14 +186,17 @@ class Tracker:
 
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
+        from repro500.redact import redact_text
+
         inputs = []
         for entry in entries:
             path, md5 = entry.get("path"), entry.get("md5")
             if not path or not md5:
                 continue
             profile = json.dumps({k: entry[k] for k in ("size", "nfiles", "kind") if entry.get(k) is not None})
-            dataset = Dataset(name=Path(path).name or str(path), digest=str(md5)[:36], source_type="local",
-                              source=str(path), profile=profile)
+            shown = redact_text(str(path))  # a path can carry a token (a signed URL's query)
+            dataset = Dataset(name=Path(shown).name or shown, digest=str(md5)[:36], source_type="local",
+                              source=shown, profile=profile)
             inputs.append(DatasetInput(dataset, tags=[InputTag("mlflow.data.context", contexts.get(path, "input"))]))
         if inputs:
             self.client.log_inputs(run_id, datasets=inputs)
@@ -222,21 +226,26 @@ class Tracker:
         with it the store alone holds a run ``repro500 verify`` can check (docs/contracts.md, "MLflow
         names").  A run larger than ``REPRO500_MLFLOW_SEALED_MAX_MB`` (heavy outputs: checkpoints)
         is not copied into the store a second time; the tag ``repro500.sealed`` says why."""
-        import os
         import tempfile
 
-        from repro500 import bundle  # before archive: bundle imports archive's names back
-        from repro500 import archive
+        from repro500 import (
+            bundle,  # first: archive imported alone is circular (bundle re-exports it)
+        )
+        from repro500.archive import packed_files
+        from repro500.errors import ReproError
 
-        limit_mb = float(os.environ.get(SEALED_MAX_ENV) or SEALED_MAX_MB)
-        size = sum((Path(run_dir) / rel).stat().st_size for rel in archive.packed_files(Path(run_dir)))
-        if size > limit_mb * 2**20:
-            self.set_tags(run_id, {SEALED_TAG: f"not logged: the run holds {size / 2**20:,.0f} MiB, over "
-                                               f"{SEALED_MAX_ENV}={limit_mb:g}; publish or pack it instead"})
-            return
-        with tempfile.TemporaryDirectory(prefix="repro500-sealed-") as tmp:
-            packed = archive.pack(run_dir, tmp)
-            self.client.log_artifact(run_id, str(packed), artifact_path=SEALED_PATH)
+        limit_mb = sealed_limit_mb()
+        try:
+            size = sum((Path(run_dir) / rel).stat().st_size for rel in packed_files(Path(run_dir)))
+            if size > limit_mb * 2**20:
+                self.set_tags(run_id, {SEALED_TAG: f"not logged: the run holds {size / 2**20:,.0f} MiB, over "
+                                                   f"{SEALED_MAX_ENV}={limit_mb:g}; publish or pack it instead"})
+                return
+            with tempfile.TemporaryDirectory(prefix="repro500-sealed-") as tmp:
+                packed = bundle.pack(run_dir, tmp)
+                self.client.log_artifact(run_id, str(packed), artifact_path=SEALED_PATH)
+        except (ReproError, OSError) as err:  # the run is complete on disk: say why the store lacks it
+            self.set_tags(run_id, {SEALED_TAG: f"not logged: {err}"})
 
     def kill(self, run_id: str, reason: str) -> None:
         self.set_tags(run_id, {"repro500.status": "killed", "repro500.error": reason})
@@ -273,6 +282,23 @@ class Tracker:
 
         clean = scrub({k: "" if v is None else str(v) for k, v in tags.items()})
         return {k[:250]: str(v)[:TAG_MAX_CHARS] for k, v in clean.items()}
+
+
+def sealed_limit_mb() -> float:
+    """``REPRO500_MLFLOW_SEALED_MAX_MB`` (default 2048): checked before a run starts."""
+    import math
+    import os
+
+    from repro500.errors import UsageError
+
+    text = os.environ.get(SEALED_MAX_ENV) or str(SEALED_MAX_MB)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"{SEALED_MAX_ENV}={text!r} is not a size in MiB (a number >= 0, e.g. 2048)")
+    return value
 
 
 def script_runs(client: Any, run_id: str, repeat: int) -> list[Any]:

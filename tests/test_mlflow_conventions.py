@@ -106,14 +106,17 @@ def test_verify_mlflow_run_id_checks_the_sealed_run_from_the_store_alone(logged)
     elsewhere.mkdir(exist_ok=True)
     parent_id = logged["parent"].info.run_id
     expected = json.loads((logged["project"] / "runs/c/verdict.json").read_text())
+    scratch = logged["root"] / "scratch"  # where the download goes: it must be gone afterwards
+    scratch.mkdir(exist_ok=True)
     for ref in (f"mlflow:{parent_id}", f"runs:/{logged['repeats'][1].info.run_id}"):  # a repeat leads to its parent
-        done = repro500("verify", ref, "--json", "--check-tracking", cwd=elsewhere, env=logged["env"])
+        done = repro500("verify", ref, "--json", "--check-tracking", cwd=elsewhere,
+                        env={**logged["env"], "TMPDIR": str(scratch)})
         verdict = json.loads(done.stdout)
         assert done.returncode == expected["exit_code"], done.stderr[-2000:]
         assert verdict["status"] == expected["status"] and verdict["run_id"] == "c"
         assert verdict["run_dir"].startswith(ref) and verdict["integrity"]["ok"]
         assert any("MLflow agrees" in note for note in verdict["integrity"]["notes"])
-    assert list(elsewhere.iterdir()) == []  # the download is gone
+    assert list(elsewhere.iterdir()) == [] and list(scratch.iterdir()) == []  # the download is gone
 
 
 def test_verify_mlflow_refuses_in_one_sentence(logged, tmp_path):
@@ -141,6 +144,10 @@ def test_artifacts_option_and_its_refusal(tmp_path):
     refused = repro500("run", "--no-tracking", "--artifacts", str(tmp_path / "a"), "--metric", "accuracy=regex:Acc ([0-9.]+)",
                        "--accept", "accuracy>=0.5", "--command", "--", "python", "-c", "print('Acc 1')", cwd=tmp_path, env=env)
     assert refused.returncode == 2 and "does not go with --no-tracking" in refused.stderr
+    assert not (tmp_path / "runs").exists()
+    bad = repro500("run", "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--command", "--",
+                   "python", "-c", "print('Acc 1')", cwd=tmp_path, env={**env, "REPRO500_MLFLOW_SEALED_MAX_MB": "lots"})
+    assert bad.returncode == 2 and "REPRO500_MLFLOW_SEALED_MAX_MB='lots' is not a size" in bad.stderr, bad.stderr
     assert not (tmp_path / "runs").exists()
     done = repro500("run", "--repeats", "1", "--run-id", "a", "--experiment", "mine", "--artifacts", str(tmp_path / "elsewhere"),
                     "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--command", "--", "python",
@@ -179,3 +186,32 @@ def test_a_run_over_the_size_limit_is_not_copied_into_the_store_and_verify_says_
     refused = repro500("verify", f"mlflow:{parent_id}", cwd=tmp_path, env=env)
     assert refused.returncode == 4 and "REPRO500_MLFLOW_SEALED_MAX_MB" in refused.stderr, refused.stderr
     assert not list(tmp_path.rglob("big.tar.gz"))
+
+
+def test_the_outcome_is_the_latest_value_even_when_it_differs_from_the_last_evaluation(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from repro500.tracking import Tracker
+
+    tracker = Tracker("t", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker.start_parent("p", {}, {})
+    run_id = tracker.start_repeat(0, {"repro500.run_id": "p"})
+    steps = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}]
+    tracker.log_epoch(run_id, {"epoch": 1, "metrics": {"accuracy": 0.9, "loss": 0.4}}, steps)
+    tracker.end_repeat(run_id, {"metrics": {"accuracy": 0.8, "loss": 0.4}, "status": "completed"}, [], "FINISHED")
+    run = MlflowClient(tracker.uri).get_run(run_id)
+    assert run.data.metrics["accuracy"] == 0.8 and run.data.metrics["loss"] == 0.4
+    history = MlflowClient(tracker.uri).get_metric_history(run_id, "accuracy")
+    assert sorted((m.step, m.value) for m in history) == [(2, 0.8), (2, 0.9)]
+    assert len(MlflowClient(tracker.uri).get_metric_history(run_id, "loss")) == 1  # the same value: logged once
+
+
+def test_check_tracking_with_metrics_named_like_histories_or_old_outcomes(tmp_path):
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    done = repro500("run", "--repeats", "1", "--run-id", "n", "--metric", "final_score=regex:S ([0-9.]+)",
+                    "--metric", "epoch_time=regex:T ([0-9.]+)", "--accept", "final_score>=0.5", "--command", "--",
+                    "python", "-c", "print('S 0.9'); print('T 3.5')", cwd=tmp_path, env=env)
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    verified = repro500("verify", "runs/n", "--check-tracking", "--json", "--no-write", cwd=tmp_path, env=env)
+    integrity = json.loads(verified.stdout)["integrity"]
+    assert integrity["problems"] == [] and any("MLflow agrees" in n for n in integrity["notes"]), integrity

@@ -122,12 +122,15 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
         problems.append(f"repeat {k}: final parameter digest differs between the run directory and MLflow")
     metrics = {name: v for name, v in (summary.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    from repro500.mlflow_names import is_history
+    from repro500.mlflow_names import NAMES_TAG, is_history
 
-    if any(name.startswith("final_") for name in logged):  # logged before one name per quantity
+    if NAMES_TAG in tags:  # docs/contracts.md, "MLflow names": each outcome under its own name
+        finals = {name: logged[name] for name in metrics if name in logged}
+        # the other way round, every key no history has alone (a user's metric named like one is
+        # still compared above; it only escapes this reverse check)
+        finals.update({name: v for name, v in logged.items() if name not in metrics and not is_history(name)})
+    else:  # logged by a repro500 before one name per quantity: outcomes as final_<name>
         finals = {name.removeprefix("final_"): v for name, v in logged.items() if name.startswith("final_")}
-    else:  # docs/contracts.md, "MLflow names": the outcome is every key no history has alone
-        finals = {name: v for name, v in logged.items() if not is_history(name)}
     for name in sorted(set(metrics) | set(finals)):
         if name not in finals:
             problems.append(f"repeat {k}: {name} = {metrics[name]!r} in the run directory was never logged to MLflow")

@@ -68,10 +68,11 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
     import contextlib
 
     with contextlib.ExitStack() as stack:
-        named = str(run_dir)
+        named, reference = str(run_dir), str(against) if against is not None else None
         run_dir, against = _from_mlflow(stack, run_dir), _from_mlflow(stack, against)
         _verify(ctx, run_dir, against, alpha, margins, as_json, expect_sums, no_write, metrics_path, trust,
-                check_tracking, shown=f"{named} ({run_dir.name})" if named != str(run_dir) else None)
+                check_tracking, shown=f"{named} ({run_dir.name})" if named != str(run_dir) else None,
+                shown_against=reference if against is not None and reference != str(against) else None)
 
 
 def _from_mlflow(stack: Any, ref: Path | None) -> Path | None:
@@ -81,21 +82,31 @@ def _from_mlflow(stack: Any, ref: Path | None) -> Path | None:
 
     if not from_mlflow.is_reference(ref):
         return ref
+    import os
     import tempfile
 
+    from repro500 import mlflow_store
+
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="repro500-mlflow-"))
-    return from_mlflow.download(str(ref), Path(tmp))
+    archive = from_mlflow.download(str(ref), Path(tmp))
+    # --check-tracking compares with the store the run came from, not the one its run.json names
+    # (a path on the machine that made it)
+    os.environ.setdefault("MLFLOW_TRACKING_URI", mlflow_store.tracking_uri())
+    return archive
 
 
 def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
             as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None,
-            trust: Path | None, check_tracking: bool, shown: str | None = None) -> None:
+            trust: Path | None, check_tracking: bool, shown: str | None = None,
+            shown_against: str | None = None) -> None:
     from repro500.verify.verdict import render, verify_run, write_verdict
 
     verdict = verify_run(run_dir, against=against, alpha=alpha, margins=margins or None,
                          expect_sums_digest=expect_sums)
     if shown:  # what the user named (mlflow:RUN_ID), not the temporary download
         verdict.run_dir = shown
+    if shown_against and isinstance(verdict.against, dict):
+        verdict.against["path"] = f"{shown_against} ({verdict.against.get('path')})"
     from repro500.attest import check as trust_check
 
     trust_check.apply(trust_check.check_run(run_dir, trust=trust, tracking=check_tracking), verdict)

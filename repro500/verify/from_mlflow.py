@@ -77,7 +77,8 @@ def parent_run(client: Any, run_id: str, uri: str) -> Any:
 
 
 def download(reference: str, dest: Path) -> Path:
-    """Download the sealed run behind *reference* into *dest*; returns the archive's path."""
+    """Download the sealed run behind *reference* into *dest*; returns the archive's path.
+    (``--check-tracking`` then reads the same store: see ``commands/verify.py``.)"""
     from repro500.tracking import RUN_ID_TAG, SEALED_PATH, SEALED_TAG
 
     run_id = run_id_of(reference)

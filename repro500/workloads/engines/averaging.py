@@ -8,7 +8,8 @@ Deep500's level 3 compares distributed schemes beyond synchronous all-reduce of 
   (one all-reduce of the parameters, so about 1/H of DDP's bytes per step);
 * ``{mode: gossip, every: H}`` (decentralized averaging): every H steps each rank averages its
   parameters with its ring neighbours' only (ranks r-1 and r+1, point-to-point through
-  torch.distributed), so no collective spans all ranks.
+  torch.distributed), so no collective spans all ranks between epochs (the epoch's end has one,
+  below).
 
 The parameters are averaged every H steps; floating-point buffers (batch norm's running
 statistics) at the end of each epoch, before the evaluation, in one all-reduce with the ranks'
