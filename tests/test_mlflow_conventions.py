@@ -215,3 +215,24 @@ def test_check_tracking_with_metrics_named_like_histories_or_old_outcomes(tmp_pa
     verified = repro500("verify", "runs/n", "--check-tracking", "--json", "--no-write", cwd=tmp_path, env=env)
     integrity = json.loads(verified.stdout)["integrity"]
     assert integrity["problems"] == [] and any("MLflow agrees" in n for n in integrity["notes"]), integrity
+
+
+def test_a_resumed_run_keeps_logging_into_its_own_experiment(tmp_path):
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    code = ("import os, sys\nif os.environ['REPRO500_REPEAT'] == '1' and not os.path.exists(sys.argv[1]):\n"
+            "    open(sys.argv[1], 'w').close(); sys.exit(3)\nprint('Acc 0.9')")
+    first = repro500("run", "-n", "3", "--run-id", "r", "--experiment", "mine", "--metric", "accuracy=regex:Acc ([0-9.]+)",
+                     "--accept", "accuracy>=0.5", "--command", "--", "python", "-c", code, str(tmp_path / "mark"),
+                     cwd=tmp_path, env=env)
+    assert first.returncode == 1, first.stderr[-2000:]  # repeat 1 failed; repeat 0 is kept
+    second = repro500("run", "--resume", "runs/r", cwd=tmp_path, env=env)  # --experiment is not repeated
+    assert second.returncode in (0, 3), second.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    meta = json.loads((tmp_path / "runs/r/run.json").read_text())["mlflow"]
+    mine = client.get_experiment_by_name("mine")
+    assert meta["experiment"] == "mine" and meta["experiment_id"] == mine.experiment_id
+    for run_id in [meta["parent_run_id"], *meta["repeat_run_ids"].values()]:
+        assert client.get_run(run_id).info.experiment_id == mine.experiment_id
+    assert client.get_experiment_by_name("repro500/r") is None and client.get_experiment_by_name("repro500/command") is None

@@ -163,8 +163,10 @@ class Session:
         from repro500 import mlflow_store
         from repro500.runner.track import Tracking
 
-        self.tracking = Tracking(self.experiment or f"repro500/{self.recipe.name}", mlflow_store.tracking_uri(),
-                                 self.artifacts)
+        # a resume cannot repeat --experiment: the run's own is in run.json
+        recorded = (self.meta.get("mlflow") or {}).get("experiment")
+        self.tracking = Tracking(self.experiment or recorded or f"repro500/{self.recipe.name}",
+                                 mlflow_store.tracking_uri(), self.artifacts)
         self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name, str(self.run.path.resolve()))
 
     def _sync(self, k: int) -> None:

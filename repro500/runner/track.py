@@ -194,7 +194,8 @@ class Tracking:
 
         if self.parent_id is None or self.tracker is None:
             return
-        meta["mlflow"] = {"tracking_uri": mlflow_store.safe_uri(self.uri), "experiment_id": self.tracker.experiment_id,
+        meta["mlflow"] = {"tracking_uri": mlflow_store.safe_uri(self.uri), "experiment": self.experiment,
+                          "experiment_id": self.tracker.experiment_id,
                           "parent_run_id": self.parent_id,
                           "repeat_run_ids": {str(k): v for k, v in sorted(dict(self.repeat_ids).items())}}
 
