@@ -115,11 +115,16 @@ def test_topk_bytes_follow_the_allgather_model(hvd):
     torch.nn.functional.mse_loss(net(x), y).backward()
     optimizer.step()
     stats = optimizer.step_stats()
+    from repro500.ext import indexcode
+
+    def aligned(nbytes):  # each packed tensor starts 8-byte aligned
+        return nbytes + (-nbytes % 8)
+
     expected = 0
     for p in net.parameters():
         k = max(1, int(p.numel() * 0.05))
-        values = indices = 4 * k + (-(4 * k) % 8)  # each packed tensor is 8-byte aligned
-        payload = values + indices
+        # k bfloat16 values, then the positions Elias-Fano coded (a size set by n and k alone)
+        payload = aligned(2 * k) + aligned(indexcode.nbytes(p.numel(), k))
         expected += (hvd.size() - 1) * payload
     assert stats["bytes_sent"] == expected
 
