@@ -10,9 +10,10 @@ talks to MLflow: opening the store, creating runs, logging params, metrics, tags
 ending runs) and ``repro500.mlflow_store.check_usable`` (the pre-flight check) with a
 ``time.perf_counter`` clock, counting only the outermost call (``end_repeat`` calls ``set_tags``).
 That sum is the run's time in MLflow calls; its wall time is timed from outside, process start to
-exit.  The launcher imports MLflow's client before the run starts, so the sum holds round trips to
-the server and the client's own work, not the 1-2 s of importing MLflow.  The runner makes these
-calls on a background thread (repro500/runner/track.py), so most of them overlap training; the
+exit.  MLflow lives in a process of its own (repro500/tracking_process.py): there each call is one
+round trip from the run, timed the same way per method, holding the server's time and the client's
+own work, not the 1-2 s of importing MLflow (done before the first call).  The runner makes these
+calls from a background thread (repro500/runner/track.py), so most of them overlap training; the
 part the run waited for (``check_usable``, and ``Tracking.close`` / ``wait_started`` draining the
 queue) is printed too as "blocking".
 
@@ -46,8 +47,7 @@ TARGET_SHARE = 0.02
 
 LAUNCHER = r"""
 import atexit, functools, json, os, sys, threading, time
-import mlflow.tracking  # noqa: F401 - imported before the clock starts: not the server's time
-from repro500 import mlflow_store, tracking
+from repro500 import mlflow_store, tracking, tracking_process
 from repro500.runner import track
 
 totals = {"mlflow_s": 0.0, "calls": 0, "blocking_s": 0.0, "by_call": {}}
@@ -71,9 +71,18 @@ def timed(fn, key):
                         totals["by_call"][fn.__name__] = totals["by_call"].get(fn.__name__, 0.0) + time.perf_counter() - start
     return wrapper
 
-for name, fn in list(vars(tracking.Tracker).items()):
+for name, fn in list(vars(tracking.Tracker).items()):  # REPRO500_MLFLOW_PROCESS=0: MLflow in this process
     if callable(fn) and (not name.startswith("_") or name == "__init__"):
         setattr(tracking.Tracker, name, timed(fn, "mlflow_s"))
+# the default: every Tracker call is a round trip to the MLflow process, timed here per method
+call = tracking_process.ProcessTracker._call
+named = {}
+def remote(self, name, *args, **kwargs):
+    if name not in named:
+        named[name] = timed(functools.wraps(getattr(tracking.Tracker, "__init__" if name == "__connect__" else name, call))(
+            lambda this, *a, **k: call(this, name, *a, **k)), "mlflow_s")
+    return named[name](self, *args, **kwargs)
+tracking_process.ProcessTracker._call = remote
 # the pre-flight check is both: a call to the server, and one the run waits for
 mlflow_store.check_usable = timed(timed(mlflow_store.check_usable, "mlflow_s"), "blocking_s")
 for name in ("close", "wait_started"):

@@ -74,6 +74,18 @@ _TOKEN_PATTERNS = [
     re.compile(r"(?<![A-Za-z0-9/+])(?=[A-Za-z0-9/+]{0,39}[A-Z])(?=[A-Za-z0-9/+]{0,39}[a-z])"
                r"(?=[A-Za-z0-9/+]{0,39}[0-9])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+])"),
 ]
+# What each of _TOKEN_PATTERNS cannot match without: a pattern whose hints are all absent from a
+# text is not run (a substring test is ~50x faster than a scan with a look-behind at every
+# position, and run artifacts are tens of kilobytes); None: always run.
+_TOKEN_HINTS: list[tuple[str, ...] | None] = [
+    ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA"), ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ("github_pat_",), ("glpat-",), ("hf_",), ("xox",), ("hooks.slack.com/services/",), ("sk-",),
+    ("k_live_", "k_test_"), ("AIza",), ("npm_",), ("pypi-",), ("eyJ",), None,
+]
+# A name _strong_secret_name accepts holds one of these (lower-cased): every _STRONG_WORDS entry and
+# _SECRET_SUFFIXES entry contains one, and a qualified KEY contains "key".
+_STRONG_STEMS = ("token", "secret", "pass", "key", "cred", "cookie", "sessionid", "authorization", "bearer",
+                 "jwt", "dsn")
 # A PEM block, or its beginning when the end was cut off (a diff hunk, a truncated value).
 _PEM = re.compile(
     r"-----BEGIN [A-Z0-9 ]+-----.*?(?:-----END [A-Z0-9 ]+-----|\Z)", re.DOTALL
@@ -146,12 +158,19 @@ def redact_text(text: str, values: Iterable[str] | None = None) -> str:
     if not text:
         return text
     text = _replace_values(text, secret_values() if values is None else values)
-    text = _PEM.sub(REDACTED, text)
-    text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
-    for pattern in _TOKEN_PATTERNS:
-        text = pattern.sub(REDACTED, text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
-    return _ASSIGNMENT.sub(_redact_assignment, text)
+    if "-----BEGIN " in text:
+        text = _PEM.sub(REDACTED, text)
+    if "://" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m.group(1)}{REDACTED}@", text)
+    for pattern, hints in zip(_TOKEN_PATTERNS, _TOKEN_HINTS, strict=True):
+        if hints is None or any(hint in text for hint in hints):
+            text = pattern.sub(REDACTED, text)
+    if any(word in text for word in ("Bearer", "Basic", "token")):
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
+    lower = text.lower()
+    if any(stem in lower for stem in _STRONG_STEMS):
+        text = _ASSIGNMENT.sub(_redact_assignment, text)
+    return text
 
 
 # Shorter values are not replaced by value: scrubbing "1" or "true" everywhere would destroy

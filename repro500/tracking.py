@@ -247,6 +247,9 @@ class Tracker:
         except (ReproError, OSError) as err:  # the run is complete on disk: say why the store lacks it
             self.set_tags(run_id, {SEALED_TAG: f"not logged: {err}"})
 
+    def terminate(self, run_id: str, status: str) -> None:
+        self.client.set_terminated(run_id, status=status)
+
     def kill(self, run_id: str, reason: str) -> None:
         self.set_tags(run_id, {"repro500.status": "killed", "repro500.error": reason})
         self.client.set_terminated(run_id, status="KILLED")

@@ -119,6 +119,7 @@ def _failing_artifacts(monkeypatch, marker):
         raise OSError("disk full")
 
     monkeypatch.setattr(tracking.Tracker, "log_artifacts", broken)
+    monkeypatch.setenv("REPRO500_MLFLOW_PROCESS", "0")  # the patch is this process's: MLflow stays in it
 
 
 def _command(code: str, repeats: int = 3) -> dict:
@@ -152,6 +153,7 @@ def test_a_tracking_failure_during_the_repeats_stops_the_run_after_the_repeat_in
         raise OSError("disk full")
 
     monkeypatch.setattr(tracking.Tracker, "__init__", unopenable)
+    monkeypatch.setenv("REPRO500_MLFLOW_PROCESS", "0")  # the patch is this process's: MLflow stays in it
     wait = f"import os, time\nwhile not os.path.exists({str(marker)!r}): time.sleep(0.05)\nprint('Acc 0.9')"
     with pytest.raises(InvalidInput, match=r"logging to the MLflow tracking store .* failed \(disk full\)"):
         run(RunOptions(adhoc=_command(wait), run_id="r"))

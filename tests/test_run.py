@@ -297,6 +297,7 @@ def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sql
         original(self, run_id, summary, files, status)
 
     monkeypatch.setattr(tracking.Tracker, "end_repeat", interrupted)
+    monkeypatch.setenv("REPRO500_MLFLOW_PROCESS", "0")  # the patch is this process's: MLflow stays in it
     recipe = write_recipe(in_tmp / "tiny.yaml", repeats=2, fixed__epochs=1)
     outcome = run(RunOptions(recipe=str(recipe), run_id="r"))
     assert outcome.exit_code == EXIT_INTERRUPTED

@@ -170,9 +170,21 @@ def _prepare_tracking(options: RunOptions) -> None:
 
 def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
+    from repro500 import tracking_process
+
+    if options.tracking is not False and options.node_rank == 0:
+        # MLflow's import, in a process of its own, while this one reads the recipe and imports
+        # torch; a run that does not log (refused, or untracked by its recipe) stops it below
+        tracking_process.prestart()
+    try:
+        return _run(options, console or Console(stderr=False))
+    finally:
+        tracking_process.discard()
+
+
+def _run(options: RunOptions, console: Console) -> RunOutcome:
     from repro500.runner.plan import check_options
 
-    console = console or Console(stderr=False)
     check_options(options)
     if options.node_rank > 0:
         from repro500.runner.follower import follow_node
@@ -184,4 +196,3 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
         session = _resumed(options, console) if options.resume else _new(options, console)
         with _sigterm_as_interrupt():
             return session.execute()
-

@@ -132,9 +132,9 @@ class Tracking:
         return self._worker.submit(call)
 
     def _connect(self) -> None:
-        from repro500 import tracking
+        from repro500 import tracking_process
 
-        self.tracker = tracking.Tracker(self.experiment, self.uri, self.artifacts)
+        self.tracker = tracking_process.connect(self.experiment, self.uri, self.artifacts)
 
     def check(self) -> None:
         """Raise what went wrong in the background, as one sentence (exit 4)."""
@@ -250,7 +250,7 @@ class Tracking:
                 # the repeat is complete on disk: whatever stopped the logging, MLflow must not keep
                 # it RUNNING
                 with suppress(Exception):
-                    self.tracker.client.set_terminated(mlflow_id, status=status)
+                    self.tracker.terminate(mlflow_id, status)
                 raise
         self._queue(end)
 
@@ -294,22 +294,39 @@ class Tracking:
             return
         self.ended = True
         self._queue(lambda: self.tracker.end_parent(status, **logged))
+        drained = False
         try:
-            if self._worker.drain(timeout_s) and self.error is not None:
+            drained = self._worker.drain(timeout_s)
+            if drained and self.error is not None:
                 self._terminate_after_failure(status)
         finally:
             self._worker.stop()
+            closing = getattr(self.tracker, "close", None)  # the MLflow process (tracking_process)
+            if closing is not None:
+                closing(timeout_s=10.0 if drained else 0)
             shutil.rmtree(self._scratch, ignore_errors=True)
         self.check()
 
     def _terminate_after_failure(self, status: str) -> None:
         """After a failure stopped the queue, no run may stay RUNNING: end what was started, best effort."""
+        from repro500 import tracking_process
+
         if self.tracker is None:
             return
-        for k, mlflow_id in dict(self.repeat_ids).items():
-            if k not in self._closed_repeats:
+        tracker = self.tracker
+        if not getattr(tracker, "alive", True):  # the MLflow process died (killed): a new one ends the runs
+            try:
+                tracker = tracking_process.connect(self.experiment, self.uri, self.artifacts)
+            except Exception:  # noqa: BLE001 - best effort: the failure itself is what check() reports
+                return
+        try:
+            for k, mlflow_id in dict(self.repeat_ids).items():
+                if k not in self._closed_repeats:
+                    with suppress(Exception):
+                        tracker.terminate(mlflow_id, "FAILED")
+            if self.parent_id is not None:
                 with suppress(Exception):
-                    self.tracker.client.set_terminated(mlflow_id, status="FAILED")
-        if self.parent_id is not None:
-            with suppress(Exception):
-                self.tracker.client.set_terminated(self.parent_id, status="FAILED" if status == "FINISHED" else status)
+                    tracker.terminate(self.parent_id, "FAILED" if status == "FINISHED" else status)
+        finally:
+            if tracker is not self.tracker:
+                tracker.close()

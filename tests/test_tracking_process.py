@@ -1,0 +1,121 @@
+"""MLflow in a process of its own (repro500.tracking_process): the run's process never imports
+MLflow, a refused run leaves neither a process nor a store, and a logging process that dies stops
+the run after the repeat in flight, in one sentence, with nothing left RUNNING."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _command(code: str, repeats: int = 2) -> dict:
+    return {"schema": "repro500/recipe/v1", "name": "t", "repeats": repeats, "seed": 1,
+            "fixed": {"workload": "command", "command": [sys.executable, "-c", code]},
+            "metrics": {"accuracy": {"regex": "Acc ([0-9.]+)"}},
+            "acceptance": {"accuracy": {"target": 0.5, "direction": "higher", "tolerance": 0}}}
+
+
+def _logging_processes(parent: int) -> list[int]:
+    """The MLflow processes *parent* started that are still alive (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if (fields.get("PPid", "").strip() == str(parent) and not fields.get("State", "").startswith("Z")
+                and b"repro500.tracking_process" in cmdline):
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_tracked_run_logs_everything_without_importing_mlflow_itself(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, sys
+        from repro500.runner import RunOptions, run
+        recipe = {_command("print('Acc 0.9')")!r}
+        outcome = run(RunOptions(adhoc=recipe, run_id="r"))
+        print(json.dumps({{"exit": outcome.exit_code, "mlflow": sorted(m for m in sys.modules if m.split(".")[0] == "mlflow")}}))
+    """)
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'store.db'}")
+    env.pop("REPRO500_MLFLOW_PROCESS", None)
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert said["exit"] == 0 and said["mlflow"] == []  # MLflow lived in the other process only
+    from mlflow.tracking import MlflowClient
+
+    meta = json.loads((tmp_path / "runs/r/run.json").read_text())
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    parent = client.get_run(meta["mlflow"]["parent_run_id"])
+    assert parent.info.status == "FINISHED" and parent.data.metrics["accuracy_mean"] == pytest.approx(0.9)
+    for k in ("0", "1"):
+        assert client.get_run(meta["mlflow"]["repeat_run_ids"][k]).data.metrics["accuracy"] == pytest.approx(0.9)
+    assert [a.path for a in client.list_artifacts(parent.info.run_id, "run")] == ["run/r.tar.gz"]
+
+
+def test_a_refused_run_leaves_no_logging_process_and_no_store(tmp_path, monkeypatch):
+    from repro500 import tracking_process
+    from repro500.errors import ReproError
+    from repro500.runner import RunOptions, run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REPRO500_MLFLOW_PROCESS", raising=False)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store.db'}")
+    (tmp_path / "bad.yaml").write_text("schema: repro500/recipe/v1\nname: bad\nfixed: {workload: nonsense}\n")
+    with pytest.raises(ReproError):
+        run(RunOptions(recipe=str(tmp_path / "bad.yaml"), run_id="r"))
+    assert tracking_process._warm is None and _logging_processes(os.getpid()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no store, no runs/
+
+
+def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from repro500.errors import InvalidInput
+    from repro500.runner import RunOptions, run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REPRO500_MLFLOW_PROCESS", raising=False)
+    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    # repeat 0 kills its sibling, the MLflow process (as the OOM killer would), once its run exists
+    kill = textwrap.dedent(f"""
+        import os, signal, pathlib, time
+        ready = pathlib.Path(os.environ['REPRO500_MLFLOW_READY'])
+        while not ready.exists():
+            time.sleep(0.05)
+        me = str(os.getppid())
+        for p in pathlib.Path('/proc').iterdir():
+            try:
+                fields = dict(l.split(':\\t', 1) for l in (p / 'status').read_text().splitlines() if ':\\t' in l)
+                cmd = (p / 'cmdline').read_bytes().split(b'\\0')
+                if fields.get('PPid', '').strip() == me and b'repro500.tracking_process' in cmd:
+                    os.kill(int(p.name), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        print('Acc 0.9')
+    """)
+    with pytest.raises(InvalidInput, match=r"logging to the MLflow tracking store .* failed "
+                                           r"\(the MLflow logging process stopped \(exit -9\)\)"):
+        run(RunOptions(adhoc=_command(kill, repeats=3), run_id="r"))
+    meta = json.loads((tmp_path / "runs/r/run.json").read_text())
+    assert meta["status"] == "failed" and not (tmp_path / "runs/r/repeats/1").exists()
+    assert json.loads((tmp_path / "runs/r/repeats/0/summary.json").read_text())["status"] == "completed"
+    client = MlflowClient(uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
+    assert _logging_processes(os.getpid()) == []
