@@ -19,11 +19,15 @@ queue) is printed too as "blocking".
 
     python bench/team_postgres.py [--recipe quickstart|tiny] [--runs 4]
 
-Measured on the 2-core development machine, shared with other jobs (load average 8-12):
-quickstart PASS, 6.1-7.4 s in MLflow calls per run of 2,830 s (0.22-0.26 %; the wall time was
-stretched by the load, so this share flatters); tiny MISS, 3.1-5.0 s of 51-54 s (5.8-9.5 %).
-The MLflow seconds are mostly fixed per run and per repeat (artifact uploads at a repeat's end,
-opening the store), so the share falls as runs get longer; 0.6-1.1 s per run was blocking.
+Measured on the 2-core development machine, shared with other jobs.  Stop 25 (MLflow on a thread,
+load average 8-12): quickstart PASS, 6.1-7.4 s in MLflow calls per run of 2,830 s (0.22-0.26 %;
+the wall time was stretched by the load, so this share flatters); tiny MISS, 3.1-5.0 s of 51-54 s
+(5.8-9.5 %).  Stop 27 (MLflow in its own process, metrics and tags in one request, artifacts
+uploaded four at once; load average 3.5 from another training job): tiny MISS, 2.1-2.4 s of
+37.6-39.1 s (5.5-6.5 %), of which the run waited for 0.5-0.7 s.  A single request to this server
+took 80-120 ms under that load (create_run 92 ms, a 10-metric log_batch 116 ms, set_terminated
+308 ms; single client), so a run's ~50 requests are what the tiny recipe's
+share is made of; they are fixed per run and per repeat, so the share falls as runs get longer.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ import atexit, functools, json, os, sys, threading, time
 from repro500 import mlflow_store, tracking, tracking_process
 from repro500.runner import track
 
-totals = {"mlflow_s": 0.0, "calls": 0, "blocking_s": 0.0, "by_call": {}}
+totals = {"mlflow_s": 0.0, "calls": 0, "blocking_s": 0.0, "import_s": 0.0, "by_call": {}}
 local, lock = threading.local(), threading.Lock()
 
 def timed(fn, key):
@@ -77,7 +81,9 @@ for name, fn in list(vars(tracking.Tracker).items()):  # REPRO500_MLFLOW_PROCESS
 # the default: every Tracker call is a round trip to the MLflow process, timed here per method
 call = tracking_process.ProcessTracker._call
 named = {}
+tracking_process.ProcessTracker.wait_ready = timed(tracking_process.ProcessTracker.wait_ready, "import_s")
 def remote(self, name, *args, **kwargs):
+    self.wait_ready()  # MLflow's import in that process: not the server's time
     if name not in named:
         named[name] = timed(functools.wraps(getattr(tracking.Tracker, "__init__" if name == "__connect__" else name, call))(
             lambda this, *a, **k: call(this, name, *a, **k)), "mlflow_s")
@@ -139,10 +145,11 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(_row(machine, wall, proc.returncode, err, server.uri))
     print(f"{args.runs} concurrent `repro500 run {args.recipe}` against mlflow server on PostgreSQL "
           f"(MLflow time: Tracker calls, timed in each run)")
-    print(f"{'run':>4} {'exit':>4} {'wall s':>8} {'MLflow s':>9} {'calls':>6} {'share':>7} {'blocking s':>11}  landed")
+    print(f"{'run':>4} {'exit':>4} {'wall s':>8} {'MLflow s':>9} {'calls':>6} {'share':>7} {'blocking s':>11} "
+          f"{'import s':>9}  landed")
     for i, row in enumerate(rows):
         print(f"{i:>4} {row['exit']:>4} {row['wall_s']:>8.1f} {row['mlflow_s']:>9.2f} {row['calls']:>6} "
-              f"{row['share']:>7.2%} {row['blocking_s']:>11.2f}  {row['landed']}")
+              f"{row['share']:>7.2%} {row['blocking_s']:>11.2f} {row['import_s']:>9.2f}  {row['landed']}")
     by_call: dict[str, float] = {}
     for row in rows:
         for name, seconds in row["by_call"].items():
@@ -173,7 +180,9 @@ def _row(machine: Path, wall: float, code: int, err: str, uri: str) -> dict:
         landed = "yes" if len(states) == len(ids) > 1 and set(states) == {"FINISHED"} else f"MLflow: {states}"
     mlflow_s = float(timings.get("mlflow_s", float("nan")))
     return {"exit": code, "wall_s": wall, "mlflow_s": mlflow_s, "calls": int(timings.get("calls", 0)),
-            "share": mlflow_s / wall, "by_call": timings.get("by_call", {}), "blocking_s": float(timings.get("blocking_s", float("nan"))), "landed": landed}
+            "share": mlflow_s / wall, "by_call": timings.get("by_call", {}),
+            "blocking_s": float(timings.get("blocking_s", float("nan"))),
+            "import_s": float(timings.get("import_s", float("nan"))), "landed": landed}
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ PARAM_MAX_CHARS = 6000
 TAG_MAX_CHARS = 8000
 BATCH_PARAMS = 100
 BATCH_METRICS = 1000
+UPLOADS_AT_ONCE = 4  # artifact uploads in flight per call (requests to a server: latency, not bandwidth)
 
 # Every numeric field of a step record in metrics.jsonl (docs/contracts.md), so the per-step
 # history in MLflow is the file's.
@@ -62,6 +63,7 @@ class Tracker:
         self.artifacts = artifacts or mlflow_store.default_artifacts(self.uri)
         mlflow_store.open_store(self.uri, self.artifacts)
         self.client = MlflowClient(self.uri)
+        self.notes: list[str] = []  # warnings for the user, shown by the run between repeats (runner/track.py)
         self.experiment_id = self._experiment(experiment, explicit=artifacts is not None)
         self.parent_id: str | None = None
         # per repeat run: the last global step logged, the evaluation at it, the last timestamp
@@ -74,10 +76,8 @@ class Tracker:
         found = self.client.get_experiment_by_name(name)
         if found:
             if explicit and found.artifact_location.rstrip("/") != mlflow_store.artifact_uri(self.artifacts):
-                import sys
-
-                print(f"repro500: warning: MLflow experiment {name!r} keeps its artifacts in {found.artifact_location} "
-                      f"(fixed when it was created); --artifacts applies to new experiments only", file=sys.stderr)
+                self.notes.append(f"MLflow experiment {name!r} keeps its artifacts in {found.artifact_location} "
+                                  f"(fixed when it was created); --artifacts applies to new experiments only")
             return found.experiment_id
         try:
             return self.client.create_experiment(name, artifact_location=self.artifacts)
@@ -111,10 +111,8 @@ class Tracker:
     def end_parent(self, status: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
         if self.parent_id is None:
             return
-        if metrics:
-            self.log_metrics(self.parent_id, metrics)
-        if tags:
-            self.set_tags(self.parent_id, tags)
+        if metrics or tags:
+            self.log_metrics(self.parent_id, metrics or {}, tags=tags)
         self.client.set_terminated(self.parent_id, status=status)
 
     # ----- repeats --------------------------------------------------------------------------
@@ -171,10 +169,8 @@ class Tracker:
         step, evaluation, last_ms = self._last.pop(run_id, (0, {}, 0))
         now = max(int(time.time() * 1000), last_ms + 1)
         items = [Metric(k, v, now, step) for k, v in outcome.items() if evaluation.get(k) != v]
-        for chunk in _chunks(items, BATCH_METRICS):
-            self.client.log_batch(run_id, metrics=chunk)
-        self.set_tags(run_id, {"repro500.status": summary.get("status", "unknown"),
-                               "repro500.final_param_digest": summary.get("final_param_digest") or ""})
+        self._batch(run_id, items, {"repro500.status": summary.get("status", "unknown"),
+                                    "repro500.final_param_digest": summary.get("final_param_digest") or ""})
         self.log_artifacts(run_id, files)
         self.client.set_terminated(run_id, status=status)
 
@@ -255,29 +251,47 @@ class Tracker:
         self.client.set_terminated(run_id, status="KILLED")
 
     # ----- plumbing -------------------------------------------------------------------------
-    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0) -> None:
+    def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0,
+                    tags: dict[str, str] | None = None) -> None:
+        """*metrics* at *step* and, in the same requests, *tags*."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
-        for chunk in _chunks(items, BATCH_METRICS):
-            self.client.log_batch(run_id, metrics=chunk)
+        self._batch(run_id, [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None], tags or {})
 
     def set_tags(self, run_id: str, tags: dict[str, str]) -> None:
+        self._batch(run_id, [], tags)
+
+    def _batch(self, run_id: str, metrics: list[Any], tags: dict[str, str]) -> None:
+        """Metrics and tags in as few ``log_batch`` requests as MLflow's limits allow (each request
+        is a round trip to a tracking server, and a transaction)."""
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, v) for k, v in self._tags(tags).items()]
-        for chunk in _chunks(items, BATCH_PARAMS):
-            self.client.log_batch(run_id, tags=chunk)
+        tag_items = [RunTag(k, v) for k, v in self._tags(tags).items()]
+        metric_chunks = list(_chunks(metrics, BATCH_METRICS))
+        tag_chunks = list(_chunks(tag_items, BATCH_PARAMS))
+        for i in range(max(len(metric_chunks), len(tag_chunks))):
+            self.client.log_batch(run_id, metrics=metric_chunks[i] if i < len(metric_chunks) else [],
+                                  tags=tag_chunks[i] if i < len(tag_chunks) else [])
 
-    def log_artifacts(self, run_id: str, files: Iterable[Path]) -> None:
-        """Log files as artifacts; a text file holding a secret is logged as a redacted copy."""
-        for path in files:
-            path = Path(path)
-            if not path.is_file():
-                continue
-            with redacted_copy(path) as upload:
-                self.client.log_artifact(run_id, str(upload))
+    def log_artifacts(self, run_id: str, files: Iterable[Path], artifact_path: str | None = None) -> None:
+        """Log files as artifacts, several uploads at once (to a tracking server each is a
+        request of its own); a text file holding a secret is logged as a redacted copy."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def upload(path: Path) -> None:
+            with redacted_copy(path) as clean:
+                self.client.log_artifact(run_id, str(clean), artifact_path=artifact_path)
+
+        paths = [Path(p) for p in files if Path(p).is_file()]
+        if len(paths) <= 1:
+            for path in paths:
+                upload(path)
+            return
+        with ThreadPoolExecutor(max_workers=min(UPLOADS_AT_ONCE, len(paths)),
+                                thread_name_prefix="repro500-upload") as pool:
+            for done in [pool.submit(upload, path) for path in paths]:
+                done.result()  # the first failure is the call's
 
     @staticmethod
     def _tags(tags: dict[str, str]) -> dict[str, str]:

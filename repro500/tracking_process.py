@@ -61,14 +61,16 @@ class ProcessTracker:
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
+        self._ready = False
         self.experiment_id: str | None = None
+        self.notes: list[str] = []
 
     @property
     def alive(self) -> bool:
         return self._proc.poll() is None
 
     def connect(self, experiment: str, uri: str, artifacts: str | None) -> ProcessTracker:
-        self.experiment_id = self._call(_CONNECT, experiment, uri, artifacts)
+        self.experiment_id, self.notes = self._call(_CONNECT, experiment, uri, artifacts)
         return self
 
     def __getattr__(self, name: str) -> Any:
@@ -76,14 +78,27 @@ class ProcessTracker:
             raise AttributeError(name)
         return functools.partial(self._call, name)
 
+    def _stopped(self) -> TrackingProcessError:
+        code = self._proc.poll()
+        said = f"exit {code}" if code is not None else "no answer"
+        return TrackingProcessError(f"the MLflow logging process stopped ({said})")
+
+    def wait_ready(self) -> None:
+        """Until the process has imported MLflow (it says so once, first)."""
+        if not self._ready:
+            try:
+                self._conn.recv()
+            except (EOFError, OSError):
+                raise self._stopped() from None
+            self._ready = True
+
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self.wait_ready()
         try:
             self._conn.send((name, args, kwargs))
             ok, value = self._conn.recv()
         except (EOFError, OSError):
-            code = self._proc.poll()
-            said = f"exit {code}" if code is not None else "no answer"
-            raise TrackingProcessError(f"the MLflow logging process stopped ({said})") from None
+            raise self._stopped() from None
         if ok:
             return value
         raise value
@@ -92,12 +107,12 @@ class ProcessTracker:
         """Let the process finish (it has answered everything sent), or stop it after *timeout_s*."""
         with suppress(OSError):
             self._conn.send(None)
-        self._conn.close()
         try:
             self._proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            self._proc.kill()
+            self._proc.kill()  # first: a thread still waiting for an answer gets EOF, not a closed socket
             self._proc.wait()
+        self._conn.close()
 
 
 def prestart() -> None:
@@ -179,7 +194,7 @@ def _serve(conn: Connection) -> None:
                 from repro500.tracking import Tracker
 
                 tracker = Tracker(*args)
-                answer: tuple[bool, Any] = (True, tracker.experiment_id)
+                answer: tuple[bool, Any] = (True, (tracker.experiment_id, tracker.notes))
             else:
                 answer = (True, getattr(tracker, name)(*args, **kwargs))
         except BaseException as err:  # noqa: BLE001 - every failure is the caller's to report
@@ -195,12 +210,15 @@ def _serve(conn: Connection) -> None:
 def main(argv: list[str]) -> None:
     conn = Connection(int(argv[0]))
     # Below the run's own priority: while a repeat trains on every core, an epoch's logging waits
-    # for a gap rather than stall the training loop's threads; when the run waits for this
-    # process (the start, the end) the cores are free and the priority changes nothing.
+    # for a gap rather than stall the training loop's threads (bench/mlflow_overhead.py).
     with suppress(OSError):
         os.nice(10)
     with suppress(Exception):  # a failing import is met again, and reported, by the connect
         _warm_up()
+    try:
+        conn.send("ready")
+    except OSError:
+        os._exit(0)
     _serve(conn)
     # Everything sent is answered and committed; the interpreter's teardown of MLflow's and
     # SQLAlchemy's modules (~0.4 s) would only delay the run's exit, which waits for this one.
@@ -210,4 +228,8 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    # Run as the module's importable self, not as __main__: exceptions sent back must pickle under
+    # repro500.tracking_process's names, which the run's process can import.
+    from repro500 import tracking_process as _module
+
+    _module.main(sys.argv[1:])

@@ -158,6 +158,15 @@ def test_artifacts_option_and_its_refusal(tmp_path):
     experiment = MlflowClient(env["MLFLOW_TRACKING_URI"]).get_experiment_by_name("mine")
     assert Path(experiment.artifact_location) == tmp_path / "elsewhere"
     assert list((tmp_path / "elsewhere").rglob("a.tar.gz"))
+    # an experiment's location is fixed: another --artifacts is said once, as a warning, and not used
+    again = repro500("run", "--repeats", "1", "--run-id", "b", "--experiment", "mine", "--artifacts", str(tmp_path / "other"),
+                     "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--command", "--", "python",
+                     "-c", "print('Acc 1')", cwd=tmp_path, env=env)
+    assert again.returncode in (0, 3), again.stderr[-2000:]
+    said = " ".join((again.stdout + again.stderr).split())
+    assert said.count("--artifacts applies to new experiments only") == 1, said
+    assert f"keeps its artifacts in {tmp_path / 'elsewhere'}" in said
+    assert list((tmp_path / "elsewhere").rglob("b.tar.gz")) and not (tmp_path / "other").exists()
 
 
 def test_check_tracking_against_a_refusing_database_fails_fast_without_the_password(logged, monkeypatch):

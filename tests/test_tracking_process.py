@@ -93,7 +93,7 @@ def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tm
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     # repeat 0 kills its sibling, the MLflow process (as the OOM killer would), once its run exists
-    kill = textwrap.dedent(f"""
+    kill = textwrap.dedent("""
         import os, signal, pathlib, time
         ready = pathlib.Path(os.environ['REPRO500_MLFLOW_READY'])
         while not ready.exists():
@@ -119,3 +119,18 @@ def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tm
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert runs and all(r.info.status != "RUNNING" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     assert _logging_processes(os.getpid()) == []
+
+
+def test_an_error_in_the_logging_process_comes_back_as_one_sentence(tmp_path, monkeypatch):
+    from repro500.tracking_process import ProcessTracker, TrackingProcessError
+
+    monkeypatch.chdir(tmp_path)
+    tracker = ProcessTracker().connect("e", f"sqlite:///{tmp_path / 'store.db'}", None)
+    try:
+        assert tracker.experiment_id and tracker.notes == []
+        with pytest.raises(TrackingProcessError, match="'Tracker' object has no attribute 'nosuch'"):
+            tracker.nosuch()
+        assert tracker.alive  # one failed call does not stop the process
+    finally:
+        tracker.close()
+    assert not tracker.alive

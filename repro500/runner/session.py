@@ -178,6 +178,7 @@ class Session:
             self._link(k)
         if self.tracking:
             self.tracking.check()
+            self._notes()
             self.tracking.record(self.meta)
             self.run.write_meta(self.meta)
 
@@ -406,4 +407,11 @@ class Session:
     def _close_tracking(self, status: str, **logged: Any) -> None:
         """End the MLflow parent and wait until every queued record has landed."""
         if self.tracking:
-            self.tracking.close(status, **logged)
+            try:
+                self.tracking.close(status, **logged)
+            finally:
+                self._notes()
+
+    def _notes(self) -> None:
+        for note in self.tracking.take_notes():  # MLflow's side says them here, not over the display
+            self.console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)

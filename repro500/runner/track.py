@@ -147,6 +147,13 @@ class Tracking:
         raise InvalidInput(f"logging to the MLflow tracking store {mlflow_store.safe_uri(self.uri)} failed "
                            f"({mlflow_store.reason(self.error)})")
 
+    def take_notes(self) -> list[str]:
+        """The warnings for the user so far (once each), for the run to show between repeats."""
+        notes = list(getattr(self.tracker, "notes", None) or [])
+        if notes:
+            self.tracker.notes = []
+        return notes
+
     def wait_ready(self, timeout_s: float | None = None) -> None:
         """Until the store is open (a script's MLflow runs can be read), then :meth:`check`."""
         self._connected.result(timeout=timeout_s)
@@ -277,8 +284,7 @@ class Tracking:
         observed = list(run.inputs().get("observed") or [])
 
         def conclude() -> None:
-            self.tracker.log_metrics(self.parent_id, metrics)
-            self.tracker.set_tags(self.parent_id, tags)
+            self.tracker.log_metrics(self.parent_id, metrics, tags=tags)
             self.tracker.log_datasets(self.parent_id, observed, self._contexts)
             for k, run_id in self.repeat_ids.items():
                 self.tracker.log_datasets(run_id, [e for e in observed if k in (e.get("repeats") or [])], self._contexts)
