@@ -274,14 +274,14 @@ class Tracker:
             self.client.log_batch(run_id, metrics=metric_chunks[i] if i < len(metric_chunks) else [],
                                   tags=tag_chunks[i] if i < len(tag_chunks) else [])
 
-    def log_artifacts(self, run_id: str, files: Iterable[Path], artifact_path: str | None = None) -> None:
+    def log_artifacts(self, run_id: str, files: Iterable[Path]) -> None:
         """Log files as artifacts, several uploads at once (to a tracking server each is a
         request of its own); a text file holding a secret is logged as a redacted copy."""
         from concurrent.futures import ThreadPoolExecutor
 
         def upload(path: Path) -> None:
             with redacted_copy(path) as clean:
-                self.client.log_artifact(run_id, str(clean), artifact_path=artifact_path)
+                self.client.log_artifact(run_id, str(clean))
 
         paths = [Path(p) for p in files if Path(p).is_file()]
         if len(paths) <= 1:
