@@ -55,8 +55,10 @@ class ProcessTracker:
         try:
             # The URI is never on the command line (``ps`` shows it, a database URI holds a password):
             # the process reads the same environment, and connect() sends the resolved one.
+            # -P: the run's working directory is the user's project, whose own "repro500" folder (or any
+            # module named like one MLflow loads) must not shadow ours in the logging process.
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "repro500.tracking_process", str(theirs.fileno())],
+                [sys.executable, "-P", "-m", "repro500.tracking_process", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, process_group=0)
         finally:
             theirs.close()
