@@ -117,6 +117,8 @@ class EwaDataset(Dataset):
 COSMO_AUGMENTS = ("none", "symmetries")
 COSMO_STANDARDIZE = ("none", "log1p")
 STATS_UNIVERSES = 64  # training universes (their first crop each) behind ``standardize: log1p``
+COSMO_REFERENCE = ("MLPerf HPC CosmoFlow: N-body universes of 512^3 voxels in 4 redshift bins, "
+                   "trained on 128^3 crops")
 
 
 class CosmoDataset(Dataset):
@@ -168,6 +170,12 @@ class CosmoDataset(Dataset):
             "num_targets": len(COSMO_PARAMS),
             "target_names": list(COSMO_PARAMS),
             "target_range": [-1.0, 1.0],
+        }
+        # what the data is, for the run's records (the MLPerf log says how it differs from MLPerf's)
+        self.description = {
+            "universes": len(self.files), "volume": [d, d, d, c], "crop": crop,
+            "crops_per_universe": self.crops_per_universe, "augment": augment if self.augment else "none",
+            "standardize": standardize, "sources": _sources(parts), "reference": COSMO_REFERENCE,
         }
         if standardize == "log1p":
             mean, std = self._training_stats(path, split, eval_fraction)
@@ -303,6 +311,26 @@ class ClassificationH5Dataset(Dataset):
         state = self.__dict__.copy()
         state["_cache"] = None  # each worker reads its own copy instead of pickling it
         return state
+
+
+def _sources(parts: list[h5files.FilePart]) -> list[dict[str, Any]]:
+    """Where a split's samples come from: each generated data set once (its shards together),
+    with its generator, seed and parameters; files without them as real data."""
+    import json
+
+    sources: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        with h5files.reading(part.path), h5files.open_h5(part.path) as h5:
+            generator = h5.attrs.get("generator")
+            if generator is None:
+                entry = {"data": "files without generator attributes (real data)"}
+            else:
+                entry = {"generator": text(generator), "generator_version": int(h5.attrs.get("generator_version", 0)),
+                         "seed": int(h5.attrs.get("seed", 0)), "split": text(h5.attrs.get("split", "")),
+                         "params": json.loads(text(h5.attrs.get("params", "{}")))}
+        key = json.dumps(entry, sort_keys=True)
+        sources.setdefault(key, {**entry, "samples": 0})["samples"] += len(part)
+    return list(sources.values())
 
 
 def _class_names(path: Path, num_classes: int) -> list[str]:
