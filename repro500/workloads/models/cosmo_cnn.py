@@ -172,10 +172,13 @@ class CosmoFlowNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: (batch, channels, D, H, W) with D = H = W = ``crop_size``."""
         pooled = []
-        for conv in self.convs:
+        last = len(self.convs) - 1
+        for index, conv in enumerate(self.convs):
             x = conv(x)
             if self.covariance:
                 pooled.append(_mean_and_covariance(x))
+                if index == last:
+                    break  # the covariance head has what it needs of the last block
             x = self.pool(self.activation(x))
         out = self.head(self.standardize(torch.cat(pooled, dim=1) if self.covariance else x.flatten(1)))
         return OUTPUT_SCALE * torch.tanh(out) if self.scaled_tanh else out
