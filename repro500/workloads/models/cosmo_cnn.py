@@ -84,10 +84,12 @@ class RunningWhitening(nn.Module):
         self.register_buffer("batches", torch.zeros((), dtype=torch.long))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
         if self.training:
             with torch.no_grad():
                 self._update(x.detach().double())
-        return (x - self.running_mean.to(x.dtype)) @ self.transform.to(x.dtype)
+        with torch.autocast(x.device.type, enabled=False):  # bf16 would lose what it whitens for
+            return (x - self.running_mean) @ self.transform
 
     def _update(self, batch: torch.Tensor) -> None:
         first = int(self.batches) == 0
@@ -111,7 +113,7 @@ class RunningWhitening(nn.Module):
 def _mean_and_covariance(x: torch.Tensor) -> torch.Tensor:
     """(batch, C, D, H, W) -> (batch, C + C (C + 1) / 2): channel means, then the upper
     triangle of the channels' covariance over all voxels."""
-    flat = x.flatten(2)
+    flat = x.flatten(2).float()  # in float32 also under autocast: small differences matter here
     mean = flat.mean(dim=2)
     centred = flat - mean.unsqueeze(2)
     cov = torch.einsum("bip,bjp->bij", centred, centred) / flat.shape[2]
@@ -176,7 +178,8 @@ class CosmoFlowNet(nn.Module):
         for index, conv in enumerate(self.convs):
             x = conv(x)
             if self.covariance:
-                pooled.append(_mean_and_covariance(x))
+                with torch.autocast(x.device.type, enabled=False):
+                    pooled.append(_mean_and_covariance(x))
                 if index == last:
                     break  # the covariance head has what it needs of the last block
             x = self.pool(self.activation(x))
