@@ -447,3 +447,77 @@ def test_cifar10_augmentation_crops_and_flips_only_the_training_split(tmp_path):
     torch.manual_seed(0)
     assert torch.equal(augmented[0][0], draws[0])  # reproducible from torch's seed
     assert torch.equal(evaluation[0][0], open_dataset("cifar10", "eval", path=tmp_path)[0][0])
+
+
+def test_cube_symmetries_are_the_48_isometries_of_a_cube():
+    from repro500.data.cube import SYMMETRIES, symmetry
+
+    d = 5
+    coords = np.stack(np.meshgrid(*(np.arange(d),) * 3, indexing="ij")).astype(np.float32)  # (3, d, d, d)
+    seen = set()
+    for i in range(SYMMETRIES):
+        moved = symmetry(coords, i)
+        assert moved.shape == coords.shape
+        # voxels that were neighbours are still neighbours: each step along an axis of the
+        # result moves one voxel along one axis of the original (an isometry of the grid)
+        for axis in (1, 2, 3):
+            step = np.abs(np.diff(moved, axis=axis)).sum(axis=0)
+            assert np.all(step == 1)
+        # and every voxel appears exactly once
+        assert len({tuple(v) for v in moved.reshape(3, -1).T.tolist()}) == d**3
+        seen.add(moved.tobytes())
+    assert len(seen) == SYMMETRIES == 48
+    assert np.array_equal(symmetry(coords, 0), coords)
+    with pytest.raises(ValueError, match="48 symmetries"):
+        symmetry(coords, 48)
+
+
+def test_cosmo_symmetry_augmentation_turns_training_crops_only(tmp_path):
+    from repro500.data.cube import SYMMETRIES, symmetry
+
+    generate("cosmo", tmp_path / "data" / "train.h5", samples=3, size="8", seed=4)
+    generate("cosmo", tmp_path / "data" / "eval.h5", samples=2, size="8", seed=4, split="eval")
+    params = {"augment": "symmetries"}
+    plain = open_dataset("cosmo", "train", path=tmp_path / "data")
+    turned = open_dataset("cosmo", "train", path=tmp_path / "data", params=params)
+    torch.manual_seed(0)
+    orientations = set()
+    for _ in range(40):
+        volume, target = turned[1]
+        base, base_target = plain[1]
+        assert torch.equal(target, base_target)
+        matches = [i for i in range(SYMMETRIES)
+                   if np.array_equal(volume.numpy(), symmetry(base.numpy(), i))]
+        assert matches, "an augmented crop is not a rotation or reflection of the stored one"
+        orientations.add(matches[0])
+    assert len(orientations) > 10  # drawn at random, not one fixed turn
+    evaluation = open_dataset("cosmo", "eval", path=tmp_path / "data", params=params)
+    untouched = open_dataset("cosmo", "eval", path=tmp_path / "data")
+    for i in range(len(evaluation)):
+        assert torch.equal(evaluation[i][0], untouched[i][0])
+    with pytest.raises(InvalidInput, match="augment 'flips'"):
+        open_dataset("cosmo", "train", path=tmp_path / "data", params={"augment": "flips"})
+
+
+def test_cosmo_standardization_uses_the_training_universes_for_both_splits(tmp_path):
+    data = tmp_path / "data"
+    generate("cosmo", data / "train.h5", samples=6, size="8", seed=4, options={"mean_count": 64.0})
+    # the eval universes are much denser: statistics of their own would differ clearly
+    generate("cosmo", data / "eval.h5", samples=3, size="8", seed=4, split="eval", options={"mean_count": 512.0})
+    params = {"standardize": "log1p"}
+    train = open_dataset("cosmo", "train", path=data, params=params)
+    evaluation = open_dataset("cosmo", "eval", path=data, params=params)
+    with h5py.File(data / "train.h5", "r") as h5:
+        logs = np.log1p(h5["full"][()].astype(np.float64))  # (N, D, D, D, C)
+    mean, std = logs.mean(axis=(0, 1, 2, 3)), logs.std(axis=(0, 1, 2, 3))
+    for ds in (train, evaluation):
+        np.testing.assert_allclose(ds.info["input_mean"], mean, rtol=1e-6)
+        np.testing.assert_allclose(ds.info["input_std"], std, rtol=1e-6)
+    with h5py.File(data / "eval.h5", "r") as h5:
+        counts = h5["full"][1]
+    expected = (np.log1p(np.moveaxis(counts, -1, 0).astype(np.float64)) - mean[:, None, None, None]) / std[:, None, None, None]
+    np.testing.assert_allclose(evaluation[1][0].numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert abs(float(evaluation[1][0].mean())) > 0.5  # denser eval universes stay off-centre
+    # an eval-only path cannot standardise: the training statistics are not in it
+    with pytest.raises(InvalidInput, match="standardize: log1p takes its statistics from the training"):
+        open_dataset("cosmo", "eval", path=data / "eval.h5", params=params)

@@ -137,14 +137,18 @@ def test_regression_metrics_match_numpy():
     assert result["mse"] == pytest.approx(np.mean(error**2), rel=1e-5)
     assert result["mae"] == pytest.approx(np.mean(np.abs(error)), rel=1e-5)
     relative = np.mean(np.abs(error) / np.abs(targets), axis=0)
+    absolute = np.mean(np.abs(error), axis=0)
     for index, name in enumerate(COSMO_PARAMETERS):
         assert result[f"rel_error_{name}"] == pytest.approx(relative[index], rel=1e-5)
+        assert result[f"mae_{name}"] == pytest.approx(absolute[index], rel=1e-5)
+    assert np.mean([result[f"mae_{name}"] for name in COSMO_PARAMETERS]) == pytest.approx(result["mae"], rel=1e-5)
 
 
 def test_regression_custom_parameters_and_shape_check():
     evaluator = RegressionEvaluator(("a", "b"))
     evaluator.update(torch.tensor([[1.0, 2.0]]), torch.tensor([[2.0, 2.0]]))
-    assert evaluator.compute() == {"mse": 0.5, "mae": 0.5, "rel_error_a": 0.5, "rel_error_b": 0.0}
+    assert evaluator.compute() == {"mse": 0.5, "mae": 0.5, "mae_a": 1.0, "mae_b": 0.0,
+                                   "rel_error_a": 0.5, "rel_error_b": 0.0}
     with pytest.raises(UsageError, match=r"shape \(batch, 2\)"):
         evaluator.update(torch.zeros(3, 4), torch.zeros(3, 4))
 

@@ -278,3 +278,59 @@ def test_importing_the_factory_does_not_import_torch():
     code = "import sys, repro500.workloads.models as m; m.model_names(); print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_cosmoflow_covariance_head_sees_statistics_not_positions():
+    torch.manual_seed(0)
+    model = build_model("cosmoflow", crop_size=16, base_channels=4, depth=2, kernel_size=3,
+                        head="covariance", padding="circular", pool="avg", fc1_size=16, fc2_size=8)
+    volumes = torch.randn(6, 4, 16, 16, 16)
+    model.train()
+    model(volumes)  # one training batch sets the running statistics
+    model.eval()
+    out = model(volumes)
+    assert out.shape == (6, 4)
+    # a periodic box shifted by whole pooling cells is the same universe: same prediction
+    shifted = torch.roll(volumes, shifts=(4, -2, 6), dims=(2, 3, 4))
+    torch.testing.assert_close(model(shifted), out, rtol=1e-4, atol=1e-5)
+    # whereas the reference head reads positions
+    flat = build_model("cosmoflow", crop_size=16, base_channels=4, depth=2, kernel_size=3, padding="circular")
+    assert not torch.allclose(flat(shifted), flat(volumes), atol=1e-4)
+    # frozen convolutions: only the dense layers (and no buffer) are trained
+    frozen = build_model("cosmoflow", crop_size=16, base_channels=4, depth=2, kernel_size=3,
+                         head="covariance", freeze_convolutions=True)
+    trained = {name for name, p in frozen.named_parameters() if p.requires_grad}
+    assert trained and all(name.startswith("head.") for name in trained)
+    before = [p.clone() for p in frozen.convs.parameters()]
+    optimizer = torch.optim.Adam(frozen.parameters(), lr=0.1)
+    frozen(volumes).square().mean().backward()
+    optimizer.step()
+    assert all(torch.equal(a, b) for a, b in zip(before, frozen.convs.parameters(), strict=True))
+    with pytest.raises(UsageError, match="head 'gram' is not one of flatten, covariance"):
+        build_model("cosmoflow", crop_size=16, depth=2, head="gram")
+
+
+def test_running_whitening_decorrelates_with_training_statistics_only():
+    from repro500.workloads.models.cosmo_cnn import RunningWhitening
+
+    torch.manual_seed(0)
+    whiten = RunningWhitening(3, momentum=0.05, shrinkage=1e-6)
+    mix = torch.tensor([[1.0, 0.0, 0.0], [0.99, 0.14, 0.0], [2.0, 0.0, 0.5]])  # strongly correlated features
+    data = (torch.randn(4000, 3) @ mix.T) * torch.tensor([1.0, 10.0, 0.1]) + torch.tensor([5.0, -3.0, 0.0])
+    for batch in data.split(40):
+        whiten(batch)
+    assert int(whiten.batches) == 100
+    whiten.eval()
+    with torch.no_grad():
+        fresh = (torch.randn(4000, 3) @ mix.T) * torch.tensor([1.0, 10.0, 0.1]) + torch.tensor([5.0, -3.0, 0.0])
+        out = whiten(fresh)
+        torch.testing.assert_close(out.mean(dim=0), torch.zeros(3), atol=0.1, rtol=0)
+        torch.testing.assert_close(torch.cov(out.T), torch.eye(3), atol=0.15, rtol=0)
+        # evaluation leaves the statistics alone, and a sample's output does not depend on its batch
+        kept = whiten.running_cov.clone()
+        assert torch.equal(whiten(fresh[:1]), whiten(fresh[:50])[:1])
+        assert torch.equal(kept, whiten.running_cov)
+    # training: a batch moves the statistics by at most `momentum` of the way (BatchNorm would
+    # standardise it with its own mean: a lone sample would come out as zeros)
+    whiten.train()
+    assert whiten(data[:1] + 100.0).abs().max() > 1.0

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
-from repro500.data import h5files, handoff, normstats
+from repro500.data import cube, h5files, handoff, normstats
 from repro500.data.layout import (
     COSMO_PARAMS,
     EWA_CHANNELS,
@@ -114,12 +114,28 @@ class EwaDataset(Dataset):
         }
 
 
+COSMO_AUGMENTS = ("none", "symmetries")
+COSMO_STANDARDIZE = ("none", "log1p")
+STATS_UNIVERSES = 64  # training universes (their first crop each) behind ``standardize: log1p``
+COSMO_REFERENCE = ("MLPerf HPC CosmoFlow: N-body universes of 512^3 voxels in 4 redshift bins, "
+                   "trained on 128^3 crops")
+
+
 class CosmoDataset(Dataset):
     """CosmoFlow crops: (log1p(counts) [C, crop, crop, crop], unitPar [4]).
 
     Each universe is cut into ``(D // crop)^3`` non-overlapping crops (the real benchmark
     trains on 128^3 crops of 512^3 universes); every crop of a universe has its targets.
-    ``log1p`` is the normalisation of the MLPerf HPC CosmoFlow reference.
+    ``log1p`` is the normalisation of the MLPerf HPC CosmoFlow reference.  Params:
+
+    * ``augment: symmetries``: each training crop is returned in one of the 48 orientations of
+      a cube (cube.py), drawn from torch's generator (seeded per DataLoader worker); the
+      eval split is never augmented.
+    * ``standardize: log1p``: log1p(counts) minus its per-channel mean, over its per-channel
+      standard deviation, both from the *training* split of ``path`` (the first crop of up to
+      ``STATS_UNIVERSES`` evenly spaced training universes), so both splits share one
+      transform; the eval split needs the training files in its path (a directory with
+      ``train.h5`` and ``eval.h5``, or a list of both files) rather than a separate eval_path.
     """
 
     def __init__(self, path: h5files.PathSpec, split: str, params: dict[str, Any]) -> None:
@@ -133,10 +149,19 @@ class CosmoDataset(Dataset):
         crop = int(params.get("crop", min(d, 128)))
         if not 1 <= crop <= d:
             raise InvalidInput(f"crop {crop} does not fit volumes of {d}^3 voxels: use 1..{d}")
+        augment = str(params.get("augment", "none"))
+        standardize = str(params.get("standardize", "none"))
+        for name, value, choices in (("augment", augment, COSMO_AUGMENTS),
+                                     ("standardize", standardize, COSMO_STANDARDIZE)):
+            if value not in choices:
+                raise InvalidInput(f"cosmo {name} {value!r} is not one of {', '.join(choices)}")
         self.size, self.channels, self.crop = d, c, crop
         self.per_axis = d // crop
         self.crops_per_universe = self.per_axis**3
         self.files = h5files.LazyFiles(parts)
+        self.augment = augment == "symmetries" and split == "train"
+        self.shift: np.ndarray | None = None
+        self.scale: np.ndarray | None = None
         self.info = {
             "task": "regression",
             "num_classes": None,
@@ -146,24 +171,67 @@ class CosmoDataset(Dataset):
             "target_names": list(COSMO_PARAMS),
             "target_range": [-1.0, 1.0],
         }
+        # what the data is, for the run's records (the MLPerf log says how it differs from MLPerf's)
+        self.description = {
+            "universes": len(self.files), "volume": [d, d, d, c], "crop": crop,
+            "crops_per_universe": self.crops_per_universe, "augment": augment if self.augment else "none",
+            "standardize": standardize, "sources": _sources(parts), "reference": COSMO_REFERENCE,
+        }
+        if standardize == "log1p":
+            mean, std = self._training_stats(path, split, eval_fraction)
+            self.shift = mean.astype(np.float32).reshape(-1, 1, 1, 1)
+            self.scale = (1.0 / std).astype(np.float32).reshape(-1, 1, 1, 1)
+            self.info["input_mean"], self.info["input_std"] = mean.tolist(), std.tolist()
+
+    def _training_stats(self, path: h5files.PathSpec, split: str, eval_fraction: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per-channel mean and std of log1p(counts) over the training split's universes."""
+        try:
+            parts = h5files.select(path, "train", count=cosmo_samples, eval_fraction=eval_fraction)
+        except InvalidInput as err:
+            raise InvalidInput(
+                f"standardize: log1p takes its statistics from the training universes, and the {split} "
+                f"split's path has none ({err}); give dataset.path as a directory holding train.h5 and "
+                "eval.h5 (or a list of both files) instead of a separate eval_path"
+            ) from None
+        files = h5files.LazyFiles(parts)
+        moments = normstats.Moments()
+        try:
+            n = len(files)
+            for universe in np.unique(np.linspace(0, n - 1, num=min(n, STATS_UNIVERSES)).round().astype(int)):
+                moments.add(np.log1p(self._counts(files, int(universe), 0).astype(np.float32)), -1)
+        finally:
+            files.close()
+        mean, std = moments.mean_std()
+        return np.asarray(mean), normstats.safe_std(np.asarray(std))
+
+    def _counts(self, files: h5files.LazyFiles, universe: int, k: int) -> np.ndarray:
+        """Crop ``k`` of a universe: counts (crop, crop, crop, C), as stored."""
+        h5, j = files.locate(universe)
+        cz, cy, cx = np.unravel_index(k, (self.per_axis,) * 3)
+        c = self.crop
+        window = (slice(cz * c, cz * c + c), slice(cy * c, cy * c + c), slice(cx * c, cx * c + c))
+        with h5files.reading(h5.filename):
+            full = h5["full"]
+            return full[window] if full.ndim == 4 else full[(j, *window)]  # a real per-universe file
+
+    def _target(self, universe: int) -> np.ndarray:
+        h5, j = self.files.locate(universe)
+        with h5files.reading(h5.filename):
+            par = h5["unitPar"]
+            return np.asarray(par[()] if par.ndim == 1 else par[j], dtype=np.float32)
 
     def __len__(self) -> int:
         return len(self.files) * self.crops_per_universe
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         universe, k = divmod(index, self.crops_per_universe)
-        h5, j = self.files.locate(universe)
-        cz, cy, cx = np.unravel_index(k, (self.per_axis,) * 3)
-        c = self.crop
-        window = (slice(cz * c, cz * c + c), slice(cy * c, cy * c + c), slice(cx * c, cx * c + c))
-        with h5files.reading(h5.filename):
-            full, par = h5["full"], h5["unitPar"]
-            if full.ndim == 4:  # a real per-universe file
-                counts, target = full[window], par[()]
-            else:
-                counts, target = full[(j, *window)], par[j]
+        counts = self._counts(self.files, universe, k)
         volume = np.log1p(np.moveaxis(counts.astype(np.float32), -1, 0))
-        return torch.from_numpy(np.ascontiguousarray(volume)), torch.from_numpy(np.asarray(target, dtype=np.float32))
+        if self.shift is not None and self.scale is not None:
+            volume = (volume - self.shift) * self.scale
+        if self.augment:
+            volume = cube.symmetry(volume, int(torch.randint(cube.SYMMETRIES, ())))
+        return torch.from_numpy(np.ascontiguousarray(volume)), torch.from_numpy(self._target(universe))
 
 
 class ClassificationH5Dataset(Dataset):
@@ -243,6 +311,26 @@ class ClassificationH5Dataset(Dataset):
         state = self.__dict__.copy()
         state["_cache"] = None  # each worker reads its own copy instead of pickling it
         return state
+
+
+def _sources(parts: list[h5files.FilePart]) -> list[dict[str, Any]]:
+    """Where a split's samples come from: each generated data set once (its shards together),
+    with its generator, seed and parameters; files without them as real data."""
+    import json
+
+    sources: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        with h5files.reading(part.path), h5files.open_h5(part.path) as h5:
+            generator = h5.attrs.get("generator")
+            if generator is None:
+                entry = {"data": "files without generator attributes (real data)"}
+            else:
+                entry = {"generator": text(generator), "generator_version": int(h5.attrs.get("generator_version", 0)),
+                         "seed": int(h5.attrs.get("seed", 0)), "split": text(h5.attrs.get("split", "")),
+                         "params": json.loads(text(h5.attrs.get("params", "{}")))}
+        key = json.dumps(entry, sort_keys=True)
+        sources.setdefault(key, {**entry, "samples": 0})["samples"] += len(part)
+    return list(sources.values())
 
 
 def _class_names(path: Path, num_classes: int) -> list[str]:

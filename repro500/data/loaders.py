@@ -32,7 +32,7 @@ PARAMS = {  # the params each data set understands (docs/data.md)
     "cifar10": {"augment"},
     "imagefolder": {"size", "augment"},
     "ewa": {"eval_fraction"},
-    "cosmo": {"eval_fraction", "crop"},
+    "cosmo": {"eval_fraction", "crop", "augment", "standardize"},
 }
 
 

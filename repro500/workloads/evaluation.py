@@ -185,7 +185,10 @@ class DetectionEvaluator:
 
 
 class RegressionEvaluator:
-    """MSE and MAE over all parameters, and mean relative error per parameter.
+    """MSE and MAE over all parameters, and MAE and mean relative error per parameter.
+
+    ``mae_<param>`` is each parameter's share of ``mae`` (their mean is ``mae``): which
+    parameters a model has learned, e.g. CosmoFlow's n_s and H_0 apart from Omega_m and sigma_8.
 
     ``update(predictions, targets)``: tensors of shape (N, P) with P = len(param_names).
     ``rel_error_<param>`` is mean(|prediction - target| / |target|) (torchmetrics' MAPE,
@@ -204,6 +207,7 @@ class RegressionEvaluator:
         self._mse = MeanSquaredError(**common)
         self._mae = MeanAbsoluteError(**common)
         self._relative = [MeanAbsolutePercentageError(**common) for _ in self.param_names]
+        self._absolute = [MeanAbsoluteError(**common) for _ in self.param_names]
         self.samples = 0
 
     def update(self, outputs: Any, targets: Any) -> None:
@@ -218,13 +222,18 @@ class RegressionEvaluator:
         self._mae.update(preds, truth)
         for column, metric in enumerate(self._relative):
             metric.update(preds[:, column], truth[:, column])
+        for column, metric in enumerate(self._absolute):
+            metric.update(preds[:, column], truth[:, column])
         self.samples += preds.shape[0]
 
     def compute(self) -> dict[str, float | None]:
-        names = ["mse", "mae"] + [f"rel_error_{name}" for name in self.param_names]
+        names = (["mse", "mae"] + [f"mae_{name}" for name in self.param_names]
+                 + [f"rel_error_{name}" for name in self.param_names])
         if not self.samples:
             return dict.fromkeys(names)
         result = {"mse": _plain(self._mse.compute()), "mae": _plain(self._mae.compute())}
+        for name, metric in zip(self.param_names, self._absolute, strict=True):
+            result[f"mae_{name}"] = _plain(metric.compute())
         for name, metric in zip(self.param_names, self._relative, strict=True):
             result[f"rel_error_{name}"] = _plain(metric.compute())
         return result

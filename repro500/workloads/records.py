@@ -179,7 +179,31 @@ def mlperf_logger(spec: Any, out_dir: Path, seeds: seeding.Seeds, dist: Any) -> 
         target=spec.target,
         world_size=dist.world_size,
         accelerators_per_node=gpus,
+        hyperparameters=workload_records(spec),
     )
+
+
+def workload_records(spec: Any) -> dict[str, Any]:
+    """What the log says of the model and data beyond MLPerf's keys: repro500's workloads are
+    not MLPerf's reference (open division), so the log names what was trained, and how."""
+    from repro500.workloads.parts import dataset_ref
+
+    records: dict[str, Any] = {
+        "repro500_model": {"name": spec.model, "options": dict(spec.model_options)},
+        "repro500_dataset": {"name": dataset_ref(spec.dataset)[1], "params": dict(spec.dataset.get("params") or {})},
+    }
+    dropout = spec.model_options.get("dropout")
+    if dropout is not None:  # a key MLPerf's CosmoFlow rules know
+        records["dropout"] = float(dropout)
+    return records
+
+
+def log_data(mllog: Any, train_set: Any, eval_set: Any) -> None:
+    """``repro500_data``: each split's own account of its samples (a data set's ``description``:
+    e.g. the cosmo universes' size, generator and parameters, and the reference they stand for)."""
+    described = {split: getattr(ds, "description", None) for split, ds in (("train", train_set), ("eval", eval_set))}
+    if any(v is not None for v in described.values()):
+        mllog.event("repro500_data", described)
 
 
 class RepeatFiles:

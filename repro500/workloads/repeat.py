@@ -66,6 +66,7 @@ class Repeat:
         self.labels, self.labels_why = sampling.dataset_labels(self.train_loader.dataset)
         if self.mllog:
             self.mllog.log_samples(len(self.train_loader.dataset), len(self.eval_loader.dataset))
+            records.log_data(self.mllog, self.train_loader.dataset, self.eval_loader.dataset)
         self.model = blocks.build_model(spec, self.info).to(self.device)
         self.comm = collectives.for_engine(dist.engine, dist.world_size, spec.sync, dist.rank)
         compressor = records.compressor_spec(spec.compressor, self.seeds)
