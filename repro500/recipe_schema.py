@@ -70,6 +70,9 @@ FIXED_SCHEMA: dict[str, Any] = {
     "epochs": int,
     "valid_flops_exponent": int,
     "mlperf_benchmark": (str, type(None)),
+    # a recipe that is not MLPerf's reference benchmark (another model, optimizer or data) says so:
+    # its logs and `repro500 export mlperf` are then open division even when run as it is
+    "mlperf_division": ["closed", "open"],
     "evaluate": (str, type(None)),  # evaluator: registered name or module:callable (docs/workloads.md)
     # a command workload (docs/command.md)
     "command": (list, str),  # a string is split as a POSIX shell splits words
@@ -134,7 +137,7 @@ REQUIRED_FIXED = ("workload", "model", "dataset", "target", "epochs")
 REQUIRED_COMMAND = ("command",)
 # Keys only a trained workload has, and keys only a command has: naming one in the other kind of
 # recipe is a mistake worth one sentence, not a silently ignored key.
-TRAINED_ONLY = ("model", "model_options", "dataset", "epochs", "valid_flops_exponent", "mlperf_benchmark", "evaluate")
+TRAINED_ONLY = ("model", "model_options", "dataset", "epochs", "valid_flops_exponent", "mlperf_benchmark", "mlperf_division", "evaluate")
 COMMAND_ONLY = ("command", "workdir", "timeout_s", "outputs", "env", "inputs", "observe_inputs", "inputs_budget_mb",
                 "inputs_budget_s")
 

@@ -212,6 +212,21 @@ def test_closed_run_gets_the_closed_rules_and_the_rcp_checker(tmp_path):
     assert "not accepted by package_checker and result_summarizer" in result.stderr
 
 
+def test_a_recipe_that_declares_the_open_division_exports_open_when_run_as_it_is(tmp_path):
+    run_dir = _tiny_run(tmp_path, "declared", repeats=1, open_division=False, fixed__dataset__params=SMALL_DATA,
+                        fixed__mlperf_division="open", mutable__optimizer={"name": "adam", "lr": 0.01})
+    assert json.loads((run_dir / "run.json").read_text())["open_division"] is False  # nothing was overridden
+    log = (run_dir / "repeats/0/mllog.txt").read_text()
+    # the log says what the recipe declares, and records no SGD momentum Adam never used
+    assert '"submission_division", "value": "open"' in log and "opt_momentum" not in log
+    tree = export_tree(run_dir, tmp_path / "sub")
+    assert tree.division == "open"
+    note = json.loads((tmp_path / "sub/repro500-export.json").read_text())
+    assert note["division_reason"].startswith("its recipe declares fixed.mlperf_division: open")
+    with pytest.raises(InvalidInput, match="mlperf_division"):
+        _tiny_run(tmp_path, "bad", repeats=1, open_division=False, fixed__mlperf_division="half-open")
+
+
 @pytest.mark.slow
 def test_cosmoflow_goes_under_strong_scaling_and_only_mlperf_hpc_quality_is_missing(tmp_path, monkeypatch):
     """Ten repeats (HPC's count) of experiments/cosmoflow_cpu.yaml shrunk to tiny universes."""

@@ -408,3 +408,41 @@ def test_run_stop_before_the_run_started_writes_nothing(tmp_path):
         mll.run_stop(False)  # what an error handler does: harmless here
         raise ValueError("bad data")
     assert "run_stop" not in [r["key"] for r in _records(log)]
+
+
+class _Run:
+    """What verify/mlperf.py reads of a run: its completed repeats and their files."""
+
+    def __init__(self, root: Path, completed: list[int]):
+        self.path, self.completed = root, completed
+
+    def repeat_file(self, k: int, name: str) -> Path:
+        return self.path / "repeats" / str(k) / name
+
+
+def test_verify_names_the_ruleset_and_quotes_the_checker_for_a_failing_repeat(tmp_path):
+    from repro500.verify.mlperf import check_mlperf
+
+    for k, evals in enumerate([[0.31, 0.118], [0.31, 0.2], [0.3, 0.11]]):
+        (tmp_path / f"repeats/{k}").mkdir(parents=True)
+        _simulate(tmp_path / f"repeats/{k}/mllog.txt", "cosmoflow", evals, "success", staging=True)
+    verdict = check_mlperf(_Run(tmp_path, [0, 1, 2]))
+    assert (verdict.status, verdict.usage, verdict.ruleset, verdict.benchmark) == ("WARN", "hpc", "3.0.0", "cosmoflow")
+    assert verdict.reason.startswith("1 of 3 repeat log(s) fail MLPerf hpc 3.0.0 (cosmoflow)'s compliance checker; "
+                                     "repeat 1: ")
+    assert "v['value'] <= 0.124" in verdict.reason and "Traceback" not in verdict.reason
+    assert [verdict.repeats[k]["passed"] for k in "012"] == [True, False, True]
+    # a repeat that did not finish is not judged; a run with no MLPerf logs has no section
+    assert check_mlperf(_Run(tmp_path, [0, 2])).status == "OK"
+    assert "all 2 repeat log(s) pass MLPerf hpc 3.0.0" in check_mlperf(_Run(tmp_path, [0, 2])).reason
+    assert check_mlperf(_Run(tmp_path / "none", [0])) is None
+
+
+def test_verify_says_why_a_log_without_mlperf_rules_is_not_judged(tmp_path):
+    from repro500.verify.mlperf import check_mlperf
+
+    (tmp_path / "repeats/0").mkdir(parents=True)
+    (tmp_path / "repeats/0/mllog.txt").write_text(
+        ':::MLLOG {"key": "submission_benchmark", "value": "deepcam_like", "namespace": "", "time_ms": 1}\n')
+    verdict = check_mlperf(_Run(tmp_path, [0]))
+    assert verdict.status == "SKIPPED" and "MLPerf has no compliance rules for benchmark 'deepcam_like'" in verdict.reason

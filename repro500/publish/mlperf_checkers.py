@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from repro500.publish.mlperf_export import ExportedTree, logged_value
+from repro500.workloads.mlperf_check import problems
 
 _TIMEOUT_S = 300.0
 
@@ -48,23 +49,6 @@ def _run_tool(module: str, args: list[str], cwd: Path, copy: Path,
     return done
 
 
-def _problems(text: str, limit: int = 3) -> str:
-    """The checker's own ERROR lines first, then the rules its compliance reports say failed."""
-    errors: list[str] = []
-    rules: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("ERROR - ") and line[len("ERROR - "):].strip() not in errors:
-            errors.append(line[len("ERROR - "):].strip())
-            continue
-        line = line.removeprefix("WARNING - ").strip()  # a compliance report's first line carries it
-        if line.startswith(("Failed checks for", "Required ")) and line not in rules:
-            rules.append(line)
-    seen = errors + rules
-    shown = "; ".join(seen[:limit])
-    return shown + (f" (and {len(seen) - limit} more)" if len(seen) > limit else "")
-
-
 def package_check(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
     log = work / "package_checker.log"
     done = _run_tool("package_checker", [str(copy), tree.usage, tree.ruleset, "--log_output", str(log)],
@@ -76,7 +60,7 @@ def package_check(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
     if "PACKAGE CHECKER FOUND NO ERRORS, SUCCESS" in text:
         return CheckOutcome("package_checker", True, "package_checker: PACKAGE CHECKER FOUND NO ERRORS, SUCCESS !")
     return CheckOutcome("package_checker", False,
-                        f"package_checker: PACKAGE CHECKER FOUND ERRORS: {_problems(text) or 'see its log'}")
+                        f"package_checker: PACKAGE CHECKER FOUND ERRORS: {problems(text) or 'see its log'}")
 
 
 def summarize(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:

@@ -279,10 +279,14 @@ def export_tree(
         if _slug(name) != name:
             raise UsageError(f"{what} name {name!r} must be letters, digits and '_' only (it names files "
                              f"and folders), e.g. {_slug(name)!r}")
-    open_division = bool(meta.get("open_division"))
-    division = "open" if open_division else "closed"
-    reason = ("the run overrode fixed keys of its recipe (--open-division)" if open_division
-              else "the run kept its recipe's benchmark definition (no fixed or acceptance key overridden)")
+    from repro500.recipe import from_run_dir
+
+    declared = from_run_dir(root).fixed.get("mlperf_division")
+    division = "open" if meta.get("open_division") or declared == "open" else "closed"
+    reason = ("the run overrode fixed keys of its recipe (--open-division)" if meta.get("open_division")
+              else "its recipe declares fixed.mlperf_division: open (not MLPerf's reference benchmark)"
+              if declared == "open" else
+              "the run kept its recipe's benchmark definition (no fixed or acceptance key overridden)")
     progress(f"division {division}: {reason}")
 
     results_dir = Path("results", system, *(["strong"] if usage == "hpc" else []), benchmark)

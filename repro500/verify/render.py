@@ -208,6 +208,9 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
     s = verdict.sampling
     if s is not None:
         console.print(f"[bold]Sampling[/]  {_status(s.status)} {s.reason}", highlight=False)
+    m = verdict.mlperf
+    if m is not None:
+        console.print(f"[bold]MLPerf[/]  {_status(m.status)} {m.reason}", highlight=False)
     r = verdict.exact_replay
     if r is not None:
         state = ("[bold green]exact[/]" if r.exact else

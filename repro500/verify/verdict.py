@@ -66,6 +66,7 @@ from repro500.verify.provenance import ProvenanceResult, provenance_diff
 from repro500.verify.reference import Reference, load_reference
 from repro500.verify.render import render  # noqa: F401 - part of this module's interface
 from repro500.verify.rundir import RunData
+from repro500.verify.mlperf import check_mlperf
 from repro500.verify.sampling import check_sampling
 from repro500.verify.stats import describe
 from repro500.verify.timing import TimingResult, check_time_to_train
@@ -102,6 +103,7 @@ class Verdict:
     design: dict[str, Any] | None = None  # a sequential run's design and the look it stopped at
     variance: list[Any] | None = None  # a factorial run's decomposition (verify/variance.py)
     sampling: Any = None  # sampling bias per repeat (verify/sampling.py): OK, WARN, or None when not recorded
+    mlperf: Any = None  # the repeats' MLPerf logs under MLPerf's compliance checker (verify/mlperf.py)
     gains: dict[str, Any] | None = None  # throughput and Valid FLOPS against a reference run (verify/gains.py)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
@@ -137,7 +139,7 @@ class Verdict:
             "provenance": section(self.provenance), "valid_flops": section(self.valid_flops),
             "exact_replay": section(self.exact_replay), "design": self.design,
             "variance": None if self.variance is None else [v.to_dict() for v in self.variance],
-            "sampling": section(self.sampling), "gains": self.gains,
+            "sampling": section(self.sampling), "mlperf": section(self.mlperf), "gains": self.gains,
         }
         return _clean(doc)
 
@@ -247,6 +249,7 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
     verdict.determinism = check_determinism(run)
     verdict.valid_flops = valid_flops(run, alpha)
     verdict.sampling = check_sampling(run.repeats)
+    verdict.mlperf = check_mlperf(run)
     repeat_docs = [run.repeats[k] for k in sorted(run.repeats)]
     if ref is not None:
         compare = history.compare if in_history else equivalence.compare

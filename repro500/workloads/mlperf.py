@@ -127,7 +127,8 @@ class OptimizerInfo:
             boundaries = list(range(every, int(epochs), every))
         elif kind == "cosine":
             end_lr = base_lr * float(schedule.get("min_lr", 0.0))  # min_lr is a fraction of lr
-        momentum = optimizer.get("momentum")
+        # momentum is SGD's: Adam's betas are not a momentum MLPerf's opt_momentum would describe
+        momentum = optimizer.get("momentum") if optimizer.get("name", "sgd") == "sgd" else None
         return cls(
             name=str(optimizer.get("name", "sgd")),
             base_lr=base_lr,

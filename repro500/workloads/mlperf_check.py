@@ -133,3 +133,21 @@ def check_compliance(
         ruleset=ruleset,
         output=output,
     )
+
+
+def problems(text: str, limit: int = 3) -> str:
+    """A checker report in one clause: its own ERROR lines first, then the rules its compliance
+    reports say failed (the report's INFO lines are for people reading the whole log)."""
+    errors: list[str] = []
+    rules: list[str] = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("ERROR - ") and line[len("ERROR - "):].strip() not in errors:
+            errors.append(line[len("ERROR - "):].strip())
+            continue
+        line = line.removeprefix("WARNING - ").strip()  # a compliance report's first line carries it
+        if line.startswith(("Failed checks for", "Required ")) and line not in rules:
+            rules.append(line)
+    seen = errors + rules
+    shown = "; ".join(seen[:limit])
+    return shown + (f" (and {len(seen) - limit} more)" if len(seen) > limit else "")

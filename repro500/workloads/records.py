@@ -170,6 +170,7 @@ def mlperf_logger(spec: Any, out_dir: Path, seeds: seeding.Seeds, dist: Any) -> 
     return MLPerfLogger(
         out_dir / layout.MLLOG,
         benchmark=spec.mlperf_benchmark or BENCHMARK_FOR_TASK[spec.workload],
+        division=spec.mlperf_division,
         seed=seeds.torch,
         global_batch_size=spec.batch_size * dist.world_size,
         gradient_accumulation_steps=spec.batch_size // (spec.micro_batch_size or spec.batch_size),

@@ -49,6 +49,7 @@ class TrainSpec:
     model_options: dict[str, Any] = field(default_factory=dict)
     valid_flops_exponent: int = 5
     mlperf_benchmark: str | None = None
+    mlperf_division: str = "open"
     batch_size: int = 64
     eval_batch_size: int = 256
     optimizer: dict[str, Any] = field(default_factory=lambda: {"name": "sgd", "lr": 0.1})
