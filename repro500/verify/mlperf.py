@@ -28,7 +28,12 @@ class MlperfResult:
 
 def check_mlperf(run: Any) -> MlperfResult | None:
     """None when no finished repeat wrote an MLPerf log (a command, a system workload)."""
-    from repro500.workloads.mlperf_check import check_compliance, logged_benchmark, problems, resolve_rules
+    from repro500.workloads.mlperf_check import (
+        check_compliance,
+        logged_benchmark,
+        problems,
+        resolve_rules,
+    )
 
     logs = {k: run.repeat_file(k, layout.MLLOG) for k in run.completed}
     logs = {k: path for k, path in logs.items() if path.is_file() and not path.is_symlink()}

@@ -62,11 +62,11 @@ from repro500.verify.equivalence import EquivalenceResult
 from repro500.verify.flops import FlopsResult, valid_flops
 from repro500.verify.gains import compare_gains
 from repro500.verify.integrity import IntegrityResult
+from repro500.verify.mlperf import check_mlperf
 from repro500.verify.provenance import ProvenanceResult, provenance_diff
 from repro500.verify.reference import Reference, load_reference
 from repro500.verify.render import render  # noqa: F401 - part of this module's interface
 from repro500.verify.rundir import RunData
-from repro500.verify.mlperf import check_mlperf
 from repro500.verify.sampling import check_sampling
 from repro500.verify.stats import describe
 from repro500.verify.timing import TimingResult, check_time_to_train
