@@ -12,7 +12,6 @@ reruns exactly the missing repeats with the same seeds.
 
 from __future__ import annotations
 
-import json
 import traceback
 from concurrent.futures import Future
 from contextlib import suppress
@@ -347,21 +346,11 @@ class Session:
             self.tracking.kill(k, reason)
 
     def _record_rank_map(self, k: int, out: Path) -> None:
-        """Repeat k's rank -> host / device map, known only once the ranks have started (after the
-        manifest was digested), goes into run.json (docs/distributed.md)."""
-        from repro500.workloads.engines.ranks import rank_map
+        """Known only once the ranks have started (after the manifest was digested)."""
+        from repro500.workloads.engines.ranks import record_rank_map
 
-        path = out / layout.RANKS
-        if not path.is_file():
-            return
-        try:
-            ranks = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
-            return
-        record = self.meta.setdefault("distributed", {})
-        record["backend"] = ranks.get("backend")
-        record.setdefault("rank_maps", {})[str(k)] = rank_map(ranks, self.plan.device)
-        self.run.write_meta(self.meta)
+        if record_rank_map(self.meta, out / layout.RANKS, k, self.plan.device):
+            self.run.write_meta(self.meta)
 
     # ----- closing ----------------------------------------------------------------------------
     def _table(self, summaries: dict[int, dict[str, Any]]) -> None:

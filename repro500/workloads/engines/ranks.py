@@ -3,7 +3,9 @@ manifest) and the map the ranks reported once started (recorded in ``run.json``)
 
 from __future__ import annotations
 
+import json
 import socket
+from pathlib import Path
 from typing import Any
 
 
@@ -49,3 +51,19 @@ def rank_map(ranks: dict[str, Any], device: str) -> list[dict[str, Any]]:
             entry["gpu"] = gpus[index].get("name")
         out.append(entry)
     return out
+
+
+def record_rank_map(meta: dict[str, Any], ranks_file: Path, k: int, device: str) -> bool:
+    """Put repeat *k*'s rank -> host / device map from its ``ranks.json`` into the run's ``meta``
+    (run.json's ``distributed``, docs/distributed.md); False when the repeat wrote none or it
+    cannot be read (a single-process repeat)."""
+    if not ranks_file.is_file():
+        return False
+    try:
+        ranks = json.loads(ranks_file.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    record = meta.setdefault("distributed", {})
+    record["backend"] = ranks.get("backend")
+    record.setdefault("rank_maps", {})[str(k)] = rank_map(ranks, device)
+    return True
