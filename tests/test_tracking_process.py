@@ -134,3 +134,35 @@ def test_an_error_in_the_logging_process_comes_back_as_one_sentence(tmp_path, mo
     finally:
         tracker.close()
     assert not tracker.alive
+
+
+def test_ctrl_c_while_the_last_records_land_ends_the_parent_killed_not_running(tmp_path):
+    # A real SIGINT reaches the run while it waits for the sealed run's upload, the parent's last record.
+    script = textwrap.dedent(f"""
+        import json, os, signal, sys, time
+        from repro500 import tracking_process
+        from repro500.runner import RunOptions, run
+        call = tracking_process.ProcessTracker._call
+        def slow(self, name, *args, **kwargs):
+            if name == "log_sealed":
+                time.sleep(0.3)  # the run is waiting in Tracking.close by now
+                os.kill(os.getpid(), signal.SIGINT)
+            return call(self, name, *args, **kwargs)
+        tracking_process.ProcessTracker._call = slow
+        outcome = run(RunOptions(adhoc={_command("print('Acc 0.9')", repeats=1)!r}, run_id="r"))
+        print(json.dumps({{"exit": outcome.exit_code}}))
+    """)
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'store.db'}")
+    env.pop("REPRO500_MLFLOW_PROCESS", None)
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1])["exit"] == 130
+    assert "Interrupted while MLflow's last records were written; the run is complete" in " ".join(done.stdout.split())
+    from mlflow.tracking import MlflowClient
+
+    meta = json.loads((tmp_path / "runs/r/run.json").read_text())
+    assert meta["status"] == "completed"
+    client = MlflowClient(env["MLFLOW_TRACKING_URI"])
+    assert client.get_run(meta["mlflow"]["parent_run_id"]).info.status == "KILLED"
+    assert client.get_run(meta["mlflow"]["repeat_run_ids"]["0"]).info.status == "FINISHED"

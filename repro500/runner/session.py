@@ -72,6 +72,8 @@ class Session:
             return self._stages()
         except KeyboardInterrupt:
             if self.meta.get("status") == "completed":  # only MLflow's last records were still being written
+                with suppress(Exception):
+                    self._close_tracking("KILLED")  # ended KILLED, not left RUNNING (a no-op once closing)
                 self.console.print(f"[yellow]Interrupted[/] while MLflow's last records were written; the run is "
                                    f"complete: repro500 verify {self.run}")
                 return RunOutcome(self.run.path, EXIT_INTERRUPTED)

@@ -300,17 +300,23 @@ class Tracking:
             return
         self.ended = True
         self._queue(lambda: self.tracker.end_parent(status, **logged))
-        drained = False
+        drained = interrupted = False
         try:
             drained = self._worker.drain(timeout_s)
             if drained and self.error is not None:
                 self._terminate_after_failure(status)
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
         finally:
             self._worker.stop()
             closing = getattr(self.tracker, "close", None)  # the MLflow process (tracking_process)
             if closing is not None:
                 closing(timeout_s=10.0 if drained else 0)
             shutil.rmtree(self._scratch, ignore_errors=True)
+            if interrupted:  # Ctrl-C while the last records were landing: the parent must not stay RUNNING
+                with suppress(Exception):
+                    self._terminate_after_failure("KILLED")
         self.check()
 
     def _terminate_after_failure(self, status: str) -> None:
