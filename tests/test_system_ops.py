@@ -151,7 +151,8 @@ def test_ops_is_a_run_directory_verified_against_another_machines_ops(tmp_path):
 @pytest.mark.slow
 def test_an_operator_beyond_its_tolerance_fails_the_verdict_by_name(tmp_path):
     done = repro500("ops", "--op", "matmul", "--dtype", "fp32", "--sizes", "tiny", "--tolerance", "matmul=0.001",
-                    "--budget-s", "0.01", "--threads", "1", "--no-tracking", "--run-id", "f", cwd=tmp_path)
+                    "--budget-s", "0.01", "--threads", "1", "--device", "cpu", "--no-tracking", "--run-id", "f",
+                    cwd=tmp_path)  # --device cpu: auto would pick a GPU where there is one
     assert done.returncode == 1, done.stdout + done.stderr
     verdict = json.loads((tmp_path / "runs" / "f" / "verdict.json").read_text())
     assert verdict["status"] == "FAIL"
@@ -164,7 +165,7 @@ def test_an_operator_beyond_its_tolerance_fails_the_verdict_by_name(tmp_path):
 @pytest.mark.slow
 def test_the_all_reduce_runs_on_two_gloo_ranks(tmp_path):
     done = repro500("ops", "--op", "allreduce", "--sizes", "tiny", "--nproc", "2", "--budget-s", "0.01", "-n", "2",
-                    "--no-tracking", "--run-id", "ar", cwd=tmp_path)
+                    "--device", "cpu", "--no-tracking", "--run-id", "ar", cwd=tmp_path)
     assert done.returncode in (0, 3), done.stdout + done.stderr  # 2 repeats: zero-variance bands decide
     record = json.loads((tmp_path / "runs" / "ar" / "repeats" / "0" / "system.json").read_text())
     fp32 = [c for c in record["cases"] if c["id"].startswith("allreduce.fp32.cpu.")]
@@ -180,7 +181,8 @@ def test_a_dtype_an_operator_has_no_kernel_for_is_refused_when_asked_for_by_name
 
     if not ext.load_native():
         pytest.skip(f"the C++ operators do not build here ({ext.native_error()})")
-    done = repro500("ops", "--op", "dequantize", "--dtype", "bf16", "--sizes", "tiny", "--no-tracking", cwd=tmp_path)
+    done = repro500("ops", "--op", "dequantize", "--dtype", "bf16", "--sizes", "tiny", "--device", "cpu",
+                    "--no-tracking", cwd=tmp_path)
     assert done.returncode == 4
     assert done.stderr.strip().splitlines() == [
         "repro500: error: dequantize has no bf16 kernel on cpu (repro500::stochastic_dequantize needs float32 or "
