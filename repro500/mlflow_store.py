@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -234,6 +235,11 @@ def check_usable(uri: str | None = None) -> str:
     import urllib.error
     import urllib.request
 
+    import importlib.util
+
+    if importlib.util.find_spec("mlflow") is None:  # found, not imported: the logging process imports it
+        raise InvalidInput(f"MLflow is not installed in this Python ({sys.executable}): pip install mlflow, "
+                           "or run with --no-tracking")
     uri = uri or tracking_uri()
     unreachable = (f"MLflow tracking store {safe_uri(uri)} is unreachable ({{}}); check MLFLOW_TRACKING_URI "
                    "or run with --no-tracking")

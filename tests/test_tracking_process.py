@@ -166,3 +166,20 @@ def test_ctrl_c_while_the_last_records_land_ends_the_parent_killed_not_running(t
     client = MlflowClient(env["MLFLOW_TRACKING_URI"])
     assert client.get_run(meta["mlflow"]["parent_run_id"]).info.status == "KILLED"
     assert client.get_run(meta["mlflow"]["repeat_run_ids"]["0"]).info.status == "FINISHED"
+
+
+def test_a_python_without_mlflow_is_told_before_anything_is_written(tmp_path, monkeypatch):
+    import importlib.util
+
+    from repro500 import tracking_process
+    from repro500.errors import InvalidInput
+    from repro500.runner import RunOptions, run
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else found(name, *a))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'store.db'}")
+    with pytest.raises(InvalidInput, match=r"MLflow is not installed in this Python \(.*\): pip install mlflow, "
+                                           r"or run with --no-tracking"):
+        run(RunOptions(adhoc=_command("print('Acc 0.9')"), run_id="r"))
+    assert list(tmp_path.iterdir()) == [] and tracking_process._warm is None
