@@ -232,10 +232,9 @@ def check_usable(uri: str | None = None) -> str:
     SQLite file (its directory writable, the file a SQLite database or new) or an HTTP server
     that answers MLflow's ``/health``.  Other stores get the full check (a database server: one
     quick connection first).  Returns the URI."""
+    import importlib.util
     import urllib.error
     import urllib.request
-
-    import importlib.util
 
     if importlib.util.find_spec("mlflow") is None:  # found, not imported: the logging process imports it
         raise InvalidInput(f"MLflow is not installed in this Python ({sys.executable}): pip install mlflow, "
