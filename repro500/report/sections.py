@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from repro500.report import plots, series
+from repro500.report import plots, plots_distributed, series
 from repro500.report.html import (
     Markup,
     badge,
@@ -248,7 +248,7 @@ def wire(view: RunView) -> Markup:
              size_bytes(t["bytes_sent_total"]),
              "-" if t["compression_ratio_mean"] is None else f"{t['compression_ratio_mean']:.3g}x"] for t in totals]
     return section(
-        "wire", "Bytes on the wire", image(plots.wire(curves), "bytes on the wire per step"),
+        "wire", "Bytes on the wire", image(plots_distributed.wire(curves), "bytes on the wire per step"),
         caption("Per rank and step, as the communicator counts them (solid: sent, dashed: received). The "
                 "compression ratio compares with a plain ring allreduce of the same tensors."),
         table(["repeat", "steps", "sent per step", "received per step", "sent in total", "compression ratio (mean)"],
@@ -267,7 +267,7 @@ def scaling(view: RunView) -> Markup:
     rows = [[num(p["p"]), _ms(p["step_time_s"]), pct(p.get("efficiency"), 1)] for p in model.predictions]
     measured = [[num(m["p"]), _ms(m["step_time_s"]), pct(m.get("efficiency"), 1)] for m in model.measured]
     params = [(str(k), num(v) if not isinstance(v, (dict, list)) else "…") for k, v in _d(doc.get("model")).items()]
-    parts = [image(plots.scaling(model.predictions, model.measured), "scaling model prediction vs measurement"),
+    parts = [image(plots_distributed.scaling(model.predictions, model.measured), "scaling model prediction vs measurement"),
              caption("Lines: the alpha-beta model's prediction (derived/scaling.json, written by repro500 model; "
                      "derived/ is a view and not covered by SHA256SUMS). Crosses: measured step times."
                      + ("" if model.measured else " No measurement is recorded in the model file."))]
