@@ -183,3 +183,35 @@ def test_a_python_without_mlflow_is_told_before_anything_is_written(tmp_path, mo
                                            r"or run with --no-tracking"):
         run(RunOptions(adhoc=_command("print('Acc 0.9')"), run_id="r"))
     assert list(tmp_path.iterdir()) == [] and tracking_process._warm is None
+
+
+def test_a_resume_into_another_store_holds_every_repeat(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from repro500.errors import ReproError
+    from repro500.runner import RunOptions, run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REPRO500_MLFLOW_PROCESS", raising=False)
+    # repeat 1 fails the first time only: the first attempt finishes repeat 0 in store A
+    count = tmp_path / "attempts"
+    code = (f"import pathlib, sys; p = pathlib.Path({str(count)!r}); n = int(p.read_text()) if p.exists() else 0; "
+            "p.write_text(str(n + 1)); print('Acc 0.%d' % (9 - n)); sys.exit(1 if n == 1 else 0)")
+    first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", first)
+    with pytest.raises(ReproError):
+        run(RunOptions(adhoc=_command(code), run_id="r"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", second)  # the resume logs to another store
+    assert run(RunOptions(resume="runs/r")).exit_code in (0, 3)  # 3: two spread values decide no band
+    meta = json.loads((tmp_path / "runs/r/run.json").read_text())
+    assert meta["mlflow"]["tracking_uri"] == second and sorted(meta["mlflow"]["repeat_run_ids"]) == ["0", "1"]
+    client = MlflowClient(second)
+    parent = client.get_run(meta["mlflow"]["parent_run_id"])
+    assert parent.info.status == "FINISHED"
+    repeats = {k: client.get_run(i) for k, i in meta["mlflow"]["repeat_run_ids"].items()}
+    # repeat 0 came from the first attempt's files, with its metric, artifacts and parent
+    assert repeats["0"].data.metrics["accuracy"] == pytest.approx(0.9) and repeats["1"].data.metrics["accuracy"] == \
+        pytest.approx(0.7)
+    assert all(r.info.status == "FINISHED" and r.data.tags["mlflow.parentRunId"] == parent.info.run_id
+               for r in repeats.values())
+    assert "summary.json" in [a.path for a in client.list_artifacts(repeats["0"].info.run_id)]

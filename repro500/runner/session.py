@@ -168,7 +168,8 @@ class Session:
         recorded = (self.meta.get("mlflow") or {}).get("experiment")
         self.tracking = Tracking(self.experiment or recorded or f"repro500/{self.recipe.name}",
                                  mlflow_store.tracking_uri(), self.artifacts)
-        self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name, str(self.run.path.resolve()))
+        if self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name, str(self.run.path.resolve())):
+            self.tracking.replay(self.run, self.recipe.repeats, self.meta["run_id"], self.recipe.flat_params())
 
     def _sync(self, k: int) -> None:
         """After repeat k: the manifest and chain (first time), k's link, what MLflow has so far,

@@ -160,11 +160,13 @@ class Tracking:
         self.check()
 
     # ----- what the runner records ----------------------------------------------------------------
-    def open(self, plan: Plan, meta: dict[str, Any], run_id: str, source_name: str, run_dir: str = "") -> None:
-        """Resume the recorded parent when the run is resumed against the same store; else start one
-        (its manifest-derived tags and artifacts follow with :meth:`describe`)."""
+    def open(self, plan: Plan, meta: dict[str, Any], run_id: str, source_name: str, run_dir: str = "") -> bool:
+        r"""Resume the recorded parent when the run is resumed against the same store; else start one
+        (its manifest-derived tags and artifacts follow with :meth:`describe`).  True when an earlier
+        attempt logged to another store: its finished repeats are then :meth:`replay`\ ed here."""
         previous = dict(meta.get("mlflow") or {})
         self._queue(self._open, plan, previous, run_id, source_name, run_dir)
+        return bool(previous.get("parent_run_id")) and previous.get("tracking_uri") != mlflow_store.safe_uri(self.uri)
 
     def _open(self, plan: Plan, previous: dict[str, Any], run_id: str, source_name: str, run_dir: str) -> None:
         tags = parent_tags(plan, run_id, source_name, run_dir)
@@ -181,6 +183,23 @@ class Tracking:
         if plan.engine != "command":  # a command exchanges no gradients of repro500's
             params.update(compressor_params(plan.compressor))
         self.parent_id = self.tracker.start_parent(run_id, params, tags)
+
+    def replay(self, run: Any, planned: int, run_id: str, params: dict[str, str]) -> None:
+        """The repeats an earlier attempt finished, from their files, into this store: the records
+        their own runs would have got, so a resume into another store holds every repeat."""
+        from repro500 import rundir as layout
+
+        for k, summary in sorted(run.summaries(planned, finished_only=True).items()):
+            self.start_repeat(k, int((summary.get("seeds") or {}).get("torch") or 0), run_id, params)
+            steps: list[dict[str, Any]] = []
+            for record in layout.metric_records(run.repeat(k) / layout.METRICS)[0]:
+                if record.get("kind") == "step":
+                    steps.append(record)
+                elif record.get("kind") == "epoch" and record.get("epoch") is not None:
+                    self.log_epoch(k, record, steps)
+                    steps = []
+            self.end_repeat(k, summary, run.repeat_artifacts(k), "FINISHED" if summary.get("status") != "failed"
+                            else "FAILED")
 
     def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:
         """The parent's manifest tags and artifacts, once the manifest is written (beside repeat 0)."""
