@@ -255,3 +255,19 @@ def test_cosmoflow_goes_under_strong_scaling_and_only_mlperf_hpc_quality_is_miss
                        "be accepted; Failed checks for eval_error : v['value'] <= 0.124 and v['value'] > 0."), checker
     assert "rcp_checker (hpc 3.0.0): not run, no RCP for batch size 4 (cosmoflow RCPs cover batch sizes 32 to 1024)" \
         in result.stdout
+
+
+def test_the_report_shows_what_mlperfs_checker_said_of_each_repeat(open_run, tmp_path):
+    from repro500.verify.verdict import verify_run, write_verdict
+
+    verdict = verify_run(open_run)
+    assert verdict.mlperf.status == "OK" and verdict.mlperf.ruleset == "4.0.0"
+    copy = tmp_path / "run"
+    shutil.copytree(open_run, copy)  # the module's run stays as the other tests expect it
+    write_verdict(verdict, copy)
+    done = CliRunner().invoke(cli.cli, ["report", str(copy), "--out", str(tmp_path / "r.html")])
+    assert done.exit_code == 0, done.output
+    html = (tmp_path / "r.html").read_text()
+    assert ("<h3>MLPerf compliance</h3><p><span class=\"badge muted\">OK</span> all 2 repeat log(s) pass MLPerf "
+            "training 4.0.0 (resnet)&#x27;s compliance checker</p>") in html
+    assert html.count('<td class="nw">yes</td>') >= 2  # each repeat's log accepted

@@ -1,5 +1,5 @@
 """The report's "Verdict details": one block per part of verdict.json (integrity, bands,
-statistics, equivalence, time-to-train, determinism, exact replay, Valid FLOPS), malformed fields shown as
+statistics, equivalence, time-to-train, determinism, exact replay, Valid FLOPS, MLPerf compliance), malformed fields shown as
 missing (:func:`repro500.report.sections._d` / ``_l``)."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def verdict_sections(verdict: VerdictView) -> Markup:
         parts.append(note("a run that does not match its SHA256SUMS is not analysed further: obtain an untouched copy"))
         return section("verdict", "Verdict details", *parts)
     parts += [*study_design(doc), _bands(doc), _statistics(doc), _equivalence(doc), _time_to_train(doc), _determinism(doc),
-              _exact_replay(doc), _valid_flops(doc)]
+              _exact_replay(doc), _valid_flops(doc), _mlperf(doc)]
     return section("verdict", "Verdict details", *parts)
 
 
@@ -202,3 +202,19 @@ def _valid_flops(doc: dict[str, Any]) -> Markup:
     if mismatches:
         parts.append(bullet_list(mismatches, "reasons"))
     return subsection("Valid FLOPS", *parts)
+
+
+def _mlperf(doc: dict[str, Any]) -> Markup:
+    m = _d(doc.get("mlperf"))
+    if not m:
+        return Markup("")
+    parts = [Markup(f"<p>{badge(m.get('status'))} {esc(m.get('reason') or '')}</p>")]
+    repeats = _d(m.get("repeats"))
+    if repeats:
+        parts.append(table(["repeat", "accepted", "what the checker rejected"],
+                           [[k, "yes" if _d(r).get("passed") else "no", _d(r).get("problems") or "-"]
+                            for k, r in sorted(repeats.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)]))
+    parts.append(caption("Each repeat's mllog.txt judged by MLPerf's own compliance checker (mlperf-logging) under "
+                         "the ruleset named above; it judges the logs, not the run's quality, and does not change "
+                         "the verdict's status."))
+    return subsection("MLPerf compliance", *parts)
