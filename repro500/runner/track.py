@@ -318,9 +318,9 @@ class Tracking:
         if self.ended:
             return
         self.ended = True
-        self._queue(lambda: self.tracker.end_parent(status, **logged))
         drained = interrupted = False
-        try:
+        try:  # from here on, a Ctrl-C still ends the parent (below)
+            self._queue(lambda: self.tracker.end_parent(status, **logged))
             drained = self._worker.drain(timeout_s)
             if drained and self.error is not None:
                 self._terminate_after_failure(status)
