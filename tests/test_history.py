@@ -199,7 +199,7 @@ def test_a_history_found_by_its_mlflow_experiment_or_a_search_filter_and_from_ru
     third = run("third", "--against", "history:runs")
     assert third.returncode == 0, third.stderr[-2000:]
     doc = json.loads((tmp_path / "runs/third/verdict.json").read_text())
-    assert doc["against"]["kind"] == "history" and doc["against"]["history"]["runs"] == ["first", "second"]
+    assert doc["against"]["kind"] == "history" and doc["against"]["history"]["runs"] == ["first", "second"], doc["against"]["history"].get("skipped")
     assert json.loads((tmp_path / "runs/third/run.json").read_text())["reference"]["against"] == \
         f"history:{(tmp_path / 'runs').resolve()}"
 
