@@ -256,11 +256,10 @@ def from_data(
         mutable = _deep_merge(SYSTEM_MUTABLE, data.get("mutable") or {})
     else:
         mutable = _deep_merge(DEFAULT_MUTABLE, data.get("mutable") or {})
-        given = (data.get("mutable") or {}).get("optimizer") or {}
         if mutable["optimizer"].get("name") != DEFAULT_MUTABLE["optimizer"]["name"]:
             # The defaults are SGD's (momentum, nesterov, weight decay): an Adam recipe gets only what it
             # names, else its MLPerf log and MLflow params would record an SGD momentum it never used.
-            mutable["optimizer"] = copy.deepcopy(dict(given))
+            mutable["optimizer"] = copy.deepcopy(dict((data.get("mutable") or {}).get("optimizer") or {}))
         fixed.setdefault("model_options", {})
         fixed["dataset"].setdefault("params", {})
         fixed["dataset"].setdefault("path", None)
