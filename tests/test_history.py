@@ -23,7 +23,8 @@ THIS_CPU = {"cpu": {"model": "test cpu", "cores": 8, "sockets": 1}, "gpus": [], 
 
 
 def history_run(parent: Path, name: str, created: str, accuracy: list[float], *, throughput: float = 180.0,
-                hardware: dict | None = None, torch: str = "2.14.1", batch_size: int = 64) -> Path:
+                hardware: dict | None = None, torch: str = "2.14.1", batch_size: int = 64,
+                finished: str | None = None) -> Path:
     """A sealed run made at ``created`` on a system given by its hardware facet and torch version."""
     manifest = make_manifest(hardware=hardware or THIS_CPU,
                              environment={"python": {"version": "3.11.7"}, "torch_build": {"version": torch},
@@ -40,6 +41,7 @@ def history_run(parent: Path, name: str, created: str, accuracy: list[float], *,
     (root / "summary.json").write_text(json.dumps(summary))
     run = json.loads((root / "run.json").read_text())
     run["created_utc"] = created
+    run["finished_utc"] = finished or created.replace("T10:", "T11:")
     (root / "run.json").write_text(json.dumps(run))
     recipe = yaml.safe_load((root / "recipe.yaml").read_text())
     recipe["mutable"]["batch_size"] = batch_size
@@ -65,17 +67,23 @@ def test_a_run_like_its_history_is_equivalent_and_names_the_runs_it_was_compared
     earlier_runs(runs)
     history_run(runs, "new", "2026-11-04T10:00:00Z", [0.934, 0.936, 0.933])
     history_run(runs, "later", "2026-11-05T10:00:00Z", [0.5, 0.5, 0.5])  # after the run: not its history
+    # the timestamps have one-second resolution: a run made in the second "new" was made counts as
+    # earlier only if it had finished by then
+    history_run(runs, "h4", "2026-11-04T10:00:00Z", [0.935, 0.934, 0.936], finished="2026-11-04T10:00:00Z")
+    history_run(runs, "same", "2026-11-04T10:00:00Z", [0.5, 0.5, 0.5], finished="2026-11-04T10:00:03Z")
     done, doc = verify(tmp_path, "new")
     assert done.returncode == 0, done.stdout + done.stderr
     assert doc["status"] == "PASS"
     hist = doc["against"]["history"]
-    assert doc["against"]["kind"] == "history" and hist["runs"] == ["h1", "h2", "h3"] and hist["latest"] == "h3"
-    assert {"run": "later", "why": "created after the run being verified"} in hist["skipped"]
+    assert doc["against"]["kind"] == "history" and hist["runs"] == ["h1", "h2", "h3", "h4"] and hist["latest"] == "h4"
+    why = {s["run"]: s["why"] for s in hist["skipped"]}
+    assert why["later"] == "created after the run being verified (2026-11-05T10:00:00Z, not before 2026-11-04T10:00:00Z)"
+    assert why["same"].startswith("created after the run being verified"), why
     changes = {e["metric"]: e["change"] for e in doc["equivalence"]}
     assert changes == {"accuracy": "equivalent", "throughput_samples_per_s": "equivalent",
                        "time_to_quality_s": "equivalent"}
     acc = next(e for e in doc["equivalence"] if e["metric"] == "accuracy")
-    assert acc["tost"]["n_b"] == 9 and "pooled" in hist["pooling"]["accuracy"]
+    assert acc["tost"]["n_b"] == 12 and "pooled" in hist["pooling"]["accuracy"]
     text = repro500("verify", "runs/new", "--against", "history:runs", "--no-write", cwd=tmp_path).stdout
     assert "Against the history" in text and "EQUIVALENT" in text
 

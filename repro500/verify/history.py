@@ -12,7 +12,7 @@ is the same scoping, read from the manifests):
 * it ran the same recipe: ``recipe.yaml`` equal but for ``repeats``, ``seed`` and ``acceptance``;
 * it ran on the same system (:func:`system_key`): the hardware facet's CPU and GPUs and memory,
   the environment's Python and torch/CUDA, and the run's engine and world size;
-* it was created before RUN.
+* it was created before RUN (or, made in the same second, had finished by then).
 
 The newest :data:`WINDOW` such runs are the reference.  Their repeats are pooled, unless the runs
 differ among themselves more than repeats do (one-way ANOVA at alpha), when each run's mean is
@@ -258,11 +258,22 @@ def _name(run: RunData) -> str:
 def _why_not(entry: Entry, run: RunData) -> str | None:
     if entry.run_id == run.run_id:
         return "the run being verified"
-    if entry.created and (run.run or {}).get("created_utc") and entry.created >= run.run["created_utc"]:
-        return "created after the run being verified"
+    began = str((run.run or {}).get("created_utc") or "")
+    if entry.created and began and not _before(entry, began):
+        return f"created after the run being verified ({entry.created}, not before {began})"
     if recipe_key(entry.run) != recipe_key(run):
         return recipe_difference(run, entry.run) or "another recipe"
     return system_difference(run, entry.run)
+
+
+def _before(entry: Entry, began: str) -> bool:
+    """Whether ``entry`` ran before a run created at ``began``.  The timestamps have one-second
+    resolution, so a short run made in the same second counts as earlier only if it had also
+    finished by then (the same second: a run cannot finish before a later one is created)."""
+    if entry.created != began:
+        return entry.created < began
+    finished = str((entry.run.run or {}).get("finished_utc") or "")
+    return bool(finished) and finished <= began
 
 
 def pooled(entries: list[Entry], metrics: list[str], alpha: float) -> tuple[dict[str, list[float]], dict[str, str]]:
