@@ -211,7 +211,8 @@ def load(paths: list[Path], skipped: list[dict[str, str]]) -> list[Entry]:
             skipped.append({"run": path.name, "why": "no repeat completed"})
         else:
             entries.append(Entry(path=path, run=run))
-    return sorted(entries, key=lambda e: (e.created, e.run_id))
+    # finished_utc breaks a tie of runs made in the same second (the timestamps' resolution)
+    return sorted(entries, key=lambda e: (e.created, str((e.run.run or {}).get("finished_utc") or ""), e.run_id))
 
 
 # ----- the reference -----------------------------------------------------------------------------------
