@@ -80,6 +80,10 @@ class ProcessTracker:
             raise AttributeError(name)
         return functools.partial(self._call, name)
 
+    def death(self) -> TrackingProcessError | None:
+        """Why the process stopped, or None while it runs."""
+        return None if self.alive else self._stopped()
+
     def _stopped(self) -> TrackingProcessError:
         code = self._proc.poll()
         said = f"exit {code}" if code is not None else "no answer"

@@ -138,6 +138,11 @@ class Tracking:
 
     def check(self) -> None:
         """Raise what went wrong in the background, as one sentence (exit 4)."""
+        death = getattr(self.tracker, "death", None)  # the MLflow process (tracking_process)
+        if self.error is None and not self.ended and death is not None:
+            # a logging process that died (killed, out of memory) fails the next call; its death is
+            # found here even before a queued call has failed, so the run stops after this repeat
+            self.error = death()
         if self.error is None:
             return
         from repro500.errors import InvalidInput, ReproError
