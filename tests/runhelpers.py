@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import subprocess
 import sys
 import tarfile
@@ -93,3 +94,18 @@ def make_tar(path: Path, members, *, gz: bool = True, format: int = tarfile.DEFA
             else:
                 tar.addfile(info)
     return path
+
+
+def free_rendezvous_port() -> int:
+    """A port P for --rdzv-endpoint with P + 1 free too: a multi-node run's store listens on the
+    port after the rendezvous's (engines/nodes.py), which a plain free port does not check."""
+    for _ in range(50):
+        with socket.socket() as first, socket.socket() as second:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            try:
+                second.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two adjacent free ports on 127.0.0.1")

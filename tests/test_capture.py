@@ -433,7 +433,7 @@ def test_toolchain_probes_concurrently_and_a_missing_or_hung_tool_is_no_error(fa
 
     start = time.monotonic()
     facts = toolchain(deadline_s=1.5)
-    assert time.monotonic() - start < 3.5  # the hung clang was killed at the deadline
+    assert time.monotonic() - start < 6  # the hung clang (30 s) was killed at the deadline
     tools = {t["name"]: t for t in facts["tools"]}
     # three probes of 0.6 s each all answered within one 1.5 s deadline: they ran at once
     assert (tools["gcc"]["version"], tools["g++"]["version"], tools["cmake"]["version"]) == (

@@ -371,5 +371,6 @@ def test_powersgd_on_resnet20_two_buckets_completes_compressed_steps(results):
     for step in run["stats"][POWERSGD_START:]:
         # On Gloo each bucket's PowerSGD finishes inside the hook, so the backward pass waited for
         # all of its communication: the wait covers every bucket's collectives, not the last one's.
-        assert step["comm_wait_s"] + step["time_compress_s"] >= step["time_comm_s"] - 1e-3, step
+        # (10 % and 5 ms of slack: a rank preempted between the timed calls on a busy machine)
+        assert step["comm_wait_s"] + step["time_compress_s"] >= 0.9 * step["time_comm_s"] - 5e-3, step
     assert run["stats"][-1]["compression_ratio"] > 10

@@ -25,8 +25,9 @@ REPRO500 = str(Path(sys.executable).parent / "repro500")
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory):
-    os.environ.setdefault("REPRO500_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
-    manifest, _ = build_manifest(repo_dir=tmp_path_factory.mktemp("norepo"), seed=1)
+    with pytest.MonkeyPatch.context() as env:  # this module's cache only: later tests keep theirs
+        env.setenv("REPRO500_CACHE_DIR", os.environ.get("REPRO500_CACHE_DIR") or str(tmp_path_factory.mktemp("cache")))
+        manifest, _ = build_manifest(repo_dir=tmp_path_factory.mktemp("norepo"), seed=1)
     return manifest
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from runhelpers import kill_a_rank_when, repro500, write_recipe
+from runhelpers import free_rendezvous_port, kill_a_rank_when, repro500, write_recipe
 
 from repro500.runner import RunOptions, run
 
@@ -129,11 +129,9 @@ def test_topk_with_error_feedback_on_the_quickstart_still_meets_its_band(in_tmp)
 @pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_two_nodes_through_torchrun_rendezvous(in_tmp, cosmo_data):
     """Multi-node as users run it (one `repro500 run` per node), both nodes on loopback."""
-    from repro500.ui import free_port
-
     write_recipe(in_tmp / "c.yaml", COSMO, fixed__epochs=1)
     common = ["run", "c.yaml", "--nproc", "1", "--nnodes", "2", "--no-tracking", "--run-id", "mn",
-              "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+              "--rdzv-endpoint", f"127.0.0.1:{free_rendezvous_port()}"]
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     follower = subprocess.Popen([sys.executable, "-m", "repro500.cli", *common, "--node-rank", "1"], cwd=in_tmp,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -92,6 +93,8 @@ def test_cache_skips_unchanged_files_and_notices_changes(tmp_path, monkeypatch):
     assert reads == [str(ds / "f3")] and changed["md5"] != first["md5"]
     reads.clear()
     (ds / "fresh").write_bytes(b"new")  # too recent to cache ("racy"): re-read next time
+    ahead = time.time_ns() + 60 * 10**9  # still "recent" however long this machine stalls
+    os.utime(ds / "fresh", ns=(ahead, ahead))
     data.digest_path(ds)
     data.digest_path(ds)
     assert reads.count(str(ds / "fresh")) == 2

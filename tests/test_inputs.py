@@ -269,11 +269,9 @@ def test_inputs_past_the_size_or_time_budget_are_listed_and_the_run_says_so_in_o
     big.write_bytes(b"\0" * 3 * 2**20)
     os.utime(known, (1e9, 1e9))  # older than the cache's racy window: a digest the cache keeps
     cache = {"REPRO500_CACHE_DIR": str(tmp_path / "cache")}
-    os.environ.update(cache)
-    try:
+    with pytest.MonkeyPatch.context() as env:  # whatever cache the suite set stays set
+        env.setenv("REPRO500_CACHE_DIR", cache["REPRO500_CACHE_DIR"])
         digest_path(known)  # hashed before: a cache lookup costs no time budget
-    finally:
-        os.environ.pop("REPRO500_CACHE_DIR")
     reads = "import sys\nfor p in sys.argv[1:]: open(p, 'rb').read()\nprint('Acc 0.9')\n"
     (proj / "reads.py").write_text(reads)
     recipe = {"schema": "repro500/recipe/v1", "name": "budgets", "repeats": 1, "seed": 0,

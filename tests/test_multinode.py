@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from runhelpers import repro500, write_recipe
+from runhelpers import free_rendezvous_port, repro500, write_recipe
 from test_distributed import COSMO, cosmo_data  # noqa: F401 - the fixture
 
 from repro500.errors import UsageError
@@ -138,10 +138,8 @@ def _start(common, node, cwd, *extra):
 
 
 def _common(recipe, run_id):
-    from repro500.ui import free_port
-
     return ["run", recipe, "--nproc", "1", "--nnodes", "2", "--no-tracking", "--run-id", run_id,
-            "--rdzv-endpoint", f"127.0.0.1:{free_port()}"]
+            "--rdzv-endpoint", f"127.0.0.1:{free_rendezvous_port()}"]
 
 
 @pytest.mark.usefixtures("cosmo_data")
