@@ -12,7 +12,8 @@ The two are interleaved, in alternating order, so machine noise hits both alike.
 
 Measured (2 cores, one repeat): stop 27 1.005 (5 rounds); stop 28, idle machine whose speed
 drifted (untracked 13.2-15.7 s): 0.987, 1.014 and 1.019 (5, 5 and 7 rounds), 1.016 with the
-logging process at nice 0. The tracked run uses 1.2-2.3 s more CPU (MLflow's import alone is
+logging process at nice 0; stop 29, another 2-core host (12.6-13.0 s per run): 1.021 and 1.013, and
+0.992 and 1.015 with the logging process in SCHED_IDLE (not kept: no better within the noise). The tracked run uses 1.2-2.3 s more CPU (MLflow's import alone is
 1.9 s of CPU), mostly on the core the run's start leaves idle.
 """
 
