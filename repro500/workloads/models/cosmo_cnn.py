@@ -84,7 +84,7 @@ class RunningWhitening(nn.Module):
         self.register_buffer("batches", torch.zeros((), dtype=torch.long))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float()
+        x = _at_least_float32(x)
         if self.training:
             with torch.no_grad():
                 self._update(x.detach().double())
@@ -110,10 +110,16 @@ class RunningWhitening(nn.Module):
         self.batches += 1
 
 
+def _at_least_float32(x: torch.Tensor) -> torch.Tensor:
+    """float32 for anything narrower (bf16/fp16 under autocast); float64 stays float64, so the
+    model run in double precision computes its statistics in double precision too."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
 def _mean_and_covariance(x: torch.Tensor) -> torch.Tensor:
     """(batch, C, D, H, W) -> (batch, C + C (C + 1) / 2): channel means, then the upper
     triangle of the channels' covariance over all voxels."""
-    flat = x.flatten(2).float()  # in float32 also under autocast: small differences matter here
+    flat = _at_least_float32(x.flatten(2))  # not in bf16 under autocast: small differences matter here
     mean = flat.mean(dim=2)
     centred = flat - mean.unsqueeze(2)
     cov = torch.einsum("bip,bjp->bij", centred, centred) / flat.shape[2]
