@@ -23,12 +23,12 @@ Unknown keys are refused so that a typo is not silently ignored.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput
 
 SCHEMA = "repro500/published/v1"
@@ -81,25 +81,14 @@ def _num(value: Any, path: Path, where: str) -> float:
 
 
 def _read(path: Path) -> Any:
+    """The document at ``path`` (YAML, or JSON by suffix), read as untrusted input (repro500.untrusted)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = untrusted.read_text(path, "a published-results file")
     except FileNotFoundError:
         raise InvalidInput(f"{path} does not exist: give a published-results YAML or JSON file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__})") from None
     if path.suffix.lower() == ".json":
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as err:
-            raise InvalidInput(f"{path} is not valid JSON (line {err.lineno})") from None
-    import yaml
-
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark is not None else ""
-        raise InvalidInput(f"{path} is not valid YAML{where}") from None
+        return untrusted.load_json(text, str(path))
+    return untrusted.load_yaml(text, str(path))
 
 
 def load_published(path: str | Path) -> Published:
@@ -182,15 +171,19 @@ def _manifest(raw: Any, path: Path) -> dict[str, Any] | None:
     if raw is None:
         return None
     if isinstance(raw, str):
-        target = Path(raw) if Path(raw).is_absolute() else path.parent / raw
+        # a file beside the published results, never one elsewhere on the reader's machine: a
+        # published file handed over must not pull the reader's own files into the verdict
+        base = path.parent.resolve()
+        target = (base / raw).resolve()
+        if not target.is_relative_to(base):
+            raise _fail(path, "manifest", f"points to {untrusted.plain(raw)}, outside {base}: name a file beside the "
+                        "published results (or inline the manifest)")
         if target.is_dir():
             target = target / "manifest.json"
         try:
-            raw = json.loads(target.read_text(encoding="utf-8"))
+            raw = untrusted.load_json(untrusted.read_bytes(target, "the reference manifest"), str(target))
         except FileNotFoundError:
             raise _fail(path, "manifest", f"points to {target}, which does not exist") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise _fail(path, "manifest", f"points to {target}, which is not readable JSON ({err.__class__.__name__})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("facets"), dict):
         raise _fail(path, "manifest", "must be a manifest object with a 'facets' mapping (or a path to one)")
     return raw
