@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle
+from repro500 import bundle, untrusted
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput
 from repro500.verify.rundir import INCOMPLETE_RUN_STATES, REPEAT_STATES, RunData, load_run
@@ -128,9 +128,9 @@ def check_run(run_dir: str | Path, *, label: str = "run", expect_sums_digest: st
 
 def _load_for_check(path: Path, result: IntegrityResult) -> dict[str, Any] | None:
     try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        result.problems.append(f"{path.name} is not readable JSON ({err.__class__.__name__})")
+        value = untrusted.load_json(untrusted.read_bytes(path, path.name), str(path))
+    except (OSError, InvalidInput) as err:
+        result.problems.append(f"{path.name} is not readable JSON ({untrusted.plain(err) if isinstance(err, InvalidInput) else err.__class__.__name__})")
         return None
     if not isinstance(value, dict):
         result.problems.append(f"{path.name} is not a JSON object")
