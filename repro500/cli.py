@@ -21,7 +21,7 @@ import sys
 
 import click
 
-from repro500 import __version__
+from repro500 import __version__, untrusted
 
 # name -> (module, attribute, one-line help shown by ``repro500 --help``)
 COMMANDS: dict[str, tuple[str, str, str]] = {
@@ -163,7 +163,9 @@ class _ClosedPipeSafe(io.TextIOBase):
     def write(self, text: str) -> int:
         if not self._gone:
             try:
-                return self._stream.write(text)
+                # names from someone else's run reach the terminal: no OSC/DCS, no bare controls
+                self._stream.write(untrusted.terminal_safe(text))
+                return len(text)
             except BrokenPipeError:
                 self._reader_left()
         return len(text)

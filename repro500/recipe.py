@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.recipe_schema import (  # noqa: F401 - the schema is part of this module's interface
     ACCEPTANCE_ENTRY_SCHEMA,
@@ -183,14 +184,12 @@ def load(
 ) -> Recipe:
     """Load, override, validate and resolve a recipe file."""
     path = Path(path)
+    if path.is_dir():
+        raise InvalidInput(f"recipe {path} is a directory, not a recipe file")
     try:
-        text = path.read_text(encoding="utf-8")
+        text = untrusted.read_text(path, "a recipe")
     except FileNotFoundError:
         raise InvalidInput(f"recipe {path} does not exist") from None
-    except IsADirectoryError:
-        raise InvalidInput(f"recipe {path} is a directory, not a recipe file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"recipe {path} cannot be read ({err})") from None
     data, loc = _load_yaml(text, str(path))
     return from_data(data, loc, overrides=overrides, params_file=params_file, open_division=open_division,
                      repeats=repeats, name=path.stem)
@@ -294,11 +293,9 @@ def load_params_file(path: str | Path) -> dict[str, Any]:
     whether ``repro500 run --params`` logs to MLflow, unless its command line says)."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = untrusted.load_yaml(untrusted.read_text(path, "a params file"), str(path)) or {}
     except FileNotFoundError:
         raise InvalidInput(f"params file {path} does not exist") from None
-    except yaml.YAMLError as err:
-        raise InvalidInput(f"params file {path} is malformed YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict):
         raise InvalidInput(f"params file {path} must be a YAML mapping")
     run_section = data.get("run", data)
@@ -328,11 +325,9 @@ def from_run_dir(run_dir: str | Path) -> Recipe:
     """Read the resolved recipe stored in a run directory (used by --resume and verify)."""
     path = Path(run_dir) / "recipe.yaml"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = untrusted.load_yaml(untrusted.read_text(path, "a run's recipe"), str(path))
     except FileNotFoundError:
         raise InvalidInput(f"{path} is missing: not a repro500 run directory") from None
-    except yaml.YAMLError as err:
-        raise InvalidInput(f"{path} is malformed YAML ({str(err).splitlines()[0]})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise InvalidInput(f"{path} is not a {SCHEMA} document")
     return Recipe(

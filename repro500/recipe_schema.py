@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput
 
 SCHEMA = "repro500/recipe/v1"
@@ -181,7 +182,7 @@ class _Located:
 def _load_yaml(text: str, source: str) -> tuple[Any, _Located]:
     located = _Located(source)
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = untrusted.compose_yaml(text, source)  # aliases bounded: a recipe may come from a publication
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source

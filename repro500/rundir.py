@@ -22,12 +22,13 @@ archives are :mod:`repro500.bundle`'s.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic, bundle
+from repro500 import atomic, bundle, untrusted
 from repro500.errors import InvalidInput
 
 RUN_SCHEMA = bundle.RUN_SCHEMA
@@ -70,15 +71,11 @@ def read_json(path: Path, what: str) -> dict[str, Any]:
     """A JSON object the run must have (``what`` names it); InvalidInput naming the file when it
     is missing or malformed.  verify, the runner and every other reader share this rule."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        # a run directory may be someone else's: regular files only, capped, depth-checked
+        data = untrusted.read_bytes(path, what)
     except FileNotFoundError:
         raise InvalidInput(f"{path} is missing: {what} is required in a run directory") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__}): check the file") from None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise InvalidInput(f"{path} is not valid JSON (line {err.lineno}): the file is corrupt") from None
+    value = untrusted.load_json(data, str(path))
     if not isinstance(value, dict):
         raise InvalidInput(f"{path} must hold a JSON object ({what})")
     return value
@@ -146,8 +143,8 @@ class RunDir:
         if not path.is_file():
             return None
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            doc = untrusted.load_json(untrusted.read_bytes(path, "a repeat's summary"), str(path))
+        except (OSError, InvalidInput):
             return None
         return doc if isinstance(doc, dict) else None
 
@@ -197,23 +194,17 @@ class RunDir:
 # absent); either way a file that exists but does not parse is InvalidInput: the run is corrupt.
 def read_optional_json(path: Path) -> dict[str, Any]:
     try:
-        value = json.loads(Path(path).read_text(encoding="utf-8"))
+        value = untrusted.load_json(untrusted.read_bytes(path, "a run directory's JSON file"), str(path))
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        raise InvalidInput(f"{path} is not readable JSON: the run directory is corrupt") from None
     return value if isinstance(value, dict) else {}
 
 
 def read_optional_yaml(path: Path) -> dict[str, Any]:
-    import yaml
-
     try:
-        value = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        value = untrusted.load_yaml(untrusted.read_text(path, "a run directory's YAML file"), str(path))
     except FileNotFoundError:
         return {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        raise InvalidInput(f"{path} is not readable YAML: the run directory is corrupt") from None
     return value if isinstance(value, dict) else {}
 
 
@@ -223,16 +214,16 @@ def metric_records(path: Path) -> tuple[list[dict[str, Any]], int]:
     records: list[dict[str, Any]] = []
     skipped = 0
     try:
-        handle = Path(path).open(encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
-    except OSError:
+        handle = untrusted.open_regular(path, "a repeat's metrics log", untrusted.MAX_LOG_BYTES)
+    except FileNotFoundError:
         return records, 0
-    with handle:
-        for line in handle:
+    with io.TextIOWrapper(handle, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 skipped += 1
                 continue
             if isinstance(record, dict):

@@ -27,13 +27,15 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
-
-import yaml
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from repro500.errors import InvalidInput
 
-MAX_DOCUMENT_BYTES = 64 * 2**20  # a manifest, a recipe, a verdict, a metrics log: far below this
+if TYPE_CHECKING:
+    import yaml
+
+MAX_DOCUMENT_BYTES = 64 * 2**20  # a manifest, a recipe, a verdict: far below this
+MAX_LOG_BYTES = 4 * 2**30  # a repeat's metrics log, read line by line
 MAX_YAML_NODES = 100_000  # nodes after alias expansion; a recipe has a few hundred
 MAX_PATH_DEPTH = 64  # directories deep, in an archive or a git tree
 CODE_ENV = "REPRO500_FOREIGN_CODE"  # "refuse": no import path, no search path (reproduce without --run-code)
@@ -44,10 +46,9 @@ _IMPORT_KEYS = (("fixed", "model"), ("fixed", "dataset", "entry"), ("fixed", "da
                 ("fixed", "system", "dataset", "name"))
 
 
-def read_bytes(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> bytes:
-    """The bytes of the regular file ``path`` (``what`` names it in errors); FileNotFoundError
-    passes through, anything else that is not a readable regular file of at most ``cap`` bytes is
-    InvalidInput."""
+def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> BinaryIO:
+    """``path`` opened for reading when it is a regular file of at most ``cap`` bytes (``what``
+    names it in errors); FileNotFoundError passes through, anything else is InvalidInput."""
     path = Path(path)
     try:
         # O_NONBLOCK: opening a FIFO for reading must not wait for a writer; checked just below
@@ -56,12 +57,20 @@ def read_bytes(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> by
         raise
     except OSError as err:
         raise InvalidInput(f"{path} cannot be read ({err.strerror or err.__class__.__name__}): {what}") from None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidInput(f"{path} is not a regular file ({_kind(info.st_mode)}): {what} is refused")
-        if info.st_size > cap:
-            raise InvalidInput(f"{path} is {info.st_size:,} bytes, over the {cap:,}-byte cap for {what}: refused")
+    handle = os.fdopen(fd, "rb")
+    info = os.fstat(handle.fileno())
+    if not stat.S_ISREG(info.st_mode):
+        handle.close()
+        raise InvalidInput(f"{path} is not a regular file ({_kind(info.st_mode)}): {what} is refused")
+    if info.st_size > cap:
+        handle.close()
+        raise InvalidInput(f"{path} is {info.st_size:,} bytes, over the {cap:,}-byte cap for {what}: refused")
+    return handle
+
+
+def read_bytes(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> bytes:
+    """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
+    with open_regular(path, what, cap) as handle:
         data = handle.read(cap + 1)
     if len(data) > cap:  # grew while being read
         raise InvalidInput(f"{path} is over the {cap:,}-byte cap for {what}: refused")
@@ -94,6 +103,8 @@ def _kind(mode: int) -> str:
 def compose_yaml(text: str, where: str) -> yaml.Node | None:
     """The YAML node graph of ``text`` with its alias expansion bounded; yaml.YAMLError passes
     through (callers say where the syntax is wrong)."""
+    import yaml
+
     node = yaml.compose(text, Loader=yaml.SafeLoader)
     if node is not None:
         expanded = _expanded_nodes(node, {})
@@ -105,6 +116,8 @@ def compose_yaml(text: str, where: str) -> yaml.Node | None:
 def _expanded_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
     """How many nodes ``node`` stands for once every alias is written out (a shared node counts
     each time it is referred to); the graph is walked once, however large the expansion."""
+    import yaml
+
     key = id(node)
     if key in memo:
         return memo[key]
@@ -121,6 +134,8 @@ def _expanded_nodes(node: yaml.Node, memo: dict[int, int]) -> int:
 
 def load_yaml(text: str, where: str) -> Any:
     """``yaml.safe_load`` with the expansion bound; malformed YAML is InvalidInput naming ``where``."""
+    import yaml
+
     try:
         node = compose_yaml(text, where)
         return None if node is None else yaml.SafeLoader("").construct_document(node)
@@ -162,6 +177,17 @@ def shown(text: Any) -> str:
 def plain(text: Any) -> str:
     """``text`` with control characters escaped (for output that is not rich markup)."""
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
+
+# What reaches a terminal: tab, newline, carriage return and CSI sequences (colours, the progress
+# bar's cursor moves) pass; every other control character is escaped, ESC starting anything but
+# CSI included, so OSC (clipboard, window title), DCS and APC strings cannot be sent.
+_TERMINAL_UNSAFE = re.compile(r"\x1b(?!\[[0-9;?]*[ -/]*[@-~])|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` as the CLI writes it to stdout/stderr (see :data:`_TERMINAL_UNSAFE`)."""
+    return _TERMINAL_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def code_refused() -> bool:

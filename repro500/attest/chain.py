@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic, bundle
+from repro500 import atomic, bundle, untrusted
 from repro500.digest import canonical_digest, canonical_json, file_digest
 from repro500.errors import InvalidInput
 
@@ -46,12 +46,12 @@ def _sealed(record: dict[str, Any]) -> dict[str, Any]:
 
 def _read(path: Path) -> list[dict[str, Any]]:
     records = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for lineno, line in enumerate(untrusted.read_text(path, "the repeat chain").splitlines(), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             raise InvalidInput(f"{path} line {lineno} is not JSON") from None
         if not isinstance(record, dict):
             raise InvalidInput(f"{path} line {lineno} is not a JSON object")
@@ -107,8 +107,8 @@ def head(run_dir: str | Path) -> str | None:
 
 def _json(path: Path) -> dict[str, Any] | None:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        doc = untrusted.load_json(untrusted.read_bytes(path, path.name), str(path))
+    except (OSError, InvalidInput):
         return None
     return doc if isinstance(doc, dict) else None
 

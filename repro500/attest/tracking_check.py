@@ -12,14 +12,14 @@ tolerance only absorbs a server's decimal round trip).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle
+from repro500 import bundle, untrusted
+from repro500.errors import InvalidInput
 
 _REL_TOL = 1e-12
 
@@ -61,13 +61,12 @@ def _store_uri(recorded: str | None) -> tuple[str | None, str | None]:
 
 def check_tracking(run_dir: str | Path) -> TrackingResult:
     """Compare each repeat's summary with its MLflow run; problems name the repeat and the value."""
-    from repro500.errors import InvalidInput
     from repro500.mlflow_store import check_readable, fast_failing_http, reason, safe_uri
 
     root = Path(run_dir)
     try:
-        run = json.loads((root / "run.json").read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        run = untrusted.load_json(untrusted.read_bytes(root / "run.json", "run.json"), "run.json")
+    except (OSError, InvalidInput):
         return TrackingResult(problems=["run.json is missing or not JSON: the tracking records cannot be found"])
     record = run.get("mlflow") or {}
     uri, why = _store_uri(record.get("tracking_uri"))
@@ -109,8 +108,8 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
     if not path.is_file():
         return [f"repeat {k} was recorded in MLflow (run {run_id}) but repeats/{k}/summary.json is missing"]
     try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        summary = untrusted.load_json(untrusted.read_bytes(path, "a repeat summary"), str(path))
+    except (OSError, InvalidInput):
         return [f"repeats/{k}/summary.json is not JSON"]
     problems = []
     tags, logged = tracked.data.tags, tracked.data.metrics

@@ -8,23 +8,22 @@ says it left out accounted for, repro500.publish.excluded), and every number of
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from repro500 import bundle
+from repro500 import bundle, untrusted
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
 from repro500.publish import excluded
 from repro500.publish.datafiles import DataEntry, check_entries, safe_relpath
 from repro500.publish.publication import (
+    DVC_FILE,
     INDEX,
     MANIFEST,
     PARAMS,
     PUBLISHED,
+    README,
     RECIPE,
     SCHEMA,
     _epochs_to_quality,
@@ -70,9 +69,9 @@ class Publication:
 
 def _load_yaml(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        raise InvalidInput(f"{path} is not readable YAML ({err.__class__.__name__})") from None
+        return untrusted.load_yaml(untrusted.read_text(path, f"the publication's {path.name}"), str(path))
+    except FileNotFoundError:
+        raise InvalidInput(f"{path} is missing: obtain a complete copy of the publication") from None
 
 
 def publication_files(root: Path) -> list[str]:
@@ -83,14 +82,34 @@ def publication_files(root: Path) -> list[str]:
 def read_index(root: Path) -> dict[str, Any]:
     path = root / INDEX
     try:
-        index = json.loads(path.read_text(encoding="utf-8"))
+        index = untrusted.load_json(untrusted.read_bytes(path, f"the publication's {INDEX}"), str(path))
     except FileNotFoundError:
         raise InvalidInput(f"{root} has no {INDEX}: not a publication (make one with repro500 publish)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InvalidInput(f"{path} is not readable JSON ({err.__class__.__name__})") from None
     if not isinstance(index, dict) or index.get("schema") != SCHEMA:
         raise InvalidInput(f"{path} is not a {SCHEMA} document")
     return index
+
+
+def own_files(root: Path, index: dict[str, Any]) -> list[str]:
+    """The files of the publication at ``root`` that reproduce reads: those ``repro500 publish``
+    writes, as its SHA256SUMS lists them.  A listed file of another name (a module, a script) or
+    one that is not a regular file is refused, before anything is copied or read."""
+    try:
+        archive = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
+    except (KeyError, TypeError):
+        raise InvalidInput(f"{root / INDEX} lacks archive.name: not a complete publication") from None
+    own = {INDEX, PUBLISHED, MANIFEST, RECIPE, PARAMS, DVC_FILE, README, bundle.SUMS_NAME, archive}
+    listed = [*bundle.read_sums(root), bundle.SUMS_NAME]
+    foreign = sorted(set(listed) - own)
+    if foreign:
+        shown = ", ".join(untrusted.plain(name) for name in foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+        raise InvalidInput(f"publication {root} lists files repro500 publish never writes ({shown}): refused, "
+                           "nothing of a publication but its own files is taken")
+    for name in listed:
+        path = root / name
+        if (path.is_symlink() or path.exists()) and not untrusted.regular_file(path):
+            raise InvalidInput(f"{path} is not a regular file (a link or a device): the publication is refused")
+    return listed
 
 
 def open_publication(root: str | Path, workdir: str | Path) -> Publication:
@@ -105,6 +124,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
 
     root = Path(root)
     index = read_index(root)
+    own_files(root, index)
     sums = bundle.check_sums(root)
     if sums.modified or sums.missing:  # extra files are what ran in the directory (data/, runs/, dvc.lock)
         changed = bundle.IntegrityReport(modified=sums.modified, missing=sums.missing).describe()
@@ -147,7 +167,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
             raise InvalidInput(f"{where}.margin {metric.margin} is not the run's acceptance tolerance")
     if published.epochs_to_quality is not None and published.epochs_to_quality != _epochs_to_quality(run):
         raise InvalidInput(f"{root / PUBLISHED}: epochs_to_quality differ from the packed run's")
-    manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    manifest = untrusted.load_json(untrusted.read_bytes(root / MANIFEST, "the publication's manifest"), str(root / MANIFEST))
     if manifest != run.manifest:
         raise InvalidInput(f"{root / MANIFEST} differs from the packed run's manifest")
 

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import bundle, rundir
+from repro500 import bundle, rundir, untrusted
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
     EXIT_FAIL,
@@ -76,8 +76,11 @@ def _console(console: Any) -> Any:
 
 
 def _copy_publication(src: Path, dest: Path) -> None:
-    """Copy the files the publication's SHA256SUMS lists (not what ran inside it) into ``dest``."""
+    """Copy the publication's own files (those ``repro500 publish`` writes, each listed in its
+    SHA256SUMS and a regular file) into ``dest``; a listed file of any other name is refused: a
+    publication carries no module, script or data of its own beside the packed run."""
     index = opened.read_index(src)
+    names = opened.own_files(src, index)
     if dest.resolve() == src.resolve():
         return  # reproducing into the directory that already holds this copy
     if dest.exists():
@@ -89,13 +92,9 @@ def _copy_publication(src: Path, dest: Path) -> None:
             raise UsageError(f"{dest.parent} already holds the reproduction of another publication: choose another --out")
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    names = [*bundle.read_sums(src), bundle.SUMS_NAME]
     for name in names:
-        rel = safe_relpath(name, f"{src / bundle.SUMS_NAME}: entry")
-        if not (src / rel).is_file():
-            continue  # reported as missing by open_publication
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / rel, dest / rel)
+        if (src / name).is_file():  # a missing one is reported by open_publication
+            shutil.copyfile(src / name, dest / name, follow_symlinks=False)
 
 
 def _data(entry: DataEntry, workdir: Path, src: sources.Source, data_root: Path, tmp: Path) -> tuple[str, str | None]:
@@ -183,20 +182,20 @@ def _rerun_id(workdir: Path) -> str:
 
 
 def experiment_code(pub: opened.Publication) -> tuple[str, list[str]] | None:
-    """(kind, files) of the publisher's own code the rerun would execute, or None (built-ins only)."""
-    import json
-
-    import yaml
-
-    recipe = yaml.safe_load((pub.reference / "recipe.yaml").read_text(encoding="utf-8")) or {}
+    """(kind, what) of the publisher's own code the rerun would execute, or None (built-ins only):
+    the files of the run's ``source/``, else the recipe keys that name code to import (every such
+    door, as :func:`repro500.untrusted.import_refs` lists them)."""
+    recipe = untrusted.load_yaml(untrusted.read_text(pub.reference / rundir.RECIPE, "the packed run's recipe"),
+                                 str(pub.reference / rundir.RECIPE)) or {}
     fixed = recipe.get("fixed") or {}
     index = pub.reference / SOURCE_INDEX
-    files = [e["path"] for e in json.loads(index.read_text(encoding="utf-8")).get("files", [])] if index.is_file() else []
+    files = [str(e["path"]) for e in (rundir.read_optional_json(index).get("files") or [])
+             if isinstance(e, dict) and "path" in e]
     if fixed.get("workload") == "command":
         return "command", files
-    refs = [fixed.get("model"), (fixed.get("dataset") or {}).get("entry"), fixed.get("evaluate")]
-    if files or any(isinstance(r, str) and ":" in r for r in refs):
-        return "plug-in", files
+    refs = untrusted.import_refs(recipe)
+    if files or refs:
+        return "plug-in", files or [f"{key}: {value}" for key, value in refs]
     return None
 
 
@@ -255,7 +254,9 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         # imported unless the user allowed the publication's plug-ins (--run-code): they import
         # from the source directory.
         env = {**env, "PYTHONSAFEPATH": "1"}
-        if placed is not None:
+        if code is None:  # nothing of the publisher's may run: no module:callable, no search path
+            env[untrusted.CODE_ENV] = "refuse"
+        else:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
         cmd, cwd = [sys.executable, *args], workdir
     rc = subprocess.run(cmd, cwd=cwd, env=env, check=False).returncode

@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from repro500 import untrusted
+
 if TYPE_CHECKING:  # the verdict module imports this one
     from repro500.verify.verdict import Verdict
 
@@ -118,7 +120,7 @@ def _bands(verdict: Verdict, console: Console) -> None:
     for b in verdict.bands:
         sign = ">=" if b.direction == "higher" else "<="
         bound = b.lower_bound if b.direction == "higher" else b.upper_bound
-        table.add_row(b.metric, f"{sign} {_g(b.threshold)}", str(b.n), _g(b.mean), _g(bound), _status(b.status))
+        table.add_row(untrusted.shown(b.metric), f"{sign} {_g(b.threshold)}", str(b.n), _g(b.mean), _g(bound), _status(b.status))
     console.print(table)
 
 
@@ -140,7 +142,7 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
         margin = f"margin ±{_g(e.margin)}" if e.test == "equivalence" else f"non-inferiority margin {_g(e.margin)}"
         p = f", p = {_g(e.p_value, 2)}" if e.p_value is not None else ""
         shown = _status(e.change.upper()) if e.change else _status(e.status)
-        console.print(f"  {e.metric}  {shown}  diff {_g(t.get('diff'), 3)}, {interval}, {margin}{p}",
+        console.print(f"  {untrusted.shown(e.metric)}  {shown}  diff {_g(t.get('diff'), 3)}, {interval}, {margin}{p}",
                       highlight=False)
         ref = f"{_g(t.get('mean_b'))} (n={t['n_b']})" if t.get("n_b") else f"{_g(t.get('mean_b'))} (exact value)"
         if history and (history.get("pooling") or {}).get(e.metric):
@@ -170,9 +172,9 @@ def _statistics(verdict: Verdict, console: Console) -> None:
         ci = "-" if s["ci_low"] is None else f"[{_g(s['ci_low'])}, {_g(s['ci_high'])}]"
         mean = _g(s["mean"]) + (f" ± {_g(s['std'], 2)}" if s["std"] is not None else "")
         cv = "-" if s["cv"] is None else f"{s['cv']:.2%}"
-        table.add_row(name, str(s["n"]), mean, cv, ci)
+        table.add_row(untrusted.shown(name), str(s["n"]), mean, cv, ci)
         if s.get("median_ci_low") is not None:
-            medians.add_row(name, _g(s["median"]), f"[{_g(s['median_ci_low'])}, {_g(s['median_ci_high'])}]",
+            medians.add_row(untrusted.shown(name), _g(s["median"]), f"[{_g(s['median_ci_low'])}, {_g(s['median_ci_high'])}]",
                             f"{s['median_ci_confidence']:.0%}")
     console.print(table)
     if medians.row_count:

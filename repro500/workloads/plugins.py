@@ -12,6 +12,10 @@ A recipe names each part either by a registered name or by an import path:
 
 Every failure (cannot import, no such attribute, not callable, unknown name) is one sentence
 naming the recipe key and the entry, exit 4 (docs/workloads.md, "Plug-ins").
+
+Whether an import path may be imported at all is :mod:`repro500.untrusted`'s rule: a rerun of
+someone else's publication without ``--run-code`` imports no ``module:callable`` and puts no
+directory on ``sys.path``; only registered names (installed software) are found.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from functools import cache
 from importlib import metadata
 from typing import Any
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput
 
 GROUPS = {"model": "repro500.models", "dataset": "repro500.datasets", "evaluator": "repro500.evaluators"}
@@ -50,12 +55,17 @@ def registered(kind: str) -> dict[str, metadata.EntryPoint]:
 
 def search_paths(extra: Iterable[str] = ()) -> list[str]:
     """The directories an import path is looked up in before ``sys.path``: absolute, so that a
-    distributed worker started elsewhere finds the same modules (they travel in the job)."""
+    distributed worker started elsewhere finds the same modules (they travel in the job).  None
+    where foreign code is refused: a publication's directory never comes before ``sys.path``."""
+    if untrusted.code_refused():
+        return []
     out = [os.path.abspath(p) for p in (*extra, os.getcwd())]
     return list(dict.fromkeys(out))
 
 
 def add_search_paths(paths: Iterable[str]) -> None:
+    if untrusted.code_refused():
+        return
     for path in reversed(list(paths)):
         if path not in sys.path:
             sys.path.insert(0, path)
@@ -66,6 +76,8 @@ def resolve(kind: str, ref: str, *, key: str, paths: Iterable[str] = ()) -> Call
     if not isinstance(ref, str) or not ref.strip():
         raise InvalidInput(f"{key} must name a registered {kind} or a module:callable, got {ref!r}")
     if is_import_path(ref):
+        if untrusted.code_refused():
+            raise untrusted.refuse_code(key, ref)
         obj = _import(ref, key, paths)
     else:
         entries = registered(kind)
