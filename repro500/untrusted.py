@@ -171,12 +171,27 @@ def shown(text: Any) -> str:
     rich markup brackets escaped, so a name from a run cannot drive the reader's terminal."""
     from rich.markup import escape
 
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+    return escape(plain(text))
 
 
 def plain(text: Any) -> str:
-    """``text`` with control characters escaped (for output that is not rich markup)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    """``text`` with control characters escaped, and the bytes of a file name that is not UTF-8
+    (Python's surrogate escapes) as ``\\xNN`` (for output that is not rich markup)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", encodable(str(text)))
+
+
+def encodable(text: str) -> str:
+    """``text`` with the lone surrogates that stand for a non-UTF-8 file name's bytes written as
+    ``\\xNN``, so that it can be encoded as UTF-8 (a report, a terminal, a JSON file)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte: its code point, escaped
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 # What reaches a terminal: tab, newline, carriage return and CSI sequences (colours, the progress
@@ -187,7 +202,7 @@ _TERMINAL_UNSAFE = re.compile(r"\x1b(?!\[[0-9;?]*[ -/]*[@-~])|[\x00-\x08\x0b\x0c
 
 def terminal_safe(text: str) -> str:
     """``text`` as the CLI writes it to stdout/stderr (see :data:`_TERMINAL_UNSAFE`)."""
-    return _TERMINAL_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _TERMINAL_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", encodable(text))
 
 
 def code_refused() -> bool:

@@ -209,3 +209,22 @@ def test_names_from_a_run_cannot_drive_the_terminal(project: Path, tmp_path: Pat
     text = _no_traceback(done)
     assert "\x1b]" not in text and "\x07" not in text, repr(text)
     assert "\\x1b]52" in text  # shown, escaped, so the reader sees what the name holds
+
+
+def test_a_file_name_that_is_not_utf8_and_an_absurd_number_are_sentences(project: Path, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(project / "runs" / "ref", run)
+    with open(os.fsencode(run) + b"/\xff\xfe.txt", "wb") as planted:
+        planted.write(b"x")
+    done = repro500("report", str(run), cwd=tmp_path)
+    assert done.returncode == 4, _no_traceback(done)
+    assert "\\xff\\xfe.txt" in (run / "report.html").read_text(encoding="utf-8")
+    published = yaml.safe_load((project / "pub" / "published.yaml").read_text())
+    published.pop("manifest", None)
+    for metric in published["metrics"].values():
+        metric.pop("values", None)
+        metric["value"] = 1e308
+    (tmp_path / "pub.yaml").write_text(yaml.safe_dump(published))
+    done = repro500("verify", str(project / "runs" / "ref"), "--against", "pub.yaml", "--no-write", cwd=tmp_path)
+    text = _no_traceback(done)
+    assert done.returncode == 4 and "overflow" in text and "Warning" not in text, text

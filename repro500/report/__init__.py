@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from repro500 import __version__, atomic, bundle
+from repro500 import __version__, atomic, bundle, untrusted
 from repro500.errors import EXIT_INVALID, EXIT_OK, UsageError
 
 REPORT_NAME = "report.html"
@@ -110,6 +110,7 @@ def _write(run_path: Path, root: Path, out: str | Path | None, against: str | Pa
     from repro500.writable import writing
 
     html_text = redact_values(html_text)  # a secret value copied into the run (a recipe note) stays here
+    html_text = untrusted.encodable(html_text)  # a file name that is not UTF-8, named by the verdict
     with writing("the report", target, "give --out a writable path, e.g. --out /tmp/report.html"):
         atomic.write_text(target, html_text)
     return ReportResult(path=target, status=verdict.status,

@@ -23,13 +23,13 @@ Unknown keys are refused so that a typo is not silently ignored.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput
+from repro500.verify.rundir import number
 
 SCHEMA = "repro500/published/v1"
 TESTS = ("equivalence", "non_inferiority")
@@ -75,9 +75,10 @@ def _fail(path: Path, where: str, what: str) -> InvalidInput:
 
 
 def _num(value: Any, path: Path, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise _fail(path, where, f"is {value!r}, not a finite number")
-    return float(value)
+    try:
+        return number(value, where)
+    except InvalidInput as err:
+        raise InvalidInput(f"{path}: {err}") from None
 
 
 def _read(path: Path) -> Any:

@@ -143,12 +143,21 @@ def check_schema(doc: dict[str, Any], expected: str, path: Path) -> None:
         raise InvalidInput(f"{path} has schema {doc.get('schema')!r}, expected {expected!r}")
 
 
+# Beyond this magnitude the squares the statistics sum would overflow float64 (1e308): no metric
+# measures such a number, so it is refused rather than carried into a verdict as inf or NaN.
+MAX_MAGNITUDE = 1e150
+
+
 def number(value: Any, where: str) -> float:
-    """A finite float, or InvalidInput naming where the bad value is."""
+    """A finite float of a sane magnitude, or InvalidInput naming where the bad value is."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidInput(f"{where} is {value!r}, not a number")
+    if isinstance(value, int) and abs(value) > MAX_MAGNITUDE:
+        raise InvalidInput(f"{where} is an integer of {len(str(abs(value)))} digits: beyond any metric's magnitude")
     if not math.isfinite(value):
-        raise InvalidInput(f"{where} is {value!r}: values must be finite")
+        raise InvalidInput(f"{where} is {value!r}, not a finite number")
+    if abs(value) > MAX_MAGNITUDE:
+        raise InvalidInput(f"{where} is {value!r}: beyond {MAX_MAGNITUDE:g}, no metric's magnitude (the statistics would overflow)")
     return float(value)
 
 
