@@ -70,8 +70,9 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
               help="Override a published equivalence margin (repeatable).")
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               help="Where to look for data that cannot be regenerated (copied when its md5 matches).")
-@click.option("--tracking/--no-tracking", default=False,
-              help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db).")
+@click.option("--tracking/--no-tracking", default=None,
+              help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db); on by itself when the "
+                   "publication reads a metric from MLflow.  [default: no-tracking]")
 @click.option("--run-code", is_flag=True,
               help="Allow the publication's own experiment code (a wrapped command, a plug-in) to run; review OUT/source first.")
 @click.option("--allow-data-differences", is_flag=True,
@@ -81,7 +82,7 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
 @click.option("--max-repeats", type=click.IntRange(min=3), help="With --until-decided: at most this many repeats.  [default: 10]")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
-              subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool,
+              subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
               run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 

@@ -42,7 +42,9 @@ from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
     EXIT_FAIL,
     EXIT_INCONCLUSIVE,
+    EXIT_INVALID,
     EXIT_OK,
+    EXIT_USAGE,
     InvalidInput,
     RunFailed,
     UsageError,
@@ -51,6 +53,7 @@ from repro500.publish import opened
 from repro500.publish import publication as pubs
 from repro500.publish import source as sources
 from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
+from repro500.redact import redact_url
 
 
 @dataclass
@@ -172,6 +175,42 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
     return problems
 
 
+def _mlflow_metrics(pub: opened.Publication) -> list[str]:
+    """The metrics the publication's command reads from its own MLflow runs (``NAME: mlflow``)."""
+    from repro500.workloads.metric_sources import MetricDecl
+
+    recipe = rundir.read_optional_yaml(pub.reference / rundir.RECIPE)
+    if (recipe.get("fixed") or {}).get("workload") != "command" or not isinstance(recipe.get("metrics"), dict):
+        return []
+    names = []
+    for name, raw in recipe["metrics"].items():
+        try:
+            if MetricDecl.parse(str(name), raw, where="metrics").source == "mlflow":
+                names.append(str(name))
+        except InvalidInput:
+            continue  # the rerun names what is wrong with the declaration
+    return names
+
+
+def _tracking(pub: opened.Publication, asked: bool | None, workdir: Path, env: dict[str, str], console: Any) -> bool:
+    """Whether the rerun logs to MLflow: as asked, and always when a metric is read from MLflow
+    (the rerun cannot measure it otherwise).  A tracked rerun's store is ``OUT/mlflow.db`` unless
+    MLFLOW_TRACKING_URI names one (the command runs in ``OUT/source``: not there)."""
+    needs = _mlflow_metrics(pub)
+    if needs and asked is False:
+        raise UsageError(f"the publication reads {', '.join(needs)} from MLflow: its rerun must be tracked "
+                         "(leave out --no-tracking)")
+    tracking = bool(asked) or bool(needs)
+    if tracking and not env.get("MLFLOW_TRACKING_URI"):
+        env["MLFLOW_TRACKING_URI"] = f"sqlite:///{(workdir / 'mlflow.db').resolve()}"
+    if tracking:
+        why = f" ({', '.join(needs)} read from MLflow)" if needs and not asked else ""
+        console.print(f"the rerun is logged to MLflow{why}: {redact_url(env['MLFLOW_TRACKING_URI'])} "
+                      f"(repro500 ui --backend-store-uri {redact_url(env['MLFLOW_TRACKING_URI'])})",
+                      highlight=False, soft_wrap=True)
+    return tracking
+
+
 def _rerun_id(workdir: Path) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     rid, n = f"rerun-{stamp}", 1
@@ -264,8 +303,10 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
     if rc == 130 or rc < 0:
         raise KeyboardInterrupt
     if rc not in (EXIT_OK, EXIT_FAIL, EXIT_INCONCLUSIVE) or not (rerun / bundle.SUMS_NAME).is_file():
-        raise RunFailed(f"the rerun stopped with exit {rc} before it finished (its message is above); "
-                        f"what it wrote is in {rerun}")
+        wrote = f"; what it wrote is in {rerun}" if rerun.exists() else "; it wrote no run directory"
+        message = f"the rerun stopped with exit {rc} before it finished (its message is above){wrote}"
+        # the rerun's own reason decides the code: invalid input stays 4, a usage error 2
+        raise {EXIT_INVALID: InvalidInput, EXIT_USAGE: UsageError}.get(rc, RunFailed)(message)
     return rerun
 
 
@@ -279,7 +320,7 @@ def reproduce(
     alpha: float = 0.05,
     margins: dict[str, float] | None = None,
     data_root: str | Path = ".",
-    tracking: bool = False,
+    tracking: bool | None = None,
     console: Any = None,
     run_code: bool = False,
     allow_data_differences: bool = False,
@@ -305,7 +346,7 @@ def reproduce(
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
         src = sources.resolve(source, tmp, rev=rev, subpath=subpath)
-        console.print(f"Reproducing {src.label}", highlight=False, soft_wrap=True)
+        console.print(f"Reproducing {redact_url(src.label)}", highlight=False, soft_wrap=True)
         pub_dir = src.path
         if src.kind == "bundle":
             pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
@@ -327,6 +368,7 @@ def reproduce(
         if code:
             console.print(f"the publication's own code runs ({code[0]}, {len(code[1])} files, digests checked)",
                           highlight=False, soft_wrap=True)
+        tracking = _tracking(pub, tracking, workdir, env, console)
         placed = _place_source(pub, workdir) if code else None
         lines, warnings = [], []
         warnings += _check_inputs(pub, workdir, Path(data_root), allow_data_differences, console)
