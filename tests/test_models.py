@@ -265,6 +265,20 @@ def test_model_options_lists_defaults():
     assert model_options("resnet20") == {}
 
 
+def test_a_plugin_builder_written_with_ordinary_defaults_takes_its_options(tmp_path, monkeypatch):
+    # the way most people write a builder: positional-or-keyword parameters with defaults
+    (tmp_path / "labnet.py").write_text(
+        "import torch\n"
+        "def build(num_classes=4, in_channels=3, width=16):\n"
+        "    return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.LazyLinear(width), torch.nn.Linear(width, num_classes))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert model_options("labnet:build") == {"width": 16}
+    model = build_model("labnet:build", num_classes=3, width=8)
+    assert model[2].in_features == 8 and model[2].out_features == 3
+    with pytest.raises(UsageError, match="has no option 'depth'; its options are: width"):
+        build_model("labnet:build", depth=2)
+
+
 def test_nothing_is_downloaded(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path))
     build_model("resnet18")

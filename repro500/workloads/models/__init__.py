@@ -44,14 +44,16 @@ def model_task(name: str) -> str | None:
 
 
 def model_options(name: str) -> dict[str, Any]:
-    """The options ``build_model(name, **options)`` accepts, with their defaults; a builder that
+    """The options ``build_model(name, **options)`` accepts, with their defaults (None where a
+    parameter has none): every parameter that can be passed by keyword, as the builder is called
+    with keywords only (``def build(num_classes=4, width=16)`` takes ``width``); a builder that
     takes ``**kwargs`` accepts any (its own code then decides)."""
     parameters = inspect.signature(_builder(name)).parameters
+    keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return {
-        key: param.default
+        key: None if param.default is inspect.Parameter.empty else param.default
         for key, param in parameters.items()
-        if param.kind is inspect.Parameter.KEYWORD_ONLY
-        and key not in ("num_classes", "in_channels")
+        if param.kind in keyword and key not in ("num_classes", "in_channels")
     }
 
 
