@@ -94,17 +94,22 @@ def signed_signer(run_dir: str | Path) -> dict[str, Any] | None:
 def sign_run(run_dir: str | Path, key_path: str | Path, principal: str | None = None, *, force: bool = False) -> Path:
     """Sign a run directory with an OpenSSH Ed25519 key; returns the envelope's path.
 
-    The directory must match its SHA256SUMS.  A signature by another key is replaced only with
-    ``force`` (co-signers would otherwise overwrite each other's work); re-signing with the same
-    key replaces it.
+    The directory must pass what ``repro500 verify`` checks of a run's own files
+    (:func:`repro500.verify.integrity.require_intact`: digests, repeat chain, an attestation it
+    already carries).  A signature by another key is replaced only with ``force`` (co-signers
+    would otherwise overwrite each other's work); re-signing with the same key replaces it.
     """
     from securesystemslib.dsse import Envelope
     from securesystemslib.signer import CryptoSigner
 
+    from repro500.verify.integrity import require_intact
+
     root = Path(run_dir)
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a run directory: nothing to sign")
-    bundle.require_untouched(root, "refusing to sign it")
+    # what verify would call INVALID is not vouched for, even with --force: a signature over a
+    # replaced repeat, or over files re-sealed after someone else's signature, launders them
+    require_intact(root, "refusing to sign it")
     private = keys.load_private_key(key_path)
     public = private.public_key()
     previous = signed_signer(root)
@@ -145,12 +150,16 @@ class SignatureResult:
 
 def _envelopes(path: Path) -> list[Any]:
     """The in-toto DSSE envelopes of a bundle; lines that are not one are ignored (bundle spec)."""
-    from securesystemslib.dsse import Envelope
-
     if not path.is_file():
         return []
+    return _parse_envelopes(path.read_text(encoding="utf-8", errors="replace"))
+
+
+def _parse_envelopes(text: str) -> list[Any]:
+    from securesystemslib.dsse import Envelope
+
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             doc = json.loads(line)
             if isinstance(doc, dict) and doc.get("payloadType") == PAYLOAD_TYPE:
@@ -219,6 +228,67 @@ def verify_signature(run_dir: str | Path, allowed_signers_path: str | Path) -> S
     return result
 
 
+def attestation_problems(run_dir: str | Path) -> list[str]:
+    """Whether the attestation a run carries still holds, judged by the key it names itself.
+
+    No trust decision (that needs ``verify --trust``): what this catches is an attestation that
+    no longer describes the run, as an edited envelope, files or a chain changed after signing
+    (``SHA256SUMS`` re-sealed included), or an ``attestation.sig`` over another statement.  Every
+    command that vouches for a run runs it (repro500.verify.integrity), so a signed run that was
+    altered is refused without an allowed_signers file.  An unsigned run has no problem here.
+    The files ``SHA256SUMS`` lists are not hashed again: the digest check before this one did."""
+    from securesystemslib.exceptions import UnverifiedSignatureError
+    from securesystemslib.signer import SSlibKey
+
+    from repro500 import untrusted
+
+    root = Path(run_dir)
+    envelope_path, sig_path = root / ENVELOPE_NAME, root / SSHSIG_NAME
+    if not (envelope_path.exists() or envelope_path.is_symlink() or sig_path.exists() or sig_path.is_symlink()):
+        return []
+    try:
+        envelopes = _parse_envelopes(untrusted.read_text(envelope_path, "the run's attestation"))
+    except FileNotFoundError:  # attestation.sig alone, or the envelope a link to nothing
+        return [f"{ENVELOPE_NAME} is missing beside {SSHSIG_NAME}: the attestation is incomplete"]
+    except InvalidInput as err:
+        return [str(err)]
+    if not envelopes:
+        return [f"{ENVELOPE_NAME} holds no in-toto DSSE envelope: the attestation was cut or overwritten"]
+    statement = None
+    for envelope in envelopes:
+        try:
+            doc = json.loads(envelope.payload)
+            named = keys.AllowedSigner(["-"], keys.ED25519, doc["predicate"]["signer"]["public_key"].split()[1])
+            public = named.public_key
+            key = SSlibKey.from_crypto(public)
+            key.verify_signature(envelope.signatures[key.keyid], envelope.pae())
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError, UnverifiedSignatureError):
+            return [f"the signature in {ENVELOPE_NAME} does not verify with the key it names: "
+                    "the envelope was edited or forged"]
+        if statement is None:
+            statement, payload, signer_key = doc, envelope.payload, public
+    try:
+        predicate = statement["predicate"]
+        subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
+    except (KeyError, TypeError):
+        return ["the signed payload is not a repro500 in-toto Statement"]
+    problems = []
+    if statement.get("_type") != STATEMENT_TYPE or statement.get("predicateType") != PREDICATE_TYPE:
+        problems.append(f"the signed statement is not a {PREDICATE_TYPE} in-toto Statement v1")
+    problems += _subject_problems(root, subjects, rehash=False)
+    block = predicate.get("chain") if isinstance(predicate, dict) else None
+    signed_head = block.get("head") if isinstance(block, dict) else None
+    try:
+        head = chain.head(root)
+    except InvalidInput as err:  # an unreadable chain.jsonl: the chain check names it
+        head = str(err)
+    if signed_head != head:
+        problems.append(f"{chain.CHAIN_NAME}'s head is not the one signed: the repeat chain changed after signing")
+    sshsig_check = SignatureResult()
+    _check_sshsig(root, payload, signer_key, sshsig_check)
+    return problems + sshsig_check.problems
+
+
 def _why_untrusted(envelope: Any, entries: list[keys.AllowedSigner], trust_path: str | Path) -> str:
     """One sentence: a forged/edited envelope, or a good signature by a key nobody trusts."""
     from securesystemslib.exceptions import UnverifiedSignatureError
@@ -244,7 +314,9 @@ def _why_untrusted(envelope: Any, entries: list[keys.AllowedSigner], trust_path:
     return f"the run is signed by key {fp}{who}, which {trust_path} does not trust"
 
 
-def _subject_problems(root: Path, subjects: dict[str, str]) -> list[str]:
+def _subject_problems(root: Path, subjects: dict[str, str], *, rehash: bool = True) -> list[str]:
+    """The signed subjects against SHA256SUMS and the files; ``rehash=False`` takes the files that
+    SHA256SUMS lists as checked already (integrity's first step hashes every one of them)."""
     problems = []
     try:
         sums = bundle.read_sums(root)
@@ -262,6 +334,8 @@ def _subject_problems(root: Path, subjects: dict[str, str]) -> list[str]:
         path = root / name
         if name != bundle.SUMS_NAME and sums.get(name) not in (None, digest):
             changed.append(name)
+        elif not rehash and name in sums:
+            continue
         elif not path.is_file():
             missing.append(name)
         elif file_digest(path) != digest:
@@ -282,8 +356,16 @@ def _check_sshsig(root: Path, payload: bytes, public: Ed25519PublicKey, result: 
     if not path.is_file():
         result.notes.append(f"no {SSHSIG_NAME}: ssh-keygen -Y verify cannot check this run (the DSSE signature holds)")
         return
+    from repro500 import untrusted
+
     try:
-        signer = sshsig.verify(path.read_text(encoding="utf-8", errors="replace"), payload)
+        # every verify of a signed run reads it now, --trust or not: a regular file under the cap
+        text = untrusted.read_bytes(path, "the attestation's SSH signature").decode("utf-8", errors="replace")
+    except InvalidInput as err:
+        result.problems.append(str(err))
+        return
+    try:
+        signer = sshsig.verify(text, payload)
     except ValueError as err:
         result.problems.append(f"{SSHSIG_NAME} does not sign the attested statement ({err})")
         return

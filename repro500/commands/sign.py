@@ -25,8 +25,9 @@ def sign(ctx: click.Context, run_dir: Path, key_path: Path | None, principal: st
     `repro500 verify RUN --trust ALLOWED_SIGNERS` (docs/trust.md).
 
     \b
-    Exit codes: 0 signed; 2 usage error; 4 RUN missing or not matching its SHA256SUMS,
-                or the key unreadable, encrypted without a passphrase, or not Ed25519.
+    Exit codes: 0 signed; 2 usage error; 4 RUN missing or one verify would call INVALID
+                (its SHA256SUMS, its repeat chain, an attestation it carries; also with
+                --force), or the key unreadable, encrypted without a passphrase, or not Ed25519.
     """
     from repro500.attest import keys
     from repro500.attest.chain import CHAIN_NAME

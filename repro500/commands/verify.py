@@ -110,6 +110,11 @@ def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: floa
     from repro500.attest import check as trust_check
 
     trust_check.apply(trust_check.check_run(run_dir, trust=trust, tracking=check_tracking), verdict)
+    # with --trust, the signature check and the integrity step's attestation check can name the
+    # same change after signing: one sentence, once
+    verdict.reasons = list(dict.fromkeys(verdict.reasons))
+    if verdict.integrity is not None:
+        verdict.integrity.problems = list(dict.fromkeys(verdict.integrity.problems))
     from repro500.publish.excluded import is_publication_dir
 
     if not no_write and run_dir.is_dir() and not is_publication_dir(run_dir):  # a publication stays as published
@@ -138,12 +143,17 @@ def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: floa
 def pack(run_dir: Path, out: Path | None, force: bool) -> None:
     """Pack RUN into one .tar.gz that `repro500 verify` accepts anywhere.
 
-    The run directory must match its SHA256SUMS. Packing the same directory twice gives
-    byte-identical archives; publish the printed digests so others can check their copy.
+    The run must pass what verify checks of its own files (SHA256SUMS, the repeat chain, an
+    attestation it carries): exit 4 otherwise, with verify's sentence. Packing the same
+    directory twice gives byte-identical archives; publish the printed digests so others can
+    check their copy.
     """
     from repro500 import bundle
     from repro500.digest import file_digest
+    from repro500.verify.integrity import require_intact
 
+    # bundle.pack checks only the digests; an archive vouches for the run as verify would
+    require_intact(run_dir, "refusing to pack a run that would not verify")
     archive = bundle.pack(run_dir, out, force=force)
     click.echo(f"packed {run_dir} -> {archive} ({archive.stat().st_size} bytes)")
     click.echo(f"archive sha256: {file_digest(archive)}")

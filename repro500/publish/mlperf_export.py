@@ -252,8 +252,10 @@ def export_tree(
     if out.resolve().is_relative_to(root.resolve()):
         raise UsageError(f"{out} lies inside the run directory: export somewhere else")
     meta = rd.meta()
-    progress(f"checking {root} against its SHA256SUMS")
-    bundle.require_untouched(root, "only an untouched run can be exported")
+    progress(f"checking {root} as repro500 verify does (digests, repeat chain, attestation)")
+    from repro500.verify.integrity import require_intact
+
+    require_intact(root, "only an untouched run can be exported")
     logs, unfinished = _repeat_logs(rd)
     if not logs:
         raise InvalidInput(f"{root} has no MLPerf logs of finished repeats (repeats/<k>/{MLLOG}): "

@@ -265,12 +265,14 @@ def publish(
     ``force``; the publication is written next to it and renamed into place when complete.
     ``exclude`` globs name files of the run that the archive leaves out, their digests recorded
     (repro500.publish.excluded; UsageError for one that matches nothing or a file repro500 needs).
+    A run that ``repro500 verify`` would call INVALID for its own files is refused (InvalidInput,
+    verify's sentence: repro500.verify.integrity.require_intact) before anything is written.
     """
     run_path, out = Path(run), Path(out)
     if bundle.is_archive(run_path):
         with tempfile.TemporaryDirectory(prefix="repro500-publish-") as tmp:
             return _publish(bundle.unpack(run_path, tmp), out, benchmark, citation, url, margins, data_root, force,
-                            exclude)
+                            exclude, shown=run_path)
     if not run_path.is_dir():
         raise InvalidInput(f"{run_path} is not a run directory or a packed run: give runs/<run-id> or a .tar.gz")
     return _publish(run_path, out, benchmark, citation, url, margins, data_root, force, exclude)
@@ -278,7 +280,8 @@ def publish(
 
 def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
              margins: dict[str, float] | None, data_root: str | Path, force: bool,
-             exclude: Sequence[str]) -> PublishResult:
+             exclude: Sequence[str], shown: Path | None = None) -> PublishResult:
+    from repro500.verify.integrity import require_intact
     from repro500.verify.rundir import load_run
     from repro500.verify.verdict import verify_run
 
@@ -286,7 +289,9 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         raise InvalidInput(f"{out} already exists: choose another --out or pass --force to replace it")
     if out.resolve().is_relative_to(root.resolve()):
         raise UsageError(f"{out} lies inside the run directory: write the publication somewhere else")
-    bundle.require_untouched(root, "only an untouched run can be published")
+    # a publication vouches for the run: what verify would call INVALID (a replaced or dropped
+    # repeat, files re-sealed after signing) is refused here, not published with its verdict
+    require_intact(root, "only an untouched run is published", shown=shown)
     left_out = excluded.select(root, exclude)
     run = load_run(root)
     if run.recipe is None or run.manifest is None:

@@ -5,7 +5,8 @@ Checks, in order (docs/verify.md, "Integrity"):
 1. every file against ``SHA256SUMS`` (edited, missing or extra files make the verdict INVALID);
 2. optionally the digest of ``SHA256SUMS`` itself against one published elsewhere;
 3. ``manifest.json``: schema and its canonical digest (``repro500-c14n/v1``);
-4. ``run.json`` schema;
+4. ``run.json`` schema, and the attestation of a signed run against the files, by the key it
+   names (repro500.attest.signing.attestation_problems; who may sign is ``verify --trust``'s);
 5. every planned repeat accounted for (run.json, summary.json, recipe.yaml and the manifest
    agree on how many; each has its own ``repeats/<k>/summary.json``, seeds as planned, the world
    size and engine run.json records), and the aggregate ``summary.json`` recomputed from the
@@ -14,6 +15,10 @@ Checks, in order (docs/verify.md, "Integrity"):
    parameter digests vs ``params.jsonl``): reported as warnings, not INVALID, because they
    depend on how a workload defines its summary metric;
 7. data files re-hashed where they are present, compared with the manifest's data facet.
+
+Commands that vouch for a run (publish, pack, sign, export, reproduce of a packed run) refuse
+what ``verify`` would call INVALID through :func:`require_intact`: these steps but 6 and 7, and the
+repeat chain, with the sentence ``verify`` prints.
 
 What this does and does not detect: ``SHA256SUMS`` catches accidental corruption and
 naive edits.  Someone who edits a number, recomputes the aggregate *and* rewrites
@@ -94,6 +99,9 @@ def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: 
         )
     _check_manifest(root / "manifest.json", result)
     _check_run_json(root / "run.json", result)
+    from repro500.attest.signing import attestation_problems
+
+    result.problems += attestation_problems(root)
     return result
 
 
@@ -124,6 +132,35 @@ def check_run(run_dir: str | Path, *, label: str = "run", expect_sums_digest: st
         check_consistency(run, result)
         check_data(run, result)
     return result, run
+
+
+def intact_problems(run_dir: str | Path, *, not_carried: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """What ``repro500 verify`` calls INVALID about a run directory's own files, in the order it
+    lists them: the repeat chain first (repro500.attest.check, as verify folds it in), then steps
+    1-5.  Empty for an intact run.
+
+    The data files (step 7) are left out: they are not the run's own files, and re-hashing a data
+    set on every pack or publish would cost more than the run's files; verify still checks them."""
+    from repro500.attest import check as trust_check
+
+    result, _ = check_run(run_dir, deep=False, not_carried=not_carried)
+    return trust_check.check_run(run_dir).problems + result.problems
+
+
+def require_intact(run_dir: str | Path, action: str, *, shown: str | Path | None = None,
+                   not_carried: Sequence[Mapping[str, Any]] = ()) -> None:
+    """InvalidInput unless ``verify`` would find the run directory intact (:func:`intact_problems`).
+
+    The one gate of every command that vouches for a run (publish, pack, sign, export, reproduce
+    of a packed run), called before it writes anything: its sentence is the first problem exactly
+    as ``verify`` prints it, then ``action`` (what is not done).  ``shown`` names the run as the
+    user gave it (an archive unpacked into a temporary directory)."""
+    problems = intact_problems(run_dir, not_carried=not_carried)
+    if not problems:
+        return
+    more = len(problems) - 1
+    also = f"; and {more} more, which repro500 verify lists" if more else ""
+    raise InvalidInput(f"{shown or run_dir} would not verify ({problems[0]}{also}): {action}")
 
 
 def _load_for_check(path: Path, result: IntegrityResult) -> dict[str, Any] | None:
