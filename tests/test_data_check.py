@@ -60,6 +60,18 @@ def test_truncated_and_garbage_files_exit_4(tmp_path, data_dir):
     _one_error_line(_check(str(tmp_path / "absent.h5"), cwd=tmp_path), "absent.h5", "does not exist")
 
 
+def test_a_directory_with_several_bad_files_names_every_one(tmp_path, data_dir):
+    bad = tmp_path / "several"
+    bad.mkdir()
+    (bad / "good.h5").write_bytes((data_dir / "ewa.h5").read_bytes())
+    (bad / "a-truncated.h5").write_bytes((data_dir / "ewa.h5").read_bytes()[:5000])
+    (bad / "b-garbage.h5").write_bytes(b"this is not HDF5 at all" * 100)
+    done = _check(str(bad), cwd=tmp_path)
+    assert done.returncode == 4 and "Traceback" not in done.stderr, done.stderr
+    assert "2 of 3 files" in done.stderr
+    assert "a-truncated.h5" in done.stderr and "b-garbage.h5" in done.stderr and "good.h5:" not in done.stderr
+
+
 def test_corrupt_compressed_chunk_exits_4(tmp_path):
     path = tmp_path / "ewa.h5"
     generate("ewa", path, samples=3, size="48x72", compression="gzip")

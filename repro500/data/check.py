@@ -54,12 +54,22 @@ class CheckReport:
     path: Path
     files: list[FileCheck]
     manifest: str | None = None  # one sentence on the digest comparison
+    problems: list[str] = field(default_factory=list)  # one sentence per file that is not in order
 
     def lines(self) -> list[str]:
         out = [f"OK {f.path}: {f.summary}" for f in self.files]
         if self.manifest:
             out.append(f"OK {self.manifest}")
         return out
+
+    def raise_problems(self) -> None:
+        """InvalidInput naming every file that is not in order (each on its own line)."""
+        if len(self.problems) == 1:
+            raise InvalidInput(self.problems[0])
+        if self.problems:
+            checked = len(self.problems) + len(self.files)
+            raise InvalidInput(f"{len(self.problems)} of {checked} files under {self.path} are not in order:\n  "
+                               + "\n  ".join(self.problems))
 
 
 def check_path(
@@ -84,7 +94,17 @@ def check_path(
                 raise InvalidInput(f"{root} holds no HDF5 files or CIFAR-10 batches to check") from None
             checks = [_check_cifar(batches)]
         else:
-            checks = [check_file(f, quick=quick, progress=progress) for f in files]
+            checks, problems = [], []
+            for f in files:  # every file, so that one command names every bad one
+                try:
+                    checks.append(check_file(f, quick=quick, progress=progress))
+                except InvalidInput as err:
+                    problems.append(str(err))
+            report = CheckReport(path=root, files=checks, problems=problems)
+            report.raise_problems()
+            if manifest is not None:
+                report.manifest = compare_with_manifest(root, Path(manifest))
+            return report
     else:
         checks = [check_file(root, quick=quick, progress=progress)]
     report = CheckReport(path=root, files=checks)
