@@ -49,6 +49,21 @@ def test_the_roofline_measures_gemm_and_stream_kernels_and_checks_them_with_nump
     assert any("sysbench is not installed" in n for n in doc["notes"])
 
 
+def test_a_bandwidth_measured_in_cache_is_not_called_memory(monkeypatch):
+    monkeypatch.setattr(roofline.shutil, "which", lambda name: None)
+    monkeypatch.setattr(roofline, "last_level_cache_bytes", lambda device: 32 * roofline.MiB)
+    config = roofline.RooflineConfig.from_recipe({"sizes": "tiny", "dtypes": ["fp32"], "budget_s": 0.01,
+                                                  "min_reps": 3}, {}, "cpu")
+    _, doc = roofline.run(config, seed=0)
+    entry = doc["devices"]["cpu"]
+    assert entry["bandwidth_level"] == "cache" and "memory_ceiling_bytes_per_s" not in entry
+    assert any("measured in cache, not memory" in n for n in doc["notes"])
+    assert {r["name"] for r in roofline.table_rows(doc)} >= {"triad cache bandwidth (cpu)"}
+    # STREAM's rule: the arrays together at least four times the last-level cache
+    assert roofline.bandwidth_level("cpu", 256 * roofline.MiB)[0] == "memory"
+    assert roofline.bandwidth_level("cpu", 4 * roofline.MiB)[0] == "cache"
+
+
 def test_roofline_refuses_names_and_sizes_before_anything_runs():
     with pytest.raises(UsageError, match="unknown dtype 'fp64'"):
         roofline.check_names(["fp64"], "tiny")

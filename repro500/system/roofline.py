@@ -217,7 +217,12 @@ def run(config: RooflineConfig, seed: int) -> tuple[dict[str, Any], dict[str, An
         entry["bandwidth"] = bandwidth(array, device, config.budget)
         for kernel, rec in entry["bandwidth"].items():
             metrics[f"bandwidth_bytes_per_s.{device}.{kernel}"] = rec["bytes_per_s"]
-        entry["memory_ceiling_bytes_per_s"] = entry["bandwidth"]["triad"]["bytes_per_s"]
+        entry["bandwidth_level"], why = bandwidth_level(device, array)
+        if entry["bandwidth_level"] == "memory":
+            entry["memory_ceiling_bytes_per_s"] = entry["bandwidth"]["triad"]["bytes_per_s"]
+        else:  # a figure measured in cache is no memory ceiling: say so rather than pass it off as one
+            doc["notes"].append(f"{device} bandwidth measured in cache, not memory: {why}; use --sizes default or large "
+                                "for the memory ceiling")
         doc["devices"][device] = entry
     _cross_check(config, doc, metrics)
     if config.nproc > 1:
@@ -262,6 +267,29 @@ def _interconnect(config: RooflineConfig, doc: dict[str, Any], metrics: dict[str
     metrics["interconnect.allreduce_bandwidth_bytes_per_s"] = fit.bandwidth_bytes_per_s
 
 
+def last_level_cache_bytes(device: str) -> int | None:
+    """The largest cache of the device: the CPU's last level (sysfs), a GPU's L2 (torch)."""
+    if device == "cuda":
+        import torch
+
+        return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) or None
+    from repro500.capture.hardware import cpu_info
+
+    sizes = [c.get("size_bytes") or 0 for c in cpu_info().get("caches") or []]
+    return max(sizes) or None if sizes else None
+
+
+def bandwidth_level(device: str, array_bytes: int) -> tuple[str, str]:
+    """("memory" | "cache", why): STREAM's rule, each array at least 4x the last-level cache,
+    read as the triad's three arrays together against 4x the cache."""
+    cache = last_level_cache_bytes(device)
+    if cache is None:
+        return "memory", "the cache size is unknown"
+    total = 3 * array_bytes
+    why = f"three arrays of {array_bytes / MiB:g} MiB against a {cache / MiB:g} MiB last-level cache"
+    return ("memory" if total >= 4 * cache else "cache"), why
+
+
 def table_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
     """Rows for the terminal table: each ceiling and, where one exists, the tool's figure."""
     rows = []
@@ -274,7 +302,8 @@ def table_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
                          "ratio": value / tool if tool else None, "unit": "GFLOP/s"})
         for kernel, rec in (entry.get("bandwidth") or {}).items():
             tool = check.get(f"sysbench_{kernel}_bytes_per_s") if device == "cpu" else None
-            rows.append({"name": f"{kernel} bandwidth ({device})", "value": rec["bytes_per_s"] / 1e9,
+            level = entry.get("bandwidth_level", "memory")
+            rows.append({"name": f"{kernel} {level} bandwidth ({device})", "value": rec["bytes_per_s"] / 1e9,
                          "tool_value": tool / 1e9 if tool else None, "tool": "sysbench memory" if tool else "-",
                          "ratio": rec["bytes_per_s"] / tool if tool else None, "unit": "GB/s"})
     fit = (doc.get("interconnect") or {}).get("fit")
