@@ -13,12 +13,18 @@ DataLoader workers are seeded by torch from the loader generator (``base_seed + 
 :func:`seed_worker` copies that seed into ``random`` and ``numpy`` inside each worker.
 SeedSequence's mixing makes the streams of different (k, r) statistically independent.
 torch is imported only by the functions that apply seeds, never by deriving them.
+
+What every rank of a repeat must draw alike comes from *rank 0's* seeds of that repeat, as
+recorded (:meth:`Seeds.shared`): the data order (``DistributedSampler``'s permutation, seeded
+with rank 0's ``loader`` mod 2**62, :meth:`Seeds.shuffle`) and a seeded compressor's draws
+(rank 0's ``torch`` mod 2**31).  In a factorial run rank 0's seeds are the cell's, not the
+repeat index's, so the data order changes exactly when the recorded ``loader`` seed does.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 FORMULA = (
@@ -38,9 +44,32 @@ class Seeds:
     numpy: int
     torch: int
     loader: int
+    # The fields this repeat draws itself (a factorial run's cell, derive_varied; None: all), so
+    # that any rank can tell rank 0's seeds of the same repeat.  Not a seed: the manifest's design
+    # records the cells, and the recorded seeds keep their fields.
+    varied: tuple[str, ...] | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict[str, int]:
-        return asdict(self)
+        out = asdict(self)
+        del out["varied"]
+        return out
+
+    def shared(self) -> Seeds:
+        """Rank 0's seeds of this repeat (and cell): what every rank draws alike is derived from
+        them, so the recorded rank 0 seeds say what it was."""
+        return self if self.rank == 0 else derive_varied(self.master, self.repeat, 0, self.varied)
+
+    @property
+    def shuffle(self) -> int:
+        """The data order's seed (``DistributedSampler``'s): rank 0's ``loader`` seed, on every
+        rank, so the union of the ranks' batches is the single-process batch at any world size."""
+        return self.shared().loader % 2**62
+
+    @property
+    def compressor(self) -> int:
+        """A seeded compressor's seed: rank 0's ``torch`` seed, on every rank (random-k must draw
+        the same positions everywhere)."""
+        return self.shared().torch % 2**31
 
 
 def derive(master_seed: int, repeat: int = 0, rank: int = 0) -> Seeds:
@@ -95,7 +124,8 @@ def seed_worker(worker_id: int) -> None:
 
 # The sources of randomness a factorial run (``repro500 run --vary``) varies one at a time, and
 # the seeds each one owns: ``init`` is torch's generator (initialisation, dropout, anything the
-# model draws from torch), ``data_order`` the DataLoader's shuffling, ``seed`` all of them;
+# model draws from torch, a seeded compressor), ``data_order`` the loader seed (the data order
+# and the DataLoader's worker seeds), ``seed`` all of them;
 # ``kernels`` holds every seed and lets torch choose non-deterministic algorithms.
 SOURCES: dict[str, tuple[str, ...]] = {
     "seed": ("python", "numpy", "torch", "loader"),
@@ -113,7 +143,7 @@ def derive_varied(master_seed: int, repeat: int, rank: int, varied: tuple[str, .
         return own
     base = derive(master_seed, 0, rank)
     fields = {name: getattr(own if name in varied else base, name) for name in SOURCES["seed"]}
-    return Seeds(master=int(master_seed), repeat=int(repeat), rank=int(rank), **fields)
+    return Seeds(master=int(master_seed), repeat=int(repeat), rank=int(rank), varied=tuple(varied), **fields)
 
 
 def plan(master_seed: int, repeats: int, world_size: int = 1, same_seed: bool = False,

@@ -87,10 +87,11 @@ def build_data(spec: TrainSpec, dist: Dist, seeds: seeding.Seeds) -> tuple[Any, 
     generator = seeding.loader_generator(seeds)
     # One shuffling rule for every world size: DistributedSampler's permutation seeded with rank 0's
     # loader seed. Rank r takes every world_size-th index, so the union of the ranks' batches at step
-    # i is exactly the single-process batch i of world_size times the size.
-    shuffle_seed = seeding.derive(seeds.master, seeds.repeat, 0).loader % 2**62
+    # i is exactly the single-process batch i of world_size times the size. Rank 0's seed as this
+    # repeat uses it, not as its index would derive it: a factorial cell that holds the loader seed
+    # must hold the data order too.
     sampler = DistributedSampler(train_set, num_replicas=dist.world_size, rank=dist.rank, shuffle=True,
-                                 seed=shuffle_seed, drop_last=True)
+                                 seed=seeds.shuffle, drop_last=True)
     common = {"num_workers": spec.workers, "worker_init_fn": seeding.seed_worker, "collate_fn": collate,
               "persistent_workers": spec.workers > 0}
     # The loader draws its batches through a recorder, so each epoch's sampling can be checked

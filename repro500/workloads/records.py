@@ -159,7 +159,7 @@ def compressor_spec(spec: Any, seeds: seeding.Seeds) -> dict[str, Any]:
 
     out = {"name": spec} if isinstance(spec, str) else dict(spec)
     if "seed" in PARAMETERS.get(str(out.get("name", "")).lower(), {}) and out.get("seed") is None:
-        out["seed"] = seeding.derive(seeds.master, seeds.repeat, 0).torch % 2**31
+        out["seed"] = seeds.compressor  # rank 0's torch seed as this repeat (or its cell) uses it
     return out
 
 
