@@ -117,7 +117,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(open_run, tmp_path):
     log.write_text(log.read_text().replace('"value": 64', '"value": 640'))
     result = _export(str(tampered), "--out", str(out))
     assert result.exit_code == EXIT_INVALID
-    assert "does not match its SHA256SUMS (edited: repeats/1/mllog.txt)" in result.output
+    assert "files do not match SHA256SUMS (edited: repeats/1/mllog.txt)" in result.output
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 

@@ -305,7 +305,7 @@ def test_publish_refuses_a_tampered_run_and_an_existing_directory(project: Path,
     summary = run / "repeats" / "0" / "summary.json"
     summary.write_text(summary.read_text().replace('"epochs_run": 1', '"epochs_run": 2'))
     done = repro500("publish", str(run), "--out", "pub", cwd=in_tmp)
-    assert done.returncode == 4 and "SHA256SUMS" in done.stderr
+    assert done.returncode == 4 and "would not verify (repeat 0 was replaced" in done.stderr
     assert not (in_tmp / "pub").exists()
 
 

@@ -150,6 +150,9 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
                                   not_carried=[e.to_dict() for e in not_carried])
     if not check.ok:
         raise InvalidInput(f"the packed run {archive.name} is not what the run wrote: {'; '.join(check.problems)}")
+    # the same gate publish ran: the repeat chain and the attestation too, as verify checks them
+    integrity.require_intact(reference, "it is not reproduced", shown=f"the packed run {archive.name}",
+                             not_carried=[e.to_dict() for e in not_carried])
     run = load_run(reference)
 
     published = load_published(root / PUBLISHED)
