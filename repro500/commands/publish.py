@@ -50,9 +50,12 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
         click.echo(f"note: {note}")
     click.echo(f"archive sha256: {result.archive_sha256}")
     click.echo(f"publication SHA256SUMS sha256: {result.publication_digest}")
+    consent = " --run-code" if result.runs_code else ""
     click.echo(f"\nTo reproduce and verify it (also in {result.path / 'README.md'}):\n"
-               f"  repro500 reproduce {result.path}\n"
-               f"  repro500 reproduce <git URL> --path <its directory in the repository>   # once committed")
+               f"  repro500 reproduce {result.path}{consent}\n"
+               f"  repro500 reproduce <git URL> --path <its directory in the repository>{consent}   # once committed")
+    if result.runs_code:
+        click.echo(f"  (--run-code: the experiment runs its own code ({result.runs_code}); a reproducer reads it first)")
 
 
 @click.command()

@@ -32,7 +32,8 @@ from typing import Any
 
 import yaml
 
-from repro500 import __version__, atomic, bundle
+from repro500 import __version__, atomic, bundle, rundir, untrusted
+from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.progress import human_bytes
@@ -69,10 +70,29 @@ class PublishResult:
     notes: list[str] = field(default_factory=list)
     readme: str = ""
     not_carried: list[excluded.LeftOut] = field(default_factory=list)  # left out of the archive (--exclude)
+    runs_code: str | None = None  # "command" / "plug-in": a reproduction needs --run-code
 
 
 def _utc() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def own_code(run_dir: Path) -> tuple[str, list[str]] | None:
+    """(kind, what) of the experiment's own code a rerun of the run would execute, or None (built-ins only):
+    the files of the run's ``source/``, else the recipe keys that name code to import (every such
+    door, as :func:`repro500.untrusted.import_refs` lists them)."""
+    recipe = untrusted.load_yaml(untrusted.read_text(Path(run_dir) / rundir.RECIPE, "the run's recipe"),
+                                 str(Path(run_dir) / rundir.RECIPE)) or {}
+    fixed = recipe.get("fixed") or {}
+    index = Path(run_dir) / SOURCE_INDEX
+    files = [str(e["path"]) for e in (rundir.read_optional_json(index).get("files") or [])
+             if isinstance(e, dict) and "path" in e]
+    if fixed.get("workload") == "command":
+        return "command", files
+    refs = untrusted.import_refs(recipe)
+    if files or refs:
+        return "plug-in", files or [f"{key}: {value}" for key, value in refs]
+    return None
 
 
 def runnable_recipe(resolved: dict[str, Any]) -> dict[str, Any]:
@@ -164,7 +184,8 @@ def _dvc_yaml(entries: list[DataEntry], flags: list[str]) -> str:
     return "\n".join(head) + "\n" + yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000)
 
 
-def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[DataEntry], flags: list[str]) -> str:
+def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[DataEntry], flags: list[str],
+            runs_code: str | None = None) -> str:
     run_id = index["run_id"]
     lines = [f"# Reproducing {published['benchmark']}", "",
              f"Run `{run_id}` of recipe `{index['recipe_name']}`: {index['run']['repeats']} repeats, master seed "
@@ -174,10 +195,13 @@ def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[Data
     for name, m in published["metrics"].items():
         shown = ", ".join(f"{v:.6g}" for v in m["values"])
         lines.append(f"| {name} | {shown} | ±{m['margin']:g} | {m['direction']} is better |")
+    consent = " --run-code" if runs_code else ""
     lines += ["", "## Reproduce and verify", "", "```console",
-              "$ repro500 reproduce path/to/this/directory --out reproduction",
-              "$ repro500 reproduce https://example.org/repo.git --path path/in/repo --rev TAG   # from git",
+              f"$ repro500 reproduce path/to/this/directory --out reproduction{consent}",
+              f"$ repro500 reproduce https://example.org/repo.git --path path/in/repo --rev TAG{consent}   # from git",
               "```", "",
+              *([f"The experiment runs its own code ({runs_code}): it travels in the packed run's `source/`; read it "
+                 "(`repro500 unpack` the archive) before you pass `--run-code`.", ""] if runs_code else []),
               "It recreates the data, reruns the recipe with the published seed and repeats, verifies the",
               "rerun against `published.yaml` and prints the verdict with the provenance diff. Exit codes:",
               "0 REPRODUCED, 1 NOT REPRODUCED, 3 INCONCLUSIVE, 4 invalid or tampered input.", "",
@@ -188,7 +212,13 @@ def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[Data
             lines.append(f"$ {command}" if command else f"# {spec['out']}: only repro500 reproduce can recreate it")
         if not entry.generate:
             lines.append(f"# {entry.path} (md5 {entry.md5}): not generated; obtain it (dvc pull) and check the md5")
-    run_cmd = " ".join(["repro500 run", RECIPE, "--params", PARAMS, "--out runs --run-id", RERUN_ID, *flags])
+    if runs_code == "command":  # the command runs from the experiment's directory, which the archive carries
+        unpack = f"$ repro500 unpack {index['archive']['name']} --dest reference   # the code is in its source/"
+        run_cmd = " ".join([f"(cd reference/{index['run_id']}/source && repro500 run ../../../{RECIPE}",
+                            f"--params ../../../{PARAMS} --out ../../../runs --run-id", RERUN_ID, *flags]) + ")"
+        lines.append(unpack)
+    else:
+        run_cmd = " ".join(["repro500 run", RECIPE, "--params", PARAMS, "--out runs --run-id", RERUN_ID, *flags])
     lines += [f"$ {run_cmd}", f"$ repro500 verify runs/{RERUN_ID} --against {PUBLISHED}", "```", "",
               "With DVC (inside a DVC project, or after `dvc init --no-scm` here): `dvc repro`, then",
               "`dvc metrics show`. Read `dvc.yaml` before running it: DVC executes its commands.", "",
@@ -358,7 +388,8 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
             "notes": notes,
         }
         atomic.write_json(staging / INDEX, index)
-        readme = _readme(index, published, plan.entries, flags)
+        code = own_code(root)
+        readme = _readme(index, published, plan.entries, flags, code[0] if code else None)
         _write_clean(staging / README, readme)
         bundle.write_sums(staging)
         publication_digest = file_digest(staging / bundle.SUMS_NAME)
@@ -370,7 +401,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     return PublishResult(path=out, archive=out / archive.name, archive_sha256=index["archive"]["sha256"],
                          sums_digest=index["sums_digest"], publication_digest=publication_digest,
                          status=verdict.status, metrics=list(metrics), notes=notes, readme=readme,
-                         not_carried=left_out)
+                         not_carried=left_out, runs_code=code[0] if code else None)
 
 
 # Reading a publication back (and checking it) is repro500.publish.opened's.

@@ -220,24 +220,6 @@ def _rerun_id(workdir: Path) -> str:
     return rid
 
 
-def experiment_code(pub: opened.Publication) -> tuple[str, list[str]] | None:
-    """(kind, what) of the publisher's own code the rerun would execute, or None (built-ins only):
-    the files of the run's ``source/``, else the recipe keys that name code to import (every such
-    door, as :func:`repro500.untrusted.import_refs` lists them)."""
-    recipe = untrusted.load_yaml(untrusted.read_text(pub.reference / rundir.RECIPE, "the packed run's recipe"),
-                                 str(pub.reference / rundir.RECIPE)) or {}
-    fixed = recipe.get("fixed") or {}
-    index = pub.reference / SOURCE_INDEX
-    files = [str(e["path"]) for e in (rundir.read_optional_json(index).get("files") or [])
-             if isinstance(e, dict) and "path" in e]
-    if fixed.get("workload") == "command":
-        return "command", files
-    refs = untrusted.import_refs(recipe)
-    if files or refs:
-        return "plug-in", files or [f"{key}: {value}" for key, value in refs]
-    return None
-
-
 def _place_source(pub: opened.Publication, workdir: Path) -> Path | None:
     """Copy the reference run's ``source/`` (already checked against its SHA256SUMS when the
     publication was opened) to ``OUT/source``: the directory the experiment runs from."""
@@ -360,7 +342,7 @@ def reproduce(
         if pub.not_carried:  # publish --exclude: sealed digests, files left out of the archive
             console.print(f"  {pub.integrity.notes[0]}", highlight=False, soft_wrap=True)
 
-        code = experiment_code(pub)
+        code = pubs.own_code(pub.reference)
         if code and not run_code:
             shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
             raise UsageError(f"this publication runs its own code ({code[0]}{': ' + shown if shown else ''}); "
