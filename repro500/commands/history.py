@@ -22,8 +22,11 @@ def history(source: str, metric: str, recipe: str | None, plot_path: Path | None
 
     SOURCE is a directory of run directories (runs) or an MLflow experiment's name
     (repro500/<recipe> by default). Each run is compared with the previous run on the same
-    system: "better"/"worse" when Welch's t-test says the metric moved at --alpha, and the
-    result-relevant provenance differences between the two (packages, driver, commit, data).
+    system of the same benchmark: "better"/"worse" when Welch's t-test says the metric moved at
+    --alpha, and what changed between the two: the recipe's keys first (--set overrides), then
+    the result-relevant provenance differences (packages, driver, commit, data). A run with other
+    fixed keys (--set fixed.KEY in the open division) measured another benchmark: it starts a
+    series of its own (B2, ...) and is not compared with the runs before it.
     `repro500 verify RUN --against history:SOURCE` decides whether RUN is a regression.
 
     \b
@@ -46,34 +49,41 @@ def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
     from rich.console import Console
     from rich.table import Table
 
+    from repro500.untrusted import shown
     from repro500.verify import trend
     from repro500.verify.diff import short
 
     console = Console()
     better = "higher" if found.direction == "higher" else "lower"
+    several = len(found.benchmarks) > 1  # then each run says which benchmark it measured
     table = Table(title=f"{found.recipe}: {found.metric} across {len(found.rows)} run(s) of {found.source} "
                         f"({better} is better)", title_justify="left")
-    for column in ("run", "created", "system", "n", "mean", f"{1 - found.alpha:.0%} CI", "vs previous",
-                   "result-relevant changes since the previous run"):
+    for column in ("run", "created", "system", *(("benchmark",) if several else ()), "n", "mean",
+                   f"{1 - found.alpha:.0%} CI", "vs previous", "result-relevant changes since the previous run"):
         table.add_column(column, overflow="fold")
     for r in found.rows:
         ci = "-" if r.ci_low is None else f"[{r.ci_low:.4g}, {r.ci_high:.4g}]"
-        if r.previous is None:
+        if r.other_benchmark:
+            moved = f"[yellow]another benchmark[/] than {shown(r.other_benchmark['run'])}: not compared"
+        elif r.previous is None:
             moved = "first"
         elif r.moved:
             moved = f"[{'green' if r.moved == 'better' else 'red'}]{r.moved}[/] (p={r.p_value:.2g})"
         else:
             moved = "same" if r.p_value is not None else "untested (n<2)"
-        changes = "; ".join(f"{c['key']}: {short(c['before'], 20)} -> {short(c['after'], 20)}"
-                            for c in r.changes[:trend.MAX_CHANGES]) or ("-" if r.previous else "")
+        changes = "; ".join(shown(f"{c['key']}: {short(c['before'], 20)} -> {short(c['after'], 20)}")
+                            for c in r.changes[:trend.MAX_CHANGES]) or ("-" if r.previous or r.other_benchmark else "")
         if len(r.changes) > trend.MAX_CHANGES:
             changes += f"; +{len(r.changes) - trend.MAX_CHANGES} more (--json)"
-        table.add_row(r.run_id, r.created, r.system, str(r.n), "-" if r.mean is None else f"{r.mean:.4g}", ci,
-                      moved, changes)
+        table.add_row(r.run_id, r.created, r.system, *((r.benchmark,) if several else ()), str(r.n),
+                      "-" if r.mean is None else f"{r.mean:.4g}", ci, moved, changes)
     console.print(table)
     for label, key in found.systems.items():
-        shown = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in key.items() if v is not None)
-        console.print(f"  [dim]{label}: {shown}[/]", highlight=False)
+        described = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in key.items() if v is not None)
+        console.print(f"  [dim]{label}: {shown(described)}[/]", highlight=False)
+    if several:
+        for label, described in found.benchmarks.items():
+            console.print(f"  [dim]{label}: {shown(described)}[/]", highlight=False)
     if found.skipped:
         console.print(f"  [dim]{len(found.skipped)} run(s) left out: "
                       + "; ".join(f"{s['run']}: {s['why']}" for s in found.skipped[:3]) + "[/]", highlight=False)

@@ -47,10 +47,13 @@ def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str,
               help="git's allowed_signers file: the run must be signed by a key it trusts, with its repeat chain intact (docs/trust.md).")
 @click.option("--check-tracking", is_flag=True,
               help="Compare each repeat's metrics with those the run's MLflow store recorded (docs/trust.md).")
+@click.option("--across-benchmarks", is_flag=True,
+              help="Compare with a reference of another benchmark (recipe, fixed keys) anyway; the verdict's first "
+                   "line says so. Without it such a comparison is refused (exit 4).")
 @click.pass_context
 def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
            as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None,
-           trust: Path | None, check_tracking: bool) -> None:
+           trust: Path | None, check_tracking: bool, across_benchmarks: bool) -> None:
     """Decide whether RUN holds (its acceptance bands) or reproduces a reference.
 
     RUN is a run directory (runs/<run-id>), an archive made by `repro500 pack`, a
@@ -61,9 +64,13 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
     With --trust or --check-tracking, or when RUN has a repeat chain, a broken chain, a missing,
     untrusted or forged signature, or a disagreement with MLflow makes the verdict INVALID.
 
+    A reference of another benchmark than RUN's (another recipe it names, other fixed keys,
+    fixed keys set in the open division) is refused unless --across-benchmarks is given.
+
     \b
     Exit codes: 0 pass/reproduced, 1 fail/not reproduced, 2 usage error,
-                3 inconclusive, 4 invalid input (missing, corrupt, tampered).
+                3 inconclusive, 4 invalid input (missing, corrupt, tampered,
+                a reference of another benchmark).
     """
     import contextlib
 
@@ -72,7 +79,8 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
         run_dir, against = _from_mlflow(stack, run_dir), _from_mlflow(stack, against)
         _verify(ctx, run_dir, against, alpha, margins, as_json, expect_sums, no_write, metrics_path, trust,
                 check_tracking, shown=f"{named} ({run_dir.name})" if named != str(run_dir) else None,
-                shown_against=reference if against is not None and reference != str(against) else None)
+                shown_against=reference if against is not None and reference != str(against) else None,
+                across_benchmarks=across_benchmarks)
 
 
 def _from_mlflow(stack: Any, ref: Path | None) -> Path | None:
@@ -98,11 +106,11 @@ def _from_mlflow(stack: Any, ref: Path | None) -> Path | None:
 def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
             as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None,
             trust: Path | None, check_tracking: bool, shown: str | None = None,
-            shown_against: str | None = None) -> None:
+            shown_against: str | None = None, across_benchmarks: bool = False) -> None:
     from repro500.verify.verdict import render, verify_run, write_verdict
 
     verdict = verify_run(run_dir, against=against, alpha=alpha, margins=margins or None,
-                         expect_sums_digest=expect_sums)
+                         expect_sums_digest=expect_sums, across_benchmarks=across_benchmarks)
     if shown:  # what the user named (mlflow:RUN_ID), not the temporary download
         verdict.run_dir = shown
     if shown_against and isinstance(verdict.against, dict):

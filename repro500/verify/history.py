@@ -9,7 +9,10 @@ of RUN's reference when (ReFrame keeps references per system and programming env
 is the same scoping, read from the manifests):
 
 * its files match its SHA256SUMS (a tampered run is no reference) and a repeat completed;
-* it ran the same recipe: ``recipe.yaml`` equal but for ``repeats``, ``seed`` and ``acceptance``;
+* it measured the same benchmark (verify/reference.py, ``benchmark_difference``: the same fixed
+  keys, whatever set them) and ran the same recipe: ``recipe.yaml`` equal but for ``repeats``,
+  ``seed``, ``acceptance``, its description and the record of which keys were overridden (the
+  resolved values are compared, not how they were set);
 * it ran on the same system (:func:`system_key`): the hardware facet's CPU and GPUs and memory,
   the environment's Python and torch/CUDA, and the run's engine and world size;
 * it was created before RUN (or, made in the same second, had finished by then).
@@ -30,15 +33,17 @@ from typing import Any
 from repro500.digest import canonical_digest
 from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError, UsageError
 from repro500.verify import integrity
-from repro500.verify.reference import Reference
+from repro500.verify.reference import Reference, benchmark_difference, benchmark_of_run
 from repro500.verify.rundir import RunData
 
 PREFIX = "history:"
 MLFLOW_FILTER = "mlflow:"  # history:mlflow:FILTER searches every experiment of the store with MLflow's syntax
 WINDOW = 10  # the newest matching runs that make a reference: old enough history is another system
 RUN_DIR_TAG = "repro500.run_dir"
-# recipe keys that do not change what a run measures
-RECIPE_KEYS_IGNORED = ("repeats", "seed", "acceptance")
+# recipe keys that do not change what a run measures; ``overrides`` and ``open_division`` record
+# how the resolved values were set (``-n 5`` is recorded as an override of repeats), which the
+# resolved fixed and mutable parts already say
+RECIPE_KEYS_IGNORED = ("repeats", "seed", "acceptance", "description", "overrides", "open_division")
 
 
 class NoHistory(ReproError):
@@ -262,6 +267,9 @@ def _why_not(entry: Entry, run: RunData) -> str | None:
     began = str((run.run or {}).get("created_utc") or "")
     if entry.created and began and not _before(entry, began):
         return f"created after the run being verified ({entry.created}, not before {began})"
+    other = benchmark_difference(benchmark_of_run(entry.run), benchmark_of_run(run))
+    if other:
+        return f"another benchmark: {other}"
     if recipe_key(entry.run) != recipe_key(run):
         return recipe_difference(run, entry.run) or "another recipe"
     return system_difference(run, entry.run)

@@ -18,7 +18,9 @@ Format ``repro500/published/v1`` (YAML or JSON; docs/verify.md, "Published resul
     epochs_to_quality: [38, 40, 41]                  # optional: for the convergence check
     manifest: reference_manifest.json                # optional: inline object or a path
 
-Unknown keys are refused so that a typo is not silently ignored.
+Unknown keys are refused so that a typo is not silently ignored.  Where a ``recipe.yaml`` of the
+named recipe lies beside the file (``repro500 publish`` writes one), its fixed part is the
+benchmark's definition that a run is compared with (verify/reference.py, ``benchmark_difference``).
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Published:
     epochs_to_quality: list[float] | None = None
     manifest: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    fixed: dict[str, Any] | None = None  # the named recipe's fixed part, where its recipe.yaml lies beside
 
     @property
     def citation(self) -> str:
@@ -132,7 +135,27 @@ def load_published(path: str | Path) -> Published:
         metrics=metrics, recipe=recipe, epochs_to_quality=epochs,
         manifest=_manifest(doc.get("manifest"), path),
         notes=[str(n) for n in notes] if isinstance(notes, list) else ([str(notes)] if notes else []),
+        fixed=_recipe_beside(path, recipe),
     )
+
+
+RECIPE_BESIDE = "recipe.yaml"
+
+
+def _recipe_beside(path: Path, name: str | None) -> dict[str, Any] | None:
+    """The fixed part of recipe ``name`` when its recipe.yaml lies beside the published file (a
+    publication's does), else None.  Another recipe's file there says nothing about this one; a
+    file there that cannot be read as a recipe is refused, as a bad manifest path is."""
+    beside = path.parent / RECIPE_BESIDE
+    if not name or not beside.exists():
+        return None
+    doc = untrusted.load_yaml(untrusted.read_text(beside, "the recipe beside the published results"), str(beside))
+    if not isinstance(doc, dict) or doc.get("name") != name:
+        return None
+    fixed = doc.get("fixed")
+    if not isinstance(fixed, dict):
+        raise _fail(path, "recipe", f"names {untrusted.plain(name)!r}, whose {beside} has no fixed part")
+    return fixed
 
 
 def _metric(name: str, spec: Any, path: Path) -> PublishedMetric:

@@ -3,6 +3,12 @@
 A reference run (directory or bundle) is itself integrity-checked: comparing with a
 tampered reference is as meaningless as verifying a tampered run.  A bundle is unpacked
 into a temporary directory, read into memory and deleted.
+
+A reference is a result *of* something: a benchmark, which Deep500 calls a recipe's fixed part
+(workload, model, data set, target metric, epochs).  :func:`benchmark_difference` is the one
+rule that decides whether a run and a reference (or two runs of a history) measure the same
+benchmark; ``verify`` refuses to compare across benchmarks unless asked to, and ``history``
+never puts two benchmarks in one series (docs/verify.md, "Same benchmark").
 """
 
 from __future__ import annotations
@@ -19,6 +25,12 @@ from repro500.verify.published import Published, load_published
 from repro500.verify.rundir import RunData
 
 PUBLISHED_SUFFIXES = (".yaml", ".yml", ".json")
+# fixed keys that say how a command is run and watched, not what it measures
+OPERATIONAL_FIXED = ("timeout_s", "observe_inputs", "inputs_budget_mb", "inputs_budget_s")
+# the keys that say most about what was measured come first in a difference
+TELLING_FIXED = ("workload", "model", "command", "measure", "dataset", "target", "epochs")
+# what a manifest's experiment facet records of the workload (runner/capture.py)
+WORKLOAD_KEYS = ("kind", "model", "dataset")
 
 
 @dataclass
@@ -35,6 +47,7 @@ class Reference:
     integrity: integrity.IntegrityResult | None = None
     notes: list[str] = field(default_factory=list)
     history: dict[str, Any] | None = None  # a history reference's runs and scope (verify/history.py)
+    benchmark: Benchmark | None = None  # what the reference is a result of, as far as it says
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "path": self.path, "label": self.label}
@@ -48,6 +61,133 @@ class Reference:
         if self.history is not None:
             out["history"] = self.history
         return out
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """What a result is a result of, as far as a run or a reference records it.
+
+    ``fixed`` is the recipe's resolved fixed part (None where the reference does not carry it: a
+    published file that only names its recipe); ``overridden`` the fixed keys a run set itself
+    (``--set fixed.KEY`` or a params file in the open division), with their values; ``workload``
+    what the manifest's experiment facet recorded of the workload."""
+
+    recipe: str | None = None
+    fixed: dict[str, Any] | None = None
+    overridden: dict[str, Any] = field(default_factory=dict)
+    workload: dict[str, Any] | None = None
+
+    def definition(self) -> dict[str, Any] | None:
+        """The fixed part as compared: flattened, operational keys left out."""
+        if self.fixed is None:
+            return None
+        return _flatten({k: v for k, v in self.fixed.items() if k not in OPERATIONAL_FIXED}, "fixed")
+
+    def key(self) -> str:
+        """A digest of the definition (of the recipe name where the fixed part is unknown)."""
+        from repro500.digest import canonical_digest
+
+        definition = self.definition()
+        return canonical_digest({"benchmark": definition if definition is not None else {"recipe": self.recipe}})
+
+
+def _flatten(value: Any, prefix: str) -> dict[str, Any]:
+    """``{"dataset": {"name": "x"}}`` -> ``{"fixed.dataset.name": "x"}``; lists are values, and an
+    empty mapping is no key (as absent, or None, is no value)."""
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        out.update(_flatten(item, f"{prefix}.{key}"))
+    return out
+
+
+def benchmark_of_run(run: RunData) -> Benchmark:
+    """The benchmark a run measured: its resolved recipe.yaml, with what it overrode."""
+    recipe = run.recipe if isinstance(run.recipe, dict) else {}
+    meta = run.run or {}
+    name = recipe.get("name") or meta.get("recipe_name") or run.summary.get("recipe_name")
+    overrides = recipe.get("overrides") if isinstance(recipe.get("overrides"), dict) else meta.get("overrides")
+    overridden = {str(k): v for k, v in (overrides or {}).items() if str(k).startswith("fixed.")}
+    fixed = recipe.get("fixed") if isinstance(recipe.get("fixed"), dict) else None
+    return Benchmark(recipe=str(name) if name else None, fixed=fixed, overridden=overridden,
+                     workload=_workload(run.manifest))
+
+
+def _workload(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    facets = (manifest or {}).get("facets") if isinstance(manifest, dict) else None
+    experiment = facets.get("experiment") if isinstance(facets, dict) else None
+    workload = experiment.get("workload") if isinstance(experiment, dict) else None
+    if not isinstance(workload, dict):
+        return None
+    return {k: workload[k] for k in WORKLOAD_KEYS if workload.get(k) is not None} or None
+
+
+def _shown(value: Any, width: int = 40) -> str:
+    from repro500 import untrusted
+
+    text = " ".join(str(value if value is not None else "absent").split())
+    return untrusted.plain(text if len(text) <= width else text[: width - 1] + "…")
+
+
+def benchmark_difference(run: Benchmark, reference: Benchmark) -> str | None:
+    """How ``run`` and ``reference`` are different benchmarks, run's side first ("X vs Y"), or None
+    when nothing they record says so.
+
+    Where both carry the fixed part, it decides (operational keys aside), whatever the recipes are
+    called: a bf16 variant of a recipe is the same benchmark under another name.  Where the
+    reference only names its recipe, a run of a recipe of another name, or one that overrode fixed
+    keys of it (the open division), is another benchmark.  The workload the manifests record
+    (model, data set) is compared where both have it."""
+    names = ""
+    if run.recipe and reference.recipe and run.recipe != reference.recipe:
+        names = f"recipe {_shown(run.recipe)!r} vs {_shown(reference.recipe)!r}"
+    mine, theirs = run.definition(), reference.definition()
+    if mine is not None and theirs is not None:
+        differing = [k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)]
+        if not differing:
+            return None
+        first = min(differing, key=_telling)
+        what = f"{first} {_shown(mine.get(first))} vs {_shown(theirs.get(first))}"
+        for side, value in ((run, mine.get(first)), (reference, theirs.get(first))):
+            if _set_by(first, side):  # the cause a reader looks for: a --set in the open division
+                what += f" ({_shown(value)} set in the open division)"
+                break
+        more = f" and {len(differing) - 1} more fixed key(s)" if len(differing) > 1 else ""
+        return f"{names}: {what}{more}" if names else what + more
+    if reference.recipe and reference.fixed is None:
+        if names:
+            return names
+        if run.overridden:
+            key, value = min(run.overridden.items(), key=lambda kv: _telling(kv[0]))
+            return (f"recipe {_shown(run.recipe)!r} with {key}={_shown(value)} set in the open division vs "
+                    f"{_shown(reference.recipe)!r} as its recipe defines it")
+    if run.workload and reference.workload:
+        for k in WORKLOAD_KEYS:
+            if k in run.workload and k in reference.workload and run.workload[k] != reference.workload[k]:
+                what = f"{k} {_shown(run.workload[k])} vs {_shown(reference.workload[k])}"
+                return f"{names}: {what}" if names else what
+    return None
+
+
+def _set_by(key: str, side: Benchmark) -> bool:
+    """Whether ``key`` (flattened) is, or lies under, a fixed key ``side`` overrode."""
+    return any(key == k or key.startswith(k + ".") for k in side.overridden)
+
+
+def _telling(key: str) -> tuple[int, str]:
+    part = key.split(".")[1] if "." in key else key
+    return (TELLING_FIXED.index(part) if part in TELLING_FIXED else len(TELLING_FIXED), key)
+
+
+def refuse_across(difference: str, reference: str) -> InvalidInput:
+    """The sentence ``verify`` ends with when a run and its reference are different benchmarks."""
+    from repro500 import untrusted
+
+    return InvalidInput(
+        f"the run and the reference {untrusted.plain(reference)} are different benchmarks ({difference}), so no "
+        "verdict says whether the run reproduces it: verify against a result of the same benchmark, or pass "
+        "--across-benchmarks to compare anyway (the verdict's first line then says so)")
 
 
 def load_reference(against: str | Path) -> Reference:
@@ -90,6 +230,7 @@ def _from_run_dir(path: Path, *, kind: str, shown: str, not_carried: list[dict[s
     ref.manifest = run.provenance_manifest  # compared, never re-sealed: with what its command read
     ref.epochs_to_quality = _repeat_field(run, "epochs_to_quality")
     ref.time_to_quality_s = _repeat_field(run, "time_to_quality_s")
+    ref.benchmark = benchmark_of_run(run)
     return ref
 
 
@@ -108,4 +249,5 @@ def _from_published(pub: Published) -> Reference:
         kind="published", path=str(pub.path), label=f"{pub.benchmark} ({pub.citation})",
         values={name: list(m.values) for name, m in pub.metrics.items()}, published=pub,
         manifest=pub.manifest, epochs_to_quality=pub.epochs_to_quality,
+        benchmark=Benchmark(recipe=pub.recipe, fixed=pub.fixed, workload=_workload(pub.manifest)),
     )

@@ -45,6 +45,8 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
         citation = citation if len(citation) <= 110 else citation[:107] + "..."
         console.print(f"  [dim]source: {citation}[/]", highlight=False)
     headline = _status(verdict.status) + (" [bold green](exact)[/]" if verdict.exact else "")
+    if verdict.different_benchmark:  # never a bare REPRODUCED across benchmarks
+        headline += f" [bold yellow](different benchmark: {untrusted.shown(verdict.different_benchmark)})[/]"
     console.print(f"{headline}  (exit {verdict.exit_code})")
     for reason in verdict.reasons[:6]:
         console.print(f"  {reason}", highlight=False)

@@ -1,10 +1,15 @@
 """``repro500 history``: one metric across the runs of a history, and what changed where it moved.
 
 Each row is one run (oldest first): its mean and (1 - alpha) t-interval over repeats, the system
-it ran on (hardware, engine and ranks; software updates stay in one series), and, against the previous run *on the same system*, whether the metric moved (Welch's
-t-test at alpha, direction-aware: better or worse) and the provenance differences between the two
+it ran on (hardware, engine and ranks; software updates stay in one series), the benchmark it
+measured (its recipe's fixed keys, as verify/reference.py's ``benchmark_difference`` decides: a
+run that set fixed keys in the open division measured another benchmark), and, against the
+previous run *on the same system of the same benchmark*, whether the metric moved (Welch's t-test
+at alpha, direction-aware: better or worse) and what changed between the two: the recipe's keys
+first (an override is the likeliest cause), then the provenance differences between the two
 manifests (``repro500 diff``'s ranking, most result-relevant first) — the package, driver, commit
-or data digest that changed where the metric moved.
+or data digest that changed where the metric moved.  The first run of another benchmark on a
+system is not compared with the runs before it; its changes say how it differs from the last one.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify import history, stats
+from repro500.verify.reference import Benchmark, benchmark_difference, benchmark_of_run
 
 MAX_CHANGES = 3  # differences shown per row; the JSON has them all (result-relevant ones)
 
@@ -31,10 +37,14 @@ class Row:
     mean: float | None
     ci_low: float | None
     ci_high: float | None
-    previous: str | None = None  # the previous run on the same system
+    previous: str | None = None  # the previous run on the same system, of the same benchmark
     p_value: float | None = None
     moved: str | None = None  # better | worse | None (not shown at alpha, or not testable)
     changes: list[dict[str, Any]] = field(default_factory=list)
+    benchmark: str = "B1"  # B1, B2, ...: see Trend.benchmarks
+    # the last run on the same system when it measured another benchmark: {run, difference}; the
+    # metric is not compared with it, the changes say how the two differ
+    other_benchmark: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -50,11 +60,13 @@ class Trend:
     rows: list[Row]
     systems: dict[str, dict[str, Any]]  # label -> system key
     skipped: list[dict[str, str]]
+    benchmarks: dict[str, str] = field(default_factory=dict)  # label -> what it is (B2+: how it differs from B1)
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema": "repro500/history/v1", "source": self.source, "metric": self.metric,
                 "recipe": self.recipe, "direction": self.direction, "alpha": self.alpha,
-                "systems": self.systems, "runs": [r.to_dict() for r in self.rows], "skipped": self.skipped}
+                "systems": self.systems, "benchmarks": self.benchmarks,
+                "runs": [r.to_dict() for r in self.rows], "skipped": self.skipped}
 
 
 def build(source: str, metric: str, alpha: float = 0.05, recipe: str | None = None) -> Trend:
@@ -79,24 +91,89 @@ def build(source: str, metric: str, alpha: float = 0.05, recipe: str | None = No
     direction = history.direction_of(metric, entries[-1].run)
     systems: dict[str, dict[str, Any]] = {}
     labels: dict[str, str] = {}
-    last_on: dict[str, history.Entry] = {}
+    benchmarks: dict[str, str] = {}
+    measured: dict[str, tuple[str, Benchmark]] = {}  # benchmark key -> (label, benchmark)
+    last_on: dict[tuple[str, str], history.Entry] = {}  # (system, benchmark) -> its latest run
+    last_system: dict[str, history.Entry] = {}  # system -> its latest run, of any benchmark
     rows = []
     for entry in entries:
         key = history.system_key(entry.run, environment=False)  # software changes are what it shows
         digest = canonical_digest({"system": key})
         label = labels.setdefault(digest, f"S{len(labels) + 1}")
         systems[label] = key
-        rows.append(_row(entry, label, last_on.get(label), metric, direction, alpha))
-        last_on[label] = entry
+        bench = benchmark_of_run(entry.run)
+        if bench.key() not in measured:
+            mark = f"B{len(measured) + 1}"
+            measured[bench.key()] = (mark, bench)
+            benchmarks[mark] = _described(bench, next(iter(measured.values()))[1])
+        mark = measured[bench.key()][0]
+        row = _row(entry, label, last_on.get((label, mark)), metric, direction, alpha)
+        row.benchmark = mark
+        before = last_system.get(label)
+        if row.previous is None and before is not None:  # on this system, another benchmark came before
+            row.other_benchmark = {"run": before.run_id,
+                                   "difference": benchmark_difference(bench, benchmark_of_run(before.run)) or ""}
+            row.changes = changes_between(before, entry)
+        rows.append(row)
+        last_on[(label, mark)] = entry
+        last_system[label] = entry
     return Trend(source=source, metric=metric, recipe=entries[-1].recipe_name, direction=direction,
-                 alpha=alpha, rows=rows, systems=systems, skipped=skipped)
+                 alpha=alpha, rows=rows, systems=systems, skipped=skipped, benchmarks=benchmarks)
+
+
+def _described(bench: Benchmark, first: Benchmark) -> str:
+    """What a benchmark of the history is: its recipe, the fixed keys it set in the open division,
+    and (after the first) how it differs from the first."""
+    text = str(bench.recipe or "?")
+    if bench.overridden:  # what was set says how it differs
+        return text + " with " + ", ".join(f"{k}={v}" for k, v in sorted(bench.overridden.items())) + \
+            " set in the open division"
+    difference = benchmark_difference(bench, first) if bench is not first else None
+    return f"{text} (differs from B1: {difference})" if difference else text
+
+
+def recipe_changes(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
+    """The recipe keys (fixed, then mutable) whose resolved values differ from ``before`` to ``after``,
+    each with how ``after`` set it: a --set (or params file) override, or its recipe file."""
+    from repro500.verify.diff import flatten
+
+    def resolved(entry: history.Entry) -> dict[str, Any]:
+        recipe = entry.run.recipe or {}
+        return flatten({part: recipe.get(part) or {} for part in ("fixed", "mutable")})
+
+    old, new = resolved(before), resolved(after)
+    overrides = (after.run.recipe or {}).get("overrides")
+    overrides = overrides if isinstance(overrides, dict) else {}
+    out = []
+    for key in sorted(set(old) | set(new), key=lambda k: (not k.startswith("fixed."), k)):
+        if old.get(key) == new.get(key):
+            continue
+        set_by = next((k for k in overrides if key == k or key.startswith(f"{k}.")), None)
+        if set_by is None:
+            reason = "the recipe itself differs"
+        elif key.startswith("fixed."):
+            reason = f"set with --set {set_by}=... in the open division: another benchmark"
+        else:
+            reason = f"set with --set {set_by}=..."
+        out.append({"key": f"recipe {key}", "before": old.get(key, "<absent>"), "after": new.get(key, "<absent>"),
+                    "impact": 100, "reason": reason})
+    return out
+
+
+def changes_between(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
+    """What changed from ``before`` to ``after``: the recipe first, then the result-relevant
+    provenance differences, most relevant first."""
+    from repro500.verify.diff import diff_manifests, is_result_relevant
+
+    diffs = diff_manifests(before.run.provenance_manifest or {}, after.run.provenance_manifest or {})
+    return recipe_changes(before, after) + [
+        {"key": f"{d.facet}.{d.key}", "before": d.a, "after": d.b, "impact": d.impact, "reason": d.reason}
+        for d in sorted(diffs, key=lambda d: -d.impact) if is_result_relevant(d)]
 
 
 def _row(entry: history.Entry, label: str, previous: history.Entry | None, metric: str, direction: str,
          alpha: float) -> Row:
     from scipy import stats as sps
-
-    from repro500.verify.diff import diff_manifests, is_result_relevant
 
     values = entry.run.values(metric)
     described = stats.describe(values, alpha)
@@ -117,9 +194,7 @@ def _row(entry: history.Entry, label: str, previous: history.Entry | None, metri
     if row.p_value is not None and row.p_value < alpha:
         up = sum(values) / len(values) > sum(before) / len(before)
         row.moved = "better" if up == (direction == "higher") else "worse"
-    diffs = diff_manifests(previous.run.provenance_manifest or {}, entry.run.provenance_manifest or {})
-    row.changes = [{"key": f"{d.facet}.{d.key}", "before": d.a, "after": d.b, "impact": d.impact, "reason": d.reason}
-                   for d in sorted(diffs, key=lambda d: -d.impact) if is_result_relevant(d)]
+    row.changes = changes_between(previous, entry)
     return row
 
 
@@ -131,8 +206,10 @@ def plot(trend: Trend, path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(6.0, 0.6 * len(trend.rows) + 3), 4.0))
-    for label in trend.systems:
-        idx = [i for i, r in enumerate(trend.rows) if r.system == label and r.mean is not None]
+    series = list(dict.fromkeys((r.system, r.benchmark) for r in trend.rows))  # another benchmark: its own line
+    for system, mark in series:
+        label = f"{system} {mark}" if len(trend.benchmarks) > 1 else system
+        idx = [i for i, r in enumerate(trend.rows) if (r.system, r.benchmark) == (system, mark) and r.mean is not None]
         means = [trend.rows[i].mean for i in idx]
         low = [trend.rows[i].mean - (trend.rows[i].ci_low if trend.rows[i].ci_low is not None else trend.rows[i].mean)
                for i in idx]
@@ -147,8 +224,8 @@ def plot(trend: Trend, path: Path) -> Path:
     ax.set_xticks(range(len(trend.rows)), [r.run_id for r in trend.rows], rotation=45, ha="right", fontsize=7)
     ax.set_ylabel(f"{trend.metric} (mean, {1 - trend.alpha:.0%} CI)")
     ax.set_title(f"{trend.recipe}: {trend.metric} across {len(trend.rows)} run(s) of {trend.source}")
-    if len(trend.systems) > 1:
-        ax.legend(title="system")
+    if len(series) > 1:
+        ax.legend(title="system" if len(trend.benchmarks) <= 1 else "system, benchmark")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)

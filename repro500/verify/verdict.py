@@ -13,6 +13,9 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
 * against a history (``history:SOURCE``, verify/history.py) each compared metric is a
   regression (FAIL), inconclusive, equivalent or an improvement (PASS), reported as PASS / FAIL /
   INCONCLUSIVE: an improvement is no failure to reproduce;
+* a run and a reference of different benchmarks (verify/reference.py, ``benchmark_difference``)
+  are not compared: InvalidInput (exit 4) names both, unless ``across_benchmarks`` is given, when
+  the verdict is decided as usual and its status line says "(different benchmark: X vs Y)";
 * against a reference run, an **exact replay** (every rerun repeat ends with the final
   parameters of the reference repeat of its seed, bit for bit, and records the same metrics,
   times and rates aside) is the strongest outcome: REPRODUCED (exact), whatever the number of
@@ -64,7 +67,13 @@ from repro500.verify.gains import compare_gains
 from repro500.verify.integrity import IntegrityResult
 from repro500.verify.mlperf import check_mlperf
 from repro500.verify.provenance import ProvenanceResult, provenance_diff
-from repro500.verify.reference import Reference, load_reference
+from repro500.verify.reference import (
+    Reference,
+    benchmark_difference,
+    benchmark_of_run,
+    load_reference,
+    refuse_across,
+)
 from repro500.verify.render import render  # noqa: F401 - part of this module's interface
 from repro500.verify.rundir import RunData
 from repro500.verify.sampling import check_sampling
@@ -105,6 +114,7 @@ class Verdict:
     sampling: Any = None  # sampling bias per repeat (verify/sampling.py): OK, WARN, or None when not recorded
     mlperf: Any = None  # the repeats' MLPerf logs under MLPerf's compliance checker (verify/mlperf.py)
     gains: dict[str, Any] | None = None  # throughput and Valid FLOPS against a reference run (verify/gains.py)
+    different_benchmark: str | None = None  # "X vs Y" when compared across benchmarks (--across-benchmarks)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
@@ -119,7 +129,10 @@ class Verdict:
 
     @property
     def headline(self) -> str:
-        return f"{self.status} (exact)" if self.exact else self.status
+        text = f"{self.status} (exact)" if self.exact else self.status
+        if self.different_benchmark:
+            text += f" (different benchmark: {self.different_benchmark})"
+        return text
 
     def to_dict(self) -> dict[str, Any]:
         """The verdict.json document (schema ``repro500/verdict/v1``), NaN-free."""
@@ -140,6 +153,7 @@ class Verdict:
             "exact_replay": section(self.exact_replay), "design": self.design,
             "variance": None if self.variance is None else [v.to_dict() for v in self.variance],
             "sampling": section(self.sampling), "mlperf": section(self.mlperf), "gains": self.gains,
+            "different_benchmark": self.different_benchmark,
         }
         return _clean(doc)
 
@@ -174,17 +188,22 @@ def verify_run(
     alpha: float = 0.05,
     margins: dict[str, float] | None = None,
     expect_sums_digest: str | None = None,
+    across_benchmarks: bool = False,
 ) -> Verdict:
     """Verify a run directory (or a packed run) on its own criteria or against a reference.
 
     Raises InvalidInput for input that cannot be read at all (missing directory, no
-    SHA256SUMS, corrupt JSON) and UsageError for arguments that do not fit together;
-    tampering is reported as a Verdict with status INVALID.
+    SHA256SUMS, corrupt JSON) and for a reference of another benchmark than the run's (unless
+    ``across_benchmarks``: the verdict then says so), and UsageError for arguments that do not
+    fit together; tampering is reported as a Verdict with status INVALID.
     """
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 0.5):
         raise UsageError(f"alpha {alpha!r} is outside (0, 0.5): use e.g. 0.05")
     if margins and against is None:
         raise UsageError("--margin needs --against: margins are for comparing with a reference")
+    if across_benchmarks and against is None:
+        raise UsageError("--across-benchmarks needs --against: it lets a run be compared with a reference of "
+                         "another benchmark")
     path = Path(run_dir)
     # a publication (its directory, or its archive where it lies): what it left out is not carried
     from repro500.publish.excluded import publication_of
@@ -196,18 +215,20 @@ def verify_run(
             try:
                 unpacked = bundle.unpack(archive, tmp)
                 not_carried = packed.not_carried(unpacked) if packed is not None else []
-                verdict = _verify_dir(unpacked, against, alpha, margins, expect_sums_digest, not_carried)
+                verdict = _verify_dir(unpacked, against, alpha, margins, expect_sums_digest, not_carried,
+                                      across_benchmarks)
             except InvalidInput as err:
                 if tmp not in str(err):
                     raise
                 raise InvalidInput(f"{path}: {str(err).replace(tmp, '<archive>')}") from None
         verdict.run_dir = str(path)
         return verdict
-    return _verify_dir(path, against, alpha, margins, expect_sums_digest)
+    return _verify_dir(path, against, alpha, margins, expect_sums_digest, across_benchmarks=across_benchmarks)
 
 
 def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: dict[str, float] | None,
-                expect_sums_digest: str | None, not_carried: list[dict[str, Any]] | None = None) -> Verdict:
+                expect_sums_digest: str | None, not_carried: list[dict[str, Any]] | None = None,
+                across_benchmarks: bool = False) -> Verdict:
     verdict = Verdict(status="INCONCLUSIVE", alpha=float(alpha), run_dir=str(root), margins=dict(margins or {}))
     check, run = integrity.check_run(root, expect_sums_digest=expect_sums_digest, not_carried=not_carried or ())
     verdict.integrity = check
@@ -227,6 +248,13 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
         verdict.reference_integrity = ref.integrity
         if ref.integrity is not None and not ref.integrity.ok:
             return _invalid(verdict, [f"reference: {p}" for p in ref.integrity.problems])
+        if ref.benchmark is not None:  # a history's runs are chosen by the same rule (verify/history.py)
+            difference = benchmark_difference(benchmark_of_run(run), ref.benchmark)
+            if difference and not across_benchmarks:
+                raise refuse_across(difference, str(against))
+            verdict.different_benchmark = difference
+            if difference:
+                verdict.against["different_benchmark"] = difference
 
     for name in run.metric_names():
         values = run.values(name)
@@ -264,6 +292,10 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
     else:
         verdict.time_to_train = check_time_to_train(repeat_docs, alpha)
     _decide(verdict, ref is not None, run)
+    if verdict.different_benchmark:  # the first thing a reader of verdict.json sees, as on the terminal
+        verdict.reasons.insert(0, f"different benchmark: {verdict.different_benchmark}; compared anyway "
+                                  "(--across-benchmarks): the status says how the numbers compare, not that "
+                                  "the reference's result was reproduced")
     _collect_advice(verdict, run)
     return verdict
 
