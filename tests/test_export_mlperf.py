@@ -27,11 +27,12 @@ REQUIRED_SYSTEM_FIELDS = ("submitter", "division", "status", "system_name", "num
                           "accelerator_model_name", "framework", "operating_system", "hw_notes", "sw_notes")
 
 
-def _tiny_run(where: Path, name: str, *, repeats: int, open_division: bool, **changes: object) -> Path:
+def _tiny_run(where: Path, name: str, *, repeats: int, open_division: bool, open_target: float = 0.999,
+              **changes: object) -> Path:
     recipe = write_recipe(where / f"{name}.yaml", repeats=repeats, fixed__epochs=1, **changes)
     options = RunOptions(recipe=str(recipe), tracking=False, run_id=name, out_dir=str(where / "runs"))
     if open_division:  # a fixed key overridden: the run is in the open division
-        options.open_division, options.overrides = True, ["fixed.target.value=0.999"]
+        options.open_division, options.overrides = True, [f"fixed.target.value={open_target}"]
     outcome = run(options)
     assert (outcome.run_dir / "repeats/0/mllog.txt").is_file()
     return outcome.run_dir
@@ -170,7 +171,9 @@ def _tool(module: str, *args: str, cwd: Path) -> str:
 
 @pytest.mark.slow
 def test_open_run_is_accepted_by_package_checker_and_result_summarizer(tmp_path):
-    run_dir = _tiny_run(tmp_path, "open5", repeats=5, open_division=True, fixed__dataset__params=SMALL_DATA)
+    # a target the one epoch reaches: every run_stop says success, so there is a time to train
+    run_dir = _tiny_run(tmp_path, "open5", repeats=5, open_division=True, open_target=0.05,
+                        fixed__dataset__params=SMALL_DATA)
     out = tmp_path / "repro500"
     result = _export(str(run_dir), "--out", str(out))
     assert result.exit_code == EXIT_OK, result.output
@@ -196,12 +199,12 @@ def test_closed_run_gets_the_closed_rules_and_the_rcp_checker(tmp_path):
     # every run converged and the RCP checker compares epochs (far too fast: it fails).
     data = {**SMALL_DATA, "train_samples": 1632, "size": "8x8"}
     run_dir = _tiny_run(tmp_path, "closed5", repeats=5, open_division=False, fixed__dataset__params=data,
-                        fixed__target__value=0.05, mutable__batch_size=1632)
+                        fixed__target__value=0.05, mutable__batch_size=1632, fixed__mlperf_division="closed")
     out = tmp_path / "repro500"
     result = _export(str(run_dir), "--out", str(out))
     assert result.exit_code == EXIT_FAIL, result.output
     tree = json.loads((out / "repro500-export.json").read_text())
-    assert tree["division"] == "closed" and "no fixed or acceptance key overridden" in tree["division_reason"]
+    assert tree["division"] == "closed" and "declares fixed.mlperf_division: closed" in tree["division_reason"]
     for log in out.glob("results/*/resnet/result_*.txt"):
         assert '"submission_division", "value": "closed"' in log.read_text()
     assert "package_checker (training 4.0.0): PACKAGE CHECKER FOUND ERRORS" in result.stdout
@@ -210,6 +213,24 @@ def test_closed_run_gets_the_closed_rules_and_the_rcp_checker(tmp_path):
     assert "rcp_checker (training 4.0.0): RCP found, RCP test FAILED" in result.stdout
     assert "(batch size 1632, submission mean epochs 1.0000)" in result.stdout
     assert "not accepted by package_checker and result_summarizer" in result.stderr
+
+
+def test_runs_that_never_reached_their_target_have_no_time_to_train(tmp_path):
+    # an overridden target (0.999) out of one epoch's reach: every run_stop is aborted, and MLPerf's
+    # summarizer would still time the five runs
+    run_dir = _tiny_run(tmp_path, "short5", repeats=5, open_division=True, fixed__dataset__params=SMALL_DATA)
+    assert all('"status": "aborted"' in (run_dir / f"repeats/{k}/mllog.txt").read_text() for k in range(5))
+    result = _export(str(run_dir), "--out", str(tmp_path / "sub"))
+    assert result.exit_code == EXIT_FAIL, result.output
+    assert "5 of 5 runs did not reach the target" in result.stdout and "min (time to train" not in result.stdout
+
+
+def test_a_recipe_that_declares_no_division_logs_and_exports_the_same_one(tmp_path):
+    run_dir = _tiny_run(tmp_path, "plain", repeats=1, open_division=False, fixed__dataset__params=SMALL_DATA)
+    log = (run_dir / "repeats/0/mllog.txt").read_text()
+    tree = export_tree(run_dir, tmp_path / "sub")
+    # what verify's compliance check judged is what the export labels: not relabelled closed
+    assert tree.division == "open" and '"submission_division", "value": "open"' in log
 
 
 def test_a_recipe_that_declares_the_open_division_exports_open_when_run_as_it_is(tmp_path):

@@ -78,10 +78,33 @@ def summarize(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
         reason = next((line.strip() for line in text.splitlines() if line.startswith("CRITICAL ERROR")), "")
         reason = reason or f"exit {done.returncode}, no score"
         return CheckOutcome("result_summarizer", False, f"result_summarizer: {tree.benchmark} not scored ({reason})")
+    aborted = _aborted(tree)
+    if aborted:  # the summarizer times an aborted run too: a run short of its target has no time to train
+        return CheckOutcome("result_summarizer", False,
+                            f"result_summarizer: {tree.benchmark} not scored: {len(aborted)} of {len(tree.results)} "
+                            f"runs did not reach the target (run_stop status aborted: {', '.join(aborted[:5])}), "
+                            "so there is no time to train")
     dropped = next((line.strip() for line in text.splitlines() if line.startswith("NOTICE:")), "")
     return CheckOutcome("result_summarizer", True,
                         f"result_summarizer: {tree.benchmark} {score:.6g} min (time to train, olympic mean of "
                         f"{len(tree.results)} results, {tree.division} division)" + (f"; {dropped}" if dropped else ""))
+
+
+def _aborted(tree: ExportedTree) -> list[str]:
+    """The result files whose ``run_stop`` says the run did not reach its target."""
+    out = []
+    for rel in tree.results:
+        for line in (tree.path / rel).read_text(encoding="utf-8", errors="replace").splitlines():
+            _, marker, payload = line.partition(":::MLLOG ")
+            if not marker:
+                continue
+            try:
+                record = json.loads(payload)
+            except json.JSONDecodeError:
+                continue
+            if record.get("key") == "run_stop" and (record.get("metadata") or {}).get("status") != "success":
+                out.append(Path(rel).name)
+    return out
 
 
 def _rcp_batch_sizes(usage: str, ruleset: str, benchmark: str) -> list[int]:

@@ -282,13 +282,9 @@ def export_tree(
             raise UsageError(f"{what} name {name!r} must be letters, digits and '_' only (it names files "
                              f"and folders), e.g. {_slug(name)!r}")
     from repro500.recipe import from_run_dir
+    from repro500.workloads.mlperf import run_division
 
-    declared = from_run_dir(root).fixed.get("mlperf_division")
-    division = "open" if meta.get("open_division") or declared == "open" else "closed"
-    reason = ("the run overrode fixed keys of its recipe (--open-division)" if meta.get("open_division")
-              else "its recipe declares fixed.mlperf_division: open (not MLPerf's reference benchmark)"
-              if declared == "open" else
-              "the run kept its recipe's benchmark definition (no fixed or acceptance key overridden)")
+    division, reason = run_division(from_run_dir(root).fixed.get("mlperf_division"), bool(meta.get("open_division")))
     progress(f"division {division}: {reason}")
 
     results_dir = Path("results", system, *(["strong"] if usage == "hpc" else []), benchmark)

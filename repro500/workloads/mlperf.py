@@ -70,6 +70,19 @@ SUBMISSION_STATUSES = ("cloud", "onprem", "preview", "research")
 DIVISIONS = ("open", "closed")
 
 
+def run_division(declared: str | None, overridden: bool) -> tuple[str, str]:
+    """(division, why) of a run: what its MLPerf logs say and ``export mlperf`` labels it, the one
+    rule for both.  Closed only where the recipe declares ``fixed.mlperf_division: closed`` (it
+    claims to be MLPerf's reference benchmark) and the run kept that definition."""
+    if overridden:
+        return "open", "the run overrode fixed keys of its recipe (--open-division)"
+    if declared == "closed":
+        return "closed", "its recipe declares fixed.mlperf_division: closed and the run kept its definition"
+    if declared == "open":
+        return "open", "its recipe declares fixed.mlperf_division: open (not MLPerf's reference benchmark)"
+    return "open", "its recipe does not declare fixed.mlperf_division: closed (MLPerf's reference benchmark)"
+
+
 def _plain(value: Any) -> Any:
     """A value mllog can encode as strict JSON (torch scalars, tuples; no NaN)."""
     if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:

@@ -45,8 +45,11 @@ class TrainedWorkload:
 
     def spec(self) -> Any:
         from repro500.workloads import train
+        from repro500.workloads.mlperf import run_division
 
         spec = train.TrainSpec.from_recipe(self.recipe.fixed, self.recipe.mutable)
+        # the logs say the division export labels the run with: one rule (an overridden recipe is open)
+        spec.mlperf_division, _ = run_division(self.fixed.get("mlperf_division"), bool(self.recipe.open_division))
         spec.device = self.device  # resolved once by the plan: no second "auto" decision
         spec.search_paths = list(self.search_paths)
         return spec
