@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,8 @@ from repro500.errors import InvalidInput
 DEFAULT_STORE = "mlflow.db"
 # Database stores MLflow opens through SQLAlchemy (besides SQLite): checked with one connection first.
 DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
-# SQLite keeps these beside a database while it is written; store_lock adds the ".lock".
+# SQLite keeps these beside a database while it is written; ".lock" is what earlier versions of
+# store_lock left there (it now locks the directory and leaves nothing).
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")
 
 
@@ -82,33 +84,41 @@ def sqlite_path(uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def store_lock(uri: str, timeout_s: float = 300.0) -> Iterator[None]:
-    """Hold a file lock beside a SQLite store (``<db>.lock``) while its schema is created or upgraded.
+    """Hold an exclusive lock on the directory of a SQLite store while its schema is created or upgraded.
 
     MLflow creates and migrates the schema when a process first opens a store; several processes
     doing that at once on a new file race ("duplicate column name", "Online migration expected to
     match one row").  Serialising the first open is enough: MLflow keeps the store per process.
-    Other stores (servers, databases with their own locking) are not locked.
+    The lock is ``flock`` on the directory itself, so nothing is left beside the database (a
+    ``<db>.lock`` file would stay after every run: deleting a lock file on release races with the
+    next process that opened it).  Other stores (servers, databases with their own locking) are
+    not locked.
     """
-    from filelock import FileLock, Timeout
+    import fcntl
 
     db = sqlite_path(uri)
     if db is None:
         yield
         return
-    lock = FileLock(f"{db}.lock")
     try:
-        lock.acquire(timeout=timeout_s)
-    except Timeout:
-        raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} stayed locked for {timeout_s:.0f} s by another "
-                           f"process ({db}.lock); try again, or run with --no-tracking") from None
-    except OSError:
-        # A lock cannot be created beside a read-only store; there is then no schema to write either.
+        fd = os.open(db.parent if str(db.parent) else ".", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:  # no directory yet, or none we may read: MLflow's own open says what is wrong
         yield
         return
     try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} stayed locked for {timeout_s:.0f} s by "
+                                       "another process creating its tables; try again, or run with --no-tracking") from None
+                time.sleep(0.05)
         yield
     finally:
-        lock.release()
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def default_artifacts(uri: str) -> str | None:

@@ -59,7 +59,7 @@ def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
     runs = client.search_runs([experiment.experiment_id])
     assert sorted(r.info.run_name for r in runs) == [f"client-{i}" for i in range(4)]
     assert {r.info.run_id for r in runs} == {out.strip() for out, _ in results}
-    assert (db.parent / "mlflow.db.lock").exists()  # the lock lives beside the database
+    assert not (db.parent / "mlflow.db.lock").exists()  # the lock was the directory's: nothing left behind
 
 
 @pytest.mark.parametrize("uri", ["http://user:s3cretpw@127.0.0.1:1", "http://user:s3cretpw@127.0.0.1/"])
@@ -105,8 +105,17 @@ def test_store_lock_sits_beside_sqlite_files_only(tmp_path):
     assert sqlite_path("sqlite:////srv/lab/mlflow.db") == Path("/srv/lab/mlflow.db")
     assert sqlite_path("sqlite:///mlflow.db?mode=ro") == Path("mlflow.db")
     assert sqlite_path("sqlite://") is None and sqlite_path("http://host:5000") is None
+    import fcntl
+    import os
+
     with store_lock(f"sqlite:///{tmp_path}/x.db"):
-        assert (tmp_path / "x.db.lock").exists()
+        other = os.open(tmp_path, os.O_RDONLY)  # another process's attempt: the directory is held
+        try:
+            with pytest.raises(BlockingIOError):
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(other)
+    assert list(tmp_path.iterdir()) == []  # nothing left beside the store
     with store_lock("http://127.0.0.1:1"):
         pass
 
