@@ -23,6 +23,16 @@ DATABASE_SCHEMES = ("postgresql", "mysql", "mssql")
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")
 
 
+def quiet() -> None:
+    """MLflow's INFO lines ("Creating initial MLflow database tables ...") kept out of repro500's
+    own output, unless the user asked for a level (MLFLOW_LOGGING_LEVEL); a wrapped command's own
+    MLflow logs as it always does (its environment is not changed)."""
+    import logging
+
+    if not os.environ.get("MLFLOW_LOGGING_LEVEL"):
+        logging.getLogger("mlflow").setLevel(logging.WARNING)
+
+
 def tracking_uri() -> str:
     """The tracking URI in effect: ``MLFLOW_TRACKING_URI``, else MLflow's default SQLite store
     ``mlflow.db`` in the working directory; a relative SQLite path is made absolute, so a command

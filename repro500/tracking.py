@@ -59,6 +59,7 @@ class Tracker:
     def __init__(self, experiment: str, uri: str | None = None, artifacts: str | None = None) -> None:
         from mlflow.tracking import MlflowClient
 
+        mlflow_store.quiet()
         self.uri = uri or mlflow_store.tracking_uri()
         self.artifacts = artifacts or mlflow_store.default_artifacts(self.uri)
         mlflow_store.open_store(self.uri, self.artifacts)

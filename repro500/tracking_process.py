@@ -166,6 +166,8 @@ def _warm_up() -> None:
 
     from repro500 import mlflow_store, tracking  # noqa: F401
 
+    mlflow_store.quiet()
+
     if mlflow_store.tracking_uri().split(":", 1)[0].split("+", 1)[0] in ("sqlite", *mlflow_store.DATABASE_SCHEMES):
         import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 

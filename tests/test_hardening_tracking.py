@@ -184,3 +184,13 @@ def test_a_tracking_failure_found_at_the_end_keeps_the_complete_run_and_says_so(
     assert json.loads((tmp_path / "runs/r/run.json").read_text())["status"] == "completed"
     assert (tmp_path / "runs/r/verdict.json").is_file()
     _nothing_running(uri)
+
+
+def test_mlflow_info_lines_stay_out_of_a_tracked_runs_output(tmp_path):
+    from runhelpers import repro500, write_recipe
+
+    write_recipe(tmp_path / "tiny.yaml", fixed__epochs=1, repeats=1)
+    done = repro500("run", "tiny.yaml", cwd=tmp_path, env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/new.db"})
+    assert done.returncode in (0, 1, 3), done.stdout + done.stderr
+    assert "INFO mlflow" not in done.stdout + done.stderr  # "Creating initial MLflow database tables..."
+    assert sorted(p.name for p in tmp_path.glob("new.db*")) == ["new.db"]

@@ -9,6 +9,9 @@ store kept is what the run sealed.  The store is ``MLFLOW_TRACKING_URI`` (else `
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +100,28 @@ def download(reference: str, dest: Path) -> Path:
                     "finish, or an older repro500 logged it; verify its run directory or a packed copy instead")
             from mlflow.artifacts import download_artifacts
 
-            local = download_artifacts(run_id=parent_id, artifact_path=archives[0], dst_path=str(dest),
-                                       tracking_uri=uri)
+            mlflow_store.quiet()
+            with _no_progress_bar():  # repro500 says what it fetches; MLflow's bar would interleave with it
+                local = download_artifacts(run_id=parent_id, artifact_path=archives[0], dst_path=str(dest),
+                                           tracking_uri=uri)
     except InvalidInput:
         raise
     except Exception as err:  # noqa: BLE001 - a store or artifact repository failing is one sentence
         raise InvalidInput(f"the sealed run of MLflow run {parent_id} could not be downloaded from "
                            f"{mlflow_store.safe_uri(uri)} ({mlflow_store.reason(err)})") from None
     return Path(local)
+
+
+@contextlib.contextmanager
+def _no_progress_bar() -> Iterator[None]:
+    """MLflow's artifact progress bar off for this process's download (read when it starts)."""
+    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    before = os.environ.get(key)
+    os.environ[key] = "false"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
