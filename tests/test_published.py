@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from test_verify_rundir import make_run
 
+from repro500 import bundle
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify.published import load_published
 from repro500.verify.verdict import verify_run
@@ -23,6 +24,16 @@ metrics:
 """
 
 
+def run_of(recipe: str, parent: Path, name: str, values: dict) -> Path:
+    """A run of ``recipe``: a shipped claim names the recipe it is a result of, and a run of
+    another recipe is no reproduction of it (test_same_benchmark.py)."""
+    root = make_run(parent, name, values=values)
+    path = root / "recipe.yaml"
+    path.write_text(path.read_text().replace("name: quickstart", f"name: {recipe}"))
+    bundle.write_sums(root)
+    return root
+
+
 def test_shipped_examples_load_with_citations():
     hpc = load_published(HPCAI500)
     assert hpc.metrics["accuracy"].values == [0.763] and hpc.metrics["accuracy"].test == "equivalence"
@@ -33,9 +44,9 @@ def test_shipped_examples_load_with_citations():
 
 
 def test_deep500_threshold_is_one_sided(tmp_path):
-    above = make_run(tmp_path, "above", values={"accuracy": [0.935, 0.938, 0.940]})
-    below = make_run(tmp_path, "below", values={"accuracy": [0.900, 0.905, 0.910]})
-    straddle = make_run(tmp_path, "straddle", values={"accuracy": [0.925, 0.935, 0.930]})
+    above = run_of("cifar10_resnet44", tmp_path, "above", values={"accuracy": [0.935, 0.938, 0.940]})
+    below = run_of("cifar10_resnet44", tmp_path, "below", values={"accuracy": [0.900, 0.905, 0.910]})
+    straddle = run_of("cifar10_resnet44", tmp_path, "straddle", values={"accuracy": [0.925, 0.935, 0.930]})
     assert verify_run(above, against=DEEP500).status == "REPRODUCED"
     assert verify_run(below, against=DEEP500).status == "NOT REPRODUCED"
     assert verify_run(straddle, against=DEEP500).status == "INCONCLUSIVE"
@@ -44,16 +55,16 @@ def test_deep500_threshold_is_one_sided(tmp_path):
 def test_deep500_rerun_stopped_at_the_threshold_is_decided_not_inconclusive(tmp_path):
     # the recipe stops at 0.93, so every repeat ends just above it; the interval's lower end dips
     # below 0.93 and only the shipped margin lets the claim be decided
-    stopped = make_run(tmp_path, "stopped", values={"accuracy": [0.9302, 0.9305, 0.9340, 0.9301, 0.9310]})
+    stopped = run_of("cifar10_resnet44", tmp_path, "stopped", values={"accuracy": [0.9302, 0.9305, 0.9340, 0.9301, 0.9310]})
     verdict = verify_run(stopped, against=DEEP500)
     assert verdict.status == "REPRODUCED"
     assert verdict.equivalence[0].margin == 0.005 and verdict.equivalence[0].tost["ci_low"] < 0.0
 
 
 def test_hpcai500_equivalence_both_sides_of_the_margin(tmp_path):
-    near = make_run(tmp_path, "near", values={"accuracy": [0.762, 0.764, 0.763, 0.7625]})
-    far = make_run(tmp_path, "far", values={"accuracy": [0.70, 0.702, 0.701, 0.699]})
-    above = make_run(tmp_path, "above", values={"accuracy": [0.80, 0.802, 0.801, 0.799]})
+    near = run_of("imagenet_resnet50", tmp_path, "near", values={"accuracy": [0.762, 0.764, 0.763, 0.7625]})
+    far = run_of("imagenet_resnet50", tmp_path, "far", values={"accuracy": [0.70, 0.702, 0.701, 0.699]})
+    above = run_of("imagenet_resnet50", tmp_path, "above", values={"accuracy": [0.80, 0.802, 0.801, 0.799]})
     assert verify_run(near, against=HPCAI500).status == "REPRODUCED"
     assert verify_run(far, against=HPCAI500).status == "NOT REPRODUCED"
     assert verify_run(above, against=HPCAI500).status == "NOT REPRODUCED"  # equivalence is two-sided
