@@ -49,6 +49,22 @@ def test_band_decided_on_the_confidence_bound_not_the_best_repeat(tmp_path):
     assert _status(verify_run(run)) == ("FAIL", 1)
 
 
+def test_the_bands_table_shows_the_bound_its_reason_cites(tmp_path):
+    from rich.console import Console
+
+    from repro500.verify.render import render
+
+    run = make_run(tmp_path, values={"accuracy": [0.80, 0.81, 0.82, 0.83]},
+                   acceptance={"accuracy": {"target": 0.95, "direction": "higher", "tolerance": 0.0}})
+    verdict = verify_run(run)
+    band = verdict.bands[0]
+    assert band.status == "FAIL" and band.reason.startswith("upper")  # a miss rests on the far bound
+    console = Console(record=True, width=200)
+    render(verdict, console)
+    row = next(line for line in console.export_text().splitlines() if line.startswith("accuracy") and ">=" in line)
+    assert f"upper {band.upper_bound:.4g}" in row and f"{band.lower_bound:.4g}" not in row
+
+
 def test_band_straddling_the_threshold_is_inconclusive_with_repeats_advice(tmp_path):
     run = make_run(tmp_path, values={"accuracy": [0.87, 0.89, 0.885]})
     verdict = verify_run(run)

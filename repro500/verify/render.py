@@ -120,9 +120,14 @@ def _bands(verdict: Verdict, console: Console) -> None:
     for col in ("metric", "band", "n", "mean", "bound", "status"):
         table.add_column(col)
     for b in verdict.bands:
-        sign = ">=" if b.direction == "higher" else "<="
-        bound = b.lower_bound if b.direction == "higher" else b.upper_bound
-        table.add_row(untrusted.shown(b.metric), f"{sign} {_g(b.threshold)}", str(b.n), _g(b.mean), _g(bound), _status(b.status))
+        higher = b.direction == "higher"
+        sign = ">=" if higher else "<="
+        # the bound that decided, named: a PASS rests on the near bound, a FAIL on the far one
+        far = b.status == "FAIL"
+        which = ("upper" if higher else "lower") if far else ("lower" if higher else "upper")
+        bound = b.upper_bound if which == "upper" else b.lower_bound
+        shown = f"{which} {_g(bound)}" if bound is not None else "-"
+        table.add_row(untrusted.shown(b.metric), f"{sign} {_g(b.threshold)}", str(b.n), _g(b.mean), shown, _status(b.status))
     console.print(table)
 
 
