@@ -112,12 +112,23 @@ def test_a_bf16_micro_batched_run_records_its_variant_and_verifies_against_fp32(
     assert doc["sampling"]["status"] == "OK" and doc["equivalence"][0]["metric"] == "accuracy"
     shown = repro500("verify", "runs/bf16", "--against", "runs/fp32", "--margin", "accuracy=0.5", cwd=in_tmp).stdout
     assert "precision amp-bf16 vs fp32" in " ".join(shown.split())
+    assert "micro_batch_size 8 vs none (whole batches)" in " ".join(shown.split())
     report = repro500("report", "runs/bf16", "--against", "runs/fp32", "--margin", "accuracy=0.5", cwd=in_tmp)
     assert report.returncode == 0, report.stderr
     page = (in_tmp / "runs" / "bf16" / "report.html").read_text()
     section = page[page.index('id="variants"'):]
     section = section[:section.index("</section>")]
     assert "amp-bf16" in section and "fp32" in section and 'alt="classes drawn vs the data set"' in section
+
+
+def test_against_the_reference_names_every_variant_that_differs():
+    from repro500.verify.gains import describe
+
+    whole = {"precision": "fp32", "micro_batch_size": None, "batch_size": 32, "sync": {"mode": "allreduce", "every": 1}}
+    line = describe({"figures": {}, "run_variant": {**whole, "micro_batch_size": 8}, "reference_variant": whole})
+    assert line == "; micro_batch_size 8 vs none (whole batches)"
+    legacy = {**whole, "batch_size": None}  # a reference that did not record its batch size: not a difference
+    assert describe({"figures": {}, "run_variant": whole, "reference_variant": legacy}) == ""
 
 
 @pytest.mark.parametrize(("override", "code", "words"), [

@@ -63,6 +63,8 @@ def describe(gains: dict[str, Any]) -> str:
             parts.append(f"{label} {fig['ratio']:.3g}x ({fig['run']:.4g} vs {fig['reference']:.4g} {unit})")
     a, b = gains["run_variant"], gains["reference_variant"]
     shown = {k: (sync_text if k == "sync" else str) for k in VARIANT_KEYS}
+    shown["micro_batch_size"] = lambda v: "none (whole batches)" if v is None else str(v)
+    # a missing batch size is one that was not recorded; a missing micro-batch size is the whole batch
     changed = [f"{k} {shown[k](a.get(k))} vs {shown[k](b.get(k))}" for k in VARIANT_KEYS
-               if a.get(k) != b.get(k) and b.get(k) is not None]
+               if a.get(k) != b.get(k) and (b.get(k) is not None or k == "micro_batch_size")]
     return ", ".join(parts) + (f"; {', '.join(changed)}" if changed else "")
