@@ -189,3 +189,13 @@ def test_real_runs_with_a_fixed_key_set_in_the_open_division(in_tmp):
     rows = {r["run_id"]: r for r in doc["runs"]}
     assert rows["open"]["previous"] is None and rows["open"]["other_benchmark"]["run"] == "closed"
     assert rows["open"]["changes"][0]["key"] == "recipe fixed.epochs"
+
+
+def test_a_run_against_another_benchmarks_claim_is_refused_before_it_trains(tmp_path):
+    write_recipe(tmp_path / "tiny.yaml", fixed__epochs=1, repeats=1)
+    done = repro500("run", "tiny.yaml", "--against", str(DEEP500), "--no-tracking", "--out", "runs", cwd=tmp_path)
+    assert done.returncode == 4, done.stdout + done.stderr
+    message = one_sentence(done)
+    assert "different benchmarks (recipe 'tiny' vs 'cifar10_resnet44')" in message
+    assert "verify with --across-benchmarks" in message
+    assert not (tmp_path / "runs").exists()  # refused before a run directory (or any training)

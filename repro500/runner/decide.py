@@ -18,6 +18,22 @@ from repro500.errors import UsageError
 from repro500.runner.plan import DEFAULT_MAX_REPEATS
 
 
+def _same_benchmark(recipe: Any, loaded: Any, against: str) -> None:
+    """Refuse, before anything runs, a reference of another benchmark than the recipe as it will
+    run (the verdict at the end would refuse it: verify's rule, verify/reference.py)."""
+    from repro500.verify.reference import Benchmark, benchmark_difference, refuse_across
+
+    if getattr(loaded, "benchmark", None) is None:
+        return
+    overridden = {str(k): v for k, v in (recipe.overrides or {}).items() if str(k).startswith("fixed.")}
+    mine = Benchmark(recipe=recipe.name, fixed=recipe.fixed, overridden=overridden)
+    difference = benchmark_difference(mine, loaded.benchmark)
+    if difference:
+        refused = refuse_across(difference, against)
+        raise type(refused)(str(refused).replace("pass --across-benchmarks to compare anyway",
+                                                 "run without --against and verify with --across-benchmarks"))
+
+
 def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str, Any] | None, Any]:
     """(design, reference record, loaded reference) for a new run; UsageError / InvalidInput."""
     reference = loaded = None
@@ -27,6 +43,7 @@ def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str,
         from repro500.verify.reference import load_reference
 
         loaded = load_reference(options.against)
+        _same_benchmark(recipe, loaded, str(options.against))
         reference = {"against": str(Path(options.against).resolve()), "margins": dict(options.margins)}
     if not options.until_decided:
         return None, reference, loaded
