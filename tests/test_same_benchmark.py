@@ -73,6 +73,12 @@ def test_a_quickstart_run_is_no_reproduction_of_the_resnet44_claim(tmp_path):
     assert doc["against"]["different_benchmark"] == doc["different_benchmark"]
     assert doc["reasons"][0].startswith("different benchmark: recipe 'quickstart' vs 'cifar10_resnet44'")
 
+    refused = repro500("report", "runs/q1", "--against", str(DEEP500), cwd=tmp_path)
+    assert refused.returncode == 4 and "--across-benchmarks" in one_sentence(refused)
+    report = repro500("report", "runs/q1", "--against", str(DEEP500), "--across-benchmarks", cwd=tmp_path)
+    assert report.returncode == 0, report.stdout + report.stderr
+    assert "different benchmark" in (tmp_path / "runs" / "q1" / "report.html").read_text()
+
 
 def test_between_runs_the_fixed_keys_decide_not_the_recipe_names(tmp_path):
     runs = tmp_path / "runs"

@@ -24,10 +24,12 @@ from repro500.commands.verify import _parse_margins
 @click.option("--roofline", metavar="ROOFLINE_RUN", type=click.Path(path_type=Path), default=None,
               help="A repro500 roofline run whose ceilings RUN is placed under (default: the newest one beside RUN "
                    "measured on the same CPU and GPU model).")
+@click.option("--across-benchmarks", is_flag=True,
+              help="With --against: compare with a reference of another benchmark anyway (the verdict says so).")
 @click.option("--open", "open_browser", is_flag=True, help="Open the written report in the default web browser.")
 @click.pass_context
 def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | None, alpha: float | None,
-           margins: dict[str, float], roofline: Path | None, open_browser: bool) -> None:
+           margins: dict[str, float], roofline: Path | None, across_benchmarks: bool, open_browser: bool) -> None:
     """Write one self-contained HTML report of RUN and print its path.
 
     RUN is a run directory (runs/<run-id>) or an archive made by `repro500 pack`. The page
@@ -47,7 +49,11 @@ def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | 
     if margins and against is None:
         raise UsageError(f"--margin {next(iter(margins))}=... is an equivalence margin against a reference: "
                          "give --against REF as well, or drop --margin")
-    result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None, roofline=roofline)
+    if across_benchmarks and against is None:
+        raise UsageError("--across-benchmarks needs --against: it lets a run be compared with a reference of "
+                         "another benchmark")
+    result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None, roofline=roofline,
+                          across_benchmarks=across_benchmarks)
     click.echo(str(result.path))
     if result.exit_code != EXIT_OK:
         click.echo(f"repro500: error: {run_dir} fails its integrity check (verdict {result.status}); "

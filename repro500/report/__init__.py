@@ -68,6 +68,7 @@ def write_report(
     alpha: float | None = None,
     margins: dict[str, float] | None = None,
     roofline: str | Path | None = None,
+    across_benchmarks: bool = False,
 ) -> ReportResult:
     """Render the report of ``run`` (a run directory or a packed ``.tar.gz``) and write it;
     ``roofline`` is a ``repro500 roofline`` run whose ceilings the run is placed under.
@@ -81,13 +82,13 @@ def write_report(
     if bundle.is_archive(run_path):
         with tempfile.TemporaryDirectory(prefix="repro500-report-") as tmp:
             root = bundle.unpack(run_path, tmp)
-            return _write(run_path, root, out, against, alpha, margins, started, roofline)
+            return _write(run_path, root, out, against, alpha, margins, started, roofline, across_benchmarks)
     from repro500.report.load import check_run_dir
 
     check_run_dir(run_path)
     if roofline is not None:
         _check_roofline(Path(roofline))
-    return _write(run_path, run_path, out, against, alpha, margins, started, roofline)
+    return _write(run_path, run_path, out, against, alpha, margins, started, roofline, across_benchmarks)
 
 
 def _check_roofline(path: Path) -> None:
@@ -102,10 +103,12 @@ def _check_roofline(path: Path) -> None:
 
 
 def _write(run_path: Path, root: Path, out: str | Path | None, against: str | Path | None, alpha: float | None,
-           margins: dict[str, float] | None, started: float, roofline: str | Path | None = None) -> ReportResult:
+           margins: dict[str, float] | None, started: float, roofline: str | Path | None = None,
+           across_benchmarks: bool = False) -> ReportResult:
     target = _resolve_output(run_path, root, out)
     html_text, verdict, sections, images = build_html(root, against=against, alpha=alpha, margins=margins,
-                                                      shown_path=str(run_path), roofline=roofline)
+                                                      shown_path=str(run_path), roofline=roofline,
+                                                      across_benchmarks=across_benchmarks)
     from repro500.redact import redact_values
     from repro500.writable import writing
 
@@ -126,6 +129,7 @@ def build_html(
     margins: dict[str, float] | None = None,
     shown_path: str | None = None,
     roofline: str | Path | None = None,
+    across_benchmarks: bool = False,
 ) -> tuple[str, object, list[str], int]:
     """(html, verdict view, section ids, number of plots) for the run directory ``root``."""
     from repro500.report import html, sections, variants, verdict_details
@@ -133,7 +137,7 @@ def build_html(
     from repro500.report.system import system_section
     from repro500.report.verdict_source import obtain_verdict
 
-    verdict = obtain_verdict(root, against=against, alpha=alpha, margins=margins)
+    verdict = obtain_verdict(root, against=against, alpha=alpha, margins=margins, across_benchmarks=across_benchmarks)
     if shown_path:
         verdict.doc["run_dir"] = shown_path
     view = load_view(root, readable=not verdict.invalid)

@@ -57,10 +57,12 @@ def obtain_verdict(
     against: str | Path | None = None,
     alpha: float | None = None,
     margins: dict[str, float] | None = None,
+    across_benchmarks: bool = False,
 ) -> VerdictView:
     """The verdict to show for the run directory ``root`` (see the module docstring)."""
     if against is not None:
-        verdict = verify_run(root, against=against, alpha=alpha or 0.05, margins=margins)
+        verdict = verify_run(root, against=against, alpha=alpha or 0.05, margins=margins,
+                             across_benchmarks=across_benchmarks)
         return VerdictView(verdict.to_dict(), f"computed now against {against}")
     stored, why = read_stored(root)
     warnings = [why] if why else []
