@@ -24,6 +24,7 @@ from pathlib import Path, PurePosixPath
 
 from repro500 import atomic, bundle, progress
 from repro500.errors import InvalidInput, UsageError
+from repro500.untrusted import MAX_PATH_DEPTH, path_depth_ok
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _FILE_MODE, _DIR_MODE = 0o644, 0o755
@@ -31,6 +32,12 @@ _FILE_MODE, _DIR_MODE = 0o644, 0o755
 # refused before extraction, whatever it claims (REPRO500_MAX_UNPACK_BYTES raises the size cap)
 MAX_UNPACK_BYTES = 4 * 2**30
 MAX_MEMBERS = 100_000
+# A run's files are JSON, logs and checkpoints: gzip shrinks them a few times (metrics logs ~10x,
+# checkpoints barely).  Content declaring more than this many times the archive's own size is a
+# decompression bomb (a gigabyte of zeros packs into a megabyte), refused before it is extracted;
+# below BOMB_FLOOR the ratio is not asked, as such an archive cannot fill a disk.
+MAX_RATIO = 200
+BOMB_FLOOR = 64 * 2**20
 _MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 _COPY_BYTES = 2**20  # tarfile's own 16 KiB copies cost a few percent on a run of checkpoints
@@ -165,6 +172,10 @@ def _unsafe(member: tarfile.TarInfo) -> str | None:
     parts = PurePosixPath(name).parts
     if not parts:
         return "an entry with an empty name"
+    # a run directory is a few levels deep; thousands of nested directories make path checks
+    # quadratic and tarfile's and shutil's directory walks recurse past Python's limit
+    if not path_depth_ok(parts) or not path_depth_ok(PurePosixPath(member.linkname).parts):
+        return f"{'link target' if path_depth_ok(parts) else 'path'} nested more than {MAX_PATH_DEPTH} directories deep"
     if name.startswith(("/", "\\")) or (len(name) > 1 and name[1] == ":"):
         return f"absolute path {name!r}"
     if ".." in parts:
@@ -191,6 +202,7 @@ def _read_members(archive: Path, cap: int, dest: Path, free: int | None,
     decompressing it."""
     members: list[tarfile.TarInfo] = []
     total = 0
+    packed = archive.stat().st_size
     try:
         with _open_counted(archive, meter) as tar:
             while (member := tar.next()) is not None:
@@ -203,6 +215,11 @@ def _read_members(archive: Path, cap: int, dest: Path, free: int | None,
                     raise InvalidInput(
                         f"{archive} declares at least {_size(total)} of content, more than the {_size(cap)} a run "
                         "directory may hold (REPRO500_MAX_UNPACK_BYTES raises the cap); refusing to extract anything")
+                if total > BOMB_FLOOR and total > MAX_RATIO * packed:
+                    raise InvalidInput(
+                        f"{archive} declares at least {_size(total)} of content in {_size(packed)}, more than "
+                        f"{MAX_RATIO} times its size (a decompression bomb; a run's files do not compress so "
+                        "well); refusing to extract anything")
                 if free is not None and total > free:
                     raise InvalidInput(f"{archive} declares at least {_size(total)} of content but {dest} has "
                                        f"{_size(free)} free: free some space or unpack elsewhere")

@@ -28,16 +28,18 @@ Packing and unpacking (:func:`pack`, :func:`unpack`) live in ``repro500/archive.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import posixpath
 import stat
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from repro500 import atomic
-from repro500.digest import file_digest
+from repro500 import atomic, untrusted
+from repro500.digest import file_digest  # noqa: F401 - read from here by callers
 from repro500.errors import InvalidInput
 
 SUMS_NAME = "SHA256SUMS"
@@ -118,6 +120,24 @@ def scan(run_dir: str | Path) -> Entries:
     return out
 
 
+_CHUNK = 1 << 20
+
+
+def _digest(root: Path, rel: str) -> str:
+    """SHA-256 of one covered file, read only if it is a regular file once opened: :func:`scan`
+    saw one, but a file swapped afterwards for a FIFO would block the reader forever and a link
+    to /dev/zero would stream without end (InvalidInput; FileNotFoundError passes through)."""
+    digest = hashlib.sha256()
+    with untrusted.open_regular(root / rel, f"{rel} of the run directory", cap=sys.maxsize) as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _not_regular(rel: str) -> str:
+    return f"{rel} is not a regular file (a device, pipe or socket)"
+
+
 def covered_files(run_dir: str | Path) -> list[str]:
     """Relative POSIX paths of every entry the digest list covers (files and links), sorted."""
     entries = scan(run_dir)
@@ -145,7 +165,10 @@ def write_sums(run_dir: str | Path) -> Path:
             lines.append(_link_line(rel, entries.links[rel]))
             if rel not in entries.link_files:
                 continue
-        lines.append(f"{file_digest(root / rel)}  {rel}\n")
+        try:
+            lines.append(f"{_digest(root, rel)}  {rel}\n")
+        except InvalidInput:
+            raise InvalidInput(f"{root} cannot be sealed: {_not_regular(rel)}") from None
     target = root / SUMS_NAME
     atomic.write_text(target, "".join(lines))
     return target
@@ -155,14 +178,13 @@ def _read_lines(run_dir: str | Path) -> tuple[dict[str, str], dict[str, str]]:
     path = Path(run_dir) / SUMS_NAME
     if path.is_symlink():
         raise InvalidInput(f"{path} is a symbolic link: the digest list must be a file of the run directory")
-    if not path.is_file():
-        raise InvalidInput(f"{path} is missing: this is not a complete run directory")
     sums: dict[str, str] = {}
     links: dict[str, str] = {}
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__})") from None
+        # a regular file under the document cap: a digest list of gigabytes (or a FIFO) is no run's
+        text = untrusted.read_text(path, "the digest list")
+    except (FileNotFoundError, NotADirectoryError):
+        raise InvalidInput(f"{path} is missing: this is not a complete run directory") from None
     for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -235,8 +257,13 @@ def check_sums(run_dir: str | Path, *, not_carried: Mapping[str, str] | None = N
         if rel in entries.unsafe:
             continue  # reported as unsafe already; never followed
         if rel in files or rel in entries.link_files:
-            if file_digest(root / rel) != digest:
-                report.modified.append(rel)
+            try:
+                if _digest(root, rel) != digest:
+                    report.modified.append(rel)
+            except InvalidInput:
+                report.unsafe.append(_not_regular(rel))
+            except FileNotFoundError:
+                report.missing.append(rel)
         elif rel not in entries.links:
             report.missing.append(rel)
     for rel, target in sorted(recorded_links.items()):

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shutil
 import signal
 import threading
 import time
@@ -44,6 +46,9 @@ OPTIONS = {  # generator parameters beyond size, seed and split, by kind
 }
 COMPRESSIONS = ("none", "gzip", "lzf")
 _SMALL_CHUNK_BYTES = 256 * 1024  # small per-sample fields are chunked many samples at a time
+# deflate's greatest ratio (a 258-byte match in about 2 bits); LZF's is lower: no compressed file
+# of N bytes holds more than this many times N of data
+_MAX_COMPRESSION = 1032
 RNG_FORMULA = (
     "numpy.random.Generator(PCG64(SeedSequence(entropy=seed, "
     "spawn_key=(kind_id, split_id, sample_index, stream))))"
@@ -105,6 +110,43 @@ def build_generator(
         return classification.ClassificationGenerator(params, seed, split)
     except (ValueError, TypeError) as err:
         raise UsageError(f"bad {kind} parameters: {err}") from None
+
+
+def data_bytes(gen: Generator, samples: int, shard: tuple[int, int] = (0, 1)) -> int:
+    """The bytes of sample data this shard of ``samples`` samples holds, uncompressed: computed from
+    the generator's shapes alone, so an absurd size is known before a sample is drawn."""
+    start, stop = shard_range(samples, *shard)
+    return max(0, stop - start) * sum(_sample_bytes(spec) for spec in gen.datasets())
+
+
+def least_file_bytes(gen: Generator, samples: int, shard: tuple[int, int] = (0, 1), compression: str = "none") -> int:
+    """The fewest bytes the file of these samples can have: all their data uncompressed; compressed,
+    no filter shrinks data more than deflate's greatest ratio."""
+    raw = data_bytes(gen, samples, shard)
+    return raw if compression == "none" else raw // _MAX_COMPRESSION
+
+
+def most_file_bytes(gen: Generator, samples: int, shard: tuple[int, int] = (0, 1)) -> int:
+    """The most bytes the file of these samples can need, compressed or not: their data, the padding
+    of each dataset's last chunk, and room for HDF5's metadata (attributes, chunk index)."""
+    raw = data_bytes(gen, samples, shard)
+    padding = sum(max(_SMALL_CHUNK_BYTES, _sample_bytes(spec)) for spec in gen.datasets())
+    return raw + padding + raw // 100 + 2**20
+
+
+def _sample_bytes(spec: Any) -> int:
+    return int(np.prod(spec.sample_shape, dtype=object)) * np.dtype(spec.dtype).itemsize
+
+
+def free_bytes(path: Path) -> int | None:
+    """Free space of the file system that will hold ``path`` (its nearest existing parent)."""
+    probe = path.parent
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free
+    except OSError:
+        return None
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -211,11 +253,14 @@ def generate(
     force: bool = False,
     progress: bool = False,
     options: dict[str, Any] | None = None,
+    max_bytes: int | None = None,
 ) -> GenerateResult:
-    """Generate ``samples`` samples of ``kind`` (this shard's part of them) into ``out``."""
+    """Generate ``samples`` samples of ``kind`` (this shard's part of them) into ``out``
+    (``max_bytes``: see :func:`write`)."""
     gen = build_generator(kind, seed=seed, split=split, size=size, options=options)
     n = DEFAULT_SAMPLES[kind] if samples is None else samples
-    return write(gen, out, samples=n, shard=shard, compression=compression, force=force, progress=progress)
+    return write(gen, out, samples=n, shard=shard, compression=compression, force=force, progress=progress,
+                 max_bytes=max_bytes)
 
 
 def write(
@@ -227,8 +272,15 @@ def write(
     compression: str = "none",
     force: bool = False,
     progress: bool = False,
+    max_bytes: int | None = None,
 ) -> GenerateResult:
-    """Stream ``gen``'s samples of this shard into an HDF5 file at ``out``, atomically."""
+    """Stream ``gen``'s samples of this shard into an HDF5 file at ``out``, atomically.
+
+    ``max_bytes`` bounds the file (a reproduction passes the size its publication recorded): an
+    uncompressed data set declaring more is refused before a sample is drawn, and writing stops
+    (the partial file removed) as soon as the file grows past it, compressed or not.  Either way
+    an uncompressed data set, or ``max_bytes``, must fit the free space before anything is written.
+    """
     import h5py
 
     out = Path(out)
@@ -243,46 +295,51 @@ def write(
     count = stop - start
     if count < 1:
         raise UsageError(f"shard {shard[0]}/{shard[1]} of {samples} samples is empty: use fewer shards")
+    _check_room(gen, out, samples, shard, compression, max_bytes)
     specs = gen.datasets()
     t0 = time.perf_counter()
     try:
-        with (
-            atomic_path(out) as tmp,
-            progress_bar(progress, f"{gen.kind} -> {out.name}", count) as advance,
-            h5py.File(tmp, "w") as h5,
-        ):
-            for key, value in file_attrs(gen, samples, start, shard).items():
-                h5.attrs[key] = value
-            dsets, moments = {}, {}
-            for spec in specs:
-                sample_bytes = int(np.prod(spec.sample_shape, dtype=np.int64)) * np.dtype(spec.dtype).itemsize
-                per_chunk = max(1, min(count, _SMALL_CHUNK_BYTES // max(sample_bytes, 1)))
-                dsets[spec.name] = h5.create_dataset(
-                    spec.name,
-                    shape=(count, *spec.sample_shape),
-                    dtype=spec.dtype,
-                    chunks=(per_chunk, *spec.sample_shape),
-                    fillvalue=spec.fill,
-                    track_times=False,
-                    **filters,
-                )
-                if spec.stats_axis is not None:
-                    moments[spec.name] = Moments()
-            with _one_blas_thread(), _Interrupts() as interrupts:
-                for j in range(count):
+        with atomic_path(out) as tmp:
+            with (
+                progress_bar(progress, f"{gen.kind} -> {out.name}", count) as advance,
+                h5py.File(tmp, "w") as h5,
+            ):
+                for key, value in file_attrs(gen, samples, start, shard).items():
+                    h5.attrs[key] = value
+                dsets, moments = {}, {}
+                for spec in specs:
+                    sample_bytes = _sample_bytes(spec)
+                    per_chunk = max(1, min(count, _SMALL_CHUNK_BYTES // max(sample_bytes, 1)))
+                    dsets[spec.name] = h5.create_dataset(
+                        spec.name,
+                        shape=(count, *spec.sample_shape),
+                        dtype=spec.dtype,
+                        chunks=(per_chunk, *spec.sample_shape),
+                        fillvalue=spec.fill,
+                        track_times=False,
+                        **filters,
+                    )
+                    if spec.stats_axis is not None:
+                        moments[spec.name] = Moments()
+                with _one_blas_thread(), _Interrupts() as interrupts:
+                    for j in range(count):
+                        interrupts.check()
+                        sample = gen.sample(start + j)
+                        for spec in specs:
+                            dsets[spec.name][j] = sample[spec.name]
+                            if spec.name in moments:
+                                moments[spec.name].add(sample[spec.name], spec.stats_axis)
+                        if max_bytes is not None:
+                            _check_growth(tmp, out, max_bytes)
+                        advance()
                     interrupts.check()
-                    sample = gen.sample(start + j)
-                    for spec in specs:
-                        dsets[spec.name][j] = sample[spec.name]
-                        if spec.name in moments:
-                            moments[spec.name].add(sample[spec.name], spec.stats_axis)
-                    advance()
-                interrupts.check()
-            for name, mom in moments.items():
-                mean, std = mom.mean_std()
-                dsets[name].attrs["channel_mean"] = mean
-                dsets[name].attrs["channel_std"] = std
-                dsets[name].attrs["stats_samples"] = mom.samples
+                for name, mom in moments.items():
+                    mean, std = mom.mean_std()
+                    dsets[name].attrs["channel_mean"] = mean
+                    dsets[name].attrs["channel_std"] = std
+                    dsets[name].attrs["stats_samples"] = mom.samples
+            if max_bytes is not None:  # HDF5 writes its last chunks and its metadata on close
+                _check_growth(tmp, out, max_bytes)
     except OSError as err:
         raise ReproError(f"could not write {out}: {err}") from None
     elapsed = time.perf_counter() - t0
@@ -290,3 +347,34 @@ def write(
         path=out, kind=gen.kind, samples=count, sample_offset=start, samples_total=samples,
         file_bytes=out.stat().st_size, time_s=elapsed,
     )
+
+
+def _check_room(gen: Generator, out: Path, samples: int, shard: tuple[int, int], compression: str,
+                max_bytes: int | None) -> None:
+    """Refuse, before a sample is drawn, a data set that cannot fit ``max_bytes`` or the free space.
+
+    A file that must hold more than ``max_bytes`` (:func:`least_file_bytes`: a 30000x30000 image
+    of a publication that recorded 200 kB) is refused here, not after its first sample filled the
+    memory; below that, :func:`_check_growth` stops the writing once the file passes ``max_bytes``.
+    The free space must hold what the file can need (compressed data is known only by writing it:
+    then ``max_bytes`` is what it can need; without one, it is not asked)."""
+    least = least_file_bytes(gen, samples, shard, compression)
+    if max_bytes is not None and least > max_bytes:
+        raise InvalidInput(f"{out}: {samples:,} {gen.kind} samples of these parameters make a file of at least "
+                           f"{least:,} bytes, more than the {max_bytes:,} bytes the data it recreates may take: refused "
+                           "before generating")
+    most = most_file_bytes(gen, samples, shard)
+    needed = min(most, max_bytes) if max_bytes is not None else (most if compression == "none" else None)
+    free = free_bytes(out)
+    if needed is not None and free is not None and needed > free:
+        raise InvalidInput(f"{out} may need {needed:,} bytes but its file system has {free:,} free: "
+                           "free some space or generate elsewhere")
+
+
+def _check_growth(tmp: Path, out: Path, max_bytes: int) -> None:
+    """Stop as soon as the file being written passes ``max_bytes`` (HDF5 holds up to a chunk per
+    dataset in memory, so the check lags the samples by that much at most); the partial file is
+    then removed by atomic_path and ``out`` is left as it was."""
+    if os.stat(tmp).st_size > max_bytes:
+        raise InvalidInput(f"{out} grew past {max_bytes:,} bytes, the most the data it recreates may take: "
+                           "stopped and removed (its generator parameters do not describe that data)")

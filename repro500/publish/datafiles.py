@@ -17,6 +17,10 @@ A spec is plain JSON-able data, stored in ``data-specs.json`` and a publication'
     {"out": "data/quickstart-train.h5", "kind": "classification", "seed": 500,
      "split": "train", "samples": 2048, "shard": "0/1", "size": "32x32",
      "compression": "none", "options": {"classes": 10, "channels": 3, "noise": 0.04}}
+
+Someone else's specs are bounded by the size their run recorded for the path (the manifest's
+``size``, the entry's ``bytes``): specs whose files cannot be that small are refused when they are
+read (:func:`check_entries`), and :func:`regenerate` stops a file that grows past it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,32 @@ SPECS_SCHEMA = "repro500/data-specs/v1"
 # options `repro500 data generate` accepts on its command line, by kind
 CLI_OPTIONS = {"classification": ("classes", "channels", "noise"), "cosmo": ("channels",), "ewa": ()}
 SPEC_KEYS = ("out", "kind", "seed", "split", "samples", "shard", "size", "compression", "options")
+MAX_SEED = 2**63 - 1  # a file's root attribute holds the seed as a signed 64-bit integer
+
+
+def _slack(recorded: int) -> int:
+    """What a regenerated file may exceed its recorded size by: HDF5's metadata differs a little
+    between library versions (the md5 then differs too, and reproduce says so)."""
+    return 2**20 + recorded // 100
+
+
+@dataclass
+class Budget:
+    """The bytes one data path was recorded with, shared by the specs that recreate it."""
+
+    recorded: int | None  # None: an old entry without a size; each file is then bounded by its own parameters
+    used: int = 0
+
+    def max_bytes(self) -> int | None:
+        return None if self.recorded is None else max(0, self.recorded - self.used) + _slack(self.recorded)
+
+
+class CheckedSpec(dict):
+    """A spec read from someone else's file and checked, carrying the :class:`Budget` of its data
+    path, so that :func:`regenerate` bounds what it writes without its caller passing the entry
+    (a dict, so that every reader of a spec keeps working; :meth:`DataEntry.to_dict` writes it plain)."""
+
+    budget: Budget | None = None
 
 
 @dataclass
@@ -51,8 +81,9 @@ class DataEntry:
     note: str | None = None  # why not, when generate is None
 
     def to_dict(self) -> dict[str, Any]:
+        generate = None if self.generate is None else [dict(spec) for spec in self.generate]  # plain, for YAML
         return {"path": self.path, "md5": self.md5, "bytes": self.size_bytes, "nfiles": self.nfiles,
-                "generate": self.generate, "note": self.note}
+                "generate": generate, "note": self.note}
 
 
 @dataclass
@@ -160,9 +191,13 @@ def describe(manifest: dict[str, Any], data_root: str | Path, *, recorded: dict[
         if not local.exists():
             entry.note = f"{entry.path} is not under {root}: its generator parameters could not be read"
             continue
-        if check_md5 and digest_path(local)["md5"] != entry.md5:
-            entry.note = f"{local} changed since the run (md5 differs from the manifest)"
-            continue
+        if check_md5 or entry.size_bytes is None:
+            digest = digest_path(local)
+            if check_md5 and digest["md5"] != entry.md5:
+                entry.note = f"{local} changed since the run (md5 differs from the manifest)"
+                continue
+            if entry.size_bytes is None and digest["md5"] == entry.md5:
+                entry.size_bytes = digest["size"]  # what bounds a reproduction's regeneration of it
         files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
         specs = []
         for file in files:
@@ -212,7 +247,9 @@ def read_specs(run_dir: str | Path, manifest: dict[str, Any]) -> dict[str, DataE
 
 def check_entries(raw: list[Any], manifest: dict[str, Any], where: Path) -> list[DataEntry]:
     """Data entries read from a file (``data-specs.json``, a publication's ``params.yaml``), checked
-    against the run's manifest: same paths and md5s, valid specs that write only inside their path."""
+    against the run's manifest: same paths, md5s and sizes, valid specs that write only inside their
+    path, no more files than the path had, and files that can be as small as the recorded size
+    (:func:`_check_size`); each entry's specs then carry its :class:`Budget`."""
     recorded = {str(e.get("path")): e for e in _manifest_entries(manifest)}
     entries = []
     for i, item in enumerate(raw):
@@ -221,22 +258,59 @@ def check_entries(raw: list[Any], manifest: dict[str, Any], where: Path) -> list
         path = item["path"]
         if path not in recorded or item.get("md5") != recorded[path].get("md5"):
             raise InvalidInput(f"{where}: data[{i}] ({path}) is not what the run's manifest recorded")
+        size = _recorded_size(item, recorded[path], f"{where}: data[{i}] ({path})")
+        budget = Budget(size)
         specs = item.get("generate")
         if specs is not None:
             if not isinstance(specs, list) or not specs:
                 raise InvalidInput(f"{where}: data[{i}].generate must be a list of generator specs or null")
+            nfiles = recorded[path].get("nfiles")
+            files = max(1, nfiles) if isinstance(nfiles, int) and not isinstance(nfiles, bool) else 1
+            if len(specs) > files:
+                raise InvalidInput(f"{where}: data[{i}].generate writes {len(specs)} files, more than the "
+                                   f"{files} {path} was recorded with")
             specs = [check_spec(s, f"{where}: data[{i}].generate[{j}]") for j, s in enumerate(specs)]
             outs = [s["out"] for s in specs]
             inside = all(o == path or o.startswith(path.rstrip("/") + "/") for o in outs)
             if not inside:
                 raise InvalidInput(f"{where}: data[{i}].generate writes outside {path}")
+            _check_size(specs, size, f"{where}: data[{i}].generate ({path})")
+            for spec in specs:
+                spec.budget = budget
         note = item.get("note")
-        entries.append(DataEntry(path=path, md5=str(item["md5"]), size_bytes=item.get("bytes"),
+        entries.append(DataEntry(path=path, md5=str(item["md5"]), size_bytes=size,
                                  nfiles=item.get("nfiles"), generate=specs,
                                  note=str(note) if note is not None else None))
     if set(recorded) != {e.path for e in entries}:
         raise InvalidInput(f"{where}: data does not list every data path of the run's manifest")
     return entries
+
+
+def _recorded_size(item: dict[str, Any], manifest_entry: dict[str, Any], where: str) -> int | None:
+    """The bytes a data path was recorded with: the manifest's size (the run measured it); an entry
+    may repeat it, never differ.  An old manifest without one leaves the entry's own ``bytes``."""
+    def valid(value: Any) -> bool:
+        return value is None or (isinstance(value, int) and not isinstance(value, bool) and value >= 0)
+
+    size, stated = manifest_entry.get("size"), item.get("bytes")
+    if not valid(size) or not valid(stated):
+        raise InvalidInput(f"{where}: its size ({stated!r}, manifest {size!r}) is not a number of bytes")
+    if size is not None and stated is not None and stated != size:
+        raise InvalidInput(f"{where}: bytes {stated:,} is not the {size:,} the run's manifest recorded")
+    return size if size is not None else stated
+
+
+def _check_size(specs: list[dict[str, Any]], size: int | None, where: str) -> None:
+    """Refuse specs whose files cannot add up to as little as the recorded ``size`` (``samples:
+    1000000000`` in a publication whose data had 200 kB), before anything is generated."""
+    from repro500.data.generate import least_file_bytes, parse_shard
+
+    if size is None:
+        return
+    least = sum(least_file_bytes(_build(s), s["samples"], parse_shard(s["shard"]), s["compression"]) for s in specs)
+    if least > size + _slack(size):
+        raise InvalidInput(f"{where} would write at least {least:,} bytes, more than the {size:,} bytes the run "
+                           "recorded for that data: refused (its generator parameters do not describe it)")
 
 
 def check_spec(spec: Any, where: str) -> dict[str, Any]:
@@ -248,25 +322,42 @@ def check_spec(spec: Any, where: str) -> dict[str, Any]:
                       ("compression", str)):
         if not isinstance(spec.get(key), kind) or isinstance(spec.get(key), bool):
             raise InvalidInput(f"{where}.{key} is {spec.get(key)!r}: expected a {kind.__name__}")
+    if not 0 <= spec["seed"] <= MAX_SEED or spec["samples"] < 1:
+        raise InvalidInput(f"{where}: seed {spec['seed']} or samples {spec['samples']} is out of range "
+                           f"(seed 0..{MAX_SEED}, at least 1 sample)")
     if spec.get("size") is not None and not isinstance(spec["size"], str):
         raise InvalidInput(f"{where}.size is {spec['size']!r}: expected text such as 32x32")
     if not isinstance(spec.get("options") or {}, dict):
         raise InvalidInput(f"{where}.options must be a mapping")
     try:
         _build(spec)
+        from repro500.data.generate import parse_shard
+
+        parse_shard(spec["shard"])
     except ReproError as err:
         raise InvalidInput(f"{where}: {err}") from None
-    return spec
+    return CheckedSpec(spec)
 
 
 def regenerate(spec: dict[str, Any], root: str | Path) -> Path:
-    """Write the file of ``spec`` under ``root`` (replacing one that is there); returns its path."""
-    from repro500.data.generate import generate, parse_shard
+    """Write the file of ``spec`` under ``root`` (replacing one that is there); returns its path.
+
+    A spec read from someone else's file (:class:`CheckedSpec`) writes at most what is left of the
+    size recorded for its data path (InvalidInput before a sample is drawn when it cannot fit, or
+    as soon as the file grows past it); any spec needs its file's room free before it starts."""
+    from repro500.data.generate import generate, most_file_bytes, parse_shard
 
     out = Path(root) / safe_relpath(spec["out"], "data path")
+    shard = parse_shard(spec["shard"])
+    budget = spec.budget if isinstance(spec, CheckedSpec) else None
+    max_bytes = budget.max_bytes() if budget is not None else None
+    if max_bytes is None:  # no recorded size: no more than these parameters can need
+        max_bytes = most_file_bytes(_build(spec), spec["samples"], shard)
     generate(spec["kind"], out, samples=spec["samples"], seed=spec["seed"], split=spec["split"],
-             size=spec.get("size"), shard=parse_shard(spec["shard"]), compression=spec["compression"],
-             force=True, options=dict(spec.get("options") or {}))
+             size=spec.get("size"), shard=shard, compression=spec["compression"],
+             force=True, options=dict(spec.get("options") or {}), max_bytes=max_bytes)
+    if budget is not None:
+        budget.used += out.stat().st_size
     return out
 
 

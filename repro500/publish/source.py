@@ -11,6 +11,12 @@ from git's object database and written by this module: regular files only (symbo
 and submodules are skipped), every path checked to stay inside the target directory, and a
 Git LFS pointer reported instead of fetched.  No git command ever runs inside a tree from
 the source (a repository's own config, such as ``core.fsmonitor``, is never read).
+
+What is taken from the tree is bounded before a byte of it is read (git knows each object's
+size without reading it): of a publication, only the files ``repro500 publish`` writes, each
+under its cap (:func:`extract`); for ``dvc pull``, the whole commit within a count and a total
+(:func:`extract_all`).  Blobs are streamed to disk, never held in memory, and trees are walked
+without recursion, to at most :data:`repro500.untrusted.MAX_PATH_DEPTH` levels.
 """
 
 from __future__ import annotations
@@ -21,16 +27,33 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import bundle
+from repro500 import archive, bundle, untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.publish.datafiles import safe_relpath
+from repro500.publish.publication import (
+    DVC_FILE,
+    INDEX,
+    MANIFEST,
+    PARAMS,
+    PUBLISHED,
+    README,
+    RECIPE,
+)
 
-INDEX = "publication.json"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
+# A publication's files besides its archive (whose name its index gives): nothing else is taken.
+OWN_FILES = (INDEX, bundle.SUMS_NAME, PUBLISHED, MANIFEST, RECIPE, PARAMS, DVC_FILE, README)
+# These two caps belong with untrusted.py's (asked for there): files of a commit extracted for
+# `dvc pull` (a research repository's code and DVC files; its data lives in the DVC remote), and
+# entries walked looking for a publication (a tree may list one subtree many times over).
+MAX_TREE_FILES = 20_000
+MAX_TREE_ENTRIES = 200_000
+_CHUNK = 1 << 20
 _SCP_LIKE = re.compile(r"^[\w.+-]+@[\w.-]+:")  # user@host:path/repo.git
 _GIT_CONFIG = {
     "core.hooksPath": "/dev/null",
@@ -40,6 +63,9 @@ _GIT_CONFIG = {
     "filter.lfs.process": "",
     "filter.lfs.required": "false",
     "submodule.recurse": "false",
+    # index-pack holds a blob below this threshold in memory whole (a 400 MB blob: 400 MB); above
+    # it, blobs are streamed.  Git's default is 512 MiB.
+    "core.bigFileThreshold": "16m",
 }
 
 
@@ -101,49 +127,198 @@ def clone(url: str, dest: Path, rev: str | None = None) -> GitCheckout:
     return GitCheckout(url=url, repo=repo, commit=commit)
 
 
+def _size(checkout: GitCheckout, obj: Any) -> int:
+    """The size git records for an object, read from its header: the object itself is not read."""
+    return int(checkout.repo.odb.info(obj.binsha).size)
+
+
+def _shown(parts: tuple[str, ...]) -> str:
+    text = "/".join(parts[:4]) + ("/..." if len(parts) > 4 else "")
+    return untrusted.plain(text[:200])
+
+
+def _walk(checkout: GitCheckout, tree: Any) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path parts, object) of every entry under ``tree``, walked with a stack, not recursion
+    (GitPython's ``traverse`` recurses: a tree 1,500 deep was a RecursionError).  A path deeper than
+    MAX_PATH_DEPTH, a tree object over the document cap or more than MAX_TREE_ENTRIES entries is
+    InvalidInput."""
+    where = f"{checkout.url} at {checkout.commit.hexsha[:12]}"
+    stack: list[tuple[Any, tuple[str, ...]]] = [(tree, ())]
+    seen = 0
+    while stack:
+        node, prefix = stack.pop()
+        if _size(checkout, node) > untrusted.MAX_DOCUMENT_BYTES:
+            raise InvalidInput(f"{where}: the tree {_shown(prefix) or '.'} lists more than "
+                               f"{untrusted.MAX_DOCUMENT_BYTES:,} bytes of entries: refused")
+        for item in node:
+            seen += 1
+            if seen > MAX_TREE_ENTRIES:
+                raise InvalidInput(f"{where} holds more than {MAX_TREE_ENTRIES:,} entries: refused (give the "
+                                   "publication's directory with --path)")
+            parts = (*prefix, item.name)
+            if not untrusted.path_depth_ok(parts):
+                raise InvalidInput(f"{where} nests {_shown(parts)} more than {untrusted.MAX_PATH_DEPTH} "
+                                   "directories deep: refused")
+            if item.type == "tree":
+                stack.append((item, parts))
+            yield parts, item
+
+
 def find_publications(checkout: GitCheckout) -> list[str]:
     """Directories (POSIX, '' for the root) of the commit's tree that hold a publication.json."""
     found = []
-    for item in checkout.commit.tree.traverse():
-        if item.type == "blob" and item.name == INDEX:
-            parent = PurePosixPath(item.path).parent.as_posix()
-            found.append("" if parent == "." else parent)
+    for parts, item in _walk(checkout, checkout.commit.tree):
+        if item.type == "blob" and parts[-1] == INDEX:
+            found.append("/".join(parts[:-1]))
     return sorted(found)
 
 
-def extract(checkout: GitCheckout, subpath: str, dest: Path) -> Path:
-    """Write the regular files under ``subpath`` of the commit's tree into ``dest``."""
+def _subtree(checkout: GitCheckout, subpath: str) -> Any:
     tree = checkout.commit.tree
-    if subpath:
-        try:
-            tree = tree / subpath
-        except KeyError:
-            raise InvalidInput(f"{checkout.url} has no directory {subpath!r} at {checkout.commit.hexsha[:12]}") from None
-        if tree.type != "tree":
-            raise InvalidInput(f"{subpath!r} in {checkout.url} is not a directory")
+    if not subpath:
+        return tree
+    if not untrusted.path_depth_ok(PurePosixPath(subpath).parts):
+        raise InvalidInput(f"--path {subpath[:200]!r} is more than {untrusted.MAX_PATH_DEPTH} directories deep")
+    try:
+        tree = tree / subpath
+    except KeyError:
+        raise InvalidInput(f"{checkout.url} has no directory {subpath!r} at {checkout.commit.hexsha[:12]}") from None
+    if tree.type != "tree":
+        raise InvalidInput(f"{subpath!r} in {checkout.url} is not a directory")
+    return tree
+
+
+def _entry(tree: Any, name: str) -> Any:
+    try:
+        return tree / name
+    except KeyError:
+        return None
+
+
+def _regular_blob(item: Any) -> bool:
+    return item.type == "blob" and not stat.S_ISLNK(item.mode)
+
+
+def _take(checkout: GitCheckout, item: Any, target: Path, rel: str, cap: int, what: str) -> int:
+    """Stream one blob to ``target`` when the size git records for it is within ``cap``; returns
+    its size.  Over the cap, nothing of it is read (InvalidInput)."""
+    size = _size(checkout, item)
+    if size > cap:
+        raise InvalidInput(f"{checkout.url}: {untrusted.plain(rel)} is {size:,} bytes, over the {cap:,}-byte cap "
+                           f"for {what}: refused, nothing of it was read")
+    stream = checkout.repo.odb.stream(item.binsha)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    head = b""
+    with open(target, "xb") as out:
+        while written < size:
+            chunk = stream.read(min(_CHUNK, size - written))
+            if not chunk:
+                break
+            if not head:
+                head = chunk[: len(LFS_POINTER)]
+            out.write(chunk)
+            written += len(chunk)
+    if written != size:
+        raise InvalidInput(f"{checkout.url}: {untrusted.plain(rel)} could not be read whole from git's object database")
+    if size < 1024 and head.startswith(LFS_POINTER):
+        checkout.lfs_pointers.append(rel)
+    return size
+
+
+def _archive_of(index: Any, where: str) -> tuple[str | None, int]:
+    """(name, cap) of the packed run a publication's index names: its recorded size when the index
+    records one, never above the unpack cap; (None, cap) when it names none (open_publication says so)."""
+    cap = archive.max_unpack_bytes()
+    meta = index.get("archive") if isinstance(index, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str):
+        return None, cap
+    rel = safe_relpath(name, f"{where}: archive.name")
+    if not untrusted.path_depth_ok(rel.parts) or any(p.lower() == ".git" for p in rel.parts):
+        raise InvalidInput(f"{where}: archive.name {untrusted.plain(name[:200])!r} is not a file a publication has")
+    recorded = meta.get("bytes")
+    if isinstance(recorded, int) and not isinstance(recorded, bool) and recorded >= 0:
+        cap = min(cap, recorded)
+    return rel.as_posix(), cap
+
+
+def extract(checkout: GitCheckout, subpath: str, dest: Path) -> Path:
+    """Write the publication under ``subpath`` of the commit's tree into ``dest``, taking only its own files.
+
+    Its index and digest list come first, each under the document cap.  Then the files
+    ``repro500 publish`` writes (:data:`OWN_FILES`) and the archive the index names, each checked
+    against its cap by the size git records (the archive: its size in the index, else the unpack
+    cap; the others: the document cap) before a byte is read, and streamed to disk.  A digest list
+    that names any other file is refused: a publication has nothing else to give."""
+    tree = _subtree(checkout, subpath)
+    where = f"{checkout.url} at {checkout.commit.hexsha[:12]}" + (f", {subpath}" if subpath else "")
     dest.mkdir(parents=True, exist_ok=True)
+
+    def take(name: str, cap: int, what: str) -> bool:
+        item = _entry(tree, name)
+        if item is None:
+            return False  # reported as missing by open_publication
+        if not _regular_blob(item):
+            checkout.skipped.append(name)  # a symbolic link, a submodule or a directory: never followed
+            return False
+        _take(checkout, item, dest / name, name, cap, what)
+        return True
+
+    if not take(INDEX, untrusted.MAX_DOCUMENT_BYTES, f"a publication's {INDEX}"):
+        raise InvalidInput(f"{where} holds no {INDEX} as a regular file: not a publication")
+    index = untrusted.load_json(untrusted.read_bytes(dest / INDEX, f"the publication's {INDEX}"), f"{where}/{INDEX}")
+    archive_name, archive_cap = _archive_of(index, f"{where}/{INDEX}")
+    own = {*OWN_FILES, *([archive_name] if archive_name else [])}
+    if take(bundle.SUMS_NAME, untrusted.MAX_DOCUMENT_BYTES, f"a publication's {bundle.SUMS_NAME}"):
+        foreign = sorted(set(bundle.read_sums(dest)) - own)
+        if foreign:
+            shown = ", ".join(untrusted.plain(name) for name in foreign[:5]) + (" ..." if len(foreign) > 5 else "")
+            raise InvalidInput(f"{where}: the publication lists files repro500 publish never writes ({shown}): "
+                               "refused, nothing of a publication but its own files is taken")
+    for name in sorted(own - {INDEX, bundle.SUMS_NAME}):
+        if name == archive_name:
+            take(name, archive_cap, "the packed run (its size in publication.json, or the unpack cap)")
+        else:
+            take(name, untrusted.MAX_DOCUMENT_BYTES, f"a publication's {name}")
+    return dest
+
+
+def extract_all(checkout: GitCheckout, dest: Path) -> Path:
+    """Write every regular file of the commit into ``dest`` (what ``dvc pull`` reads: its config,
+    ``.dvc`` files, pipelines and their parameters), refused before anything is written when the
+    commit holds more than MAX_TREE_FILES files or more bytes than the unpack cap or the free space."""
+    where = f"{checkout.url} at {checkout.commit.hexsha[:12]}"
+    files: list[tuple[str, Any]] = []
+    for parts, item in _walk(checkout, checkout.commit.tree):
+        if item.type == "tree":
+            continue
+        rel = "/".join(parts)
+        if not _regular_blob(item) or any(p.lower() == ".git" for p in parts):
+            checkout.skipped.append(rel)  # submodules and symbolic links
+            continue
+        safe_relpath(rel, f"{checkout.url}: tree entry")
+        files.append((rel, item))
+        if len(files) > MAX_TREE_FILES:
+            raise InvalidInput(f"{where} holds more than {MAX_TREE_FILES:,} files: too many to extract for dvc pull, "
+                               "refused before writing any")
+    cap = archive.max_unpack_bytes()
+    total = 0
+    for _, item in files:
+        total += _size(checkout, item)
+        if total > cap:
+            raise InvalidInput(f"{where} holds more than {cap:,} bytes in git: more than the unpack cap "
+                               "(REPRO500_MAX_UNPACK_BYTES), refused before writing any")
+    dest.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(dest).free
+    if total > free:
+        raise InvalidInput(f"{where} holds {total:,} bytes in git but {dest} has {free:,} free: free some space")
     root = dest.resolve()
-    prefix = len(PurePosixPath(subpath).parts) if subpath else 0
-    for item in tree.traverse():
-        parts = PurePosixPath(item.path).parts[prefix:]
-        if not parts or item.type == "tree":
-            continue
-        rel = PurePosixPath(*parts)
-        if item.type != "blob" or stat.S_ISLNK(item.mode):
-            checkout.skipped.append(rel.as_posix())  # submodules and symbolic links
-            continue
-        if any(p.lower() == ".git" for p in rel.parts):
-            checkout.skipped.append(rel.as_posix())
-            continue
-        safe_relpath(rel.as_posix(), f"{checkout.url}: tree entry")
+    for rel, item in files:
         target = dest / rel
         if not target.resolve().is_relative_to(root):
             raise InvalidInput(f"{checkout.url}: tree entry {rel} would be written outside {dest}")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        data = item.data_stream.read()
-        if data.startswith(LFS_POINTER) and len(data) < 1024:
-            checkout.lfs_pointers.append(rel.as_posix())
-        target.write_bytes(data)
+        _take(checkout, item, target, rel, cap, "a file of the commit")
     return dest
 
 
@@ -196,7 +371,7 @@ def dvc_pull(checkout: GitCheckout, paths: list[str], tmp: Path) -> Path:
     """
     project = tmp / "project"
     if not project.exists():
-        extract(checkout, "", project)
+        extract_all(checkout, project)
     if not (project / ".dvc" / "config").is_file():
         raise InvalidInput(f"{checkout.url} is not a DVC project (no .dvc/config): its data cannot be pulled")
     # PYTHONSAFEPATH: `python -m dvc` would otherwise import a dvc/ package from the source's own tree
