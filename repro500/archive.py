@@ -22,22 +22,15 @@ import zlib
 from collections.abc import Collection
 from pathlib import Path, PurePosixPath
 
-from repro500 import atomic, bundle, progress
+from repro500 import atomic, bundle, progress, untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.untrusted import MAX_PATH_DEPTH, path_depth_ok
 
 ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 _FILE_MODE, _DIR_MODE = 0o644, 0o755
-# a run directory is summaries, logs and digests: far below these; an archive above them is
-# refused before extraction, whatever it claims (REPRO500_MAX_UNPACK_BYTES raises the size cap)
-MAX_UNPACK_BYTES = 4 * 2**30
-MAX_MEMBERS = 100_000
-# A run's files are JSON, logs and checkpoints: gzip shrinks them a few times (metrics logs ~10x,
-# checkpoints barely).  Content declaring more than this many times the archive's own size is a
-# decompression bomb (a gigabyte of zeros packs into a megabyte), refused before it is extracted;
-# below BOMB_FLOOR the ratio is not asked, as such an archive cannot fill a disk.
-MAX_RATIO = 200
-BOMB_FLOOR = 64 * 2**20
+# the caps on what an archive may hold are repro500.untrusted's (the one rule for others' files)
+MAX_UNPACK_BYTES, MAX_MEMBERS, MAX_RATIO, BOMB_FLOOR = (untrusted.MAX_UNPACK_BYTES, untrusted.MAX_MEMBERS,
+                                                        untrusted.MAX_RATIO, untrusted.BOMB_FLOOR)
 _MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 _COPY_BYTES = 2**20  # tarfile's own 16 KiB copies cost a few percent on a run of checkpoints

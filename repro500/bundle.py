@@ -300,9 +300,3 @@ def require_untouched(run_dir: str | Path, refusal: str) -> None:
     report = check_sums(run_dir)
     if not report.ok:
         raise InvalidInput(f"{run_dir} does not match its SHA256SUMS ({report.describe()}): {refusal}")
-
-
-# ------------------------------------------------------------------------ pack / unpack
-# (repro500/archive.py; imported last because it reads the digest list through this module)
-
-from repro500.archive import ARCHIVE_SUFFIXES, is_archive, pack, unpack  # noqa: E402, F401

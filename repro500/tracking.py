@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from repro500 import archive as archives
 from repro500 import mlflow_store
 from repro500.mlflow_names import EPOCH_METRIC, NAMES_TAG, NAMES_VERSION, is_number, step_metric
 
@@ -225,9 +226,6 @@ class Tracker:
         is not copied into the store a second time; the tag ``repro500.sealed`` says why."""
         import tempfile
 
-        from repro500 import (
-            bundle,  # first: archive imported alone is circular (bundle re-exports it)
-        )
         from repro500.archive import packed_files
         from repro500.errors import ReproError
 
@@ -239,7 +237,7 @@ class Tracker:
                                                    f"{SEALED_MAX_ENV}={limit_mb:g}; publish or pack it instead"})
                 return
             with tempfile.TemporaryDirectory(prefix="repro500-sealed-") as tmp:
-                packed = bundle.pack(run_dir, tmp)
+                packed = archives.pack(run_dir, tmp)
                 self.client.log_artifact(run_id, str(packed), artifact_path=SEALED_PATH)
         except (ReproError, OSError) as err:  # the run is complete on disk: say why the store lacks it
             self.set_tags(run_id, {SEALED_TAG: f"not logged: {err}"})

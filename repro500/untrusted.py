@@ -38,6 +38,21 @@ MAX_DOCUMENT_BYTES = 64 * 2**20  # a manifest, a recipe, a verdict: far below th
 MAX_LOG_BYTES = 4 * 2**30  # a repeat's metrics log, read line by line
 MAX_YAML_NODES = 100_000  # nodes after alias expansion; a recipe has a few hundred
 MAX_PATH_DEPTH = 64  # directories deep, in an archive or a git tree
+# A packed run is summaries, logs and digests: far below these; an archive above them is refused
+# before extraction, whatever it claims (REPRO500_MAX_UNPACK_BYTES raises the size cap).
+MAX_UNPACK_BYTES = 4 * 2**30
+MAX_MEMBERS = 100_000
+# A run's files are JSON, logs and checkpoints: gzip shrinks them a few times (metrics logs ~10x,
+# checkpoints barely).  Content declaring more than this many times the archive's own size is a
+# decompression bomb (a gigabyte of zeros packs into a megabyte), refused before it is extracted;
+# below BOMB_FLOOR the ratio is not asked, as such an archive cannot fill a disk.
+MAX_RATIO = 200
+BOMB_FLOOR = 64 * 2**20
+# Files of a commit extracted for `dvc pull` (a research repository's code and DVC files; its data
+# lives in the DVC remote), and entries walked looking for a publication (a tree may list one
+# subtree many times over).
+MAX_TREE_FILES = 20_000
+MAX_TREE_ENTRIES = 200_000
 CODE_ENV = "REPRO500_FOREIGN_CODE"  # "refuse": no import path, no search path (reproduce without --run-code)
 
 # the recipe keys whose value may name code to import (module:callable), everywhere a recipe has one

@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from test_verify_rundir import edit_json, make_run
 
+from repro500 import archive as archives
 from repro500 import bundle, cli
 from repro500.attest import chain, keys, sshsig
 from repro500.attest.signing import (
@@ -450,7 +451,7 @@ def test_cli_trust_needs_a_chain(tmp_path):
 
 def test_signed_archive_verifies_with_trust(signed, tmp_path):
     root, _, trust = signed
-    archive = bundle.pack(root, tmp_path / "run.tar.gz")
+    archive = archives.pack(root, tmp_path / "run.tar.gz")
     result = _invoke("verify", archive, "--trust", trust)
     assert result.exit_code == 0, result.output
 

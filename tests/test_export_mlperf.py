@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 from runhelpers import write_recipe
 
+from repro500 import archive as archives
 from repro500 import bundle, cli
 from repro500.data.generate import generate
 from repro500.errors import EXIT_FAIL, EXIT_INVALID, EXIT_OK, EXIT_USAGE, InvalidInput, UsageError
@@ -78,7 +79,7 @@ def test_tree_has_the_system_from_the_manifest_and_one_result_per_repeat(open_ru
 
 
 def test_a_packed_run_exports_the_same_results(open_run, tmp_path):
-    archive = bundle.pack(open_run, tmp_path / "open2.tar.gz")
+    archive = archives.pack(open_run, tmp_path / "open2.tar.gz")
     result = _export(str(archive), "--out", str(tmp_path / "sub"), "--no-check")
     assert result.exit_code == EXIT_OK, result.output
     exported = sorted((tmp_path / "sub" / "results").glob("*/resnet/result_*.txt"))

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from runhelpers import repro500, write_recipe
 
+from repro500 import archive as archives
 from repro500 import bundle
 
 SCRIPT = '''
@@ -256,7 +257,7 @@ def test_a_file_the_archive_lacks_that_the_list_does_not_name_is_missing(lab: Pa
     pub = tmp_path / "pub"
     shutil.copytree(lab / "pub", pub)
     archive = pub / "heavy.tar.gz"
-    bundle.pack(lab / "runs" / "heavy", archive, force=True, leave_out=[*LEFT_OUT, "repeats/1/notes.txt"])
+    archives.pack(lab / "runs" / "heavy", archive, force=True, leave_out=[*LEFT_OUT, "repeats/1/notes.txt"])
     _edit_index(pub, lambda index: index["archive"].update(sha256=hashlib.sha256(archive.read_bytes()).hexdigest()))
     _resum(pub)
     done = repro500("reproduce", str(pub), "--out", "rep", "--run-code", cwd=tmp_path)

@@ -26,6 +26,7 @@ import yaml
 from runhelpers import repro500
 from test_verify_rundir import make_manifest, make_run
 
+from repro500 import archive as archives
 from repro500 import bundle
 from repro500.errors import InvalidInput
 
@@ -322,8 +323,8 @@ def test_a_run_with_a_large_incompressible_checkpoint_still_unpacks(tmp_path: Pa
     run = make_run(tmp_path, "run-1")
     (run / "repeats" / "0" / "checkpoint.pt").write_bytes(os.urandom(80 * 2**20))  # over the bomb check's floor
     bundle.write_sums(run)
-    archive = bundle.pack(run, tmp_path / "run-1.tar.gz")
-    target = bundle.unpack(archive, tmp_path / "dest")
+    archive = archives.pack(run, tmp_path / "run-1.tar.gz")
+    target = archives.unpack(archive, tmp_path / "dest")
     assert bundle.check_sums(target).ok
 
 

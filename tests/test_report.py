@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 from test_verify_rundir import edit_json, make_manifest, make_run
 
+from repro500 import archive as archives
 from repro500 import bundle
 from repro500.cli import cli
 from repro500.report import series
@@ -230,7 +231,7 @@ def test_stored_comparison_is_shown_and_rechecked(tmp_path: Path, monkeypatch: p
 
 
 def test_packed_run_and_output_rules(run_dir: Path, tmp_path: Path) -> None:
-    archive = bundle.pack(run_dir, tmp_path / "packed.tar.gz")
+    archive = archives.pack(run_dir, tmp_path / "packed.tar.gz")
     result = invoke(archive)
     assert result.exit_code == 0, result.output
     written = tmp_path / "run-a.report.html"

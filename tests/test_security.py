@@ -20,6 +20,7 @@ from runhelpers import make_tar, repro500
 from test_verify_rundir import edit_json, make_run
 
 from repro500 import archive, bundle
+from repro500 import archive as archives
 from repro500.errors import InvalidInput
 from repro500.verify.verdict import verify_run
 
@@ -54,7 +55,7 @@ def _refused(archive_path: Path, tmp_path: Path, match: str) -> None:
     """unpack refuses, and nothing appears anywhere under tmp_path (dest included)."""
     before = _snapshot(tmp_path)
     with pytest.raises(InvalidInput, match=match):
-        bundle.unpack(archive_path, tmp_path / "dest")
+        archives.unpack(archive_path, tmp_path / "dest")
     assert _snapshot(tmp_path) == before
 
 
@@ -191,11 +192,11 @@ def test_a_link_inside_is_recorded_checked_and_packed_as_content(tmp_path):
     check = subprocess.run(["sha256sum", "--strict", "-c", bundle.SUMS_NAME], cwd=run, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     assert verify_run(run).status == "PASS"
-    packed = bundle.pack(run, tmp_path / "run.tar.gz")
+    packed = archives.pack(run, tmp_path / "run.tar.gz")
     with tarfile.open(packed) as tar:
         member = tar.getmember("run-1/latest")
         assert member.isreg() and tar.extractfile(member).read() == b"first\n"  # content, never a link
-    unpacked = bundle.unpack(packed, tmp_path / "there")
+    unpacked = archives.unpack(packed, tmp_path / "there")
     assert not (unpacked / "latest").is_symlink() and verify_run(unpacked).status == "PASS"
     (run / "latest").unlink()
     (run / "latest").symlink_to("summary.json")  # the link now names other content
@@ -209,7 +210,7 @@ def test_a_link_to_a_directory_is_refused_by_pack_with_one_sentence(tmp_path):
     (run / "latest").symlink_to("repeats/0")
     bundle.write_sums(run)
     with pytest.raises(InvalidInput, match="is a link to a directory"):
-        bundle.pack(run, tmp_path / "run.tar.gz")
+        archives.pack(run, tmp_path / "run.tar.gz")
     assert not (tmp_path / "run.tar.gz").exists()
 
 
@@ -221,7 +222,7 @@ def test_a_derived_view_that_links_out_is_unsafe_and_never_packed(tmp_path):
     (run / "derived" / "key").symlink_to(secret)
     assert verify_run(run).status == "INVALID"
     with pytest.raises(InvalidInput, match="leaves the run directory"):
-        bundle.pack(run, tmp_path / "run.tar.gz")
+        archives.pack(run, tmp_path / "run.tar.gz")
 
 
 def test_a_fifo_in_a_run_is_invalid_and_never_read(tmp_path):
@@ -262,7 +263,7 @@ def test_unpack_refuses_hostile_links_and_names_and_writes_nothing(tmp_path, mem
 def test_links_that_stay_in_the_run_unpack(tmp_path):
     members = [_dir("runA"), _dir("runA/sub"), _file("runA/sub/x", b"data"), _link("runA/ln", "sub/x"),
                _link("runA/hard", "runA/sub/x", tarfile.LNKTYPE)]
-    target = bundle.unpack(_tar(tmp_path / "ok.tar.gz", members), tmp_path / "dest")
+    target = archives.unpack(_tar(tmp_path / "ok.tar.gz", members), tmp_path / "dest")
     assert (target / "ln").read_bytes() == b"data" and (target / "hard").read_bytes() == b"data"
 
 
@@ -374,7 +375,7 @@ def _cli(*args: str) -> list[str]:
 ])
 def test_unpack_into_a_file_or_dev_null_is_one_sentence(tmp_path, dest, match):
     run = make_run(tmp_path, "run-1")
-    packed = bundle.pack(run, tmp_path / "run.tar.gz")
+    packed = archives.pack(run, tmp_path / "run.tar.gz")
     (tmp_path / "README.md").write_text("readme\n")
     before = _snapshot(tmp_path)
     out = repro500("unpack", str(packed), "--dest", dest, cwd=tmp_path)
@@ -384,7 +385,7 @@ def test_unpack_into_a_file_or_dev_null_is_one_sentence(tmp_path, dest, match):
 
 def test_unpack_into_an_unwritable_directory_is_one_sentence(tmp_path):
     run = make_run(tmp_path, "run-1")
-    packed = bundle.pack(run, tmp_path / "run.tar.gz")
+    packed = archives.pack(run, tmp_path / "run.tar.gz")
     locked = tmp_path / "locked"
     locked.mkdir(mode=0o555)
     for dest in (locked, locked / "new" / "deeper"):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle
+from repro500 import archive as archives
 from repro500.attest import chain
 
 
@@ -42,9 +42,9 @@ def check_run(run: str | Path, *, trust: str | Path | None = None, tracking: boo
 
     path = Path(run)
     packed = publication_of(path)
-    if packed is not None or bundle.is_archive(path):
+    if packed is not None or archives.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="repro500-trust-") as tmp:
-            return _check_dir(bundle.unpack(packed.archive if packed is not None else path, tmp), trust, tracking)
+            return _check_dir(archives.unpack(packed.archive if packed is not None else path, tmp), trust, tracking)
     return _check_dir(path, trust, tracking)
 
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from repro500 import archive as archives
 from repro500.commands.verify import _parse_margins
 
 
@@ -61,10 +62,9 @@ def plan(source: Path, margins: dict[str, float], cvs: dict[str, float], power: 
     from repro500.verify.planning import build
 
     if source.is_file() and source.name.endswith((".tar.gz", ".tgz")):
-        from repro500 import bundle
 
         with tempfile.TemporaryDirectory(prefix="repro500-plan-") as tmp:
-            result = build(bundle.unpack(source, Path(tmp)), margins, cvs, alpha, power, shown_as=str(source),
+            result = build(archives.unpack(source, Path(tmp)), margins, cvs, alpha, power, shown_as=str(source),
                            spending=spending)
     else:
         result = build(source, margins, cvs, alpha, power, spending=spending)

@@ -156,13 +156,14 @@ def pack(run_dir: Path, out: Path | None, force: bool) -> None:
     directory twice gives byte-identical archives; publish the printed digests so others can
     check their copy.
     """
+    from repro500 import archive as archives
     from repro500 import bundle
     from repro500.digest import file_digest
     from repro500.verify.integrity import require_intact
 
-    # bundle.pack checks only the digests; an archive vouches for the run as verify would
+    # archives.pack checks only the digests; an archive vouches for the run as verify would
     require_intact(run_dir, "refusing to pack a run that would not verify")
-    archive = bundle.pack(run_dir, out, force=force)
+    archive = archives.pack(run_dir, out, force=force)
     click.echo(f"packed {run_dir} -> {archive} ({archive.stat().st_size} bytes)")
     click.echo(f"archive sha256: {file_digest(archive)}")
     click.echo(f"SHA256SUMS sha256: {file_digest(run_dir / bundle.SUMS_NAME)} (repro500 verify --expect-sums)")
@@ -180,10 +181,11 @@ def unpack(ctx: click.Context, archive: Path, dest: Path) -> None:
     are refused before anything is written. Exit 4 when the archive is corrupt, unsafe, or
     its files do not match SHA256SUMS.
     """
+    from repro500 import archive as archives
     from repro500 import bundle
     from repro500.errors import EXIT_INVALID
 
-    target = bundle.unpack(archive, dest)
+    target = archives.unpack(archive, dest)
     report = bundle.check_sums(target)
     click.echo(f"unpacked {archive} -> {target}")
     if not report.ok:

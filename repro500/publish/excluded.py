@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from repro500 import archive as archives
 from repro500 import bundle, rundir
 from repro500.archive import packed_files
 from repro500.errors import InvalidInput, UsageError
@@ -152,7 +153,7 @@ def publication_of(path: str | Path) -> PackedIn | None:
     path = Path(path)
     root = path if path.is_dir() else path.parent
     index_path = root / PUBLICATION_INDEX
-    if not is_publication_dir(root) or (path.is_file() and not bundle.is_archive(path)):
+    if not is_publication_dir(root) or (path.is_file() and not archives.is_archive(path)):
         return None
     try:
         index = json.loads(index_path.read_text(encoding="utf-8"))

@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic, bundle
+from repro500 import archive as archives
+from repro500 import atomic
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import MLLOG, RunDir, read_json, repeat_indices
 from repro500.workloads.mlperf import BENCHMARKS
@@ -239,11 +240,11 @@ def export_tree(
     by (training 4.0.0 for ResNet, HPC 3.0.0 for CosmoFlow).  ``progress`` gets one line per step.
     """
     root, out = Path(run), Path(out)
-    if bundle.is_archive(root):
+    if archives.is_archive(root):
         _prepare_out(out)  # refused before the archive is unpacked
         with tempfile.TemporaryDirectory(prefix="repro500-export-") as tmp:
             progress(f"unpacking {root}")
-            return export_tree(bundle.unpack(root, tmp), out, submitter=submitter, system=system,
+            return export_tree(archives.unpack(root, tmp), out, submitter=submitter, system=system,
                                ruleset=ruleset, progress=progress)
     rd = RunDir(root)
     if not root.is_dir() or not rd.is_run():

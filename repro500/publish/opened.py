@@ -12,18 +12,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import archive as archives
 from repro500 import bundle, untrusted
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
 from repro500.publish import excluded
 from repro500.publish.datafiles import DataEntry, check_entries, safe_relpath
 from repro500.publish.publication import (
-    DVC_FILE,
     INDEX,
     MANIFEST,
+    OWN_FILES,
     PARAMS,
     PUBLISHED,
-    README,
     RECIPE,
     SCHEMA,
     _epochs_to_quality,
@@ -98,7 +98,7 @@ def own_files(root: Path, index: dict[str, Any]) -> list[str]:
         archive = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
     except (KeyError, TypeError):
         raise InvalidInput(f"{root / INDEX} lacks archive.name: not a complete publication") from None
-    own = {INDEX, PUBLISHED, MANIFEST, RECIPE, PARAMS, DVC_FILE, README, bundle.SUMS_NAME, archive}
+    own = {*OWN_FILES, archive}
     listed = [*bundle.read_sums(root), bundle.SUMS_NAME]
     foreign = sorted(set(listed) - own)
     if foreign:
@@ -116,7 +116,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     """Check the publication at ``root`` and unpack its run into ``workdir``; InvalidInput on any mismatch.
 
     Nothing in the publication is executed: YAML is read with ``yaml.safe_load``, the archive
-    is unpacked with :func:`repro500.bundle.unpack` (which refuses path escapes and links).
+    is unpacked with :func:`repro500.archives.unpack` (which refuses path escapes and links).
     """
     from repro500.verify import integrity
     from repro500.verify.published import load_published
@@ -139,7 +139,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     archive = root / archive_name
     if not archive.is_file() or file_digest(archive) != archive_sha:
         raise InvalidInput(f"{archive} is missing or its SHA-256 differs from {INDEX}: the packed run was replaced")
-    reference = bundle.unpack(archive, workdir)
+    reference = archives.unpack(archive, workdir)
     recorded = bundle.read_sums(reference)  # InvalidInput when SHA256SUMS is missing or malformed
     if file_digest(reference / bundle.SUMS_NAME) != index.get("sums_digest"):
         raise InvalidInput(f"the packed run's SHA256SUMS differs from the digest in {INDEX}")

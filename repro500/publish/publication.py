@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from repro500 import __version__, atomic, bundle, rundir, untrusted
+from repro500 import archive as archives
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
@@ -54,6 +55,8 @@ PARAMS = "params.yaml"
 DVC_FILE = "dvc.yaml"
 README = "README.md"
 RERUN_ID = "rerun"  # the run id dvc.yaml gives the rerun
+# A publication's files besides its archive (whose name its index gives): reproduce takes nothing else.
+OWN_FILES = (INDEX, bundle.SUMS_NAME, PUBLISHED, MANIFEST, RECIPE, PARAMS, DVC_FILE, README)
 # keys of a resolved recipe.yaml that `repro500 run` does not take back as a recipe
 _RESOLVED_ONLY = ("open_division", "overrides")
 
@@ -299,9 +302,9 @@ def publish(
     verify's sentence: repro500.verify.integrity.require_intact) before anything is written.
     """
     run_path, out = Path(run), Path(out)
-    if bundle.is_archive(run_path):
+    if archives.is_archive(run_path):
         with tempfile.TemporaryDirectory(prefix="repro500-publish-") as tmp:
-            return _publish(bundle.unpack(run_path, tmp), out, benchmark, citation, url, margins, data_root, force,
+            return _publish(archives.unpack(run_path, tmp), out, benchmark, citation, url, margins, data_root, force,
                             exclude, shown=run_path)
     if not run_path.is_dir():
         raise InvalidInput(f"{run_path} is not a run directory or a packed run: give runs/<run-id> or a .tar.gz")
@@ -343,7 +346,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     with writing("the publication", out, "give --out a directory you can write to"):
         staging = _stage_dir(out)
     try:
-        archive = bundle.pack(root, staging / f"{run.run_id}.tar.gz", leave_out=[e.path for e in left_out])
+        archive = archives.pack(root, staging / f"{run.run_id}.tar.gz", leave_out=[e.path for e in left_out])
         shutil.copyfile(root / "manifest.json", staging / MANIFEST)
         published: dict[str, Any] = {
             "schema": "repro500/published/v1",

@@ -18,7 +18,7 @@
 
 For a built-in workload, the only thing taken from the source and executed is the recipe, by
 repro500 itself; YAML is read with ``yaml.safe_load``, nothing is unpickled, archives go through
-:func:`repro500.bundle.unpack`.  A publication of a user's own experiment (a wrapped command,
+:func:`repro500.archives.unpack`.  A publication of a user's own experiment (a wrapped command,
 or plug-ins imported from the experiment's files) carries that code in its run's ``source/``:
 it is copied to ``OUT/source`` (every file checked against the sealed digests) and runs only
 with ``--run-code``, the user's explicit consent to execute someone else's code.

@@ -33,26 +33,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repro500 import archive, bundle, untrusted
+from repro500 import archive as archives
 from repro500.errors import InvalidInput, UsageError
 from repro500.publish.datafiles import safe_relpath
-from repro500.publish.publication import (
-    DVC_FILE,
-    INDEX,
-    MANIFEST,
-    PARAMS,
-    PUBLISHED,
-    README,
-    RECIPE,
-)
+from repro500.publish.publication import INDEX, OWN_FILES
 
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
-# A publication's files besides its archive (whose name its index gives): nothing else is taken.
-OWN_FILES = (INDEX, bundle.SUMS_NAME, PUBLISHED, MANIFEST, RECIPE, PARAMS, DVC_FILE, README)
-# These two caps belong with untrusted.py's (asked for there): files of a commit extracted for
-# `dvc pull` (a research repository's code and DVC files; its data lives in the DVC remote), and
-# entries walked looking for a publication (a tree may list one subtree many times over).
-MAX_TREE_FILES = 20_000
-MAX_TREE_ENTRIES = 200_000
+MAX_TREE_FILES, MAX_TREE_ENTRIES = untrusted.MAX_TREE_FILES, untrusted.MAX_TREE_ENTRIES
 _CHUNK = 1 << 20
 _SCP_LIKE = re.compile(r"^[\w.+-]+@[\w.-]+:")  # user@host:path/repo.git
 _GIT_CONFIG = {
@@ -332,7 +319,7 @@ def resolve(source: str, tmp: Path, *, rev: str | None = None, subpath: str | No
     if not is_git:
         if rev:
             raise UsageError("--rev applies to a git SOURCE only")
-        if path.is_file() and bundle.is_archive(path):
+        if path.is_file() and archives.is_archive(path):
             return Source(kind="bundle", label=f"packed run {path}", path=path)
         if path.is_dir():
             base = path / subpath if subpath else path

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from repro500 import __version__, atomic, bundle, untrusted
+from repro500 import __version__, atomic, untrusted
+from repro500 import archive as archives
 from repro500.errors import EXIT_INVALID, EXIT_OK, UsageError
 
 REPORT_NAME = "report.html"
@@ -37,7 +38,7 @@ class ReportResult:
 
 def default_output(run: Path, run_id: str) -> Path:
     """RUN/report.html for a directory; <run-id>.report.html next to an archive."""
-    if bundle.is_archive(run):
+    if archives.is_archive(run):
         return run.parent / f"{run_id}.{REPORT_NAME}"
     return run / REPORT_NAME
 
@@ -79,9 +80,9 @@ def write_report(
     """
     started = time.perf_counter()
     run_path = Path(run)
-    if bundle.is_archive(run_path):
+    if archives.is_archive(run_path):
         with tempfile.TemporaryDirectory(prefix="repro500-report-") as tmp:
-            root = bundle.unpack(run_path, tmp)
+            root = archives.unpack(run_path, tmp)
             return _write(run_path, root, out, against, alpha, margins, started, roofline, across_benchmarks)
     from repro500.report.load import check_run_dir
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle
+from repro500 import archive as archives
 from repro500.errors import InvalidInput
 from repro500.verify import integrity
 from repro500.verify.published import Published, load_published
@@ -200,9 +200,9 @@ def load_reference(against: str | Path) -> Reference:
     packed = publication_of(path)  # what a publication left out of its archive is not carried
     if packed is None and path.is_dir():
         return _from_run_dir(path, kind="run", shown=str(path))
-    if packed is not None or bundle.is_archive(path):
+    if packed is not None or archives.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="repro500-ref-") as tmp:
-            unpacked = bundle.unpack(packed.archive if packed is not None else path, tmp)
+            unpacked = archives.unpack(packed.archive if packed is not None else path, tmp)
             try:
                 not_carried = packed.not_carried(unpacked) if packed is not None else []
             except InvalidInput as err:

@@ -43,7 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import __version__, atomic, bundle
+from repro500 import __version__, atomic
+from repro500 import archive as archives
 from repro500.errors import (
     EXIT_FAIL,
     EXIT_INCONCLUSIVE,
@@ -210,10 +211,10 @@ def verify_run(
 
     packed = publication_of(path)
     archive = packed.archive if packed is not None else path
-    if packed is not None or bundle.is_archive(path):
+    if packed is not None or archives.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="repro500-verify-") as tmp:
             try:
-                unpacked = bundle.unpack(archive, tmp)
+                unpacked = archives.unpack(archive, tmp)
                 not_carried = packed.not_carried(unpacked) if packed is not None else []
                 verdict = _verify_dir(unpacked, against, alpha, margins, expect_sums_digest, not_carried,
                                       across_benchmarks)
