@@ -268,7 +268,8 @@ def test_existing_output_is_refused_without_force(tmp_path):
 
 def test_bad_options_are_usage_errors(tmp_path):
     for args in (["ewa", "--size", "12x7"], ["ewa", "--shard", "2/2"], ["cosmo", "--classes", "3"],
-                 ["ewa", "--mean-count", "9"], ["classification", "--fixed-amplitude"]):
+                 ["ewa", "--mean-count", "9"], ["classification", "--fixed-amplitude"],
+                 ["classification", "--seed", str(2**200)]):  # a seed HDF5 cannot store as an attribute
         proc = _cli("data", "generate", *args, "--out", "x.h5", cwd=tmp_path)
         assert proc.returncode == 2, (args, proc.stderr)
         assert "Traceback" not in proc.stderr
@@ -303,6 +304,12 @@ def test_interrupted_generation_leaves_no_complete_looking_file(tmp_path, sig):
         assert list(tmp_path.iterdir()) == []  # the partial file was removed too
     else:  # nothing can clean up after SIGKILL, but what is left is hidden and says .partial
         assert all(p.name.startswith(".") and p.name.endswith(".partial") for p in tmp_path.iterdir())
+
+
+def test_an_output_under_a_file_names_the_file_that_is_not_a_directory(tmp_path):
+    proc = _cli("data", "generate", "classification", "--out", "/dev/null/x.h5", "--samples", "4", cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "/dev/null is not a directory" in proc.stderr and "Errno" not in proc.stderr
 
 
 def test_generate_refuses_a_directory_as_output(tmp_path):

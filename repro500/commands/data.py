@@ -37,7 +37,7 @@ def data() -> None:
 @click.option("--size", default=None,
               help="ewa and classification: HxW (default 768x1152 and 32x32); cosmo: D voxels "
                    "per side (default 64).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True,
               help="Data seed: same seed and options give byte-identical files.")
 @click.option("--split", type=click.Choice(SPLITS), default="train", show_default=True,
               help="Which split to write; train and eval draw different samples from one seed.")

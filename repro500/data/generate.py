@@ -341,7 +341,9 @@ def write(
             if max_bytes is not None:  # HDF5 writes its last chunks and its metadata on close
                 _check_growth(tmp, out, max_bytes)
     except OSError as err:
-        raise ReproError(f"could not write {out}: {err}") from None
+        from repro500.writable import reason
+
+        raise ReproError(f"could not write {out}: {reason(err)}") from None
     elapsed = time.perf_counter() - t0
     return GenerateResult(
         path=out, kind=gen.kind, samples=count, sample_offset=start, samples_total=samples,
