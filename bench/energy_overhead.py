@@ -26,7 +26,7 @@ from overhead import spec_for
 from repro500.capture import seeds as seeding
 from repro500.system import epochs
 from repro500.system.energy import EnergyMeter
-from repro500.workloads import train
+from repro500.workloads.trainer import train
 from repro500.workloads.workload import Progress
 
 TARGET = 1.01

@@ -44,7 +44,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     from repro500.capture import inputs
-    from repro500.workloads.observe import Watch
+    from repro500.workloads.command.observe import Watch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=10_000)

@@ -29,8 +29,8 @@ import torch
 
 from repro500.capture import seeds as seeding
 from repro500.data import open_dataset
-from repro500.workloads import train
 from repro500.workloads.models import build_model
+from repro500.workloads.trainer import train
 
 TARGET = 1.01
 

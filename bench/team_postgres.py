@@ -5,12 +5,12 @@ Targets (issue 21): no run lost (every run finishes, with its parent and repeat 
 the server), and the server's share of each run's wall time <= 2 %.
 
 How the time in MLflow is measured: each ``repro500 run`` is started through a small launcher that
-wraps every public method of :class:`repro500.tracking.Tracker` (the one class through which a run
+wraps every public method of :class:`repro500.tracking.client.Tracker` (the one class through which a run
 talks to MLflow: opening the store, creating runs, logging params, metrics, tags and artifacts,
-ending runs) and ``repro500.mlflow_store.check_usable`` (the pre-flight check) with a
+ending runs) and ``repro500.tracking.store.check_usable`` (the pre-flight check) with a
 ``time.perf_counter`` clock, counting only the outermost call (``end_repeat`` calls ``set_tags``).
 That sum is the run's time in MLflow calls; its wall time is timed from outside, process start to
-exit.  MLflow lives in a process of its own (repro500/tracking_process.py): there each call is one
+exit.  MLflow lives in a process of its own (repro500/tracking/process.py): there each call is one
 round trip from the run, timed the same way per method, holding the server's time and the client's
 own work, not the 1-2 s of importing MLflow (done before the first call).  The runner makes these
 calls from a background thread (repro500/runner/track.py), so most of them overlap training; the
@@ -58,7 +58,9 @@ TARGET_SHARE = 0.02
 
 LAUNCHER = r"""
 import atexit, functools, json, os, sys, threading, time
-from repro500 import mlflow_store, tracking, tracking_process
+from repro500.tracking import store as mlflow_store
+from repro500.tracking import client as tracking
+from repro500.tracking import process as tracking_process
 from repro500.runner import track
 
 totals = {"mlflow_s": 0.0, "calls": 0, "blocking_s": 0.0, "import_s": 0.0, "by_call": {}}

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 import yaml
 
-from repro500.workloads.blocks import Task
 from repro500.workloads.models import build_model
-from repro500.workloads.step import Step
+from repro500.workloads.trainer.build import Task
+from repro500.workloads.trainer.step import Step
 
 MICRO_TARGET = 1.10
 SYNC_TARGET = 1 / 8

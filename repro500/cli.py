@@ -128,9 +128,9 @@ def _one_line(err: click.ClickException) -> click.ClickException:
 
 
 def _os_error_sentence(err: OSError) -> str | None:
-    """A file-system failure a user meets (repro500.writable.USER_ERRNOS) that no command put in
+    """A file-system failure a user meets (repro500.rundir.writable.USER_ERRNOS) that no command put in
     words itself, as one sentence; None for any other OSError (not guessed at)."""
-    from repro500.writable import USER_ERRNOS
+    from repro500.rundir.writable import USER_ERRNOS
 
     if err.errno not in USER_ERRNOS or not err.filename:
         return None

@@ -92,7 +92,7 @@ fi
 
 flavour=""
 [[ "${HOROVOD_GPU_OPERATIONS:-}" == NCCL ]] && flavour="-nccl"
-WHEEL_DIR=$("$PYTHON" -c "from repro500.cache import cache_dir; print(cache_dir('wheels', 'horovod-${HOROVOD_VERSION}-torch${TORCH_VERSION}${flavour}'))")
+WHEEL_DIR=$("$PYTHON" -c "from repro500.capture.cache import cache_dir; print(cache_dir('wheels', 'horovod-${HOROVOD_VERSION}-torch${TORCH_VERSION}${flavour}'))")
 
 wheel=$(ls "$WHEEL_DIR"/horovod-"$HOROVOD_VERSION"-*.whl 2>/dev/null | head -n 1 || true)
 if [[ -z "$wheel" ]]; then

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from repro500.runner.summaries import new_run_id
-from repro500.workloads.adhoc import recipe_data
+from repro500.workloads.command.adhoc import recipe_data
 
 DECLARED = {"metrics": ["accuracy=regex:Acc ([0-9.]+)"], "accept": ["accuracy>=0.9"]}
 

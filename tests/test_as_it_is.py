@@ -198,7 +198,7 @@ def test_a_script_keeps_its_mlflow_habits_under_repro500_run(tmp_path):
 @pytest.mark.parametrize("where, module, said", [
     ("beside the script", "raise ImportError('an old copy of repro500')\n", "an old copy of repro500"),
     ("on fixed.env's PYTHONPATH", "RepeatRunContext = None\ndel RepeatRunContext\n",
-     "module 'repro500.mlflow_context' has no attribute 'RepeatRunContext'"),
+     "module 'repro500.tracking.context' has no attribute 'RepeatRunContext'"),
 ], ids=["beside-the-script", "pythonpath"])
 def test_a_run_context_provider_mlflow_does_not_load_is_refused_before_anything_is_written(tmp_path, where, module,
                                                                                            said):

@@ -18,17 +18,18 @@ import pytest
 from click.testing import CliRunner
 from test_verify_rundir import edit_json, make_run
 
-from repro500 import archive as archives
-from repro500 import bundle, cli
+from repro500 import cli
 from repro500.attest import chain, keys, sshsig
-from repro500.attest.signing import (
+from repro500.attest.attestation import (
     ATTESTATION_NAMES,
     ENVELOPE_NAME,
     SSHSIG_NAME,
-    sign_run,
     verify_signature,
 )
+from repro500.attest.signing import sign_run
 from repro500.errors import InvalidInput
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 
 
 def _ssh_keygen() -> str:
@@ -489,8 +490,8 @@ def test_sign_into_a_read_only_run_is_one_sentence(tmp_path):
 
 
 def test_check_tracking_compares_each_repeat_with_mlflow(tmp_path, monkeypatch):
-    from repro500 import tracking
     from repro500.attest.tracking_check import check_tracking
+    from repro500.tracking import client as tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

@@ -10,9 +10,9 @@ import pytest
 from runhelpers import make_tar
 from test_verify_rundir import edit_json, make_run
 
-from repro500 import archive as archives
-from repro500 import bundle
 from repro500.errors import InvalidInput, UsageError
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 from repro500.verify.verdict import verify_run
 
 

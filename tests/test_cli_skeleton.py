@@ -7,7 +7,8 @@ import sys
 
 from click.testing import CliRunner
 
-from repro500 import bundle, cli, errors
+from repro500 import cli, errors
+from repro500.rundir import sums as bundle
 
 
 def test_help_lists_every_command_without_importing_them():

@@ -1,4 +1,4 @@
-"""The command workload: one repeat of a user's program as a subprocess (repro500.workloads.command)."""
+"""The command workload: one repeat of a user's program as a subprocess (repro500.workloads.command.recipe)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 
 from repro500.capture.seeds import derive
 from repro500.errors import InvalidInput
-from repro500.workloads.command import CommandSpec, check, child_seed, declared_metrics, fill
-from repro500.workloads.command_process import group_alive
-from repro500.workloads.command_repeat import MlflowTarget, RepeatContext, run_repeat
+from repro500.workloads.command.process import group_alive
+from repro500.workloads.command.recipe import CommandSpec, check, child_seed, declared_metrics, fill
+from repro500.workloads.command.repeat import MlflowTarget, RepeatContext, run_repeat
 
 PY = sys.executable
 ACC = {"accuracy": {"regex": r"Acc@1 ([0-9.]+)", "scale": 0.01}}
@@ -421,7 +421,7 @@ def test_mlflow_metrics_are_refused_under_no_tracking(tmp_path):
 # tests/test_as_it_is.py; here, which Python and which first sys.path entry are asked, and when a
 # remembered success no longer holds.
 def test_the_python_asked_is_the_commands_own(tmp_path):
-    from repro500.workloads.provider_check import first_path, interpreter
+    from repro500.workloads.command.provider_check import first_path, interpreter
 
     script = tmp_path / "train.py"
     script.write_text(f"#!/usr/bin/env {Path(PY).name}\nprint(1)\n")
@@ -440,7 +440,7 @@ def test_the_python_asked_is_the_commands_own(tmp_path):
 
 
 def test_a_remembered_check_no_longer_holds_once_a_module_it_loaded_is_shadowed(tmp_path):
-    from repro500.workloads.provider_check import shadows
+    from repro500.workloads.command.provider_check import shadows
 
     modules = ["mlflow", "repro500", "yaml"]
     before = shadows(modules, tmp_path, tmp_path, {})

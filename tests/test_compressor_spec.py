@@ -42,7 +42,7 @@ def test_resolve_keeps_given_values_and_checks_them():
 
 
 def test_a_recorded_spec_given_back_as_a_recipe_compressor_runs_the_same():
-    from repro500.workloads.records import compressor_spec
+    from repro500.workloads.trainer.records import compressor_spec
 
     seeds = seeding.derive(500, 1, 0)
     recorded = specs.resolve("qsgd", seed_per_repeat=True)
@@ -152,8 +152,8 @@ def test_a_run_records_the_spec_and_verifies_against_an_older_run(in_tmp):
     """Two real gloo ranks; an "older" copy of the run recording the bare name is no difference."""
     from mlflow.tracking import MlflowClient
 
-    from repro500 import bundle
     from repro500.capture.manifest import seal
+    from repro500.rundir import sums as bundle
 
     write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1)
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"

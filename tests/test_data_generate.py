@@ -19,7 +19,8 @@ from scipy.stats import spearmanr
 from repro500.data import classification, cosmo, ewa
 from repro500.data.classification import ClassificationParams
 from repro500.data.cosmo import CosmoGenerator, CosmoParams
-from repro500.data.ewa import AR, ETC, TC, TD, EwaGenerator, EwaParams, _int_window
+from repro500.data.ewa import AR, ETC, TC, TD, EwaGenerator, EwaParams
+from repro500.data.ewa_events import int_window
 from repro500.data.generate import generate, shard_range
 from repro500.data.layout import EWA_CHANNELS
 from repro500.digest import file_digest
@@ -99,7 +100,7 @@ def test_ewa_boxes_are_in_bounds_tight_and_cover_their_event():
         for (ymin, xmin, ymax, xmax, cls), ev in zip(valid, events, strict=True):
             assert 0 <= ymin < ymax <= h and 0 <= xmin < xmax <= w
             seen.add(int(cls))
-            y0, x0, y1, x1 = _int_window(ev)
+            y0, x0, y1, x1 = int_window(ev)
             if cls == AR:
                 field = anomaly[TMQ, y0:y1, x0:x1]  # the river's moisture
             else:

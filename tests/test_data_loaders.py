@@ -138,7 +138,7 @@ def test_a_file_truncated_after_opening_is_one_clear_error(tmp_path):
 
 
 def test_the_detection_model_normalises_with_the_datasets_statistics(tmp_path):
-    from repro500.workloads import train as trainer
+    from repro500.workloads.trainer import train as trainer
 
     path = generate("ewa", tmp_path / "train.h5", samples=2, size="48x72").path
     data = open_dataset("ewa", "train", path=path)

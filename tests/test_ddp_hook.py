@@ -204,7 +204,7 @@ def _worker(rank: int, port: int, out_path: str) -> None:
     }
     results["multi_bucket"] = _multi_bucket(rank)
     # The trainer's divergence decision is collective: one rank's NaN stops every rank.
-    from repro500.workloads.engines.collectives import for_engine
+    from repro500.workloads.engines.registry import for_engine
 
     here = for_engine("ddp", WORLD)
     results["all_finite"] = {

@@ -146,7 +146,7 @@ def test_two_nodes_through_torchrun_rendezvous(in_tmp, cosmo_data):
 
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="device auto resolves to a GPU here")
 def test_too_many_cpu_ranks_warn_also_when_the_device_is_auto(in_tmp, capsys):
-    from repro500 import recipe as recipes
+    from repro500.recipe import load as recipes
     from repro500.runner import preflight
 
     path = write_recipe(in_tmp / "tiny.yaml")
@@ -229,7 +229,7 @@ def test_a_horovod_rank_is_named_with_its_local_rank_and_pid_from_ranks_json(tmp
 def test_a_resume_whose_records_disagree_on_the_world_size_says_how_to_start_again(in_tmp):
     """--resume takes no --nproc: the refusal must give advice a user can follow."""
     from repro500.errors import UsageError
-    from repro500.workloads.adhoc import recipe_data
+    from repro500.workloads.command.adhoc import recipe_data
 
     adhoc = recipe_data([sys.executable, "-c", "print('acc 0.9')"], metrics=["acc=regex:acc ([0-9.]+)"],
                         accept=["acc>=0.5"], name="t")

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from repro500.errors import UsageError
-from repro500.workloads.evaluation import (
+from repro500.workloads.trainer.evaluation import (
     COSMO_PARAMETERS,
     PRIMARY_METRIC,
     ClassificationEvaluator,

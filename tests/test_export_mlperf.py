@@ -15,11 +15,12 @@ import yaml
 from click.testing import CliRunner
 from runhelpers import write_recipe
 
-from repro500 import archive as archives
-from repro500 import bundle, cli
+from repro500 import cli
 from repro500.data.generate import generate
 from repro500.errors import EXIT_FAIL, EXIT_INVALID, EXIT_OK, EXIT_USAGE, InvalidInput, UsageError
-from repro500.publish.mlperf_export import export_tree
+from repro500.mlperf.export import export_tree
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 from repro500.runner import RunOptions, run
 
 SMALL_DATA = {"train_samples": 64, "eval_samples": 32, "size": "16x16", "noise": 0.04, "seed": 3}
@@ -124,7 +125,7 @@ def test_bad_input_is_one_sentence_and_writes_nothing(open_run, tmp_path):
 
 
 def test_a_failure_half_way_leaves_no_tree(open_run, tmp_path, monkeypatch):
-    from repro500 import atomic
+    from repro500.rundir import atomic
 
     written: list[Path] = []
     real_write = atomic.write_text
@@ -143,7 +144,7 @@ def test_a_failure_half_way_leaves_no_tree(open_run, tmp_path, monkeypatch):
 
 
 def test_compliance_checker_is_not_asked_for_a_ruleset_without_the_benchmark(open_run):
-    from repro500.workloads.mlperf_check import check_compliance
+    from repro500.mlperf.check import check_compliance
 
     with pytest.raises(UsageError, match=r"MLPerf training 5\.0\.0 holds no resnet rules: use training ruleset 4\.0\.0"):
         check_compliance(open_run / "repeats/0/mllog.txt", usage="training", ruleset="5.0.0")
@@ -152,7 +153,7 @@ def test_compliance_checker_is_not_asked_for_a_ruleset_without_the_benchmark(ope
 
 
 def test_a_crashing_compliance_checker_is_its_last_line_not_its_traceback(open_run, monkeypatch):
-    from repro500.workloads import mlperf_check
+    from repro500.mlperf import check as mlperf_check
 
     # let the ruleset without ResNet rules through, as an older repro500 did: the checker crashes
     monkeypatch.setattr(mlperf_check, "resolve_rules", lambda benchmark, usage, ruleset: ("training", "4.1.0"))

@@ -9,10 +9,11 @@ import pytest
 from rich.console import Console
 from test_verify_rundir import edit_json, make_run
 
-from repro500 import bundle
+from repro500.rundir import sums as bundle
 from repro500.verify.flops import recompute
-from repro500.verify.verdict import render, verify_run
-from repro500.workloads.metrics import valid_flops
+from repro500.verify.render import render
+from repro500.verify.verdict import verify_run
+from repro500.workloads.trainer.metrics import valid_flops
 
 
 def test_quality_above_the_target_is_awarded_and_below_it_penalised():

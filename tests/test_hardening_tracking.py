@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CLIENT = """
 import os, sys, time
 from pathlib import Path
-from repro500 import tracking
+from repro500.tracking import client as tracking
 go = Path(sys.argv[1])
 Path(f"{go}.ready-{sys.argv[2]}").touch()
 while not go.exists():
@@ -79,7 +79,7 @@ def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path, uri):
 
 
 def test_text_artifacts_holding_a_secret_are_logged_as_redacted_copies(tmp_path, monkeypatch):
-    from repro500.tracking import redacted_copy
+    from repro500.tracking.client import redacted_copy
 
     monkeypatch.setenv("WANDB_API_KEY", "wandb-0123456789")
     clean = tmp_path / "summary.json"
@@ -100,7 +100,7 @@ def test_text_artifacts_holding_a_secret_are_logged_as_redacted_copies(tmp_path,
 
 
 def test_store_lock_sits_beside_sqlite_files_only(tmp_path):
-    from repro500.mlflow_store import sqlite_path, store_lock
+    from repro500.tracking.store import sqlite_path, store_lock
 
     assert sqlite_path("sqlite:////srv/lab/mlflow.db") == Path("/srv/lab/mlflow.db")
     assert sqlite_path("sqlite:///mlflow.db?mode=ro") == Path("mlflow.db")
@@ -121,7 +121,7 @@ def test_store_lock_sits_beside_sqlite_files_only(tmp_path):
 
 
 def _failing_artifacts(monkeypatch, marker):
-    from repro500 import tracking
+    from repro500.tracking import client as tracking
 
     def broken(self, run_id, files):
         marker.write_text("failed")
@@ -153,7 +153,7 @@ def test_a_tracking_failure_during_the_repeats_stops_the_run_after_the_repeat_in
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'store.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    from repro500 import tracking
+    from repro500.tracking import client as tracking
 
     marker = tmp_path / "failed.txt"
 

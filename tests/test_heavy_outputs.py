@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from runhelpers import repro500, write_recipe
 
-from repro500 import archive as archives
-from repro500 import bundle
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 
 SCRIPT = '''
 import os

@@ -17,7 +17,7 @@ import yaml
 from runhelpers import repro500
 from test_verify_rundir import make_manifest, make_run
 
-from repro500 import bundle
+from repro500.rundir import sums as bundle
 
 THIS_CPU = {"cpu": {"model": "test cpu", "cores": 8, "sockets": 1}, "gpus": [], "memory": {"total_bytes": 2**34}}
 

@@ -15,7 +15,7 @@ import shutil
 import pytest
 from runhelpers import kill_a_rank_when, repro500, write_recipe
 
-from repro500 import bundle
+from repro500.rundir import sums as bundle
 
 pytestmark = pytest.mark.horovod
 

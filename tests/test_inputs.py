@@ -18,7 +18,7 @@ from runhelpers import repro500
 
 from repro500.capture import inputs
 from repro500.capture.data import digest_path
-from repro500.workloads.observe import Watch
+from repro500.workloads.command.observe import Watch
 
 PY = sys.executable
 ACC = ["--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5"]
@@ -124,7 +124,7 @@ def test_the_hook_sees_reads_of_the_script_its_forks_and_its_python_children(tmp
     """))
     watch = Watch("auto")
     env = watch.env({k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
-    assert env["PYTHONPATH"] == str(Path(inputs.__file__).parents[1] / "workloads" / "childsite")  # no empty entry
+    assert env["PYTHONPATH"] == str(Path(inputs.__file__).parents[1] / "workloads" / "command" / "childsite")  # no empty entry
     subprocess.run([PY, "main.py"], cwd=proj, env=env, check=True)
     seen = watch.result(exclude=[proj])
     # the script's own files, what it wrote and the interpreter's trees are not inputs

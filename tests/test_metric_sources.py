@@ -9,8 +9,13 @@ import re
 import pytest
 
 from repro500.errors import InvalidInput
-from repro500.workloads import metric_sources as ms
-from repro500.workloads.metric_sources import MetricDecl, MetricMissing, Produced, read_metric
+from repro500.workloads.command import metric_sources as ms
+from repro500.workloads.command.metric_sources import (
+    MetricDecl,
+    MetricMissing,
+    Produced,
+    read_metric,
+)
 
 
 def decl(name="accuracy", raw=None):

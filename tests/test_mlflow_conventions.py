@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from runhelpers import repro500
 
-from repro500.mlflow_names import is_history, verdict_metrics
+from repro500.tracking.names import is_history, verdict_metrics
 
 # A user's project: a two-file script (its helper module beside it) reading data that lives
 # outside the project, printing its accuracy.
@@ -200,7 +200,7 @@ def test_a_run_over_the_size_limit_is_not_copied_into_the_store_and_verify_says_
 def test_the_outcome_is_the_latest_value_even_when_it_differs_from_the_last_evaluation(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from repro500.tracking import Tracker
+    from repro500.tracking.client import Tracker
 
     tracker = Tracker("t", f"sqlite:///{tmp_path / 'mlflow.db'}")
     tracker.start_parent("p", {}, {})

@@ -14,11 +14,11 @@ from runhelpers import write_recipe
 
 from repro500.data.generate import generate
 from repro500.errors import InvalidInput, UsageError
+from repro500.mlperf.check import check_compliance, logged_benchmark
+from repro500.mlperf.logger import MLPerfLogger, OptimizerInfo, optimizer_records
 from repro500.runner import RunOptions, run
-from repro500.workloads.evaluation import make_evaluator
-from repro500.workloads.mlperf import MLPerfLogger, OptimizerInfo, optimizer_records
-from repro500.workloads.mlperf_check import check_compliance, logged_benchmark
 from repro500.workloads.models import build_model
+from repro500.workloads.trainer.evaluation import make_evaluator
 
 EXPERIMENTS = Path(__file__).resolve().parent.parent / "experiments"
 SGD = OptimizerInfo("sgd", base_lr=0.1, momentum=0.9, weight_decay=1e-4)
@@ -421,7 +421,7 @@ class _Run:
 
 
 def test_verify_names_the_ruleset_and_quotes_the_checker_for_a_failing_repeat(tmp_path):
-    from repro500.verify.mlperf import check_mlperf
+    from repro500.mlperf.compliance import check_mlperf
 
     for k, evals in enumerate([[0.31, 0.118], [0.31, 0.2], [0.3, 0.11]]):
         (tmp_path / f"repeats/{k}").mkdir(parents=True)
@@ -439,7 +439,7 @@ def test_verify_names_the_ruleset_and_quotes_the_checker_for_a_failing_repeat(tm
 
 
 def test_verify_says_why_a_log_without_mlperf_rules_is_not_judged(tmp_path):
-    from repro500.verify.mlperf import check_mlperf
+    from repro500.mlperf.compliance import check_mlperf
 
     (tmp_path / "repeats/0").mkdir(parents=True)
     (tmp_path / "repeats/0/mllog.txt").write_text(

@@ -91,7 +91,7 @@ def test_the_fingerprint_names_the_design_torch_and_the_plugin_distributions(in_
     the version of every installed plug-in distribution the recipe uses."""
     import torch
 
-    from repro500 import recipe as recipes
+    from repro500.recipe import load as recipes
     from repro500.runner import multinode
     from repro500.runner.plan import design_repeats, load_recipe, make_plan
     from repro500.workloads import plugins

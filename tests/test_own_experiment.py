@@ -285,7 +285,7 @@ def test_a_signed_command_run_verifies_with_trust_and_its_chain_catches_a_droppe
     summary = json.loads((run / "summary.json").read_text())
     summary["repeats"].pop("2")
     (run / "summary.json").write_text(json.dumps(summary))
-    from repro500.bundle import write_sums
+    from repro500.rundir.sums import write_sums
 
     write_sums(run)
     dropped = repro500("verify", str(run), cwd=in_tmp)
@@ -293,8 +293,8 @@ def test_a_signed_command_run_verifies_with_trust_and_its_chain_catches_a_droppe
 
 
 def test_a_command_given_as_one_string_is_split_like_a_shell_and_trained_keys_are_refused():
-    from repro500 import recipe as recipes
     from repro500.errors import InvalidInput
+    from repro500.recipe import load as recipes
 
     base = {"fixed": {"command": "python train.py --name 'two words'"}, "metrics": {"acc": {"regex": "a ([0-9]+)"}},
             "acceptance": {"acc": {"target": 1}}}

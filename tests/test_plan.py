@@ -25,7 +25,7 @@ def _exact_one_sided_power(delta: float, sd: float, n: int, alpha: float) -> flo
 
 @pytest.mark.parametrize(("mean", "sd"), [(0.93, 0.01), (0.905, 0.01), (0.95, 0.05), (0.89, 0.02)])
 def test_band_repeats_reach_the_power_by_the_exact_t_power(mean, sd):
-    n = planning.band_repeats(mean, sd, BAND, alpha=0.05)
+    n = stats.band_repeats(mean, sd, BAND, alpha=0.05)
     delta = abs(mean - BAND.threshold)
     assert _exact_one_sided_power(delta, sd, n, 0.05) >= 0.78  # the normal approximation is close
     if n > 2:
@@ -35,7 +35,7 @@ def test_band_repeats_reach_the_power_by_the_exact_t_power(mean, sd):
 def test_equivalence_repeats_reach_the_power_in_simulation():
     """Both sides fresh, no true difference: TOST decides 'equivalent' at about the planned rate."""
     sd, margin, alpha = 0.01, 0.015, 0.05
-    n, both = planning.equivalence_repeats(0.0, sd, margin, alpha, sd_ref=sd)
+    n, both = stats.equivalence_repeats(0.0, sd, margin, alpha, sd_ref=sd)
     assert not both and 3 <= n <= 50
     rng = np.random.default_rng(7)
 

@@ -112,7 +112,7 @@ def test_publish_writes_a_checkable_publication(project: Path) -> None:
     assert "repro500 reproduce" in readme and "repro500 verify runs/rerun --against published.yaml" in readme
     assert "--same-seed" in yaml.safe_load((pub / "dvc.yaml").read_text())["stages"]["run"]["cmd"]
     # the recipe in the publication is one repro500 run accepts
-    from repro500 import recipe
+    from repro500.recipe import load as recipe
 
     assert recipe.load(pub / "recipe.yaml").seed == 11
     # the packed run verifies on its own, anchored by the digest the publication records
@@ -281,7 +281,7 @@ def test_publish_refuses_recorded_specs_that_write_outside_their_path(project: P
     eval_entry = next(d for d in specs["data"] if d["path"] == "data/eval.h5")
     eval_entry["generate"][0]["out"] = "data/elsewhere.h5"
     (run / "data-specs.json").write_text(json.dumps(specs))
-    from repro500 import bundle
+    from repro500.rundir import sums as bundle
 
     bundle.write_sums(run)  # a consistent forgery: only the checks of the specs catch it
     done = repro500("publish", str(run), "--out", "pub", cwd=in_tmp)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from test_verify_rundir import make_run
 
-from repro500 import bundle
 from repro500.errors import InvalidInput, UsageError
+from repro500.rundir import sums as bundle
 from repro500.verify.published import load_published
 from repro500.verify.verdict import verify_run
 

@@ -6,8 +6,8 @@ import textwrap
 
 import pytest
 
-from repro500 import recipe as recipes
 from repro500.errors import InvalidInput, UsageError
+from repro500.recipe import load as recipes
 
 GOOD = """\
 schema: repro500/recipe/v1
@@ -107,7 +107,7 @@ def test_a_bad_params_file_value_is_invalid_input(tmp_path):
 def test_every_optimizer_the_schema_accepts_the_trainer_builds(tmp_path):
     import torch
 
-    from repro500.workloads.optim import build_optimizer
+    from repro500.workloads.trainer.optim import build_optimizer
 
     assert tuple(recipes.MUTABLE_SCHEMA["optimizer"]["name"]) == recipes.OPTIMIZERS
     weight = torch.nn.Parameter(torch.zeros(2))

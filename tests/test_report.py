@@ -19,11 +19,11 @@ import pytest
 from click.testing import CliRunner
 from test_verify_rundir import edit_json, make_manifest, make_run
 
-from repro500 import archive as archives
-from repro500 import bundle
 from repro500.cli import cli
 from repro500.report import series
 from repro500.report.load import RepeatRecords
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 from repro500.verify import stats
 
 SECTIONS = ("convergence", "distributions", "step-time", "wire", "scaling", "provenance", "verdict")

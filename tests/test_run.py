@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from runhelpers import repro500, write_recipe
 
-from repro500 import bundle
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, UsageError
+from repro500.rundir import sums as bundle
 from repro500.runner import RunOptions, run
 
 
@@ -143,7 +143,7 @@ def test_same_seed_deterministic_repeats_have_identical_digests(in_tmp):
 
 
 def test_mlperf_log_of_a_real_run_passes_the_compliance_checker(in_tmp):
-    from repro500.workloads.mlperf_check import check_compliance
+    from repro500.mlperf.check import check_compliance
 
     recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1)
     outcome = run(RunOptions(recipe=str(recipe), tracking=False))
@@ -187,7 +187,7 @@ def test_bad_input_is_refused_before_any_work(in_tmp, change, error, message):
 
 
 def test_summary_metrics_are_accepted_in_acceptance(in_tmp):
-    from repro500 import recipe as recipes
+    from repro500.recipe import load as recipes
     from repro500.runner import SUMMARY_METRICS, preflight
 
     acceptance = {"loss": {"target": 9.0, "direction": "lower"}, **{m: {"target": 0} for m in SUMMARY_METRICS}}
@@ -286,7 +286,7 @@ def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sql
 
     from mlflow.tracking import MlflowClient
 
-    from repro500 import tracking
+    from repro500.tracking import client as tracking
 
     original = tracking.Tracker.end_repeat
 

@@ -18,7 +18,7 @@ from runhelpers import repro500, write_recipe
 from test_history import history_run
 from test_verify_rundir import make_run
 
-from repro500 import bundle
+from repro500.rundir import sums as bundle
 
 DEEP500 = Path(__file__).resolve().parent.parent / "experiments" / "published" / "deep500_cifar10_resnet44.yaml"
 WIDE = {"COLUMNS": "250"}  # the status line whole, as a terminal this wide shows it

@@ -11,9 +11,9 @@ import yaml
 from click.testing import CliRunner
 from test_verify_rundir import make_run
 
-from repro500 import bundle
 from repro500.cli import cli
 from repro500.report import write_report
+from repro500.rundir import sums as bundle
 from repro500.scaling import measure
 from repro500.scaling.alphabeta import coefficients
 from repro500.scaling.fit import Point

@@ -19,9 +19,10 @@ import pytest
 from runhelpers import make_tar, repro500
 from test_verify_rundir import edit_json, make_run
 
-from repro500 import archive, bundle
-from repro500 import archive as archives
 from repro500.errors import InvalidInput
+from repro500.rundir import archive
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 from repro500.verify.verdict import verify_run
 
 DROP_DAC = ["setpriv", "--bounding-set=-dac_override", "--inh-caps=-dac_override"]

@@ -12,7 +12,7 @@ from runhelpers import repro500
 from scipy import stats as sps
 from test_verify_rundir import make_run
 
-from repro500 import bundle
+from repro500.rundir import sums as bundle
 from repro500.verify import sequential, sequential_plan
 from repro500.verify.rundir import load_run
 from repro500.verify.verdict import verify_run

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from runhelpers import repro500, write_recipe
 
-from repro500 import recipe as recipes
 from repro500.errors import InvalidInput, UsageError
+from repro500.recipe import load as recipes
 from repro500.system import dataio, inference, roofline
 
 needs_sysbench = pytest.mark.skipif(shutil.which("sysbench") is None,

@@ -62,8 +62,8 @@ def test_the_doc_gives_the_commands_this_suite_runs():
 def test_a_database_uri_is_checked_with_one_quick_connection(monkeypatch):
     # no server needed: a closed port refuses at once, where MLflow alone would retry for ~100 s
     pytest.importorskip("psycopg2")
-    from repro500 import mlflow_store
     from repro500.errors import InvalidInput
+    from repro500.tracking import store as mlflow_store
 
     port = teamserver.free_port()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql+psycopg2://mlflow:s3cret-pw@127.0.0.1:{port}/mlflow")
@@ -81,8 +81,8 @@ def test_a_missing_database_driver_is_named(monkeypatch):
 
     if importlib.util.find_spec("psycopg") is not None:
         pytest.skip("psycopg 3 is installed: postgresql:// has its driver")
-    from repro500 import mlflow_store
     from repro500.errors import InvalidInput
+    from repro500.tracking import store as mlflow_store
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "postgresql://mlflow:s3cret-pw@127.0.0.1:1/mlflow")
     with pytest.raises(InvalidInput, match=r"driver psycopg is not installed.*postgresql\+psycopg2://") as refused:

@@ -1,4 +1,4 @@
-"""MLflow in a process of its own (repro500.tracking_process): the run's process never imports
+"""MLflow in a process of its own (repro500.tracking.process): the run's process never imports
 MLflow, a refused run leaves neither a process nor a store, and a logging process that dies stops
 the run after the repeat in flight, in one sentence, with nothing left RUNNING."""
 
@@ -36,7 +36,7 @@ def _logging_processes(parent: int) -> list[int]:
             continue
         fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
         if (fields.get("PPid", "").strip() == str(parent) and not fields.get("State", "").startswith("Z")
-                and b"repro500.tracking_process" in cmdline):
+                and b"repro500.tracking.process" in cmdline):
             found.append(int(entry.name))
     return found
 
@@ -68,9 +68,9 @@ def test_a_tracked_run_logs_everything_without_importing_mlflow_itself(tmp_path)
 
 
 def test_a_refused_run_leaves_no_logging_process_and_no_store(tmp_path, monkeypatch):
-    from repro500 import tracking_process
     from repro500.errors import ReproError
     from repro500.runner import RunOptions, run
+    from repro500.tracking import process as tracking_process
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("REPRO500_MLFLOW_PROCESS", raising=False)
@@ -103,7 +103,7 @@ def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tm
             try:
                 fields = dict(l.split(':\\t', 1) for l in (p / 'status').read_text().splitlines() if ':\\t' in l)
                 cmd = (p / 'cmdline').read_bytes().split(b'\\0')
-                if fields.get('PPid', '').strip() == me and b'repro500.tracking_process' in cmd:
+                if fields.get('PPid', '').strip() == me and b'repro500.tracking.process' in cmd:
                     os.kill(int(p.name), signal.SIGKILL)
                     # dead before the repeat ends (a zombie until the run reaps it)
                     while 'State:\tZ' not in (p / 'status').read_text():
@@ -125,7 +125,7 @@ def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tm
 
 
 def test_an_error_in_the_logging_process_comes_back_as_one_sentence(tmp_path, monkeypatch):
-    from repro500.tracking_process import ProcessTracker, TrackingProcessError
+    from repro500.tracking.process import ProcessTracker, TrackingProcessError
 
     monkeypatch.chdir(tmp_path)
     tracker = ProcessTracker().connect("e", f"sqlite:///{tmp_path / 'store.db'}", None)
@@ -143,7 +143,7 @@ def test_ctrl_c_while_the_last_records_land_ends_the_parent_killed_not_running(t
     # A real SIGINT reaches the run while it waits for the sealed run's upload, the parent's last record.
     script = textwrap.dedent(f"""
         import json, os, signal, sys, time
-        from repro500 import tracking_process
+        from repro500.tracking import process as tracking_process
         from repro500.runner import RunOptions, run
         call = tracking_process.ProcessTracker._call
         def slow(self, name, *args, **kwargs):
@@ -174,9 +174,9 @@ def test_ctrl_c_while_the_last_records_land_ends_the_parent_killed_not_running(t
 def test_a_python_without_mlflow_is_told_before_anything_is_written(tmp_path, monkeypatch):
     import importlib.util
 
-    from repro500 import tracking_process
     from repro500.errors import InvalidInput
     from repro500.runner import RunOptions, run
+    from repro500.tracking import process as tracking_process
 
     found = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else found(name, *a))

@@ -9,7 +9,7 @@ import pytest
 from runhelpers import write_recipe
 
 from repro500.runner import SUMMARY_METRICS, RunOptions, run
-from repro500.tracking import STEP_METRIC_KEYS
+from repro500.tracking.client import STEP_METRIC_KEYS
 
 PER_STEP = {  # summary metric -> the step-record field it averages
     "bytes_sent_per_step": "bytes_sent",

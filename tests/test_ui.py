@@ -12,9 +12,9 @@ import urllib.request
 import pytest
 from runhelpers import write_recipe
 
-from repro500 import ui
 from repro500.errors import InvalidInput
 from repro500.runner import RunOptions, run
+from repro500.tracking import ui
 
 
 def _post(url: str, payload: dict) -> dict:
@@ -71,7 +71,7 @@ def test_ui_refuses_a_missing_store(in_tmp, monkeypatch):
 def test_ui_stopped_by_sigterm_takes_its_server_along(in_tmp):
     """`kill PID` (a service manager, a batch system, a closed terminal) must not leave MLflow's server
     answering on the port: repro500 passes the signal to the server's whole process group."""
-    from repro500.mlflow_store import open_store
+    from repro500.tracking.store import open_store
 
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
     open_store(uri)
@@ -99,7 +99,7 @@ def test_ui_stopped_by_sigterm_takes_its_server_along(in_tmp):
 # A stand-in server: a process group of a shell and a grandchild, like mlflow server and uvicorn.
 SERVE = """
 import subprocess, sys
-from repro500 import ui
+from repro500.tracking import ui
 
 def start(backend_uri, host, port):
     proc = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300"], start_new_session=True)
@@ -127,7 +127,7 @@ def test_a_stop_signal_reaches_the_servers_whole_process_group(tmp_path, sig):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, proc.stderr.read()
-    from repro500.workloads.command_process import group_alive
+    from repro500.workloads.command.process import group_alive
 
     deadline = time.monotonic() + 5
     # (not pgrep: it lists zombies, which stay in a container whose PID 1 reaps no orphans)

@@ -11,8 +11,8 @@ from runhelpers import repro500, write_recipe
 from scipy import stats as sps
 from test_verify_rundir import make_run
 
-from repro500 import bundle
 from repro500.capture import seeds as seeding
+from repro500.rundir import sums as bundle
 from repro500.runner import RunOptions, run
 from repro500.verify import variance
 from repro500.verify.rundir import load_run

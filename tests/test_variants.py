@@ -10,9 +10,9 @@ import torch
 from runhelpers import repro500, write_recipe
 
 from repro500.errors import InvalidInput
-from repro500.workloads import sampling
-from repro500.workloads.blocks import Task
-from repro500.workloads.step import Step, check_micro_batch, check_precision
+from repro500.workloads.trainer import sampling
+from repro500.workloads.trainer.build import Task
+from repro500.workloads.trainer.step import Step, check_micro_batch, check_precision
 
 
 def _mlp() -> torch.nn.Module:
@@ -147,7 +147,7 @@ def test_a_variant_the_machine_cannot_run_is_refused_before_anything_is_written(
 def test_each_variant_has_a_cpu_sized_recipe_that_passes_its_checks(name):
     from pathlib import Path
 
-    from repro500 import recipe as recipes
+    from repro500.recipe import load as recipes
     from repro500.runner.plan import check_sync, check_variants
 
     root = Path(__file__).resolve().parents[1]

@@ -12,9 +12,9 @@ from repro500.capture import seeds as seeding
 from repro500.runner import RunOptions, run
 from repro500.verify import variance
 from repro500.verify.rundir import load_run
-from repro500.workloads import blocks
-from repro500.workloads.records import compressor_spec
-from repro500.workloads.spec import Dist, TrainSpec
+from repro500.workloads.trainer import build as blocks
+from repro500.workloads.trainer.records import compressor_spec
+from repro500.workloads.trainer.spec import Dist, TrainSpec
 
 MASTER = 7
 

@@ -12,9 +12,9 @@ import yaml
 from scipy import stats as sps
 from test_verify_rundir import edit_json, make_manifest, make_run
 
-from repro500 import bundle
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput, UsageError
+from repro500.rundir import sums as bundle
 from repro500.verify import timing
 from repro500.verify.verdict import verify_run, write_verdict
 

@@ -10,12 +10,13 @@ import yaml
 from rich.console import Console
 from test_verify_rundir import make_run
 
-from repro500 import bundle
 from repro500.report.verdict_details import verdict_sections
 from repro500.report.verdict_source import VerdictView
+from repro500.rundir import sums as bundle
 from repro500.verify import equivalence
 from repro500.verify.determinism import machine_dependent
-from repro500.verify.verdict import render, verify_run
+from repro500.verify.render import render
+from repro500.verify.verdict import verify_run
 
 # ------------------------------------------------------------------------ exact replay
 

@@ -2,7 +2,7 @@
 
 ``make_run`` is the helper every verify test uses: it writes run.json, manifest.json (with a
 valid canonical digest), recipe.yaml, per-repeat metrics.jsonl / summary.json / params.jsonl,
-the aggregate summary.json and SHA256SUMS (via repro500.bundle.write_sums).
+the aggregate summary.json and SHA256SUMS (via repro500.rundir.sums.write_sums).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
-from repro500 import bundle
 from repro500.capture import seeds as seedlib
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput
+from repro500.rundir import sums as bundle
 from repro500.verify import integrity
 from repro500.verify.rundir import load_run
 

@@ -26,9 +26,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic, bundle, untrusted
+from repro500 import untrusted
 from repro500.digest import canonical_digest, canonical_json, file_digest
 from repro500.errors import InvalidInput
+from repro500.rundir import atomic, layout
+from repro500.rundir import sums as bundle
 
 CHAIN_NAME = "chain.jsonl"
 SCHEMA = "repro500/chain/v1"
@@ -127,7 +129,7 @@ def check(run_dir: str | Path) -> list[str]:
     if not records or records[0].get("kind") != "start":
         return [f"{CHAIN_NAME} does not begin with its start line: it was cut or rewritten"]
     problems: list[str] = []
-    manifest = _json(root / "manifest.json") or {}
+    manifest = _json(root / layout.MANIFEST) or {}
     manifest_digest = (manifest.get("digest") or {}).get("value") if isinstance(manifest.get("digest"), dict) else None
     if records[0].get("prev") != manifest_digest:
         problems.append(f"{CHAIN_NAME} starts from another manifest than manifest.json's digest")
@@ -150,10 +152,10 @@ def check(run_dir: str | Path) -> list[str]:
     planned = records[0].get("planned")
     if not isinstance(planned, int) or planned < 1:
         return [*problems, f"{CHAIN_NAME} does not say how many repeats were planned"]
-    run = _json(root / "run.json") or {}
+    run = _json(root / layout.RUN_JSON) or {}
     if run.get("repeats") != planned:
         problems.append(f"{CHAIN_NAME} says {planned} repeats were planned, run.json says {run.get('repeats')}")
-    aggregate = _json(root / "summary.json")
+    aggregate = _json(root / layout.SUMMARY)
     if aggregate is not None and aggregate.get("repeats_planned") not in (None, planned):
         problems.append(f"{CHAIN_NAME} says {planned} repeats were planned, summary.json says {aggregate.get('repeats_planned')}")
     on_disk = {int(p.parent.name) for p in (root / "repeats").glob("*/summary.json") if p.parent.name.isdigit()}
@@ -161,7 +163,7 @@ def check(run_dir: str | Path) -> list[str]:
     design = run.get("design") if isinstance(run.get("design"), dict) else {}
     stopped = design.get("stopped_at") if design.get("kind") == "sequential" else None
     for k in sorted(set(latest) | on_disk | set(range(planned))):
-        summary = bundle.repeat_dir(root, k) / "summary.json"
+        summary = bundle.repeat_dir(root, k) / layout.REPEAT_SUMMARY
         link = latest.get(k)
         if k >= planned and (link or k in on_disk):
             problems.append(f"repeat {k} is extra: only {planned} repeats were planned")

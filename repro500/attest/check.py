@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import archive as archives
 from repro500.attest import chain
+from repro500.rundir import archive as archives
 
 
 @dataclass
@@ -56,7 +56,7 @@ def _check_dir(root: Path, trust: str | Path | None, tracking: bool) -> TrustRes
         if not problems:
             result.notes.append(f"repeat chain intact: every planned repeat is accounted for ({chain.CHAIN_NAME})")
     if trust is not None:
-        from repro500.attest.signing import verify_signature
+        from repro500.attest.attestation import verify_signature
 
         sig = verify_signature(root, trust)
         result.signature = sig.to_dict()

@@ -1,8 +1,8 @@
 """Two independent records: a run directory's repeats against what MLflow recorded as each finished.
 
-The runner logs every repeat to its own MLflow run (repro500/tracking.py): the summary's numeric
+The runner logs every repeat to its own MLflow run (repro500/tracking/client.py): the summary's numeric
 metrics under their own names as the run's latest values, beside the steps' and epochs' histories
-(:func:`repro500.mlflow_names.is_history` tells them apart; runs logged before: as ``final_<name>``),
+(:func:`repro500.tracking.names.is_history` tells them apart; runs logged before: as ``final_<name>``),
 its status and final parameter digest as the tags ``repro500.status`` and ``repro500.final_param_digest``.  :func:`check_tracking` reads those back
 from the store named in ``run.json`` (``mlflow.tracking_uri``; ``MLFLOW_TRACKING_URI`` when set
 replaces it, e.g. to add the credentials run.json never holds) and reports every disagreement.
@@ -18,8 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle, untrusted
+from repro500 import untrusted
 from repro500.errors import InvalidInput
+from repro500.rundir import layout
+from repro500.rundir import sums as bundle
 
 _REL_TOL = 1e-12
 
@@ -61,11 +63,11 @@ def _store_uri(recorded: str | None) -> tuple[str | None, str | None]:
 
 def check_tracking(run_dir: str | Path) -> TrackingResult:
     """Compare each repeat's summary with its MLflow run; problems name the repeat and the value."""
-    from repro500.mlflow_store import check_readable, fast_failing_http, reason, safe_uri
+    from repro500.tracking.store import check_readable, fast_failing_http, reason, safe_uri
 
     root = Path(run_dir)
     try:
-        run = untrusted.load_json(untrusted.read_bytes(root / "run.json", "run.json"), "run.json")
+        run = untrusted.load_json(untrusted.read_bytes(root / layout.RUN_JSON, layout.RUN_JSON), layout.RUN_JSON)
     except (OSError, InvalidInput):
         return TrackingResult(problems=["run.json is missing or not JSON: the tracking records cannot be found"])
     record = run.get("mlflow") or {}
@@ -104,7 +106,7 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
         tracked = client.get_run(run_id)
     except MlflowException:
         return [f"repeat {k}: MLflow run {run_id} is not in the store"]
-    path = bundle.repeat_dir(root, k) / "summary.json"
+    path = bundle.repeat_dir(root, k) / layout.REPEAT_SUMMARY
     if not path.is_file():
         return [f"repeat {k} was recorded in MLflow (run {run_id}) but repeats/{k}/summary.json is missing"]
     try:
@@ -121,7 +123,7 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
         problems.append(f"repeat {k}: final parameter digest differs between the run directory and MLflow")
     metrics = {name: v for name, v in (summary.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    from repro500.mlflow_names import NAMES_TAG, is_history
+    from repro500.tracking.names import NAMES_TAG, is_history
 
     if NAMES_TAG in tags:  # docs/contracts.md, "MLflow names": each outcome under its own name
         finals = {name: logged[name] for name in metrics if name in logged}

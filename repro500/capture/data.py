@@ -11,7 +11,7 @@ Formulas (DVC 3, ``hash: md5``; docs/capture.md recomputes them with the standar
 
 So the ``md5`` recorded for a DVC-tracked dataset equals its ``.dvc`` / ``dvc.lock`` entry.
 Files are hashed in parallel threads (``hashlib`` releases the GIL while hashing), and a
-cache keyed by (path, inode, size, mtime_ns) under :func:`repro500.cache.cache_dir` means
+cache keyed by (path, inode, size, mtime_ns) under :func:`repro500.capture.cache.cache_dir` means
 unchanged data is not read again.  ``python -m repro500.capture.data PATH...`` prints the
 entries as JSON.
 """
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro500.cache import cache_dir
 from repro500.capture import md5mb
+from repro500.capture.cache import cache_dir
 from repro500.capture.registry import CaptureContext, facet
 from repro500.errors import InvalidInput
 

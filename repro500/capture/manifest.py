@@ -26,16 +26,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import __version__, atomic
+from repro500 import __version__
 from repro500.capture import code, data, env, hardware, registry, toolchain  # noqa: F401 - registers facets
 from repro500.capture import seeds as seeds_mod
 from repro500.capture.registry import CaptureContext, facet
 from repro500.digest import CANONICALIZATION, canonical_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.redact import redact_text, scrub
+from repro500.rundir import atomic, layout
 
 SCHEMA = "repro500/manifest/v1"
-MANIFEST_NAME = "manifest.json"
+MANIFEST_NAME = layout.MANIFEST
 
 
 def seeds_facet(master_seed: int | None, repeats: int = 1, world_size: int = 1,

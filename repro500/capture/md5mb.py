@@ -6,7 +6,7 @@ no faster than that times the cores.  But a dataset is many files, and the same 
 can run on 16 files side by side in one vector register (the "multi-buffer" technique of
 Intel's ISA-L).  No maintained Python package offers that, so this module generates a
 small C kernel (GCC vector extensions: AVX-512 / AVX2 / NEON, whatever ``-march=native``
-gives), compiles it once with the system C compiler into :func:`repro500.cache.cache_dir`,
+gives), compiles it once with the system C compiler into :func:`repro500.capture.cache.cache_dir`,
 and loads it with ``ctypes`` (which releases the GIL, so threads scale across cores).
 
 Every digest equals ``hashlib.md5``'s: the library is self-tested against hashlib when it
@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from repro500.cache import cache_dir
+from repro500.capture.cache import cache_dir
 
 LANES = 16
 CHUNK_BYTES = 1 << 20  # per lane per round; a multiple of the 64-byte MD5 block

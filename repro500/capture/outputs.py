@@ -35,7 +35,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
-SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")  # as repro500.mlflow_store names them
+from repro500.rundir import layout
+
+SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")  # as repro500.tracking.store names them
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 _MLFLOW_TABLES = frozenset({"experiments", "runs", "metrics", "alembic_version"})
 _STORE_MIN_BYTES = 4096  # MLflow's schema alone takes dozens of pages: a smaller file is not its store
@@ -57,9 +59,9 @@ def _schema(path: Path, prefix: str) -> bool:
 
 
 def run_directory(path: Path) -> bool:
-    if _schema(path / "run.json", "repro500/run/"):
+    if _schema(path / layout.RUN_JSON, "repro500/run/"):
         return True
-    return (path / "SHA256SUMS").is_file() and _schema(path / "manifest.json", "repro500/manifest/")
+    return (path / "SHA256SUMS").is_file() and _schema(path / layout.MANIFEST, "repro500/manifest/")
 
 
 def publication(path: Path) -> bool:
@@ -69,7 +71,7 @@ def publication(path: Path) -> bool:
 def reproduction(path: Path) -> bool:
     if not publication(path / "publication"):
         return False
-    return _schema(path / "verdict.json", "repro500/verdict/") or (path / "runs").is_dir()
+    return _schema(path / layout.VERDICT, "repro500/verdict/") or (path / "runs").is_dir()
 
 
 def _holds_run_artifacts(path: Path) -> bool:

@@ -28,9 +28,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic
 from repro500.capture.outputs import OwnOutputs
 from repro500.digest import file_digest
+from repro500.rundir import atomic
 
 SCHEMA = "repro500/source/v1"
 DIR = "source"

@@ -76,10 +76,10 @@ def diff(ctx: click.Context, a: Path, b: Path, as_json: bool, show_all: bool) ->
     Exit codes: 0 no result-relevant difference; 1 at least one;
     4 a manifest is missing, corrupt or was edited after capture.
     """
-    from repro500 import rundir
     from repro500.capture.inputs import comparable
     from repro500.capture.manifest import load_manifest
     from repro500.errors import EXIT_FAIL, EXIT_OK
+    from repro500.rundir import layout as rundir
     from repro500.verify.diff import diff_manifests, is_result_relevant, render, to_json
 
     def view(path: Path) -> dict:

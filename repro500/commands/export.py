@@ -1,4 +1,4 @@
-"""``repro500 export mlperf``: thin click commands over repro500.publish.mlperf_export."""
+"""``repro500 export mlperf``: thin click commands over repro500.mlperf.export."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
                 without rules for the benchmark, a bad name); 4 RUN is not an untouched
                 repro500 run (or packed run) with MLPerf logs, or --out is not empty.
     """
-    from repro500.publish.mlperf_export import export_tree
+    from repro500.mlperf.export import export_tree
 
     def progress(line: str) -> None:
         click.echo(line, err=True)
@@ -49,7 +49,7 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
                f"{tree.usage} {tree.ruleset}) -> {tree.path}")
     if not check:
         return
-    from repro500.publish.mlperf_checkers import check_tree
+    from repro500.mlperf.checkers import check_tree
 
     outcomes = check_tree(tree, progress)
     for outcome in outcomes:

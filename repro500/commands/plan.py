@@ -10,8 +10,8 @@ from typing import Any
 
 import click
 
-from repro500 import archive as archives
-from repro500.commands.verify import _parse_margins
+from repro500.commands.options import parse_margins
+from repro500.rundir import archive as archives
 
 
 def _parse_cvs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, float]:
@@ -33,7 +33,7 @@ def _parse_cvs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...
 
 @click.command()
 @click.argument("source", metavar="RUN_OR_RECIPE", type=click.Path(path_type=Path))
-@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Equivalence margin to plan a reproduction for (repeatable; default: the acceptance tolerances).")
 @click.option("--cv", "cvs", multiple=True, metavar="METRIC=CV", callback=_parse_cvs,
               help="State the spread as a coefficient of variation (0.01 or 1%) instead of the run's observed one; "

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from repro500.commands.verify import _parse_margins
+from repro500.commands.options import parse_margins
 
 
 @click.command()
@@ -16,7 +16,7 @@ from repro500.commands.verify import _parse_margins
 @click.option("--benchmark", help="What was measured, as published.yaml states it (default: recipe name and run id).")
 @click.option("--citation", help="Where the result is reported, e.g. a paper (default: the run id and today's date).")
 @click.option("--url", help="A URL for the result (paper, repository, leaderboard).")
-@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Equivalence margin for an acceptance metric (repeatable); default: its acceptance tolerance.")
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               help="Directory the run ran in; used only for runs without data-specs.json (made before it existed): "
@@ -69,7 +69,7 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
               help="The publication's directory inside SOURCE (needed when a repository holds several).")
 @click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level of the verdict.")
-@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Override a published equivalence margin (repeatable).")
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
               help="Where to look for data that cannot be regenerated (copied when its md5 matches).")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from repro500.commands.verify import _parse_margins
+from repro500.commands.options import parse_margins
 
 
 @click.command()
@@ -19,7 +19,7 @@ from repro500.commands.verify import _parse_margins
                    "archive; a directory gets report.html).")
 @click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=None,
               help="Significance level when the verdict is computed (default: the stored verdict's, else 0.05).")
-@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Equivalence margin for a metric (repeatable); needs --against.")
 @click.option("--roofline", metavar="ROOFLINE_RUN", type=click.Path(path_type=Path), default=None,
               help="A repro500 roofline run whose ceilings RUN is placed under (default: the newest one beside RUN "

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from repro500.commands.verify import _parse_margins
+from repro500.commands.options import parse_margins
 
 
 @click.command(context_settings={"show_default": True})
@@ -58,7 +58,7 @@ from repro500.commands.verify import _parse_margins
               help="With --until-decided: how alpha is spent over the looks.")
 @click.option("--against", metavar="REF", help="Verify against this reference (a run, a packed run or a published file); "
                                                "with --until-decided the equivalence test decides when to stop.")
-@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="With --against: equivalence margin for a metric (repeatable; default: the acceptance tolerances).")
 @click.option("--vary", metavar="SOURCES", help="A factorial run: vary each named source of randomness alone (seed, init, "
                                               "data_order, kernels; comma-separated), to attribute the variance.")
@@ -85,7 +85,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
 
     adhoc = None
     if as_command:
-        from repro500.workloads.adhoc import recipe_data
+        from repro500.workloads.command.adhoc import recipe_data
 
         adhoc = recipe_data(list(recipe), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
                             inputs=list(inputs) or None)

@@ -30,8 +30,9 @@ def sign(ctx: click.Context, run_dir: Path, key_path: Path | None, principal: st
                 --force), or the key unreadable, encrypted without a passphrase, or not Ed25519.
     """
     from repro500.attest import keys
+    from repro500.attest.attestation import SSHSIG_NAME, signed_signer
     from repro500.attest.chain import CHAIN_NAME
-    from repro500.attest.signing import SSHSIG_NAME, sign_run, signed_signer
+    from repro500.attest.signing import sign_run
     from repro500.errors import UsageError
 
     if key_path is None:

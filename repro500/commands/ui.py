@@ -16,8 +16,8 @@ def ui(port: int, host: str, backend_store_uri: str | None) -> None:
     with one nested run per repeat. Add the repro500.* tags and params as columns to compare
     repeats and reruns side by side.
     """
-    from repro500 import ui as mlflow_ui
     from repro500.errors import RunFailed
+    from repro500.tracking import ui as mlflow_ui
 
     store = backend_store_uri or mlflow_ui.default_backend_uri()
 

@@ -1,32 +1,14 @@
-"""``repro500 verify``, ``repro500 pack`` and ``repro500 unpack``: thin wrappers over repro500.verify and repro500.bundle."""
+"""``repro500 verify``, ``repro500 pack`` and ``repro500 unpack``: thin wrappers over repro500.verify and repro500.rundir.sums."""
 
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 import click
 
-
-def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, float]:
-    margins: dict[str, float] = {}
-    for item in value:
-        name, sep, delta = item.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise click.BadParameter(f"{item!r} is not METRIC=DELTA (e.g. accuracy=0.01)")
-        try:
-            number = float(delta)
-        except ValueError:
-            raise click.BadParameter(f"{item!r}: {delta!r} is not a number") from None
-        if not (math.isfinite(number) and number > 0):
-            raise click.BadParameter(f"{item!r}: the margin must be a number > 0")
-        if name in margins:
-            raise click.BadParameter(f"{name!r} is given twice")
-        margins[name] = number
-    return margins
+from repro500.commands.options import parse_margins
 
 
 @click.command()
@@ -35,7 +17,7 @@ def _parse_margins(ctx: click.Context, param: click.Parameter, value: tuple[str,
               help="Reference: another run directory, a packed .tar.gz, a publication directory, a published-results .yaml/.json file, a run in MLflow (mlflow:RUN_ID), or history:SOURCE (earlier runs of the recipe on this system: a directory of runs or an MLflow experiment).")
 @click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level: bands use (1-alpha) bounds, equivalence (1-2 alpha) intervals.")
-@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=_parse_margins,
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Equivalence margin for a metric (repeatable); overrides the published or acceptance margin.")
 @click.option("--json", "as_json", is_flag=True, help="Print verdict.json to stdout instead of the summary.")
 @click.option("--expect-sums", metavar="SHA256", default=None,
@@ -93,7 +75,7 @@ def _from_mlflow(stack: Any, ref: Path | None) -> Path | None:
     import os
     import tempfile
 
-    from repro500 import mlflow_store
+    from repro500.tracking import store as mlflow_store
 
     tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="repro500-mlflow-"))
     archive = from_mlflow.download(str(ref), Path(tmp))
@@ -107,7 +89,8 @@ def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: floa
             as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None,
             trust: Path | None, check_tracking: bool, shown: str | None = None,
             shown_against: str | None = None, across_benchmarks: bool = False) -> None:
-    from repro500.verify.verdict import render, verify_run, write_verdict
+    from repro500.verify.render import render
+    from repro500.verify.verdict import verify_run, write_verdict
 
     verdict = verify_run(run_dir, against=against, alpha=alpha, margins=margins or None,
                          expect_sums_digest=expect_sums, across_benchmarks=across_benchmarks)
@@ -156,9 +139,9 @@ def pack(run_dir: Path, out: Path | None, force: bool) -> None:
     directory twice gives byte-identical archives; publish the printed digests so others can
     check their copy.
     """
-    from repro500 import archive as archives
-    from repro500 import bundle
     from repro500.digest import file_digest
+    from repro500.rundir import archive as archives
+    from repro500.rundir import sums as bundle
     from repro500.verify.integrity import require_intact
 
     # archives.pack checks only the digests; an archive vouches for the run as verify would
@@ -181,9 +164,9 @@ def unpack(ctx: click.Context, archive: Path, dest: Path) -> None:
     are refused before anything is written. Exit 4 when the archive is corrupt, unsafe, or
     its files do not match SHA256SUMS.
     """
-    from repro500 import archive as archives
-    from repro500 import bundle
     from repro500.errors import EXIT_INVALID
+    from repro500.rundir import archive as archives
+    from repro500.rundir import sums as bundle
 
     target = archives.unpack(archive, dest)
     report = bundle.check_sums(target)

@@ -39,20 +39,20 @@ import numpy as np
 
 from repro500.data import smooth
 from repro500.data.ewa_events import (  # noqa: F401 - re-exported: the events were defined here
-    _TAIL,
     AR,
     ETC,
+    TAIL,
     TC,
     TD,
     C,
     Event,
-    _box,
-    _int_window,
-    _overlap,
-    _plant_cyclone,
-    _plant_river,
-    _window,
     cyclone_profile,
+    event_box,
+    event_window,
+    int_window,
+    overlap,
+    plant_cyclone,
+    plant_river,
     river_profile,
     signature,
 )
@@ -232,10 +232,10 @@ class EwaGenerator:
                 break
             for _attempt in range(8):
                 ev = self._draw(int(cls), rng)
-                win = _window(ev)
-                if not self._inside(win) or any(_overlap(win, o) for o in windows):
+                win = event_window(ev)
+                if not self._inside(win) or any(overlap(win, o) for o in windows):
                     continue
-                ev.box = _box(ev, self.params.height, self.params.width)
+                ev.box = event_box(ev, self.params.height, self.params.width)
                 placed.append(ev)
                 windows.append(win)
                 break
@@ -282,10 +282,10 @@ class EwaGenerator:
             width = self._sigma(rng.uniform(6.0, 11.0), 0)
             angle = hemi * math.radians(rng.uniform(20.0, 50.0))
             bow = rng.uniform(-0.12, 0.12)  # curvature: centre-line offset per unit length
-            half_l = 0.5 * length + _TAIL * width
-            half_n = abs(bow) * length * 0.25 + _TAIL * width
-            sx = (abs(half_l * math.cos(angle)) + abs(half_n * math.sin(angle))) / _TAIL
-            sy = (abs(half_l * math.sin(angle)) + abs(half_n * math.cos(angle))) / _TAIL
+            half_l = 0.5 * length + TAIL * width
+            half_n = abs(bow) * length * 0.25 + TAIL * width
+            sx = (abs(half_l * math.cos(angle)) + abs(half_n * math.sin(angle))) / TAIL
+            sy = (abs(half_l * math.sin(angle)) + abs(half_n * math.cos(angle))) / TAIL
             props = {
                 "length": length, "width": width, "angle": angle, "bow": bow,
                 "dq_kgm2": rng.uniform(18.0, 30.0), "wind_ms": rng.uniform(10.0, 18.0),
@@ -293,7 +293,7 @@ class EwaGenerator:
             }
         lat = hemi * rng.uniform(lat_lo, lat_hi)
         cy = self._lat_to_row(lat)
-        cx = rng.uniform(_TAIL * sx, w - _TAIL * sx)
+        cx = rng.uniform(TAIL * sx, w - TAIL * sx)
         props["north"] = hemi
         return Event(cls=cls, cy=cy, cx=cx, sigma_y=sy, sigma_x=sx, props=props)
 
@@ -302,14 +302,14 @@ class EwaGenerator:
         return y0 >= 0 and x0 >= 0 and y1 <= self.params.height and x1 <= self.params.width
 
     def _plant(self, out: np.ndarray, ev: Event) -> None:
-        y0, x0, y1, x1 = (int(v) for v in _int_window(ev))
+        y0, x0, y1, x1 = (int(v) for v in int_window(ev))
         dy = (np.arange(y0, y1, dtype=np.float32) - np.float32(ev.cy))[:, None]
         dx = (np.arange(x0, x1, dtype=np.float32) - np.float32(ev.cx))[None, :]
         win = (slice(None), slice(y0, y1), slice(x0, x1))
         if ev.cls == AR:
-            _plant_river(out[win], ev, dy, dx)
+            plant_river(out[win], ev, dy, dx)
         else:
-            _plant_cyclone(out[win], ev, dy, dx)
+            plant_cyclone(out[win], ev, dy, dx)
 
 
 # -- analytic event shapes (window arrays, pixel offsets dy north, dx east) ---------------

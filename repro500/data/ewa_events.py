@@ -16,7 +16,7 @@ from repro500.data.layout import EWA_CHANNELS
 
 C = {name: i for i, name in enumerate(EWA_CHANNELS)}
 TD, TC, ETC, AR = range(4)
-_TAIL = 3.0  # event windows reach 3 sigma; profiles are tapered to zero there
+TAIL = 3.0  # event windows reach 3 sigma; profiles are tapered to zero there
 _BOX_LEVEL = 0.1  # a box covers the pixels where the signature reaches 10% of its peak
 
 
@@ -34,8 +34,8 @@ class Event:
 
 
 def _taper(r2: np.ndarray) -> np.ndarray:
-    """1 near the centre, smoothly 0 at the window's edge (r = _TAIL sigmas)."""
-    return np.clip(1.0 - (r2 / _TAIL**2) ** 2, 0.0, 1.0)
+    """1 near the centre, smoothly 0 at the window's edge (r = TAIL sigmas)."""
+    return np.clip(1.0 - (r2 / TAIL**2) ** 2, 0.0, 1.0)
 
 
 def _cyclone_coords(ev: Event, dy: np.ndarray, dx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -56,7 +56,7 @@ def cyclone_profile(ev: Event, dy: np.ndarray, dx: np.ndarray) -> np.ndarray:
     return (np.exp(-0.5 * r2) * _taper(r2)).astype(np.float32)
 
 
-def _plant_cyclone(w: np.ndarray, ev: Event, dy: np.ndarray, dx: np.ndarray) -> None:
+def plant_cyclone(w: np.ndarray, ev: Event, dy: np.ndarray, dx: np.ndarray) -> None:
     p = ev.props
     north = p["north"]
     u, v = _cyclone_coords(ev, dy, dx)
@@ -113,12 +113,12 @@ def river_profile(ev: Event, dy: np.ndarray, dx: np.ndarray) -> np.ndarray:
     along, across = _river_coords(ev, dy, dx)
     r2 = (across / p["width"]) ** 2
     half = 0.5 * p["length"]
-    ends = np.clip((half + _TAIL * p["width"] - np.abs(along)) / (2.0 * _TAIL * p["width"]), 0.0, 1.0)
+    ends = np.clip((half + TAIL * p["width"] - np.abs(along)) / (2.0 * TAIL * p["width"]), 0.0, 1.0)
     ends = ends * ends * (3.0 - 2.0 * ends)  # smoothstep: the filament fades out at both ends
     return (np.exp(-0.5 * r2) * _taper(r2) * ends).astype(np.float32)
 
 
-def _plant_river(w: np.ndarray, ev: Event, dy: np.ndarray, dx: np.ndarray) -> None:
+def plant_river(w: np.ndarray, ev: Event, dy: np.ndarray, dx: np.ndarray) -> None:
     p = ev.props
     g = river_profile(ev, dy, dx)
     w[C["TMQ"]] += p["dq_kgm2"] * g
@@ -141,24 +141,24 @@ def signature(ev: Event, dy: np.ndarray, dx: np.ndarray) -> np.ndarray:
 
 
 # -- windows and boxes -------------------------------------------------------------------
-def _window(ev: Event) -> tuple[float, float, float, float]:
+def event_window(ev: Event) -> tuple[float, float, float, float]:
     return (
-        ev.cy - _TAIL * ev.sigma_y, ev.cx - _TAIL * ev.sigma_x,
-        ev.cy + _TAIL * ev.sigma_y + 1, ev.cx + _TAIL * ev.sigma_x + 1,
+        ev.cy - TAIL * ev.sigma_y, ev.cx - TAIL * ev.sigma_x,
+        ev.cy + TAIL * ev.sigma_y + 1, ev.cx + TAIL * ev.sigma_x + 1,
     )
 
 
-def _int_window(ev: Event) -> tuple[int, int, int, int]:
-    y0, x0, y1, x1 = _window(ev)
+def int_window(ev: Event) -> tuple[int, int, int, int]:
+    y0, x0, y1, x1 = event_window(ev)
     return math.floor(y0), math.floor(x0), math.ceil(y1), math.ceil(x1)
 
 
-def _overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+def overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def _box(ev: Event, height: int, width: int) -> tuple[int, int, int, int]:
-    y0, x0, y1, x1 = _int_window(ev)
+def event_box(ev: Event, height: int, width: int) -> tuple[int, int, int, int]:
+    y0, x0, y1, x1 = int_window(ev)
     y0, x0, y1, x1 = max(y0, 0), max(x0, 0), min(y1, height), min(x1, width)
     dy = (np.arange(y0, y1, dtype=np.float32) - np.float32(ev.cy))[:, None]
     dx = (np.arange(x0, x1, dtype=np.float32) - np.float32(ev.cx))[None, :]

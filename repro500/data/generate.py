@@ -7,7 +7,7 @@
   (seed, kind, split, parameters, j) (rng.py), so the K shard files, read in shard order,
   hold exactly the arrays of a one-pass file.  Loaders accept the list of shards.
 * Atomic: the file is written under a temporary name next to ``out`` and renamed when it is
-  complete (repro500.atomic); an interrupted run leaves no file at ``out``.
+  complete (repro500.rundir.atomic); an interrupted run leaves no file at ``out``.
 * Self-describing: root attributes record the generator, its version, the seed, the split,
   the parameters (JSON), the shard and the sample range; generated datasets carry their
   per-channel normalisation statistics.
@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 
 from repro500 import __version__
-from repro500.atomic import atomic_path
 from repro500.data.layout import GENERATOR_PREFIX, KINDS, SPLITS
 from repro500.data.normstats import Moments
 from repro500.data.progress import progress_bar
 from repro500.data.rng import KIND_IDS, SPLIT_IDS
 from repro500.data.spec import Generator
 from repro500.errors import InvalidInput, ReproError, UsageError
+from repro500.rundir.atomic import atomic_path
 
 DEFAULT_SAMPLES = {"ewa": 16, "cosmo": 32, "classification": 1024}
 OPTIONS = {  # generator parameters beyond size, seed and split, by kind
@@ -341,7 +341,7 @@ def write(
             if max_bytes is not None:  # HDF5 writes its last chunks and its metadata on close
                 _check_growth(tmp, out, max_bytes)
     except OSError as err:
-        from repro500.writable import reason
+        from repro500.rundir.writable import reason
 
         raise ReproError(f"could not write {out}: {reason(err)}") from None
     elapsed = time.perf_counter() - t0

@@ -7,7 +7,7 @@ Two shared libraries, both loaded with ``torch.ops.load_library`` (no Python mod
 - the CUDA library (``csrc/cuda/*.cu``): ``TORCH_LIBRARY_IMPL(repro500, CUDA, ...)`` kernels,
   built only on request (:func:`build_cuda_ops`) when ``nvcc`` is present.
 
-Builds are cached under ``repro500.cache.cache_dir("torch_extensions", <torch version>)``.
+Builds are cached under ``repro500.capture.cache.cache_dir("torch_extensions", <torch version>)``.
 A library's name carries a digest of its sources and flags, so a finished build is found by
 name and an edited source gets a fresh build; old builds are safe to delete.
 """
@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from repro500.cache import cache_dir
+from repro500.capture.cache import cache_dir
 
 CSRC = Path(__file__).parent / "csrc"
 CPU_SOURCES = ("ops.cpp", "topk.cpp", "indexcode.cpp", "quantize.cpp", "sign.cpp", "ef_update.cpp")

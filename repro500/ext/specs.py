@@ -115,7 +115,7 @@ def resolve(spec: str | Mapping[str, Any] | None, *, seed_per_repeat: bool = Fal
     unknown name, an unknown parameter or a value out of range.
 
     *seed_per_repeat*: the spec is a recipe's, whose trainer draws an unset ``seed`` from each
-    repeat's seed (repro500.workloads.records.compressor_spec) rather than using the default 0;
+    repeat's seed (repro500.workloads.trainer.records.compressor_spec) rather than using the default 0;
     such a seed is resolved to None ("derived per repeat"), so what is recorded is what ran.
     """
     if spec is None:

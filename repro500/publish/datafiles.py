@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import atomic
 from repro500.data.layout import GENERATOR_PREFIX
 from repro500.errors import InvalidInput, ReproError
+from repro500.rundir import atomic
 
 SPECS_NAME = "data-specs.json"  # in the run directory, covered by SHA256SUMS
 SPECS_SCHEMA = "repro500/data-specs/v1"

@@ -25,8 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic
 from repro500.errors import InvalidInput
+from repro500.rundir import atomic
 
 DECIDED_KEYS = ("n", "mean", "std", "cv", "ci_low", "ci_high")  # metrics with a band or an equivalence test
 OTHER_KEYS = ("mean", "cv")

@@ -25,10 +25,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import archive as archives
-from repro500 import bundle, rundir
-from repro500.archive import packed_files
 from repro500.errors import InvalidInput, UsageError
+from repro500.rundir import archive as archives
+from repro500.rundir import layout as rundir
+from repro500.rundir import sums as bundle
+from repro500.rundir.archive import packed_files
 
 INDEX_KEY = "not_carried"  # in publication.json
 PUBLICATION_INDEX = "publication.json"  # repro500.publish.publication.INDEX

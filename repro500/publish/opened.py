@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import archive as archives
-from repro500 import bundle, untrusted
+from repro500 import untrusted
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
 from repro500.publish import excluded
@@ -26,10 +25,12 @@ from repro500.publish.publication import (
     PUBLISHED,
     RECIPE,
     SCHEMA,
-    _epochs_to_quality,
-    _rerun_flags,
+    epochs_to_quality,
+    rerun_flags,
     runnable_recipe,
 )
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Publication:
 
     @property
     def rerun_flags(self) -> list[str]:
-        return _rerun_flags(self.index.get("run") or {})
+        return rerun_flags(self.index.get("run") or {})
 
 
 def _load_yaml(path: Path) -> Any:
@@ -168,7 +169,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
             raise InvalidInput(f"{where}: margin or direction differs from {INDEX} and the run's acceptance")
         if margins[name].get("source") == "acceptance tolerance" and metric.margin != criteria[name].tolerance:
             raise InvalidInput(f"{where}.margin {metric.margin} is not the run's acceptance tolerance")
-    if published.epochs_to_quality is not None and published.epochs_to_quality != _epochs_to_quality(run):
+    if published.epochs_to_quality is not None and published.epochs_to_quality != epochs_to_quality(run):
         raise InvalidInput(f"{root / PUBLISHED}: epochs_to_quality differ from the packed run's")
     manifest = untrusted.load_json(untrusted.read_bytes(root / MANIFEST, "the publication's manifest"), str(root / MANIFEST))
     if manifest != run.manifest:

@@ -32,8 +32,7 @@ from typing import Any
 
 import yaml
 
-from repro500 import __version__, atomic, bundle, rundir, untrusted
-from repro500 import archive as archives
+from repro500 import __version__, untrusted
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
@@ -45,12 +44,16 @@ from repro500.publish.datafiles import (
     generate_command,
     read_specs,
 )
+from repro500.rundir import archive as archives
+from repro500.rundir import atomic
+from repro500.rundir import layout as rundir
+from repro500.rundir import sums as bundle
 
 SCHEMA = "repro500/publication/v1"
 INDEX = "publication.json"
 PUBLISHED = "published.yaml"
-MANIFEST = "manifest.json"
-RECIPE = "recipe.yaml"
+MANIFEST = rundir.MANIFEST  # the run's manifest, under its own name
+RECIPE = rundir.RECIPE  # the run's resolved recipe, under its own name
 PARAMS = "params.yaml"
 DVC_FILE = "dvc.yaml"
 README = "README.md"
@@ -133,12 +136,12 @@ def published_metrics(run: Any, margins: dict[str, float] | None) -> tuple[dict[
     return section, used, notes
 
 
-def _epochs_to_quality(run: Any) -> list[float]:
+def epochs_to_quality(run: Any) -> list[float]:
     return [float(run.repeats[k]["epochs_to_quality"]) for k in run.completed
             if run.repeats[k].get("epochs_to_quality") is not None]
 
 
-def _rerun_flags(run_meta: dict[str, Any]) -> list[str]:
+def rerun_flags(run_meta: dict[str, Any]) -> list[str]:
     flags = []
     if run_meta.get("same_seed"):
         flags.append("--same-seed")
@@ -335,19 +338,19 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     notes += [e.note for e in plan.entries if e.note]
     meta = run.run or {}
     recipe = runnable_recipe(run.recipe)
-    flags = _rerun_flags(meta)
+    flags = rerun_flags(meta)
     if meta.get("open_division"):
         notes.append("the run was in the open division (fixed keys overridden); recipe.yaml holds the values it used")
     if left_out:
         notes.append(left_out_note([e.to_dict() for e in left_out]))
 
-    from repro500.writable import writing
+    from repro500.rundir.writable import writing
 
     with writing("the publication", out, "give --out a directory you can write to"):
         staging = _stage_dir(out)
     try:
         archive = archives.pack(root, staging / f"{run.run_id}.tar.gz", leave_out=[e.path for e in left_out])
-        shutil.copyfile(root / "manifest.json", staging / MANIFEST)
+        shutil.copyfile(root / rundir.MANIFEST, staging / MANIFEST)
         published: dict[str, Any] = {
             "schema": "repro500/published/v1",
             "benchmark": benchmark or f"repro500 {recipe.get('name', run.run_id)} (run {run.run_id})",
@@ -357,7 +360,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         }
         if url:
             published["source"]["url"] = url
-        epochs = _epochs_to_quality(run)
+        epochs = epochs_to_quality(run)
         if epochs:
             published["epochs_to_quality"] = epochs
         published["manifest"] = MANIFEST

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import bundle, rundir, untrusted
+from repro500 import untrusted
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
     EXIT_FAIL,
@@ -54,6 +54,8 @@ from repro500.publish import publication as pubs
 from repro500.publish import source as sources
 from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
 from repro500.redact import redact_url
+from repro500.rundir import layout as rundir
+from repro500.rundir import sums as bundle
 
 
 @dataclass
@@ -177,7 +179,7 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
 
 def _mlflow_metrics(pub: opened.Publication) -> list[str]:
     """The metrics the publication's command reads from its own MLflow runs (``NAME: mlflow``)."""
-    from repro500.workloads.metric_sources import MetricDecl
+    from repro500.workloads.command.metric_sources import MetricDecl
 
     recipe = rundir.read_optional_yaml(pub.reference / rundir.RECIPE)
     if (recipe.get("fixed") or {}).get("workload") != "command" or not isinstance(recipe.get("metrics"), dict):
@@ -312,8 +314,9 @@ def reproduce(
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     from repro500.verify.determinism import compare_with_reference
     from repro500.verify.provenance import provenance_diff
+    from repro500.verify.render import render
     from repro500.verify.rundir import load_run
-    from repro500.verify.verdict import render, verify_run, write_verdict
+    from repro500.verify.verdict import verify_run, write_verdict
 
     # the rerun gets the caller's environment as it was: libraries imported here while making the data
     # (threadpoolctl sets KMP_DUPLICATE_LIB_OK) must not show up as a provenance difference

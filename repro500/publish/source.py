@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import archive, bundle, untrusted
-from repro500 import archive as archives
+from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.publish.datafiles import safe_relpath
 from repro500.publish.publication import INDEX, OWN_FILES
+from repro500.rundir import archive
+from repro500.rundir import archive as archives
+from repro500.rundir import sums as bundle
 
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 MAX_TREE_FILES, MAX_TREE_ENTRIES = untrusted.MAX_TREE_FILES, untrusted.MAX_TREE_ENTRIES

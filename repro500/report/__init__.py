@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from repro500 import __version__, atomic, untrusted
-from repro500 import archive as archives
+from repro500 import __version__, untrusted
 from repro500.errors import EXIT_INVALID, EXIT_OK, UsageError
+from repro500.rundir import archive as archives
+from repro500.rundir import atomic
 
 REPORT_NAME = "report.html"
 
@@ -111,7 +112,7 @@ def _write(run_path: Path, root: Path, out: str | Path | None, against: str | Pa
                                                       shown_path=str(run_path), roofline=roofline,
                                                       across_benchmarks=across_benchmarks)
     from repro500.redact import redact_values
-    from repro500.writable import writing
+    from repro500.rundir.writable import writing
 
     html_text = redact_values(html_text)  # a secret value copied into the run (a recipe note) stays here
     html_text = untrusted.encodable(html_text)  # a file name that is not UTF-8, named by the verdict

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle
-from repro500 import rundir as layout
 from repro500.errors import InvalidInput
+from repro500.rundir import layout
+from repro500.rundir import sums as bundle
 from repro500.verify.rundir import RunData, load_run
 
 SCALING_SCHEMA = "repro500/scaling/v1"

@@ -34,7 +34,7 @@ RC = {
 }
 
 
-def _label(text: Any) -> str:
+def short_label(text: Any) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
 
@@ -64,7 +64,7 @@ def repeat_color(k: int) -> str:
 
 
 @contextmanager
-def _figure(rows: int, cols: int, height_in: float) -> Iterator[tuple[Any, list[Any]]]:
+def figure_panels(rows: int, cols: int, height_in: float) -> Iterator[tuple[Any, list[Any]]]:
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -117,7 +117,7 @@ def _draw_criterion(ax: Any, c: Criterion, values: Sequence[float]) -> None:
         ax.axhline(c.target, color=PASS_COLOR, linestyle=":", linewidth=1.0, label=f"target {c.target:.4g}", zorder=2)
 
 
-def _legend(ax: Any, **kw: Any) -> None:
+def add_legend(ax: Any, **kw: Any) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         ax.legend(handles, labels, frameon=False, **kw)
@@ -169,7 +169,7 @@ def convergence(loss: dict[int, Curve], loss_band: Band, evals: list[EvalPanel],
     panels = (1 if loss else 0) + len(evals)
     cols = 1 if panels == 1 else 2
     rows = (panels + cols - 1) // cols
-    with _figure(rows, cols, 3.7 * rows) as (fig, axes):
+    with figure_panels(rows, cols, 3.7 * rows) as (fig, axes):
         i = 0
         if loss:
             ax = axes[i]
@@ -196,9 +196,9 @@ def convergence(loss: dict[int, Curve], loss_band: Band, evals: list[EvalPanel],
             values += band.low + band.high
             if panel.criterion is not None:
                 _draw_criterion(ax, panel.criterion, values)
-            ax.set_title(f"{_label(panel.metric)} per epoch (evaluation)")
+            ax.set_title(f"{short_label(panel.metric)} per epoch (evaluation)")
             ax.set_xlabel("epoch")
-            ax.set_ylabel(_label(panel.metric) + (" (log scale)" if log else ""))
+            ax.set_ylabel(short_label(panel.metric) + (" (log scale)" if log else ""))
             _integer_x(ax)
         for ax in axes[i:]:
             ax.set_visible(False)
@@ -232,7 +232,7 @@ def distributions(panels: list[DistPanel]) -> str:
     """Per metric: repeat values (strip, box from 5 values), mean ± t-interval, band, reference."""
     cols = min(3, len(panels))
     rows = (len(panels) + cols - 1) // cols
-    with _figure(rows, cols, 3.5 * rows) as (fig, axes):
+    with figure_panels(rows, cols, 3.5 * rows) as (fig, axes):
         for ax, p in zip(axes, panels, strict=False):
             ys = [v for _, v in p.values]
             has_ref = bool(p.reference_values) or p.reference_mean is not None
@@ -258,7 +258,7 @@ def distributions(panels: list[DistPanel]) -> str:
                     m = p.reference_mean
                     low, high = p.reference_ci if p.reference_ci else (m, m)
                     ax.errorbar([1.28], [m], yerr=[[m - low], [high - m]], fmt="D", color=REF_COLOR, markersize=5,
-                                capsize=4, label=f"{_label(p.reference_label)} mean", zorder=5)
+                                capsize=4, label=f"{short_label(p.reference_label)} mean", zorder=5)
                     all_values += [low, high]
                     if p.margin:
                         ax.axhspan(m - p.margin, m + p.margin, color=REF_COLOR, alpha=0.09, zorder=0,
@@ -269,7 +269,7 @@ def distributions(panels: list[DistPanel]) -> str:
             ax.set_xticks([0, 1] if has_ref else [0])
             ax.set_xticklabels(["this run", "reference"] if has_ref else ["this run"])
             ax.set_xlim(-0.5, 1.6 if has_ref else 0.6)
-            ax.set_title(f"{_label(p.metric)} (n = {len(ys)})")
+            ax.set_title(f"{short_label(p.metric)} (n = {len(ys)})")
             ax.grid(axis="x", visible=False)
         for ax in axes[len(panels):]:
             ax.set_visible(False)
@@ -282,7 +282,7 @@ def step_time(rows: list[dict[str, Any]]) -> str:
     overlapped = [(key, name) for key, name in OVERLAPPED if any(r.get(key) for r in rows)]
     width = 0.36 if overlapped else 0.55
     height = 3.6 if len(rows) <= 12 else 4.2
-    with _figure(1, 1, height) as (fig, axes):
+    with figure_panels(1, 1, height) as (fig, axes):
         ax = axes[0]
         xs = list(range(len(rows)))
         left = [x - width / 2 if overlapped else x for x in xs]
@@ -329,7 +329,7 @@ class EquivalenceRow:
 def equivalence(rows: list[EquivalenceRow]) -> str:
     """Each compared metric: the interval of (run − reference) against the margin."""
     colors = {"REPRODUCED": PASS_COLOR, "NOT REPRODUCED": "#b42318", "INCONCLUSIVE": "#b25e00"}
-    with _figure(len(rows), 1, 0.5 + 1.05 * len(rows)) as (fig, axes):
+    with figure_panels(len(rows), 1, 0.5 + 1.05 * len(rows)) as (fig, axes):
         for ax, r in zip(axes, rows, strict=True):
             m = r.margin
             lo, hi = r.ci if r.ci else (r.diff, r.diff)
@@ -350,7 +350,7 @@ def equivalence(rows: list[EquivalenceRow]) -> str:
             ax.set_xlim(-1.25 * span, 1.25 * span)
             ax.set_yticks([])
             ax.grid(axis="y", visible=False)
-            ax.set_title(f"{_label(r.metric)}: {r.status}   ({r.confidence:.0%} CI of run − reference; "
+            ax.set_title(f"{short_label(r.metric)}: {r.status}   ({r.confidence:.0%} CI of run − reference; "
                          f"margin ±{m:.4g})", loc="left", fontsize=10)
         axes[-1].set_xlabel("difference run − reference (metric units)")
         return to_data_uri(fig)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from repro500.report.plots import _figure, _legend, repeat_color, to_data_uri
+from repro500.report.plots import add_legend, figure_panels, repeat_color, to_data_uri
 from repro500.report.series import Curve, thin
 
 
@@ -32,7 +32,7 @@ def wire(curves: dict[str, dict[int, Curve]]) -> str:
     """Bytes sent and received per step for each repeat, and the compression ratio."""
     ratio = curves.get("compression_ratio") or {}
     cols = 2 if ratio else 1
-    with _figure(1, cols, 3.6) as (fig, axes):
+    with figure_panels(1, cols, 3.6) as (fig, axes):
         ax = axes[0]
         every = [v for key in ("bytes_sent", "bytes_received") for c in curves.get(key, {}).values() for v in c.y]
         factor, unit = _byte_scale(every)
@@ -45,7 +45,7 @@ def wire(curves: dict[str, dict[int, Curve]]) -> str:
         ax.set_xlabel("step")
         ax.set_ylabel(f"bytes per step ({unit})")
         ax.set_ylim(0, 1.25 * max(every, default=1.0) / factor)
-        _legend(ax, ncols=2, loc="lower right")
+        add_legend(ax, ncols=2, loc="lower right")
         if ratio:
             ax = axes[1]
             for k, curve in sorted(ratio.items()):
@@ -55,14 +55,14 @@ def wire(curves: dict[str, dict[int, Curve]]) -> str:
             ax.set_xlabel("step")
             ax.set_ylabel("ratio (x)")
             ax.set_ylim(0, 1.25 * max((v for c in ratio.values() for v in c.y), default=1.0))
-            _legend(ax, loc="lower right")
+            add_legend(ax, loc="lower right")
         return to_data_uri(fig)
 
 
 def scaling(predictions: list[dict[str, float]], measured: list[dict[str, float]]) -> str:
     """The alpha-beta model's step time and efficiency over process counts, with measurements."""
     has_eff = any("efficiency" in p for p in predictions)
-    with _figure(1, 2 if has_eff else 1, 3.6) as (fig, axes):
+    with figure_panels(1, 2 if has_eff else 1, 3.6) as (fig, axes):
         ax = axes[0]
         ax.plot([p["p"] for p in predictions], [1000.0 * p["step_time_s"] for p in predictions], marker="o",
                 color="#2f6db5", label="model prediction")
@@ -73,7 +73,7 @@ def scaling(predictions: list[dict[str, float]], measured: list[dict[str, float]
         ax.set_title("step time vs processes")
         ax.set_xlabel("processes (p)")
         ax.set_ylabel("step time (ms)")
-        _legend(ax)
+        add_legend(ax)
         if has_eff:
             ax = axes[1]
             pts = [p for p in predictions if "efficiency" in p]
@@ -88,5 +88,5 @@ def scaling(predictions: list[dict[str, float]], measured: list[dict[str, float]
             ax.set_title("scaling efficiency vs processes")
             ax.set_xlabel("processes (p)")
             ax.set_ylabel("efficiency (%)")
-            _legend(ax)
+            add_legend(ax)
         return to_data_uri(fig)

@@ -1,7 +1,7 @@
 """The report's sections, each a function from the loaded run (and verdict) to HTML.
 
 Every value read from the run directory or the verdict document is escaped by the helpers
-in ``repro500.report.html``; documents are accessed through :func:`_d` / :func:`_l` so that a
+in ``repro500.report.html``; documents are accessed through :func:`as_dict` / :func:`as_list` so that a
 malformed field shows as missing instead of breaking the report.
 """
 
@@ -35,11 +35,11 @@ MAX_DIFF_ROWS = 25
 EXTRA_DIST_METRICS = ("time_to_quality_s", "throughput_samples_per_s")
 
 
-def _d(value: Any) -> dict[str, Any]:
+def as_dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _l(value: Any) -> list[Any]:
+def as_list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
@@ -74,14 +74,14 @@ def header(view: RunView, verdict: VerdictView, toc: list[tuple[str, str]]) -> M
     doc = verdict.doc
     recipe = run.get("recipe_name") or summary.get("recipe_name") or "(unnamed recipe)"
     run_id = doc.get("run_id") or run.get("run_id") or summary.get("run_id") or view.root.name
-    repeats = _d(summary.get("repeats"))
+    repeats = as_dict(summary.get("repeats"))
     completed = sum(1 for s in repeats.values() if s == "completed")
     planned = summary.get("repeats_planned") or run.get("repeats") or len(repeats)
     unsuccessful = ", ".join(f"{k}: {s}" for k, s in repeats.items() if s != "completed")
     division = run.get("open_division")
-    manifest_tool = _d(_d(view.data.manifest if view.data else None).get("tool"))
-    tool = _d(doc.get("tool"))
-    against = _d(doc.get("against"))
+    manifest_tool = as_dict(as_dict(view.data.manifest if view.data else None).get("tool"))
+    tool = as_dict(doc.get("tool"))
+    against = as_dict(doc.get("against"))
     facts: list[tuple[str, Any]] = [
         ("run id", run_id), ("run status", run.get("status") or "-"),
         ("repeats completed", f"{completed} of {planned}" + (f" ({unsuccessful})" if unsuccessful else "")),
@@ -102,8 +102,8 @@ def header(view: RunView, verdict: VerdictView, toc: list[tuple[str, str]]) -> M
         f"<div><h1>{esc(recipe)}</h1>{badge(verdict.status)}"
         f' <span class="subtitle">exit code {esc(num(doc.get("exit_code")))}</span></div>'
         f"{key_values(facts)}{warnings}"
-        f"{bullet_list([str(r) for r in _l(doc.get('reasons'))], 'reasons')}"
-        f"{bullet_list([str(a) for a in _l(doc.get('advice'))], 'reasons advice')}"
+        f"{bullet_list([str(r) for r in as_list(doc.get('reasons'))], 'reasons')}"
+        f"{bullet_list([str(a) for a in as_list(doc.get('advice'))], 'reasons advice')}"
         f'<nav class="toc">{nav}</nav></header>'
     )
 
@@ -121,7 +121,7 @@ def _criteria(view: RunView) -> dict[str, plots.Criterion]:
 def _eval_metrics(view: RunView, available: list[str]) -> list[str]:
     preferred = [c.metric for c in view.data.acceptance] if view.data else []
     for doc in (view.data.repeats.values() if view.data else []):
-        target = _d(doc.get("target")).get("metric")
+        target = as_dict(doc.get("target")).get("metric")
         if isinstance(target, str):
             preferred.append(target)
     ordered = [m for m in preferred if m in available] + available
@@ -159,7 +159,7 @@ def convergence(view: RunView, verdict: VerdictView) -> Markup:
 
 def _dist_metrics(view: RunView, verdict: VerdictView) -> list[str]:
     names = [c.metric for c in view.data.acceptance] if view.data else []
-    names += [str(_d(e).get("metric")) for e in _l(verdict.doc.get("equivalence"))]
+    names += [str(as_dict(e).get("metric")) for e in as_list(verdict.doc.get("equivalence"))]
     names += [m for m in EXTRA_DIST_METRICS if view.data and view.data.values(m)]
     return [m for m in dict.fromkeys(names) if view.data and view.data.values(m)][:MAX_DIST_PANELS]
 
@@ -173,17 +173,17 @@ def distributions(view: RunView, verdict: VerdictView, reference: ReferenceData 
         return section("distributions", "Distributions across repeats",
                        note("no completed repeat reported an acceptance metric"))
     criteria = _criteria(view)
-    statistics = _d(verdict.doc.get("statistics"))
-    equivalence = {str(_d(e).get("metric")): _d(e) for e in _l(verdict.doc.get("equivalence"))}
+    statistics = as_dict(verdict.doc.get("statistics"))
+    equivalence = {str(as_dict(e).get("metric")): as_dict(e) for e in as_list(verdict.doc.get("equivalence"))}
     panels = []
     for name in metrics:
-        s = _d(statistics.get(name))
+        s = as_dict(statistics.get(name))
         low, high = finite(s.get("ci_low")), finite(s.get("ci_high"))
         panel = plots.DistPanel(metric=name, values=view.data.indexed_values(name), mean=finite(s.get("mean")),
                                 ci=(low, high) if low is not None and high is not None else None,
                                 confidence=conf, criterion=criteria.get(name))
         e = equivalence.get(name, {})
-        tost = _d(e.get("tost"))
+        tost = as_dict(e.get("tost"))
         panel.margin = finite(e.get("margin"))
         if reference is not None and reference.values.get(name):
             values = reference.values[name]
@@ -266,7 +266,7 @@ def scaling(view: RunView) -> Markup:
     doc = model.doc
     rows = [[num(p["p"]), _ms(p["step_time_s"]), pct(p.get("efficiency"), 1)] for p in model.predictions]
     measured = [[num(m["p"]), _ms(m["step_time_s"]), pct(m.get("efficiency"), 1)] for m in model.measured]
-    params = [(str(k), num(v) if not isinstance(v, (dict, list)) else "…") for k, v in _d(doc.get("model")).items()]
+    params = [(str(k), num(v) if not isinstance(v, (dict, list)) else "…") for k, v in as_dict(doc.get("model")).items()]
     parts = [image(plots_distributed.scaling(model.predictions, model.measured), "scaling model prediction vs measurement"),
              caption("Lines: the alpha-beta model's prediction (derived/scaling.json, written by repro500 model; "
                      "derived/ is a view and not covered by SHA256SUMS). Crosses: measured step times."
@@ -287,9 +287,9 @@ def _short_hash(value: Any, n: int = 12) -> str:
 
 
 def provenance_summary(manifest: dict[str, Any] | None) -> list[tuple[str, Any]]:
-    facets = _d(_d(manifest).get("facets"))
-    code, env, hw = _d(facets.get("code")), _d(facets.get("environment")), _d(facets.get("hardware"))
-    runtime = _d(facets.get("runtime"))
+    facets = as_dict(as_dict(manifest).get("facets"))
+    code, env, hw = as_dict(facets.get("code")), as_dict(facets.get("environment")), as_dict(facets.get("hardware"))
+    runtime = as_dict(facets.get("runtime"))
     rows: list[tuple[str, Any]] = []
     if code.get("in_repo") is False:
         rows.append(("code", f"not in a git work tree ({code.get('reason') or 'no reason recorded'})"))
@@ -297,34 +297,34 @@ def provenance_summary(manifest: dict[str, Any] | None) -> list[tuple[str, Any]]
         dirty = code.get("dirty")
         state = "uncommitted changes (code.diff)" if dirty else ("clean" if dirty is False else "unknown state")
         rows.append(("code commit", f"{_short_hash(code.get('commit'))} on {code.get('branch') or '?'}, {state}"))
-    py = _d(env.get("python"))
+    py = as_dict(env.get("python"))
     rows.append(("python", f"{py.get('version') or '-'} ({py.get('implementation') or '?'})"))
-    torch_rt, build = _d(runtime.get("torch")), _d(env.get("torch_build"))
+    torch_rt, build = as_dict(runtime.get("torch")), as_dict(env.get("torch_build"))
     torch_version = torch_rt.get("version") or build.get("version")
     rows.append(("torch", f"{torch_version or '-'}; CUDA {torch_rt.get('cuda') or build.get('cuda') or 'none'}; "
                           f"cuDNN {torch_rt.get('cudnn') or build.get('cudnn') or '-'}"))
     if torch_rt.get("num_threads") is not None:
         rows.append(("torch threads", torch_rt.get("num_threads")))
-    det = _d(runtime.get("determinism"))
+    det = as_dict(runtime.get("determinism"))
     if det:
         rows.append(("deterministic algorithms", det.get("deterministic_algorithms")))
-    os_ = _d(env.get("os"))
-    distro = _d(os_.get("distribution")).get("PRETTY_NAME") or os_.get("system") or "-"
+    os_ = as_dict(env.get("os"))
+    distro = as_dict(os_.get("distribution")).get("PRETTY_NAME") or os_.get("system") or "-"
     rows.append(("operating system", f"{distro}, kernel {os_.get('kernel') or '?'}"))
-    cpu = _d(hw.get("cpu"))
+    cpu = as_dict(hw.get("cpu"))
     rows.append(("CPU", f"{cpu.get('model') or '-'} ({cpu.get('cores') or '?'} cores, "
                         f"{cpu.get('threads') or '?'} threads)"))
-    gpus = [_d(g) for g in _l(hw.get("gpus"))]
+    gpus = [as_dict(g) for g in as_list(hw.get("gpus"))]
     if gpus:
         names = sorted({str(g.get("name") or "?") for g in gpus})
         rows.append(("GPU", f"{len(gpus)} × {', '.join(names)}"))
     else:
         rows.append(("GPU", f"none ({hw.get('gpu_reason') or 'no GPU recorded'})"))
-    seeds = _d(facets.get("seeds"))
+    seeds = as_dict(facets.get("seeds"))
     if seeds:
         rows.append(("master seed", f"{seeds.get('master_seed', '-')}" + (", same seed for every repeat"
                                                                             if seeds.get("same_seed") else "")))
-    digest = _d(_d(manifest).get("digest")).get("value")
+    digest = as_dict(as_dict(manifest).get("digest")).get("value")
     rows.append(("manifest digest", _short_hash(digest, 16)))
     return rows
 
@@ -334,8 +334,8 @@ def provenance(view: RunView, verdict: VerdictView, reference: ReferenceData | N
     if manifest is None:
         return section("provenance", "Provenance", note("the run directory has no manifest.json"))
     parts = [key_values(provenance_summary(manifest))]
-    facets = _d(manifest.get("facets"))
-    entries = [_d(e) for e in _l(_d(facets.get("data")).get("entries"))]
+    facets = as_dict(manifest.get("facets"))
+    entries = [as_dict(e) for e in as_list(as_dict(facets.get("data")).get("entries"))]
     if entries:
         parts.append(subsection("Data digests (DVC-compatible md5)", table(
             ["path", "md5", "size", "files"],
@@ -344,7 +344,7 @@ def provenance(view: RunView, verdict: VerdictView, reference: ReferenceData | N
         parts.append(note("no data files were digested (synthetic data generated in memory, or none recorded)"))
     seed_rows = []
     for k in sorted(view.data.repeats if view.data else {}):
-        s = _d(view.data.repeats[k].get("seeds"))
+        s = as_dict(view.data.repeats[k].get("seeds"))
         seed_rows.append([k, s.get("python"), s.get("numpy"), s.get("torch"), s.get("loader")])
     if seed_rows:
         parts.append(subsection("Seeds per repeat (rank 0)", table(
@@ -367,13 +367,13 @@ def _provenance_diff(manifest: dict[str, Any], verdict: VerdictView, reference: 
         if not diffs:
             return subsection(title, para("No differences: the run and the reference recorded the same provenance."))
         return subsection(title, head, table(["impact", "key", "this run", reference.label, "why it matters"], rows))
-    p = _d(verdict.doc.get("provenance"))
+    p = as_dict(verdict.doc.get("provenance"))
     if not p:
         return subsection(title, note("no reference: pass --against REF to compare provenance"))
     if not p.get("available"):
         return subsection(title, note(str(p.get("note") or "no provenance diff available")))
-    rows = [[_d(r).get("impact"), f"{_d(r).get('facet')}.{_d(r).get('key')}", str(_d(r).get("run")),
-             str(_d(r).get("reference")), _d(r).get("reason")] for r in _l(p.get("top"))]
+    rows = [[as_dict(r).get("impact"), f"{as_dict(r).get('facet')}.{as_dict(r).get('key')}", str(as_dict(r).get("run")),
+             str(as_dict(r).get("reference")), as_dict(r).get("reason")] for r in as_list(p.get("top"))]
     head = para(f"{num(p.get('total'))} difference(s), {num(p.get('result_relevant'))} result-relevant; the verdict "
                 "keeps the top ones (pass --against REF for the full table).")
     return subsection(title, head, table(["impact", "key", "this run", "reference", "why it matters"], rows))

@@ -14,10 +14,10 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from repro500 import rundir as layout
 from repro500.report import system_plots
 from repro500.report.html import Markup, esc, image, num, pct, section, subsection, table
 from repro500.report.load import RunView, finite
+from repro500.rundir import layout
 
 IO_BOUND = 0.5
 

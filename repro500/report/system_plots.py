@@ -11,9 +11,9 @@ from repro500.report.plots import (
     MEAN_COLOR,
     PASS_COLOR,
     REF_COLOR,
-    _figure,
-    _label,
+    figure_panels,
     repeat_color,
+    short_label,
     to_data_uri,
 )
 
@@ -48,7 +48,7 @@ def roofline(ceilings: Ceilings, points: Sequence[RunPoint]) -> str:
     xs = [pt.intensity for pt in points] + ridge
     lo, hi = min(xs) / 8, max(xs) * 8
     x = np.logspace(np.log10(lo), np.log10(hi), 200)
-    with _figure(1, 1, 4.6) as (fig, (ax,)):
+    with figure_panels(1, 1, 4.6) as (fig, (ax,)):
         ax.set_xscale("log")
         ax.set_yscale("log")
         for dtype, peak in sorted(peaks.items(), key=lambda kv: -kv[1]):
@@ -59,7 +59,7 @@ def roofline(ceilings: Ceilings, points: Sequence[RunPoint]) -> str:
             color = REF_COLOR if i else PASS_COLOR
             ax.scatter([r[0] for r in pt.repeats], [r[1] for r in pt.repeats], s=14, color=color, alpha=0.5)
             ax.scatter([pt.intensity], [pt.flops_per_s], s=70, marker="D", color=color, zorder=5,
-                       label=_label(f"{pt.label}: {pt.flops_per_s / 1e9:.3g} GFLOP/s at {pt.intensity:.3g} FLOP/B"))
+                       label=short_label(f"{pt.label}: {pt.flops_per_s / 1e9:.3g} GFLOP/s at {pt.intensity:.3g} FLOP/B"))
         top = max([*peaks.values(), *(pt.flops_per_s for pt in points), 1.0])
         ax.set_ylim(top=top * 3)
         from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -71,7 +71,7 @@ def roofline(ceilings: Ceilings, points: Sequence[RunPoint]) -> str:
             axis.set_minor_formatter(NullFormatter())
         ax.set_xlabel("arithmetic intensity (FLOP / byte)")
         ax.set_ylabel("GFLOP/s")
-        ax.set_title(_label(f"roofline of {ceilings.device}" + (f" ({ceilings.source})" if ceilings.source else "")))
+        ax.set_title(short_label(f"roofline of {ceilings.device}" + (f" ({ceilings.source})" if ceilings.source else "")))
         ax.legend(loc="lower right", fontsize=8)
         return to_data_uri(fig)
 
@@ -80,7 +80,7 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, xlabel: str, 
          limit_label: str = "limit", log: bool = False) -> str:
     """Horizontal bars (one per case), with a tick mark at each case's limit (a tolerance, a raw read)."""
     n = max(1, len(labels))
-    with _figure(1, 1, min(0.28 * n + 1.2, 14.0)) as (fig, (ax,)):
+    with figure_panels(1, 1, min(0.28 * n + 1.2, 14.0)) as (fig, (ax,)):
         ys = list(range(n))
         shown = [v if v is not None else 0.0 for v in values]
         ax.barh(ys, shown, color=[repeat_color(0)] * n)
@@ -89,7 +89,7 @@ def bars(labels: Sequence[str], values: Sequence[float | None], *, xlabel: str, 
             ax.scatter([m[1] for m in marks], [m[0] for m in marks], marker="|", s=200, color=REF_COLOR, zorder=5,
                        label=limit_label)
             ax.legend(loc="lower right", fontsize=8)
-        ax.set_yticks(ys, [_label(t) for t in labels], fontsize=7)
+        ax.set_yticks(ys, [short_label(t) for t in labels], fontsize=7)
         ax.invert_yaxis()
         if log and any(v > 0 for v in shown):
             from matplotlib.ticker import FuncFormatter, NullFormatter

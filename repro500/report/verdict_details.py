@@ -1,6 +1,6 @@
 """The report's "Verdict details": one block per part of verdict.json (integrity, bands,
 statistics, equivalence, time-to-train, determinism, exact replay, Valid FLOPS, MLPerf compliance), malformed fields shown as
-missing (:func:`repro500.report.sections._d` / ``_l``)."""
+missing (:func:`repro500.report.sections.as_dict` / ``as_list``)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from repro500.report.html import (
     table,
 )
 from repro500.report.load import finite
-from repro500.report.sections import _d, _l, caption, note
+from repro500.report.sections import as_dict, as_list, caption, note
 from repro500.report.verdict_source import VerdictView
 
 
@@ -41,22 +41,22 @@ def verdict_sections(verdict: VerdictView) -> Markup:
 def _integrity(doc: dict[str, Any]) -> Markup:
     out = []
     for key, title in (("integrity", "Integrity"), ("reference_integrity", "Reference integrity")):
-        i = _d(doc.get(key))
+        i = as_dict(doc.get(key))
         if not i:
             continue
-        problems = [str(p) for p in _l(i.get("problems"))]
+        problems = [str(p) for p in as_list(i.get("problems"))]
         state = badge("PASS" if not problems else "INVALID")
         line = Markup(f"<p>{state} {esc(num(i.get('files_checked')))} file(s) checked against SHA256SUMS; "
                       f"SHA-256 of SHA256SUMS <code>{esc(i.get('sums_digest') or '-')}</code> "
                       "(publish it; <code>repro500 verify --expect-sums</code> checks a copy)</p>")
         out.append(subsection(title, line, bullet_list(problems),
-                              bullet_list([f"warning: {w}" for w in _l(i.get("warnings"))]
-                                          + [f"note: {n}" for n in _l(i.get("notes"))])))
+                              bullet_list([f"warning: {w}" for w in as_list(i.get("warnings"))]
+                                          + [f"note: {n}" for n in as_list(i.get("notes"))])))
     return Markup("".join(out))
 
 
 def _bands(doc: dict[str, Any]) -> Markup:
-    bands = [_d(b) for b in _l(doc.get("bands"))]
+    bands = [as_dict(b) for b in as_list(doc.get("bands"))]
     if not bands:
         return subsection("Acceptance bands", note("the recipe has no acceptance criteria"))
     rows = []
@@ -66,26 +66,26 @@ def _bands(doc: dict[str, Any]) -> Markup:
         rows.append([b.get("metric"), f"{'≥' if higher else '≤'} {num(b.get('threshold'))}", num(b.get("target")),
                      num(b.get("tolerance")), b.get("n"), num(b.get("mean")), num(bound),
                      badge(b.get("status")), b.get("reason")])
-    conf = pct(_d(bands[0]).get("bound_confidence"), 0)
+    conf = pct(as_dict(bands[0]).get("bound_confidence"), 0)
     return subsection(f"Acceptance bands (one-sided {conf} bound across repeats)", table(
         ["metric", "band", "target", "tolerance", "n", "mean", "bound", "status", "why"], rows))
 
 
 def _statistics(doc: dict[str, Any]) -> Markup:
-    statistics = _d(doc.get("statistics"))
+    statistics = as_dict(doc.get("statistics"))
     if not statistics:
         return Markup("")
     conf = pct(1.0 - (finite(doc.get("alpha")) or 0.05), 0)
     rows = []
     notes: dict[str, list[str]] = {}  # the same sentence usually applies to several metrics
     for name, s in statistics.items():
-        s = _d(s)
+        s = as_dict(s)
         ci = "-" if s.get("ci_low") is None else f"[{num(s.get('ci_low'))}, {num(s.get('ci_high'))}]"
         med = "-" if s.get("median_ci_low") is None else (
             f"[{num(s.get('median_ci_low'))}, {num(s.get('median_ci_high'))}] at {pct(s.get('median_ci_confidence'), 0)}")
         rows.append([name, s.get("n"), num(s.get("mean")), num(s.get("std"), 3), pct(s.get("cv")), ci,
                      num(s.get("median")), med, num(s.get("olympic_mean"))])
-        for text in _l(s.get("notes")):
+        for text in as_list(s.get("notes")):
             notes.setdefault(str(text), []).append(str(name))
     listed = [f"{', '.join(names)}: {text}" for text, names in notes.items()]
     return subsection("Statistics across repeats", table(
@@ -94,13 +94,13 @@ def _statistics(doc: dict[str, Any]) -> Markup:
 
 
 def _equivalence(doc: dict[str, Any]) -> Markup:
-    entries = [_d(e) for e in _l(doc.get("equivalence"))]
+    entries = [as_dict(e) for e in as_list(doc.get("equivalence"))]
     if not entries:
         return subsection("Equivalence to a reference", note("no reference: pass --against REF (a run, a packed "
                                                              "run or a published-results file)"))
     rows, plot_rows = [], []
     for e in entries:
-        t = _d(e.get("tost"))
+        t = as_dict(e.get("tost"))
         low, high = finite(t.get("ci_low")), finite(t.get("ci_high"))
         ci = "-" if low is None or high is None else f"[{num(low)}, {num(high)}] ({pct(t.get('ci_confidence'), 0)})"
         ref = f"{num(t.get('mean_b'))}" + (f" (n = {t.get('n_b')})" if t.get("n_b") else " (exact value)")
@@ -124,10 +124,10 @@ def _equivalence(doc: dict[str, Any]) -> Markup:
 
 
 def _time_to_train(doc: dict[str, Any]) -> Markup:
-    t = _d(doc.get("time_to_train"))
+    t = as_dict(doc.get("time_to_train"))
     if not t:
         return Markup("")
-    ttq, etq = _d(t.get("time_to_quality_s")), _d(t.get("epochs_to_quality"))
+    ttq, etq = as_dict(t.get("time_to_quality_s")), as_dict(t.get("epochs_to_quality"))
     rows = [
         ("status", badge(t.get("status"))), ("why", t.get("reason")),
         ("repeats reaching the target", f"{num(t.get('repeats_reached'))} (not reached: {num(t.get('repeats_not_reached'))})"),
@@ -141,20 +141,20 @@ def _time_to_train(doc: dict[str, Any]) -> Markup:
         rows.append(("time-to-quality ratio (run / reference)", num(t.get("reference_time_ratio"))))
     if t.get("p_faster_than_reference") is not None:
         rows.append(("p (run faster than reference, one-sided Welch)", num(t.get("p_faster_than_reference"), 2)))
-    return subsection("Time-to-train", key_values(rows), bullet_list(_l(t.get("notes"))))
+    return subsection("Time-to-train", key_values(rows), bullet_list(as_list(t.get("notes"))))
 
 
 def _determinism(doc: dict[str, Any]) -> Markup:
-    d = _d(doc.get("determinism"))
+    d = as_dict(doc.get("determinism"))
     if not d:
         return Markup("")
     parts = [Markup(f"<p>{badge(d.get('status'))} {esc(d.get('reason') or '')}</p>")]
-    divs = [_d(x) for x in _l(d.get("divergences"))]
+    divs = [as_dict(x) for x in as_list(d.get("divergences"))]
     if divs:
         parts.append(table(["repeats", "seed", "first differing epoch", "first differing tensor", "detail"],
-                           [[", ".join(map(str, _l(x.get("repeats")))), str(x.get("seed")), str(x.get("first_epoch")),
+                           [[", ".join(map(str, as_list(x.get("repeats")))), str(x.get("seed")), str(x.get("first_epoch")),
                              x.get("first_tensor") or "-", x.get("detail")] for x in divs]))
-    pairs = [_d(x) for x in _l(d.get("cross_run"))]
+    pairs = [as_dict(x) for x in as_list(d.get("cross_run"))]
     if pairs:
         parts.append(table(["repeat", "reference repeat", "shared torch seed", "bitwise-identical parameters"],
                            [[p.get("repeat"), p.get("reference_repeat"), str(p.get("seed")),
@@ -163,12 +163,12 @@ def _determinism(doc: dict[str, Any]) -> Markup:
 
 
 def _exact_replay(doc: dict[str, Any]) -> Markup:
-    r = _d(doc.get("exact_replay"))
+    r = as_dict(doc.get("exact_replay"))
     if not r:
         return Markup("")
     state = "exact" if r.get("exact") is True else "not exact"
     parts = [Markup(f"<p><strong>{esc(state)}</strong>: {esc(r.get('reason') or '')}</p>")]
-    diffs = [_d(x) for x in _l(r.get("metric_differences"))]
+    diffs = [as_dict(x) for x in as_list(r.get("metric_differences"))]
     if diffs:
         parts.append(table(["repeat", "reference repeat", "metric", "this run", "reference"],
                            [[x.get("repeat"), x.get("reference_repeat"), x.get("metric"), num(x.get("value")),
@@ -176,21 +176,21 @@ def _exact_replay(doc: dict[str, Any]) -> Markup:
         parts.append(caption("The final parameters of these repeats are bitwise identical to the reference's, yet "
                              "they recorded different metrics: a non-deterministic evaluation, a different "
                              "evaluation set or data, or edited records. The statistics decide the verdict."))
-    ignored = [str(m) for m in _l(r.get("ignored_metrics"))]
+    ignored = [str(m) for m in as_list(r.get("ignored_metrics"))]
     if ignored:
         parts.append(caption(f"Not compared (times and rates, which other machines change): {', '.join(ignored)}."))
     return subsection("Exact replay", *parts)
 
 
 def _valid_flops(doc: dict[str, Any]) -> Markup:
-    f = _d(doc.get("valid_flops"))
-    repeats = [_d(r) for r in _l(f.get("repeats"))]
+    f = as_dict(doc.get("valid_flops"))
+    repeats = [as_dict(r) for r in as_list(f.get("repeats"))]
     if not repeats:
         return Markup("")
     rows = [[r.get("repeat"), num(r.get("flops_per_s")), num(r.get("achieved")), num(r.get("target")),
              num(r.get("exponent")), num(r.get("train_flops")), num(r.get("time_to_quality_s")),
              num(r.get("valid_flops")), num(r.get("recomputed"))] for r in repeats]
-    s = _d(f.get("summary"))
+    s = as_dict(f.get("summary"))
     parts = [para(f"{f.get('formula') or ''} (HPC AI500). Mean {num(s.get('mean'))} FLOP/s over "
                   f"{num(s.get('n'))} repeat(s), cv {pct(s.get('cv'))}."),
              table(["repeat", "FLOP/s", "achieved", "target", "exponent", "training FLOPs", "time to quality (s)",
@@ -198,21 +198,21 @@ def _valid_flops(doc: dict[str, Any]) -> Markup:
              caption("HPC AI500's penalty coefficient (achieved / target)^n penalises quality below the target "
                      "and rewards quality above it; a recorded value that the formula does not give from its "
                      "inputs is listed below.")]
-    mismatches = [str(m) for m in _l(f.get("mismatches"))]
+    mismatches = [str(m) for m in as_list(f.get("mismatches"))]
     if mismatches:
         parts.append(bullet_list(mismatches, "reasons"))
     return subsection("Valid FLOPS", *parts)
 
 
 def _mlperf(doc: dict[str, Any]) -> Markup:
-    m = _d(doc.get("mlperf"))
+    m = as_dict(doc.get("mlperf"))
     if not m:
         return Markup("")
     parts = [Markup(f"<p>{badge(m.get('status'))} {esc(m.get('reason') or '')}</p>")]
-    repeats = _d(m.get("repeats"))
+    repeats = as_dict(m.get("repeats"))
     if repeats:
         parts.append(table(["repeat", "accepted", "what the checker rejected"],
-                           [[k, "yes" if _d(r).get("passed") else "no", _d(r).get("problems") or "-"]
+                           [[k, "yes" if as_dict(r).get("passed") else "no", as_dict(r).get("problems") or "-"]
                             for k, r in sorted(repeats.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0)]))
     parts.append(caption("Each repeat's mllog.txt judged by MLPerf's own compliance checker (mlperf-logging) under "
                          "the ruleset named above; it judges the logs, not the run's quality, and does not change "

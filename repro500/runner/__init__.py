@@ -16,10 +16,10 @@ from typing import Any
 
 from rich.console import Console
 
-from repro500 import launchenv, redact
-from repro500 import recipe as recipes
-from repro500 import rundir as layout
+from repro500 import redact
 from repro500.errors import InvalidInput, UsageError
+from repro500.recipe import load as recipes
+from repro500.rundir import layout
 from repro500.runner import decide, multinode
 from repro500.runner.plan import (
     RunOptions,
@@ -31,6 +31,7 @@ from repro500.runner.plan import (
 )
 from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
+from repro500.workloads.command import launchenv
 from repro500.workloads.workload import SUMMARY_METRICS
 
 __all__ = ["SUMMARY_METRICS", "RunOptions", "RunOutcome", "aggregate", "preflight", "run"]
@@ -162,7 +163,8 @@ def _prepare_tracking(options: RunOptions) -> None:
     # here, not through the trainer, so that a wrapped command's run never imports torch (2-3 s).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if options.tracking:
-        from repro500 import mlflow_store, tracking
+        from repro500.tracking import client as tracking
+        from repro500.tracking import store as mlflow_store
 
         mlflow_store.check_usable()  # MLflow itself is imported beside the first repeat
         tracking.sealed_limit_mb()  # a bad REPRO500_MLFLOW_SEALED_MAX_MB is said now, not after the repeats
@@ -170,7 +172,7 @@ def _prepare_tracking(options: RunOptions) -> None:
 
 def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
-    from repro500 import tracking_process
+    from repro500.tracking import process as tracking_process
 
     if options.tracking is not False and options.node_rank == 0:
         # MLflow's import, in a process of its own, while this one reads the recipe and imports

@@ -13,11 +13,11 @@ from typing import Any
 from rich.console import Console
 
 from repro500 import __version__
-from repro500 import rundir as layout
 from repro500.digest import file_digest
-from repro500.launchenv import user_environ
+from repro500.rundir import layout
 from repro500.runner.plan import Plan
 from repro500.runner.summaries import utc
+from repro500.workloads.command.launchenv import user_environ
 
 
 def experiment_facet(plan: Plan) -> dict[str, Any]:
@@ -51,8 +51,8 @@ def own_outputs(run: layout.RunDir) -> list[Path]:
     """What repro500 itself writes near the experiment, never part of its source wherever it lies:
     the runs under ``--out``, the tracking store's files and its experiments' artifact roots
     (docs/command.md).  Others are recognised by what they hold (repro500.capture.outputs)."""
-    from repro500 import mlflow_store
     from repro500.capture.outputs import artifact_roots
+    from repro500.tracking import store as mlflow_store
 
     store = mlflow_store.local_store_paths(mlflow_store.tracking_uri())
     roots = artifact_roots(store[0]) if store and store[0].is_file() else []
@@ -119,7 +119,7 @@ def _facets(plan: Plan, kept: dict[str, Any] | None) -> dict[str, Any]:
         facets["runtime"] = {}  # the command's own runtime is its business; repro500 set only its seeds' env
         facets["distributed"] = {"engine": "command", "world_size": 1, "backend": None, "compressor": "none"}
         return facets
-    from repro500.workloads import train
+    from repro500.workloads.trainer import train
 
     train.set_determinism(plan.deterministic)
     facets["runtime"] = env_facet.runtime_state()

@@ -43,9 +43,9 @@ def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str,
         from repro500.verify.reference import load_reference
 
         loaded = load_reference(options.against)
-        _same_benchmark(recipe, loaded, str(options.against))
         reference = {"against": str(Path(options.against).resolve()), "margins": dict(options.margins)}
     if not options.until_decided:
+        _same_benchmark(recipe, loaded, str(options.against))
         return None, reference, loaded
     from repro500.verify import sequential
     from repro500.verify.rundir import parse_acceptance
@@ -69,6 +69,8 @@ def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str,
     design = sequential.design(recipe.repeats, 0.05, options.spending, min(counts) if counts else None)
     design["decided_on"] = "against" if loaded is not None else "bands"
     design["max_repeats_from"] = how
+    if loaded is not None:  # after the usage errors above: a wrong option is said first
+        _same_benchmark(recipe, loaded, str(options.against))
     return design, reference, loaded
 
 

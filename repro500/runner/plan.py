@@ -14,10 +14,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from repro500 import recipe as recipes
 from repro500.capture import seeds as seeding
 from repro500.errors import InvalidInput, UsageError
 from repro500.ext import specs
+from repro500.recipe import load as recipes
+from repro500.workloads import kinds
 from repro500.workloads import workload as workloads
 
 ENGINES = ("local", "ddp", "horovod", "command")
@@ -262,7 +263,7 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     mutable = recipe.mutable
     extra_paths = [str(Path(options.recipe).resolve().parent)] if options.recipe else []
     if recipe.is_command:
-        work = workloads.make(recipe, tracking=tracking_choice(options, recipe))
+        work = kinds.make(recipe, tracking=tracking_choice(options, recipe))
         work.check()
         return Plan(recipe, work, "cpu", "command", None, specs.resolve("none"), 1, 1, 0, options.same_seed, None)
     engine = mutable["engine"]
@@ -283,7 +284,7 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     if engine == "local" and nproc > 1:
         raise UsageError("mutable.nproc > 1 needs a distributed engine: --set engine=ddp (or horovod)")
     meeting = rendezvous(options)
-    work = workloads.make(recipe, device=device, engine=engine, rendezvous=meeting, search_paths=extra_paths)
+    work = kinds.make(recipe, device=device, engine=engine, rendezvous=meeting, search_paths=extra_paths)
     work.check()
     if engine != "local":
         cores = os.cpu_count() or 1
@@ -297,7 +298,7 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
 
 def check_variants(mutable: dict[str, Any], engine: str, device: str) -> None:
     """The training variants a device or engine cannot run, refused before anything is captured."""
-    from repro500.workloads.step import check_micro_batch, check_precision
+    from repro500.workloads.trainer.step import check_micro_batch, check_precision
 
     precision, micro = mutable.get("precision", "fp32"), mutable.get("micro_batch_size")
     check_precision(precision, device)

@@ -4,7 +4,7 @@
 
 Each stage is a method below a screen long; what a stage knows lives in its own module (the
 plan in ``plan.py``, tags in ``track.py``, the display in ``display.py``, the layout in
-``repro500.rundir``, rank maps in ``workloads.engines.ranks``).  Finished repeats are complete
+``repro500.rundir.layout``, rank maps in ``workloads.engines.ranks``).  Finished repeats are complete
 on disk (their ``summary.json`` is written last, atomically) and FINISHED in MLflow before the
 next one starts, so Ctrl-C, SIGTERM or a crash loses at most the repeat in flight; ``--resume``
 reruns exactly the missing repeats with the same seeds.
@@ -22,8 +22,8 @@ from typing import Any
 from rich.console import Console
 
 from repro500 import redact
-from repro500 import rundir as layout
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
+from repro500.rundir import layout
 from repro500.runner import decide
 from repro500.runner import summaries as aggregation
 from repro500.runner.background import warm_verify
@@ -161,8 +161,8 @@ class Session:
             chain.append(self.run.path, k, self.run.repeat(k) / layout.REPEAT_SUMMARY)
 
     def track(self) -> None:
-        from repro500 import mlflow_store
         from repro500.runner.track import Tracking
+        from repro500.tracking import store as mlflow_store
 
         # a resume cannot repeat --experiment: the run's own is in run.json
         recorded = (self.meta.get("mlflow") or {}).get("experiment")
@@ -251,7 +251,8 @@ class Session:
 
     def verify(self) -> Any:
         from repro500.attest import check
-        from repro500.verify.verdict import render, verify_run, write_verdict
+        from repro500.verify.render import render
+        from repro500.verify.verdict import verify_run, write_verdict
 
         reference = self.meta.get("reference") or {}
         try:
@@ -317,7 +318,7 @@ class Session:
         untracked), and the file naming the repeat's own run once it exists (track.py)."""
         if self.tracking is None or not self.recipe.is_command:
             return None
-        from repro500.workloads.command_repeat import MlflowTarget
+        from repro500.workloads.command.repeat import MlflowTarget
 
         return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.repeat_file(k),
                             self.tracking.wait_ready)

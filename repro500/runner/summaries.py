@@ -6,8 +6,8 @@ import secrets
 import time
 from typing import Any
 
-from repro500 import recipe as recipes
-from repro500 import rundir as layout
+from repro500.recipe import load as recipes
+from repro500.rundir import layout
 
 
 def utc() -> str:

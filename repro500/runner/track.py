@@ -9,8 +9,8 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
-from repro500 import mlflow_store
 from repro500.runner.plan import Plan
+from repro500.tracking import store as mlflow_store
 
 
 def parent_tags(plan: Plan, run_id: str, source_name: str, run_dir: str = "") -> dict[str, str]:
@@ -132,7 +132,7 @@ class Tracking:
         return self._worker.submit(call)
 
     def _connect(self) -> None:
-        from repro500 import tracking_process
+        from repro500.tracking import process as tracking_process
 
         self.tracker = tracking_process.connect(self.experiment, self.uri, self.artifacts)
 
@@ -192,7 +192,7 @@ class Tracking:
     def replay(self, run: Any, planned: int, run_id: str, params: dict[str, str]) -> None:
         """The repeats an earlier attempt finished, from their files, into this store: the records
         their own runs would have got, so a resume into another store holds every repeat."""
-        from repro500 import rundir as layout
+        from repro500.rundir import layout
 
         for k, summary in sorted(run.summaries(planned, finished_only=True).items()):
             self.start_repeat(k, int((summary.get("seeds") or {}).get("torch") or 0), run_id, params)
@@ -234,7 +234,7 @@ class Tracking:
         """A file that exists once repeat *k*'s own MLflow run does (or could not be made), holding
         its ``run_id`` and ``experiment_id``: a wrapped script's ``import mlflow`` waits for it
         (``REPRO500_MLFLOW_READY``), and repro500's run-context provider reads it to give the
-        script's runs their parent when they start (repro500.mlflow_context)."""
+        script's runs their parent when they start (repro500.tracking.context)."""
         return self._scratch / f"repeat-{k}.json"
 
     def start_repeat(self, k: int, seed: int, run_id: str, params: dict[str, str]) -> None:
@@ -251,7 +251,7 @@ class Tracking:
         self._started.append(self._worker.submit(start))
 
     def _announce(self, k: int) -> None:
-        from repro500 import atomic
+        from repro500.rundir import atomic
 
         made = self.repeat_ids.get(k) if self.error is None else None
         atomic.write_json(self.repeat_file(k), {"run_id": made, "experiment_id": self.tracker.experiment_id
@@ -294,11 +294,11 @@ class Tracking:
 
     def conclude(self, run: Any, verdict: Any, design: dict[str, Any] | None) -> None:
         """The parent's last records: the verdict's figures as metrics and its statuses as tags
-        (repro500.mlflow_names), the data a command was seen reading as dataset inputs, the
+        (repro500.tracking.names), the data a command was seen reading as dataset inputs, the
         summary, verdict and inputs files, and the whole sealed run as one archive (``run/<run-id>.tar.gz``:
         ``repro500 verify mlflow:RUN_ID`` verifies it from the store alone)."""
-        from repro500 import rundir as layout
-        from repro500.mlflow_names import verdict_metrics
+        from repro500.rundir import layout
+        from repro500.tracking.names import verdict_metrics
         from repro500.verify.variance import design_tags, mlflow_metrics, mlflow_tags
 
         metrics, tags = verdict_metrics(verdict.to_dict())
@@ -345,7 +345,7 @@ class Tracking:
 
     def _terminate_after_failure(self, status: str) -> None:
         """After a failure stopped the queue, no run may stay RUNNING: end what was started, best effort."""
-        from repro500 import tracking_process
+        from repro500.tracking import process as tracking_process
 
         if self.tracker is None:
             return

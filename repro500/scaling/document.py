@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import __version__, atomic
+from repro500 import __version__
 from repro500.errors import UsageError
+from repro500.rundir import atomic
 from repro500.scaling import fit as fitting
 from repro500.scaling import measure, predict, sizes, wire
 from repro500.scaling.alphabeta import FORMULAS
@@ -263,7 +264,7 @@ def build(inputs: Inputs, *, settings: measure.Settings | None = None, remeasure
 
 def write(run_dir: str | Path, doc: Mapping[str, Any]) -> Path:
     """Write *doc* to RUN/derived/scaling.json atomically; returns the path."""
-    from repro500.writable import writing
+    from repro500.rundir.writable import writing
 
     path = Path(run_dir) / PATH
     with writing("the scaling model", path, "run without --write (the table and --json need no write access)"):

@@ -8,7 +8,7 @@ hardest).  A repetition's time is the slowest rank's (the collective is done whe
 is), the point's time the median over repetitions.  Each process uses one thread, as a DDP
 rank on a shared CPU would.
 
-The measurement is cached in ``repro500.cache.cache_dir("scaling")``, one file per host and
+The measurement is cached in ``repro500.capture.cache.cache_dir("scaling")``, one file per host and
 torch version (the two things that change the numbers without changing the code); a cached
 file measured with other settings, or unreadable, is measured again.  ``remeasure=True``
 always measures.
@@ -30,9 +30,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic
-from repro500.cache import cache_dir
+from repro500.capture.cache import cache_dir
 from repro500.errors import RunFailed, UsageError
+from repro500.rundir import atomic
 from repro500.scaling.alphabeta import COLLECTIVES
 from repro500.scaling.fit import Point
 

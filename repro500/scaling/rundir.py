@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro500 import rundir as layout
 from repro500.errors import InvalidInput
+from repro500.rundir import layout
 
 TIMING_KEYS = ("time_forward_s", "time_backward_s", "time_optimizer_s", "step_time_s")
 

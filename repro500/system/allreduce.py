@@ -20,8 +20,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic
 from repro500.errors import RunFailed
+from repro500.rundir import atomic
 from repro500.system import timing
 from repro500.system.operators import DTYPES, ITEMSIZE, Case, error, tolerance_for
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import rundir as layout
+from repro500.rundir import layout
 from repro500.system.energy import EnergyMeter
 
 IO_BOUND_FRACTION = 0.5  # an epoch that waited for data longer than it computed is I/O-bound
@@ -158,7 +158,8 @@ def intensity_of(spec: Any) -> dict[str, Any]:
     import torch
 
     from repro500.system.intensity import estimate
-    from repro500.workloads import parts, train
+    from repro500.workloads import parts
+    from repro500.workloads.trainer import train
 
     try:
         dataset = parts.open_data(spec.dataset, "train", paths=spec.search_paths)

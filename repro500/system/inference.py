@@ -64,7 +64,7 @@ class InferenceConfig:
 
 def options_from_recipe(path: Path, *, batch_sizes: list[int] | None = None, calls: int | None = None) -> dict[str, Any]:
     """``fixed.system`` for the model of the trained recipe at ``path`` (its model, options and data)."""
-    from repro500 import recipe as recipes
+    from repro500.recipe import load as recipes
 
     recipe = recipes.load(path)
     if recipe.kind != "trained":
@@ -81,7 +81,7 @@ def options_from_recipe(path: Path, *, batch_sizes: list[int] | None = None, cal
 
 
 def _spec(config: InferenceConfig) -> Any:
-    from repro500.workloads import train
+    from repro500.workloads.trainer import train
 
     return train.TrainSpec(workload=config.task, model=config.model, dataset=config.dataset, target={"metric": "-"},
                            epochs=1, model_options=config.model_options, device=config.device,
@@ -90,7 +90,8 @@ def _spec(config: InferenceConfig) -> Any:
 
 def build(config: InferenceConfig) -> tuple[Any, Any]:
     """(the model in eval mode on the device, the eval data set): the trainer's door."""
-    from repro500.workloads import parts, train
+    from repro500.workloads import parts
+    from repro500.workloads.trainer import train
 
     spec = _spec(config)
     dataset = parts.open_data(spec.dataset, "eval", paths=spec.search_paths)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from repro500.recipe_schema import SCHEMA
+from repro500.recipe.schema import SCHEMA
 
 
 def _recipe(name: str, measure: str, system: dict[str, Any], mutable: dict[str, Any],

@@ -10,7 +10,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from repro500 import rundir as layout
+from repro500.rundir import layout
 
 
 def first_record(run_dir: Path) -> dict[str, Any] | None:

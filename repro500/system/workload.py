@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic
-from repro500 import recipe as recipes
-from repro500 import rundir as layout
-from repro500.bundle import REPEAT_SUMMARY_SCHEMA
+from repro500.recipe import load as recipes
+from repro500.rundir import atomic, layout
+from repro500.rundir.sums import REPEAT_SUMMARY_SCHEMA
 from repro500.workloads.workload import Repeat, check_acceptance, expand_paths
 
 

@@ -2,19 +2,32 @@
 
 One module per job (docs/verify.md):
 
-* ``stats``        descriptive statistics, t and order-statistic intervals, TOST, repeats needed
-* ``rundir``       read a run directory into memory
-* ``integrity``    digests, manifest, aggregate recomputation, data re-hashing
-* ``bands``        acceptance criteria on confidence bounds
-* ``equivalence``  REPRODUCED / NOT REPRODUCED / INCONCLUSIVE against a reference
-* ``published``    the published-results file format (``repro500/published/v1``)
-* ``reference``    resolve ``--against`` (run directory, packed bundle, published file)
-* ``timing``       time-to-train: olympic mean, "converged suspiciously fast"
-* ``determinism``  same seed, same parameters; where two repeats diverge
-* ``provenance``   the manifest diff shown with a verdict (uses ``diff``)
-* ``flops``        Valid FLOPS with its inputs
-* ``verdict``      joins the sections: ``verify_run``, ``write_verdict``, ``render``
-* ``render``       the one-screen terminal summary
+* ``stats``           descriptive statistics, t and order-statistic intervals, TOST, repeats a question needs
+* ``quantiles``       distribution-free intervals for any quantile
+* ``rundir``          read a run directory into memory
+* ``integrity``       digests, manifest, chain, attestation, aggregates, data re-hashing; the gate
+                      every command that vouches for a run calls (``require_intact``)
+* ``bands``           acceptance criteria on confidence bounds
+* ``equivalence``     REPRODUCED / NOT REPRODUCED / INCONCLUSIVE against a reference
+* ``published``       the published-results file format (``repro500/published/v1``)
+* ``reference``       resolve ``--against`` (run, packed run, published file) and "same benchmark"
+* ``history``         references from history: earlier runs of the same benchmark on this system
+* ``trend``           ``repro500 history``: one metric across a history, and what changed
+* ``from_mlflow``     a run read back from an MLflow store alone (``mlflow:RUN_ID``)
+* ``timing``          time-to-train: olympic mean, "converged suspiciously fast"
+* ``determinism``     same seed, same parameters; where two repeats diverge
+* ``sampling``        sampling bias: incomplete or biased epochs
+* ``variance``        where the variance of a factorial run (``--vary``) comes from
+* ``gains``           what a variant gains against its reference (throughput, Valid FLOPS)
+* ``planning``        ``repro500 plan``: how many repeats a decision needs
+* ``sequential``      stop repeating once decided (group-sequential levels)
+* ``sequential_plan`` the ``--max-repeats`` a sequential run needs, by simulation
+* ``diff``            compare two manifests, ranked by likely effect
+* ``provenance``      the manifest diff shown with a verdict (uses ``diff``)
+* ``flops``           Valid FLOPS with its inputs
+* ``verdict``         joins the sections: ``verify_run``, ``write_verdict``
+* ``render``          the one-screen terminal summary
 
-Nothing here imports the workloads: a verdict needs no training code.
+Nothing here imports the training code: a verdict needs no trainer.  MLPerf's compliance section
+is :mod:`repro500.mlperf.compliance`'s (MLPerf's rules live together in :mod:`repro500.mlperf`).
 """

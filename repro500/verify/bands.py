@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from repro500.verify import planning, stats
+from repro500.verify import stats
 from repro500.verify.rundir import Criterion, RunData
 
 
@@ -123,7 +123,7 @@ def _decide(c: Criterion, values: list[float], alpha: float, unsuccessful: int) 
         res.reason = f"{other} {level} bound {opposite:.6g} is beyond {c.threshold:.6g}: misses band {band}"
     else:
         res.reason = f"{level} bounds [{low:.6g}, {high:.6g}] straddle the threshold {c.threshold:.6g}"
-        res.repeats_needed = planning.band_repeats(desc["mean"], desc["std"], c, alpha)  # as `repro500 plan`
+        res.repeats_needed = stats.band_repeats(desc["mean"], desc["std"], c, alpha)  # as `repro500 plan`
         if res.repeats_needed:
             res.advice.append(
                 f"{c.metric}: about {res.repeats_needed} repeats would decide the band "

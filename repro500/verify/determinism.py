@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500.rundir import layout
 from repro500.verify.rundir import RunData
 
 _SEED_NAMES = ("python", "numpy", "torch", "loader")
@@ -90,9 +91,9 @@ def locate_divergence(params_a: list[dict[str, Any]], params_b: list[dict[str, A
 
 
 def _diverge(run: RunData, a: int, b: int, seed: Any) -> Divergence:
-    epoch, tensor = locate_divergence(read_params(run.repeat_file(a, "params.jsonl")),
-                                      read_params(run.repeat_file(b, "params.jsonl")))
-    source = "params.jsonl"
+    epoch, tensor = locate_divergence(read_params(run.repeat_file(a, layout.PARAMS)),
+                                      read_params(run.repeat_file(b, layout.PARAMS)))
+    source = layout.PARAMS
     if epoch is None:
         source = "epoch_param_digests"
         da = run.repeats[a].get("epoch_param_digests") or []

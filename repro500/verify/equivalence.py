@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from repro500.errors import InvalidInput, UsageError
-from repro500.verify import planning, stats
+from repro500.verify import stats
 from repro500.verify.reference import Reference
 from repro500.verify.rundir import RunData
 
@@ -169,7 +169,7 @@ def _advise(out: EquivalenceResult, res: stats.TostResult, test: str, direction:
         out.advice.append(_too_few_advice(out.metric, res, reference_kind))
         return
     # the computation `repro500 plan` makes before a run (repro500/verify/planning.py)
-    n, both = planning.equivalence_repeats(res.diff, res.std_a or 0.0, res.margin, alpha,
+    n, both = stats.equivalence_repeats(res.diff, res.std_a or 0.0, res.margin, alpha,
                                            sd_ref=None if single_value else res.std_b,
                                            n_ref=None if single_value else res.n_b, test=test, direction=direction)
     out.repeats_needed = n

@@ -1,7 +1,7 @@
 """A run read back from an MLflow store alone: ``repro500 verify mlflow:RUN_ID`` (or ``runs:/RUN_ID``).
 
 The runner logs the sealed run directory as one archive on the parent run
-(``run/<run-id>.tar.gz``, :meth:`repro500.tracking.Tracker.log_sealed`); this finds the repro500
+(``run/<run-id>.tar.gz``, :meth:`repro500.tracking.client.Tracker.log_sealed`); this finds the repro500
 parent of the MLflow run named (a repeat's run or a wrapped script's leads up to it), downloads
 that archive and hands it to ``verify`` as a packed run: its ``SHA256SUMS`` decides whether what the
 store kept is what the run sealed.  The store is ``MLFLOW_TRACKING_URI`` (else ``mlflow.db`` here).
@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from repro500 import mlflow_store
 from repro500.errors import InvalidInput
+from repro500.tracking import store as mlflow_store
 
 PREFIXES = ("mlflow:", "runs:/")
 
@@ -62,7 +62,7 @@ def _get(client: Any, run_id: str, uri: str) -> Any:
 
 def parent_run(client: Any, run_id: str, uri: str) -> Any:
     """The repro500 parent run of *run_id*: itself, or the run it nests under (a repeat's, a script's)."""
-    from repro500.tracking import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG
+    from repro500.tracking.client import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG
 
     run = _get(client, run_id, uri)
     for _ in range(3):  # a script's run -> its repeat's run -> the parent
@@ -82,7 +82,7 @@ def parent_run(client: Any, run_id: str, uri: str) -> Any:
 def download(reference: str, dest: Path) -> Path:
     """Download the sealed run behind *reference* into *dest*; returns the archive's path.
     (``--check-tracking`` then reads the same store: see ``commands/verify.py``.)"""
-    from repro500.tracking import RUN_ID_TAG, SEALED_PATH, SEALED_TAG
+    from repro500.tracking.client import RUN_ID_TAG, SEALED_PATH, SEALED_TAG
 
     run_id = run_id_of(reference)
     uri = mlflow_store.tracking_uri()

@@ -32,6 +32,7 @@ from typing import Any
 
 from repro500.digest import canonical_digest
 from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError, UsageError
+from repro500.rundir import layout
 from repro500.verify import integrity
 from repro500.verify.reference import Reference, benchmark_difference, benchmark_of_run
 from repro500.verify.rundir import RunData
@@ -141,7 +142,7 @@ def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
         return _from_mlflow(spec)
     source = Path(spec)
     if source.is_dir():
-        if (source / "run.json").is_file() or (source / "SHA256SUMS").is_file():
+        if (source / layout.RUN_JSON).is_file() or (source / "SHA256SUMS").is_file():
             raise InvalidInput(f"history:{spec} is one run directory: give the directory that holds the runs "
                                f"(e.g. history:{source.parent}) or an MLflow experiment's name")
         return sorted(p for p in source.iterdir() if p.is_dir() and (p / "SHA256SUMS").is_file()), []
@@ -151,7 +152,7 @@ def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
 def _from_mlflow(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
     """The parent runs of an MLflow experiment (SOURCE is its name), or of every experiment in the
     store that match an MLflow search filter (SOURCE is ``mlflow:FILTER``)."""
-    from repro500 import mlflow_store
+    from repro500.tracking import store as mlflow_store
 
     uri = mlflow_store.tracking_uri()
     db = mlflow_store.sqlite_path(uri)
@@ -311,9 +312,9 @@ def pooled(entries: list[Entry], metrics: list[str], alpha: float) -> tuple[dict
 
 
 def _pooled_field(entries: list[Entry], name: str) -> list[float]:
-    from repro500.verify.reference import _repeat_field
+    from repro500.verify.reference import repeat_field
 
-    return [v for e in entries for v in _repeat_field(e.run, name)]
+    return [v for e in entries for v in repeat_field(e.run, name)]
 
 
 # ----- regression, improvement or equivalent -------------------------------------------------------------

@@ -6,7 +6,7 @@ Checks, in order (docs/verify.md, "Integrity"):
 2. optionally the digest of ``SHA256SUMS`` itself against one published elsewhere;
 3. ``manifest.json``: schema and its canonical digest (``repro500-c14n/v1``);
 4. ``run.json`` schema, and the attestation of a signed run against the files, by the key it
-   names (repro500.attest.signing.attestation_problems; who may sign is ``verify --trust``'s);
+   names (repro500.attest.attestation.attestation_problems; who may sign is ``verify --trust``'s);
 5. every planned repeat accounted for (run.json, summary.json, recipe.yaml and the manifest
    agree on how many; each has its own ``repeats/<k>/summary.json``, seeds as planned, the world
    size and engine run.json records), and the aggregate ``summary.json`` recomputed from the
@@ -37,9 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import bundle, untrusted
+from repro500 import untrusted
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput
+from repro500.rundir import layout
+from repro500.rundir import sums as bundle
 from repro500.verify.rundir import INCOMPLETE_RUN_STATES, REPEAT_STATES, RunData, load_run
 
 MANIFEST_SCHEMA = "repro500/manifest/v1"
@@ -97,9 +99,9 @@ def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: 
         result.problems.append(
             f"SHA256SUMS has digest {result.sums_digest}, not the expected {expect_sums_digest.strip()}"
         )
-    _check_manifest(root / "manifest.json", result)
-    _check_run_json(root / "run.json", result)
-    from repro500.attest.signing import attestation_problems
+    _check_manifest(root / layout.MANIFEST, result)
+    _check_run_json(root / layout.RUN_JSON, result)
+    from repro500.attest.attestation import attestation_problems
 
     result.problems += attestation_problems(root)
     return result
@@ -296,7 +298,7 @@ def _check_repeat_dirs(run: RunData, planned: int, result: IntegrityResult) -> N
         rel = f"repeats/{child.name}"
         if child.is_symlink():
             result.problems.append(f"{rel} is a link: every repeat must be a directory of its own")
-        elif (child / "summary.json").is_symlink():
+        elif (child / layout.REPEAT_SUMMARY).is_symlink():
             result.problems.append(f"{rel}/summary.json is a link: every repeat must hold its own summary")
         elif child.name.isdigit() and int(child.name) >= planned:
             result.problems.append(f"{rel} is beyond the {planned} planned repeats")
@@ -361,14 +363,14 @@ def check_consistency(run: RunData, result: IntegrityResult) -> None:
     """Warnings where a repeat summary disagrees with its own metrics.jsonl / params.jsonl."""
     for k in run.completed:
         doc = run.repeats[k]
-        epoch_values = _epoch_metric_values(run.repeat_file(k, "metrics.jsonl"))
+        epoch_values = _epoch_metric_values(run.repeat_file(k, layout.METRICS))
         for metric, value in (doc.get("metrics") or {}).items():
             seen = epoch_values.get(metric)
             if seen and value is not None and value not in seen:
                 result.warnings.append(
                     f"repeats/{k}/summary.json: {metric}={value} matches no epoch record in metrics.jsonl"
                 )
-        params = _params_digests(run.repeat_file(k, "params.jsonl"))
+        params = _params_digests(run.repeat_file(k, layout.PARAMS))
         final = doc.get("final_param_digest")
         if params and "final" in params and final and params["final"] != final:
             result.warnings.append(

@@ -23,31 +23,6 @@ from repro500.verify.rundir import Criterion
 SPREAD_CONFIDENCE = 0.8  # the conservative count plans with the spread's upper bound at this level
 
 
-def band_repeats(mean: float, sd: float, criterion: Criterion, alpha: float,
-                 power: float = stats.DEFAULT_POWER) -> int | None:
-    """Repeats for the band's one-sided (1 - alpha) bound to fall on one side of its threshold
-    with the given power, if the true mean and spread are *mean* and *sd*."""
-    return stats.repeats_needed(mean - criterion.threshold, sd, 0.0, alpha, kind="one-sided", power=power)
-
-
-def equivalence_repeats(diff: float, sd: float, margin: float, alpha: float, *, sd_ref: float | None = None,
-                        n_ref: int | None = None, test: str = "equivalence", direction: str = "higher",
-                        power: float = stats.DEFAULT_POWER) -> tuple[int | None, bool]:
-    """Run repeats for the equivalence (TOST) or non-inferiority test to decide, if the true
-    difference (run - reference) is *diff*.  With *sd_ref*, the reference keeps its *n_ref*
-    values; when no count of run repeats alone decides it, the count that both sides would need
-    is returned with ``True``."""
-    if test == "equivalence":
-        kind, shifted, m = ("equivalence" if abs(diff) < margin else "difference"), diff, margin
-    else:  # non-inferiority: only the bound on the bad side must clear the margin
-        kind, shifted, m = "one-sided", (diff + margin if direction == "higher" else margin - diff), 0.0
-    n = stats.repeats_needed(shifted, sd, m, alpha, std_b=sd_ref, n_b=n_ref, kind=kind, power=power)
-    if n is None and sd_ref is not None and n_ref is not None:
-        both = stats.repeats_needed(shifted, sd, m, alpha, std_b=sd_ref, kind=kind, power=power)
-        return both, both is not None
-    return n, False
-
-
 def until_decided(effect: float, sd: float, margin: float, alpha: float, power: float, spending: str,
                   n_ref: int | None = None, question: str = "equivalence") -> dict[str, Any]:
     """The ``--max-repeats`` a ``run --until-decided`` needs to decide with *power* if the true
@@ -113,9 +88,9 @@ def plan_metric(name: str, values: list[float], criterion: Criterion | None, mar
     out = MetricPlan(name, sd, spread_from, mean, n_spread)
     upper = sd_upper(sd, n_spread) if n_spread else None
     if criterion is not None and mean is not None:
-        n = band_repeats(mean, sd, criterion, alpha, power)
+        n = stats.band_repeats(mean, sd, criterion, alpha, power)
         out.band = {"threshold": criterion.threshold, "direction": criterion.direction, "repeats": n,
-                    "conservative": band_repeats(mean, upper, criterion, alpha, power) if upper else None,
+                    "conservative": stats.band_repeats(mean, upper, criterion, alpha, power) if upper else None,
                     "side": "meets" if (mean >= criterion.threshold) == (criterion.direction == "higher") else "misses"}
         shortfall = mean - criterion.threshold if criterion.direction == "higher" else criterion.threshold - mean
         out.band["until_decided"] = until_decided(shortfall, sd, 0.0, alpha, power, spending, question="one-sided")
@@ -123,12 +98,12 @@ def plan_metric(name: str, values: list[float], criterion: Criterion | None, mar
             out.notes.append(f"{name}: the mean sits on the band's threshold; no number of repeats decides it")
     if margin is not None:
         delta, source = margin
-        fresh, _ = equivalence_repeats(0.0, sd, delta, alpha, sd_ref=sd, power=power)
+        fresh, _ = stats.equivalence_repeats(0.0, sd, delta, alpha, sd_ref=sd, power=power)
         out.equivalence = {"margin": delta, "margin_source": source, "fresh": fresh,
-                           "conservative": equivalence_repeats(0.0, upper, delta, alpha, sd_ref=upper,
+                           "conservative": stats.equivalence_repeats(0.0, upper, delta, alpha, sd_ref=upper,
                                                                power=power)[0] if upper else None}
         if n_run:  # a reproduction of this run, with its repeats as the reference
-            against, both = equivalence_repeats(0.0, sd, delta, alpha, sd_ref=sd, n_ref=n_run, power=power)
+            against, both = stats.equivalence_repeats(0.0, sd, delta, alpha, sd_ref=sd, n_ref=n_run, power=power)
             out.equivalence["against_this_run"] = None if both else against
             out.equivalence["until_decided"] = until_decided(0.0, sd, delta, alpha, power, spending, n_ref=n_run)
             if against is None or both:
@@ -168,7 +143,7 @@ def build(source: Any, margins: dict[str, float], cvs: dict[str, float], alpha: 
         kind, criteria, n_run = "run", run.acceptance, len(run.completed)
         values_of, known = run.values, set(run.metric_names())
     elif path.is_file():
-        from repro500 import recipe as recipes
+        from repro500.recipe import load as recipes
 
         loaded = recipes.load(path)
         kind, n_run = "recipe", None

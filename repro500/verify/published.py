@@ -31,6 +31,7 @@ from typing import Any
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput
+from repro500.rundir import layout
 from repro500.verify.rundir import number
 
 SCHEMA = "repro500/published/v1"
@@ -139,7 +140,7 @@ def load_published(path: str | Path) -> Published:
     )
 
 
-RECIPE_BESIDE = "recipe.yaml"
+RECIPE_BESIDE = layout.RECIPE
 
 
 def _recipe_beside(path: Path, name: str | None) -> dict[str, Any] | None:
@@ -203,7 +204,7 @@ def _manifest(raw: Any, path: Path) -> dict[str, Any] | None:
             raise _fail(path, "manifest", f"points to {untrusted.plain(raw)}, outside {base}: name a file beside the "
                         "published results (or inline the manifest)")
         if target.is_dir():
-            target = target / "manifest.json"
+            target = target / layout.MANIFEST
         try:
             raw = untrusted.load_json(untrusted.read_bytes(target, "the reference manifest"), str(target))
         except FileNotFoundError:

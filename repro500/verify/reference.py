@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import archive as archives
 from repro500.errors import InvalidInput
+from repro500.rundir import archive as archives
 from repro500.verify import integrity
 from repro500.verify.published import Published, load_published
 from repro500.verify.rundir import RunData
@@ -228,13 +228,13 @@ def _from_run_dir(path: Path, *, kind: str, shown: str, not_carried: list[dict[s
     ref.label = f"run {run.run_id}"
     ref.values = {name: run.values(name) for name in run.metric_names()}
     ref.manifest = run.provenance_manifest  # compared, never re-sealed: with what its command read
-    ref.epochs_to_quality = _repeat_field(run, "epochs_to_quality")
-    ref.time_to_quality_s = _repeat_field(run, "time_to_quality_s")
+    ref.epochs_to_quality = repeat_field(run, "epochs_to_quality")
+    ref.time_to_quality_s = repeat_field(run, "time_to_quality_s")
     ref.benchmark = benchmark_of_run(run)
     return ref
 
 
-def _repeat_field(run: RunData, name: str) -> list[float]:
+def repeat_field(run: RunData, name: str) -> list[float]:
     out = []
     for k in run.completed:
         doc = run.repeats[k]

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import rundir as layout
 from repro500.errors import InvalidInput
+from repro500.rundir import layout
 
 DIRECTIONS = ("higher", "lower")
 REPEAT_STATES = ("completed", "failed", "diverged", "killed")
@@ -135,7 +135,7 @@ class RunData:
         return layout.RunDir(self.path).repeat(k) / name
 
 
-read_json = layout.read_json  # one rule for a document the run must have (repro500/rundir.py)
+read_json = layout.read_json  # one rule for a document the run must have (repro500/rundir/layout.py)
 
 
 def check_schema(doc: dict[str, Any], expected: str, path: Path) -> None:
@@ -228,7 +228,7 @@ def load_run(path: str | Path) -> RunData:
                 repeats[int(child.name)] = doc
     if not repeats:
         raise InvalidInput(f"{root} has no repeats/<k>/summary.json: no repeat finished")
-    run = read_json(root / layout.RUN_JSON, "run.json") if (root / layout.RUN_JSON).exists() else None
+    run = read_json(root / layout.RUN_JSON, layout.RUN_JSON) if (root / layout.RUN_JSON).exists() else None
     if run is not None:
         check_schema(run, layout.RUN_SCHEMA, root / layout.RUN_JSON)
     manifest = read_json(root / layout.MANIFEST, "the manifest") if (root / layout.MANIFEST).exists() else None

@@ -406,3 +406,32 @@ def repeats_needed(
         raise ValueError(f"unknown kind {kind!r}")
     hits = np.nonzero(achieved >= power)[0]
     return int(n[hits[0]]) if hits.size else None
+
+
+# ------------------------------------------------------------------ repeats a question needs
+# (bands, equivalence, the variance attribution and `repro500 plan` ask the same two questions)
+
+def band_repeats(mean: float, sd: float, criterion: Any, alpha: float,
+                 power: float = DEFAULT_POWER) -> int | None:
+    """Repeats for the band's one-sided (1 - alpha) bound to fall on one side of its threshold
+    with the given power, if the true mean and spread are *mean* and *sd* (*criterion*: a
+    :class:`repro500.verify.rundir.Criterion`, read for its threshold)."""
+    return repeats_needed(mean - criterion.threshold, sd, 0.0, alpha, kind="one-sided", power=power)
+
+
+def equivalence_repeats(diff: float, sd: float, margin: float, alpha: float, *, sd_ref: float | None = None,
+                        n_ref: int | None = None, test: str = "equivalence", direction: str = "higher",
+                        power: float = DEFAULT_POWER) -> tuple[int | None, bool]:
+    """Run repeats for the equivalence (TOST) or non-inferiority test to decide, if the true
+    difference (run - reference) is *diff*.  With *sd_ref*, the reference keeps its *n_ref*
+    values; when no count of run repeats alone decides it, the count that both sides would need
+    is returned with ``True``."""
+    if test == "equivalence":
+        kind, shifted, m = ("equivalence" if abs(diff) < margin else "difference"), diff, margin
+    else:  # non-inferiority: only the bound on the bad side must clear the margin
+        kind, shifted, m = "one-sided", (diff + margin if direction == "higher" else margin - diff), 0.0
+    n = repeats_needed(shifted, sd, m, alpha, std_b=sd_ref, n_b=n_ref, kind=kind, power=power)
+    if n is None and sd_ref is not None and n_ref is not None:
+        both = repeats_needed(shifted, sd, m, alpha, std_b=sd_ref, kind=kind, power=power)
+        return both, both is not None
+    return n, False

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
-from repro500.verify import planning
+from repro500.verify import stats
 from repro500.verify.rundir import RunData
 
 PIVOT_DRAWS = 20_000
@@ -97,9 +97,9 @@ def _one(criterion: Any, by_source: dict[str, list[float]], alpha: float) -> Var
         sd = var ** 0.5
         margin = criterion.tolerance if criterion.tolerance > 0 else None
         if margin is not None:
-            needed = planning.equivalence_repeats(0.0, sd, margin, alpha, sd_ref=sd)[0]
+            needed = stats.equivalence_repeats(0.0, sd, margin, alpha, sd_ref=sd)[0]
         else:
-            needed = planning.band_repeats(float(np.mean(values)), sd, criterion, alpha)
+            needed = stats.band_repeats(float(np.mean(values)), sd, criterion, alpha)
         components.append(Component(source, n, var, sd, ci, repeats_needed=needed))
     result = VarianceResult(criterion.metric, components, None, criterion.tolerance or None)
     single = [c for c in components if c.source != ALL_SOURCES and c.variance is not None]

@@ -43,8 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import __version__, atomic
-from repro500 import archive as archives
+from repro500 import __version__
 from repro500.errors import (
     EXIT_FAIL,
     EXIT_INCONCLUSIVE,
@@ -53,6 +52,9 @@ from repro500.errors import (
     InvalidInput,
     UsageError,
 )
+from repro500.mlperf.compliance import check_mlperf
+from repro500.rundir import archive as archives
+from repro500.rundir import atomic, layout
 from repro500.verify import equivalence, history, integrity, sequential, variance
 from repro500.verify.bands import BandResult, check_bands
 from repro500.verify.determinism import (
@@ -66,7 +68,6 @@ from repro500.verify.equivalence import EquivalenceResult
 from repro500.verify.flops import FlopsResult, valid_flops
 from repro500.verify.gains import compare_gains
 from repro500.verify.integrity import IntegrityResult
-from repro500.verify.mlperf import check_mlperf
 from repro500.verify.provenance import ProvenanceResult, provenance_diff
 from repro500.verify.reference import (
     Reference,
@@ -75,14 +76,13 @@ from repro500.verify.reference import (
     load_reference,
     refuse_across,
 )
-from repro500.verify.render import render  # noqa: F401 - part of this module's interface
 from repro500.verify.rundir import RunData
 from repro500.verify.sampling import check_sampling
 from repro500.verify.stats import describe
 from repro500.verify.timing import TimingResult, check_time_to_train
 
 SCHEMA = "repro500/verdict/v1"
-VERDICT_NAME = "verdict.json"
+VERDICT_NAME = layout.VERDICT
 STATUSES = ("PASS", "FAIL", "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE", "INVALID")
 EXIT_CODES = {
     "PASS": EXIT_OK, "REPRODUCED": EXIT_OK, "FAIL": EXIT_FAIL, "NOT REPRODUCED": EXIT_FAIL,

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from repro500 import recipe as recipes
 from repro500.capture import seeds as seeding
 from repro500.errors import InvalidInput
+from repro500.recipe import load as recipes
 
 # The run-level metrics every trained repeat's summary reports next to its evaluator's
 # (train._summarise writes them; docs/run.md lists them).
@@ -111,21 +111,4 @@ def expand_paths(values: list[str], key: str) -> list[str]:
     return out
 
 
-def make(recipe: recipes.Recipe, *, device: str = "cpu", engine: str = "local", rendezvous: dict[str, Any] | None = None,
-         search_paths: list[str] | None = None, tracking: bool = True) -> Workload:
-    """The workload a recipe describes (the one place that branches on the kind)."""
-    if recipe.is_command:
-        from repro500.workloads.command_workload import CommandWorkload
-
-        return CommandWorkload(recipe, tracking=tracking)
-    if recipe.kind == "system":
-        from repro500.system.workload import SystemWorkload
-
-        return SystemWorkload(recipe, device=device, engine=engine)
-    from repro500.workloads.trained import TrainedWorkload
-
-    return TrainedWorkload(recipe, device=device, engine=engine, rendezvous=rendezvous,
-                           search_paths=search_paths or [])
-
-
-__all__ = ["COMMAND_METRICS", "SUMMARY_METRICS", "Progress", "Repeat", "Workload", "make"]
+__all__ = ["COMMAND_METRICS", "SUMMARY_METRICS", "Progress", "Repeat", "Workload"]

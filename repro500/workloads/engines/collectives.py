@@ -129,17 +129,3 @@ class HorovodCollectives(Collectives):
         import horovod.torch as hvd
 
         return list(hvd.allgather_object(value))
-
-
-ENGINES: dict[str, type[Collectives]] = {"local": Collectives, "ddp": DdpCollectives, "horovod": HorovodCollectives}
-
-
-def for_engine(engine: str, world_size: int, sync: dict[str, Any] | None = None, rank: int = 0) -> Collectives:
-    """The engine's collectives; with ``mutable.sync`` averaging parameters, the ddp engine's
-    process group without DDP (engines/averaging.py)."""
-    mode = (sync or {}).get("mode", "allreduce")
-    if engine == "ddp" and world_size > 1 and mode != "allreduce":
-        from repro500.workloads.engines.averaging import AveragingCollectives
-
-        return AveragingCollectives(world_size, mode, int(sync.get("every", 1)), rank)
-    return ENGINES[engine](world_size)

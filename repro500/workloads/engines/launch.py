@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from repro500 import rundir as layout
 from repro500.capture import seeds as seeding
 from repro500.errors import ReproError, UsageError
+from repro500.rundir import layout
 from repro500.workloads.engines import nodes
-from repro500.workloads.train import Callbacks, TrainSpec
+from repro500.workloads.trainer.train import Callbacks, TrainSpec
 
 POLL_S = 0.5
 COLLECTIVE_TIMEOUT_S = 300

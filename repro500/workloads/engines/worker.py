@@ -16,10 +16,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from repro500 import atomic
-from repro500 import rundir as layout
 from repro500.capture import seeds as seeding
-from repro500.workloads import train
+from repro500.rundir import atomic, layout
+from repro500.workloads.trainer import train
 
 
 def _rank_record(dist: train.Dist, device: str) -> dict[str, Any]:

@@ -28,7 +28,7 @@ def model_names() -> list[str]:
     return sorted(plugins.registered("model"))
 
 
-def _builder(name: str) -> Callable[..., Any]:
+def find_builder(name: str) -> Callable[..., Any]:
     """The builder ``name`` refers to: a registered name or a plug-in's ``module:callable``."""
     if not plugins.is_import_path(name) and name not in plugins.registered("model"):
         raise UsageError(f"unknown model {name!r}; valid models: {', '.join(model_names())}; "
@@ -39,7 +39,7 @@ def _builder(name: str) -> Callable[..., Any]:
 def model_task(name: str) -> str | None:
     """``"classification"``, ``"detection"`` or ``"regression"`` when the builder declares its
     task (the built-ins do); ``None`` for a plug-in that leaves it to ``fixed.workload``."""
-    task = getattr(_builder(name), "task", None)
+    task = getattr(find_builder(name), "task", None)
     return task if task in TASKS else None
 
 
@@ -48,7 +48,7 @@ def model_options(name: str) -> dict[str, Any]:
     parameter has none): every parameter that can be passed by keyword, as the builder is called
     with keywords only (``def build(num_classes=4, width=16)`` takes ``width``); a builder that
     takes ``**kwargs`` accepts any (its own code then decides)."""
-    parameters = inspect.signature(_builder(name)).parameters
+    parameters = inspect.signature(find_builder(name)).parameters
     keyword = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     return {
         key: None if param.default is inspect.Parameter.empty else param.default
@@ -57,7 +57,7 @@ def model_options(name: str) -> dict[str, Any]:
     }
 
 
-def _open_options(builder: Callable[..., Any]) -> bool:
+def takes_any_options(builder: Callable[..., Any]) -> bool:
     try:
         params = inspect.signature(builder).parameters.values()
     except (TypeError, ValueError):
@@ -95,7 +95,7 @@ def _type_name(hint: Any) -> str:
 
 
 def _check_options(name: str, builder: Callable[..., Any], options: dict[str, Any]) -> None:
-    if _open_options(builder):
+    if takes_any_options(builder):
         return
     valid = model_options(name)
     func = builder.func if isinstance(builder, functools.partial) else builder
@@ -123,7 +123,7 @@ def build_model(
     value.  Other options are model-specific (``model_options(name)``); unknown ones raise
     ``UsageError``.  A plug-in receives ``num_classes`` / ``in_channels`` only if it takes them.
     """
-    builder = _builder(name)
+    builder = find_builder(name)
     _check_options(name, builder, options)
     for label, value in (("num_classes", num_classes), ("in_channels", in_channels)):
         if value is not None and (

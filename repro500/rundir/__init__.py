@@ -1,0 +1,9 @@
+"""The run directory (docs/contracts.md, "Run directory"): its files and how they are sealed.
+
+* ``layout``    the one owner of every file name in a run directory, and the readers every
+                module shares (``read_json``, ``metric_records``)
+* ``sums``      ``SHA256SUMS``: write, read and check the digest list
+* ``archive``   ``repro500 pack`` / ``unpack``: one file, unpacked safely anywhere
+* ``atomic``    writes that a crash never leaves half-done
+* ``writable``  a file-system failure as one sentence naming the place
+"""

@@ -1,0 +1,243 @@
+"""The run directory's layout: the one place that knows where each file of a run lives and how
+it is written (atomically) and read (one sentence on a missing or corrupt file, exit 4).
+
+Layout (docs/contracts.md, "Run directory")::
+
+    runs/<run-id>/
+      run.json                  repro500/run/v1        identity, status, command, MLflow ids
+      recipe.yaml               the resolved recipe (an ad-hoc --command run writes its own)
+      manifest.json             repro500/manifest/v1   provenance (capture)
+      data-specs.json, code.diff, ...                  written by capture
+      repeats/<k>/summary.json  repro500/repeat-summary/v1 (written last: a repeat without one
+                                did not finish)
+      repeats/<k>/...           metrics.jsonl, params.jsonl, mllog.txt, system.jsonl (trained
+                                workloads); stdout.txt, stderr.txt, metrics.json (commands);
+                                system.json (system workloads: ops, roofline, inference, io)
+      summary.json              repro500/summary/v1    aggregate across repeats
+      SHA256SUMS                digest list of every file above (repro500.rundir.sums)
+
+The runner, the trainer and the command workload write through :class:`RunDir`; digests and
+archives are :mod:`repro500.rundir.sums`'s.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from repro500 import untrusted
+from repro500.errors import InvalidInput
+from repro500.rundir import atomic
+from repro500.rundir import sums as bundle
+
+RUN_SCHEMA = bundle.RUN_SCHEMA
+SUMMARY_SCHEMA = bundle.SUMMARY_SCHEMA
+REPEAT_SUMMARY_SCHEMA = bundle.REPEAT_SUMMARY_SCHEMA
+
+RUN_JSON = "run.json"
+RECIPE = "recipe.yaml"
+MANIFEST = "manifest.json"
+INPUTS = "inputs.json"  # what a wrapped command read (capture/inputs.py), written when the repeats end
+SUMMARY = "summary.json"
+VERDICT = "verdict.json"
+CODE_DIFF = "code.diff"
+REPEATS = "repeats"
+# Per repeat: what the trainer writes, and what the repeat's MLflow run gets as artifacts.
+REPEAT_SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+PARAMS = "params.jsonl"
+MLLOG = "mllog.txt"
+RANKS = "ranks.json"
+ERROR_LOG = "error.log"
+STDOUT = "stdout.txt"
+STDERR = "stderr.txt"
+LAUNCHER_LOG = "launcher.log"  # a failed distributed repeat's launcher output (node 0's, or the only node's)
+SYSTEM_RECORD = "system.json"  # a system workload's full record of the repeat (repro500.system, docs/system.md)
+SYSTEM_EPOCHS = "system.jsonl"  # a trained repeat's energy, utilization and data wait, one line per epoch
+REPEAT_ARTIFACTS = (REPEAT_SUMMARY, METRICS, MLLOG, STDOUT, STDERR, ERROR_LOG, LAUNCHER_LOG, SYSTEM_RECORD, SYSTEM_EPOCHS)
+
+
+
+def node_launcher_log(node_rank: int) -> str:
+    """Another node's launcher log of a failed multi-node repeat, sent to node 0 and kept here."""
+    return f"launcher-node-{node_rank}.log"
+
+
+FINISHED_STATUSES = ("completed", "diverged")
+
+
+def read_json(path: Path, what: str) -> dict[str, Any]:
+    """A JSON object the run must have (``what`` names it); InvalidInput naming the file when it
+    is missing or malformed.  verify, the runner and every other reader share this rule."""
+    try:
+        # a run directory may be someone else's: regular files only, capped, depth-checked
+        data = untrusted.read_bytes(path, what)
+    except FileNotFoundError:
+        raise InvalidInput(f"{path} is missing: {what} is required in a run directory") from None
+    value = untrusted.load_json(data, str(path))
+    if not isinstance(value, dict):
+        raise InvalidInput(f"{path} must hold a JSON object ({what})")
+    return value
+
+
+class RunDir:
+    """One run directory."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    # ----- creation ---------------------------------------------------------------------------
+    def create(self, recipe_yaml: str, meta: dict[str, Any]) -> None:
+        """Create the directory with ``recipe.yaml`` and ``run.json`` first, so that a run stopped at
+        any later point can be resumed (and its --run-id is not left unusable)."""
+        try:
+            self.path.mkdir(parents=True)
+            atomic.write_text(self.file(RECIPE), recipe_yaml)
+            self.write_meta(meta)
+        except FileExistsError:
+            raise InvalidInput(f"run directory {self.path} already exists; choose another --run-id") from None
+        except OSError as err:
+            raise InvalidInput(f"cannot write the run directory {self.path} ({err.strerror or err}); "
+                               "choose a writable --out directory") from None
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def is_run(self) -> bool:
+        return self.file(RUN_JSON).is_file()
+
+    # ----- run.json -----------------------------------------------------------------------------
+    def meta(self) -> dict[str, Any]:
+        if not self.is_run():
+            raise InvalidInput(f"{self.path} is not a repro500 run directory (no run.json)")
+        doc = read_json(self.file(RUN_JSON), "run.json")
+        if doc.get("schema") != RUN_SCHEMA:
+            raise InvalidInput(f"{self.file(RUN_JSON)} is not a {RUN_SCHEMA} document")
+        return doc
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        atomic.write_json(self.file(RUN_JSON), meta)
+
+    # ----- repeats ------------------------------------------------------------------------------
+    def repeat(self, k: int) -> Path:
+        return bundle.repeat_dir(self.path, k)
+
+    def fresh_repeat(self, k: int) -> Path:
+        """Repeat k's directory, emptied: an unfinished attempt starts afresh with the same seeds."""
+        out = self.repeat(k)
+        if out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True)
+        return out
+
+    def repeat_summary(self, k: int) -> dict[str, Any] | None:
+        """Repeat k's summary, or None when it has none (or an unreadable one: not finished)."""
+        path = self.repeat(k) / REPEAT_SUMMARY
+        if not path.is_file():
+            return None
+        try:
+            doc = untrusted.load_json(untrusted.read_bytes(path, "a repeat's summary"), str(path))
+        except (OSError, InvalidInput):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def write_repeat_summary(self, k: int, summary: dict[str, Any]) -> Path:
+        path = self.repeat(k) / REPEAT_SUMMARY
+        atomic.write_json(path, summary)
+        return path
+
+    def summaries(self, planned: int, *, finished_only: bool) -> dict[int, dict[str, Any]]:
+        """Repeat summaries of 0..planned-1: the finished ones (completed or diverged: kept by
+        ``--resume``), or every one that exists (failed and killed too, for the aggregate)."""
+        out = {}
+        for k in range(planned):
+            doc = self.repeat_summary(k)
+            if doc is not None and (not finished_only or doc.get("status") in FINISHED_STATUSES):
+                out[k] = doc
+        return out
+
+    def repeat_artifacts(self, k: int) -> list[Path]:
+        return [p for p in (self.repeat(k) / n for n in REPEAT_ARTIFACTS) if p.is_file()]
+
+    # ----- the run's own documents --------------------------------------------------------------
+    def write_summary(self, doc: dict[str, Any]) -> None:
+        atomic.write_json(self.file(SUMMARY), doc)
+
+    def summary(self) -> dict[str, Any]:
+        return read_json(self.file(SUMMARY), "the aggregate summary")
+
+    def manifest_path(self) -> Path:
+        return self.file(MANIFEST)
+
+    def write_inputs(self, doc: dict[str, Any]) -> None:
+        atomic.write_json(self.file(INPUTS), doc)
+
+    def inputs(self) -> dict[str, Any]:
+        """The observed inputs ({} for a run that has none: a trained one, or older)."""
+        return read_optional_json(self.file(INPUTS))
+
+    def seal(self) -> Path:
+        """(Re)write the digest list over every covered file (repro500.rundir.sums)."""
+        return bundle.write_sums(self.path)
+
+
+# ----- the reading rules every reader shares -------------------------------------------------------
+# A document the run must have is read with :func:`read_json` (missing: InvalidInput); one that
+# may be absent (an older run, a single-process run) with :func:`read_optional_json` ({} when
+# absent); either way a file that exists but does not parse is InvalidInput: the run is corrupt.
+def read_optional_json(path: Path) -> dict[str, Any]:
+    try:
+        value = untrusted.load_json(untrusted.read_bytes(path, "a run directory's JSON file"), str(path))
+    except FileNotFoundError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def read_optional_yaml(path: Path) -> dict[str, Any]:
+    try:
+        value = untrusted.load_yaml(untrusted.read_text(path, "a run directory's YAML file"), str(path))
+    except FileNotFoundError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def metric_records(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """The records of a repeat's ``metrics.jsonl`` and how many lines could not be read: a line
+    cut short by a crash is skipped, the others still count (no records when the file is absent)."""
+    records: list[dict[str, Any]] = []
+    skipped = 0
+    try:
+        handle = untrusted.open_regular(path, "a repeat's metrics log", untrusted.MAX_LOG_BYTES)
+    except FileNotFoundError:
+        return records, 0
+    with io.TextIOWrapper(handle, encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):
+                skipped += 1
+                continue
+            if isinstance(record, dict):
+                records.append(record)
+            else:
+                skipped += 1
+    return records, skipped
+
+
+def repeat_indices(run_dir: Path) -> list[int]:
+    """The repeats that have a directory, in order (``repeats/<k>`` with k a number)."""
+    root = Path(run_dir) / REPEATS
+    if not root.is_dir():
+        return []
+    return sorted(int(c.name) for c in root.iterdir() if c.name.isdigit() and c.is_dir() and not c.is_symlink())

@@ -1,0 +1,244 @@
+"""One repeat of a wrapped command: a subprocess in its own process group (docs/command.md).
+
+The child runs with ``cwd = workdir`` and the environment :func:`child_env` gives it; its stdout
+and stderr are saved to the repeat directory as they come and handed to ``echo`` for the live
+display; a timeout and Ctrl-C/SIGTERM reach the whole group.  While it runs, the files its
+processes open are watched (:mod:`repro500.workloads.command.observe`).  The repeat's ``summary.json`` is
+written last, atomically: its presence marks the repeat as finished for ``--resume``.  Everything
+repro500 writes about the command passes through :mod:`repro500.redact`; the child's own output
+is the user's and is kept as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro500.capture.seeds import Seeds
+from repro500.digest import file_digest
+from repro500.errors import InvalidInput
+from repro500.redact import REDACTED, is_secret_name, redact_text, scrub
+from repro500.rundir import layout
+from repro500.rundir.atomic import write_json
+from repro500.tracking.client import REPEAT_ENV, RUN_ID_ENV
+from repro500.workloads.command.metric_sources import (
+    MetricMissing,
+    Produced,
+    ScriptRuns,
+    read_metric,
+)
+from repro500.workloads.command.observe import Watch
+from repro500.workloads.command.process import Child
+from repro500.workloads.command.recipe import CommandSpec, child_seed, fill, merged_env
+
+SCHEMA = "repro500/repeat-summary/v1"
+SUMMARY = layout.REPEAT_SUMMARY
+METRICS_FILE = "metrics.json"
+STDOUT, STDERR = layout.STDOUT, layout.STDERR
+GRACE_S = 10.0  # SIGTERM (timeout) or SIGINT (Ctrl-C) first; SIGKILL after this long
+_SECRET_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.DOTALL)
+
+
+@dataclass
+class MlflowTarget:
+    """Where a repeat's MLflow runs go: the store, the experiment a script's runs land in unless it
+    names its own, the file that exists once repro500 has the store open and the repeat's own run
+    made (it holds that run's id and experiment: ``REPRO500_MLFLOW_READY``), and how to wait until
+    the store is open (repro500 opens it beside the repeat)."""
+
+    uri: str
+    experiment: str
+    ready_file: Path | None = None
+    wait: Callable[[], None] | None = None
+
+
+@dataclass
+class RepeatContext:
+    """What a repeat needs from the run around it (all optional for a repeat run by hand)."""
+
+    run_id: str = ""  # the repro500 run: tags on the script's own MLflow runs
+    deterministic: bool = False
+    mlflow: MlflowTarget | None = None
+    exclude: list[Path] = field(default_factory=list)  # repro500's own outputs: never inputs
+    source_files: frozenset[str] = frozenset()  # the experiment's files kept in source/: its code, not inputs
+    echo: Callable[[str, str], None] | None = None
+
+
+# ----- redaction ------------------------------------------------------------------------------
+class _Redactor:
+    """Secrets in the child's environment, and secret-looking text, out of what repro500 writes."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        values = {v for k, v in env.items() if is_secret_name(k) and len(v) >= 6 and v.lower() not in ("true", "false")}
+        self.values = sorted(values, key=len, reverse=True)
+
+    def text(self, text: str) -> str:
+        for value in self.values:
+            text = text.replace(value, REDACTED)
+        return redact_text(text)
+
+    def argv(self, argv: list[str]) -> list[str]:
+        out = [self.text(a) for a in argv]
+        for i, arg in enumerate(argv):
+            flag = _SECRET_FLAG.match(arg)
+            if not flag or not is_secret_name(flag.group(1)):
+                continue
+            if flag.group(2) is not None:  # --token=VALUE
+                out[i] = arg[: arg.index("=") + 1] + REDACTED
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("-"):  # --token VALUE
+                out[i + 1] = REDACTED
+        return scrub(out)
+
+
+# ----- one repeat -----------------------------------------------------------------------------
+def child_env(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path,
+              context: RepeatContext | None = None) -> dict[str, str]:
+    """The child's environment: the one the run started with (repro500.workloads.command.launchenv), the recipe's
+    fixed.env, then what repro500 sets per repeat (docs/command.md, "What the command gets")."""
+    context = context or RepeatContext()
+    env = merged_env(spec)
+    env.update({
+        "REPRO500_SEED": str(child_seed(seeds)),
+        REPEAT_ENV: str(repeat),
+        "REPRO500_REPEAT_DIR": str(out_dir),
+        "REPRO500_METRICS": str(out_dir / METRICS_FILE),
+        "REPRO500_DETERMINISTIC": "1" if context.deterministic else "0",
+        "PYTHONHASHSEED": str(seeds.python % 2**32),  # Python accepts 0 .. 2**32 - 1
+    })
+    if context.run_id:
+        env[RUN_ID_ENV] = context.run_id  # with REPRO500_REPEAT: the tags of the script's MLflow runs
+    # Python block-buffers a pipe: without this the live display would show a script's prints
+    # in bursts, and a killed script would lose its last lines.  A recipe may set it to "".
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    if context.deterministic:
+        env.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # a recipe's own (e.g. :16:8) stays
+    env.pop("MLFLOW_RUN_ID", None)  # a script's runs are its own, tagged; never another run's
+    target = context.mlflow
+    if target is not None:
+        env["MLFLOW_TRACKING_URI"] = target.uri
+        if not env.get("MLFLOW_EXPERIMENT_NAME") and not env.get("MLFLOW_EXPERIMENT_ID"):
+            env["MLFLOW_EXPERIMENT_NAME"] = target.experiment  # beside the repeat's run, unless the script names one
+        if target.ready_file is not None:
+            env["REPRO500_MLFLOW_READY"] = str(target.ready_file)
+    return env
+
+
+def _outputs(spec: CommandSpec, out_dir: Path) -> dict[str, str]:
+    digests = {}
+    for name in spec.outputs:
+        for base in (out_dir, spec.workdir):
+            if (base / name).is_file():
+                digests[name] = file_digest(base / name)
+                break
+        else:
+            raise MetricMissing(f"declared output {name} was not written (looked in {out_dir} and {spec.workdir})")
+    return digests
+
+
+def _outputs_digest(digests: Mapping[str, str]) -> str | None:
+    if not digests:
+        return None
+    lines = "".join(f"{name}\0{digest}\n" for name, digest in sorted(digests.items()))
+    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+
+
+def _exit_error(child: Child, timeout_s: float | None, last_stderr: str) -> str | None:
+    if child.timed_out:
+        return f"the command exceeded fixed.timeout_s = {timeout_s:g} s and was stopped with {child.signal_name or 'SIGTERM'}"
+    if child.signal_name:
+        return f"the command was killed by {child.signal_name}"
+    if child.returncode:
+        text = f"the command exited with status {child.returncode}"
+        if last_stderr:
+            text += f": {last_stderr[:300]}"
+        return text
+    return None
+
+
+def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, context: RepeatContext | None = None,
+               *, grace_s: float = GRACE_S) -> dict[str, Any]:
+    """Run one repeat of the command; return its summary (also written, last, to ``summary.json``).
+
+    A failure of the command is a ``failed`` summary with one sentence in ``error``; the runner
+    decides what that means for the run.  KeyboardInterrupt is forwarded to the child's group as
+    SIGINT (SIGKILL after *grace_s*, or at once on a second one), recorded as ``killed``, re-raised.
+    """
+    context = context or RepeatContext()
+    out_dir = Path(out_dir).resolve()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (SUMMARY, METRICS_FILE):  # a resumed repeat must not read an earlier attempt's files
+            (out_dir / stale).unlink(missing_ok=True)
+        for stream in (STDOUT, STDERR):
+            (out_dir / stream).write_bytes(b"")
+    except OSError as err:
+        raise InvalidInput(f"the repeat directory {out_dir} cannot be written ({err.strerror or err})") from None
+    argv = fill(spec, seed=child_seed(seeds), repeat=repeat, repeat_dir=str(out_dir))
+    env = child_env(spec, repeat, seeds, out_dir, context)
+    redactor = _Redactor(env)
+    summary: dict[str, Any] = {
+        "schema": SCHEMA, "repeat": repeat, "status": "failed", "seeds": seeds.as_dict(), "engine": "command",
+        "world_size": 1, "command": redactor.argv(argv), "exit_status": None, "signal": None, "timed_out": False,
+        "metrics": {}, "metric_sources": {}, "total_time_s": 0.0, "final_param_digest": None, "outputs": {},
+        "error": None,
+    }
+    start = time.monotonic()
+    watch = Watch(spec.observe)
+
+    def finish(status: str, error: str | None) -> dict[str, Any]:
+        summary["total_time_s"] = summary["total_time_s"] or time.monotonic() - start
+        summary["metrics"]["total_time_s"] = summary["total_time_s"]
+        summary.update(status=status, error=redactor.text(error) if error else None)
+        write_json(out_dir / SUMMARY, summary)
+        return summary
+
+    try:
+        try:
+            child = Child.start(watch.argv(argv), cwd=spec.workdir, env=watch.env(env), stdout=out_dir / STDOUT,
+                                stderr=out_dir / STDERR, echo=context.echo)
+        except OSError as err:
+            reason = "was not found" if isinstance(err, FileNotFoundError) else f"could not be started ({err.strerror or err})"
+            return finish("failed", f"program {argv[0]} {reason} (workdir {spec.workdir})")
+        try:
+            child.wait(spec.timeout_s, grace_s)
+        except KeyboardInterrupt:
+            child.interrupt(grace_s)
+            summary.update(exit_status=child.exit_status, signal=child.signal_name, total_time_s=child.elapsed_s)
+            finish("killed", "interrupted (Ctrl-C or SIGTERM); the command's process group was stopped")
+            raise
+        summary.update(exit_status=child.exit_status, signal=child.signal_name, timed_out=child.timed_out,
+                       total_time_s=child.elapsed_s)
+        # what it read, however it ended: a failed repeat's inputs explain it too
+        # repro500's own: the run, its outputs, and the file naming the repeat's MLflow run
+        ready = [context.mlflow.ready_file] if context.mlflow and context.mlflow.ready_file else []
+        summary["observed_inputs"] = watch.result([out_dir.parent.parent, *context.exclude, *ready],
+                                                  context.source_files, spec.inputs_budget_mb, spec.inputs_budget_s)
+    finally:
+        watch.close()
+    error = _exit_error(child, spec.timeout_s, child.last_stderr)
+    if error:
+        return finish("failed", error)
+    target = context.mlflow
+    produced = Produced(stdout=out_dir / STDOUT, stderr=out_dir / STDERR, metrics_file=out_dir / METRICS_FILE,
+                        search=[out_dir, spec.workdir],
+                        mlflow=ScriptRuns(target.uri, context.run_id, repeat, target.wait) if target else None)
+    try:
+        for name, decl in spec.metrics.items():
+            value, label = read_metric(decl, produced)
+            if not math.isfinite(value):
+                raise MetricMissing(f"metric {name} is {value} ({label})")
+            summary["metrics"][name] = value
+            summary["metric_sources"][name] = label
+        summary["outputs"] = _outputs(spec, out_dir)
+    except MetricMissing as err:
+        # A failed repeat reports no metric values, not the ones read before the missing one.
+        summary["metrics"], summary["metric_sources"], summary["outputs"] = {}, {}, {}
+        return finish("failed", str(err))
+    summary["final_param_digest"] = produced.param_digest() or _outputs_digest(summary["outputs"])
+    return finish("completed", None)
