@@ -1,6 +1,6 @@
 """Cost of trust: chaining + signing a quickstart-sized run, and what `verify --trust` adds.
 
-Targets (issue 13): signing and chaining <= 1 % of `repro500 run` on the quickstart (~60 s,
+Targets: signing and chaining <= 1 % of `repro500 run` on the quickstart (~60 s,
 docs/run.md), and <= 0.2 s added to `repro500 verify`.
 
 The run directory is the fabricated one every verify test uses (tests/test_verify_rundir.py:

@@ -1,6 +1,6 @@
 """Capture speed: ``repro500 capture`` vs ``python -m torch.utils.collect_env``.
 
-Targets (issue 2): median wall of ``repro500 capture`` (no data) <= 0.6 x the median wall
+Targets: median wall of ``repro500 capture`` (no data) <= 0.6 x the median wall
 of torch's own collect_env, while capturing a superset (collect_env's compiler, CMake and
 nvcc versions too, plus code, all packages, seeds, data, NUMA/cgroup/NIC topology); ``repro500 --help`` < 0.3 s.  The commands run interleaved in
 one loop so that machine load affects both alike.  Run: ``python bench/capture.py [N]``.

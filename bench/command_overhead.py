@@ -1,11 +1,11 @@
 """The cost of wrapping a command: ``repro500 run --command`` vs running the script by hand.
 
-The script burns CPU for ``--seconds`` (default 15, issue 17's figure) and prints its metric.
+The script burns CPU for ``--seconds`` (default 15) and prints its metric.
 By hand: ``--repeats`` runs one after another, timed from outside.  Wrapped: one ``repro500 run
 --command`` of the same repeats, with everything it does (capture, the experiment's source
 copy, MLflow in a SQLite store, sealing, the chain and the closing verify), timed from outside
 the same way; once into a new store (a user's first run creates it) and once into an existing one.  The two are interleaved (hand, wrapped, hand, ...) so machine noise hits
-both alike.  Target (issues 12 and 17): wrapped <= 1.05 x by hand.
+both alike.  Target: wrapped <= 1.05 x by hand.
 
     python bench/command_overhead.py [--seconds 15] [--repeats 3] [--rounds 1]
 """

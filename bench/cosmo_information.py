@@ -1,4 +1,4 @@
-"""How low can CosmoFlow's eval_error go on repro500's synthetic universes? (issue 21, item 2)
+"""How low can CosmoFlow's eval_error go on repro500's synthetic universes?
 
 MLPerf HPC 3.0.0 accepts a CosmoFlow log only once ``eval_error`` (the mean absolute error of
 the four ``unitPar`` targets in [-1, 1]) reaches 0.124.  Whether a model can get there depends

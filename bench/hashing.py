@@ -1,6 +1,6 @@
 """Data hashing: repro500 vs ``dvc add --no-commit`` vs ``md5sum`` on 1 GB in 100 files.
 
-Targets (issue 2): cold repro500 hashing <= 0.45 x DVC's wall time with identical digests;
+Targets: cold repro500 hashing <= 0.45 x DVC's wall time with identical digests;
 a warm rehash (hash cache hit, nothing re-read) <= 5 % of the cold time.
 
 * cold repro500: ``python -m repro500.capture.data --no-cache DIR`` (a fresh process, like

@@ -6,7 +6,7 @@ everything MLflow gets: the step and epoch histories, the datasets, the verdict'
 artifact and the sealed run's archive, which the process waits for before it exits).  The store is
 a SQLite file that already exists (a user's first run creates it, once; its cost is printed apart).
 The two are interleaved, in alternating order, so machine noise hits both alike.  Target
-(issue 21): tracked <= 1.01 x untracked, on the medians.
+tracked <= 1.01 x untracked, on the medians.
 
     python bench/mlflow_overhead.py [--rounds 3] [--repeats 1]
 

@@ -1,6 +1,6 @@
 """What watching a command's reads costs: the audit hook on a script that reads many small files.
 
-The script opens and reads ``--files`` small files (default 10,000, issue 17's figure) from a
+The script opens and reads ``--files`` small files (default 10,000) from a
 directory outside its own, as a data loader over an image folder does.  It runs by hand and under
 repro500's hook (the environment a repeat gets: ``childsite`` first on PYTHONPATH), interleaved,
 ``--rounds`` times each; the added time per file opened is the hook's cost inside the repeat.

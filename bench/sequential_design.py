@@ -1,4 +1,4 @@
-"""The sequential design of ``repro500 run --until-decided``, by Monte Carlo (issue 20).
+"""The sequential design of ``repro500 run --until-decided``, by Monte Carlo.
 
 A rerun is compared with a reference of n_ref repeats (sd 1, margin 1 sd) by the verdict's own
 equivalence test (``sequential_plan.decide_at`` over ``stats.tost_from_stats`` and

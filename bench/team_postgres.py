@@ -1,7 +1,7 @@
 """A team's tracking server under load: four ``repro500 run``s at once against ``mlflow server`` on
 a real PostgreSQL, set up with docs/team.md's own commands (tests/teamserver.py).
 
-Targets (issue 21): no run lost (every run finishes, with its parent and repeat runs FINISHED on
+Targets: no run lost (every run finishes, with its parent and repeat runs FINISHED on
 the server), and the server's share of each run's wall time <= 2 %.
 
 How the time in MLflow is measured: each ``repro500 run`` is started through a small launcher that

@@ -1,4 +1,4 @@
-"""Coverage of the variance decomposition's share intervals (``repro500 run --vary``, issue 20).
+"""Coverage of the variance decomposition's share intervals (``repro500 run --vary``).
 
 Simulated factorial runs with known variance components: each cell of K repeats draws from a
 normal with its source's variance; repro500.verify.variance.share_intervals gives each source's

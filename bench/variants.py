@@ -1,4 +1,4 @@
-"""The training variants' costs (issue 19), through the trainer's own step and runs:
+"""The training variants' costs, through the trainer's own step and runs:
 
     python bench/variants.py [--steps 12] [--skip-sync]
 

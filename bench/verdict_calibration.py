@@ -1,4 +1,4 @@
-"""Calibration of the equivalence verdict by Monte Carlo (issue 5).
+"""Calibration of the equivalence verdict by Monte Carlo.
 
 Repeats are drawn from known normal distributions; each simulated comparison is decided by
 the same code the verdict uses (``repro500.verify.stats.tost_from_stats`` for the interval and

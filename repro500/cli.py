@@ -230,7 +230,7 @@ def main() -> None:
 def _exit_without_teardown(code: object) -> None:
     """Exit as ``sys.exit(code)`` would, but without the interpreter's module teardown: with MLflow
     loaded (SQLAlchemy, alembic, pandas, ...) it takes about a second, after every result is on
-    disk and every file is closed (issue 17's wrapping budget).  atexit handlers still run."""
+    disk and every file is closed (the wrapping budget).  atexit handlers still run."""
     import atexit
 
     if code is None:

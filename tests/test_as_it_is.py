@@ -1,4 +1,4 @@
-"""Someone else's experiment, run as it is, comes back out of a publication intact (issue 17).
+"""Someone else's experiment, run as it is, comes back out of a publication intact.
 
 Three shapes real repositories have, each reading a small data file outside its directory and
 each run exactly as its author runs it: a script importing a module beside it, a ``src/`` package

@@ -1,4 +1,4 @@
-"""Issue 22, item 1: compressors under DDP on two Gloo ranks on every built-in model family, as a
+"""Compressors under DDP on two Gloo ranks on every built-in model family, as a
 user runs them (`repro500 run RECIPE --nproc 2 --set compressor.name=...`), each recorded byte
 count equal to what repro500.scaling.wire's model predicts for the buckets DDP cut that step.
 

@@ -1,4 +1,4 @@
-"""The compressor a run records is its resolved spec, checked before anything is written (issue 22).
+"""The compressor a run records is its resolved spec, checked before anything is written.
 
 The plan resolves ``mutable.compressor`` (every default filled in; a seed the trainer derives per
 repeat is None) and that is what the manifest, run.json and MLflow's parent run carry; runs that
@@ -171,7 +171,7 @@ def test_a_run_records_the_spec_and_verifies_against_an_older_run(in_tmp):
 
     old = in_tmp / "runs" / "old"
     shutil.copytree(new, old)
-    manifest["facets"]["distributed"]["compressor"] = "fp16"  # as runs before issue 22 recorded it
+    manifest["facets"]["distributed"]["compressor"] = "fp16"  # as older runs recorded it
     (old / "manifest.json").write_text(json.dumps(seal(manifest), indent=2))
     bundle.write_sums(old)
     diff = repro500("diff", "runs/new", "runs/old", "--json", cwd=in_tmp)

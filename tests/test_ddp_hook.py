@@ -2,7 +2,7 @@
 
 One 2-rank job runs every scenario (process start-up is the expensive part) and rank 0
 saves the results; the tests below assert on them.  Besides one-bucket models, every
-compressor runs on a small CNN cut into three DDP buckets (issue 22: PowerSGD's chained
+compressor runs on a small CNN cut into three DDP buckets (PowerSGD's chained
 collectives aborted Gloo with two buckets), and PowerSGD on ResNet-20 with DDP's own caps.
 """
 

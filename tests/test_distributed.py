@@ -81,7 +81,7 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_da
 
 @pytest.mark.slow  # make test stays under 10 minutes on 2 cores; CI runs make test-slow
 def test_a_rank_killed_by_a_signal_is_named_its_log_kept_and_the_resume_keeps_two_ranks(in_tmp, cosmo_data):
-    """Issue 22, items 2 and 3, as a user meets them: SIGKILL rank 1 of repeat 1, then the command
+    """As a user meets it: SIGKILL rank 1 of repeat 1, then the command
     the run suggests (`repro500 run --resume`), which reruns repeat 1 on the run's own two ranks."""
     write_recipe(in_tmp / "c.yaml", COSMO, repeats=2, fixed__epochs=40)
     run_dir = in_tmp / "runs/r"
@@ -113,7 +113,7 @@ def test_a_rank_killed_by_a_signal_is_named_its_log_kept_and_the_resume_keeps_tw
 
 @pytest.mark.slow
 def test_topk_with_error_feedback_on_the_quickstart_still_meets_its_band(in_tmp):
-    """Issue 6: top-k 1% + error feedback, 2 ranks, the quickstart recipe and data."""
+    """Top-k 1% + error feedback, 2 ranks, the quickstart recipe and data."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for split, n in (("train", "2048"), ("eval", "512")):
         result = repro500("data", "generate", "classification", "--out", f"data/quickstart-{split}.h5",

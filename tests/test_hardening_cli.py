@@ -1,4 +1,4 @@
-"""Issue 14 from the command line: every failure one sentence with its exit code, nothing half-written.
+"""From the command line: every failure one sentence with its exit code, nothing half-written.
 
 Each case runs the real ``repro500`` (a subprocess, where the exit code, the pipe or the
 permissions are the point) and asserts the exit code, the one-line message, that no traceback

@@ -1,4 +1,4 @@
-"""No argument list makes ``repro500`` print a traceback (issue 14).
+"""No argument list makes ``repro500`` print a traceback.
 
 Argument lists are drawn from each command's own options (read from click, so a new option is
 fuzzed as soon as it exists), mixed with awkward values: missing, unreadable and wrong-kind

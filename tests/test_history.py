@@ -1,4 +1,4 @@
-"""References from history (issue 20, item 4): `verify --against history:SOURCE` and `repro500 history`.
+"""References from history: `verify --against history:SOURCE` and `repro500 history`.
 
 The fabricated runs are written by the run-directory contract (test_verify_rundir.make_run) with
 their own creation times, manifests and recipes; one test records two real command runs in MLflow

@@ -1,4 +1,4 @@
-"""MLflow as its users expect (issue 21, item 1): names, datasets, artifacts beside the store, and a
+"""MLflow as its users expect: names, datasets, artifacts beside the store, and a
 run verified from the store alone with ``repro500 verify mlflow:RUN_ID``."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """repro500's own outputs never enter an experiment's source, wherever they lie and whatever they
-are called (issue 17, item 2; repro500.capture.outputs): a run written with ``--out results``, a
+are called (repro500.capture.outputs): a run written with ``--out results``, a
 publication in ``pub/``, a reproduction in ``again/``, a packed run, an MLflow store called
 ``lab.sqlite`` and the artifact directory its experiment names are recognised by what they hold,
 while a user's own SQLite database or a folder of theirs called ``results`` stays source."""

@@ -1,4 +1,4 @@
-"""The command of issue 22 that aborted Gloo ("collective mismatch", SIGABRT, 3 of 3 attempts):
+"""A PowerSGD command that once aborted Gloo ("collective mismatch", SIGABRT, 3 of 3 attempts):
 PowerSGD on the quickstart's ResNet-20 (two DDP buckets) on two real Gloo ranks."""
 
 from __future__ import annotations

@@ -336,7 +336,7 @@ def test_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> N
 
 
 def test_a_fraction_s_band_is_clipped_to_its_range_and_says_so():
-    """issue 21: at n = 2 an accuracy band ran from -0.1 to 1.55."""
+    """at n = 2 an accuracy band ran from -0.1 to 1.55."""
     from repro500.report.plots import range_clip
     from repro500.report.series import Band
 

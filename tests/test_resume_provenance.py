@@ -1,4 +1,4 @@
-"""What a resume records about the run it completes (issue 22): the experiment's source is
+"""What a resume records about the run it completes: the experiment's source is
 compared with the first attempt's, file by file, so that an unchanged experiment reports no
 change and a one-byte edit between the attempts is a result-relevant one; and a run started
 with ``--no-tracking`` stays untracked, even with ``MLFLOW_TRACKING_URI`` set.

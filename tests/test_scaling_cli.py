@@ -266,7 +266,7 @@ def test_a_failing_measurement_is_one_line_exit_1(monkeypatch, tmp_path):
 
 
 def test_powersgd_bytes_come_only_from_a_run_that_compressed(tmp_path, timings):
-    # issue 22: a run shorter than start_iter recorded dense bytes, which were taken as powersgd's
+    # a run shorter than start_iter recorded dense bytes, which were taken as powersgd's
     spec = {"name": "powersgd", "start_iter": 2}
     short = craft_run(tmp_path, "short", compressor=spec, step={"compressed": False})
     result = invoke(short, "--json")

@@ -1,4 +1,4 @@
-"""Hostile inputs, each with its expected outcome (issue 13's "Security tests", signatures aside).
+"""Hostile inputs, each with its expected outcome (the "Security tests", signatures aside).
 
 Every case: no traceback, nothing written outside the destination, the documented exit code
 (4, invalid input) and one sentence naming what is wrong.
@@ -61,7 +61,7 @@ def _refused(archive_path: Path, tmp_path: Path, match: str) -> None:
 
 
 def _reseal_without(run: Path, prefix: str) -> None:
-    """Remove a repeat's lines from SHA256SUMS, as the forger of issue 13 did."""
+    """Remove a repeat's lines from SHA256SUMS, as a forger would."""
     sums = run / bundle.SUMS_NAME
     lines = [line for line in sums.read_text().splitlines(keepends=True) if f"  {prefix}" not in line]
     sums.write_text("".join(lines))
@@ -340,7 +340,7 @@ def test_the_extraction_counts_bytes_too(tmp_path):
         accept(info, str(tmp_path))
 
 
-# --------------------------------------------------------------- outputs that cannot be written (issue 14)
+# --------------------------------------------------------------- outputs that cannot be written
 
 
 def _one_error_line(out) -> str:

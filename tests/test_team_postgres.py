@@ -1,4 +1,4 @@
-"""A team on a real database (issue 21): PostgreSQL and ``mlflow server`` on it, set up with
+"""A team on a real database: PostgreSQL and ``mlflow server`` on it, set up with
 docs/team.md's own commands (tests/teamserver.py), four ``repro500 run``s at once against it,
 every run, metric and artifact accounted for, and a database URI's password never written anywhere.
 

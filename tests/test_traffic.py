@@ -1,4 +1,4 @@
-"""Gradient traffic as users see it: metrics.jsonl, the repeat summary and MLflow (issue 6)."""
+"""Gradient traffic as users see it: metrics.jsonl, the repeat summary and MLflow."""
 
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ def test_forger_who_rewrites_everything_is_flagged_by_metrics_jsonl_and_expect_s
 
 
 def test_a_repeat_on_another_world_size_or_engine_than_the_run_is_invalid(tmp_path):
-    """Issue 22: a resume that reran a repeat on one rank left run.json saying world size 2."""
+    """a resume that reran a repeat on one rank left run.json saying world size 2."""
     run = make_run(tmp_path)
     edit_json(run / "run.json", lambda d: d.update(engine="ddp", world_size=2))
     for k in range(3):

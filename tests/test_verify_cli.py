@@ -193,7 +193,7 @@ def test_verify_passes_on_a_real_quickstart_run(tmp_path):
 
 
 def test_the_statistics_fit_an_80_column_terminal_without_wrapping_a_cell():
-    """issue 21: at 80 columns the single statistics table wrapped its median interval mid-cell."""
+    """at 80 columns the single statistics table wrapped its median interval mid-cell."""
     from rich.console import Console
 
     from repro500.verify.render import _statistics

@@ -117,7 +117,7 @@ def _powersgd_hook(
     run on Gloo's worker thread whenever the previous allreduce finishes, while the training
     thread goes on launching the next bucket's first allreduce: with two or more buckets the
     collectives reach Gloo in a different order on different ranks, and Gloo aborts the job
-    ("collective mismatch", issue 22).  So on any backend but NCCL the hook waits for the
+    ("collective mismatch").  So on any backend but NCCL the hook waits for the
     bucket's whole chain before it returns: every rank then issues U0 P0 Q0 U1 P1 Q1 ... in
     bucket order, at the price of not overlapping that bucket's communication with the rest of
     the backward pass (the time the backward pass spent waiting is in ``time_comm_wait_s``).

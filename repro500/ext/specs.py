@@ -157,7 +157,7 @@ def resolve(spec: str | Mapping[str, Any] | None, *, seed_per_repeat: bool = Fal
 
 
 def canonical(recorded: Any) -> Any:
-    """A compressor spec as a run recorded it, resolved: runs before issue 22 recorded the recipe's
+    """A compressor spec as a run recorded it, resolved: older runs recorded the recipe's
     spelling (``"topk"``), newer ones the resolved spec (``{"name": "topk", "ratio": 0.01,
     "memory": "residual"}``), and both must compare equal.  A recorded value this version cannot
     resolve is returned as it is."""

@@ -1,5 +1,5 @@
 """Work the runner does beside the repeats: the manifest's facets, MLflow, hashing what a
-command read.  None of it is on the critical path of a repeat (issue 17: wrapping a command
+command read.  None of it is on the critical path of a repeat (wrapping a command
 costs at most 5 % of running it by hand), and each result is collected where it is needed.
 
 Daemon threads, not a ``ThreadPoolExecutor``: the interpreter joins an executor's threads at
@@ -75,7 +75,7 @@ class Worker:
 def warm_verify() -> None:
     """Import the verdict's statistics (scipy.stats: 1-2 s) while the repeats run: the process
     mostly waits on a wrapped command or a launcher there, so the closing verify no longer pays
-    for it (issue 12's wrapping-cost budget)."""
+    for it (the wrapping-cost budget)."""
     def load() -> None:
         with contextlib.suppress(Exception):
             import repro500.verify.verdict  # noqa: F401

@@ -81,7 +81,7 @@ def recheck_source(plan: Plan, run: layout.RunDir) -> tuple[dict[str, Any] | Non
     same files as they are now (the copy in ``source/`` stays the first attempt's), and the files
     that differ.  Taken the way :func:`keep_source` took it, so that an unchanged experiment gives
     the same record and a resume reports no source change; a resume used to record no source at
-    all, which every comparison read as a changed experiment (issue 22)."""
+    all, which every comparison read as a changed experiment."""
     from repro500.capture import source
 
     try:

@@ -3,7 +3,7 @@
 Why a process and not a thread: MLflow's client import (about 0.9 s), its SQL store's opening
 (about 0.5 s: SQLAlchemy's mappers, the schema check) and every logging call are Python work that
 holds the GIL.  On a thread of the run's own process they stalled the first repeat's training loop:
-logging cost 5-9 % of the quickstart's wall time (issue 21 asks for at most 1 %).  A process of its
+logging cost 5-9 % of the quickstart's wall time (the target is at most 1 %).  A process of its
 own, started when ``repro500 run`` starts (:func:`prestart`), imports MLflow on the core the run's
 single-threaded start (the recipe, the plan, torch's import) leaves idle, and its logging never
 holds the trainer's GIL.

@@ -28,7 +28,7 @@ from typing import Any
 from repro500.errors import InvalidInput, RunFailed
 
 SOURCES = ("auto", "mlflow", "mllog", "regex", "json")
-# The order of preference for a declaration without a source (issue 12): what the script logs to
+# The order of preference for a declaration without a source: what the script logs to
 # MLflow itself, then MLPerf lines, then the JSON file.  A regex is never guessed.
 AUTO_ORDER = ("mlflow", "mllog", "json")
 TAKES = ("last", "first", "max", "min", "mean")

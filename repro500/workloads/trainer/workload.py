@@ -112,7 +112,7 @@ class TrainedWorkload:
 
     def _check_options(self, options: dict[str, Any]) -> None:
         """An unknown model option is caught here, not after the run directory exists; the
-        message names the --set at fault when one set it (issue: it used to surface 13 s in)."""
+        message names the --set at fault when one set it (not 13 s into the run)."""
         from repro500.workloads.models import find_builder, takes_any_options
 
         if takes_any_options(find_builder(self.fixed["model"])):
