@@ -43,7 +43,7 @@ ENV = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DVC_NO_ANALYTICS="1")
 
 
 def fabricate(parent: Path) -> Path:
-    from test_verify_rundir import make_manifest, make_run
+    from helpers.rundirs import make_manifest, make_run
 
     packages = {f"package-{i:03d}": f"{i}.{i % 7}.{i % 3}" for i in range(900)}  # ~32 KB, as pip freeze
     root = make_run(parent, "quickstart", epochs=5, manifest=make_manifest(

@@ -1,5 +1,5 @@
 """A team's tracking server under load: four ``repro500 run``s at once against ``mlflow server`` on
-a real PostgreSQL, set up with docs/team.md's own commands (tests/teamserver.py).
+a real PostgreSQL, set up with docs/team.md's own commands (tests/helpers/teamserver.py).
 
 Targets: no run lost (every run finishes, with its parent and repeat runs FINISHED on
 the server), and the server's share of each run's wall time <= 2 %.
@@ -51,8 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-import teamserver  # noqa: E402
-from runhelpers import write_recipe  # noqa: E402
+from helpers import teamserver  # noqa: E402
+from helpers.runs import write_recipe  # noqa: E402
 
 TARGET_SHARE = 0.02
 

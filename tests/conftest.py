@@ -5,6 +5,12 @@ from __future__ import annotations
 import os
 
 import pytest
+from helpers.rundirs import GAMMA, LATENCY_S
+from helpers.runs import repro500
+
+from repro500.scaling import measure
+from repro500.scaling.alphabeta import coefficients
+from repro500.scaling.fit import Point
 
 os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
@@ -17,3 +23,24 @@ def in_tmp(tmp_path, monkeypatch):
     """Run the test with the working directory set to a fresh temporary directory."""
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture
+def cosmo_data(in_tmp):
+    for out, split, n in (("cosmo.h5", "train", "40"), ("cosmo-eval.h5", "eval", "8")):
+        result = repro500("data", "generate", "cosmo", "--out", out, "--samples", n, "--size", "16",
+                          "--seed", "2", "--split", split, cwd=in_tmp)
+        assert result.returncode == 0, result.stderr
+    return in_tmp / "cosmo.h5"
+
+
+@pytest.fixture
+def timings(tmp_path, monkeypatch):
+    """A cache holding exact alpha-beta timings (L = 50 us, gamma = 1 ns/B) for this host."""
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+    host, torch_version = measure.host_key()
+    points = [Point(c, 2, m, sum(a * v for a, v in zip(coefficients(c, m, 2), (LATENCY_S, GAMMA), strict=True)))
+              for c in ("allreduce", "allgather") for m in (4 * 4**k for k in range(13))]
+    m = measure.Measurement(host, torch_version, "2026-11-22T00:00:00Z", measure.Settings(), points)
+    measure.write_cache(m)
+    return m

@@ -18,7 +18,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500
+from helpers.runs import repro500
 
 PY = sys.executable
 VENV = {"PATH": f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

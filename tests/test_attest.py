@@ -1,6 +1,6 @@
 """Signed in-toto attestations and the repeat chain (repro500.attest, `repro500 sign`, `verify --trust`).
 
-Keys are made by the real ``ssh-keygen``; run directories are fabricated (test_verify_rundir.make_run),
+Keys are made by the real ``ssh-keygen``; run directories are fabricated (helpers/rundirs.py),
 so nothing here trains.  Each hostile case names the problem it must produce.
 """
 
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_verify_rundir import edit_json, make_run
+from helpers.keys import make_key, ssh_keygen, trust_line, write_trust
+from helpers.rundirs import edit_json, make_run
 
 from repro500 import cli
 from repro500.attest import chain, keys, sshsig
@@ -32,41 +33,12 @@ from repro500.rundir import archive as archives
 from repro500.rundir import sums as bundle
 
 
-def _ssh_keygen() -> str:
-    found = shutil.which("ssh-keygen")
-    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(["apt-get", "install", "-y", "-q", "openssh-client"], capture_output=True, timeout=300)
-        found = shutil.which("ssh-keygen")
-    if found is None:
-        print("ssh-keygen is missing and openssh-client could not be installed")
-        pytest.skip("ssh-keygen is missing and openssh-client could not be installed")
-    return found
-
-
 @pytest.fixture(autouse=True)
 def attestation_uncovered(monkeypatch):
     """The attestation signs SHA256SUMS, so SHA256SUMS must not cover it (bundle.DERIVED_NAMES)."""
     assert ATTESTATION_NAMES <= bundle.DERIVED_NAMES
     monkeypatch.delenv(keys.PASSPHRASE_ENV, raising=False)
     monkeypatch.delenv(keys.KEY_ENV, raising=False)
-
-
-def make_key(directory: Path, name: str = "id", passphrase: str = "", kind: str = "ed25519") -> Path:
-    path = directory / name
-    subprocess.run([_ssh_keygen(), "-q", "-t", kind, "-N", passphrase, "-C", name, "-f", str(path)],
-                   check=True, capture_output=True)
-    return path
-
-
-def trust_line(key: Path, principal: str = "alice@example.org", options: str = 'namespaces="repro500"') -> str:
-    pub = " ".join(key.with_suffix(".pub").read_text().split()[:2])
-    return f"{principal} {options} {pub}".replace("  ", " ")
-
-
-def write_trust(directory: Path, *lines: str) -> Path:
-    path = directory / "allowed_signers"
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def chained_run(parent: Path, name: str = "run-a", **kwargs) -> Path:
@@ -107,7 +79,7 @@ def test_sign_then_verify_names_the_signer(signed):
     result = verify_signature(root, trust)
     assert result.valid, result.problems
     assert result.principal == "alice@example.org"
-    printed = subprocess.run([_ssh_keygen(), "-l", "-f", str(key.with_suffix(".pub"))], capture_output=True, text=True)
+    printed = subprocess.run([ssh_keygen(), "-l", "-f", str(key.with_suffix(".pub"))], capture_output=True, text=True)
     assert result.fingerprint == printed.stdout.split()[1]
     assert bundle.check_sums(root).ok  # the attestation is not a file SHA256SUMS should list
 
@@ -145,7 +117,7 @@ def test_envelope_verifies_with_securesystemslib_alone(signed):
 
 def test_ssh_keygen_verifies_what_repro500_signs(signed, tmp_path):
     root, _, trust = signed
-    command = [_ssh_keygen(), "-Y", "verify", "-f", str(trust), "-I", "alice@example.org", "-n", "repro500",
+    command = [ssh_keygen(), "-Y", "verify", "-f", str(trust), "-I", "alice@example.org", "-n", "repro500",
                "-s", str(root / SSHSIG_NAME)]
     good = subprocess.run(command, input=_statement(root), capture_output=True)
     assert good.returncode == 0, good.stderr
@@ -158,7 +130,7 @@ def test_sshsig_reads_what_ssh_keygen_signs(tmp_path):
     key = make_key(tmp_path)
     message = tmp_path / "msg"
     message.write_bytes(b"hello")
-    subprocess.run([_ssh_keygen(), "-Y", "sign", "-f", str(key), "-n", "repro500", str(message)],
+    subprocess.run([ssh_keygen(), "-Y", "sign", "-f", str(key), "-n", "repro500", str(message)],
                    check=True, capture_output=True)
     armored = (tmp_path / "msg.sig").read_text()
     public = sshsig.verify(armored, b"hello")

@@ -7,8 +7,8 @@ import os
 import tarfile
 
 import pytest
-from runhelpers import make_tar
-from test_verify_rundir import edit_json, make_run
+from helpers.rundirs import edit_json, make_run
+from helpers.runs import make_tar
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import archive as archives

@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 pytestmark = pytest.mark.slow  # each is a real two-rank run of a real model on 2 cores
 

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 from repro500.capture import seeds as seeding
 from repro500.errors import UsageError

@@ -9,37 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from runhelpers import free_rendezvous_port, kill_a_rank_when, repro500, write_recipe
+from helpers.runs import COSMO, free_rendezvous_port, kill_a_rank_when, repro500, write_recipe
 
 from repro500.runner import RunOptions, run
-
-COSMO = {
-    "schema": "repro500/recipe/v1",
-    "name": "tinycosmo",
-    "fixed": {
-        "workload": "regression",
-        "model": "cosmoflow",  # no batch norm: two ranks can equal one process exactly
-        "model_options": {"crop_size": 16, "base_channels": 4, "depth": 2, "fc1_size": 16, "fc2_size": 8},
-        "dataset": {"name": "cosmo", "path": "cosmo.h5", "eval_path": "cosmo-eval.h5", "params": {"crop": 16}},
-        "target": {"metric": "mae", "value": 0.0, "direction": "lower"},
-        "epochs": 2,
-        "mlperf_benchmark": "cosmoflow",
-    },
-    "mutable": {"batch_size": 8, "eval_batch_size": 16, "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
-                "device": "cpu", "threads": 1},
-    "acceptance": {"mae": {"target": 1.0, "direction": "lower", "tolerance": 0.0}},
-    "repeats": 1,
-    "seed": 5,
-}
-
-
-@pytest.fixture
-def cosmo_data(in_tmp):
-    for out, split, n in (("cosmo.h5", "train", "40"), ("cosmo-eval.h5", "eval", "8")):
-        result = repro500("data", "generate", "cosmo", "--out", out, "--samples", n, "--size", "16",
-                          "--seed", "2", "--split", split, cwd=in_tmp)
-        assert result.returncode == 0, result.stderr
-    return in_tmp / "cosmo.h5"
 
 
 def _final(run_dir):

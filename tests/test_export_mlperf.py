@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from click.testing import CliRunner
-from runhelpers import write_recipe
+from helpers.runs import write_recipe
 
 from repro500 import cli
 from repro500.data.generate import generate

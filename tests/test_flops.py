@@ -6,8 +6,8 @@ import io
 import json
 
 import pytest
+from helpers.rundirs import edit_json, make_run
 from rich.console import Console
-from test_verify_rundir import edit_json, make_run
 
 from repro500.rundir import sums as bundle
 from repro500.verify.flops import recompute

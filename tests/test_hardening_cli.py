@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_scaling_cli import craft_run, timings  # noqa: F401 - timings is a fixture used below
-from test_verify_rundir import make_run
+from helpers.rundirs import craft_run, make_run
 
 from repro500 import cli
 

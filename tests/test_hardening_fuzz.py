@@ -17,10 +17,9 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+from helpers.rundirs import make_run
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_scaling_cli import timings  # noqa: F401 - fixture: a seeded cache, `model` never times collectives
-from test_verify_rundir import make_run
 
 from repro500 import cli
 from repro500.errors import (

@@ -64,7 +64,7 @@ def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
 
 @pytest.mark.parametrize("uri", ["http://user:s3cretpw@127.0.0.1:1", "http://user:s3cretpw@127.0.0.1/"])
 def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path, uri):
-    from runhelpers import write_recipe
+    from helpers.runs import write_recipe
 
     recipe = write_recipe(tmp_path / "tiny.yaml")
     env = _env(MLFLOW_TRACKING_URI=uri)
@@ -187,7 +187,7 @@ def test_a_tracking_failure_found_at_the_end_keeps_the_complete_run_and_says_so(
 
 
 def test_mlflow_info_lines_stay_out_of_a_tracked_runs_output(tmp_path):
-    from runhelpers import repro500, write_recipe
+    from helpers.runs import repro500, write_recipe
 
     write_recipe(tmp_path / "tiny.yaml", fixed__epochs=1, repeats=1)
     done = repro500("run", "tiny.yaml", cwd=tmp_path, env={"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path}/new.db"})

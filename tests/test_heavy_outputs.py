@@ -20,7 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 from repro500.rundir import archive as archives
 from repro500.rundir import sums as bundle

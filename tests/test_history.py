@@ -1,6 +1,6 @@
 """References from history: `verify --against history:SOURCE` and `repro500 history`.
 
-The fabricated runs are written by the run-directory contract (test_verify_rundir.make_run) with
+The fabricated runs are written by the run-directory contract (helpers/rundirs.py) with
 their own creation times, manifests and recipes; one test records two real command runs in MLflow
 and finds them again by the experiment's name.
 """
@@ -13,41 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
-from runhelpers import repro500
-from test_verify_rundir import make_manifest, make_run
-
-from repro500.rundir import sums as bundle
-
-THIS_CPU = {"cpu": {"model": "test cpu", "cores": 8, "sockets": 1}, "gpus": [], "memory": {"total_bytes": 2**34}}
-
-
-def history_run(parent: Path, name: str, created: str, accuracy: list[float], *, throughput: float = 180.0,
-                hardware: dict | None = None, torch: str = "2.14.1", batch_size: int = 64,
-                finished: str | None = None) -> Path:
-    """A sealed run made at ``created`` on a system given by its hardware facet and torch version."""
-    manifest = make_manifest(hardware=hardware or THIS_CPU,
-                             environment={"python": {"version": "3.11.7"}, "torch_build": {"version": torch},
-                                          "packages": {"torch": torch}})
-    root = make_run(parent, name, values={"accuracy": accuracy}, manifest=manifest,
-                    time_to_quality_s=[20.0 + 0.05 * k for k in range(len(accuracy))])
-    for k in range(len(accuracy)):  # the throughput a repeat measured
-        path = root / "repeats" / str(k) / "summary.json"
-        doc = json.loads(path.read_text())
-        doc["metrics"]["throughput_samples_per_s"] = throughput + k
-        path.write_text(json.dumps(doc))
-    summary = json.loads((root / "summary.json").read_text())
-    summary["metrics"]["throughput_samples_per_s"]["values"] = [throughput + k for k in range(len(accuracy))]
-    (root / "summary.json").write_text(json.dumps(summary))
-    run = json.loads((root / "run.json").read_text())
-    run["created_utc"] = created
-    run["finished_utc"] = finished or created.replace("T10:", "T11:")
-    (root / "run.json").write_text(json.dumps(run))
-    recipe = yaml.safe_load((root / "recipe.yaml").read_text())
-    recipe["mutable"]["batch_size"] = batch_size
-    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    bundle.write_sums(root)
-    return root
+from helpers.rundirs import THIS_CPU, history_run
+from helpers.runs import repro500
 
 
 def earlier_runs(runs: Path) -> None:

@@ -13,7 +13,7 @@ import os
 import shutil
 
 import pytest
-from runhelpers import kill_a_rank_when, repro500, write_recipe
+from helpers.runs import kill_a_rank_when, repro500, write_recipe
 
 from repro500.rundir import sums as bundle
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runhelpers import TINY_CLASSIFICATION, repro500, write_recipe
+from helpers.runs import TINY_CLASSIFICATION, repro500, write_recipe
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runhelpers import repro500
-from test_verify_rundir import make_manifest, make_run
+from helpers.rundirs import make_manifest, make_run
+from helpers.runs import repro500
 
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives

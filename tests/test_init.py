@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runhelpers import repro500
+from helpers.runs import repro500
 
 from repro500.recipe.init import MLFLOW_IGNORES, input_dep
 

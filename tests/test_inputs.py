@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runhelpers import repro500
+from helpers.runs import repro500
 
 from repro500.capture import inputs
 from repro500.capture.data import digest_path

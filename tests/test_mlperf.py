@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from runhelpers import write_recipe
+from helpers.runs import write_recipe
 
 from repro500.data.generate import generate
 from repro500.errors import InvalidInput, UsageError

@@ -12,8 +12,7 @@ import sys
 import time
 
 import pytest
-from runhelpers import free_rendezvous_port, repro500, write_recipe
-from test_distributed import COSMO, cosmo_data  # noqa: F401 - the fixture
+from helpers.runs import COSMO, free_rendezvous_port, repro500, write_recipe
 
 from repro500.errors import UsageError
 from repro500.runner.plan import RunOptions, check_options

@@ -10,63 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runhelpers import repro500, write_recipe
-
-PLUGIN = '''
-import torch
-from torch import nn
-from torch.utils.data import TensorDataset
-
-
-def build(*, num_classes: int = 2, in_channels: int = 3, width: int = 8):
-    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 8 * 8, width), nn.ReLU(), nn.Linear(width, num_classes))
-
-
-def make(split, *, path=None, seed=0, samples=128):
-    g = torch.Generator().manual_seed(seed + (0 if split == "train" else 1))
-    y = torch.randint(0, 2, (samples,), generator=g)
-    x = torch.randn(samples, 3, 8, 8, generator=g) * 0.3 + y.view(-1, 1, 1, 1).float()
-    data = TensorDataset(x, y)
-    data.info = {"task": "classification", "num_classes": 2, "in_channels": 3}
-    return data
-
-
-class Balanced:
-    def __init__(self, *, num_classes):
-        self.right, self.seen = 0, 0
-
-    def update(self, outputs, targets):
-        self.right += int((outputs.argmax(1) == targets).sum())
-        self.seen += len(targets)
-
-    def compute(self):
-        return {"balanced_hits": self.right / self.seen if self.seen else None}
-
-
-def not_a_model(**kw):
-    return "a string"
-
-
-def broken(**kw):
-    raise RuntimeError("width must be even")
-'''
-
-
-def plugin_recipe(tmp: Path, **changes: object) -> Path:
-    (tmp / "mylab").mkdir(exist_ok=True)
-    (tmp / "mylab" / "__init__.py").write_text("")
-    (tmp / "mylab" / "nets.py").write_text(PLUGIN)
-    recipe = {
-        "schema": "repro500/recipe/v1", "name": "mine",
-        "fixed": {"workload": "classification", "model": "mylab.nets:build", "model_options": {"width": 16},
-                  "dataset": {"entry": "mylab.nets:make", "params": {"samples": 128, "seed": 1}},
-                  "evaluate": "mylab.nets:Balanced",
-                  "target": {"metric": "balanced_hits", "value": 0.999}, "epochs": 2},
-        "mutable": {"batch_size": 32, "eval_batch_size": 64, "optimizer": {"name": "sgd", "lr": 0.1}, "threads": 1},
-        "acceptance": {"balanced_hits": {"target": 0.6, "tolerance": 0.05}},
-        "repeats": 2, "seed": 5,
-    }
-    return write_recipe(tmp / "mine.yaml", recipe, **changes)
+from helpers.runs import PLUGIN, plugin_recipe, repro500, write_recipe
 
 
 def test_a_plugin_model_dataset_and_evaluator_train_and_verify(in_tmp):
@@ -256,7 +200,7 @@ def test_mistakes_in_data_or_options_are_caught_before_the_run_directory_exists(
         assert made.returncode == 0, made.stderr
     with h5py.File(in_tmp / "cosmo.h5", "r+") as f:
         f["unitPar"][3, 1] = float("nan")
-    from test_distributed import COSMO
+    from helpers.runs import COSMO
 
     write_recipe(in_tmp / "cosmo.yaml", COSMO)
     nan = repro500("run", "cosmo.yaml", "--no-tracking", cwd=in_tmp)
@@ -270,7 +214,7 @@ def test_mistakes_in_data_or_options_are_caught_before_the_run_directory_exists(
 def test_a_signed_command_run_verifies_with_trust_and_its_chain_catches_a_dropped_repeat(in_tmp):
     import shutil
 
-    from test_attest import make_key, trust_line, write_trust
+    from helpers.keys import make_key, trust_line, write_trust
 
     command_recipe(in_tmp)
     key = make_key(in_tmp, "lab")

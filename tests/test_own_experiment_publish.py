@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 VENV_PATH = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500
+from helpers.runs import repro500
 
 from repro500.capture import source
 

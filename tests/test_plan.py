@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from runhelpers import repro500
+from helpers.rundirs import make_run
+from helpers.runs import repro500
 from scipy import stats as sps
-from test_verify_rundir import make_run
 
 from repro500.verify import bands, planning, stats
 from repro500.verify.rundir import Criterion, load_run

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500
+from helpers.runs import repro500
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runhelpers import repro500
+from helpers.runs import repro500
 
 from repro500.publish.dvcmetrics import verdict_metrics
 

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_verify_rundir import make_run
+from helpers.rundirs import make_run
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import sums as bundle

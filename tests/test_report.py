@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from test_verify_rundir import edit_json, make_manifest, make_run
+from helpers.rundirs import edit_json, make_manifest, make_run
 
 from repro500.cli import cli
 from repro500.report import series

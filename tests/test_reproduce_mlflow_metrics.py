@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500
+from helpers.runs import repro500
 
 PY = sys.executable
 VENV = {"PATH": f"{Path(PY).parent}{os.pathsep}{os.environ.get('PATH', '')}"}

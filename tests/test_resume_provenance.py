@@ -18,8 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from runhelpers import repro500
-from test_own_experiment import plugin_recipe
+from helpers.runs import plugin_recipe, repro500
 
 # Repeat 1 fails on the first attempt only; every repeat writes into its working directory (as
 # scripts do: logs, checkpoints), which the resume must not take for an edit of the source.

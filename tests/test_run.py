@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, UsageError
 from repro500.rundir import sums as bundle

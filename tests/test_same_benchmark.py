@@ -5,7 +5,7 @@ measured another benchmark — another recipe the reference names, other fixed k
 with --set in the open division — is refused by `verify` (exit 4, one sentence naming both) unless
 --across-benchmarks is given, when the status line says so; `history` gives it a series of its own
 and lists the override first among the changes.  The fabricated runs follow the run-directory
-contract (test_verify_rundir.make_run: recipe "quickstart", ResNet-20); one test makes real runs.
+contract (helpers/rundirs.py: recipe "quickstart", ResNet-20); one test makes real runs.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ import json
 from pathlib import Path
 
 import yaml
-from runhelpers import repro500, write_recipe
-from test_history import history_run
-from test_verify_rundir import make_run
+from helpers.rundirs import history_run, make_run
+from helpers.runs import repro500, write_recipe
 
 from repro500.rundir import sums as bundle
 

@@ -4,67 +4,16 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
-from test_verify_rundir import make_run
+from helpers.rundirs import GAMMA, LATENCY_S, craft_run
 
 from repro500.cli import cli
 from repro500.report import write_report
-from repro500.rundir import sums as bundle
 from repro500.scaling import measure
-from repro500.scaling.alphabeta import coefficients
-from repro500.scaling.fit import Point
 
-LATENCY_S, GAMMA = 50e-6, 1e-9
-STEP = {"time_data_s": 0.004, "time_forward_s": 0.02, "time_backward_s": 0.05, "time_optimizer_s": 0.006,
-        "step_time_s": 0.082, "time_comm_s": 0.012, "time_compress_s": 0.001, "time_decompress_s": 0.0005,
-        "bytes_sent": 1_078_888, "bytes_received": 1_078_888, "dense_bytes_sent": 1_078_888, "tensors": 2}
 DATA_URI = re.compile(r'<img class="plot" src="data:image/png;base64,')
-
-
-@pytest.fixture
-def timings(tmp_path, monkeypatch):
-    """A cache holding exact alpha-beta timings (L = 50 us, gamma = 1 ns/B) for this host."""
-    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
-    host, torch_version = measure.host_key()
-    points = [Point(c, 2, m, sum(a * v for a, v in zip(coefficients(c, m, 2), (LATENCY_S, GAMMA), strict=True)))
-              for c in ("allreduce", "allgather") for m in (4 * 4**k for k in range(13))]
-    m = measure.Measurement(host, torch_version, "2026-11-22T00:00:00Z", measure.Settings(), points)
-    measure.write_cache(m)
-    return m
-
-
-def craft_run(parent: Path, name: str = "run-2", *, world_size: int = 2, compressor="none",
-              with_timings: bool = True, step: dict | None = None) -> Path:
-    """A sealed run directory whose step records carry the timings above (first step: warm-up)."""
-    root = make_run(parent, name, values={"accuracy": [0.93, 0.94]})
-    for rdir in sorted((root / "repeats").iterdir()):
-        k = int(rdir.name)
-        epochs = [line for line in (rdir / "metrics.jsonl").read_text().splitlines() if '"epoch"' in line
-                  and json.loads(line)["kind"] == "epoch"]
-        steps = []
-        for i in range(6):
-            record = {"kind": "step", "repeat": k, "epoch": 1, "step": i + 1, "loss": 1.0, "lr": 0.1, "samples": 64}
-            if with_timings:
-                record.update(STEP, **(step or {}))
-                if i == 0:  # warm-up: left out by the model
-                    record.update(step_time_s=5.0, time_forward_s=4.0)
-                if world_size == 1:
-                    record.update(time_comm_s=None, time_compress_s=None, time_decompress_s=None,
-                                  bytes_sent=None, bytes_received=None, dense_bytes_sent=None)
-            steps.append(json.dumps(record))
-        (rdir / "metrics.jsonl").write_text("\n".join(steps + epochs) + "\n")
-    run = json.loads((root / "run.json").read_text())
-    run.update(world_size=world_size, engine="ddp" if world_size > 1 else "local")
-    (root / "run.json").write_text(json.dumps(run))
-    recipe = yaml.safe_load((root / "recipe.yaml").read_text())
-    recipe["mutable"].update(compressor=compressor, nproc=world_size)
-    (root / "recipe.yaml").write_text(yaml.safe_dump(recipe))
-    bundle.write_sums(root)
-    return root
 
 
 def invoke(*args):

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import pytest
-from runhelpers import make_tar, repro500
-from test_verify_rundir import edit_json, make_run
+from helpers.rundirs import edit_json, make_run
+from helpers.runs import make_tar, repro500
 
 from repro500.errors import InvalidInput
 from repro500.rundir import archive
@@ -123,7 +123,7 @@ def test_a_repeat_moved_into_a_dropped_slot_is_invalid(tmp_path):
 
 
 def test_a_repeat_run_with_another_seed_than_planned_is_invalid(tmp_path):
-    from test_verify_rundir import make_manifest
+    from helpers.rundirs import make_manifest
 
     from repro500.capture.manifest import seeds_facet
 

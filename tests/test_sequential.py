@@ -8,9 +8,9 @@ import shutil
 
 import numpy as np
 import pytest
-from runhelpers import repro500
+from helpers.rundirs import make_run
+from helpers.runs import repro500
 from scipy import stats as sps
-from test_verify_rundir import make_run
 
 from repro500.rundir import sums as bundle
 from repro500.verify import sequential, sequential_plan

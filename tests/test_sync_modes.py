@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from runhelpers import repro500, write_recipe
-from test_distributed import COSMO, cosmo_data  # noqa: F401 - the fixture is used by name
+from helpers.runs import COSMO, repro500, write_recipe
 
 from repro500.runner import RunOptions, run
 from repro500.workloads.engines.averaging import ring_neighbours

@@ -184,7 +184,7 @@ def test_arithmetic_intensity_of_a_linear_layer_is_counted_exactly():
 
 @pytest.mark.slow
 def test_a_training_run_records_energy_utilization_data_wait_and_intensity(tmp_path):
-    from runhelpers import repro500, write_recipe
+    from helpers.runs import repro500, write_recipe
 
     write_recipe(tmp_path / "tiny.yaml", repeats=1)
     env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}

@@ -8,7 +8,7 @@ import shutil
 import h5py
 import numpy as np
 import pytest
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.recipe import load as recipes

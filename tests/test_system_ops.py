@@ -7,7 +7,7 @@ import sys
 
 import pytest
 import torch
-from runhelpers import repro500
+from helpers.runs import repro500
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.system import ops

@@ -1,5 +1,5 @@
 """A team on a real database: PostgreSQL and ``mlflow server`` on it, set up with
-docs/team.md's own commands (tests/teamserver.py), four ``repro500 run``s at once against it,
+docs/team.md's own commands (tests/helpers/teamserver.py), four ``repro500 run``s at once against it,
 every run, metric and artifact accounted for, and a database URI's password never written anywhere.
 
 Needs Debian's ``postgresql`` package (initdb, pg_ctl, createuser) and psycopg2; where they are
@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-import teamserver
-from runhelpers import write_recipe
+from helpers import teamserver
+from helpers.runs import write_recipe
 
 from repro500.redact import REDACTED
 
@@ -51,7 +51,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_the_doc_gives_the_commands_this_suite_runs():
-    # tests/teamserver.py runs docs/team.md's commands by what they start with; a new kind of
+    # tests/helpers/teamserver.py runs docs/team.md's commands by what they start with; a new kind of
     # command in the doc must be taught to it, not silently skipped
     heads = [" ".join(c.split()[:2]) for c in teamserver.doc_commands("## 1.")]
     assert heads == ["createuser --pwprompt", "createdb --owner", "pip install", "echo 'db.example.org:5432:mlflow:mlflow:PASSWORD'",
@@ -94,7 +94,7 @@ def test_a_missing_database_driver_is_named(monkeypatch):
 def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    # tests/runhelpers.py's tiny recipe: two repeats of two epochs, a verdict that passes (one epoch
+    # tests/helpers/runs.py's tiny recipe: two repeats of two epochs, a verdict that passes (one epoch
     # left the band's confidence bound straddling, exit 3)
     recipe = write_recipe(tmp_path / "tiny.yaml")
     commands = teamserver.client_commands()

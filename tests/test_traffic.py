@@ -6,7 +6,7 @@ import json
 import statistics
 
 import pytest
-from runhelpers import write_recipe
+from helpers.runs import write_recipe
 
 from repro500.runner import SUMMARY_METRICS, RunOptions, run
 from repro500.tracking.client import STEP_METRIC_KEYS

@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 import pytest
-from runhelpers import write_recipe
+from helpers.runs import write_recipe
 
 from repro500.errors import InvalidInput
 from repro500.runner import RunOptions, run

@@ -7,9 +7,9 @@ import json
 
 import numpy as np
 import pytest
-from runhelpers import repro500, write_recipe
+from helpers.rundirs import make_run
+from helpers.runs import repro500, write_recipe
 from scipy import stats as sps
-from test_verify_rundir import make_run
 
 from repro500.capture import seeds as seeding
 from repro500.rundir import sums as bundle

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 from repro500.errors import InvalidInput
 from repro500.workloads.trainer import sampling

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from runhelpers import TINY_CLASSIFICATION, write_recipe
+from helpers.runs import TINY_CLASSIFICATION, write_recipe
 
 from repro500.capture import seeds as seeding
 from repro500.runner import RunOptions, run

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.rundirs import edit_json, make_manifest, make_run
 from scipy import stats as sps
-from test_verify_rundir import edit_json, make_manifest, make_run
 
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput, UsageError

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_verify_rundir import edit_json, make_run
+from helpers.rundirs import edit_json, make_run
 
 from repro500 import cli
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runhelpers import repro500, write_recipe
+from helpers.runs import repro500, write_recipe
 
 from repro500.data.generate import generate
 

@@ -7,8 +7,8 @@ import math
 
 import pytest
 import yaml
+from helpers.rundirs import make_run
 from rich.console import Console
-from test_verify_rundir import make_run
 
 from repro500.report.verdict_details import verdict_sections
 from repro500.report.verdict_source import VerdictView

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from runhelpers import write_recipe
+from helpers.runs import write_recipe
 
 from repro500 import cli
 from repro500.attest import keys

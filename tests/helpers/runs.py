@@ -111,3 +111,80 @@ def free_rendezvous_port() -> int:
                 continue
             return port
     raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+
+
+COSMO = {
+    "schema": "repro500/recipe/v1",
+    "name": "tinycosmo",
+    "fixed": {
+        "workload": "regression",
+        "model": "cosmoflow",  # no batch norm: two ranks can equal one process exactly
+        "model_options": {"crop_size": 16, "base_channels": 4, "depth": 2, "fc1_size": 16, "fc2_size": 8},
+        "dataset": {"name": "cosmo", "path": "cosmo.h5", "eval_path": "cosmo-eval.h5", "params": {"crop": 16}},
+        "target": {"metric": "mae", "value": 0.0, "direction": "lower"},
+        "epochs": 2,
+        "mlperf_benchmark": "cosmoflow",
+    },
+    "mutable": {"batch_size": 8, "eval_batch_size": 16, "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9},
+                "device": "cpu", "threads": 1},
+    "acceptance": {"mae": {"target": 1.0, "direction": "lower", "tolerance": 0.0}},
+    "repeats": 1,
+    "seed": 5,
+}
+
+
+PLUGIN = '''
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+
+def build(*, num_classes: int = 2, in_channels: int = 3, width: int = 8):
+    return nn.Sequential(nn.Flatten(), nn.Linear(in_channels * 8 * 8, width), nn.ReLU(), nn.Linear(width, num_classes))
+
+
+def make(split, *, path=None, seed=0, samples=128):
+    g = torch.Generator().manual_seed(seed + (0 if split == "train" else 1))
+    y = torch.randint(0, 2, (samples,), generator=g)
+    x = torch.randn(samples, 3, 8, 8, generator=g) * 0.3 + y.view(-1, 1, 1, 1).float()
+    data = TensorDataset(x, y)
+    data.info = {"task": "classification", "num_classes": 2, "in_channels": 3}
+    return data
+
+
+class Balanced:
+    def __init__(self, *, num_classes):
+        self.right, self.seen = 0, 0
+
+    def update(self, outputs, targets):
+        self.right += int((outputs.argmax(1) == targets).sum())
+        self.seen += len(targets)
+
+    def compute(self):
+        return {"balanced_hits": self.right / self.seen if self.seen else None}
+
+
+def not_a_model(**kw):
+    return "a string"
+
+
+def broken(**kw):
+    raise RuntimeError("width must be even")
+'''
+
+
+def plugin_recipe(tmp: Path, **changes: object) -> Path:
+    (tmp / "mylab").mkdir(exist_ok=True)
+    (tmp / "mylab" / "__init__.py").write_text("")
+    (tmp / "mylab" / "nets.py").write_text(PLUGIN)
+    recipe = {
+        "schema": "repro500/recipe/v1", "name": "mine",
+        "fixed": {"workload": "classification", "model": "mylab.nets:build", "model_options": {"width": 16},
+                  "dataset": {"entry": "mylab.nets:make", "params": {"samples": 128, "seed": 1}},
+                  "evaluate": "mylab.nets:Balanced",
+                  "target": {"metric": "balanced_hits", "value": 0.999}, "epochs": 2},
+        "mutable": {"batch_size": 32, "eval_batch_size": 64, "optimizer": {"name": "sgd", "lr": 0.1}, "threads": 1},
+        "acceptance": {"balanced_hits": {"target": 0.6, "tolerance": 0.05}},
+        "repeats": 2, "seed": 5,
+    }
+    return write_recipe(tmp / "mine.yaml", recipe, **changes)
