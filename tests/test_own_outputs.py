@@ -110,3 +110,27 @@ def test_a_run_directory_is_recognised_by_its_run_json_inside_a_git_work_tree(tm
     assert done.returncode == 3, done.stdout + done.stderr
     subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)  # outputs/ is untracked, not ignored
     assert source.candidates(tmp_path) == ["train.py"]
+
+
+def test_mlflows_store_and_artifacts_in_the_work_tree_are_not_the_experiments_untracked_state(tmp_path):
+    import json
+    import subprocess
+
+    from repro500.capture.code import describe_repo
+
+    (tmp_path / "train.py").write_text("print('Acc 0.9')\n")
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@e.org", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@e.org"}
+    subprocess.run(["git", "add", "train.py"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "commit", "-qm", "x"], cwd=tmp_path, check=True, env={**os.environ, **env})
+    # the default store, mlflow.db, and its artifacts beside it in mlartifacts/, both untracked
+    done = repro500("run", "--command", *METRIC, "-n", "1", "--run-id", "first", "--", PY, "train.py", cwd=tmp_path)
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert (tmp_path / "mlflow.db").is_file() and any((tmp_path / "mlartifacts").rglob("*"))
+    facet, _ = describe_repo(tmp_path)
+    assert facet["untracked"] == [], facet["untracked"]
+    # and the next run records no untracked state either
+    done = repro500("run", "--command", *METRIC, "-n", "1", "--run-id", "second", "--", PY, "train.py", cwd=tmp_path)
+    manifest = json.loads((tmp_path / "runs" / "second" / "manifest.json").read_text())
+    assert manifest["facets"]["code"]["untracked"] == []

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.outputs import OwnOutputs
 from repro500.capture.registry import CaptureContext, facet
 from repro500.digest import file_digest
 from repro500.redact import REDACTED, redact_text, redact_url
@@ -47,7 +48,9 @@ def redact_diff(diff: bytes) -> tuple[bytes, int]:
 
 
 def _untracked(repo: Any, root: Path) -> tuple[list[dict[str, Any]], int]:
-    names = sorted(repo.untracked_files)
+    # repro500's own outputs (run directories, MLflow's store and its artifact roots, publications)
+    # are never the experiment's state, whatever their path: capture/outputs.py tells them apart
+    names = OwnOutputs(root).select(sorted(repo.untracked_files))
     out = []
     for rel in names[:UNTRACKED_LIST_LIMIT]:
         path = root / rel
