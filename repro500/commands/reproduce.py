@@ -1,0 +1,61 @@
+"""``repro500 reproduce``: a thin click command over repro500.publish.reproduce."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from repro500.commands.options import parse_margins
+
+
+@click.command()
+@click.argument("source", metavar="SOURCE")
+@click.option("--out", "-o", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Working directory for the data, the rerun and verdict.json (default: reproductions/<run-id>).")
+@click.option("--repeats", "-n", type=click.IntRange(min=1), default=None,
+              help="Repeats of the rerun (default: the published number).")
+@click.option("--rev", help="git SOURCE: branch, tag or commit to reproduce (default: HEAD).")
+@click.option("--path", "subpath", metavar="DIR",
+              help="The publication's directory inside SOURCE (needed when a repository holds several).")
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the verdict.")
+@click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
+              help="Override a published equivalence margin (repeatable).")
+@click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
+              help="Where to look for data that cannot be regenerated (copied when its md5 matches).")
+@click.option("--tracking/--no-tracking", default=None,
+              help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db); on by itself when the "
+                   "publication reads a metric from MLflow.  [default: no-tracking]")
+@click.option("--run-code", is_flag=True,
+              help="Allow the publication's own experiment code (a wrapped command, a plug-in) to run; review OUT/source first.")
+@click.option("--allow-data-differences", is_flag=True,
+              help="Rerun even when the data the command read differs here from the published digests (each is named).")
+@click.option("--until-decided", is_flag=True,
+              help="Rerun repeats one at a time until the equivalence test against the publication decides.")
+@click.option("--max-repeats", type=click.IntRange(min=3), help="With --until-decided: at most this many repeats.  [default: 10]")
+@click.pass_context
+def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
+              subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
+              run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None) -> None:
+    """Rerun a published result from SOURCE and verify it against the publication.
+
+    SOURCE is a publication directory (repro500 publish), a git URL or repository path
+    holding one (cloned bare: no hooks, no LFS or other filters run), or a packed run.
+    The data is regenerated from its recorded generator parameters (or copied, or pulled
+    with DVC), the recipe rerun with the published seed and repeats, and the rerun verified
+    against the published values; the verdict is printed with the provenance diff.
+
+    \b
+    Exit codes: 0 REPRODUCED, 1 NOT REPRODUCED, 2 usage error, 3 INCONCLUSIVE,
+                4 invalid input: a tampered or incomplete publication, an unsafe archive,
+                data that cannot be recreated, inputs that differ (without
+                --allow-data-differences); 130 interrupted.
+    """
+    from repro500.publish.reproduce import reproduce as run_reproduce
+
+    result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
+                           margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
+                           allow_data_differences=allow_data_differences, until_decided=until_decided,
+                           max_repeats=max_repeats)
+    ctx.exit(result.exit_code)
