@@ -110,7 +110,10 @@ def _diverge(run: RunData, a: int, b: int, seed: Any) -> Divergence:
     return Divergence(repeats=[a, b], seed=seed, first_epoch=epoch, first_tensor=tensor, detail=detail)
 
 
-def check_determinism(run: RunData) -> DeterminismResult:
+def seed_groups(run: RunData) -> tuple[dict[Any, list[int]], list[int], list[int]]:
+    """(completed repeats grouped by every seed they record, repeats that record no torch seed,
+    the repeats compared at all).  The determinism check and the divergence location
+    (verify/divergence.py) compare the same pairs."""
     groups: dict[Any, list[int]] = {}
     unseeded = []
     design = (run.run or {}).get("design") or {}
@@ -124,6 +127,11 @@ def check_determinism(run: RunData) -> DeterminismResult:
             unseeded.append(k)
         else:  # every seed the repeat records: a factorial run holds some and varies others
             groups.setdefault(tuple(seeds.get(n) for n in _SEED_NAMES), []).append(k)
+    return groups, unseeded, chosen
+
+
+def check_determinism(run: RunData) -> DeterminismResult:
+    groups, unseeded, chosen = seed_groups(run)
     res = DeterminismResult(status="SKIPPED", reason="")
     if unseeded:
         res.notes.append(f"repeats {unseeded} record no torch seed: not grouped")

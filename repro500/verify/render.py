@@ -210,6 +210,13 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
             same = sum(1 for pair in d.cross_run if pair["identical"])
             console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
                           "with bitwise-identical parameters", highlight=False)
+    v = verdict.divergence
+    if v is not None and v.status != "SKIPPED":
+        state = "[yellow]parted[/]" if v.status == "FOUND" else "[green]no divergence[/]"
+        console.print(f"[bold]Where the runs part[/]  {state} {untrusted.shown(v.reason)}", highlight=False)
+        if v.status == "FOUND":
+            console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
+                          highlight=False)
     if verdict.gains:
         from repro500.verify.gains import describe
 

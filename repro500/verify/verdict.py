@@ -30,7 +30,8 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
   the advice then says that no result was checked against a band;
 * nothing to decide (no acceptance criteria, no reference, determinism SKIPPED) -> INCONCLUSIVE.
 
-Statistics, provenance and Valid FLOPS are information, never a cause.
+Statistics, provenance, Valid FLOPS and where same-seed runs part (divergence) are information,
+never a cause.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from repro500.errors import (
 from repro500.mlperf.compliance import check_mlperf
 from repro500.rundir import archive as archives
 from repro500.rundir import atomic, layout
-from repro500.verify import equivalence, history, integrity, sequential, variance
+from repro500.verify import divergence, equivalence, history, integrity, sequential, variance
 from repro500.verify.bands import BandResult, check_bands
 from repro500.verify.determinism import (
     DeterminismResult,
@@ -116,6 +117,7 @@ class Verdict:
     mlperf: Any = None  # the repeats' MLPerf logs under MLPerf's compliance checker (verify/mlperf.py)
     gains: dict[str, Any] | None = None  # throughput and Valid FLOPS against a reference run (verify/gains.py)
     different_benchmark: str | None = None  # "X vs Y" when compared across benchmarks (--across-benchmarks)
+    divergence: Any = None  # where same-seed pairs part, step by step, and the likely cause (verify/divergence.py)
     created_utc: str = field(default_factory=lambda: datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     @property
@@ -154,7 +156,7 @@ class Verdict:
             "exact_replay": section(self.exact_replay), "design": self.design,
             "variance": None if self.variance is None else [v.to_dict() for v in self.variance],
             "sampling": section(self.sampling), "mlperf": section(self.mlperf), "gains": self.gains,
-            "different_benchmark": self.different_benchmark,
+            "different_benchmark": self.different_benchmark, "divergence": section(self.divergence),
         }
         return _clean(doc)
 
@@ -292,6 +294,8 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
             verdict.gains = compare_gains(run.repeats, ref.run.repeats)
     else:
         verdict.time_to_train = check_time_to_train(repeat_docs, alpha)
+    # information, never a cause: where the pairs determinism and the exact replay compare part
+    verdict.divergence = divergence.check(run, ref if ref is not None and ref.run is not None else None)
     _decide(verdict, ref is not None, run)
     if verdict.different_benchmark:  # the first thing a reader of verdict.json sees, as on the terminal
         verdict.reasons.insert(0, f"different benchmark: {verdict.different_benchmark}; compared anyway "

@@ -1,0 +1,582 @@
+"""Where two runs part: the first step, from the per-step records the runs already keep, and
+which recorded difference is the likely cause.
+
+The verdict compares the pairs determinism compares (same-seed repeats of a run) and, against a
+reference run, each repeat with the reference repeat of its seed.  For each pair, in the order
+things happened:
+
+* every **step** record (``repeats/<k>/metrics.jsonl``, kind ``step``): the loss and every other
+  per-step quantity that follows from the computation (``lr``, a loss scale, the bytes a
+  compressor produced, ...); times, rates, memory and wall clock are the machine's, never compared
+  (:func:`repro500.verify.determinism.machine_dependent`).  The first step whose quantities are not
+  bitwise equal is where the runs part; the first whose difference exceeds :data:`REL_TOL`
+  (relative, ``|a - b| / max(|a|, |b|)``) is where they have visibly separated;
+* each epoch's **evaluation** (the epoch record's metrics) and **parameters** (``params.jsonl``),
+  placed after the epoch's last step: identical steps with a different evaluation point at the
+  evaluation, identical evaluations with different parameters at the epoch's last update;
+* for a wrapped command, the numbers its regex metrics match on each line of its output, one
+  series per metric, the n-th match standing for step n (its MLflow step metrics are in the
+  MLflow store, not the run directory, and are not read here).
+
+Nothing is claimed past the first divergence: after it everything may differ.  Where the runs
+parted is then joined with what the records say differs between them (the manifests' provenance
+diff, the recipes, the determinism setting), ranked by the shape of the divergence:
+
+* at the very first step: the kernels (torch build, CPU ISA, thread counts, oneDNN/cuDNN
+  choices, determinism flags), then the initialisation and the data;
+* at the first step of a later epoch, every step before it identical: the data order or its
+  augmentation's seeding;
+* within training, after identical steps: a non-deterministic operator or an unseeded random
+  source (the determinism setting, the code);
+* in the evaluation only: the evaluation (its data, its evaluator, its batch size).
+
+When none of the recorded differences fits, the answer is "no recorded difference explains it".
+``repro500 locate`` goes further, to the operator (docs/verify.md, "Where two runs part").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import math
+import re
+import tempfile
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from repro500.rundir import layout
+from repro500.verify.determinism import machine_dependent, read_params, seed_groups
+from repro500.verify.rundir import RunData
+
+# The stated relative tolerance: a float32 loss carries about 7 significant digits, and a
+# difference in the last few of them is rounding that a different reduction order makes; 1e-3
+# is four orders of magnitude above float32's epsilon (1.2e-7), so a difference beyond it is the
+# runs having separated, not rounding.
+REL_TOL = 1e-3
+# fields of a step record that name it, and the machine's fields besides times and rates
+_IDENTITY = frozenset({"kind", "repeat", "epoch", "step", "rank"})
+_MACHINE = frozenset({"wall_s", "peak_memory_bytes", "backward_end"})
+_MAX_LINE = 4096  # a command's output line longer than this is cut before a regex reads it
+TAG = "repro500.verdict.divergence"  # the MLflow tag (repro500.tracking.names' verdict prefix)
+METRIC = "divergence_first_step"  # the MLflow metric: the first step where the runs part
+
+# What each shape of divergence points at, as patterns over "facet.key" of the recorded
+# differences, most likely first.  A code change can do anything, so it comes last everywhere.
+_KERNELS = ("recipe.mutable.threads", "environment.env.values.*_NUM_THREADS", "runtime.torch.num_threads",
+            "runtime.torch.num_interop_threads", "environment.env.values.DNNL_*", "environment.env.values.ONEDNN_*",
+            "environment.env.values.MKL_*", "environment.env.values.ATEN_*", "environment.env.values.KMP_*",
+            "environment.env.values.OMP_*", "environment.env.values.CUBLAS*", "environment.env.values.NVIDIA_TF32*",
+            "recipe.mutable.deterministic", "setting.deterministic", "runtime.determinism.*",
+            "environment.torch_build.*", "runtime.torch.*", "environment.distributions.torch",
+            "environment.distributions.nvidia-*", "environment.distributions.triton*",
+            "environment.distributions.numpy*", "hardware.cpu.flags", "hardware.cpu.model*", "hardware.cpu.vendor",
+            "hardware.cpu.architecture", "hardware.cpu.usable_cpus", "hardware.cgroup.cpu_limit_cores",
+            "hardware.gpus.*", "hardware.gpu_count", "hardware.gpu_driver.*", "distributed.*",
+            "recipe.mutable.precision", "recipe.mutable.device", "recipe.mutable.micro_batch_size",
+            "recipe.mutable.batch_size", "environment.env.values.TORCH*", "environment.env.values.PYTORCH_*",
+            "environment.python.version", "environment.distributions.torchvision")
+_INIT_AND_DATA = ("seeds.*", "data.*", "recipe.fixed.dataset.*", "recipe.fixed.model_options.*")
+_DATA = ("seeds.loader", "seeds.*", "data.*", "recipe.fixed.dataset.*", "recipe.mutable.workers",
+         "recipe.mutable.batch_size", "environment.env.values.PYTHONHASHSEED", "environment.python.version",
+         "environment.distributions.numpy*", "environment.distributions.torchvision", "environment.distributions.torch")
+_WITHIN = ("setting.deterministic", "recipe.mutable.deterministic", "runtime.determinism.*",
+           "environment.env.values.CUBLAS_WORKSPACE_CONFIG", "recipe.mutable.lr_schedule.*",
+           "recipe.mutable.optimizer.*", "seeds.torch", "recipe.mutable.compressor*", "recipe.mutable.sync.*")
+_EVALUATION = ("data.*", "recipe.fixed.evaluate", "recipe.mutable.eval_batch_size", "recipe.fixed.dataset.eval*",
+               "environment.distributions.torchmetrics*", "environment.distributions.pycocotools*",
+               "environment.distributions.scipy*")
+_CODE = ("experiment.source.*", "experiment.repro500.*", "experiment.workload.*", "code.commit", "code.diff*",
+         "code.dirty")
+SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
+    # shape -> (what it points at, the recorded differences that fit, most likely first)
+    "first step": ("the kernels (or the initialisation or the first batch)", _KERNELS + _INIT_AND_DATA + _CODE),
+    "epoch boundary": ("the data order or its augmentation's seeding", _DATA + _CODE),
+    "within training": ("a non-deterministic operator or an unseeded random source", _WITHIN + _KERNELS + _CODE),
+    "evaluation": ("the evaluation", _EVALUATION + _KERNELS + _CODE),
+    "last update": ("the epoch's last update (backward or optimizer)", _WITHIN + _KERNELS + _CODE),
+    "length": ("one run stopping early (a non-finite loss, or the target reached sooner)", _WITHIN + _KERNELS + _CODE),
+}
+NO_CAUSE = "no recorded difference explains it"
+
+
+# ----- one repeat's records -------------------------------------------------------------------------
+@dataclass
+class Records:
+    """What one repeat recorded, in the order it happened."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)  # {step, epoch, values: {quantity: value}}
+    evaluations: dict[int, dict[str, Any]] = field(default_factory=dict)  # epoch -> evaluation metrics
+    params: list[dict[str, Any]] = field(default_factory=list)  # params.jsonl
+    source: str = layout.METRICS
+
+    @property
+    def recorded(self) -> bool:
+        return bool(self.steps or self.evaluations or self.params)
+
+
+def compared(record: dict[str, Any]) -> dict[str, Any]:
+    """The quantities of a step record that follow from the computation (not the machine's)."""
+    return {key: value for key, value in record.items()
+            if key not in _IDENTITY and key not in _MACHINE and not key.startswith("wire_")
+            and not machine_dependent(key) and (value is None or isinstance(value, (int, float, bool)))}
+
+
+def read_records(root: Path, k: int, recipe: dict[str, Any] | None = None) -> Records:
+    """Repeat *k*'s records: the trainer's metrics.jsonl and params.jsonl, or a wrapped command's
+    regex metrics line by line."""
+    repeat = layout.RunDir(root).repeat(k)
+    out = Records()
+    lines, _ = layout.metric_records(repeat / layout.METRICS)
+    for record in lines:
+        if record.get("kind") == "step" and isinstance(record.get("step"), int):
+            out.steps.append({"step": record["step"], "epoch": record.get("epoch"), "values": compared(record)})
+        elif record.get("kind") == "epoch" and isinstance(record.get("epoch"), int):
+            metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
+            out.evaluations[record["epoch"]] = {m: v for m, v in metrics.items() if not machine_dependent(m)}
+    out.params = read_params(repeat / layout.PARAMS)
+    if not out.steps and recipe and isinstance(recipe.get("metrics"), dict):
+        out.steps, out.source = _command_series(repeat, recipe["metrics"])
+    return out
+
+
+def _command_series(repeat: Path, declared: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+    """A wrapped command's per-line matches of its regex metrics: the n-th match of each is step n."""
+    from repro500 import untrusted
+
+    series: dict[str, list[float]] = {}
+    for name, decl in declared.items():
+        if not isinstance(decl, dict) or not isinstance(decl.get("regex"), str):
+            continue
+        try:
+            pattern = re.compile(decl["regex"])
+        except re.error:
+            continue
+        group: int | str = "value" if "value" in pattern.groupindex else 1
+        if group == 1 and pattern.groups != 1:
+            continue
+        stream = layout.STDERR if decl.get("stream") == "stderr" else layout.STDOUT
+        try:
+            text = untrusted.read_text(repeat / stream, "a command's output", untrusted.MAX_LOG_BYTES)
+        except (FileNotFoundError, OSError, ValueError):
+            continue
+        scale = decl.get("scale", 1.0)
+        scale = scale if isinstance(scale, (int, float)) and not isinstance(scale, bool) else 1.0
+        values = []
+        for line in text.splitlines():
+            for match in pattern.finditer(line[:_MAX_LINE]):
+                try:
+                    values.append(float(match.group(group)) * scale)
+                except (TypeError, ValueError):
+                    continue
+        if values:
+            series[str(name)] = values
+    longest = max((len(v) for v in series.values()), default=0)
+    steps = [{"step": i + 1, "epoch": None,
+              "values": {name: v[i] for name, v in series.items() if i < len(v)}} for i in range(longest)]
+    return steps, "regex metrics of stdout/stderr, one match a step"
+
+
+# ----- one pair ---------------------------------------------------------------------------------
+def rel_diff(a: float, b: float) -> float:
+    scale = max(abs(a), abs(b))
+    return 0.0 if scale == 0 else abs(a - b) / scale
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+@dataclass
+class PairDivergence:
+    """Where one pair of repeats parts, and what the records say of why."""
+
+    label: str  # "repeats 0 and 1" | "repeat 0 and reference repeat 0"
+    repeat: int
+    other_repeat: int
+    other: str  # "run" | "reference"
+    seed: Any
+    source: str
+    steps_compared: int
+    shape: str  # "none" | "first step" | "epoch boundary" | "within training" | "evaluation" | "last update" | "length" | "unrecorded"
+    first_step: int | None = None
+    first_epoch: int | None = None
+    quantity: str | None = None
+    value: Any = None
+    other_value: Any = None
+    abs_diff: float | None = None
+    rel_diff: float | None = None
+    first_step_beyond_tolerance: int | None = None
+    rtol: float = REL_TOL
+    evaluation_epoch: int | None = None
+    params_epoch: Any = None
+    params_tensor: str | None = None
+    points_at: str | None = None
+    causes: list[dict[str, Any]] = field(default_factory=list)
+    explanation: str = ""
+    detail: str = ""
+
+    @property
+    def diverged(self) -> bool:
+        return self.shape not in ("none", "unrecorded")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _step_difference(va: dict[str, Any], vb: dict[str, Any]) -> tuple[str, Any, Any] | None:
+    """(quantity, a, b) of the first quantity whose values are not identical, loss first."""
+    for name in sorted(set(va) | set(vb), key=lambda n: (n != "loss", n)):
+        a, b = va.get(name), vb.get(name)
+        if a != b:  # numbers as JSON gives them: 1 and 1.0 are the same value
+            return name, a, b
+    return None
+
+
+def _beyond(va: dict[str, Any], vb: dict[str, Any], rtol: float) -> bool:
+    for name in set(va) | set(vb):
+        a, b = _number(va.get(name)), _number(vb.get(name))
+        if a is None or b is None:
+            if va.get(name) != vb.get(name):
+                return True  # a value on one side only (a non-finite loss is recorded as null)
+            continue
+        if rel_diff(a, b) > rtol:
+            return True
+    return False
+
+
+def compare(a: Records, b: Records, rtol: float = REL_TOL) -> dict[str, Any]:
+    """The first divergence between two repeats' records, in the order things happened."""
+    out: dict[str, Any] = {"steps_compared": 0, "shape": "none", "source": a.source}
+    if not (a.recorded and b.recorded):
+        out["shape"] = "unrecorded"
+        return out
+    by_step_b = {s["step"]: s for s in b.steps}
+    first_of_epoch: dict[int, int] = {}
+    last_of_epoch: dict[int, int] = {}
+    for s in a.steps:
+        if s["epoch"] is not None:
+            first_of_epoch.setdefault(s["epoch"], s["step"])
+            last_of_epoch[s["epoch"]] = s["step"]
+    first: tuple[float, str, dict[str, Any]] | None = None  # (position in time, what, fields)
+    last_compared = 0  # the last step found identical on both sides
+    for s in a.steps:
+        other = by_step_b.get(s["step"])
+        if other is None:
+            break
+        found = _step_difference(s["values"], other["values"])
+        if found is None:
+            out["steps_compared"] += 1
+            last_compared = s["step"]
+            continue
+        name, va, vb = found
+        fields: dict[str, Any] = {"first_step": s["step"], "first_epoch": s["epoch"], "quantity": name,
+                                  "value": va, "other_value": vb}
+        fa, fb = _number(va), _number(vb)
+        if fa is not None and fb is not None:
+            fields.update(abs_diff=abs(fa - fb), rel_diff=rel_diff(fa, fb))
+        first = (float(s["step"]), "step", fields)
+        break
+    if first is not None:
+        beyond = next((s["step"] for s in a.steps if s["step"] >= first[2]["first_step"] and s["step"] in by_step_b
+                       and _beyond(s["values"], by_step_b[s["step"]]["values"], rtol)), None)
+        first[2]["first_step_beyond_tolerance"] = beyond
+    for epoch in sorted(set(a.evaluations) & set(b.evaluations)):
+        at = last_of_epoch.get(epoch, 0) + 0.5  # an epoch's evaluation follows its last step
+        if at > (first[0] if first else math.inf) or last_of_epoch.get(epoch, 0) > last_compared:
+            break
+        if a.evaluations[epoch] != b.evaluations[epoch]:
+            first = (at, "evaluation", {"evaluation_epoch": epoch})
+            break
+    from repro500.verify.determinism import locate_divergence
+
+    epoch, tensor = locate_divergence(a.params, b.params)
+    if epoch is not None:
+        at = last_of_epoch.get(epoch, 0) + 0.6 if isinstance(epoch, int) else last_compared + 0.6
+        if at < (first[0] if first else math.inf) and (not isinstance(epoch, int) or last_of_epoch.get(epoch, 0) <= last_compared):
+            first = (at, "params", {"params_epoch": epoch, "params_tensor": tensor})
+    if first is None:
+        if len(a.steps) != len(b.steps) and out["steps_compared"]:
+            out["shape"] = "length"
+            out["first_step"] = out["steps_compared"] + 1
+        return out
+    _, what, fields = first
+    out.update(fields)
+    if what == "evaluation":
+        out["shape"] = "evaluation"
+    elif what == "params":
+        out["shape"] = "last update"
+    elif fields["first_step"] == (a.steps[0]["step"] if a.steps else 1):
+        out["shape"] = "first step"
+    elif fields["first_epoch"] is not None and first_of_epoch.get(fields["first_epoch"]) == fields["first_step"]:
+        out["shape"] = "epoch boundary"
+    else:
+        out["shape"] = "within training"
+    return out
+
+
+def deltas(a: Records, b: Records, quantity: str = "loss") -> list[tuple[int, float]]:
+    """(step, |a - b|) of one quantity at every step both recorded as a number (for the plot)."""
+    by_step_b = {s["step"]: s["values"].get(quantity) for s in b.steps}
+    out = []
+    for s in a.steps:
+        va, vb = _number(s["values"].get(quantity)), _number(by_step_b.get(s["step"]))
+        if va is not None and vb is not None:
+            out.append((s["step"], abs(va - vb)))
+    return out
+
+
+# ----- the recorded differences -----------------------------------------------------------------
+def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            _flatten(inner, f"{prefix}.{key}" if prefix else str(key), out)
+    else:
+        out[prefix] = value
+
+
+def recorded_differences(run: RunData, other: RunData | None, reference_manifest: dict[str, Any] | None,
+                         k: int, j: int) -> list[dict[str, Any]]:
+    """What the records say differs between repeat *k* of *run* and repeat *j* of *other* (the
+    run itself when None): the manifests' provenance diff, the recipes' keys, and a setting that
+    lets torch choose non-deterministic algorithms (which differs from nothing, but explains)."""
+    found: list[dict[str, Any]] = []
+    if other is not None:
+        manifest = run.provenance_manifest
+        if manifest is not None and reference_manifest is not None:
+            from repro500.verify.diff import diff_manifests
+
+            with contextlib.suppress(Exception):  # context only: a broken diff must not hide the verdict
+                for d in diff_manifests(manifest, reference_manifest):
+                    if d.facet == "seeds":  # the runs' seed plans; the pair's own seeds are compared below
+                        continue
+                    found.append({"key": f"{d.facet}.{d.key}" if d.key else d.facet, "run": d.a, "reference": d.b,
+                                  "impact": d.impact, "why": d.reason})
+        mine: dict[str, Any] = {}
+        theirs: dict[str, Any] = {}
+        for side, recipe in ((mine, run.recipe or {}), (theirs, other.recipe or {})):
+            _flatten({"fixed": recipe.get("fixed") or {}, "mutable": recipe.get("mutable") or {}}, "recipe", side)
+        for key in sorted(set(mine) | set(theirs)):
+            if mine.get(key) != theirs.get(key):
+                found.append({"key": key, "run": mine.get(key), "reference": theirs.get(key), "impact": 80,
+                              "why": "the recipes differ"})
+        seeds_a = run.repeats[k].get("seeds") or {}
+        seeds_b = other.repeats[j].get("seeds") or {}
+        for name in ("python", "numpy", "torch", "loader"):  # the pair's own seeds, not the runs' seed plans
+            if seeds_a.get(name) != seeds_b.get(name):
+                found.append({"key": f"seeds.{name}", "run": seeds_a.get(name), "reference": seeds_b.get(name),
+                              "impact": 90, "why": "different random seeds"})
+    free = [deterministic(r) for r in ([run] if other is None else [run, other])]
+    if not all(free):
+        found.append({"key": "setting.deterministic", "run": free[0], "reference": free[-1], "impact": 60,
+                      "why": "torch was free to choose non-deterministic algorithms (the run was not --deterministic)"})
+    return found
+
+
+def deterministic(run: RunData) -> bool:
+    """Whether the run asked torch for deterministic algorithms (repro500 run --deterministic)."""
+    return bool(((run.recipe or {}).get("mutable") or {}).get("deterministic") or (run.run or {}).get("deterministic"))
+
+
+def rank_causes(shape: str, differences: list[dict[str, Any]], top: int = 5) -> list[dict[str, Any]]:
+    """The recorded differences that fit the shape of the divergence, most likely first."""
+    if shape not in SHAPES:
+        return []
+    patterns = SHAPES[shape][1]
+    ranked = []
+    for d in differences:
+        for rank, pattern in enumerate(patterns):
+            if fnmatch.fnmatchcase(d["key"], pattern):
+                ranked.append((rank, -int(d.get("impact") or 0), d))
+                break
+    ranked.sort(key=lambda item: (item[0], item[1], item[2]["key"]))
+    return [d for _, _, d in ranked[:top]]
+
+
+def _shown(value: Any) -> str:
+    text = repr(value) if not isinstance(value, str) else value
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def explain(shape: str, causes: list[dict[str, Any]]) -> str:
+    if shape not in SHAPES:
+        return ""
+    points = SHAPES[shape][0]
+    if not causes:
+        return f"it points at {points}; {NO_CAUSE}"
+    first = causes[0]
+    if first["key"] == "setting.deterministic":
+        likely = first["why"]
+    else:
+        likely = f"{first['key']} ({_shown(first['run'])} vs {_shown(first['reference'])}: {first['why']})"
+    return f"it points at {points}; the likely cause: {likely}"
+
+
+def _describe(p: PairDivergence) -> str:
+    if p.shape == "unrecorded":
+        return f"{p.label}: no per-step records to compare"
+    if p.shape == "none":
+        return f"{p.label} agree bitwise at all {p.steps_compared} recorded steps, evaluations and parameters"
+    if p.shape == "evaluation":
+        where = f"in the evaluation of epoch {p.evaluation_epoch}, after {p.steps_compared} identical steps"
+    elif p.shape == "last update":
+        where = (f"in the parameters at the end of epoch {p.params_epoch} (first at {p.params_tensor}), after "
+                 f"{p.steps_compared} identical steps and evaluations")
+    elif p.shape == "length":
+        where = f"after {p.steps_compared} identical steps: one run recorded no step {p.first_step}"
+    else:
+        diff = (f" (|Δ| {p.abs_diff:.3g}, relative {p.rel_diff:.3g})" if p.abs_diff is not None else "")
+        where = (f"at step {p.first_step}" + (f" (epoch {p.first_epoch})" if p.first_epoch is not None else "")
+                 + f": {p.quantity} {p.value!r} vs {p.other_value!r}{diff}")
+        beyond = p.first_step_beyond_tolerance
+        where += (f"; beyond the relative tolerance {p.rtol:g} from step {beyond}" if beyond is not None
+                  else f"; within the relative tolerance {p.rtol:g} at every compared step")
+    return f"{p.label} part {where}"
+
+
+def compare_pair(run: RunData, k: int, other: RunData | None, j: int, records_a: Records, records_b: Records,
+                 reference_manifest: dict[str, Any] | None = None, rtol: float = REL_TOL) -> PairDivergence:
+    seed = (run.repeats[k].get("seeds") or {}).get("torch")
+    label = f"repeats {k} and {j}" if other is None else f"repeat {k} and reference repeat {j}"
+    found = compare(records_a, records_b, rtol)
+    pair = PairDivergence(label=label, repeat=k, other_repeat=j, other="run" if other is None else "reference",
+                          seed=seed, rtol=rtol, **found)
+    if pair.diverged:
+        pair.points_at = SHAPES[pair.shape][0]
+        pair.causes = rank_causes(pair.shape, recorded_differences(run, other, reference_manifest, k, j))
+        pair.explanation = explain(pair.shape, pair.causes)
+    pair.detail = _describe(pair) + (f"; {pair.explanation}" if pair.explanation else "")
+    return pair
+
+
+# ----- the verdict's section ----------------------------------------------------------------------
+@dataclass
+class DivergenceResult:
+    status: str  # FOUND | NONE | SKIPPED
+    reason: str
+    rtol: float = REL_TOL
+    pairs: list[PairDivergence] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def first(self) -> PairDivergence | None:
+        """The pair that parts first (by step), the one the headline names."""
+        parted = [p for p in self.pairs if p.diverged]
+        return min(parted, key=lambda p: (p.first_step or 10**12, p.label)) if parted else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["pairs"] = [p.to_dict() for p in self.pairs]
+        first = self.first
+        out["first_step"] = first.first_step if first else None
+        return out
+
+
+def pairs_within(run: RunData) -> list[tuple[int, int]]:
+    """The same-seed pairs the determinism check compares: the first repeat of a group with each other."""
+    groups, _, _ = seed_groups(run)
+    return [(ks[0], k) for ks in groups.values() if len(ks) > 1 for k in ks[1:]]
+
+
+def pairs_against(run: RunData, reference: RunData) -> list[tuple[int, int]]:
+    """Each run repeat with the reference repeat of its torch seed (the same index when several share it)."""
+    by_seed: dict[Any, list[int]] = {}
+    for j in reference.completed:
+        seed = (reference.repeats[j].get("seeds") or {}).get("torch")
+        if seed is not None:
+            by_seed.setdefault(seed, []).append(j)
+    out = []
+    for k in run.completed:
+        candidates = by_seed.get((run.repeats[k].get("seeds") or {}).get("torch"))
+        if candidates:
+            out.append((k, k if k in candidates else candidates[0]))
+    return out
+
+
+@contextlib.contextmanager
+def readable_root(reference: Any) -> Iterator[Path | None]:
+    """Where a reference run's repeat files can be read: its directory, or a packed run or a
+    publication unpacked again (the verdict reads a packed reference from a directory that is gone
+    by the time this runs)."""
+    run = getattr(reference, "run", None)
+    if run is None:
+        yield None
+        return
+    if Path(run.path).is_dir():
+        yield Path(run.path)
+        return
+    from repro500.publish.excluded import publication_of
+    from repro500.rundir import archive as archives
+
+    shown = Path(reference.path)
+    with tempfile.TemporaryDirectory(prefix="repro500-divergence-") as tmp:
+        root: Path | None = None
+        with contextlib.suppress(Exception):  # the verdict already judged the reference; records are context
+            packed = publication_of(shown)
+            root = archives.unpack(packed.archive if packed is not None else shown, tmp)
+        yield root
+
+
+def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> DivergenceResult:
+    """Where the pairs the verdict compares part (see the module docstring)."""
+    result = DivergenceResult(status="SKIPPED", reason="", rtol=rtol)
+    within = pairs_within(run)
+    cache: dict[tuple[str, int], Records] = {}
+
+    def records(root: Path, k: int, recipe: dict[str, Any] | None) -> Records:
+        key = (str(root), k)
+        if key not in cache:
+            cache[key] = read_records(root, k, recipe)
+        return cache[key]
+
+    for k, j in within:
+        result.pairs.append(compare_pair(run, k, None, j, records(run.path, k, run.recipe),
+                                         records(run.path, j, run.recipe), rtol=rtol))
+    ref_run = getattr(reference, "run", None)
+    if ref_run is not None:
+        with readable_root(reference) as root:
+            if root is None:
+                result.notes.append("the reference's per-step records could not be read again: not compared")
+            else:
+                for k, j in pairs_against(run, ref_run):
+                    result.pairs.append(compare_pair(run, k, ref_run, j, records(run.path, k, run.recipe),
+                                                     records(root, j, ref_run.recipe or run.recipe),
+                                                     reference_manifest=reference.manifest, rtol=rtol))
+    if not result.pairs:
+        result.reason = ("no two repeats share a seed, and no reference repeat shares one: nothing to compare step "
+                         "by step (repro500 run --same-seed)")
+        return result
+    unrecorded = [p for p in result.pairs if p.shape == "unrecorded"]
+    if len(unrecorded) == len(result.pairs):
+        result.reason = "the repeats keep no per-step records: nothing to compare step by step"
+        return result
+    first = result.first
+    if first is None:
+        compared = len(result.pairs) - len(unrecorded)
+        result.status = "NONE"
+        result.reason = (f"{compared} pair(s) of same-seed repeats agree bitwise at every recorded step, evaluation "
+                         "and parameter digest")
+    else:
+        result.status = "FOUND"
+        result.reason = first.detail
+    if unrecorded:
+        result.notes.append(f"{len(unrecorded)} pair(s) without per-step records were not compared")
+    return result
+
+
+def mlflow_records(section: DivergenceResult | None) -> tuple[dict[str, float], dict[str, str]]:
+    """The parent run's metric (the first step where a pair parts) and tag (where, in words)."""
+    if section is None or section.status == "SKIPPED":
+        return {}, {TAG: "not compared"} if section is not None else {}
+    first = section.first
+    if first is None:
+        return {}, {TAG: "none"}
+    if first.shape in ("evaluation", "last update"):
+        where = (f"evaluation of epoch {first.evaluation_epoch}" if first.shape == "evaluation"
+                 else f"parameters at the end of epoch {first.params_epoch}")
+        return {}, {TAG: f"{where} ({first.label})"}
+    metrics = {METRIC: float(first.first_step)} if first.first_step is not None else {}
+    return metrics, {TAG: f"step {first.first_step} ({first.label}; {first.shape})"}
