@@ -48,7 +48,7 @@ def steps_of(spec: train.TrainSpec, seeds: seeding.Seeds, meter: EnergyMeter | N
         metered = epochs.EpochMeter(Path(tmp), meter=meter) if meter is not None else None
         if metered is not None:
             progress = metered.wrap(progress)
-        callbacks = train.Callbacks(progress.on_epoch_start, progress.on_step, progress.on_epoch_end)
+        callbacks = progress
         train.train_repeat(spec, 0, seeds, Path(tmp), callbacks=callbacks)
         samples = sum(e["energy"]["samples"] for e in metered.epochs) if metered else 0
     return [b - a for a, b in zip(ends, ends[1:], strict=False)], samples

@@ -31,6 +31,7 @@ from repro500.capture import seeds as seeding
 from repro500.data import open_dataset
 from repro500.workloads.models import build_model
 from repro500.workloads.trainer import train
+from repro500.workloads.workload import Progress
 
 TARGET = 1.01
 
@@ -82,7 +83,7 @@ def plain_loop(spec: train.TrainSpec, seeds: seeding.Seeds) -> list[float]:
 
 def trainer_loop(spec: train.TrainSpec, seeds: seeding.Seeds) -> list[float]:
     ends: list[float] = []
-    callbacks = train.Callbacks(on_step=lambda _record: ends.append(time.perf_counter()))
+    callbacks = Progress(on_step=lambda _record: ends.append(time.perf_counter()))
     with tempfile.TemporaryDirectory() as tmp:
         train.train_repeat(spec, 0, seeds, Path(tmp), callbacks=callbacks)
         records = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]

@@ -28,7 +28,8 @@ from repro500.capture import seeds as seeding
 from repro500.errors import ReproError, UsageError
 from repro500.rundir import layout
 from repro500.workloads.engines import nodes
-from repro500.workloads.trainer.train import Callbacks, TrainSpec
+from repro500.workloads.trainer.train import TrainSpec
+from repro500.workloads.workload import Progress
 
 POLL_S = 0.5
 COLLECTIVE_TIMEOUT_S = 300
@@ -103,7 +104,7 @@ def failure_detail(output: str, rank: int | None) -> str:
 
 
 def run_distributed(engine: str, nproc: int, spec: TrainSpec, repeat: int, seeds: seeding.Seeds, out_dir: Path,
-                    callbacks: Callbacks | None = None, rendezvous: dict[str, Any] | None = None,
+                    callbacks: Progress | None = None, rendezvous: dict[str, Any] | None = None,
                     expect_summary: bool = True, varied: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Run one repeat of ``spec`` on ``nproc`` ranks of ``engine`` (this node's); returns rank 0's
     summary.  The plan resolved engine, device and ranks: the workers take them as given."""

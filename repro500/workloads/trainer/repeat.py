@@ -25,11 +25,11 @@ from repro500.workloads.trainer.optim import build_optimizer, lr_factor
 from repro500.workloads.trainer.spec import (
     STATUS_COMPLETED,
     STATUS_DIVERGED,
-    Callbacks,
     Dist,
     TrainSpec,
 )
 from repro500.workloads.trainer.step import Step
+from repro500.workloads.workload import Progress
 
 _UNMEASURED_COMM = ("time_comm_s", "time_comm_wait_s", "time_compress_s", "time_decompress_s", "bytes_sent",
                     "bytes_received", "dense_bytes_sent", "compression_ratio", "compressed")
@@ -39,7 +39,7 @@ class Repeat:
     """One repeat of a trained workload (rank 0 writes its files)."""
 
     def __init__(self, spec: TrainSpec, repeat: int, seeds: seeding.Seeds, out_dir: Path, dist: Dist,
-                 callbacks: Callbacks) -> None:
+                 callbacks: Progress) -> None:
         self.spec, self.repeat, self.seeds, self.dist, self.callbacks = spec, repeat, seeds, dist, callbacks
         self.out_dir = Path(out_dir)
         self.writer = records.RepeatFiles(self.out_dir) if dist.is_main else None

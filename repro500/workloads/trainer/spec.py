@@ -3,7 +3,6 @@ process sits in a distributed job, and the runner's hooks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,15 +25,6 @@ class Dist:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
-
-
-@dataclass
-class Callbacks:
-    """Hooks the runner uses for progress bars and MLflow; all optional."""
-
-    on_epoch_start: Callable[[int, int], None] | None = None  # (epoch, steps in epoch)
-    on_step: Callable[[dict[str, Any]], None] | None = None
-    on_epoch_end: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None
 
 
 @dataclass

@@ -38,10 +38,10 @@ from repro500.workloads.trainer.spec import (  # noqa: F401 - where callers have
     STATUS_DIVERGED,
     STATUS_FAILED,
     STATUS_KILLED,
-    Callbacks,
     Dist,
     TrainSpec,
 )
+from repro500.workloads.workload import Progress
 
 
 def train_one_epoch(r: Repeat, epoch: int) -> list[dict[str, Any]]:
@@ -69,10 +69,10 @@ def train_repeat(
     out_dir: str | Path,
     *,
     dist: Dist | None = None,
-    callbacks: Callbacks | None = None,
+    callbacks: Progress | None = None,
 ) -> dict[str, Any]:
     """Train one repeat; returns its summary (also written to ``out_dir/summary.json`` on rank 0)."""
-    r = Repeat(spec, repeat, seeds, Path(out_dir), dist or Dist(), callbacks or Callbacks())
+    r = Repeat(spec, repeat, seeds, Path(out_dir), dist or Dist(), callbacks or Progress())
     try:
         r.start()
         for epoch in range(1, spec.epochs + 1):

@@ -180,14 +180,14 @@ class TrainedWorkload:
     def _train(self, spec: Any, repeat: Repeat, progress: Any) -> dict[str, Any]:
         from repro500.workloads.trainer import train
 
-        callbacks = train.Callbacks(progress.on_epoch_start, progress.on_step, progress.on_epoch_end)
+        # the trainer reports through the hooks every workload has (workload.Progress)
         if self.engine == "local":
-            return train.train_repeat(spec, repeat.k, repeat.seeds, repeat.out_dir, callbacks=callbacks)
+            return train.train_repeat(spec, repeat.k, repeat.seeds, repeat.out_dir, callbacks=progress)
         from repro500.workloads.engines import launch
 
         return launch.run_distributed(self.engine, int(self.recipe.mutable.get("nproc", 1)), spec, repeat.k,
                                       repeat.seeds, repeat.out_dir,
-                                      callbacks=callbacks, rendezvous=self.rendezvous, varied=repeat.varied)
+                                      callbacks=progress, rendezvous=self.rendezvous, varied=repeat.varied)
 
     def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:
         """The experiment source to keep with the run: the plug-ins' own modules, relative to the
