@@ -35,7 +35,7 @@ _UNMEASURED_COMM = ("time_comm_s", "time_comm_wait_s", "time_compress_s", "time_
                     "bytes_received", "dense_bytes_sent", "compression_ratio", "compressed")
 
 
-class Repeat:
+class RepeatState:
     """One repeat of a trained workload (rank 0 writes its files)."""
 
     def __init__(self, spec: TrainSpec, repeat: int, seeds: seeding.Seeds, out_dir: Path, dist: Dist,

@@ -8,7 +8,7 @@ one screen, torchvision's reference ``train_one_epoch`` its model: each concern 
 * the step (forward, backward, optimizer; precision and micro-batches) is ``step.Step``;
 * the records (``metrics.jsonl`` per step with its time split into data / forward / backward /
   communication / optimizer, ``params.jsonl`` per epoch, the MLPerf log, the runner's callbacks),
-  divergence, evaluation, sampling bias and the summary are ``repeat.Repeat``'s;
+  divergence, evaluation, sampling bias and the summary are ``repeat.RepeatState``'s;
 * the parts (device, data, model, loss, evaluation) are built in ``blocks``.
 
 The repeat's ``summary.json`` is written last, atomically: a repeat without one did not finish.
@@ -32,7 +32,7 @@ from repro500.workloads.trainer.build import (  # noqa: F401 - the trainer's doo
     torch_device,
 )
 from repro500.workloads.trainer.build import batch_size as batch_len
-from repro500.workloads.trainer.repeat import Repeat
+from repro500.workloads.trainer.repeat import RepeatState
 from repro500.workloads.trainer.spec import (  # noqa: F401 - where callers have always found them
     STATUS_COMPLETED,
     STATUS_DIVERGED,
@@ -44,7 +44,7 @@ from repro500.workloads.trainer.spec import (  # noqa: F401 - where callers have
 from repro500.workloads.workload import Progress
 
 
-def train_one_epoch(r: Repeat, epoch: int) -> list[dict[str, Any]]:
+def train_one_epoch(r: RepeatState, epoch: int) -> list[dict[str, Any]]:
     """Train one epoch; its step records.  Stops early when the loss diverges."""
     steps: list[dict[str, Any]] = []
     r.epoch_start(epoch)
@@ -72,7 +72,7 @@ def train_repeat(
     callbacks: Progress | None = None,
 ) -> dict[str, Any]:
     """Train one repeat; returns its summary (also written to ``out_dir/summary.json`` on rank 0)."""
-    r = Repeat(spec, repeat, seeds, Path(out_dir), dist or Dist(), callbacks or Progress())
+    r = RepeatState(spec, repeat, seeds, Path(out_dir), dist or Dist(), callbacks or Progress())
     try:
         r.start()
         for epoch in range(1, spec.epochs + 1):
