@@ -30,12 +30,12 @@ _CUDNN_DISTS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11")
 _NCCL_DISTS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
 
 
-def _normalize(name: str) -> str:
+def normalize(name: str) -> str:
     # PEP 503 normalisation: "Foo_Bar.baz" and "foo-bar-baz" are one project
     return "-".join(name.replace("_", "-").replace(".", "-").lower().split("-"))
 
 
-def _install_source(dist: metadata.Distribution) -> dict[str, Any] | None:
+def install_source(dist: metadata.Distribution) -> dict[str, Any] | None:
     """Where a distribution came from when it was not an index release (PEP 610)."""
     try:
         raw = dist.read_text("direct_url.json")
@@ -57,7 +57,7 @@ def _install_source(dist: metadata.Distribution) -> dict[str, Any] | None:
     return {"kind": "archive", "url": url}
 
 
-def _name_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
+def name_version(dist: metadata.Distribution) -> tuple[str | None, str | None]:
     """``Name`` and ``Version`` from a distribution's metadata headers, as ``dist.metadata`` gives
     them (the first of each), read up to the first blank line.  ``dist.metadata`` parses the whole
     file with the ``email`` package, long description included, and ``dist.version`` does it
@@ -91,19 +91,19 @@ def distributions() -> list[dict[str, Any]]:
     """
     seen: dict[str, dict[str, Any]] = {}
     for dist in metadata.distributions():
-        name, version = _name_version(dist)
+        name, version = name_version(dist)
         if not name:
             continue
-        key = _normalize(name)
+        key = normalize(name)
         entry = seen.get(key)
         if entry is not None:
             if "source" not in entry and entry["version"] == version:
-                source = _install_source(dist)
+                source = install_source(dist)
                 if source:
                     entry["source"] = source
             continue
         entry = {"name": name, "version": version}
-        source = _install_source(dist)
+        source = install_source(dist)
         if source:
             entry["source"] = source
         seen[key] = entry
@@ -135,12 +135,14 @@ def _literal_assignments(path: Path) -> dict[str, Any]:
     return out
 
 
-def torch_build(dist_versions: dict[str, str]) -> dict[str, Any]:
-    """torch's build facts read from files; ``{"installed": False}`` without torch."""
-    spec = importlib.util.find_spec("torch")  # finds the package without importing it
-    if spec is None or not spec.submodule_search_locations:
-        return {"installed": False}
-    pkg_dir = Path(next(iter(spec.submodule_search_locations)))
+def torch_build(dist_versions: dict[str, str], pkg_dir: Path | None = None) -> dict[str, Any]:
+    """torch's build facts read from files; ``{"installed": False}`` without torch.  *pkg_dir*:
+    another interpreter's torch (a wrapped command's), instead of the one this one imports."""
+    if pkg_dir is None:
+        spec = importlib.util.find_spec("torch")  # finds the package without importing it
+        if spec is None or not spec.submodule_search_locations:
+            return {"installed": False}
+        pkg_dir = Path(next(iter(spec.submodule_search_locations)))
     info: dict[str, Any] = {"installed": True, "path": str(pkg_dir),
                             "source": "package files (torch not imported)"}
     version_file = pkg_dir / "version.py"
@@ -198,7 +200,7 @@ def os_info() -> dict[str, Any]:
 def environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
     """The environment facet's data (see module docstring), of *environ* (default ``os.environ``)."""
     dists = distributions()
-    versions = {_normalize(d["name"]): d["version"] for d in dists}
+    versions = {normalize(d["name"]): d["version"] for d in dists}
     return {
         "python": python_info(),
         "os": os_info(),

@@ -7,11 +7,13 @@ Layout (docs/contracts.md, "Run directory")::
       run.json                  repro500/run/v1        identity, status, command, MLflow ids
       recipe.yaml               the resolved recipe (an ad-hoc --command run writes its own)
       manifest.json             repro500/manifest/v1   provenance (capture)
+      environment.lock.json     repro500/environment-lock/v1  the experiment's environment, pinned
+      requirements.lock.txt     the same pins for an installer (capture/lock.py)
       data-specs.json, code.diff, ...                  written by capture
       repeats/<k>/summary.json  repro500/repeat-summary/v1 (written last: a repeat without one
                                 did not finish)
       repeats/<k>/...           metrics.jsonl, params.jsonl, mllog.txt, system.jsonl (trained
-                                workloads); stdout.txt, stderr.txt, metrics.json (commands);
+                                workloads); stdout.txt, stderr.txt, metrics.json, interpreters.json (commands);
                                 system.json (system workloads: ops, roofline, inference, io)
       summary.json              repro500/summary/v1    aggregate across repeats
       SHA256SUMS                digest list of every file above (repro500.rundir.sums)
@@ -41,6 +43,9 @@ RUN_JSON = "run.json"
 RECIPE = "recipe.yaml"
 MANIFEST = "manifest.json"
 INPUTS = "inputs.json"  # what a wrapped command read (capture/inputs.py), written when the repeats end
+# The environment as a package installer can rebuild it (capture/lock.py), written with the manifest
+LOCK = "environment.lock.json"
+LOCK_REQUIREMENTS = "requirements.lock.txt"  # the same pins for pip install -r / uv pip install -r
 SUMMARY = "summary.json"
 VERDICT = "verdict.json"
 CODE_DIFF = "code.diff"
@@ -54,6 +59,7 @@ RANKS = "ranks.json"
 ERROR_LOG = "error.log"
 STDOUT = "stdout.txt"
 STDERR = "stderr.txt"
+INTERPRETERS = "interpreters.json"  # a command's: the Pythons its processes ran (capture/interpreters.py)
 LAUNCHER_LOG = "launcher.log"  # a failed distributed repeat's launcher output (node 0's, or the only node's)
 SYSTEM_RECORD = "system.json"  # a system workload's full record of the repeat (repro500.system, docs/system.md)
 SYSTEM_EPOCHS = "system.jsonl"  # a trained repeat's energy, utilization and data wait, one line per epoch

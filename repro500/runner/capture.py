@@ -142,6 +142,7 @@ class Prepared:
     environ: dict[str, str]
     ahead: Any  # capture.manifest.Ahead: the code facet, read before a command writes into its tree
     source_changed: list[str] = field(default_factory=list)  # a resume: the experiment's files edited since
+    command: bool = False  # a wrapped command: its environment is what its repeats recorded (interpreters.json)
 
 
 def prepare(plan: Plan, run: layout.RunDir, *, resumed: bool) -> Prepared:
@@ -154,7 +155,25 @@ def prepare(plan: Plan, run: layout.RunDir, *, resumed: bool) -> Prepared:
     environ = user_environ() if plan.recipe.is_command else dict(os.environ)
     from repro500.capture.manifest import gather_ahead
 
-    return Prepared(first, _facets(plan, kept), environ, gather_ahead(["code"]), changed)
+    return Prepared(first, _facets(plan, kept), environ, gather_ahead(["code"]), changed,
+                    command=plan.recipe.is_command)
+
+
+def command_environment(run: layout.RunDir, manifest: dict[str, Any]) -> dict[str, Any]:
+    """*manifest* with the environment facet of the interpreter(s) the command's latest finished
+    repeat ran (repro500's own kept as the tool's); unchanged when no repeat recorded one (a
+    repeat that never started its program)."""
+    from repro500.capture.interpreters import command_environment as describe
+    from repro500.capture.manifest import jsonable, seal
+    from repro500.redact import scrub
+
+    for k in sorted(layout.repeat_indices(run.path), reverse=True):
+        recorded = layout.read_optional_json(run.repeat(k) / layout.INTERPRETERS)
+        if recorded:
+            facets = {**manifest["facets"],
+                      "environment": scrub(jsonable(describe(recorded, manifest["facets"].get("environment") or {})))}
+            return seal({**manifest, "facets": facets})
+    return manifest
 
 
 def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, bytes]]:
@@ -177,6 +196,8 @@ def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared:
     from repro500.publish.datafiles import record_specs
 
     manifest, artifacts = gathered
+    if prepared.command:
+        manifest = command_environment(run, manifest)
     if not prepared.first:
         _record_resume(run, meta, manifest, console, prepared.source_changed)
         return json.loads(run.manifest_path().read_text(encoding="utf-8"))
@@ -184,8 +205,22 @@ def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared:
         meta.setdefault("resumes", []).append({
             "utc": utc(), "manifest_digest": manifest["digest"]["value"], "result_relevant_differences": []})
     write_manifest(manifest, artifacts, run.path)
+    write_lock(run, manifest)
     record_specs(manifest, run.path)  # while the data is here: how to recreate it elsewhere
     return manifest
+
+
+def write_lock(run: layout.RunDir, manifest: dict[str, Any]) -> None:
+    """The environment as an installer can rebuild it, beside the manifest (capture/lock.py):
+    built from the manifest alone, no network, so it never holds the run up."""
+    from repro500.capture import lock
+    from repro500.capture import source as source_index
+    from repro500.rundir import atomic
+
+    source = layout.read_optional_json(run.file(source_index.INDEX))
+    doc = lock.build(manifest, source_root=source.get("root"))
+    atomic.write_json(run.file(layout.LOCK), doc)
+    atomic.write_text(run.file(layout.LOCK_REQUIREMENTS), lock.requirements(doc))
 
 
 def _record_resume(run: layout.RunDir, meta: dict[str, Any], manifest: dict[str, Any], console: Console,

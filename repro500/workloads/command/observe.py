@@ -50,16 +50,19 @@ class Watch:
     def __init__(self, mode: str) -> None:
         self.mode = mode
         self.dir = Path(tempfile.mkdtemp(prefix="repro500-observe-")) if mode != "off" else None
+        # Which interpreters ran is the environment's record, not an input's: kept whatever the mode
+        self.interpreter_dir: Path | None = Path(tempfile.mkdtemp(prefix="repro500-python-"))
 
     def env(self, env: dict[str, str]) -> dict[str, str]:
         """*env* with the hook: its directory first on PYTHONPATH, and where to log.  The hook is
-        also what makes ``import mlflow`` wait for repro500's store (``REPRO500_MLFLOW_READY``),
-        so it is loaded for that even when nothing is watched."""
-        if self.dir is None and not env.get("REPRO500_MLFLOW_READY"):
-            return env
+        also what makes ``import mlflow`` wait for repro500's store (``REPRO500_MLFLOW_READY``) and
+        records which interpreters ran (the run's environment), so it is loaded even when nothing
+        is watched."""
         out = dict(env)
         # no empty entry: an empty PYTHONPATH item would put the working directory on sys.path
         out["PYTHONPATH"] = os.pathsep.join(p for p in (str(CHILD_SITE), env.get("PYTHONPATH", "")) if p)
+        if self.interpreter_dir is not None:
+            out["REPRO500_INTERPRETER_DIR"] = str(self.interpreter_dir)
         if self.dir is not None:
             out["REPRO500_OBSERVE_DIR"] = str(self.dir)
         return out
@@ -98,7 +101,19 @@ class Watch:
         finally:
             self.close()
 
+    def interpreters(self) -> list[dict[str, Any]]:
+        """The Python interpreters the command's processes ran, each with its distributions, in
+        the order they started (repro500.capture.interpreters); read before :meth:`close`."""
+        if self.interpreter_dir is None:
+            return []
+        from repro500.capture.interpreters import read_hook_records
+
+        return read_hook_records(self.interpreter_dir)
+
     def close(self) -> None:
+        if self.interpreter_dir is not None:
+            shutil.rmtree(self.interpreter_dir, ignore_errors=True)
+            self.interpreter_dir = None
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None

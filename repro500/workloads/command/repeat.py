@@ -161,6 +161,15 @@ def _exit_error(child: Child, timeout_s: float | None, last_stderr: str) -> str 
     return None
 
 
+def _record_interpreters(watch: Watch, program: str, workdir: Path, path_env: str | None, out_dir: Path) -> None:
+    """What ran the command, kept in the repeat (the manifest's environment is read from it)."""
+    from repro500.capture import interpreters
+
+    found = watch.interpreters()
+    program_info = None if found else interpreters.program_record(program, Path(workdir), path_env)
+    write_json(out_dir / layout.INTERPRETERS, interpreters.document(found, program_info))
+
+
 def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, context: RepeatContext | None = None,
                *, grace_s: float = GRACE_S) -> dict[str, Any]:
     """Run one repeat of the command; return its summary (also written, last, to ``summary.json``).
@@ -217,6 +226,7 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
         # what it read, however it ended: a failed repeat's inputs explain it too
         # repro500's own: the run, its outputs, and the file naming the repeat's MLflow run
         ready = [context.mlflow.ready_file] if context.mlflow and context.mlflow.ready_file else []
+        _record_interpreters(watch, argv[0], spec.workdir, env.get("PATH"), out_dir)
         summary["observed_inputs"] = watch.result([out_dir.parent.parent, *context.exclude, *ready],
                                                   context.source_files, spec.inputs_budget_mb, spec.inputs_budget_s)
     finally:

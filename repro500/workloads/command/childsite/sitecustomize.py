@@ -17,7 +17,12 @@ DataLoader workers by fork) runs this once, before the user's code, without any 
 2. with ``REPRO500_MLFLOW_READY`` set, ``import mlflow`` waits until that file exists: repro500
    opens (and on first use creates) the tracking store while the command starts, and the two
    must not create or migrate one store at the same time;
-3. it then takes its directory off ``sys.path`` and loads the ``sitecustomize`` it shadowed.
+3. with ``REPRO500_INTERPRETER_DIR`` set, the first process of each interpreter (its executable
+   and prefix) writes ``python-<key>.txt`` there: the executable, version and prefixes, and the
+   ``*.dist-info``/``*.egg-info`` directories on its ``sys.path`` in order (listed, not read: repro500
+   reads their metadata after the repeat, so the command pays one ``listdir`` per path entry) —
+   the environment that actually ran (repro500.capture.interpreters);
+4. it then takes its directory off ``sys.path`` and loads the ``sitecustomize`` it shadowed.
 
 Only ``os`` and ``sys`` are used, and every step is guarded: this must never stop the user's
 program, whatever Python runs it.  A process started with ``-I`` or ``-E`` ignores
@@ -132,7 +137,52 @@ def _waiter(ready):
     return wait
 
 
+def _key(text):
+    """A stable short name for one interpreter (FNV-1a: ``hash()`` is salted per process)."""
+    value = 0xcbf29ce484222325
+    for char in text.encode("utf-8", "surrogateescape"):
+        value = ((value ^ char) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % value
+
+
+def _record_interpreter(directory):
+    """Once per interpreter: claim its file (O_EXCL: the first process wins, the rest only stat)."""
+    executable = sys.executable or ""
+    path = os.path.join(directory, "python-%s.txt" % _key(executable + "\0" + sys.prefix))
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o600)
+    except OSError:
+        return
+    try:
+        lines = ["executable\t%s" % executable,
+                 "version\t%s" % sys.version.split()[0],  # what platform.python_version() says
+                 "implementation\t%s" % sys.implementation.name,
+                 "prefix\t%s" % sys.prefix, "base_prefix\t%s" % getattr(sys, "base_prefix", sys.prefix),
+                 "platform\t%s" % sys.platform, "pid\t%d" % os.getpid()]
+        for entry in sys.path:
+            entry = os.path.abspath(entry or ".")
+            if entry == _HERE or not os.path.isdir(entry):
+                continue
+            lines.append("path\t%s" % entry)
+            try:
+                names = sorted(os.listdir(entry))
+            except OSError:
+                continue
+            for name in names:
+                if name.endswith((".dist-info", ".egg-info")):
+                    lines.append("dist\t%s" % os.path.join(entry, name))
+        os.write(fd, ("\n".join(lines) + "\nend\n").encode("utf-8", "surrogateescape"))
+    finally:
+        os.close(fd)
+
+
 def _install():
+    interpreters = os.environ.get("REPRO500_INTERPRETER_DIR")
+    if interpreters and os.path.isdir(interpreters):
+        try:
+            _record_interpreter(interpreters)
+        except Exception:  # noqa: BLE001 - never stop the user's program
+            pass
     directory = os.environ.get("REPRO500_OBSERVE_DIR")
     ready = os.environ.get("REPRO500_MLFLOW_READY")
     record = _observer(directory) if directory and os.path.isdir(directory) else None
