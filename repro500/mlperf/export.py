@@ -246,42 +246,16 @@ def export_tree(
             progress(f"unpacking {root}")
             return export_tree(archives.unpack(root, tmp), out, submitter=submitter, system=system,
                                ruleset=ruleset, progress=progress)
-    rd = RunDir(root)
-    if not root.is_dir() or not rd.is_run():
-        raise InvalidInput(f"{root} is not a repro500 run directory (no run.json): give runs/<run-id>")
-    _prepare_out(out)
-    if out.resolve().is_relative_to(root.resolve()):
-        raise UsageError(f"{out} lies inside the run directory: export somewhere else")
+    rd = _checked_run(root, out, progress)
     meta = rd.meta()
-    progress(f"checking {root} as repro500 verify does (digests, repeat chain, attestation)")
-    from repro500.verify.integrity import require_intact
-
-    require_intact(root, "only an untouched run can be exported")
-    logs, unfinished = _repeat_logs(rd)
-    if not logs:
-        raise InvalidInput(f"{root} has no MLPerf logs of finished repeats (repeats/<k>/{MLLOG}): "
-                           "only trained workloads write them")
-    notes = [f"repeats {', '.join(map(str, unfinished))} did not finish: their logs are not results"] if unfinished else []
-    for line in notes:
-        progress(line)
-    benchmarks = {k: logged_benchmark(root / "repeats" / str(k) / MLLOG) for k in logs}
-    benchmark = benchmarks[min(logs)]
-    if len(set(benchmarks.values())) > 1:
-        raise InvalidInput(f"{root}'s repeats log different benchmarks ({', '.join(sorted(set(benchmarks.values())))})")
-    if BENCHMARKS.get(benchmark, BENCHMARKS["extreme_weather"]).usage is None:
-        raise InvalidInput(f"{root}'s logs are of {benchmark!r}, which MLPerf has no benchmark for: "
-                           "only resnet and cosmoflow runs can be exported")
+    logs, notes, benchmark = _results(rd, root, progress)
     usage, ruleset = resolve_rules(benchmark, None, ruleset)
     manifest = read_json(rd.manifest_path(), "the manifest")
     first = logs[min(logs)].splitlines()
     accelerators = int(logged_value(first, "accelerators_per_node") or 0)
     nodes = int(meta.get("nnodes") or logged_value(first, "number_of_nodes") or 1)
-    submitter = submitter or str(logged_value(first, "submission_org") or "repro500")
-    system = system or default_system(manifest, nodes, accelerators)
-    for what, name in (("system", system), ("submitter", submitter)):
-        if _slug(name) != name:
-            raise UsageError(f"{what} name {name!r} must be letters, digits and '_' only (it names files "
-                             f"and folders), e.g. {_slug(name)!r}")
+    submitter = _file_name("submitter", submitter or str(logged_value(first, "submission_org") or "repro500"))
+    system = _file_name("system", system or default_system(manifest, nodes, accelerators))
     from repro500.mlperf.logger import run_division
     from repro500.recipe.load import from_run_dir
 
@@ -297,10 +271,62 @@ def export_tree(
             "division_reason": reason, "system": system, "submitter": submitter,
             "results": {str(results_dir / f"result_{k}.txt"): f"repeats/{k}/{MLLOG}" for k in sorted(logs)},
             "changed_in_logs": f"submission_division set to {division!r}; nothing else"}
+    files = {Path("systems") / f"{system}.json": desc, Path(EXPORT_NOTE): note,
+             **{results_dir / f"result_{k}.txt": with_division(text, division) for k, text in sorted(logs.items())}}
+    _write_tree(out, files, progress)
+    return ExportedTree(path=out, system=system, submitter=submitter, benchmark=benchmark, usage=usage,
+                        ruleset=ruleset, division=division, division_reason=reason,
+                        results=[results_dir / f"result_{k}.txt" for k in sorted(logs)],
+                        results_dir=results_dir, notes=notes)
+
+
+def _checked_run(root: Path, out: Path, progress: Callable[[str], None]) -> RunDir:
+    """The run directory, refused unless it would verify (the gate of every command that vouches)."""
+    rd = RunDir(root)
+    if not root.is_dir() or not rd.is_run():
+        raise InvalidInput(f"{root} is not a repro500 run directory (no run.json): give runs/<run-id>")
+    _prepare_out(out)
+    if out.resolve().is_relative_to(root.resolve()):
+        raise UsageError(f"{out} lies inside the run directory: export somewhere else")
+    progress(f"checking {root} as repro500 verify does (digests, repeat chain, attestation)")
+    from repro500.verify.integrity import require_intact
+
+    require_intact(root, "only an untouched run can be exported")
+    return rd
+
+
+def _results(rd: RunDir, root: Path, progress: Callable[[str], None]) -> tuple[dict[int, str], list[str], str]:
+    """(the finished repeats' logs, notes on the unfinished ones, the one benchmark they log)."""
+    logs, unfinished = _repeat_logs(rd)
+    if not logs:
+        raise InvalidInput(f"{root} has no MLPerf logs of finished repeats (repeats/<k>/{MLLOG}): "
+                           "only trained workloads write them")
+    notes = [f"repeats {', '.join(map(str, unfinished))} did not finish: their logs are not results"] if unfinished else []
+    for line in notes:
+        progress(line)
+    benchmarks = {k: logged_benchmark(root / "repeats" / str(k) / MLLOG) for k in logs}
+    benchmark = benchmarks[min(logs)]
+    if len(set(benchmarks.values())) > 1:
+        raise InvalidInput(f"{root}'s repeats log different benchmarks ({', '.join(sorted(set(benchmarks.values())))})")
+    if BENCHMARKS.get(benchmark, BENCHMARKS["extreme_weather"]).usage is None:
+        raise InvalidInput(f"{root}'s logs are of {benchmark!r}, which MLPerf has no benchmark for: "
+                           "only resnet and cosmoflow runs can be exported")
+    return logs, notes, benchmark
+
+
+def _file_name(what: str, name: str) -> str:
+    """``name`` as MLPerf's tools need it (it names files and folders), or a UsageError."""
+    if _slug(name) != name:
+        raise UsageError(f"{what} name {name!r} must be letters, digits and '_' only (it names files "
+                         f"and folders), e.g. {_slug(name)!r}")
+    return name
+
+
+def _write_tree(out: Path, files: dict[Path, Any], progress: Callable[[str], None]) -> None:
+    """Write ``files`` (JSON documents or text) under ``out``, whole or not at all: any file-system
+    failure (a full disk, no permission) is one sentence, and the staging directory goes with it."""
     from repro500.rundir.writable import writing
 
-    # Any file-system failure (a full disk, no permission) is one sentence, and the staging
-    # directory goes with it: OUT is either the whole tree or untouched.
     with writing("the MLPerf export", out, "give --out a directory you can write to"):
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))
@@ -308,18 +334,14 @@ def export_tree(
             mask = os.umask(0)
             os.umask(mask)
             os.chmod(staging, 0o777 & ~mask)  # mkdtemp makes it owner-only; a submission is meant to be shared
-            progress(f"writing systems/{system}.json from the manifest's hardware and environment")
-            atomic.write_json(staging / "systems" / f"{system}.json", desc)
-            for k, text in sorted(logs.items()):
-                progress(f"writing {results_dir / f'result_{k}.txt'} from repeats/{k}/{MLLOG}")
-                atomic.write_text(staging / results_dir / f"result_{k}.txt", with_division(text, division))
-            atomic.write_json(staging / EXPORT_NOTE, note)
+            for rel, content in files.items():
+                progress(f"writing {rel}")
+                if isinstance(content, str):
+                    atomic.write_text(staging / rel, content)
+                else:
+                    atomic.write_json(staging / rel, content)
             os.replace(staging, out)  # an empty OUT is replaced whole; a non-empty one was refused above
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
     progress(f"wrote {out}")
-    return ExportedTree(path=out, system=system, submitter=submitter, benchmark=benchmark, usage=usage,
-                        ruleset=ruleset, division=division, division_reason=reason,
-                        results=[results_dir / f"result_{k}.txt" for k in sorted(logs)],
-                        results_dir=results_dir, notes=notes)
