@@ -141,3 +141,118 @@ def test_pins_say_where_each_distribution_came_from(tmp_path):
     assert "--extra-index-url https://download.pytorch.org/whl/cpu" in text
     assert "--index-url" not in text  # a redacted index is no index: the installer's default applies
     assert "\nnumpy==2.1.0\n" in text and "# not pinned: elsewhere" in text
+
+
+# ----- reproduce --env venv ----------------------------------------------------------------------
+OLD_NUMPY = "2.2.6"  # older than repro500's own: the publisher's environment differs in a numerical library
+NUMPY_SCRIPT = "import numpy as np\nprint('acc', float(np.float64(0.5) + np.float64(0.4)))\n"
+
+
+def _path_with(bin_dir: Path) -> dict[str, str]:
+    import os
+
+    return {"PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
+
+
+@pytest.fixture(scope="module")
+def numpy_publication(tmp_path_factory) -> Path:
+    """A publication of a numpy-only command run by `python` from a venv with an older numpy on PATH."""
+    root = tmp_path_factory.mktemp("publisher")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
+                    "--disable-pip-version-check", f"numpy=={OLD_NUMPY}"], check=True, timeout=600, capture_output=True)
+    proj = root / "proj"
+    proj.mkdir()
+    (proj / "s.py").write_text(NUMPY_SCRIPT)
+    ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "3",
+                   "--no-tracking", "--run-id", "orig", "--", "python", "s.py",
+                   cwd=proj, env=_path_with(venv / "bin"), timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    published = repro500("publish", "runs/orig", "--out", str(root / "pub"), cwd=proj, timeout=300)
+    assert published.returncode == 0, published.stdout + published.stderr
+    return root / "pub"
+
+
+def _env_differences(publication: Path, reproduction: Path) -> list[str]:
+    """The result-relevant environment differences of the rerun against the publisher's run."""
+    from repro500.verify.diff import diff_manifests, is_result_relevant
+
+    theirs = json.loads((publication.parent / "proj" / "runs" / "orig" / "manifest.json").read_text())
+    rerun = next((reproduction / "runs").iterdir())
+    mine = json.loads((rerun / "manifest.json").read_text())
+    return [f"{d.facet}.{d.key}" for d in diff_manifests(theirs, mine) if d.facet == "environment" and is_result_relevant(d)]
+
+
+def test_reproduce_env_venv_rebuilds_the_publishers_numpy(tmp_path, numpy_publication):
+    done = repro500("reproduce", str(numpy_publication), "--run-code", "--env", "venv", "--out", str(tmp_path / "rep"),
+                    cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "environment: rebuilding in" in done.stdout and "with pip" in done.stdout or "with uv" in done.stdout
+    verdict = json.loads((tmp_path / "rep" / "verdict.json").read_text())
+    assert verdict["environment"]["mode"] == "venv"
+    assert verdict["provenance"]["available"] is True
+    assert _env_differences(numpy_publication, tmp_path / "rep") == []
+    rerun = next((tmp_path / "rep" / "runs").iterdir())
+    env = json.loads((rerun / "manifest.json").read_text())["facets"]["environment"]
+    assert {d["name"]: d["version"] for d in env["distributions"]}["numpy"] == OLD_NUMPY
+    assert env["python"]["prefix"] == str((tmp_path / "rep" / "env").resolve())
+
+    again = repro500("reproduce", str(numpy_publication), "--run-code", "--env", "venv", "--out", str(tmp_path / "rep"),
+                     cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=900)
+    assert again.returncode == 0 and "reusing it" in again.stdout, again.stdout + again.stderr
+    # a rebuild stopped before its end (no completion marker) is redone, never taken as finished
+    (tmp_path / "rep" / "env" / ".repro500-built").unlink()
+    third = repro500("reproduce", str(numpy_publication), "--run-code", "--env", "venv", "--out", str(tmp_path / "rep"),
+                     cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=900)
+    assert third.returncode == 0 and "rebuilding in" in third.stdout, third.stdout + third.stderr
+
+
+def test_reproduce_env_current_names_numpy(tmp_path, numpy_publication):
+    done = repro500("reproduce", str(numpy_publication), "--run-code", "--out", str(tmp_path / "rep"),
+                    cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=600)
+    assert done.returncode in (0, 1, 3), done.stdout + done.stderr
+    verdict = json.loads((tmp_path / "rep" / "verdict.json").read_text())
+    assert verdict["environment"]["mode"] == "current"
+    assert "environment.distributions.numpy.version" in _env_differences(numpy_publication, tmp_path / "rep")
+
+
+def test_a_pin_no_index_serves_is_one_sentence_before_anything_is_installed(tmp_path, other_venv):
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "s.py").write_text("import repro500_probe_pkg as p\nprint('acc', 0.9 if p.VALUE else 0)\n")
+    ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "3",
+                   "--no-tracking", "--run-id", "orig", "--", "python", "s.py", cwd=proj,
+                   env=_path_with(other_venv / "bin"), timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert repro500("publish", "runs/orig", "--out", "pub", cwd=proj).returncode == 0
+    out = tmp_path / "rep"
+    refused = repro500("reproduce", "pub", "--run-code", "--env", "venv", "--out", str(out), cwd=proj, timeout=600)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    message = refused.stderr.strip()
+    assert PROBE in message and "--env current" in message and "--find-links DIR" in message
+    assert "Traceback" not in refused.stderr and len(message.splitlines()) == 1
+    assert not (out / "env").exists()  # nothing half-built left behind
+    # the way on: the wheel from a directory
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    build_wheel(wheels)
+    done = repro500("reproduce", "pub", "--run-code", "--env", "venv", "--find-links", str(wheels), "--out", str(out),
+                    cwd=proj, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_recorded_python_minor_version_must_be_here():
+    from repro500.errors import InvalidInput
+    from repro500.publish import rebuild
+
+    with pytest.raises(InvalidInput) as err:
+        rebuild.find_python("3.99.1")
+    here = f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert "needs Python 3.99 (3.99.1)" in str(err.value) and f"has Python {here}" in str(err.value)
+    assert err.value.exit_code == 4
+
+
+def test_env_usage_errors(tmp_path):
+    done = repro500("reproduce", "nowhere", "--find-links", str(tmp_path), cwd=tmp_path)
+    assert done.returncode == 2 and "--find-links" in done.stderr and "--env venv" in done.stderr

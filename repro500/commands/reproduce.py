@@ -34,14 +34,21 @@ from repro500.commands.options import parse_margins
 @click.option("--until-decided", is_flag=True,
               help="Rerun repeats one at a time until the equivalence test against the publication decides.")
 @click.option("--max-repeats", type=click.IntRange(min=3), help="With --until-decided: at most this many repeats.  [default: 10]")
+@click.option("--env", "env_mode", type=click.Choice(["current", "venv"]), default="current", show_default=True,
+              help="current: rerun in this Python as it is; venv: rebuild the publication's locked environment "
+                   "in OUT/env (uv if installed, else pip) and rerun in it.")
+@click.option("--find-links", multiple=True, metavar="DIR",
+              help="With --env venv: a directory of wheels for a locked distribution no index serves (repeatable).")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
-              run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None) -> None:
+              run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None,
+              env_mode: str, find_links: tuple[str, ...]) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
-    holding one (cloned bare: no hooks, no LFS or other filters run), or a packed run.
+    holding one (cloned bare: no hooks, no LFS or other filters run), a packed run, or a
+    run in the MLflow store (mlflow:RUN_ID or runs:/RUN_ID: the sealed run its parent holds).
     The data is regenerated from its recorded generator parameters (or copied, or pulled
     with DVC), the recipe rerun with the published seed and repeats, and the rerun verified
     against the published values; the verdict is printed with the provenance diff.
@@ -50,12 +57,14 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
     Exit codes: 0 REPRODUCED, 1 NOT REPRODUCED, 2 usage error, 3 INCONCLUSIVE,
                 4 invalid input: a tampered or incomplete publication, an unsafe archive,
                 data that cannot be recreated, inputs that differ (without
-                --allow-data-differences); 130 interrupted.
+                --allow-data-differences); with --env venv: the recorded Python
+                minor version not found here, a locked distribution no index
+                serves; 130 interrupted.
     """
     from repro500.publish.reproduce import reproduce as run_reproduce
 
     result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
                            margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
                            allow_data_differences=allow_data_differences, until_decided=until_decided,
-                           max_repeats=max_repeats)
+                           max_repeats=max_repeats, env_mode=env_mode, find_links=list(find_links))
     ctx.exit(result.exit_code)

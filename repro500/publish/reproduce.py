@@ -49,13 +49,15 @@ from repro500.errors import (
     RunFailed,
     UsageError,
 )
-from repro500.publish import opened
+from repro500.publish import opened, rebuild
 from repro500.publish import publication as pubs
 from repro500.publish import source as sources
 from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
 from repro500.redact import redact_url
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
+from repro500.tracking import store as mlflow_store
+from repro500.verify import from_mlflow
 
 
 @dataclass
@@ -254,7 +256,7 @@ def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, s
 
 def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
            code: tuple[str, list[str]] | None = None, placed: Path | None = None,
-           sequential: list[str] | None = None) -> Path:
+           sequential: list[str] | None = None, python: str | None = None) -> Path:
     rid = _rerun_id(workdir)
     root = pub.root.resolve()
     args = ["-m", "repro500.cli", "run", str(root / pubs.RECIPE),
@@ -270,7 +272,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         # stop `import helpers` beside the script).
         env = {k: v for k, v in env.items() if k != "PYTHONSAFEPATH"}
         env.update(_rerooted_pythonpath(pub, placed, env))
-        cmd, cwd = [sys.executable, "-E", "-P", *args], placed
+        cmd, cwd = [python or sys.executable, "-E", "-P", *args], placed
     else:
         # PYTHONSAFEPATH keeps the working directory (publication files, pulled data) off sys.path
         # of the rerun and of every process it starts (torchrun's workers), so no file there is
@@ -281,7 +283,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
             env[untrusted.CODE_ENV] = "refuse"
         else:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
-        cmd, cwd = [sys.executable, *args], workdir
+        cmd, cwd = [python or sys.executable, *args], workdir
     rc = subprocess.run(cmd, cwd=cwd, env=env, check=False).returncode
     rerun = workdir / "runs" / rid
     if rc == 130 or rc < 0:
@@ -310,6 +312,8 @@ def reproduce(
     allow_data_differences: bool = False,
     until_decided: bool = False,
     max_repeats: int | None = None,
+    env_mode: str = "current",
+    find_links: list[str] | None = None,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     from repro500.verify.determinism import compare_with_reference
@@ -328,8 +332,13 @@ def reproduce(
         raise UsageError("--until-decided runs up to --max-repeats repeats; --repeats is for a fixed design")
     if max_repeats is not None and not until_decided:
         raise UsageError("--max-repeats goes with --until-decided (a fixed design takes --repeats)")
+    links = rebuild.check_mode(env_mode, list(find_links or []))
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
+        if from_mlflow.is_reference(source):  # a teammate's run by its MLflow id: the sealed run its parent holds
+            console.print(f"fetching the sealed run of {source} from {redact_url(mlflow_store.tracking_uri())}",
+                          highlight=False, soft_wrap=True)
+            source = str(from_mlflow.download(source, tmp / "mlflow"))
         src = sources.resolve(source, tmp, rev=rev, subpath=subpath)
         console.print(f"Reproducing {redact_url(src.label)}", highlight=False, soft_wrap=True)
         pub_dir = src.path
@@ -370,7 +379,18 @@ def reproduce(
             sequential = ["--until-decided", "--against", str((workdir / "publication" / pubs.PUBLISHED).resolve()),
                           *(["--max-repeats", str(max_repeats)] if max_repeats else []),
                           *[f"--margin={name}={delta}" for name, delta in (margins or {}).items()]]
-        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential)
+        python, used = None, {"mode": "current", "python": sys.executable}
+        if env_mode == "venv":
+            pins = rebuild.read(pub.reference, placed)
+            is_command = bool(code and code[0] == "command")
+            # A command's experiment runs in the venv (its python first on PATH), driven by this repro500,
+            # so the venv holds exactly the lock; a built-in recipe runs inside repro500: it goes in too.
+            env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console)
+            env = rebuild.activated(env_python, env)
+            python = None if is_command else str(env_python)
+            used = {"mode": "venv", "python": str(env_python), "installer": rebuild.installer(),
+                    "lock_sha256": pins.digest, "not_rebuilt": pins.unpinnable}
+        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python)
         with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir
             verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
                                  alpha=alpha, margins=margins)
@@ -382,8 +402,13 @@ def reproduce(
             # against the packed run itself: what each side's command read is part of the diff
             verdict.provenance = provenance_diff(mine.provenance_manifest, theirs.provenance_manifest)
         write_verdict(verdict, workdir)
+        # which environment the rerun ran in, beside the verdict (its provenance diff says what differed)
+        from repro500.rundir import atomic
+
+        atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used})
         console.rule("Verdict against the publication")
         render(verdict, console)
-        console.print(f"rerun: {rerun}\nverdict: {workdir / 'verdict.json'}", highlight=False, soft_wrap=True)
+        console.print(f"environment: {used['mode']} ({used['python']})\nrerun: {rerun}\nverdict: {workdir / 'verdict.json'}",
+                      highlight=False, soft_wrap=True)
     return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
                            warnings=warnings)
