@@ -256,3 +256,32 @@ def test_the_recorded_python_minor_version_must_be_here():
 def test_env_usage_errors(tmp_path):
     done = repro500("reproduce", "nowhere", "--find-links", str(tmp_path), cwd=tmp_path)
     assert done.returncode == 2 and "--find-links" in done.stderr and "--env venv" in done.stderr
+
+
+def test_reproduce_a_run_by_its_mlflow_id(tmp_path):
+    """A teammate's run seen in the MLflow UI, rerun by its id from a SQLite store (and by a repeat's runs:/ id)."""
+    import mlflow
+
+    store = tmp_path / "store"
+    store.mkdir()
+    uri = f"sqlite:///{store / 'mlflow.db'}"
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "s.py").write_text(NUMPY_SCRIPT)
+    ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "3",
+                   "--tracking", "--run-id", "orig", "--", sys.executable, "s.py", cwd=proj,
+                   env={"MLFLOW_TRACKING_URI": uri}, timeout=300)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parent = next(r for r in runs if "repro500.repeat" not in r.data.tags)
+    repeat = next(r for r in runs if "repro500.repeat" in r.data.tags)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for n, ref in enumerate((f"mlflow:{parent.info.run_id}", f"runs:/{repeat.info.run_id}")):
+        done = repro500("reproduce", ref, "--run-code", "--out", str(tmp_path / f"rep{n}"), cwd=elsewhere,
+                        env={"MLFLOW_TRACKING_URI": uri}, timeout=600)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "fetching the sealed run of" in done.stdout
+        verdict = json.loads((tmp_path / f"rep{n}" / "verdict.json").read_text())
+        assert verdict["status"] == "REPRODUCED"
