@@ -60,6 +60,14 @@ def test_torch_version_ranks_above_hostname_and_only_it_is_relevant(base):
     assert diffs[-1].facet == "created_utc"
 
 
+def test_repro500s_own_interpreter_beside_a_commands_is_not_result_relevant(base):
+    tool = {"python": {"version": "3.11.7"}, "distributions": {"torch": {"version": "2.14.1"}}}
+    mine = variant(base, facets__environment__tool=tool)
+    theirs = variant(base, facets__environment__tool={**tool, "distributions": {"torch": {"version": "2.13.0"}}})
+    (only,) = [d for d in diff_manifests(mine, theirs) if d.facet == "environment"]
+    assert only.key.startswith("tool.") and only.impact == 5 and not is_result_relevant(only)
+
+
 def test_ranking_of_typical_changes(base):
     dists = copy.deepcopy(base["facets"]["environment"]["distributions"])
     for d in dists:

@@ -120,6 +120,7 @@ RULES: list[tuple[str, int, str]] = [
     ("environment.os.distribution*", 25, "a different OS release"),
     ("environment.os.kernel_build", 5, "kernel build string"),
     ("environment.os.hostname", 1, "host names do not change results"),
+    ("environment.tool.*", 5, "repro500's own interpreter, not the one the command ran in"),
     ("environment.*", 20, "environment detail"),
     ("toolchain.cuda_toolkit.version", 80,
      "nvcc compiles custom CUDA operators; another toolkit changes their kernels"),
