@@ -580,3 +580,179 @@ def mlflow_records(section: DivergenceResult | None) -> tuple[dict[str, float], 
         return {}, {TAG: f"{where} ({first.label})"}
     metrics = {METRIC: float(first.first_step)} if first.first_step is not None else {}
     return metrics, {TAG: f"step {first.first_step} ({first.label}; {first.shape})"}
+
+
+# ----- repro500 locate: the pair, its bound, its environments, and the operator's cause -----------------
+# The variables that choose kernels or their numerics: each replay runs with its run's recorded
+# values (and without one the run did not have), so that two runs made in different environments
+# are replayed each in its own.
+KERNEL_ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "BLIS_", "DNNL_", "ONEDNN_", "ATEN_",
+                       "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_TF32", "NCCL_", "CUDA_VISIBLE_DEVICES",
+                       "PYTHONHASHSEED")
+
+
+def replay_environment(run: RunData, environ: dict[str, str]) -> dict[str, str | None]:
+    """The variables to set (a value) or unset (None) so that a replay runs with the run's recorded
+    kernel-relevant environment (:data:`KERNEL_ENV_PREFIXES`); empty without a manifest."""
+    env = ((((run.manifest or {}).get("facets") or {}).get("environment") or {}).get("env") or {})
+    values = env.get("values") if isinstance(env.get("values"), dict) else None
+    if values is None:
+        return {}
+    listed = set(env.get("names") or [])
+    out: dict[str, str | None] = {}
+    for name, value in values.items():
+        if str(name).startswith(KERNEL_ENV_PREFIXES) and isinstance(value, str) and environ.get(name) != value:
+            out[str(name)] = value
+    for name in environ:
+        if name.startswith(KERNEL_ENV_PREFIXES) and name not in values and name not in listed:
+            out[name] = None  # the run did not have it
+    return out
+
+
+@dataclass
+class LocatePlan:
+    """What ``repro500 locate`` replays: one repeat of each run, up to the step the records part at."""
+
+    a: RunData
+    b: RunData
+    k: int
+    j: int
+    same_run: bool
+    pair: PairDivergence
+    steps: int | None  # the bound of the replays; None: nothing to replay (see reason)
+    reason: str
+
+
+def choose_pair(a: RunData, b: RunData, same_run: bool, repeat: int | None, other_repeat: int | None) -> tuple[int, int]:
+    """The repeats to compare: as given, else the first pair sharing a torch seed (a same-seed
+    pair of one run when A and B are one run)."""
+    from repro500.errors import InvalidInput, UsageError
+
+    for name, value, run in (("--repeat", repeat, a), ("--other-repeat", other_repeat, b)):
+        if value is not None and value not in run.completed:
+            raise UsageError(f"{name} {value}: {run.path} has no completed repeat {value} (completed: "
+                             f"{', '.join(map(str, run.completed)) or 'none'})")
+    if repeat is not None and other_repeat is not None:
+        if same_run and repeat == other_repeat:
+            raise UsageError("--repeat and --other-repeat name the same repeat of one run: give two repeats")
+        return repeat, other_repeat
+    pairs = pairs_within(a) if same_run else pairs_against(a, b)
+    pairs = [(k, j) for k, j in pairs if (repeat is None or k == repeat) and (other_repeat is None or j == other_repeat)]
+    if not pairs:
+        which = "two of its repeats" if same_run else "a repeat of each"
+        raise InvalidInput(f"no {which} share a seed: a replay from a common seed needs one (repro500 run "
+                           "--same-seed; or name the repeats with --repeat and --other-repeat)")
+    return pairs[0]
+
+
+def plan_locate(a: RunData, b: RunData, *, same_run: bool, repeat: int | None = None, other_repeat: int | None = None,
+                steps: int | None = None, rtol: float = REL_TOL) -> LocatePlan:
+    """The pair, and the step the replays stop at: the first step the records part at (the epoch's
+    last step when they part in its last update); nothing to replay when they do not part, or part
+    only in the evaluation (unless *steps* is given)."""
+    k, j = choose_pair(a, b, same_run, repeat, other_repeat)
+    other = None if same_run else b
+    pair = compare_pair(a, k, other, j, read_records(a.path, k, a.recipe), read_records(b.path, j, b.recipe or a.recipe),
+                        reference_manifest=None if same_run else b.provenance_manifest, rtol=rtol)
+    bound: int | None
+    if pair.shape in ("first step", "epoch boundary", "within training", "length"):
+        bound, reason = pair.first_step, pair.detail
+    elif pair.shape == "last update":
+        records = read_records(a.path, k, a.recipe)
+        ends = [s["step"] for s in records.steps if s["epoch"] == pair.params_epoch] if isinstance(
+            pair.params_epoch, int) else [s["step"] for s in records.steps]
+        bound, reason = (max(ends) if ends else None), pair.detail
+    else:
+        bound, reason = None, pair.detail
+    if steps is not None:
+        bound = steps
+    return LocatePlan(a=a, b=b, k=k, j=j, same_run=same_run, pair=pair, steps=bound, reason=reason)
+
+
+_OUTSIDE = {
+    "(batch)": ("the data: the batch of this step differs before any operator ran", "epoch boundary"),
+    "(initial state)": ("the initialisation: the model's initial parameters differ", "first step"),
+    "(torch RNG state)": ("torch's random state at the start of the step: something outside the steps "
+                          "(data loading, the evaluation) drew from it differently", "epoch boundary"),
+}
+
+
+def explain_operator(finding: dict[str, Any], plan: LocatePlan, top: int = 5) -> dict[str, Any]:
+    """What the first operator where the replays part points at, and the recorded difference
+    that fits: {kind, points_at, causes, explanation}."""
+    differences = recorded_differences(plan.a, None if plan.same_run else plan.b,
+                                       None if plan.same_run else plan.b.provenance_manifest, plan.k, plan.j)
+    op = str(finding.get("op") or "")
+    consistent = finding.get("self_consistent") or {}
+    if not finding.get("found"):
+        return {"kind": "none", "points_at": None, "causes": [], "explanation": ""}
+    if finding.get("reason") == "not reproducible" or not all(v for v in consistent.values() if v is not None):
+        kind = "non-deterministic"
+        points = ("an unseeded random source: a random operator drawing from a generator the run's seeds do not "
+                  "set" if finding.get("random_op") else
+                  "a non-deterministic operator: two replays in one environment give it the same inputs and get "
+                  "different outputs")
+        patterns: tuple[str, ...] = _WITHIN
+    elif op in _OUTSIDE:
+        points, shape = _OUTSIDE[op]
+        kind = "outside the operators"
+        patterns = SHAPES[shape][1]
+    elif finding.get("reason") == "different operator":
+        kind = "different code path"
+        points = (f"a different code path: one run calls {op}, the other {finding.get('other_op')} here (a "
+                  "different torch build, library or code)")
+        patterns = _KERNELS + _CODE
+    elif finding.get("inputs_agree") is False:
+        kind = "outside the operators"
+        points = ("a tensor made outside the recorded operators (from Python or numpy values, not by a torch "
+                  "operator) that differs between the runs")
+        patterns = _WITHIN + _CODE
+    else:
+        kind = "kernels"
+        points = "the kernels: the same inputs give a different output in the two environments"
+        patterns = _KERNELS + _CODE
+    ranked = []
+    for d in differences:
+        for rank, pattern in enumerate(patterns):
+            if fnmatch.fnmatchcase(d["key"], pattern):
+                ranked.append((rank, -int(d.get("impact") or 0), d))
+                break
+    ranked.sort(key=lambda item: (item[0], item[1], item[2]["key"]))
+    causes = [d for _, _, d in ranked[:top]]
+    if kind == "non-deterministic":  # nothing that differs between the runs explains a run that differs from itself
+        # deterministic algorithms do not seed a generator: for a random operator the setting is no cause either
+        causes = [] if finding.get("random_op") else [d for d in causes if d["key"] == "setting.deterministic"]
+    if causes:
+        first = causes[0]
+        likely = first["why"] if first["key"] == "setting.deterministic" else (
+            f"{first['key']} ({_shown(first['run'])} vs {_shown(first['reference'])}: {first['why']})")
+        explanation = f"it points at {points}; the likely cause: {likely}"
+    else:
+        explanation = f"it points at {points}; {NO_CAUSE}"
+    return {"kind": kind, "points_at": points, "causes": causes, "explanation": explanation}
+
+
+def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[RunData, str]:
+    """A run to locate in: a run directory, a packed run or a publication (unpacked for as long as
+    *stack* lasts), checked as verify checks its own files; (its data, "run" | "bundle" | "publication")."""
+    from repro500.errors import InvalidInput
+    from repro500.publish.excluded import publication_of
+    from repro500.rundir import archive as archives
+    from repro500.verify import integrity
+
+    given = Path(path)
+    if not given.exists():
+        raise InvalidInput(f"{what} {given} does not exist: give a run directory, a packed run or a publication")
+    packed = publication_of(given)
+    kind, root = "run", given
+    if packed is not None or archives.is_archive(given):
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="repro500-locate-run-"))
+        root = archives.unpack(packed.archive if packed is not None else given, tmp)
+        kind = "publication" if packed is not None else "bundle"
+    elif not given.is_dir():
+        raise InvalidInput(f"{what} {given} is not a run directory, a packed run or a publication")
+    check, run = integrity.check_run(root, label=what, deep=False)
+    if run is None or not check.ok:
+        shown = "; ".join(check.problems[:2]).replace(str(root), str(given))
+        raise InvalidInput(f"{what} {given} is not what its run wrote: {shown}")
+    return run, kind

@@ -1,0 +1,157 @@
+"""``repro500 locate``: the first step and the first operator where two runs part, and why.
+
+Thin: the pair, its bound and the recorded differences are repro500.verify.divergence's; the
+replays under the operator-recording mode are repro500.workloads.trainer.replay's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+@click.command()
+@click.argument("a", metavar="A", type=click.Path(path_type=Path))
+@click.argument("b", metavar="[B]", type=click.Path(path_type=Path), required=False)
+@click.option("--repeat", "repeat", type=click.IntRange(0), default=None,
+              help="A's repeat (default: the first that shares a seed with one of B's).")
+@click.option("--other-repeat", "other_repeat", type=click.IntRange(0), default=None,
+              help="B's repeat (default: the one sharing A's repeat's seed, the same index first).")
+@click.option("--steps", type=click.IntRange(1), default=None,
+              help="Replay this many steps (default: up to the first step the records part at).")
+@click.option("--rtol", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
+              help="Relative tolerance for the first step whose difference is beyond rounding (default 1e-3).")
+@click.option("--python-a", metavar="PYTHON", default=None,
+              help="The interpreter A's replay runs in (default: this one); give another environment's python.")
+@click.option("--python-b", metavar="PYTHON", default=None, help="The interpreter B's replay runs in.")
+@click.option("--run-code", is_flag=True,
+              help="Let a publication's own experiment code (a plug-in model or data set) run in its replay.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1.0), default=600.0, show_default=True,
+              help="Seconds one replay may take.")
+@click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@click.pass_context
+def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, other_repeat: int | None,
+           steps: int | None, rtol: float | None, python_a: str | None, python_b: str | None, run_code: bool,
+           timeout_s: float, as_json: bool) -> None:
+    """Say where runs A and B part: the first step, the first operator, and the likely cause.
+
+    A and B are run directories, packed runs or publications (a rerun and its publication);
+    with A alone, two of its repeats that share a seed (repro500 run --same-seed). The
+    per-step records give the first step where the pair's loss (or any other per-step
+    quantity) is not bitwise equal. Both repeats are then replayed from their recorded seeds
+    up to that step, each in its own process with its run's recorded thread and kernel
+    settings (OMP_*, MKL_*, DNNL_*, ...), under a mode that hashes every operator's output;
+    the answer is the first operator whose inputs agree and whose output does not: its name,
+    the module it ran in, forward/backward/optimizer, the step, and the largest absolute and
+    relative difference. Nothing is claimed past it. The replays run the runs' training
+    code: a publication's own code only with --run-code.
+
+    \b
+    Exit codes: 0 located (or the runs do not part), 2 usage error,
+                3 the replays do not part where the records do (not reproduced here),
+                4 invalid input (missing, corrupt or tampered runs, no shared seed).
+    """
+    from repro500.errors import EXIT_INCONCLUSIVE
+    from repro500.untrusted import CODE_ENV
+    from repro500.verify import divergence
+    from repro500.workloads.trainer import replay
+
+    with contextlib.ExitStack() as stack:
+        run_a, kind_a = divergence.open_run(a, stack, "A")
+        same = b is None or (b.exists() and a.exists() and b.resolve() == a.resolve())
+        run_b, kind_b = (run_a, kind_a) if same else divergence.open_run(b, stack, "B")
+        plan = divergence.plan_locate(run_a, run_b, same_run=same, repeat=repeat, other_repeat=other_repeat,
+                                      steps=steps, rtol=rtol if rtol is not None else divergence.REL_TOL)
+        answer: dict[str, Any] = {"a": {"run": str(a), "repeat": plan.k}, "b": {"run": str(b or a), "repeat": plan.j},
+                                  "records": plan.pair.to_dict(), "steps": plan.steps}
+        if plan.steps is None:
+            answer.update(operator=None, cause=None, located=False, note=plan.reason)
+            _show(answer, as_json, plan)
+            return
+        sides = []
+        for label, run, kind, k, python in (("A", run_a, kind_a, plan.k, python_a), ("B", run_b, kind_b, plan.j, python_b)):
+            env = divergence.replay_environment(run, dict(os.environ))
+            if kind == "publication" and not run_code:
+                env[CODE_ENV] = "refuse"
+            sides.append(replay.Side(run_dir=run.path, repeat=k, env=env, python=python or sys.executable, label=label))
+        finding = replay.locate_operator(sides[0], sides[1], plan.steps, timeout_s=timeout_s).to_dict()
+        answer["environments"] = {s.label: {k: v for k, v in s.env.items() if k != CODE_ENV} for s in sides}
+        answer["operator"] = finding
+        answer["cause"] = divergence.explain_operator(finding, plan)
+        answer["located"] = bool(finding["found"])
+        _show(answer, as_json, plan)
+        if not finding["found"] and plan.pair.diverged:
+            ctx.exit(EXIT_INCONCLUSIVE)
+
+
+def _g(value: Any) -> str:
+    return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
+    if as_json:
+        click.echo(json.dumps(answer, indent=2, sort_keys=True, allow_nan=False, default=str))
+        return
+    from rich.console import Console
+
+    from repro500.untrusted import shown
+
+    console = Console()
+    a, b = answer["a"], answer["b"]
+    console.print(f"[bold]repro500 locate[/] {shown(a['run'])} repeat {a['repeat']} vs {shown(b['run'])} repeat "
+                  f"{b['repeat']}", highlight=False)
+    console.print(f"[bold]Records[/]  {shown(plan.pair.detail)}", highlight=False)
+    if answer.get("operator") is None:
+        why = ("nothing to replay: the runs do not part" if not plan.pair.diverged else
+               "the training steps agree: locate replays training steps, and these runs part after them "
+               "(give --steps N to replay anyway)")
+        console.print(f"  {why}", highlight=False)
+        return
+    finding = answer["operator"]
+    replays = finding["replays"]
+    env = "; ".join(f"{side}: " + (", ".join(f"{k}={'(unset)' if v is None else v}" for k, v in values.items())
+                                   or "this environment") for side, values in answer["environments"].items())
+    console.print(f"[bold]Replayed[/]  up to step {answer['steps']}, each in its run's environment ({shown(env)}): "
+                  f"{len(replays)} replays, {finding['ops_hashed']:,} operators hashed, {finding['seconds']:.1f} s",
+                  highlight=False)
+    for r in replays[:2]:
+        if r.get("first_record_difference") and r["first_record_difference"]["step"] < (finding.get("step") or 10**9):
+            d = r["first_record_difference"]
+            console.print(f"  [yellow]the replay of {r['side']} does not reproduce its records from step {d['step']} "
+                          f"(loss {d['replayed']!r} replayed, {d['recorded']!r} recorded): its environment is not "
+                          "the one it ran in[/]", highlight=False)
+    if not finding["found"]:
+        console.print(f"[bold yellow]Not located[/]  the replays agree at every operator of {answer['steps']} steps: "
+                      "the divergence the records show is not reproduced here", highlight=False)
+        return
+    module = finding["module"] or "(the model itself)" if finding["phase"] != "optimizer" or finding["module"] else ""
+    where = f"{finding['op']}  in {shown(module)}" if module else finding["op"]
+    console.print(f"[bold]First operator[/]  {shown(where)}  ({finding['phase']}, step {finding['step']})",
+                  highlight=False)
+    if finding.get("max_abs") is not None:
+        first = finding["outputs"][0]
+        console.print(f"  max |Δ| {_g(finding['max_abs'])}, max relative {_g(finding['max_rel'])} (output "
+                      f"{first['output']}: {first['dtype']} {first['shape']}, {first.get('differing', '?')} of "
+                      f"{first['elements']} elements differ)", highlight=False)
+    if finding.get("inputs_agree") is True:
+        console.print("  its inputs agree bitwise", highlight=False)
+    elif finding.get("inputs_agree") is False:
+        which = ", ".join(str(d["input"]) for d in finding["differing_inputs"][:4])
+        console.print(f"  its input(s) {which} already differ, though every recorded operator before agrees: the "
+                      "difference entered from outside the operators", highlight=False)
+    for side, same in finding["self_consistent"].items():
+        if same is False:
+            console.print(f"  [yellow]{side} gives a different output here in two replays of itself[/]", highlight=False)
+    cause = answer["cause"] or {}
+    if cause.get("explanation"):
+        console.print(f"[bold]Cause[/]  {shown(cause['explanation'])}", highlight=False)
+        for c in cause.get("causes", [])[1:4]:
+            console.print(f"  also recorded: {shown(c['key'])} ({shown(_g(c['run']))} vs {shown(_g(c['reference']))})",
+                          highlight=False)
+    console.print("[dim]Nothing is claimed past this operator: after it, everything may differ.[/]", highlight=False)
