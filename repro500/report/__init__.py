@@ -134,7 +134,7 @@ def build_html(
     across_benchmarks: bool = False,
 ) -> tuple[str, object, list[str], int]:
     """(html, verdict view, section ids, number of plots) for the run directory ``root``."""
-    from repro500.report import html, sections, variants, verdict_details
+    from repro500.report import divergence, html, sections, variants, verdict_details
     from repro500.report.load import load_view
     from repro500.report.system import system_section
     from repro500.report.verdict_source import obtain_verdict
@@ -152,6 +152,7 @@ def build_html(
         else:
             body += [
                 ("convergence", "Convergence", sections.convergence(view, verdict)),
+                ("divergence", "Where the runs part", divergence.section_for(view, verdict, against)),
                 ("distributions", "Distributions", sections.distributions(view, verdict, reference)),
                 ("step-time", "Step time", sections.step_time(view)),
                 ("wire", "Bytes on the wire", sections.wire(view)),

@@ -299,11 +299,15 @@ class Tracking:
         ``repro500 verify mlflow:RUN_ID`` verifies it from the store alone)."""
         from repro500.rundir import layout
         from repro500.tracking.names import verdict_metrics
+        from repro500.verify.divergence import mlflow_records
         from repro500.verify.variance import design_tags, mlflow_metrics, mlflow_tags
 
         metrics, tags = verdict_metrics(verdict.to_dict())
         metrics.update(mlflow_metrics(verdict.variance))
         tags.update({**design_tags(design), **mlflow_tags(verdict.variance)})
+        parted_at, parted = mlflow_records(getattr(verdict, "divergence", None))  # where same-seed repeats part
+        metrics.update(parted_at)
+        tags.update(parted)
         files = [run.file(n) for n in (layout.SUMMARY, layout.VERDICT, layout.INPUTS)]
         observed = list(run.inputs().get("observed") or [])
 
