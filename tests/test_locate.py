@@ -1,0 +1,312 @@
+"""repro500 locate, calibrated: deterministic same-seed runs never part; a planted divergence is
+found at exactly its step, module and operator (noise from an unseeded generator from a chosen
+step on; a thread count that changes a float32 reduction), with the recorded difference that
+explains it or "no recorded difference explains it"; bad input is one sentence and an exit code."""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.rundirs import make_run
+from helpers.runs import repro500, write_recipe
+
+from repro500.verify import divergence as dv
+from repro500.workloads.trainer.replay import Hasher, OpRecorder, bitwise_equal, difference
+
+# a plug-in model that becomes non-deterministic at a chosen step: from its NOISE_FROM-th training
+# forward on, a module adds noise drawn from a generator the operating system seeds
+NOISY = '''
+import torch
+from torch import nn
+
+
+class Noise(nn.Module):
+    def __init__(self, from_step):
+        super().__init__()
+        self.from_step, self.calls = from_step, 0
+
+    def forward(self, x):
+        if not self.training:
+            return x
+        self.calls += 1
+        if self.calls < self.from_step:
+            return x
+        generator = torch.Generator(device=x.device)
+        generator.seed()  # not the run's seeds: every process draws other noise
+        return x + 1e-3 * torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes, in_channels, noise_from):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, 8, 3, padding=1)
+        self.noise = Noise(noise_from)
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        return self.head(self.noise(torch.relu(self.conv(x))).mean(dim=(2, 3)))
+
+
+def build(num_classes=10, in_channels=3, noise_from=6):
+    return Net(num_classes, in_channels, noise_from)
+'''
+
+# a plug-in model whose first operator is a large float32 sum: torch splits a sum that size among
+# its threads, so its last bits follow the thread count; a cosine of a large multiple of the sum
+# carries a last-bit change into the loss
+MIXING = '''
+import torch
+from torch import nn
+
+
+class Mix(nn.Module):
+    def __init__(self, size):
+        super().__init__()
+        self.register_buffer("big", torch.randn(size, generator=torch.Generator().manual_seed(0)), persistent=False)
+
+    def forward(self, x):
+        return x * (1 + 0.01 * torch.cos(self.big.sum() * 1e3))
+
+
+class Net(nn.Module):
+    def __init__(self, num_classes, in_channels, size):
+        super().__init__()
+        self.mix = Mix(size)
+        self.conv = nn.Conv2d(in_channels, 8, 3, padding=1)
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.conv(self.mix(x))).mean(dim=(2, 3)))
+
+
+def build(num_classes=10, in_channels=3, size=1048576):
+    return Net(num_classes, in_channels, size)
+'''
+
+SMALL = {"fixed__epochs": 2, "fixed__dataset__params__train_samples": 64, "fixed__dataset__params__eval_samples": 32,
+         "mutable__batch_size": 16, "mutable__eval_batch_size": 32}  # 4 steps an epoch
+
+
+def _run(cwd: Path, *args: str, env: dict | None = None) -> Path:
+    done = repro500("run", *args, "--no-tracking", cwd=cwd, env=env)
+    assert done.returncode in (0, 1, 3), done.stderr[-2000:]
+    return cwd / "runs" / args[args.index("--run-id") + 1]
+
+
+def _locate(cwd: Path, *args: str) -> dict:
+    done = repro500("locate", *args, "--json", cwd=cwd)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+def _verify(cwd: Path, *args: str) -> dict:
+    done = repro500("verify", *args, "--json", "--no-write", cwd=cwd)
+    assert done.returncode in (0, 1, 3), done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+# ----- the hash and the recording mode ------------------------------------------------------------
+def test_the_hash_sees_every_bit_and_nothing_else():
+    h = Hasher()
+    x = torch.randn(3 * (1 << 20) + 5)  # more than one chunk, and a partial one
+    assert h(x) == h(x.clone())
+    for places in ([5], [7, 3 * (1 << 20) + 1], [0, 1]):  # two last-bit flips must not cancel
+        y = x.clone()
+        for i in places:
+            y.view(torch.int32)[i] ^= 1
+        assert h(y) != h(x)
+    assert h(x[:10].flip(0)) != h(x[:10])  # the order counts
+    for t in (torch.randn(7, dtype=torch.bfloat16), torch.arange(9), torch.ones(3, dtype=torch.bool),
+              torch.randn(4, dtype=torch.complex64), torch.randn(5, 6).t()):
+        assert h(t) == h(t.clone().contiguous())
+    assert h(torch.zeros(0)) == 0
+
+
+def test_the_recording_mode_names_module_phase_and_parameter():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    recorder = OpRecorder(model)
+    recorder.optimizer_phase(optimizer)
+    x, y = torch.randn(5, 4), torch.randn(5, 2)
+    recorder.begin(1, (x, y))
+    with recorder.step():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+    seen = {(phase, op, path) for _, phase, op, path, _ in recorder.records}
+    assert ("data", "(batch)", "") in seen
+    assert ("forward", "aten.addmm.default", "0") in seen and ("forward", "aten.relu.default", "1") in seen
+    assert ("backward", "aten.threshold_backward.default", "1") in seen
+    assert any(phase == "backward" and op == "aten.mm.default" and path == "2" for phase, op, path in seen)
+    assert any(phase == "optimizer" and path in ("0.weight", "2.bias") for phase, _, path in seen)
+    assert not any(op in ("aten.t.default", "aten.view.default", "aten.detach.default") for _, op, _ in seen)
+
+
+def test_difference_is_exact_for_equal_bits_and_relative_to_the_larger():
+    a = torch.tensor([1.0, -2.0, 0.0, float("nan")])
+    b = torch.tensor([1.0, -2.5, 0.0, float("nan")])
+    assert bitwise_equal(a, a.clone()) and not bitwise_equal(a, b)
+    d = difference(a, b)
+    assert d["max_abs"] == 0.5 and d["max_rel"] == pytest.approx(0.2) and d["differing"] == 1
+
+
+# ----- calibration: deterministic same-seed runs never part -----------------------------------------
+def _calibrate(tmp_path: Path, runs: int) -> list[dict]:
+    write_recipe(tmp_path / "tiny.yaml", **SMALL)
+    found = []
+    for i in range(runs):
+        run = _run(tmp_path, "tiny.yaml", "--deterministic", "--same-seed", "--repeats", "3", "--run-id", f"cal{i}")
+        doc = _verify(tmp_path, str(run))
+        found.append(doc["divergence"])
+        located = _locate(tmp_path, str(run))
+        assert located["operator"] is None and located["records"]["shape"] == "none"
+    return found
+
+
+def test_deterministic_same_seed_runs_never_part(tmp_path):
+    sections = _calibrate(tmp_path, runs=3)  # 3 runs x 3 repeats: 6 pairs, 8 steps each
+    assert [s["status"] for s in sections] == ["NONE"] * 3
+    assert all(p["shape"] == "none" and p["steps_compared"] == 8 for s in sections for p in s["pairs"])
+
+
+@pytest.mark.slow
+def test_deterministic_same_seed_runs_never_part_in_ten(tmp_path):
+    sections = _calibrate(tmp_path, runs=10)
+    assert [s["status"] for s in sections] == ["NONE"] * 10
+
+
+# ----- a planted divergence: noise from an unseeded generator from step 6 on -----------------------
+@pytest.fixture(scope="module")
+def noisy(tmp_path_factory) -> tuple[Path, Path]:
+    cwd = tmp_path_factory.mktemp("noisy")
+    (cwd / "noisy.py").write_text(textwrap.dedent(NOISY))
+    write_recipe(cwd / "noisy.yaml", fixed__model="noisy:build", fixed__model_options={"noise_from": 6}, **SMALL)
+    return cwd, _run(cwd, "noisy.yaml", "--deterministic", "--same-seed", "--repeats", "2", "--run-id", "noisy")
+
+
+def test_the_records_find_the_planted_step(noisy):
+    cwd, run = noisy
+    section = _verify(cwd, str(run))["divergence"]
+    pair = section["pairs"][0]
+    assert section["status"] == "FOUND" and section["first_step"] == 6
+    assert (pair["shape"], pair["first_epoch"], pair["quantity"]) == ("within training", 2, "loss")
+    assert pair["steps_compared"] == 5 and pair["explanation"].endswith(dv.NO_CAUSE)
+
+
+def test_locate_names_the_planted_operator(noisy):
+    cwd, run = noisy
+    answer = _locate(cwd, str(run))
+    op = answer["operator"]
+    assert answer["steps"] == 6  # bounded: nothing replayed past the step the records part at
+    assert (op["op"], op["module"], op["phase"], op["step"]) == ("aten.randn.generator", "noise", "forward", 6)
+    assert op["inputs_agree"] is True and op["random_op"] is True
+    assert op["self_consistent"] == {"A": False, "B": False}  # each run differs from itself there
+    assert all(r["records_match_until"] >= 5 for r in op["replays"][:2])  # the replays are the runs, up to it
+    # two independent standard normal draws of 32768 numbers: each number below 6 in magnitude
+    # (P(|z| > 6) is 2e-9), so the difference is below 12, and the relative one at most 2; never 0
+    assert op["outputs"][0]["shape"] == [16, 8, 16, 16] and op["outputs"][0]["dtype"] == "float32"
+    assert 0 < op["max_abs"] < 12 and 0 < op["max_rel"] <= 2
+    assert answer["cause"]["kind"] == "non-deterministic" and answer["cause"]["explanation"].endswith(dv.NO_CAUSE)
+    assert op["ops_hashed"] > 0 and op["seconds"] > 0
+
+
+def test_the_report_marks_the_first_divergence(noisy, tmp_path):
+    cwd, run = noisy
+    done = repro500("report", str(run), "--out", str(tmp_path / "r.html"), cwd=cwd)
+    assert done.returncode == 0, done.stderr
+    page = (tmp_path / "r.html").read_text()
+    section = page[page.index('<section id="divergence">'):]
+    section = section[:section.index("</section>")]
+    assert "part at step 6" in section and '<img class="plot"' in section
+
+
+# ----- a planted environment difference: the thread count of a reduction -----------------------------
+def _a_size_threads_change() -> int | None:
+    """A buffer size whose float32 sum this CPU's torch computes differently on 1 and 2 threads."""
+    before = torch.get_num_threads()
+    try:
+        for size in (1 << 20, 3 * (1 << 20) + 7, 1 << 22, 5 * (1 << 20) + 3, 1 << 23):
+            big = torch.randn(size, generator=torch.Generator().manual_seed(0))
+            torch.set_num_threads(1)
+            one = big.sum()
+            torch.set_num_threads(2)
+            if not bitwise_equal(one, big.sum()):
+                return size
+    finally:
+        torch.set_num_threads(before)
+    return None
+
+
+@pytest.fixture(scope="module")
+def threads(tmp_path_factory) -> tuple[Path, Path, Path, int]:
+    size = _a_size_threads_change()
+    if size is None:
+        pytest.skip("this CPU's torch sums each buffer tried alike on 1 and 2 threads: nothing to plant")
+    cwd = tmp_path_factory.mktemp("threads")
+    (cwd / "mixing.py").write_text(textwrap.dedent(MIXING))
+    write_recipe(cwd / "mix.yaml", fixed__model="mixing:build", fixed__model_options={"size": size},
+                 mutable__threads=None, **{**SMALL, "fixed__epochs": 1})
+    one = _run(cwd, "mix.yaml", "--deterministic", "--repeats", "1", "--run-id", "one", env={"OMP_NUM_THREADS": "1"})
+    two = _run(cwd, "mix.yaml", "--deterministic", "--repeats", "1", "--run-id", "two", env={"OMP_NUM_THREADS": "2"})
+    return cwd, one, two, size
+
+
+def test_the_records_find_a_kernel_difference_at_the_first_step(threads):
+    cwd, one, two, _ = threads
+    pair = _verify(cwd, str(two), "--against", str(one))["divergence"]["pairs"][0]
+    assert (pair["shape"], pair["first_step"]) == ("first step", 1)
+    assert pair["causes"][0]["key"] == "environment.env.values.OMP_NUM_THREADS"
+    assert (pair["causes"][0]["run"], pair["causes"][0]["reference"]) == ("2", "1")
+
+
+def test_locate_names_the_reduction_the_thread_count_changes(threads):
+    cwd, one, two, size = threads
+    answer = _locate(cwd, str(two), str(one))
+    op = answer["operator"]
+    assert (op["op"], op["module"], op["phase"], op["step"]) == ("aten.sum.default", "mix", "forward", 1)
+    assert op["inputs_agree"] is True and op["self_consistent"] == {"A": True, "B": True}
+    assert answer["environments"]["A"]["OMP_NUM_THREADS"] == "2" and answer["environments"]["B"]["OMP_NUM_THREADS"] == "1"
+    # two float32 summation orders of n terms differ by at most about 2 n eps sum|x| (a loose bound:
+    # the error of each order is below (n - 1) eps sum|x|); and they do differ
+    big = torch.randn(size, generator=torch.Generator().manual_seed(0))
+    bound = 2 * size * torch.finfo(torch.float32).eps * float(big.abs().sum())
+    assert 0 < op["max_abs"] <= bound and math.isfinite(op["max_rel"])
+    assert answer["cause"]["kind"] == "kernels"
+    assert answer["cause"]["causes"][0]["key"] == "environment.env.values.OMP_NUM_THREADS"
+
+
+# ----- bad input ----------------------------------------------------------------------------------
+def _one_sentence(done) -> str:
+    assert "Traceback" not in done.stderr and done.stderr.startswith("repro500: error: "), done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    return done.stderr
+
+
+def test_bad_input_is_one_sentence_and_an_exit_code(tmp_path):
+    done = repro500("locate", str(tmp_path / "missing"), cwd=tmp_path)
+    assert done.returncode == 4 and "does not exist" in _one_sentence(done)
+    unshared = make_run(tmp_path, "unshared", values={"accuracy": [0.9, 0.91]})
+    done = repro500("locate", str(unshared), cwd=tmp_path)
+    assert done.returncode == 4 and "share a seed" in _one_sentence(done)
+    done = repro500("locate", str(unshared), "--repeat", "7", "--other-repeat", "1", cwd=tmp_path)
+    assert done.returncode == 2 and "no completed repeat 7" in _one_sentence(done)
+    done = repro500("locate", str(unshared), "--rtol", "0", cwd=tmp_path)
+    assert done.returncode == 2
+    tampered = make_run(tmp_path, "tampered", values={"accuracy": [0.9, 0.91]}, torch_seeds=[3, 3])
+    (tampered / "repeats" / "1" / "metrics.jsonl").write_text("{}\n")
+    done = repro500("locate", str(tampered), cwd=tmp_path)
+    assert done.returncode == 4 and "not what its run wrote" in _one_sentence(done)
+
+
+def test_a_run_that_cannot_be_replayed_is_said_so(tmp_path):
+    # fabricated repeats that share a seed and part at a step, but whose recipe trains nothing
+    root = make_run(tmp_path, "fabricated", values={"accuracy": [0.9, 0.9]}, torch_seeds=[3, 3],
+                    diverge={"repeat": 1, "epoch": 1, "tensor": "fc.weight"})
+    done = repro500("locate", str(root), cwd=tmp_path)
+    assert done.returncode == 4 and "replay of A" in _one_sentence(done)
