@@ -94,6 +94,20 @@ def _g(value: Any) -> str:
     return "-" if value is None else f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
+def _environments(by_side: dict[str, dict[str, str | None]]) -> str:
+    """What each replay's environment was set to, the differences first, what both got last."""
+    def shown(values: dict[str, str | None]) -> str:
+        return ", ".join(f"{k}={'(unset)' if v is None else v}" for k, v in sorted(values.items()))
+
+    sides = list(by_side.values())
+    both = {k: v for k, v in sides[0].items() if all(k in s and s[k] == v for s in sides)} if sides else {}
+    parts = [f"{side}: {shown({k: v for k, v in values.items() if k not in both})}"
+             for side, values in by_side.items() if any(k not in both for k in values)]
+    if both:
+        parts.append(f"both: {shown(both)}")
+    return "; ".join(parts) or "this one, for both"
+
+
 def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
     if as_json:
         click.echo(json.dumps(answer, indent=2, sort_keys=True, allow_nan=False, default=str))
@@ -115,8 +129,7 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
         return
     finding = answer["operator"]
     replays = finding["replays"]
-    env = "; ".join(f"{side}: " + (", ".join(f"{k}={'(unset)' if v is None else v}" for k, v in values.items())
-                                   or "this environment") for side, values in answer["environments"].items())
+    env = _environments(answer["environments"])
     console.print(f"[bold]Replayed[/]  up to step {answer['steps']}, each in its run's environment ({shown(env)}): "
                   f"{len(replays)} replays, {finding['ops_hashed']:,} operators hashed, {finding['seconds']:.1f} s",
                   highlight=False)
