@@ -217,3 +217,23 @@ def test_the_verdict_compares_a_packed_reference_step_by_step(tmp_path):
 def test_nothing_to_compare_is_skipped(tmp_path):
     doc = verify_run(make_run(tmp_path, values={"accuracy": [0.93, 0.94]})).to_dict()
     assert doc["divergence"]["status"] == "SKIPPED" and "--same-seed" in doc["divergence"]["reason"]
+
+
+def test_records_from_elsewhere_that_hold_anything_are_read_as_far_as_they_make_sense(tmp_path):
+    odd = [{"kind": "step", "step": True, "epoch": [1], "loss": "x"},
+           {"kind": "step", "step": 99, "epoch": {"a": 1}, "loss": [0], "lr": "fast"},
+           {"kind": "epoch", "epoch": "one", "metrics": {"accuracy": 0.5}},
+           {"kind": "epoch", "epoch": 9, "metrics": ["not", "a", "dict"]}]
+    repeat = tmp_path / "repeats" / "0"
+    repeat.mkdir(parents=True)
+    repeat.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in odd) + "not json\n[1]\n")
+    read = dv.read_records(tmp_path, 0)
+    assert [s["step"] for s in read.steps] == [99] and read.steps[0]["epoch"] is None
+    assert read.steps[0]["values"] == {} and read.evaluations == {9: {}}
+    root = make_run(tmp_path, values={"accuracy": [0.93, 0.93]}, torch_seeds=[7, 7])
+    for k in (0, 1):
+        path = root / "repeats" / str(k) / "metrics.jsonl"
+        path.write_text(path.read_text() + "".join(json.dumps(r) + "\n" for r in odd[:3]) + "not json\n")
+    bundle.write_sums(root)
+    section = verify_run(root).to_dict()["divergence"]
+    assert section["status"] == "NONE"  # the well-formed records agree; the rest is left out, not a crash

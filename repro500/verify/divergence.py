@@ -123,6 +123,11 @@ def compared(record: dict[str, Any]) -> dict[str, Any]:
             and not machine_dependent(key) and (value is None or isinstance(value, (int, float, bool)))}
 
 
+def _index(value: Any) -> bool:
+    """A step or epoch number as the trainer writes it (a record from elsewhere may hold anything)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def read_records(root: Path, k: int, recipe: dict[str, Any] | None = None) -> Records:
     """Repeat *k*'s records: the trainer's metrics.jsonl and params.jsonl, or a wrapped command's
     regex metrics line by line."""
@@ -130,9 +135,10 @@ def read_records(root: Path, k: int, recipe: dict[str, Any] | None = None) -> Re
     out = Records()
     lines, _ = layout.metric_records(repeat / layout.METRICS)
     for record in lines:
-        if record.get("kind") == "step" and isinstance(record.get("step"), int):
-            out.steps.append({"step": record["step"], "epoch": record.get("epoch"), "values": compared(record)})
-        elif record.get("kind") == "epoch" and isinstance(record.get("epoch"), int):
+        epoch = record.get("epoch") if _index(record.get("epoch")) else None
+        if record.get("kind") == "step" and _index(record.get("step")):
+            out.steps.append({"step": record["step"], "epoch": epoch, "values": compared(record)})
+        elif record.get("kind") == "epoch" and epoch is not None:
             metrics = record.get("metrics") if isinstance(record.get("metrics"), dict) else {}
             out.evaluations[record["epoch"]] = {m: v for m, v in metrics.items() if not machine_dependent(m)}
     out.params = read_params(repeat / layout.PARAMS)
@@ -536,12 +542,13 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
         result.pairs.append(compare_pair(run, k, None, j, records(run.path, k, run.recipe),
                                          records(run.path, j, run.recipe), rtol=rtol))
     ref_run = getattr(reference, "run", None)
-    if ref_run is not None:
+    against = pairs_against(run, ref_run) if ref_run is not None else []
+    if against:  # a packed reference is unpacked again only when some repeat shares a seed with it
         with readable_root(reference) as root:
             if root is None:
                 result.notes.append("the reference's per-step records could not be read again: not compared")
             else:
-                for k, j in pairs_against(run, ref_run):
+                for k, j in against:
                     result.pairs.append(compare_pair(run, k, ref_run, j, records(run.path, k, run.recipe),
                                                      records(root, j, ref_run.recipe or run.recipe),
                                                      reference_manifest=reference.manifest, rtol=rtol))
