@@ -82,6 +82,11 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
             sides.append(replay.Side(run_dir=run.path, repeat=k, env=env, python=python or sys.executable, label=label))
         finding = replay.locate_operator(sides[0], sides[1], plan.steps, timeout_s=timeout_s).to_dict()
         answer["environments"] = {s.label: {k: v for k, v in s.env.items() if k != CODE_ENV} for s in sides}
+        answer["interpreters"] = {}
+        for side, run in zip(sides, (run_a, run_b), strict=True):
+            recorded, version = divergence.recorded_interpreter(run)
+            answer["interpreters"][side.label] = {"recorded": recorded, "recorded_version": version,
+                                                  "replayed": side.python}
         answer["operator"] = finding
         answer["cause"] = divergence.explain_operator(finding, plan)
         answer["located"] = bool(finding["found"])
@@ -133,6 +138,11 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
     console.print(f"[bold]Replayed[/]  up to step {answer['steps']}, each in its run's environment ({shown(env)}): "
                   f"{len(replays)} replays, {finding['ops_hashed']:,} operators hashed, {finding['seconds']:.1f} s",
                   highlight=False)
+    for side, used in (answer.get("interpreters") or {}).items():
+        if used["recorded"] and Path(used["recorded"]) != Path(used["replayed"]):
+            console.print(f"  [dim]{side} ran under {shown(used['recorded'])} (Python {shown(used['recorded_version'])}), "
+                          f"replayed under {shown(used['replayed'])}: --python-{side.lower()} replays it in its own[/]",
+                          highlight=False)
     for r in replays[:2]:
         if r.get("first_record_difference") and r["first_record_difference"]["step"] < (finding.get("step") or 10**9):
             d = r["first_record_difference"]

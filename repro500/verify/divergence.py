@@ -763,3 +763,10 @@ def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[
         shown = "; ".join(check.problems[:2]).replace(str(root), str(given))
         raise InvalidInput(f"{what} {given} is not what its run wrote: {shown}")
     return run, kind
+
+
+def recorded_interpreter(run: RunData) -> tuple[str | None, str | None]:
+    """(the interpreter the run ran under, its Python version), as its manifest records them."""
+    python = ((((run.manifest or {}).get("facets") or {}).get("environment") or {}).get("python") or {})
+    executable, version = python.get("executable"), python.get("version")
+    return (executable if isinstance(executable, str) else None, version if isinstance(version, str) else None)

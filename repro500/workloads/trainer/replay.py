@@ -39,6 +39,7 @@ Run one replay from the shell (what :func:`locate_operator` does in each subproc
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -135,17 +136,22 @@ class OpRecorder:
     """Records every operator of the training steps (module docstring).  Use :meth:`step` around
     each training step; ``records`` holds ``[step, phase, op, path, hashes]``."""
 
-    def __init__(self, model: Any, *, expect: list[list[Any]] | None = None, save_at: int | None = None,
-                 save_to: Path | None = None) -> None:
+    def __init__(self, model: Any, *, expect: Any = None, save_at: int | None = None,
+                 save_to: Path | None = None, sink: Any = None) -> None:
+        """*expect*: the other replay's records, in order (any iterable: a log read as it goes);
+        *sink*: where each record is written as it is made (a text file), instead of ``records``."""
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
         self.model = model
         self.names = {mod: name for name, mod in model.named_modules()}
         self.param_owner = {id(p): name.rpartition(".")[0] for name, p in model.named_parameters()}
-        self.records: list[list[Any]] = []
+        self.records: list[list[Any]] = []  # kept when there is no sink
+        self.count = 0
+        self.sink = sink
         self.hashed = 0
-        self.expect, self.save_at, self.save_to = expect, save_at, save_to
+        self.expect = iter(expect) if expect is not None else None
+        self.save_at, self.save_to = save_at, save_to
         self.stop: dict[str, Any] | None = None
         self.current_step = 0
         self.phase = "forward"
@@ -165,7 +171,7 @@ class OpRecorder:
 
     # what enters a step from outside the operators
     def pseudo(self, op: str, phase: str, tensors: list[Any], path: str = "") -> None:
-        index = len(self.records)
+        index = self.count
         hashes = [self._hash(t) for t in tensors]
         self._append(index, [self.current_step, phase, op, path, hashes], tensors, tensors)
 
@@ -184,8 +190,6 @@ class OpRecorder:
 
     def step(self) -> Any:
         """The context of one training step: module hooks on, the mode pushed."""
-        import contextlib
-
         from torch.nn.modules.module import (
             register_module_forward_hook,
             register_module_forward_pre_hook,
@@ -266,7 +270,7 @@ class OpRecorder:
         if phase == "optimizer":
             path = next((self._owners[t.data_ptr()] for t in _leaves((args, kwargs))
                          if isinstance(t, self._torch.Tensor) and t.numel() and t.data_ptr() in self._owners), "")
-        index = len(self.records)
+        index = self.count
         saving = self.save_at == index
         inputs = [t.clone() if isinstance(t, self._torch.Tensor) else t
                   for t in _leaves((args, kwargs))] if saving else None
@@ -284,7 +288,11 @@ class OpRecorder:
         return out
 
     def _append(self, index: int, record: list[Any], inputs: Any, outputs: Any) -> None:
-        self.records.append(record)
+        self.count += 1
+        if self.sink is not None:
+            self.sink.write(json.dumps(record) + "\n")
+        else:
+            self.records.append(record)
         if self.save_at == index and self.save_to is not None:
             self._save(index, record, inputs, outputs)
         if self.expect is not None:
@@ -294,10 +302,10 @@ class OpRecorder:
             raise StopReplay
 
     def _compare(self, index: int, record: list[Any]) -> None:
-        if index >= len(self.expect):
+        other = next(self.expect, None)
+        if other is None:
             self.stop = {"reason": "other ended", "index": index}
             raise StopReplay
-        other = self.expect[index]
         if other[2] != record[2] or other[3] != record[3]:
             self.stop = {"reason": "different operator", "index": index, "other": other[2], "other_path": other[3]}
         elif other[4] != record[4]:
@@ -366,17 +374,21 @@ def replay(run_dir: str | Path, k: int, steps: int, out: str | Path, *, expect: 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     spec, seeds = _spec_and_seeds(run_dir, k)
-    expected = _read_log(Path(expect)) if expect else None
     recorded = {r["step"]: r for r in layout.metric_records(layout.RunDir(run_dir).repeat(k) / layout.METRICS)[0]
                 if r.get("kind") == "step"}
     checked: dict[str, Any] = {"matches_until": 0, "first_difference": None}
     step_s: list[float] = []
-    with tempfile.TemporaryDirectory(prefix="repro500-replay-") as scratch:
+    with (tempfile.TemporaryDirectory(prefix="repro500-replay-") as scratch,
+          open(out / OPS_LOG, "w", encoding="utf-8") as sink,
+          contextlib.ExitStack() as stack):
+        # the other replay's log is read as this one goes, and this one's written as it goes: a
+        # long replay holds one record at a time, not every operator of every step
+        expected = _log_lines(stack.enter_context(open(expect, encoding="utf-8"))) if expect else None  # noqa: SIM115
         r = train.RepeatState(spec, k, seeds, Path(scratch), train.Dist(), Progress())
         recorder: OpRecorder | None = None
         try:
             r.start()
-            recorder = OpRecorder(r.model, expect=expected, save_at=save_at, save_to=out / SAVED)
+            recorder = OpRecorder(r.model, expect=expected, save_at=save_at, save_to=out / SAVED, sink=sink)
             recorder.optimizer_phase(r.optimizer)
             recorder.initial_state()
             _wrap(r, recorder, recorded, checked, steps, step_s)
@@ -392,11 +404,10 @@ def replay(run_dir: str | Path, k: int, steps: int, out: str | Path, *, expect: 
         finally:
             r.close()
     summary = {"run": str(run_dir), "repeat": k, "steps": recorder.current_step if recorder else 0,
-               "ops": len(recorder.records) if recorder else 0, "hashed": recorder.hashed if recorder else 0,
+               "ops": recorder.count if recorder else 0, "hashed": recorder.hashed if recorder else 0,
                "seconds": time.perf_counter() - started, "step_seconds": sum(step_s),
                "stop": recorder.stop if recorder else None, "records_match_until": checked["matches_until"],
                "first_record_difference": checked["first_difference"], "threads": torch.get_num_threads()}
-    _write_log(out / OPS_LOG, recorder.records if recorder else [])
     (out / REPLAY_JSON).write_text(json.dumps(summary, allow_nan=False), encoding="utf-8")
     return summary
 
@@ -436,15 +447,18 @@ def _compared(record: dict[str, Any]) -> dict[str, Any]:
             and not k.endswith(("_time_s", "_per_s")) and (v is None or isinstance(v, (int, float, bool)))}
 
 
-def _write_log(path: Path, records: list[list[Any]]) -> None:
-    with open(path, "w", encoding="utf-8") as fh:
-        for record in records:
-            fh.write(json.dumps(record) + "\n")
+def _log_lines(handle: Any) -> Any:
+    for line in handle:
+        if line.strip():
+            yield json.loads(line)
 
 
-def _read_log(path: Path) -> list[list[Any]]:
+def _record_at(path: Path, index: int) -> list[Any]:
     with open(path, encoding="utf-8") as fh:
-        return [json.loads(line) for line in fh if line.strip()]
+        for i, record in enumerate(_log_lines(fh)):
+            if i == index:
+                return record
+    raise IndexError(index)
 
 
 # ----- two replays, the first operator where they part -------------------------------------------------
@@ -593,8 +607,7 @@ def locate_operator(a: Side, b: Side, steps: int, *, timeout_s: float | None = N
                  if (again.get("stop") or {}).get("reason") in ("different output", "different operator")]
         if early:  # a side parted from its own first replay before the operator: that is the first divergence
             side, s = min(early, key=lambda item: item[1]["index"])
-            log = _read_log(dirs["a-again" if side == a.label else "b-again"] / OPS_LOG)
-            rec = log[s["index"]]
+            rec = _record_at(dirs["a-again" if side == a.label else "b-again"] / OPS_LOG, s["index"])
             finding.found, finding.reason = True, "not reproducible"
             finding.index, finding.step, finding.phase, finding.op, finding.module = s["index"], *rec[:4]
             finding.random_op = _is_random(rec[2])
