@@ -6,8 +6,8 @@ verdict (recomputed or re-checked, see ``verdict_source``).  Plots are matplotli
 embedded as base64; the page has no scripts and loads nothing from outside.
 
 Modules: ``load`` (read the run), ``verdict_source`` (which verdict to show), ``series``
-(numbers behind the plots), ``plots`` (figures), ``sections`` (HTML per section), ``html``
-(escaping and the page).
+(numbers behind the plots), ``plots`` (figures), ``sections`` (HTML per section), ``divergence``
+(where same-seed pairs part: |Δ loss| per step), ``html`` (escaping and the page).
 """
 
 from __future__ import annotations
