@@ -153,6 +153,12 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
         console.print(f"[bold yellow]Not located[/]  the replays agree at every operator of {answer['steps']} steps: "
                       "the divergence the records show is not reproduced here", highlight=False)
         return
+    _show_operator(console, finding, answer.get("cause") or {})
+
+
+def _show_operator(console: Any, finding: dict[str, Any], cause: dict[str, Any]) -> None:
+    from repro500.untrusted import shown
+
     module = finding["module"] or "(the model itself)" if finding["phase"] != "optimizer" or finding["module"] else ""
     where = f"{finding['op']}  in {shown(module)}" if module else finding["op"]
     console.print(f"[bold]First operator[/]  {shown(where)}  ({finding['phase']}, step {finding['step']})",
@@ -171,7 +177,6 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
     for side, same in finding["self_consistent"].items():
         if same is False:
             console.print(f"  [yellow]{side} gives a different output here in two replays of itself[/]", highlight=False)
-    cause = answer["cause"] or {}
     if cause.get("explanation"):
         console.print(f"[bold]Cause[/]  {shown(cause['explanation'])}", highlight=False)
         for c in cause.get("causes", [])[1:4]:

@@ -254,29 +254,17 @@ def _beyond(va: dict[str, Any], vb: dict[str, Any], rtol: float) -> bool:
     return False
 
 
-def compare(a: Records, b: Records, rtol: float = REL_TOL) -> dict[str, Any]:
-    """The first divergence between two repeats' records, in the order things happened."""
-    out: dict[str, Any] = {"steps_compared": 0, "shape": "none", "source": a.source}
-    if not (a.recorded and b.recorded):
-        out["shape"] = "unrecorded"
-        return out
+def _first_step(a: Records, b: Records, rtol: float) -> tuple[int, int, dict[str, Any] | None]:
+    """(steps found identical, the last of them, the first step's difference or None)."""
     by_step_b = {s["step"]: s for s in b.steps}
-    first_of_epoch: dict[int, int] = {}
-    last_of_epoch: dict[int, int] = {}
-    for s in a.steps:
-        if s["epoch"] is not None:
-            first_of_epoch.setdefault(s["epoch"], s["step"])
-            last_of_epoch[s["epoch"]] = s["step"]
-    first: tuple[float, str, dict[str, Any]] | None = None  # (position in time, what, fields)
-    last_compared = 0  # the last step found identical on both sides
+    identical = last = 0
     for s in a.steps:
         other = by_step_b.get(s["step"])
         if other is None:
             break
         found = _step_difference(s["values"], other["values"])
         if found is None:
-            out["steps_compared"] += 1
-            last_compared = s["step"]
+            identical, last = identical + 1, s["step"]
             continue
         name, va, vb = found
         fields: dict[str, Any] = {"first_step": s["step"], "first_epoch": s["epoch"], "quantity": name,
@@ -284,38 +272,60 @@ def compare(a: Records, b: Records, rtol: float = REL_TOL) -> dict[str, Any]:
         fa, fb = _number(va), _number(vb)
         if fa is not None and fb is not None:
             fields.update(abs_diff=abs(fa - fb), rel_diff=rel_diff(fa, fb))
-        first = (float(s["step"]), "step", fields)
-        break
-    if first is not None:
-        beyond = next((s["step"] for s in a.steps if s["step"] >= first[2]["first_step"] and s["step"] in by_step_b
-                       and _beyond(s["values"], by_step_b[s["step"]]["values"], rtol)), None)
-        first[2]["first_step_beyond_tolerance"] = beyond
+        fields["first_step_beyond_tolerance"] = next(
+            (t["step"] for t in a.steps if t["step"] >= s["step"] and t["step"] in by_step_b
+             and _beyond(t["values"], by_step_b[t["step"]]["values"], rtol)), None)
+        return identical, last, fields
+    return identical, last, None
+
+
+def _epoch_ends(a: Records, b: Records, last_compared: int, before: float,
+                last_of_epoch: dict[int, int]) -> tuple[float, str, dict[str, Any]] | None:
+    """An evaluation or an epoch's parameters that differ after identical steps and before *before*
+    (an epoch's evaluation follows its last step, its parameter digest the evaluation)."""
+    from repro500.verify.determinism import locate_divergence
+
+    first = None
     for epoch in sorted(set(a.evaluations) & set(b.evaluations)):
-        at = last_of_epoch.get(epoch, 0) + 0.5  # an epoch's evaluation follows its last step
-        if at > (first[0] if first else math.inf) or last_of_epoch.get(epoch, 0) > last_compared:
+        at = last_of_epoch.get(epoch, 0) + 0.5
+        if at > before or last_of_epoch.get(epoch, 0) > last_compared:
             break
         if a.evaluations[epoch] != b.evaluations[epoch]:
             first = (at, "evaluation", {"evaluation_epoch": epoch})
             break
-    from repro500.verify.determinism import locate_divergence
-
     epoch, tensor = locate_divergence(a.params, b.params)
     if epoch is not None:
-        at = last_of_epoch.get(epoch, 0) + 0.6 if isinstance(epoch, int) else last_compared + 0.6
-        if at < (first[0] if first else math.inf) and (not isinstance(epoch, int) or last_of_epoch.get(epoch, 0) <= last_compared):
+        numbered = isinstance(epoch, int)
+        at = (last_of_epoch.get(epoch, 0) if numbered else last_compared) + 0.6
+        if at < (first[0] if first else before) and (not numbered or last_of_epoch.get(epoch, 0) <= last_compared):
             first = (at, "params", {"params_epoch": epoch, "params_tensor": tensor})
+    return first
+
+
+def compare(a: Records, b: Records, rtol: float = REL_TOL) -> dict[str, Any]:
+    """The first divergence between two repeats' records, in the order things happened."""
+    out: dict[str, Any] = {"steps_compared": 0, "shape": "none", "source": a.source}
+    if not (a.recorded and b.recorded):
+        out["shape"] = "unrecorded"
+        return out
+    first_of_epoch: dict[int, int] = {}
+    last_of_epoch: dict[int, int] = {}
+    for s in a.steps:
+        if s["epoch"] is not None:
+            first_of_epoch.setdefault(s["epoch"], s["step"])
+            last_of_epoch[s["epoch"]] = s["step"]
+    out["steps_compared"], last_compared, step = _first_step(a, b, rtol)
+    first = (float(step["first_step"]), "step", step) if step else None
+    first = _epoch_ends(a, b, last_compared, first[0] if first else math.inf, last_of_epoch) or first
     if first is None:
         if len(a.steps) != len(b.steps) and out["steps_compared"]:
-            out["shape"] = "length"
-            out["first_step"] = out["steps_compared"] + 1
+            out.update(shape="length", first_step=out["steps_compared"] + 1)
         return out
     _, what, fields = first
     out.update(fields)
-    if what == "evaluation":
-        out["shape"] = "evaluation"
-    elif what == "params":
-        out["shape"] = "last update"
-    elif fields["first_step"] == (a.steps[0]["step"] if a.steps else 1):
+    if what != "step":
+        out["shape"] = "evaluation" if what == "evaluation" else "last update"
+    elif fields["first_step"] == a.steps[0]["step"]:
         out["shape"] = "first step"
     elif fields["first_epoch"] is not None and first_of_epoch.get(fields["first_epoch"]) == fields["first_step"]:
         out["shape"] = "epoch boundary"

@@ -50,6 +50,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.source import DIR as SOURCE_DIR
+
 OPS_LOG = "ops.jsonl"
 REPLAY_JSON = "replay.json"
 SAVED = "saved.pt"
@@ -347,7 +349,7 @@ def _spec_and_seeds(run_dir: Path, k: int) -> tuple[Any, Any]:
         import torch
 
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    source = Path(run_dir) / "source"
+    source = Path(run_dir) / SOURCE_DIR  # the run's own plug-in modules, as it kept them
     work = TrainedWorkload(recipe, device=device, engine="local",
                            search_paths=[str(source)] if source.is_dir() else [])
     spec = work.spec()
@@ -613,33 +615,40 @@ def locate_operator(a: Side, b: Side, steps: int, *, timeout_s: float | None = N
             finding.random_op = _is_random(rec[2])
             finding.seconds = time.perf_counter() - started
             return finding
-        saved_a = torch.load(dirs["a-again"] / SAVED, weights_only=False)
-        saved_b = torch.load(dirs["b-again"] / SAVED, weights_only=False)
-        rec_a, rec_b = saved_a["record"], saved_b["record"]
         finding.found, finding.reason, finding.index = True, stop["reason"], index
-        finding.step, finding.phase, finding.op, finding.module = rec_a[0], rec_a[1], rec_a[2], rec_a[3]
-        finding.random_op = _is_random(rec_a[2])
-        if stop["reason"] == "different operator":
-            finding.other_op = rec_b[2]
-        inputs_a = [v for v in saved_a["inputs"] if isinstance(v, torch.Tensor)]
-        inputs_b = [v for v in saved_b["inputs"] if isinstance(v, torch.Tensor)]
-        finding.inputs_agree = len(inputs_a) == len(inputs_b) and all(
-            bitwise_equal(x, y) for x, y in zip(inputs_a, inputs_b, strict=True))
-        if not finding.inputs_agree:
-            finding.differing_inputs = [{"input": i, **difference(x, y)}
-                                        for i, (x, y) in enumerate(zip(inputs_a, inputs_b, strict=False))
-                                        if not bitwise_equal(x, y)]
-        outs_a = [v for v in saved_a["outputs"] if isinstance(v, torch.Tensor)]
-        outs_b = [v for v in saved_b["outputs"] if isinstance(v, torch.Tensor)]
-        for i, (x, y) in enumerate(zip(outs_a, outs_b, strict=False)):
-            if not bitwise_equal(x, y):
-                finding.outputs.append({"output": i, **difference(x, y)})
-        numbers = [o for o in finding.outputs if o.get("max_abs") is not None]
-        if numbers:
-            finding.max_abs = max(o["max_abs"] for o in numbers)
-            finding.max_rel = max(o["max_rel"] for o in numbers)
+        _compare_saved(finding, torch.load(dirs["a-again"] / SAVED, weights_only=False),
+                       torch.load(dirs["b-again"] / SAVED, weights_only=False))
         finding.seconds = time.perf_counter() - started
         return finding
+
+
+def _compare_saved(finding: OperatorFinding, saved_a: dict[str, Any], saved_b: dict[str, Any]) -> None:
+    """The operator both replays saved: where it ran, whether its inputs agree, how its outputs differ."""
+    import torch
+
+    rec_a, rec_b = saved_a["record"], saved_b["record"]
+    finding.step, finding.phase, finding.op, finding.module = rec_a[0], rec_a[1], rec_a[2], rec_a[3]
+    finding.random_op = _is_random(rec_a[2])
+    if finding.reason == "different operator":
+        finding.other_op = rec_b[2]
+
+    def tensors(saved: dict[str, Any], key: str) -> list[Any]:
+        return [v for v in saved[key] if isinstance(v, torch.Tensor)]
+
+    inputs_a, inputs_b = tensors(saved_a, "inputs"), tensors(saved_b, "inputs")
+    finding.inputs_agree = len(inputs_a) == len(inputs_b) and all(
+        bitwise_equal(x, y) for x, y in zip(inputs_a, inputs_b, strict=True))
+    if not finding.inputs_agree:
+        finding.differing_inputs = [{"input": i, **difference(x, y)}
+                                    for i, (x, y) in enumerate(zip(inputs_a, inputs_b, strict=False))
+                                    if not bitwise_equal(x, y)]
+    for i, (x, y) in enumerate(zip(tensors(saved_a, "outputs"), tensors(saved_b, "outputs"), strict=False)):
+        if not bitwise_equal(x, y):
+            finding.outputs.append({"output": i, **difference(x, y)})
+    numbers = [o for o in finding.outputs if o.get("max_abs") is not None]
+    if numbers:
+        finding.max_abs = max(o["max_abs"] for o in numbers)
+        finding.max_rel = max(o["max_rel"] for o in numbers)
 
 
 def _is_random(op: str) -> bool:
