@@ -316,99 +316,140 @@ def reproduce(
     find_links: list[str] | None = None,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
-    from repro500.verify.determinism import compare_with_reference
-    from repro500.verify.provenance import provenance_diff
-    from repro500.verify.render import render
-    from repro500.verify.rundir import load_run
-    from repro500.verify.verdict import verify_run, write_verdict
-
     # the rerun gets the caller's environment as it was: libraries imported here while making the data
     # (threadpoolctl sets KMP_DUPLICATE_LIB_OK) must not show up as a provenance difference
     env = dict(os.environ)
     console = _console(console)
+    _check_design(repeats, until_decided, max_repeats)
+    links = rebuild.check_mode(env_mode, list(find_links or []))
+    with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
+        tmp = Path(tmp_name)
+        src, pub, workdir = _open(source, tmp, out, rev, subpath, margins, data_root, console)
+        code = _consent(pub, run_code, console)
+        tracking = _tracking(pub, tracking, workdir, env, console)
+        placed = _place_source(pub, workdir) if code else None
+        lines, warnings = _put_data(pub, workdir, src, Path(data_root), tmp, allow_data_differences, console)
+        sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
+        env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console)
+        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python)
+        verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console)
+    return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
+                           warnings=warnings)
+
+
+def _check_design(repeats: int | None, until_decided: bool, max_repeats: int | None) -> None:
     if repeats is not None and repeats < 1:
         raise UsageError(f"--repeats {repeats}: give at least 1")
     if until_decided and repeats is not None:
         raise UsageError("--until-decided runs up to --max-repeats repeats; --repeats is for a fixed design")
     if max_repeats is not None and not until_decided:
         raise UsageError("--max-repeats goes with --until-decided (a fixed design takes --repeats)")
-    links = rebuild.check_mode(env_mode, list(find_links or []))
-    with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
-        tmp = Path(tmp_name)
-        if from_mlflow.is_reference(source):  # a teammate's run by its MLflow id: the sealed run its parent holds
-            console.print(f"fetching the sealed run of {source} from {redact_url(mlflow_store.tracking_uri())}",
-                          highlight=False, soft_wrap=True)
-            source = str(from_mlflow.download(source, tmp / "mlflow"))
-        src = sources.resolve(source, tmp, rev=rev, subpath=subpath)
-        console.print(f"Reproducing {redact_url(src.label)}", highlight=False, soft_wrap=True)
-        pub_dir = src.path
-        if src.kind == "bundle":
-            pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
-        index = opened.read_index(pub_dir)
-        workdir = Path(out) if out is not None else Path("reproductions") / str(safe_relpath(index.get("run_id"), "run id"))
-        workdir.mkdir(parents=True, exist_ok=True)
-        _copy_publication(pub_dir, workdir / "publication")
-        pub = opened.open_publication(workdir / "publication", tmp / "reference")
-        console.print(f"publication checked: run {pub.run_id}, {pub.repeats} repeats, seed {pub.seed}; "
-                      f"archive sha256 {pub.index['archive']['sha256'][:16]}", highlight=False, soft_wrap=True)
-        if pub.not_carried:  # publish --exclude: sealed digests, files left out of the archive
-            console.print(f"  {pub.integrity.notes[0]}", highlight=False, soft_wrap=True)
 
-        code = pubs.own_code(pub.reference)
-        if code and not run_code:
-            shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
-            raise UsageError(f"this publication runs its own code ({code[0]}{': ' + shown if shown else ''}); "
-                             f"review it (in the packed run's source/) and pass --run-code to run it")
-        if code:
-            console.print(f"the publication's own code runs ({code[0]}, {len(code[1])} files, digests checked)",
-                          highlight=False, soft_wrap=True)
-        tracking = _tracking(pub, tracking, workdir, env, console)
-        placed = _place_source(pub, workdir) if code else None
-        lines, warnings = [], []
-        warnings += _check_inputs(pub, workdir, Path(data_root), allow_data_differences, console)
-        for entry in pub.data:
-            line, warning = _data(entry, workdir, src, Path(data_root), tmp)
-            lines.append(line)
-            console.print(f"  {line}", highlight=False, soft_wrap=True)
-            if warning:
-                warnings.append(warning)
-                console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
 
-        sequential = None
-        if until_decided:  # the rerun stops once the equivalence test against the publication decides
-            sequential = ["--until-decided", "--against", str((workdir / "publication" / pubs.PUBLISHED).resolve()),
-                          *(["--max-repeats", str(max_repeats)] if max_repeats else []),
-                          *[f"--margin={name}={delta}" for name, delta in (margins or {}).items()]]
-        python, used = None, {"mode": "current", "python": sys.executable}
-        if env_mode == "venv":
-            pins = rebuild.read(pub.reference, placed)
-            is_command = bool(code and code[0] == "command")
-            # A command's experiment runs in the venv (its python first on PATH), driven by this repro500,
-            # so the venv holds exactly the lock; a built-in recipe runs inside repro500: it goes in too.
-            env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console)
-            env = rebuild.activated(env_python, env)
-            python = None if is_command else str(env_python)
-            used = {"mode": "venv", "python": str(env_python), "installer": rebuild.installer(),
-                    "lock_sha256": pins.digest, "not_rebuilt": pins.unpinnable}
-        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python)
-        with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir
-            verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
-                                 alpha=alpha, margins=margins)
-        verdict.run_dir = str(rerun)
-        verdict.reference_integrity = pub.integrity  # the packed run, with what publish left out named
-        if verdict.status != "INVALID" and verdict.determinism is not None:
-            mine, theirs = load_run(rerun), load_run(pub.reference)
-            verdict.determinism.cross_run = compare_with_reference(mine, theirs)
-            # against the packed run itself: what each side's command read is part of the diff
-            verdict.provenance = provenance_diff(mine.provenance_manifest, theirs.provenance_manifest)
-        write_verdict(verdict, workdir)
-        # which environment the rerun ran in, beside the verdict (its provenance diff says what differed)
-        from repro500.rundir import atomic
-
-        atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used})
-        console.rule("Verdict against the publication")
-        render(verdict, console)
-        console.print(f"environment: {used['mode']} ({used['python']})\nrerun: {rerun}\nverdict: {workdir / 'verdict.json'}",
+def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpath: str | None,
+          margins: dict[str, float] | None, data_root: str | Path,
+          console: Any) -> tuple[sources.Source, opened.Publication, Path]:
+    """(where it came from, the checked publication, the reproduction's directory): found, copied
+    into ``OUT/publication`` and checked before anything runs."""
+    if from_mlflow.is_reference(source):  # a teammate's run by its MLflow id: the sealed run its parent holds
+        console.print(f"fetching the sealed run of {source} from {redact_url(mlflow_store.tracking_uri())}",
                       highlight=False, soft_wrap=True)
-    return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
-                           warnings=warnings)
+        source = str(from_mlflow.download(source, tmp / "mlflow"))
+    src = sources.resolve(source, tmp, rev=rev, subpath=subpath)
+    console.print(f"Reproducing {redact_url(src.label)}", highlight=False, soft_wrap=True)
+    pub_dir = src.path
+    if src.kind == "bundle":
+        pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
+    index = opened.read_index(pub_dir)
+    workdir = Path(out) if out is not None else Path("reproductions") / str(safe_relpath(index.get("run_id"), "run id"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    _copy_publication(pub_dir, workdir / "publication")
+    pub = opened.open_publication(workdir / "publication", tmp / "reference")
+    console.print(f"publication checked: run {pub.run_id}, {pub.repeats} repeats, seed {pub.seed}; "
+                  f"archive sha256 {pub.index['archive']['sha256'][:16]}", highlight=False, soft_wrap=True)
+    if pub.not_carried:  # publish --exclude: sealed digests, files left out of the archive
+        console.print(f"  {pub.integrity.notes[0]}", highlight=False, soft_wrap=True)
+    return src, pub, workdir
+
+
+def _consent(pub: opened.Publication, run_code: bool, console: Any) -> tuple[str, list[str]] | None:
+    """The publisher's own code the rerun would run, refused without ``--run-code``."""
+    code = pubs.own_code(pub.reference)
+    if code and not run_code:
+        shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
+        raise UsageError(f"this publication runs its own code ({code[0]}{': ' + shown if shown else ''}); "
+                         f"review it (in the packed run's source/) and pass --run-code to run it")
+    if code:
+        console.print(f"the publication's own code runs ({code[0]}, {len(code[1])} files, digests checked)",
+                      highlight=False, soft_wrap=True)
+    return code
+
+
+def _put_data(pub: opened.Publication, workdir: Path, src: sources.Source, data_root: Path, tmp: Path,
+              allow_data_differences: bool, console: Any) -> tuple[list[str], list[str]]:
+    """The command's inputs checked and every data path put in place: (one line each, warnings)."""
+    lines, warnings = [], []
+    warnings += _check_inputs(pub, workdir, data_root, allow_data_differences, console)
+    for entry in pub.data:
+        line, warning = _data(entry, workdir, src, data_root, tmp)
+        lines.append(line)
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        if warning:
+            warnings.append(warning)
+            console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+    return lines, warnings
+
+
+def _sequential_flags(workdir: Path, max_repeats: int | None, margins: dict[str, float] | None) -> list[str]:
+    """The rerun's flags to stop once the equivalence test against the publication decides."""
+    return ["--until-decided", "--against", str((workdir / "publication" / pubs.PUBLISHED).resolve()),
+            *(["--max-repeats", str(max_repeats)] if max_repeats else []),
+            *[f"--margin={name}={delta}" for name, delta in (margins or {}).items()]]
+
+
+def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, code: tuple[str, list[str]] | None,
+                 workdir: Path, links: list[str], env: dict[str, str],
+                 console: Any) -> tuple[dict[str, str], str | None, dict[str, Any]]:
+    """(the rerun's environment variables, the Python repro500 reruns with or None for this one,
+    what the verdict records of it): the current environment, or the publication's lock rebuilt."""
+    if env_mode != "venv":
+        return env, None, {"mode": "current", "python": sys.executable}
+    pins = rebuild.read(pub.reference, placed)
+    is_command = bool(code and code[0] == "command")
+    # A command's experiment runs in the venv (its python first on PATH), driven by this repro500,
+    # so the venv holds exactly the lock; a built-in recipe runs inside repro500: it goes in too.
+    env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console)
+    used = {"mode": "venv", "python": str(env_python), "installer": rebuild.installer(),
+            "lock_sha256": pins.digest, "not_rebuilt": pins.unpinnable}
+    return rebuild.activated(env_python, env), None if is_command else str(env_python), used
+
+
+def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, margins: dict[str, float] | None,
+             used: dict[str, Any], console: Any) -> Any:
+    """The rerun verified against the publication, with the bitwise comparison and provenance diff
+    against the packed run itself; written to ``OUT/verdict.json`` and shown."""
+    from repro500.rundir import atomic
+    from repro500.verify.determinism import compare_with_reference
+    from repro500.verify.provenance import provenance_diff
+    from repro500.verify.render import render
+    from repro500.verify.rundir import load_run
+    from repro500.verify.verdict import verify_run, write_verdict
+
+    with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir
+        verdict = verify_run(rerun.relative_to(workdir), against=Path("publication") / pubs.PUBLISHED,
+                             alpha=alpha, margins=margins)
+    verdict.run_dir = str(rerun)
+    verdict.reference_integrity = pub.integrity  # the packed run, with what publish left out named
+    if verdict.status != "INVALID" and verdict.determinism is not None:
+        mine, theirs = load_run(rerun), load_run(pub.reference)
+        verdict.determinism.cross_run = compare_with_reference(mine, theirs)
+        # against the packed run itself: what each side's command read is part of the diff
+        verdict.provenance = provenance_diff(mine.provenance_manifest, theirs.provenance_manifest)
+    write_verdict(verdict, workdir)
+    # which environment the rerun ran in, beside the verdict (its provenance diff says what differed)
+    atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used})
+    console.rule("Verdict against the publication")
+    render(verdict, console)
+    console.print(f"environment: {used['mode']} ({used['python']})\nrerun: {rerun}\nverdict: {workdir / 'verdict.json'}",
+                  highlight=False, soft_wrap=True)
+    return verdict
