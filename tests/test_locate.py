@@ -226,6 +226,22 @@ def test_the_report_marks_the_first_divergence(noisy, tmp_path):
     assert "part at step 6" in section and '<img class="plot"' in section
 
 
+def test_mlflow_has_where_the_repeats_part(tmp_path):
+    (tmp_path / "noisy.py").write_text(textwrap.dedent(NOISY))
+    write_recipe(tmp_path / "noisy.yaml", fixed__model="noisy:build", fixed__model_options={"noise_from": 3},
+                 **{**SMALL, "fixed__epochs": 1})
+    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    done = repro500("run", "noisy.yaml", "--deterministic", "--same-seed", "--repeats", "2", "--run-id", "m",
+                    cwd=tmp_path, env=env)
+    assert done.returncode in (0, 1, 3), done.stderr[-2000:]
+    from mlflow.tracking import MlflowClient
+
+    parent = json.loads((tmp_path / "runs/m/run.json").read_text())["mlflow"]["parent_run_id"]
+    run = MlflowClient(env["MLFLOW_TRACKING_URI"]).get_run(parent)
+    assert run.data.metrics[dv.METRIC] == 3.0
+    assert run.data.tags[dv.TAG] == "step 3 (repeats 0 and 1; within training)"
+
+
 # ----- a planted environment difference: the thread count of a reduction -----------------------------
 def _a_size_threads_change() -> int | None:
     """A buffer size whose float32 sum this CPU's torch computes differently on 1 and 2 threads."""
