@@ -7,14 +7,17 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
+from contextlib import contextmanager
 
 import pytest
-from helpers.runs import COSMO, free_rendezvous_port, repro500, write_recipe
+from helpers.runs import COSMO, repro500, write_recipe
 
-from repro500.errors import UsageError
+from repro500.errors import InvalidInput, UsageError
 from repro500.runner.plan import RunOptions, check_options
 from repro500.workloads.engines import nodes
 
@@ -130,15 +133,101 @@ def test_multinode_options_are_checked_before_anything_runs(options, says):
         check_options(options)
 
 
+@contextmanager
+def _rendezvous_port_with_the_next_one_taken():
+    """A free port P on 127.0.0.1 while another program listens on P + 1: a run needs one free port,
+    not two next to each other."""
+    for _ in range(50):
+        with socket.socket() as probe, socket.socket() as taken:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            try:
+                taken.bind(("0.0.0.0", port + 1))
+            except OSError:
+                continue
+            taken.listen()
+            probe.close()
+            yield port
+            return
+    raise RuntimeError("no free port on 127.0.0.1 with the next one free to take")
+
+
+def _agree_on_two_nodes(port, follower_print=None):
+    """Node 0 and node 1 agreeing through NodeLinks in two threads; returns what each got or raised."""
+    endpoint = f"127.0.0.1:{port}"
+    links = [nodes.NodeLink({"endpoint": endpoint, "nnodes": 2, "node_rank": r}) for r in (0, 1)]
+    got: dict[int, object] = {}
+
+    def node(rank):
+        try:
+            fp = {"recipe": "a"} if rank == 0 or follower_print is None else follower_print
+            got[rank] = links[rank].agree(fp, todo=[1] if rank == 0 else None, run_dir="runs/x")
+        except Exception as err:  # noqa: BLE001 - the test compares what each node raised
+            got[rank] = err
+
+    threads = [threading.Thread(target=node, args=(r,), daemon=True) for r in (1, 0)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "the nodes did not agree within 60 s"
+    return links, got
+
+
+@pytest.fixture
+def port_beside_a_taken_one():
+    with _rendezvous_port_with_the_next_one_taken() as port:
+        yield port
+
+
+def test_one_free_port_is_enough_and_it_is_free_again_for_torchrun_once_the_nodes_agree():
+    with _rendezvous_port_with_the_next_one_taken() as port:
+        links, got = _agree_on_two_nodes(port)
+        assert got == {0: [1], 1: [1]} and links[1].run_dir == "runs/x"
+        assert links[0].port == links[1].port not in (port, port + 1)  # published by node 0, found by node 1
+        with socket.socket() as torchrun:  # torchrun's rendezvous binds the port for every repeat
+            torchrun.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            torchrun.bind(("0.0.0.0", port))
+        # the run's store outlives the rendezvous port: a failed repeat's reports still travel
+        links[1].report(0, {"ok": False, "rank": 1})
+        links[0].report(0, {"ok": True, "rank": None})
+        assert [(r["node_rank"], r["ok"]) for r in links[0].reports(0)] == [(0, True), (1, False)]
+
+
+def test_a_disagreement_still_reaches_every_node_through_the_published_store():
+    with _rendezvous_port_with_the_next_one_taken() as port:
+        _, got = _agree_on_two_nodes(port, follower_print={"recipe": "b"})
+    assert all(isinstance(got[r], UsageError) and "recipe is a on node 0 but b on node 1" in str(got[r])
+               for r in (0, 1)), got
+
+
+def test_a_taken_rendezvous_port_is_one_sentence_naming_it():
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        link = nodes.NodeLink({"endpoint": f"127.0.0.1:{port}", "nnodes": 2, "node_rank": 0})
+        with pytest.raises(InvalidInput) as raised:
+            link.agree({"recipe": "a"})
+    assert str(raised.value) == (f"node 0 cannot listen on the rendezvous port of 127.0.0.1:{port}: another program "
+                                 "or run on this host holds it; give every node another port in --rdzv-endpoint")
+
+
 def _start(common, node, cwd, *extra):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.Popen([sys.executable, "-m", "repro500.cli", *common, "--node-rank", str(node), *extra], cwd=cwd,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _common(recipe, run_id):
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _common(recipe, run_id, port=None):
     return ["run", recipe, "--nproc", "1", "--nnodes", "2", "--no-tracking", "--run-id", run_id,
-            "--rdzv-endpoint", f"127.0.0.1:{free_rendezvous_port()}"]
+            "--rdzv-endpoint", f"127.0.0.1:{port or _free_port()}"]
 
 
 @pytest.mark.usefixtures("cosmo_data")
@@ -181,9 +270,11 @@ def test_nodes_with_other_data_stop_naming_the_data_before_anything_is_written(i
 
 @pytest.mark.usefixtures("cosmo_data")
 @pytest.mark.slow  # two nodes, a killed rank and a resume on both: about two minutes on 2 cores
-def test_a_killed_rank_on_node_1_is_named_on_both_nodes_and_the_resume_keeps_two_nodes(in_tmp):
+def test_a_killed_rank_on_node_1_is_named_on_both_nodes_and_the_resume_keeps_two_nodes(in_tmp,
+                                                                                        port_beside_a_taken_one):
+    """With the rendezvous port + 1 held by another program throughout: one free port is enough."""
     write_recipe(in_tmp / "c.yaml", COSMO, repeats=2, fixed__epochs=12)
-    common = _common("c.yaml", "mk")
+    common = _common("c.yaml", "mk", port_beside_a_taken_one)
     follower, leader = _start(common, 1, in_tmp), _start(common, 0, in_tmp)
     ranks_file = in_tmp / "runs/mk/repeats/1/ranks.json"
     deadline = time.monotonic() + 240
@@ -209,7 +300,7 @@ def test_a_killed_rank_on_node_1_is_named_on_both_nodes_and_the_resume_keeps_two
     assert (in_tmp / "runs/mk/run.json").read_bytes() == before
 
     # on both nodes: node 0 resumes, node 1 reruns its own command and is told to run repeat 1 only
-    again = _common("c.yaml", "mk")
+    again = _common("c.yaml", "mk", port_beside_a_taken_one)  # the same port: nothing of the first launch holds it
     endpoint = again[again.index("--rdzv-endpoint") + 1]
     follower = _start(again, 1, in_tmp)
     resumed = repro500("run", "--resume", "runs/mk", "--nnodes", "2", "--node-rank", "0", "--rdzv-endpoint", endpoint,

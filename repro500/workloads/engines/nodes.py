@@ -13,8 +13,10 @@ each other once training starts.  Three things need the nodes before that and af
   ranks ended; every node names the same culprit, and node 0 keeps every node's whole launcher
   log (sent in chunks of LOG_CHUNK_BYTES, so a long run's log is not one huge store value).
 
-Node 0 hosts a small key-value store (torch's ``TCPStore``) at the rendezvous host, one port
-above the rendezvous port, for the whole run.
+Node 0 hosts a small key-value store (torch's ``TCPStore``) for the whole run, on a port the OS
+picks.  The rendezvous port is the only one the nodes are told, and torchrun's own store needs it
+during every repeat, so node 0 serves it only until the nodes have agreed: just long enough to
+tell every node where the run's store listens.  One port is then enough to name and to keep free.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 
 from repro500.errors import InvalidInput, UsageError
 
-STORE_PORT_OFFSET = 1
+STORE_PORT_KEY = "repro500/nodes-store-port"  # what node 0 publishes on the rendezvous port
 START_WAIT_S = 600  # nodes are started by hand, one after the other: wait this long for the rest
 REPORT_WAIT_S = 30  # after a failure, how long a node waits for the other nodes' reports
 LOG_CHUNK_BYTES = 4 * 1024 * 1024  # a node's launcher log travels to node 0 whole, in store values of this size
@@ -41,10 +43,12 @@ class NodeLink:
 
     def __init__(self, rendezvous: dict[str, Any]) -> None:
         host, _, port = str(rendezvous["endpoint"]).rpartition(":")
-        self.host, self.port = host, int(port) + STORE_PORT_OFFSET
+        self.host, self.rendezvous_port = host, int(port)
+        self.port: int | None = None  # the run's store, where node 0 serves it
         self.nnodes, self.node_rank = int(rendezvous["nnodes"]), int(rendezvous.get("node_rank", 0))
         self.run_dir: str | None = None  # node 0's run directory, as node 0 names it
         self._store: Any = None
+        self._bootstrap: Any = None  # node 0's server on the rendezvous port, until every node found the store
 
     @property
     def leader(self) -> bool:
@@ -54,15 +58,36 @@ class NodeLink:
         if self._store is None:
             from torch.distributed import TCPStore
 
-            try:
-                self._store = TCPStore(self.host, self.port, self.nnodes, self.leader,
-                                       timedelta(seconds=wait_s), wait_for_workers=False)
-            except (RuntimeError, OSError) as err:
-                where = f"{self.host}:{self.port}"
-                raise InvalidInput(f"node {self.node_rank} cannot {'serve' if self.leader else 'reach'} the "
-                                   f"nodes' store at {where} (the rendezvous port + {STORE_PORT_OFFSET}): "
-                                   f"{_first_line(err)}") from None
+            timeout = timedelta(seconds=wait_s)
+            rendezvous = f"{self.host}:{self.rendezvous_port}"
+            if self.leader:
+                try:
+                    store = TCPStore(self.host, 0, self.nnodes, True, timeout, wait_for_workers=False)
+                except (RuntimeError, OSError) as err:
+                    raise InvalidInput(f"node 0 cannot serve the nodes' store for {rendezvous}: "
+                                       f"{_first_line(err)}") from None
+                try:
+                    boot = TCPStore(self.host, self.rendezvous_port, self.nnodes, True, timeout, wait_for_workers=False)
+                except (RuntimeError, OSError) as err:
+                    raise InvalidInput(_cannot_serve(rendezvous, err)) from None
+                boot.set(STORE_PORT_KEY, str(store.port))
+                self._store, self._bootstrap, self.port = store, boot, int(store.port)
+            else:
+                try:
+                    boot = TCPStore(self.host, self.rendezvous_port, self.nnodes, False, timeout)
+                    self.port = int(boot.get(STORE_PORT_KEY).decode("ascii"))
+                    del boot  # node 0 frees the rendezvous port for torchrun once every node has read this
+                    self._store = TCPStore(self.host, self.port, self.nnodes, False, timeout)
+                except (RuntimeError, OSError, ValueError) as err:
+                    where = rendezvous if self.port is None else f"{self.host}:{self.port}, as node 0 published it"
+                    raise InvalidInput(f"node {self.node_rank} cannot reach node 0's store at {where} within "
+                                       f"{wait_s:.0f} s: {_first_line(err)}; start node 0 with the same "
+                                       f"--rdzv-endpoint, and let this node reach its host") from None
         return self._store
+
+    def _release_rendezvous_port(self) -> None:
+        """Every node has found the run's store: torchrun's rendezvous needs the port from here on."""
+        self._bootstrap = None
 
     def _get(self, key: str) -> Any:
         return json.loads(self._connect().get(key).decode("utf-8"))
@@ -88,6 +113,7 @@ class NodeLink:
             self._set("plan", {"todo": todo or [], "run_dir": run_dir})
             others = [f"node/{r}" for r in range(1, self.nnodes)]
             self._wait(others, START_WAIT_S, f"the other {self.nnodes - 1} node(s) to start")
+            self._release_rendezvous_port()  # each wrote its key to the run's store, so each found it
             prints = {0: fingerprint, **{r: self._get(f"node/{r}") for r in range(1, self.nnodes)}}
             problem = disagreement(prints)
             self._set("verdict", problem or "")
@@ -143,6 +169,15 @@ class NodeLink:
             return [json.loads(store.get(key).decode("utf-8")) for key in keys if store.check([key])]
         except _GONE:
             return []
+
+
+def _cannot_serve(rendezvous: str, err: BaseException) -> str:
+    """Node 0 could not listen on the rendezvous port: most often another program holds it."""
+    text = _first_line(err)
+    if "EADDRINUSE" in text or "address already in use" in text.lower():
+        return (f"node 0 cannot listen on the rendezvous port of {rendezvous}: another program or run on this "
+                f"host holds it; give every node another port in --rdzv-endpoint")
+    return f"node 0 cannot listen on the rendezvous port of {rendezvous}: {text}"
 
 
 def _first_line(err: BaseException) -> str:
