@@ -37,7 +37,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 # Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict, two-rank runs, the examples end to end,
-# a team's PostgreSQL-backed MLflow server with four runs at once (tests/test_team_postgres.py: needs Debian's postgresql).
+# a team's PostgreSQL-backed MLflow server with four runs at once (tests/test_team_postgres.py: needs Debian's postgresql),
+# examples/slurm_ddp.sbatch on a real two-node SLURM started by the test (tests/test_slurm.py: Debian's slurm-wlm and munge, root).
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 

@@ -1,0 +1,400 @@
+"""The shipped SLURM script, submitted to a real SLURM: Debian's slurmctld and two slurmd, with munge.
+
+The cluster lives in the test's own directory with its own slurm.conf: free ports on 127.0.0.1,
+SlurmUser root, proctrack/linuxproc (every process of a step gets a signal, as under cgroups), no
+accounting. Two nodes on this one machine: both slurmd listen on 127.0.0.1 on ports of their own
+(distinct NodeHostname, each started with -N), and the second runs in a mount namespace of its own
+where its node-local scratch directory holds its own files, as another host's disk would. The test
+submits examples/slurm_ddp.sbatch itself, with sbatch's own options for the CPU sizes, and checks
+what a user would: the job's exit code and output, the run directory, `repro500 verify`, the
+manifest's SLURM facts and MLflow.
+
+Where slurm, munge or root are missing the tests skip saying why, except under CI
+(.ci/run sets REPRO500_REQUIRE_SLURM=1 where it can install them), where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers.runs import COSMO, repro500, write_recipe
+
+pytestmark = pytest.mark.slow  # real daemons and two-node torch runs: about two minutes on 2 cores
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "examples" / "slurm_ddp.sbatch"  # the shipped script, never a copy
+SBIN = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+DAEMONS = ("munged", "slurmctld", "slurmd")
+CLIENTS = ("sbatch", "srun", "scontrol", "scancel", "squeue", "sinfo", "unshare", "mount")
+SECRET = "token-not-for-the-manifest-5f1c"  # a credential in the environment a job is submitted with
+
+
+def _unavailable() -> str | None:
+    missing = [name for name in DAEMONS + CLIENTS if shutil.which(name, path=SBIN) is None]
+    if missing:
+        return (f"SLURM is not installed here ({', '.join(missing)} not found): "
+                "apt-get install slurm-wlm slurmctld slurmd munge")
+    if os.geteuid() != 0:
+        return "the test cluster runs its daemons as SlurmUser root and mounts a node's scratch: it needs root"
+    if subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode != 0:
+        return "unshare -m is refused here: the second node cannot have a scratch directory of its own"
+    return None
+
+
+def _skip_or_fail(reason: str) -> None:
+    if os.environ.get("REPRO500_REQUIRE_SLURM") == "1":
+        pytest.fail(f"REPRO500_REQUIRE_SLURM=1 but {reason}")
+    pytest.skip(reason)
+
+
+def _free_ports(n: int) -> list[int]:
+    held = [socket.socket() for _ in range(n)]
+    try:
+        for s in held:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in held]
+    finally:
+        for s in held:
+            s.close()
+
+
+@dataclass
+class Cluster:
+    base: Path
+    conf: Path
+    partition: str
+    scratch: Path  # node-local: n1 sees this directory itself ...
+    scratch_n2: Path  # ... and n2 sees this one at the same path
+    env: dict[str, str]
+
+    def run(self, *cmd: str, timeout: float = 30, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.run(list(cmd), env=self.env, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+    def job(self, job_id: str) -> dict[str, str]:
+        shown = self.run("scontrol", "show", "job", "-o", job_id).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", shown))
+
+    def cancel_all(self, timeout_s: float = 30) -> None:
+        """Cancel every job still queued or running, and wait (bounded) until none is left."""
+        deadline = time.monotonic() + timeout_s
+        jobs = self.run("squeue", "-h", "-o", "%i").stdout.split()
+        if jobs:
+            self.run("scancel", *jobs)
+        while jobs and time.monotonic() < deadline:
+            time.sleep(0.5)
+            jobs = self.run("squeue", "-h", "-o", "%i").stdout.split()
+
+    def wait_done(self, job_id: str, timeout_s: float) -> dict[str, str]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.job(job_id)
+            if info.get("JobState") in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"):
+                return info
+            assert time.monotonic() < deadline, f"job {job_id} still {info.get('JobState')} after {timeout_s:.0f} s"
+            time.sleep(0.5)
+
+
+def _conf(base: Path, host: str, ports: list[int], partition: str, munge_socket: Path) -> str:
+    ctld, n1, n2 = ports
+    return f"""\
+ClusterName=r5test
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={ctld}
+SlurmdPort={n1}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket={munge_socket}
+CredType=cred/munge
+StateSaveLocation={base}/state
+SlurmdSpoolDir={base}/spool/%n
+SlurmctldPidFile={base}/slurmctld.pid
+SlurmdPidFile={base}/slurmd-%n.pid
+SlurmctldLogFile={base}/log/slurmctld.log
+SlurmdLogFile={base}/log/slurmd-%n.log
+PlugStackConfig={base}/plugstack.conf
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SchedulerType=sched/builtin
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+MpiDefault=none
+ReturnToService=2
+SlurmdParameters=config_overrides
+MinJobAge=3600
+KillWait=5
+InactiveLimit=0
+NodeName=n1 NodeHostname=r5test-n1 NodeAddr=127.0.0.1 Port={n1} CPUs=1 RealMemory=2000 State=UNKNOWN
+NodeName=n2 NodeHostname=r5test-n2 NodeAddr=127.0.0.1 Port={n2} CPUs=1 RealMemory=2000 State=UNKNOWN
+PartitionName={partition} Nodes=n1,n2 Default=YES MaxTime=60 State=UP
+"""
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+def _our_leftovers(conf: Path) -> list[int]:
+    """Processes that still run with this cluster's slurm.conf in their environment (a job's, or a
+    step daemon's), found by their id: nothing of the cluster may outlive the test."""
+    marker = f"SLURM_CONF={conf}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "environ").read_bytes().split(b"\0"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.fixture(scope="module")
+def slurm() -> Iterator[Cluster]:
+    reason = _unavailable()
+    if reason:
+        _skip_or_fail(reason)
+    # Short: munge's socket and slurmd's step sockets are Unix sockets (108 bytes for a path).
+    base = Path(tempfile.mkdtemp(prefix="r5slurm-", dir="/tmp"))
+    for sub in ("state", "spool/n1", "spool/n2", "log", "scratch", "scratch-n2"):
+        (base / sub).mkdir(parents=True)
+    (base / "plugstack.conf").write_text("")
+    key = base / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    munge_socket = base / "munge.sock"
+    partition = "debug"
+    conf = base / "slurm.conf"
+    conf.write_text(_conf(base, socket.gethostname().split(".")[0], _free_ports(3), partition, munge_socket))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))}
+    env.update(SLURM_CONF=str(conf), PATH=SBIN)
+    logs: list = []
+    procs: list[subprocess.Popen] = []
+
+    def start(*cmd: str, log: str) -> subprocess.Popen:
+        out = open(base / "log" / log, "w")  # noqa: SIM115 - closed at teardown
+        logs.append(out)
+        proc = subprocess.Popen(list(cmd), env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        procs.append(proc)
+        return proc
+
+    cluster = Cluster(base, conf, partition, base / "scratch", base / "scratch-n2", env)
+    try:
+        start("munged", "-F", "--force", f"--key-file={key}", f"--socket={munge_socket}",
+              f"--pid-file={base}/munged.pid", f"--log-file={base}/log/munged.log", f"--seed-file={base}/munged.seed",
+              log="munged.out")
+        deadline = time.monotonic() + 20
+        while not munge_socket.exists():
+            assert time.monotonic() < deadline and procs[0].poll() is None, (base / "log/munged.out").read_text()
+            time.sleep(0.1)
+        start("slurmctld", "-D", "-i", "-f", str(conf), log="slurmctld.out")
+        start("slurmd", "-D", "-f", str(conf), "-N", "n1", log="slurmd-n1.out")
+        # n2's own scratch: the same path shows n2 another directory, as another host's local disk would
+        start("unshare", "-m", "--propagation", "private", "sh", "-c",
+              f'mount --bind "{cluster.scratch_n2}" "{cluster.scratch}" && exec slurmd -D -f "{conf}" -N n2',
+              log="slurmd-n2.out")
+        deadline = time.monotonic() + 60
+        while True:
+            states = cluster.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split()
+            if states.count("idle") == 2:
+                break
+            dead = [p.args[0] for p in procs if p.poll() is not None]
+            if dead or time.monotonic() > deadline:
+                logs_text = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in sorted((base / "log").iterdir()))
+                pytest.fail(f"the test cluster did not come up (exited: {dead}; sinfo: {states})\n{logs_text}")
+            time.sleep(0.5)
+        yield cluster
+    finally:
+        with suppress(OSError, subprocess.SubprocessError):  # the controller may be what failed
+            cluster.cancel_all()
+        for proc in reversed(procs):
+            _stop(proc)
+        for pid in _our_leftovers(conf):
+            os.kill(pid, signal.SIGKILL)
+        for out in logs:
+            out.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_job_outlives_its_test(slurm: Cluster) -> Iterator[None]:
+    """A test that failed with its job still running must not leave the nodes busy for the next."""
+    yield
+    slurm.cancel_all()
+
+
+@pytest.fixture
+def checkout(tmp_path: Path) -> Path:
+    """Where a user submits from: their checkout with its .venv (this repository's)."""
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    return tmp_path
+
+
+def _cosmo(where: Path, seed: str) -> None:
+    for out, split, n in (("cosmo.h5", "train", "40"), ("cosmo-eval.h5", "eval", "8")):
+        made = repro500("data", "generate", "cosmo", "--out", str(where / out), "--samples", n, "--size", "16",
+                        "--seed", seed, "--split", split, "--force", cwd=where)
+        assert made.returncode == 0, made.stderr
+
+
+def _recipe(path: Path, slurm: Cluster, **changes: object) -> Path:
+    """The tiny CosmoFlow recipe reading its data from the nodes' local scratch."""
+    return write_recipe(path, COSMO, fixed__dataset__path=str(slurm.scratch / "cosmo.h5"),
+                        fixed__dataset__eval_path=str(slurm.scratch / "cosmo-eval.h5"), **changes)
+
+
+def _same_data_on_both_nodes(slurm: Cluster) -> None:
+    _cosmo(slurm.scratch, "2")
+    for name in ("cosmo.h5", "cosmo-eval.h5"):
+        shutil.copy(slurm.scratch / name, slurm.scratch_n2 / name)
+
+
+def _submit(slurm: Cluster, cwd: Path, *args: str, wait: bool = False) -> tuple[str, subprocess.CompletedProcess]:
+    """sbatch the shipped script as a user on CPU nodes would: one rank per node (NPROC), no GPUs,
+    one CPU per task; MLflow in the checkout; a free rendezvous port (other jobs share this host)."""
+    env = dict(slurm.env, NPROC="1", RDZV_PORT=str(_free_ports(1)[0]), PYTHONUNBUFFERED="1",
+               MLFLOW_TRACKING_URI=f"sqlite:///{cwd / 'mlflow.db'}",
+               MLFLOW_TRACKING_TOKEN=SECRET, SLURM_SITE_TOKEN=SECRET)
+    cmd = ["sbatch", "--parsable", "--gpus-per-node=0", "--cpus-per-task=1", "--time=10",
+           f"--output={cwd}/slurm-%j.out", *(["--wait"] if wait else []), str(SCRIPT), *args]
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600 if wait else 30)
+    job_id = done.stdout.strip().split(";")[0].splitlines()[0] if done.stdout.strip() else ""
+    assert job_id.isdigit(), f"sbatch said: {done.stdout}{done.stderr}"
+    return job_id, done
+
+
+def _output(cwd: Path, job_id: str) -> str:
+    return (cwd / f"slurm-{job_id}.out").read_text()
+
+
+def _mlflow_runs(cwd: Path, run_id: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{cwd / 'mlflow.db'}")
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, filter_string=f"tags.`repro500.run_id` = '{run_id}'")
+
+
+def test_a_two_node_job_stopped_by_scancel_keeps_repeat_0_and_its_resubmission_finishes_the_run(slurm, checkout):
+    _same_data_on_both_nodes(slurm)
+    _recipe(checkout / "cosmo.yaml", slurm, repeats=2, fixed__epochs=6)  # repeat 1 lasts long enough to stop it
+    job_id, _ = _submit(slurm, checkout, "cosmo.yaml")
+    run_id = f"cosmo-{job_id}"
+    run = checkout / "runs" / run_id
+    deadline = time.monotonic() + 300
+    while not (run / "repeats/1/ranks.json").is_file():  # repeat 1's ranks have started
+        state = slurm.job(job_id).get("JobState")
+        assert state in ("PENDING", "RUNNING", "CONFIGURING"), f"job {state}:\n{_output(checkout, job_id)}"
+        assert time.monotonic() < deadline, f"repeat 1 did not start in 300 s:\n{_output(checkout, job_id)}"
+        time.sleep(0.2)
+    stopped = slurm.run("scancel", "--signal=TERM", job_id)  # what --signal=TERM@120 sends at the limit
+    assert stopped.returncode == 0, stopped.stderr
+    info = slurm.wait_done(job_id, 120)
+    said = _output(checkout, job_id)
+    # node 0's repro500 stops as on Ctrl-C (exit 130); the others end on the signal itself, so srun,
+    # and the job, end with 143 (128 + SIGTERM)
+    assert (info["JobState"], info["ExitCode"]) == ("FAILED", "143:0"), said
+    assert f"Interrupted. Finished repeats are kept in runs/{run_id}" in " ".join(said.split()), said
+    assert "task 0: Exited with exit code 130" in said, said
+    assert "tracking store" not in said and "Traceback" not in said, said  # MLflow's logging outlives the signal
+    assert json.loads((run / "repeats/0/summary.json").read_text())["status"] == "completed"
+    assert json.loads((run / "run.json").read_text())["status"] != "completed"
+    assert [r.info.status for r in _mlflow_runs(checkout, run_id) if "mlflow.parentRunId" not in r.data.tags] == \
+        ["KILLED"]
+
+    again, done = _submit(slurm, checkout, "--resume", run_id, "cosmo.yaml", wait=True)
+    said = _output(checkout, again)
+    assert done.returncode == 0, said  # sbatch --wait: the job's exit code, here verify's PASS
+    assert f"Resuming {run_id}: 1 of 2 repeats already finished; running [1]" in said, said
+    assert f"node 1: repeat 1 of run {run_id}" in said and "repeat 0 of run" not in said, said
+
+    # the run directory is complete, and verifies anywhere
+    meta = json.loads((run / "run.json").read_text())
+    assert (meta["status"], meta["world_size"], meta["nnodes"]) == ("completed", 2, 2)
+    for k in (0, 1):
+        assert json.loads((run / f"repeats/{k}/summary.json").read_text())["world_size"] == 2
+        ranks = json.loads((run / f"repeats/{k}/ranks.json").read_text())["ranks"]
+        assert [r["rank"] for r in ranks] == [0, 1]
+    verified = repro500("verify", str(run), cwd=checkout)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    # the manifest records the scheduler's facts, as SLURM set them for node 0's repro500
+    manifest = json.loads((run / "manifest.json").read_text())
+    env = manifest["facets"]["environment"]["env"]
+    facts = {name: env["values"].get(name) for name in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES",
+                                                         "SLURM_NTASKS", "SLURM_CPUS_PER_TASK", "SLURM_JOB_PARTITION",
+                                                         "SLURM_NODEID", "SLURM_PROCID")}
+    assert facts == {"SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_NUM_NODES": "2",
+                     "SLURM_NTASKS": "2", "SLURM_CPUS_PER_TASK": "1", "SLURM_JOB_PARTITION": slurm.partition,
+                     "SLURM_NODEID": "0", "SLURM_PROCID": "0"}
+    # ... and nothing secret: a credential in the job's environment is named, its value is nowhere
+    # (SLURM_* values are kept, but not under a secret's name)
+    for name in ("MLFLOW_TRACKING_TOKEN", "SLURM_SITE_TOKEN"):
+        assert name in env["names"] and name not in env["values"]
+    for path in run.rglob("*"):
+        assert not path.is_file() or SECRET.encode() not in path.read_bytes(), path
+
+    # MLflow holds the parent run, finished, with the repeats under it
+    runs = _mlflow_runs(checkout, run_id)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [(r.info.run_name, r.info.status) for r in parents] == [(run_id, "FINISHED")]
+    finished = sorted(r.info.run_name for r in runs if "mlflow.parentRunId" in r.data.tags
+                      and r.info.status == "FINISHED")
+    assert finished == [f"{run_id}-repeat-0", f"{run_id}-repeat-1"]
+
+
+def test_a_node_without_the_venv_or_the_recipe_or_with_other_data_stops_the_job_in_one_sentence(slurm, checkout,
+                                                                                              tmp_path_factory):
+    _same_data_on_both_nodes(slurm)
+
+    # submitted outside the checkout: every node says it has no .venv, and the job ends with 4
+    elsewhere = tmp_path_factory.mktemp("not-a-checkout")
+    _recipe(elsewhere / "cosmo.yaml", slurm)
+    job_id, done = _submit(slurm, elsewhere, "cosmo.yaml", wait=True)
+    said = _output(elsewhere, job_id)
+    assert done.returncode == 4, said
+    for node in ("node 0 (n1, host ", "node 1 (n2, host "):
+        assert f"repro500: error: {node}" in said and f"has no .venv in {elsewhere}" in said, said
+    assert not (elsewhere / "runs").exists() and not (elsewhere / "mlflow.db").exists()
+
+    # a recipe on node 0's local disk only: node 1 names itself, and node 0 has written nothing
+    _recipe(slurm.scratch / "local.yaml", slurm)
+    job_id, done = _submit(slurm, checkout, str(slurm.scratch / "local.yaml"), wait=True)
+    said = _output(checkout, job_id)
+    assert done.returncode == 4, said
+    lines = [line for line in said.splitlines() if line.startswith("repro500: error:")]
+    assert lines == [f"repro500: error: recipe {slurm.scratch / 'local.yaml'} does not exist on node 1 (n2, host "
+                     f"{socket.gethostname()}) in {checkout}: every node needs the same checkout and paths"], said
+    assert not (checkout / "runs").exists() and not (checkout / "mlflow.db").exists()
+
+    # other data on node 1's disk under the same path: both nodes stop with the same sentence, exit 2
+    _cosmo(slurm.scratch_n2, "3")
+    _recipe(checkout / "cosmo.yaml", slurm)
+    job_id, done = _submit(slurm, checkout, "cosmo.yaml", wait=True)
+    said = " ".join(_output(checkout, job_id).split())
+    assert done.returncode == 2, said
+    sentence = f"repro500: error: the nodes disagree before the first step: data:{slurm.scratch / 'cosmo-eval.h5'} is "
+    assert said.count(sentence) == 2 and " on node 0 but " in said and f"; data:{slurm.scratch / 'cosmo.h5'} is " in said, said
+    assert not (checkout / "runs").exists() and not (checkout / "mlflow.db").exists()
