@@ -297,6 +297,41 @@ def test_locate_names_the_reduction_the_thread_count_changes(threads):
     assert answer["cause"]["causes"][0]["key"] == "environment.env.values.OMP_NUM_THREADS"
 
 
+# ----- a planted environment difference: oneDNN held to an older instruction set ---------------------
+CONV_BITS = """
+import hashlib, torch
+g = torch.Generator().manual_seed(0)
+x, w = torch.randn(16, 3, 16, 16, generator=g), torch.randn(16, 3, 3, 3, generator=g)
+print(hashlib.sha256(torch.nn.functional.conv2d(x, w, padding=1).numpy().tobytes()).hexdigest())
+"""
+
+
+@pytest.mark.slow
+def test_locate_names_the_convolution_onednn_computes_differently(tmp_path):
+    import subprocess
+    import sys
+
+    def bits(env: dict) -> str:
+        import os
+
+        return subprocess.run([sys.executable, "-c", CONV_BITS], env={**os.environ, **env}, capture_output=True,
+                              text=True, check=True).stdout
+    if bits({}) == bits({"ONEDNN_MAX_CPU_ISA": "SSE41"}):
+        pytest.skip("oneDNN computes this convolution alike with SSE4.1 and with this CPU's own instructions")
+    write_recipe(tmp_path / "tiny.yaml", **{**SMALL, "fixed__epochs": 1})
+    mine = _run(tmp_path, "tiny.yaml", "--deterministic", "--repeats", "1", "--run-id", "mine")
+    old = _run(tmp_path, "tiny.yaml", "--deterministic", "--repeats", "1", "--run-id", "old",
+               env={"ONEDNN_MAX_CPU_ISA": "SSE41"})
+    pair = _verify(tmp_path, str(old), "--against", str(mine))["divergence"]["pairs"][0]
+    # the loss is a float32 mean: a last-bit change of a convolution may round away in it at step 1 and
+    # show at step 2; the records see the loss, the replay sees the operator
+    assert pair["first_step"] in (1, 2) and pair["causes"][0]["key"] == "environment.env.values.ONEDNN_MAX_CPU_ISA"
+    op = (answer := _locate(tmp_path, str(old), str(mine)))["operator"]
+    assert (op["op"], op["module"], op["phase"], op["step"]) == ("aten.convolution.default", "conv1", "forward", 1)
+    assert op["inputs_agree"] is True and op["self_consistent"] == {"A": True, "B": True}
+    assert answer["cause"]["causes"][0]["key"] == "environment.env.values.ONEDNN_MAX_CPU_ISA"
+
+
 # ----- bad input ----------------------------------------------------------------------------------
 def _one_sentence(done) -> str:
     assert "Traceback" not in done.stderr and done.stderr.startswith("repro500: error: "), done.stderr
