@@ -237,3 +237,16 @@ def test_records_from_elsewhere_that_hold_anything_are_read_as_far_as_they_make_
     bundle.write_sums(root)
     section = verify_run(root).to_dict()["divergence"]
     assert section["status"] == "NONE"  # the well-formed records agree; the rest is left out, not a crash
+
+
+def test_a_reproductions_rebuilt_venv_is_where_its_replay_runs(tmp_path):
+    from repro500.publish.rebuild import MARKER
+
+    python = tmp_path / "out" / "env" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("")
+    manifest = make_manifest(environment={"python": {"executable": str(python), "version": "3.11.7"}})
+    run = load_run(make_run(tmp_path, manifest=manifest, values={"accuracy": [0.9, 0.9]}))
+    assert dv.own_interpreter(run) is None  # not built by reproduce: named, never run
+    (tmp_path / "out" / "env" / MARKER).write_text("digest\n")
+    assert dv.own_interpreter(run) == str(python)

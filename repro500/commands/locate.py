@@ -28,7 +28,8 @@ import click
 @click.option("--rtol", type=click.FloatRange(0.0, 1.0, min_open=True), default=None,
               help="Relative tolerance for the first step whose difference is beyond rounding (default 1e-3).")
 @click.option("--python-a", metavar="PYTHON", default=None,
-              help="The interpreter A's replay runs in (default: this one); give another environment's python.")
+              help="The interpreter A's replay runs in (default: the venv reproduce --env venv built for A, else "
+                   "this one).")
 @click.option("--python-b", metavar="PYTHON", default=None, help="The interpreter B's replay runs in.")
 @click.option("--run-code", is_flag=True,
               help="Let a publication's own experiment code (a plug-in model or data set) run in its replay.")
@@ -46,7 +47,8 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
     per-step records give the first step where the pair's loss (or any other per-step
     quantity) is not bitwise equal. Both repeats are then replayed from their recorded seeds
     up to that step, each in its own process with its run's recorded thread and kernel
-    settings (OMP_*, MKL_*, DNNL_*, ...), under a mode that hashes every operator's output;
+    settings (OMP_*, MKL_*, DNNL_*, ...) and, for a reproduction made with reproduce --env venv,
+    in the venv it was built in, under a mode that hashes every operator's output;
     the answer is the first operator whose inputs agree and whose output does not: its name,
     the module it ran in, forward/backward/optimizer, the step, and the largest absolute and
     relative difference. Nothing is claimed past it. The replays run the runs' training
@@ -79,7 +81,8 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
             env = divergence.replay_environment(run, dict(os.environ))
             if kind == "publication" and not run_code:
                 env[CODE_ENV] = "refuse"
-            sides.append(replay.Side(run_dir=run.path, repeat=k, env=env, python=python or sys.executable, label=label))
+            python = python or divergence.own_interpreter(run) or sys.executable  # a rebuilt venv: its own
+            sides.append(replay.Side(run_dir=run.path, repeat=k, env=env, python=python, label=label))
         finding = replay.locate_operator(sides[0], sides[1], plan.steps, timeout_s=timeout_s).to_dict()
         answer["environments"] = {s.label: {k: v for k, v in s.env.items() if k != CODE_ENV} for s in sides}
         answer["interpreters"] = {}

@@ -780,3 +780,16 @@ def recorded_interpreter(run: RunData) -> tuple[str | None, str | None]:
     python = ((((run.manifest or {}).get("facets") or {}).get("environment") or {}).get("python") or {})
     executable, version = python.get("executable"), python.get("version")
     return (executable if isinstance(executable, str) else None, version if isinstance(version, str) else None)
+
+
+def own_interpreter(run: RunData) -> str | None:
+    """The interpreter a run ran under when it is an environment ``reproduce --env venv`` built
+    here (its directory holds the rebuild's marker): a replay of that run runs in it.  None for
+    any other: an interpreter a run merely names is not run (``--python-a/-b`` choose one)."""
+    from repro500.publish.rebuild import MARKER
+
+    executable, _ = recorded_interpreter(run)
+    if not executable:
+        return None
+    path = Path(executable)
+    return executable if path.is_file() and (path.parent.parent / MARKER).is_file() else None
