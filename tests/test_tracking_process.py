@@ -139,6 +139,27 @@ def test_an_error_in_the_logging_process_comes_back_as_one_sentence(tmp_path, mo
     assert not tracker.alive
 
 
+def test_a_batch_systems_term_leaves_the_logging_to_the_run(tmp_path, monkeypatch):
+    # SLURM signals every process of a job: the run closes what it logged through this process
+    import signal
+    import time
+
+    from repro500.tracking.process import ProcessTracker, TrackingProcessError
+
+    monkeypatch.chdir(tmp_path)
+    tracker = ProcessTracker().connect("e", f"sqlite:///{tmp_path / 'store.db'}", None)
+    try:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            os.kill(tracker.pid, sig)
+        time.sleep(0.5)
+        assert tracker.alive
+        with pytest.raises(TrackingProcessError, match="no attribute 'nosuch'"):
+            tracker.nosuch()  # still answering
+    finally:
+        tracker.close()
+    assert not tracker.alive  # and it still stops when the run is done with it
+
+
 def test_ctrl_c_while_the_last_records_land_ends_the_parent_killed_not_running(tmp_path):
     # A real SIGINT reaches the run while it waits for the sealed run's upload, the parent's last record.
     script = textwrap.dedent(f"""

@@ -151,9 +151,8 @@ def check_options(options: RunOptions) -> None:
             raise UsageError("--resume is given on node 0 only; on every other node run the command that started "
                              "the run there (node 0 tells it which repeats are missing)")
         host, _, port = options.rdzv_endpoint.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65535:
-            raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint} is not HOST:PORT with a port below 65535 "
-                             "(node 0 also listens on PORT + 1)")
+        if not host or not port.isdigit() or not 0 < int(port) <= 65535:
+            raise UsageError(f"--rdzv-endpoint {options.rdzv_endpoint} is not HOST:PORT with a port from 1 to 65535")
     if options.max_repeats is not None and not (options.until_decided or options.vary is not None):
         raise UsageError("--max-repeats caps a sequential run (--until-decided) or a factorial one (--vary); "
                          "a fixed design takes --repeats")

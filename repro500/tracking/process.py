@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import pickle
+import signal
 import socket
 import subprocess
 import sys
@@ -70,6 +71,10 @@ class ProcessTracker:
     @property
     def alive(self) -> bool:
         return self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
 
     def connect(self, experiment: str, uri: str, artifacts: str | None) -> ProcessTracker:
         self.experiment_id, self.notes = self._call(_CONNECT, experiment, uri, artifacts)
@@ -216,6 +221,11 @@ def _serve(conn: Connection) -> None:
 
 
 def main(argv: list[str]) -> None:
+    # A batch system's TERM (SLURM signals every process of a job) or a Ctrl-C is the run's to
+    # handle: it closes what it logged (a parent ends KILLED) through this process, which stops when
+    # the run closes its socket, not when the signal arrives.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     conn = Connection(int(argv[0]))
     # Below the run's own priority: while a repeat trains on every core, an epoch's logging waits
     # for a gap rather than stall the training loop's threads (bench/mlflow_overhead.py).

@@ -97,20 +97,10 @@ def make_tar(path: Path, members, *, gz: bool = True, format: int = tarfile.DEFA
 
 
 def free_rendezvous_port() -> int:
-    """A port P for --rdzv-endpoint with the nodes' store's port free too: a multi-node run's store
-    listens at an offset from the rendezvous's (engines/nodes.py), which a plain free port does not check."""
-    from repro500.workloads.engines.nodes import STORE_PORT_OFFSET
-
-    for _ in range(50):
-        with socket.socket() as first, socket.socket() as second:
-            first.bind(("127.0.0.1", 0))
-            port = first.getsockname()[1]
-            try:
-                second.bind(("127.0.0.1", port + STORE_PORT_OFFSET))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
+    """A free port P for --rdzv-endpoint (one port is all a multi-node run needs: engines/nodes.py)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 COSMO = {
