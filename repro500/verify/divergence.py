@@ -611,11 +611,12 @@ KERNEL_ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "BLIS_", "D
 def replay_environment(run: RunData, environ: dict[str, str]) -> dict[str, str | None]:
     """The variables to set (a value) or unset (None) so that a replay runs with the run's recorded
     kernel-relevant environment (:data:`KERNEL_ENV_PREFIXES`); empty without a manifest."""
-    env = ((((run.manifest or {}).get("facets") or {}).get("environment") or {}).get("env") or {})
+    env = _recorded(run, "facets", "environment", "env")
     values = env.get("values") if isinstance(env.get("values"), dict) else None
     if values is None:
         return {}
-    listed = set(env.get("names") or [])
+    names = env.get("names")
+    listed = {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
     out: dict[str, str | None] = {}
     for name, value in values.items():
         if str(name).startswith(KERNEL_ENV_PREFIXES) and isinstance(value, str) and environ.get(name) != value:
@@ -775,9 +776,17 @@ def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[
     return run, kind
 
 
+def _recorded(run: RunData, *keys: str) -> dict[str, Any]:
+    """The manifest's mapping at *keys* (facets, environment, ...); empty where it holds anything else."""
+    node: Any = run.manifest or {}
+    for key in keys:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
 def recorded_interpreter(run: RunData) -> tuple[str | None, str | None]:
     """(the interpreter the run ran under, its Python version), as its manifest records them."""
-    python = ((((run.manifest or {}).get("facets") or {}).get("environment") or {}).get("python") or {})
+    python = _recorded(run, "facets", "environment", "python")
     executable, version = python.get("executable"), python.get("version")
     return (executable if isinstance(executable, str) else None, version if isinstance(version, str) else None)
 
