@@ -269,6 +269,7 @@ ENV_VALUE_PREFIXES = (
     "MKL_", "OPENBLAS_", "BLIS_", "TORCH_", "PYTORCH_", "TORCHINDUCTOR_", "TORCHELASTIC_",
     "HOROVOD_", "SLURM_", "OMPI_", "PMI_", "PMIX_", "I_MPI_", "MV2_", "UCX_", "FI_",
     "GLOO_", "TRITON_", "HIP_", "ROCM_", "HSA_", "MIOPEN_", "XLA_", "ONEDNN_", "DNNL_",
+    "ATEN_",  # ATEN_CPU_CAPABILITY picks torch's CPU kernels
     "REPRO500_",
 )
 ENV_VALUE_NAMES = frozenset(

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from helpers.rundirs import edit_json, make_run
 
 from repro500.errors import InvalidInput
+from repro500.rundir import sums as bundle
 from repro500.verify import integrity
 from repro500.verify.rundir import load_run
 
@@ -50,3 +53,16 @@ def test_acceptance_falls_back_to_recipe_yaml(tmp_path):
     edit_json(root / "summary.json", lambda d: d.pop("acceptance"))
     run = load_run(root)
     assert [c.metric for c in run.acceptance] == ["accuracy"]
+
+
+def test_an_epoch_record_whose_metrics_are_not_an_object_is_no_traceback(tmp_path):
+    root = make_run(tmp_path)
+    path = root / "repeats" / "0" / "metrics.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    for record in lines:
+        if record.get("kind") == "epoch":
+            record["metrics"] = [0.9]  # a record from elsewhere may hold anything
+    path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    bundle.write_sums(root)
+    result, _ = integrity.check_run(root, deep=True)
+    assert isinstance(result.problems, list)

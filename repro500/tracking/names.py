@@ -21,6 +21,8 @@ from typing import Any
 STEP_PREFIX = "train/"
 EPOCH_METRIC = "epoch"
 VERDICT_TAG = "repro500.verdict"
+DIVERGENCE_TAG = VERDICT_TAG + ".divergence"  # where same-seed repeats (or a rerun and its reference) part
+DIVERGENCE_METRIC = "divergence_first_step"  # on the parent: the first step at which they part
 # On every repeat run logged under these names (runs logged before have `final_<name>` outcomes).
 NAMES_TAG, NAMES_VERSION = "repro500.mlflow_names", "1"
 # The keys of a repeat's run that only a history has (the steps', the epochs'), besides the

@@ -16,6 +16,7 @@ One module per job (docs/verify.md):
 * ``from_mlflow``     a run read back from an MLflow store alone (``mlflow:RUN_ID``)
 * ``timing``          time-to-train: olympic mean, "converged suspiciously fast"
 * ``determinism``     same seed, same parameters; where two repeats diverge
+* ``divergence``      where two runs part: the first step from the per-step records, its likely cause
 * ``sampling``        sampling bias: incomplete or biased epochs
 * ``variance``        where the variance of a factorial run (``--vary``) comes from
 * ``gains``           what a variant gains against its reference (throughput, Valid FLOPS)

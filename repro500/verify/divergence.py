@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.rundir import layout
+from repro500.tracking import names
 from repro500.verify.determinism import machine_dependent, read_params, seed_groups
 from repro500.verify.rundir import RunData
 
@@ -59,8 +60,7 @@ REL_TOL = 1e-3
 _IDENTITY = frozenset({"kind", "repeat", "epoch", "step", "rank"})
 _MACHINE = frozenset({"wall_s", "peak_memory_bytes", "backward_end"})
 _MAX_LINE = 4096  # a command's output line longer than this is cut before a regex reads it
-TAG = "repro500.verdict.divergence"  # the MLflow tag (repro500.tracking.names' verdict prefix)
-METRIC = "divergence_first_step"  # the MLflow metric: the first step where the runs part
+TAG, METRIC = names.DIVERGENCE_TAG, names.DIVERGENCE_METRIC  # the MLflow tag and metric (tracking/names owns them)
 
 # What each shape of divergence points at, as patterns over "facet.key" of the recorded
 # differences, most likely first.  A code change can do anything, so it comes last everywhere.

@@ -388,11 +388,12 @@ def _epoch_metric_values(path: Path) -> dict[str, set[float]]:
                 continue  # step records are the bulk of the file; skip them unparsed
             try:
                 record = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 continue
-            if record.get("kind") != "epoch":
+            # a record from elsewhere may hold anything: only an object with an object of metrics counts
+            if not isinstance(record, dict) or record.get("kind") != "epoch" or not isinstance(record.get("metrics"), dict):
                 continue
-            for name, value in (record.get("metrics") or {}).items():
+            for name, value in record["metrics"].items():
                 if isinstance(value, (int, float)):
                     out.setdefault(name, set()).add(value)
     return out

@@ -11,4 +11,5 @@
 * ``sampling``    which samples each epoch drew (Deep500's sampling-bias metric)
 * ``metrics``     measurements besides the loss: parameter digests, FLOPs, memory, Valid FLOPS
 * ``records``     the repeat's files, traffic, FLOP count and MLPerf log
+* ``replay``      ``repro500 locate``: a repeat replayed under an operator-hashing mode
 """
