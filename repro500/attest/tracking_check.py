@@ -22,6 +22,7 @@ from repro500 import untrusted
 from repro500.errors import InvalidInput
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
+from repro500.tracking import names
 
 _REL_TOL = 1e-12
 
@@ -115,10 +116,10 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
         return [f"repeats/{k}/summary.json is not JSON"]
     problems = []
     tags, logged = tracked.data.tags, tracked.data.metrics
-    status = tags.get("repro500.status")
+    status = tags.get(names.STATUS_TAG)
     if status is not None and status != summary.get("status"):
         problems.append(f"repeat {k}: status is {summary.get('status')!r} in the run directory, {status!r} in MLflow")
-    digest = tags.get("repro500.final_param_digest")
+    digest = tags.get(names.FINAL_PARAM_DIGEST_TAG)
     if digest and digest != (summary.get("final_param_digest") or ""):
         problems.append(f"repeat {k}: final parameter digest differs between the run directory and MLflow")
     metrics = {name: v for name, v in (summary.get("metrics") or {}).items()

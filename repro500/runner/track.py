@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.runner.plan import Plan
+from repro500.tracking import names
 from repro500.tracking import store as mlflow_store
 
 
@@ -19,16 +20,16 @@ def parent_tags(plan: Plan, run_id: str, source_name: str, run_dir: str = "") ->
     recipe = plan.recipe
     compressor = plan.compressor
     return {
-        "repro500.run_id": run_id,
-        "repro500.run_dir": run_dir,
-        "repro500.recipe": recipe.name,
-        "repro500.workload": plan.workload.kind,
-        "repro500.world_size": str(plan.world_size),
-        "repro500.engine": plan.engine,
-        "repro500.compressor": compressor if isinstance(compressor, str) else compressor.get("name", "?"),
-        "repro500.open_division": str(recipe.open_division).lower(),
-        "repro500.deterministic": str(plan.deterministic).lower(),
-        "repro500.repeats": str(recipe.repeats),
+        names.RUN_ID_TAG: run_id,
+        names.RUN_DIR_TAG: run_dir,
+        names.RECIPE_TAG: recipe.name,
+        names.WORKLOAD_TAG: plan.workload.kind,
+        names.WORLD_SIZE_TAG: str(plan.world_size),
+        names.ENGINE_TAG: plan.engine,
+        names.COMPRESSOR_TAG: compressor if isinstance(compressor, str) else compressor.get("name", "?"),
+        names.OPEN_DIVISION_TAG: str(recipe.open_division).lower(),
+        names.DETERMINISTIC_TAG: str(plan.deterministic).lower(),
+        names.REPEATS_TAG: str(recipe.repeats),
         "mlflow.source.name": source_name,
         "mlflow.source.type": "LOCAL",
     }
@@ -57,9 +58,9 @@ def manifest_tags(manifest: dict[str, Any]) -> dict[str, str]:
     # The experiment's own repository when it has one (a command's or plug-in's), else repro500's.
     code = (facets.get("experiment") or {}).get("repository") or facets.get("code", {}) or {}
     tags = {
-        "repro500.manifest_digest": manifest["digest"]["value"],
-        "repro500.dirty": str(bool(code.get("dirty"))).lower(),
-        "repro500.gpu_model": gpu_model(manifest),
+        names.MANIFEST_DIGEST_TAG: manifest["digest"]["value"],
+        names.DIRTY_TAG: str(bool(code.get("dirty"))).lower(),
+        names.GPU_MODEL_TAG: gpu_model(manifest),
     }
     if code.get("commit"):
         tags["mlflow.source.git.commit"] = code["commit"]
@@ -73,7 +74,7 @@ def manifest_tags(manifest: dict[str, Any]) -> dict[str, str]:
 
 # The parent's tags every repeat's run carries too: where the code came from (the UI's Source and
 # Version columns, a search by commit).
-INHERITED_PREFIXES = ("mlflow.source.", "repro500.manifest_digest", "repro500.dirty")
+INHERITED_PREFIXES = ("mlflow.source.", names.MANIFEST_DIGEST_TAG, names.DIRTY_TAG)
 
 
 def data_contexts(dataset: Any) -> dict[str, str]:
@@ -182,7 +183,7 @@ class Tracking:
             self.repeat_ids.update({int(k): v for k, v in (previous.get("repeat_run_ids") or {}).items()})
             self.parent_id = previous["parent_run_id"]
             if run_dir:  # where the run is now (a run moved, or made before the tag existed)
-                self.tracker.set_tags(self.parent_id, {"repro500.run_dir": run_dir})
+                self.tracker.set_tags(self.parent_id, {names.RUN_DIR_TAG: run_dir})
             return
         params = plan.recipe.flat_params()
         if plan.engine != "command":  # a command exchanges no gradients of repro500's
@@ -242,7 +243,7 @@ class Tracking:
             try:
                 if self.error is None:  # everything after a failure would fail alike
                     self.repeat_ids[k] = self.tracker.start_repeat(
-                        k, {**self._inherited, "repro500.seed": str(seed), "repro500.run_id": run_id}, params=params)
+                        k, {**self._inherited, names.SEED_TAG: str(seed), names.RUN_ID_TAG: run_id}, params=params)
                     self.tracker.log_datasets(self.repeat_ids[k], self._data, self._contexts)
             except BaseException as err:  # noqa: BLE001 - reported by check() on the main thread
                 self.error = err

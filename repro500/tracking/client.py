@@ -18,7 +18,22 @@ from typing import Any
 
 from repro500.rundir import archive as archives
 from repro500.tracking import store as mlflow_store
-from repro500.tracking.names import EPOCH_METRIC, NAMES_TAG, NAMES_VERSION, is_number, step_metric
+from repro500.tracking.names import (
+    EPOCH_METRIC,
+    ERROR_TAG,
+    FINAL_PARAM_DIGEST_TAG,
+    NAMES_TAG,
+    NAMES_VERSION,
+    PARENT_TAG,
+    REPEAT_RUN_TAG,
+    REPEAT_TAG,
+    RUN_ID_TAG,
+    SCRIPT_TAG,
+    SEALED_TAG,
+    STATUS_TAG,
+    is_number,
+    step_metric,
+)
 
 # MLflow caps: 6000 characters per param value, 8000 per tag, 100 params/tags and 1000 metrics per batch
 PARAM_MAX_CHARS = 6000
@@ -38,15 +53,11 @@ STEP_METRIC_KEYS = (
 
 # The tags repro500's run-context provider (repro500.tracking.context) puts on every run a wrapped
 # script starts inside a repeat, from the variables the repeat's environment carries.
-RUN_ID_TAG, REPEAT_TAG = "repro500.run_id", "repro500.repeat"
-SCRIPT_TAG = "repro500.script"  # "true": a run the script started, not one of repro500's own
-REPEAT_RUN_TAG = "repro500.repeat_run_id"  # the repeat's own MLflow run: the way back from any experiment
-PARENT_TAG = "mlflow.parentRunId"  # MLflow's UI nests a run under this one, within one experiment
 RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
 # a file that exists once the repeat's own run does, holding {"run_id", "experiment_id"} (runner/track.py)
 READY_ENV = "REPRO500_MLFLOW_READY"
 SEALED_PATH = "run"  # the parent's artifact folder holding the sealed run as one archive
-SEALED_TAG, SEALED_MAX_ENV, SEALED_MAX_MB = "repro500.sealed", "REPRO500_MLFLOW_SEALED_MAX_MB", 2048
+SEALED_MAX_ENV, SEALED_MAX_MB = "REPRO500_MLFLOW_SEALED_MAX_MB", 2048
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
@@ -119,7 +130,7 @@ class Tracker:
 
     # ----- repeats --------------------------------------------------------------------------
     def start_repeat(self, repeat: int, tags: dict[str, str], params: dict[str, str] | None = None) -> str:
-        run_tags = {"mlflow.parentRunId": self.parent_id or "", **tags, REPEAT_TAG: str(repeat),
+        run_tags = {PARENT_TAG: self.parent_id or "", **tags, REPEAT_TAG: str(repeat),
                     NAMES_TAG: NAMES_VERSION}
         # unique across the store and readable in the runs table: the parent's name is the run's id
         name = f"{tags.get(RUN_ID_TAG) or 'run'}-repeat-{repeat}"
@@ -171,8 +182,8 @@ class Tracker:
         step, evaluation, last_ms = self._last.pop(run_id, (0, {}, 0))
         now = max(int(time.time() * 1000), last_ms + 1)
         items = [Metric(k, v, now, step) for k, v in outcome.items() if evaluation.get(k) != v]
-        self._batch(run_id, items, {"repro500.status": summary.get("status", "unknown"),
-                                    "repro500.final_param_digest": summary.get("final_param_digest") or ""})
+        self._batch(run_id, items, {STATUS_TAG: summary.get("status", "unknown"),
+                                    FINAL_PARAM_DIGEST_TAG: summary.get("final_param_digest") or ""})
         self.log_artifacts(run_id, files)
         self.client.set_terminated(run_id, status=status)
 
@@ -246,7 +257,7 @@ class Tracker:
         self.client.set_terminated(run_id, status=status)
 
     def kill(self, run_id: str, reason: str) -> None:
-        self.set_tags(run_id, {"repro500.status": "killed", "repro500.error": reason})
+        self.set_tags(run_id, {STATUS_TAG: "killed", ERROR_TAG: reason})
         self.client.set_terminated(run_id, status="KILLED")
 
     # ----- plumbing -------------------------------------------------------------------------

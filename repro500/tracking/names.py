@@ -20,6 +20,33 @@ from typing import Any
 
 STEP_PREFIX = "train/"
 EPOCH_METRIC = "epoch"
+# repro500's own tags (docs/contracts.md, "MLflow"): one owner, as MLflow's mlflow_tags.py holds its own.
+# On the parent run (runner/track.py):
+RUN_ID_TAG = "repro500.run_id"
+RUN_DIR_TAG = "repro500.run_dir"  # absolute: how `--against history:EXPERIMENT` finds the run's files
+RECIPE_TAG = "repro500.recipe"
+WORKLOAD_TAG = "repro500.workload"
+WORLD_SIZE_TAG = "repro500.world_size"
+ENGINE_TAG = "repro500.engine"
+COMPRESSOR_TAG = "repro500.compressor"
+OPEN_DIVISION_TAG = "repro500.open_division"
+DETERMINISTIC_TAG = "repro500.deterministic"
+REPEATS_TAG = "repro500.repeats"
+MANIFEST_DIGEST_TAG = "repro500.manifest_digest"
+DIRTY_TAG = "repro500.dirty"
+GPU_MODEL_TAG = "repro500.gpu_model"
+DESIGN_TAG = "repro500.design"  # and repro500.design.<key>: a sequential or factorial design
+SEALED_TAG = "repro500.sealed"  # why the sealed run is not among the parent's artifacts, where it is not
+# On each repeat's run:
+REPEAT_TAG = "repro500.repeat"
+SEED_TAG = "repro500.seed"
+STATUS_TAG = "repro500.status"
+ERROR_TAG = "repro500.error"
+FINAL_PARAM_DIGEST_TAG = "repro500.final_param_digest"
+# On every run a wrapped script starts inside a repeat (the run-context provider, tracking/context.py):
+SCRIPT_TAG = "repro500.script"  # "true": a run the script started, not one of repro500's own
+REPEAT_RUN_TAG = "repro500.repeat_run_id"  # the repeat's own MLflow run: the way back from any experiment
+PARENT_TAG = "mlflow.parentRunId"  # MLflow's UI nests a run under this one, within one experiment
 VERDICT_TAG = "repro500.verdict"
 DIVERGENCE_TAG = VERDICT_TAG + ".divergence"  # where same-seed repeats (or a rerun and its reference) part
 DIVERGENCE_METRIC = "divergence_first_step"  # on the parent: the first step at which they part

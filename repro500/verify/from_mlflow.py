@@ -62,7 +62,7 @@ def _get(client: Any, run_id: str, uri: str) -> Any:
 
 def parent_run(client: Any, run_id: str, uri: str) -> Any:
     """The repro500 parent run of *run_id*: itself, or the run it nests under (a repeat's, a script's)."""
-    from repro500.tracking.client import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG
+    from repro500.tracking.names import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG
 
     run = _get(client, run_id, uri)
     for _ in range(3):  # a script's run -> its repeat's run -> the parent
@@ -82,7 +82,8 @@ def parent_run(client: Any, run_id: str, uri: str) -> Any:
 def download(reference: str, dest: Path) -> Path:
     """Download the sealed run behind *reference* into *dest*; returns the archive's path.
     (``--check-tracking`` then reads the same store: see ``commands/verify.py``.)"""
-    from repro500.tracking.client import RUN_ID_TAG, SEALED_PATH, SEALED_TAG
+    from repro500.tracking.client import SEALED_PATH
+    from repro500.tracking.names import RUN_ID_TAG, SEALED_TAG
 
     run_id = run_id_of(reference)
     uri = mlflow_store.tracking_uri()

@@ -33,6 +33,7 @@ from typing import Any
 from repro500.digest import canonical_digest
 from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError, UsageError
 from repro500.rundir import layout
+from repro500.tracking import names
 from repro500.verify import integrity
 from repro500.verify.reference import Reference, benchmark_difference, benchmark_of_run
 from repro500.verify.rundir import RunData
@@ -40,7 +41,6 @@ from repro500.verify.rundir import RunData
 PREFIX = "history:"
 MLFLOW_FILTER = "mlflow:"  # history:mlflow:FILTER searches every experiment of the store with MLflow's syntax
 WINDOW = 10  # the newest matching runs that make a reference: old enough history is another system
-RUN_DIR_TAG = "repro500.run_dir"
 # recipe keys that do not change what a run measures; ``overrides`` and ``open_division`` record
 # how the resolved values were set (``-n 5`` is recorded as an override of repeats), which the
 # resolved fixed and mutable parts already say
@@ -189,14 +189,14 @@ def _from_mlflow(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
     paths, skipped = [], []
     for found in found_runs:
         tags = found.data.tags
-        if "repro500.run_id" not in tags or "mlflow.parentRunId" in tags:
+        if names.RUN_ID_TAG not in tags or names.PARENT_TAG in tags:
             continue  # a repeat's nested run, or a run repro500 did not make
-        run_dir = tags.get(RUN_DIR_TAG)
+        run_dir = tags.get(names.RUN_DIR_TAG)
         if not run_dir:
-            skipped.append({"run": tags["repro500.run_id"], "why": "its MLflow run records no run directory "
+            skipped.append({"run": tags[names.RUN_ID_TAG], "why": "its MLflow run records no run directory "
                             "(made before repro500 recorded one); give the directory that holds it instead"})
         elif not Path(run_dir, "SHA256SUMS").is_file():
-            skipped.append({"run": tags["repro500.run_id"], "why": f"its run directory {run_dir} is not here"})
+            skipped.append({"run": tags[names.RUN_ID_TAG], "why": f"its run directory {run_dir} is not here"})
         else:
             paths.append(Path(run_dir))
     return sorted(set(paths)), skipped

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from repro500.tracking import names
 from repro500.verify import stats
 from repro500.verify.rundir import RunData
 
@@ -156,7 +157,7 @@ def design_tags(design: dict[str, Any] | None) -> dict[str, str]:
     """A sequential or factorial design as tags of the MLflow parent run."""
     if not isinstance(design, dict) or not design.get("kind"):
         return {}
-    tags = {"repro500.design": str(design["kind"])}
+    tags = {names.DESIGN_TAG: str(design["kind"])}
     if design["kind"] == "sequential":
         tags.update({"repro500.design.max_repeats": str(design.get("max_repeats")),
                      "repro500.design.max_repeats_from": str((design.get("max_repeats_from") or {}).get("from")),
