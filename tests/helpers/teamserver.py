@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]  # tests/helpers/ -> the repository
 TEAM_DOC = ROOT / "docs" / "team.md"
 SERVER_USER = "postgres"  # the account PostgreSQL runs as when the tests run as root (it refuses root)
 
