@@ -326,7 +326,7 @@ def test_a_zip_bomb_like_tar_is_refused_before_extraction(tmp_path, monkeypatch)
 
 
 def test_content_beyond_the_free_space_is_refused(tmp_path, monkeypatch):
-    monkeypatch.setattr(archive, "_free_bytes", lambda dest: 1000)
+    monkeypatch.setattr(archive.writable, "free_bytes", lambda dest: 1000)
     path = _tar(tmp_path / "big.tar.gz", [_dir("runA"), _file("runA/a", b"y" * 5000)])
     _refused(path, tmp_path, "free")
 

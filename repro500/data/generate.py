@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -36,6 +35,7 @@ from repro500.data.progress import progress_bar
 from repro500.data.rng import KIND_IDS, SPLIT_IDS
 from repro500.data.spec import Generator
 from repro500.errors import InvalidInput, ReproError, UsageError
+from repro500.rundir import writable
 from repro500.rundir.atomic import atomic_path
 
 DEFAULT_SAMPLES = {"ewa": 16, "cosmo": 32, "classification": 1024}
@@ -136,17 +136,6 @@ def most_file_bytes(gen: Generator, samples: int, shard: tuple[int, int] = (0, 1
 
 def _sample_bytes(spec: Any) -> int:
     return int(np.prod(spec.sample_shape, dtype=object)) * np.dtype(spec.dtype).itemsize
-
-
-def free_bytes(path: Path) -> int | None:
-    """Free space of the file system that will hold ``path`` (its nearest existing parent)."""
-    probe = path.parent
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return shutil.disk_usage(probe).free
-    except OSError:
-        return None
 
 
 def parse_shard(text: str) -> tuple[int, int]:
@@ -367,7 +356,7 @@ def _check_room(gen: Generator, out: Path, samples: int, shard: tuple[int, int],
                            "before generating")
     most = most_file_bytes(gen, samples, shard)
     needed = min(most, max_bytes) if max_bytes is not None else (most if compression == "none" else None)
-    free = free_bytes(out)
+    free = writable.free_bytes(out)
     if needed is not None and free is not None and needed > free:
         raise InvalidInput(f"{out} may need {needed:,} bytes but its file system has {free:,} free: "
                            "free some space or generate elsewhere")

@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 
 from repro500 import progress, untrusted
 from repro500.errors import InvalidInput, UsageError
-from repro500.rundir import atomic
+from repro500.rundir import atomic, writable
 from repro500.rundir import sums as bundle
 from repro500.untrusted import MAX_PATH_DEPTH, path_depth_ok
 
@@ -318,16 +318,6 @@ def _check_tree(archive: Path, members: list[tarfile.TarInfo]) -> str:
     return top
 
 
-def _free_bytes(dest: Path) -> int | None:
-    probe = dest
-    while not probe.exists() and probe != probe.parent:
-        probe = probe.parent
-    try:
-        return shutil.disk_usage(probe).free
-    except OSError:
-        return None
-
-
 def _make_dest(dest: Path) -> Path | None:
     """Create ``dest`` (and missing parents); returns the first directory created, or None."""
     first = None
@@ -361,7 +351,7 @@ def unpack(archive: str | Path, dest: str | Path) -> Path:
     if dest.exists() and not dest.is_dir():
         raise InvalidInput(f"{dest} is not a directory: give --dest a directory to unpack into")
     cap = max_unpack_bytes()
-    free = _free_bytes(dest)
+    free = writable.free_bytes(dest)
     with progress.step(f"unpacking {archive}", archive.stat().st_size) as meter:
         meter.phase("checking")
         members, _ = _read_members(archive, cap, dest, free, meter)

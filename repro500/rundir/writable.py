@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,6 +42,18 @@ def reason(err: OSError) -> str:
 
 
 @contextlib.contextmanager
+def free_bytes(path: str | Path) -> int | None:
+    """Free space of the file system that holds (or will hold) ``path``: its nearest existing
+    ancestor's; None when it cannot be read."""
+    probe = Path(path)
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        return shutil.disk_usage(probe).free
+    except OSError:
+        return None
+
+
 def writing(what: str, target: str | Path, hint: str) -> Iterator[None]:
     """Turn a file-system failure inside the block into InvalidInput: ``cannot write <what> <target>:
     <reason>; <hint>``."""
