@@ -41,7 +41,6 @@ def reason(err: OSError) -> str:
     return f"{text}: {name}" if name is not None else text
 
 
-@contextlib.contextmanager
 def free_bytes(path: str | Path) -> int | None:
     """Free space of the file system that holds (or will hold) ``path``: its nearest existing
     ancestor's; None when it cannot be read."""
@@ -54,6 +53,7 @@ def free_bytes(path: str | Path) -> int | None:
         return None
 
 
+@contextlib.contextmanager
 def writing(what: str, target: str | Path, hint: str) -> Iterator[None]:
     """Turn a file-system failure inside the block into InvalidInput: ``cannot write <what> <target>:
     <reason>; <hint>``."""
