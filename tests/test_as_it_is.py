@@ -208,9 +208,10 @@ def test_a_run_context_provider_mlflow_does_not_load_is_refused_before_anything_
     proj.mkdir()
     (proj / "train.py").write_text("import mlflow\nwith mlflow.start_run():\n    mlflow.log_metric('loss', 0.1)\n")
     shadow = proj if where == "beside the script" else tmp_path / "vendor"
-    (shadow / "repro500").mkdir(parents=True)  # a package of the user's own that shadows repro500 in the command
+    (shadow / "repro500" / "tracking").mkdir(parents=True)  # a package of the user's own that shadows repro500
     (shadow / "repro500" / "__init__.py").write_text("")
-    (shadow / "repro500" / "mlflow_context.py").write_text(module)
+    (shadow / "repro500" / "tracking" / "__init__.py").write_text("")
+    (shadow / "repro500" / "tracking" / "context.py").write_text(module)
     fixed = {"command": [PY, "train.py"], **({"env": {"PYTHONPATH": str(shadow)}} if shadow != proj else {})}
     (tmp_path / "exp.yaml").write_text(json.dumps({
         "schema": "repro500/recipe/v1", "name": "shadowed", "repeats": 2, "seed": 1, "fixed": fixed,
