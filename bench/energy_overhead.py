@@ -48,8 +48,7 @@ def steps_of(spec: train.TrainSpec, seeds: seeding.Seeds, meter: EnergyMeter | N
         metered = epochs.EpochMeter(Path(tmp), meter=meter) if meter is not None else None
         if metered is not None:
             progress = metered.wrap(progress)
-        callbacks = progress
-        train.train_repeat(spec, 0, seeds, Path(tmp), callbacks=callbacks)
+        train.train_repeat(spec, 0, seeds, Path(tmp), callbacks=progress)
         samples = sum(e["energy"]["samples"] for e in metered.epochs) if metered else 0
     return [b - a for a, b in zip(ends, ends[1:], strict=False)], samples
 
