@@ -401,7 +401,11 @@ def rank_causes(shape: str, differences: list[dict[str, Any]], top: int = 5) -> 
     """The recorded differences that fit the shape of the divergence, most likely first."""
     if shape not in SHAPES:
         return []
-    patterns = SHAPES[shape][1]
+    return _fitting(differences, SHAPES[shape][1], top)
+
+
+def _fitting(differences: list[dict[str, Any]], patterns: list[str], top: int) -> list[dict[str, Any]]:
+    """The differences whose key a pattern matches, by the first pattern matched, then by impact."""
     ranked = []
     for d in differences:
         for rank, pattern in enumerate(patterns):
@@ -729,14 +733,7 @@ def explain_operator(finding: dict[str, Any], plan: LocatePlan, top: int = 5) ->
         kind = "kernels"
         points = "the kernels: the same inputs give a different output in the two environments"
         patterns = _KERNELS + _CODE
-    ranked = []
-    for d in differences:
-        for rank, pattern in enumerate(patterns):
-            if fnmatch.fnmatchcase(d["key"], pattern):
-                ranked.append((rank, -int(d.get("impact") or 0), d))
-                break
-    ranked.sort(key=lambda item: (item[0], item[1], item[2]["key"]))
-    causes = [d for _, _, d in ranked[:top]]
+    causes = _fitting(differences, patterns, top)
     if kind == "non-deterministic":  # nothing that differs between the runs explains a run that differs from itself
         # deterministic algorithms do not seed a generator: for a random operator the setting is no cause either
         causes = [] if finding.get("random_op") else [d for d in causes if d["key"] == "setting.deterministic"]
