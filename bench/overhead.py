@@ -1,12 +1,16 @@
 """repro500's trainer vs a plain hand-written PyTorch loop: step-time ratio (target <= 1.01).
 
 Same model (ResNet-20), same synthetic data, same seed, same DataLoader; the two loops are
-interleaved round by round so that machine noise hits both alike. Both are timed from outside,
-the same way: the interval between consecutive step ends, so everything a loop does per step
-counts (waiting for data, and for the trainer its step record, the metrics.jsonl line, the
-peak-memory query and the callbacks). The trainer's clock is its ``on_step`` callback, which it
-calls once per step after writing the step's record; its own ``step_time_s`` leaves that
-bookkeeping out and would flatter it.
+interleaved step by step: the plain loop is a generator, and one of its steps runs inside the
+trainer's ``on_step`` callback, between two of the trainer's steps. On a shared 2-core VM a
+round's steps drift by 20% and more from one second to the next (rounds of whole loops gave
+per-round ratios from 0.81 to 1.24 on the same code); pairing each trainer step with the plain
+step just before it lets that drift hit both alike. Both are timed from outside: a plain step
+from ``next()`` to its return, a trainer step from the end of the plain step before it to its
+own ``on_step``, so everything the trainer does per step counts (waiting for data, its step
+record, the metrics.jsonl line, the peak-memory query, the callbacks before ``on_step`` and
+what it does after the callback returns). The trainer's own ``step_time_s`` leaves that
+bookkeeping out and would flatter it; the bench prints it separately.
 
     python bench/overhead.py [--rounds 5] [--steps 24] [--plugin]
 
@@ -18,11 +22,12 @@ the same ResNet-20, so the ratio says what the door costs (issue target: the sam
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -56,8 +61,12 @@ def spec_for(steps: int, batch: int, model: str = "resnet20", paths: list[str] |
     )
 
 
-def plain_loop(spec: train.TrainSpec, seeds: seeding.Seeds) -> list[float]:
-    """What a user would write by hand: no measurement beyond the step timer."""
+def plain_steps(spec: train.TrainSpec, seeds: seeding.Seeds) -> Iterator[float]:
+    """What a user would write by hand, one step per ``next()``: no measurement at all.
+
+    It yields after each step so that the bench can run one of its steps between two of the
+    trainer's; the data repeat epoch after epoch so that it never runs out first.
+    """
     seeding.apply(seeds)
     params = {k: v for k, v in spec.dataset["params"].items() if k != "seed"}
     dataset = open_dataset("synthetic-classification", "train", seed=1, params=params)
@@ -67,29 +76,47 @@ def plain_loop(spec: train.TrainSpec, seeds: seeding.Seeds) -> list[float]:
     model = build_model("resnet20", num_classes=10, in_channels=3)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     criterion = torch.nn.CrossEntropyLoss()
-    times = []
-    mark = time.perf_counter()
-    for inputs, labels in loader:
-        loss = criterion(model(inputs), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        float(loss.detach())
+    for epoch in itertools.count():
+        sampler.set_epoch(epoch)
+        for inputs, labels in loader:
+            loss = criterion(model(inputs), labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            yield float(loss.detach())
+
+
+def paired_round(spec: train.TrainSpec, seeds: seeding.Seeds) -> tuple[list[float], list[float], list[float]]:
+    """One trainer repeat with a plain step run between each two of its steps.
+
+    Returns the plain steps' times, the trainer's intervals from the end of the plain step before
+    to its own step end (data, compute, its step record, the metrics.jsonl line and every callback
+    before ``on_step``; what it does after ``on_step`` falls in its next interval), and the
+    trainer's bookkeeping per step (its interval less what its own record says data, forward,
+    backward and the optimizer took).
+    """
+    plain = plain_steps(spec, seeds)
+    next(plain)  # the first step pays for allocations both loops make once
+    plain_times: list[float] = []
+    ours: list[float] = []
+    bookkeeping: list[float] = []
+    resume = [0.0]
+
+    def on_step(record: dict) -> None:
         now = time.perf_counter()
-        times.append(now - mark)
-        mark = now
-    return times[1:]  # the first step pays for allocations both loops make once
+        if record["step"] > 1:  # the trainer's first step pays for its allocations
+            ours.append(now - resume[0])
+            work = sum(record[k] for k in ("time_data_s", "time_forward_s", "time_backward_s", "time_optimizer_s"))
+            bookkeeping.append(ours[-1] - work)
+        t0 = time.perf_counter()
+        next(plain)
+        resume[0] = time.perf_counter()
+        plain_times.append(resume[0] - t0)
 
-
-def trainer_loop(spec: train.TrainSpec, seeds: seeding.Seeds) -> list[float]:
-    ends: list[float] = []
-    callbacks = Progress(on_step=lambda _record: ends.append(time.perf_counter()))
     with tempfile.TemporaryDirectory() as tmp:
-        train.train_repeat(spec, 0, seeds, Path(tmp), callbacks=callbacks)
-        records = [json.loads(line) for line in (Path(tmp) / "metrics.jsonl").read_text().splitlines()]
-    assert len(ends) == sum(r["kind"] == "step" for r in records)
-    # intervals between step ends: steps 2..n, as the plain loop returns
-    return [b - a for a, b in zip(ends, ends[1:], strict=False)]
+        train.train_repeat(spec, 0, seeds, Path(tmp), callbacks=Progress(on_step=on_step))
+    plain.close()
+    return plain_times[:-1], ours, bookkeeping
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -106,17 +133,26 @@ def main(argv: list[str] | None = None) -> int:
         model, paths = "benchnets:build", [str(where)]
     spec = spec_for(args.steps, args.batch, model, paths)
     seeds = seeding.derive(7, 0, 0)
-    trainer_loop(spec_for(2, args.batch), seeds)  # warm-up: imports, allocator, thread pools
-    plain, ours = [], []
-    for r in range(args.rounds):
-        order = (plain_loop, trainer_loop) if r % 2 == 0 else (trainer_loop, plain_loop)
-        for fn in order:
-            (plain if fn is plain_loop else ours).extend(fn(spec, seeds))
+    paired_round(spec_for(2, args.batch), seeds)  # warm-up: imports, allocator, thread pools
+    plain: list[float] = []
+    ours: list[float] = []
+    kept: list[float] = []
+    per_round: list[float] = []
+    for _ in range(args.rounds):
+        p, o, b = paired_round(spec, seeds)
+        plain.extend(p)
+        ours.extend(o)
+        kept.extend(b)
+        per_round.append(statistics.median(o) / statistics.median(p))
     p, o = statistics.median(plain), statistics.median(ours)
     ratio = o / p
     verdict = "OK" if ratio <= TARGET else "MISSED"
     print(f"plain loop  median step {p * 1000:.2f} ms over {len(plain)} steps")
     print(f"repro500    median step {o * 1000:.2f} ms over {len(ours)} steps (model {model})")
+    print(f"repro500's bookkeeping per step (its step time less data, forward, backward, optimizer): "
+          f"median {statistics.median(kept) * 1000:.3f} ms, {statistics.median(kept) / p:.2%} of a plain step")
+    print(f"per-round ratios: {', '.join(f'{r:.3f}' for r in per_round)} "
+          f"(min {min(per_round):.3f}, max {max(per_round):.3f})")
     print(f"step-time ratio repro500/plain = {ratio:.4f} (target <= {TARGET}) {verdict}")
     return 0
 
