@@ -193,6 +193,30 @@ def test_outside_a_repo_is_recorded_not_an_error(tmp_path):
     assert artifacts == {}
 
 
+def test_code_facet_in_a_subdirectory_a_detached_head_and_a_repository_without_commits(tmp_path):
+    from repro500.capture.code import describe_repo
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    git(empty, "init", "-q", "-b", "trunk")
+    (empty / "a.py").write_text("x = 1\n")
+    facet, diff = describe_repo(empty)
+    assert facet["in_repo"] and facet["commit"] is None and facet["commit_time"] is None
+    assert facet["branch"] == "trunk" and not facet["detached"] and facet["remotes"] == []
+    assert [u["path"] for u in facet["untracked"]] == ["a.py"] and diff == b""
+
+    git(empty, "add", ".")
+    git(empty, "commit", "-q", "-m", "one")
+    (empty / "sub").mkdir()
+    head = git(empty, "rev-parse", "HEAD").strip()
+    git(empty, "checkout", "-q", "--detach", head)
+    facet, _ = describe_repo(empty / "sub")  # asked from below the root, as a run in a subdirectory is
+    when = git(empty, "show", "-s", "--format=%cI", "HEAD").strip()
+    assert facet["root"] == str(empty) and facet["commit"] == head and facet["commit_time"] == when
+    assert facet["detached"] and facet["branch"] is None and not facet["dirty"]
+    assert facet["untracked"] == []  # an empty directory is nothing git would track
+
+
 def test_a_failing_facet_is_recorded_and_the_capture_goes_on(monkeypatch, tmp_path):
     def broken(ctx):
         raise RuntimeError("sensor offline; see https://u:LeakyPw99@internal.example/x")

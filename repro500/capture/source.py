@@ -46,23 +46,19 @@ _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".m
 
 def _git_files(root: Path) -> list[str] | None:
     """Tracked and untracked non-ignored files under ``root`` (relative), or None outside git."""
-    import git
+    from repro500.capture.code import GitError, git, work_tree
 
     try:
-        repo = git.Repo(root, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return None
-    if repo.bare or repo.working_tree_dir is None:
-        return None
-    try:
-        out = repo.git.ls_files("--cached", "--others", "--exclude-standard", "-z", "--", ".",
-                                with_extended_output=False)
-    except git.GitCommandError:
+        top = work_tree(root)
+        if top is None:
+            return None
+        out = git(top, "ls-files", "--cached", "--others", "--exclude-standard", "-z", "--", ".")
+    except GitError:
         return None
     # ls-files runs in the repository root: paths are relative to it, filtered to root below
-    top = Path(repo.working_tree_dir).resolve()
+    top = top.resolve()
     names = []
-    for rel in filter(None, out.split("\0")):
+    for rel in filter(None, (out or b"").decode("utf-8", errors="surrogateescape").split("\0")):
         path = (top / rel).resolve()
         if path.is_relative_to(root.resolve()):
             names.append(path.relative_to(root.resolve()).as_posix())

@@ -24,13 +24,16 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
     """The experiment's own provenance, apart from repro500's (MLflow issue 2115 asks for the
     imported files): its repository (the command's working directory, else the recipe's), the
     modules outside site-packages its plug-ins loaded, each with a digest."""
-    from repro500.capture.code import describe_repo
+    from repro500.capture.code import GitError, describe_repo
     from repro500.capture.source import package_digest
 
     work = plan.workload
     describe = work.describe()
     where = Path(plan.recipe.fixed.get("workdir") or ".") if plan.recipe.is_command else Path(plan.recipe.source).parent
-    repository, _ = describe_repo(where if where.is_dir() else Path.cwd())
+    try:
+        repository, _ = describe_repo(where if where.is_dir() else Path.cwd())
+    except GitError as err:  # a repository git refuses to read (another owner's): said, not fatal
+        repository = {"in_repo": False, "reason": str(err)}
     imported = []
     for _, path in work.imported:
         try:
