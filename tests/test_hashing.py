@@ -168,6 +168,8 @@ def test_module_cli_prints_entries(tmp_path):
     [0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 4095, 4096, 4097, 70_000, 300_000, 2_500_000],
     [1_048_576] * 9 + [1_048_577, 1_048_575, 3],  # chunk-boundary sizes
     [5] * 40,  # many tiny files: lanes refill every round
+    [700_000] * 20 + [7],  # more files than lanes, several chunks each: files move between lanes
+    [100] * 70 + [1_100_000] * 3,  # more files than are opened at once
 ])
 def test_multibuffer_kernel_matches_hashlib(tmp_path, sizes):
     from repro500.capture import md5mb

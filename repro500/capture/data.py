@@ -22,20 +22,21 @@ import contextlib
 import hashlib
 import json
 import os
-import sqlite3
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from repro500.capture import md5mb
 from repro500.capture.cache import cache_dir
 from repro500.capture.registry import CaptureContext, facet
 from repro500.errors import InvalidInput
+
+if TYPE_CHECKING:
+    import sqlite3
 
 HASH_NAME = "md5"
 IGNORED_DIRS = frozenset({".git", ".hg", ".dvc"})  # DVC's default ignore list
@@ -132,6 +133,8 @@ class HashCache:
     """
 
     def __init__(self, path: Path | None = None) -> None:
+        import sqlite3  # imported when a cache is opened: --no-cache never pays for it
+
         self.path = path or cache_dir("hashes") / "md5.sqlite"
         try:
             self._conn = self._open()
@@ -141,6 +144,8 @@ class HashCache:
             self._conn = self._open()
 
     def _open(self) -> sqlite3.Connection:
+        import sqlite3
+
         conn = sqlite3.connect(self.path, timeout=30)
         conn.execute(
             "CREATE TABLE IF NOT EXISTS md5 (path TEXT PRIMARY KEY, inode INTEGER, "
@@ -175,6 +180,8 @@ class HashCache:
 
 
 def _open_cache() -> HashCache | None:
+    import sqlite3
+
     try:
         return HashCache()
     except (sqlite3.Error, OSError):
@@ -241,6 +248,12 @@ def _parallel(func: Callable[..., Any], items: list[Any], workers: int) -> list[
     Without the stop event, leaving a ``ThreadPoolExecutor`` block after Ctrl-C would wait
     for every queued file of a multi-terabyte dataset to be hashed.
     """
+    from concurrent.futures import (  # not paid by one-file digests
+        FIRST_EXCEPTION,
+        ThreadPoolExecutor,
+        wait,
+    )
+
     stop = threading.Event()
     pool = ThreadPoolExecutor(max_workers=workers)
     try:

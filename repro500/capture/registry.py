@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 from repro500.errors import ReproError
-from repro500.redact import redact_text
 
 
 @dataclass
@@ -93,5 +92,8 @@ def gather(
         except ReproError:
             raise
         except Exception as err:  # a facet that cannot be gathered says why, never aborts
+            # its patterns compile on import: paid only when a facet fails
+            from repro500.redact import redact_text
+
             errors[name] = redact_text(f"{type(err).__name__}: {err}".strip())
     return results, errors
