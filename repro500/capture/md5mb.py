@@ -233,6 +233,46 @@ def _fill(view: memoryview, fh, want: int) -> int:
     return got
 
 
+def _load(lanes: list[_Stream], state: ctypes.Array, view: memoryview, stride: int, counts: ctypes.Array,
+          chunk_bytes: int) -> int:
+    """Each lane's file state and next chunk (a file's padding after its last bytes) into lane
+    ``i``'s part of the buffer; the data bytes read."""
+    read_bytes = 0
+    for i in range(LANES):
+        counts[i] = 0
+    for i, stream in enumerate(lanes):
+        for r in range(4):
+            state[r * LANES + i] = stream.state[r]
+        lane_view = view[i * stride: i * stride + stride]
+        try:
+            got = _fill(lane_view, stream.fh, chunk_bytes)
+        except OSError as err:  # name the file: EIO from readinto carries none
+            raise OSError(err.errno, err.strerror, stream.path) from None
+        stream.length += got
+        stream.left -= got
+        read_bytes += got
+        if got < chunk_bytes:  # end of file: append the padding in place
+            pad = _pad(stream.length)
+            lane_view[got: got + len(pad)] = pad
+            got += len(pad)
+            stream.done = True
+        counts[i] = got // _BLOCK
+    return read_bytes
+
+
+def _step(lib: ctypes.CDLL, live: int, state: ctypes.Array, ptrs: ctypes.Array, counts: ctypes.Array) -> None:
+    """One round over the loaded lanes: the vector kernel, or with few files left the scalar one
+    (a vector step costs a few scalar ones)."""
+    if live >= 4:
+        lib.md5x16(state, ptrs, counts)
+        return
+    for i in range(live):
+        one = (ctypes.c_uint32 * 4)(*[state[r * LANES + i] for r in range(4)])
+        lib.md5x1(one, ptrs[i], counts[i])
+        for r in range(4):
+            state[r * LANES + i] = one[r]
+
+
 def _hash_files(lib: ctypes.CDLL, paths: Sequence[str], chunk_bytes: int = CHUNK_BYTES,
                 on_bytes: Callable[[int], None] | None = None,
                 stop: threading.Event | None = None) -> dict[str, str]:
@@ -262,34 +302,8 @@ def _hash_files(lib: ctypes.CDLL, paths: Sequence[str], chunk_bytes: int = CHUNK
             if not streams:
                 break
             lanes = heapq.nlargest(LANES, streams, key=lambda s: s.left) if len(streams) > LANES else streams
-            read_bytes = 0
-            for i in range(LANES):
-                counts[i] = 0
-            for i, stream in enumerate(lanes):
-                for r in range(4):
-                    state[r * LANES + i] = stream.state[r]
-                lane_view = view[i * stride: i * stride + stride]
-                try:
-                    got = _fill(lane_view, stream.fh, chunk_bytes)
-                except OSError as err:  # name the file: EIO from readinto carries none
-                    raise OSError(err.errno, err.strerror, stream.path) from None
-                stream.length += got
-                stream.left -= got
-                read_bytes += got
-                if got < chunk_bytes:  # end of file: append the padding in place
-                    pad = _pad(stream.length)
-                    lane_view[got: got + len(pad)] = pad
-                    got += len(pad)
-                    stream.done = True
-                counts[i] = got // _BLOCK
-            if len(lanes) >= 4:
-                lib.md5x16(state, ptrs, counts)
-            else:  # a vector step costs a few scalar ones: with few files left, go scalar
-                for i in range(len(lanes)):
-                    one = (ctypes.c_uint32 * 4)(*[state[r * LANES + i] for r in range(4)])
-                    lib.md5x1(one, ptrs[i], counts[i])
-                    for r in range(4):
-                        state[r * LANES + i] = one[r]
+            read_bytes = _load(lanes, state, view, stride, counts, chunk_bytes)
+            _step(lib, len(lanes), state, ptrs, counts)
             for i, stream in enumerate(lanes):
                 stream.state = [state[r * LANES + i] for r in range(4)]
                 if stream.done:
