@@ -17,16 +17,27 @@ never holds a run up.  Each distribution is pinned exactly and says where it cam
 What cannot be pinned (a local directory outside the run, a ``file://`` archive, a URL whose
 credentials were redacted, a local version no known index serves) is listed with the reason.
 Artifact hashes are not recorded: only the index knows them, and a run must not wait for it.
+
+``wheel_tags`` maps each distribution installed from a wheel to that wheel's ``Tag:`` lines (read
+from its ``WHEEL`` file under the recorded interpreter's prefix), and the
+platform carries ``sys_platform`` and the platform tag ``packaging.tags`` sees here (libc
+included: ``manylinux_2_36_x86_64``): the rebuild refuses up front, naming both platforms, a lock
+whose wheels cannot install on its machine.  Both are additions to v1: a lock without them
+rebuilds as before, unjudged.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
+
+from packaging import tags as wheel_tags
+from packaging.utils import canonicalize_version
 
 from repro500.capture.env import normalize
 from repro500.redact import REDACTED, redact_url
@@ -63,6 +74,56 @@ def _inside(path: Path, root: Path) -> str | None:
     except (ValueError, OSError):
         return None
     return rel.as_posix() or "."
+
+
+def _site_dirs(python: Mapping[str, Any]) -> Iterator[Path]:
+    """Where the recorded interpreter's distributions are: this interpreter's ``sys.path`` when it
+    is the one recorded (a built-in recipe), else its prefix's site-packages (a wrapped command's
+    venv or conda env; the facet keeps its prefix, not its ``sys.path``)."""
+    prefix = python.get("prefix")
+    if not prefix or os.path.realpath(prefix) == os.path.realpath(sys.prefix):
+        yield from (Path(p) for p in sys.path if p)
+        return
+    minor = ".".join(str(python.get("version") or "").split(".")[:2])
+    root = Path(prefix)
+    yield from sorted(root.glob(f"lib*/python{minor}*/site-packages")) if minor else ()
+    yield root / "Lib" / "site-packages"  # Windows
+
+
+def _wheel_tags(python: Mapping[str, Any]) -> dict[tuple[str, str], list[str]]:
+    """(normalized name, version) -> the ``Tag:`` lines of the wheel each distribution was installed
+    from, read from its ``.dist-info/WHEEL`` (an egg-info install has none: it is not judged)."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for folder in _site_dirs(python):
+        try:
+            infos = [d for d in folder.iterdir() if d.name.endswith(".dist-info")]
+        except OSError:
+            continue
+        for info in infos:
+            # a dist-info directory is "{name}-{version}.dist-info"; neither part holds a "-"
+            name, _, version = info.name[: -len(".dist-info")].rpartition("-")
+            key = (normalize(name), canonicalize_version(version))
+            if not name or key in found:
+                continue
+            try:
+                with (info / "WHEEL").open(encoding="utf-8", errors="replace") as handle:
+                    text = handle.read(64 * 1024)  # a few lines; a larger file is not a WHEEL file
+            except OSError:
+                continue
+            tags = [v.strip() for k, _, v in (line.partition(":") for line in text.splitlines())
+                    if k.strip().lower() == "tag" and v.strip()]
+            if tags:
+                found[key] = tags
+    return found
+
+
+def run_platform() -> dict[str, Any]:
+    """This machine as an installer picking wheels sees it: ``sys.platform`` and its most specific
+    platform tag (``manylinux_2_36_x86_64`` says glibc 2.36; ``linux_x86_64``, which packaging
+    lists first, says nothing a wheel on an index is built for)."""
+    found = list(dict.fromkeys(wheel_tags.platform_tags()))
+    specific = [t for t in found if not t.startswith("linux_")]
+    return {"sys_platform": sys.platform, "tag": (specific or found or [None])[0]}
 
 
 def pin(dist: Mapping[str, Any], source_root: str | None) -> dict[str, Any]:
@@ -124,6 +185,11 @@ def build(manifest: Mapping[str, Any], *, source_root: str | None = None,
                 "program": env.get("program"), "platform": platform, "distributions": [], "unpinnable": []}
     main, extra = _index_urls(os.environ if environ is None else environ)
     pins = [pin(d, source_root) for d in env.get("distributions") or []]
+    # the lock is written on the machine that ran, right after it ran: its files and platform are these
+    tagged = _wheel_tags(python)
+    wheels = {p["name"]: tags for p in pins
+              if (tags := tagged.get((normalize(p["name"]), canonicalize_version(p["version"]))))}
+    platform.update(run_platform())
     indexes = sorted({p["index"] for p in pins if p.get("index")})
     return {
         **doc, "applies": True,
@@ -135,6 +201,7 @@ def build(manifest: Mapping[str, Any], *, source_root: str | None = None,
         "unpinnable": [{"name": p["name"], "version": p["version"], "why": p["why"]}
                        for p in pins if p.get("why") and p["kind"] != "tool"],
         "hashes": HASHES_NOTE,
+        "wheel_tags": wheels,
     }
 
 

@@ -11,7 +11,13 @@ The build, in order:
 
 1. the recorded Python ``major.minor`` found here (``pythonX.Y`` on PATH, this interpreter, or
    uv's managed Pythons), else exit 4 naming both versions: never a silent rebuild on another;
-2. a plan line: the installer, the Python, how many distributions, from which indexes;
+   then every pin whose recorded wheel tags (capture/lock.py) this Python cannot install here,
+   named in one sentence with both platforms (exit 4): a lock from macOS arm64 on Linux x86_64
+   fails before anything is created, not after minutes of resolving;
+2. a plan line: the installer, the Python, how many distributions, from which indexes, and how
+   much the installer will download: each ``name==version`` asked of its index's PEP 691 JSON
+   page (PEP 700 sizes), the file picked as the installer would pick it here; an index that is
+   unreachable or answers no JSON makes the size unknown, never fails the rebuild;
 3. ``OUT/env`` created, then every pin resolved against its index without installing
    (``--dry-run``): a distribution no index serves is named in one sentence (exit 4), with
    ``--env current`` and ``--find-links DIR`` as the two ways on;
@@ -22,26 +28,48 @@ The build, in order:
    before it is found unfinished next time and redone from scratch; a finished one for the same
    lock is reused as it is.
 
-uv (https://docs.astral.sh/uv/) installs when it is on PATH (its cache makes a second rebuild a
-matter of links); pip otherwise, run from this interpreter against the new venv (``--python``).
+uv (https://docs.astral.sh/uv/) installs when it is here — on PATH, beside this interpreter (a
+venv's ``bin/`` that is not on PATH), or the ``uv`` package's binary — its cache making a second
+rebuild a matter of links; pip otherwise, run from this interpreter against the new venv
+(``--python``).  ``REPRO500_INSTALLER=uv|pip`` forces one (pip: uv is not used at all).
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
+import platform
 import re
 import shutil
+import ssl
 import subprocess
 import sys
-from dataclasses import dataclass
+import threading
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag, sys_tags
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
 
 from repro500 import untrusted
+from repro500.capture.lock import PYPI, run_platform
 from repro500.errors import InvalidInput, UsageError
+from repro500.progress import human_bytes
 from repro500.publish.datafiles import safe_relpath
 from repro500.redact import redact_url
 from repro500.rundir import layout
@@ -54,6 +82,10 @@ _VERSION = re.compile(r"^[A-Za-z0-9.+!_-]{1,100}$")
 _PY_VERSION = re.compile(r"^(\d{1,2})\.(\d{1,3})\.(\d{1,3})[A-Za-z0-9]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _URL = re.compile(r"^https://[A-Za-z0-9.-]+(?::\d+)?/[A-Za-z0-9._~/%+=,-]*$")
+_TAG = re.compile(r"^[A-Za-z0-9_.]{1,64}-[A-Za-z0-9_.]{1,64}-[A-Za-z0-9_.]{1,300}$")
+_MAX_TAGS = 256  # a wheel's Tag lines: a handful, a few dozen for a wide manylinux/macOS build
+INSTALLER_ENV = "REPRO500_INSTALLER"
+INSTALLERS = ("uv", "pip")
 _MISSING = re.compile(r"(?:No matching distribution found for|Because|because)\s+([A-Za-z0-9._-]+)\s*(?:==|was not found)")
 
 
@@ -69,6 +101,10 @@ class Pins:
     editable: set[str]
     unpinnable: list[str]  # "name version: why" — left out, named in the plan line
     digest: str
+    # (name, version, the index the lock names for it or None): what the plan line sizes
+    released: list[tuple[str, str, str | None]] = field(default_factory=list)
+    wheel_tags: dict[str, list[str]] = field(default_factory=dict)  # name -> recorded wheel tags, judged here
+    platform: str = "a platform it does not name"  # the publisher's, as the lock records it
 
 
 def _checked_url(value: Any, what: str) -> str:
@@ -77,6 +113,28 @@ def _checked_url(value: Any, what: str) -> str:
         raise InvalidInput(f"the publication's environment lock names {what} {untrusted.shown(text)[:120]!r}, which "
                            "is not a plain https URL: refusing the lock (reproduce with --env current)")
     return text
+
+
+def _checked_tags(recorded: Any, name: str) -> list[str]:
+    tags = (recorded.get(name) if isinstance(recorded, dict) else None) or []
+    if not isinstance(tags, list) or len(tags) > _MAX_TAGS \
+            or not all(isinstance(t, str) and _TAG.match(t) for t in tags):
+        raise InvalidInput(f"the environment lock's wheel tags for {name} are not wheel tags: refusing the lock "
+                           "(reproduce with --env current)")
+    return tags
+
+
+def _built_here(tags: list[str]) -> bool:
+    # PyPI accepts no plain linux_* wheel: one was built on the publisher's machine from an sdist,
+    # which the installer can build again here, so its tag says nothing about what fits
+    return any(t.rsplit("-", 1)[-1].startswith("linux_") for t in tags)
+
+
+def _recorded_platform(doc: dict[str, Any]) -> str:
+    recorded = doc.get("platform") if isinstance(doc.get("platform"), dict) else {}
+    words = " ".join(untrusted.shown(recorded.get(k))[:40] for k in ("system", "machine") if recorded.get(k))
+    tag = str(recorded.get("tag") or "")
+    return f"{words or 'a platform it does not name'}{f' ({tag})' if re.fullmatch(r'[A-Za-z0-9_.]{1,100}', tag) else ''}"
 
 
 def read(reference: Path, source: Path | None) -> Pins:
@@ -101,6 +159,8 @@ def read(reference: Path, source: Path | None) -> Pins:
     main = _checked_url(main, "the index") if main and "[REDACTED]" not in str(main) else None
     extra = [_checked_url(u, "an index") for u in index.get("extra") or [] if "[REDACTED]" not in str(u)]
     requirements, own, editable, unpinnable = [], [], set(), []
+    released: list[tuple[str, str, str | None]] = []
+    judged: dict[str, list[str]] = {}
     for entry in doc.get("distributions") or []:
         if not isinstance(entry, dict):
             raise InvalidInput("the environment lock's distributions must be objects")
@@ -111,12 +171,17 @@ def read(reference: Path, source: Path | None) -> Pins:
         kind = entry.get("kind")
         if kind == "tool":
             continue
+        tags = _checked_tags(doc.get("wheel_tags"), name)
+        if kind in ("index", "archive") and entry.get("requirement") and tags and not _built_here(tags):
+            judged[name] = tags  # a vcs or local install is built from source here: its tags do not bind
         if kind == "index" and entry.get("requirement"):
+            url = None
             if entry.get("index"):
                 url = _checked_url(entry["index"], "an index")
                 if url not in extra:
                     extra.append(url)
             requirements.append(f"{name}=={version}")
+            released.append((name, version, url))
         elif kind == "vcs" and entry.get("requirement"):
             commit = str(entry.get("commit") or "")
             if not _COMMIT.match(commit):
@@ -135,7 +200,8 @@ def read(reference: Path, source: Path | None) -> Pins:
                 editable.add(name)
         else:
             unpinnable.append(f"{name} {version}: {untrusted.shown(entry.get('why') or 'not pinned')[:200]}")
-    return Pins(python, requirements, main, extra, own, editable, unpinnable, hashlib.sha256(raw).hexdigest())
+    return Pins(python, requirements, main, extra, own, editable, unpinnable, hashlib.sha256(raw).hexdigest(),
+                released, judged, _recorded_platform(doc))
 
 
 # ----- the interpreter and the installer ---------------------------------------------------------
@@ -156,7 +222,7 @@ def find_python(wanted: str) -> str:
     """An interpreter of the recorded ``major.minor`` here; InvalidInput naming both versions."""
     minor = _minor(wanted)
     candidates = [sys.executable, shutil.which(f"python{minor}") or ""]
-    uv = shutil.which("uv")
+    uv = _uv() if installer() == "uv" else None
     if uv:
         found = subprocess.run([uv, "python", "find", minor], capture_output=True, text=True, timeout=60, check=False)
         candidates.append(found.stdout.strip() if found.returncode == 0 else "")
@@ -169,14 +235,42 @@ def find_python(wanted: str) -> str:
                        f"{minor}, or reproduce with --env current")
 
 
+def _uv() -> str | None:
+    """uv's executable: on PATH, else beside this interpreter (repro500 run as ``.venv/bin/repro500``
+    with that venv not on PATH), else the ``uv`` package's own binary."""
+    found = shutil.which("uv") or shutil.which("uv", path=str(Path(sys.executable).parent))
+    if found:
+        return found
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        return None
+    try:
+        return find_uv_bin()
+    except FileNotFoundError:
+        return None
+
+
 def installer() -> str:
-    return "uv" if shutil.which("uv") else "pip"
+    """``uv`` or ``pip``: ``REPRO500_INSTALLER`` when set, else uv when it is here."""
+    forced = os.environ.get(INSTALLER_ENV, "").strip()
+    if forced and forced not in INSTALLERS:
+        raise UsageError(f"{INSTALLER_ENV}={untrusted.shown(forced)[:40]!r}: choose uv or pip, or leave it unset "
+                         "to use uv when it is here and pip otherwise")
+    if forced == "pip":
+        return "pip"
+    if _uv():
+        return "uv"
+    if forced == "uv":
+        raise InvalidInput(f"{INSTALLER_ENV}=uv but no uv is here (not on PATH, not beside {sys.executable}, "
+                           "no uv package): install uv, or unset it to rebuild with pip")
+    return "pip"
 
 
 def _install_cmd(env_python: Path, pins: Pins, find_links: list[Path]) -> list[str]:
     """The installer's command line, up to its requirements (no shell, no lock text in it)."""
     if installer() == "uv":
-        cmd = [shutil.which("uv") or "uv", "pip", "install", "--python", str(env_python), "--no-deps"]
+        cmd = [_uv() or "uv", "pip", "install", "--python", str(env_python), "--no-deps"]
         # uv asks each index in turn; the PyTorch index comes first for torch's local builds
         cmd += ["--index-strategy", "unsafe-best-match"] if pins.extra_indexes else []
     else:
@@ -189,6 +283,246 @@ def _install_cmd(env_python: Path, pins: Pins, find_links: list[Path]) -> list[s
     for folder in find_links:
         cmd += ["--find-links", str(folder)]
     return cmd
+
+
+# ----- what fits here, and what it costs to download ---------------------------------------------
+_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"  # PEP 691
+_QUERY_TIMEOUT_S = 10
+_QUERY_THREADS = 16
+_MAX_PAGE_BYTES = 64 * 2**20  # torch's page on PyPI, every release's files with hashes, is a few MB
+
+
+def target_tags(minor: str) -> list[Tag]:
+    """The wheel tags the rebuilt venv's Python accepts here, best first (the order an installer
+    ranks wheels by): this interpreter's when it is that Python, else CPython's for *minor* on
+    this machine's platforms."""
+    if minor == f"{sys.version_info.major}.{sys.version_info.minor}":
+        return list(sys_tags())
+    version = tuple(int(part) for part in minor.split("."))
+    return [*cpython_tags(version), *compatible_tags(version, interpreter=f"cp{''.join(map(str, version))}")]
+
+
+def check_fit(pins: Pins, tags: list[Tag]) -> None:
+    """InvalidInput naming every pin whose recorded wheels all have tags *tags* lacks."""
+    accepted = set(tags)
+    # each named with its wheel's platform: the lock's own platform is where the run was, and a
+    # wheel copied or cross-installed there can be another's
+    misfits = [f"{name} ({recorded[0].rsplit('-', 1)[-1][:60]})" for name, recorded in pins.wheel_tags.items()
+               if not any(t in accepted for text in recorded for t in parse_tag(text))]
+    if not misfits:
+        return
+    named = ", ".join(misfits[:5]) + (f" and {len(misfits) - 5} more" if len(misfits) > 5 else "")
+    tag = run_platform()["tag"]
+    raise InvalidInput(f"the publication's lock, recorded on {pins.platform}, holds wheels that this "
+                       f"{platform.system()} {platform.machine()}{f' ({tag})' if tag else ''} machine cannot install "
+                       f"with Python {_minor(pins.python)}: {named}; reproduce with --env current "
+                       f"(nothing was installed)")
+
+
+@dataclass
+class Download:
+    """What the installer will fetch for the pinned releases (the plan line)."""
+
+    bytes_from_indexes: int = 0
+    sized: int = 0  # pins whose file and size the index named
+    local: int = 0  # pins a --find-links folder holds
+    unknown: int = 0  # pins no index sized: unreachable, no JSON, no size, not served, or not a release
+
+    def text(self) -> str:
+        parts = []
+        if self.sized:
+            parts.append(f", {human_bytes(self.bytes_from_indexes)} from the indexes "
+                         "(less what the installer's cache already holds)")
+        if self.local:
+            parts.append(f", {self.local} from --find-links")
+        if self.unknown:
+            parts.append(f"; download size unknown for {self.unknown} distributions")
+        return "".join(parts)
+
+
+class _HttpsOnly(urllib.request.HTTPRedirectHandler):
+    # an index's page is asked of the checked https URL only: a redirect elsewhere is no answer
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        return super().redirect_request(req, fp, code, msg, headers, newurl) if newurl.startswith("https://") else None
+
+
+class _NotServed(Exception):
+    """The index has no page for the project (404)."""
+
+
+class _Pages:
+    """PEP 691 JSON pages, each thread keeping one connection per index host alive: a few hundred
+    pins cost a handful of DNS lookups and TLS handshakes, not one each (urllib opens a connection
+    per request).  Behind a proxy (``https_proxy``), urllib, which honours it."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._opened: list[http.client.HTTPSConnection] = []  # every thread's, closed at the end
+        self._context = ssl.create_default_context()
+        self._opener = urllib.request.build_opener(_HttpsOnly) if urllib.request.getproxies().get("https") else None
+
+    def files(self, index: str, name: str) -> list[dict[str, Any]]:
+        """The files of *name* on *index*; _NotServed on a 404, OSError or ValueError when the
+        index gives no usable answer (unreachable, an HTTP error, an HTML-only index, no JSON)."""
+        url = f"{index.rstrip('/')}/{canonicalize_name(name)}/"
+        status, content_type, body = self._urllib(url) if self._opener else self._kept_alive(url)
+        if status == 404:
+            raise _NotServed
+        if status != 200:
+            raise OSError(f"HTTP {status} from {url}")
+        if not content_type.startswith(_SIMPLE_JSON):
+            raise ValueError("not a PEP 691 JSON page")  # an HTML-only index (a static bucket)
+        page = json.loads(body)
+        files = page.get("files") if isinstance(page, dict) else None
+        if not isinstance(files, list):
+            raise ValueError("no files list")
+        return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
+
+    def _urllib(self, url: str) -> tuple[int, str, bytes]:
+        request = urllib.request.Request(url, headers={"Accept": _SIMPLE_JSON, "User-Agent": "repro500"})
+        try:
+            with self._opener.open(request, timeout=_QUERY_TIMEOUT_S) as answer:  # type: ignore[union-attr]
+                return answer.status, str(answer.headers.get("Content-Type", "")), _capped(answer)
+        except urllib.error.HTTPError as err:
+            return err.code, "", b""
+
+    def _kept_alive(self, url: str) -> tuple[int, str, bytes]:
+        for _ in range(5):  # redirects followed, https only
+            parts = urlsplit(url)
+            if parts.scheme != "https" or not parts.hostname:
+                raise ValueError("redirected away from https")
+            key = (parts.hostname, parts.port or 443)
+            pool = self._local.__dict__.setdefault("connections", {})
+            for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile: once more, anew
+                connection = pool.get(key) or http.client.HTTPSConnection(
+                    parts.hostname, parts.port, timeout=_QUERY_TIMEOUT_S, context=self._context)
+                if pool.get(key) is not connection:
+                    pool[key] = connection
+                    self._opened.append(connection)
+                try:
+                    connection.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""),
+                                       headers={"Accept": _SIMPLE_JSON, "User-Agent": "repro500"})
+                    answer = connection.getresponse()
+                    body = _capped(answer)
+                    break
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    connection.close()
+                    pool.pop(key, None)
+                    if attempt:
+                        raise
+                except (OSError, http.client.HTTPException, ValueError):
+                    connection.close()
+                    pool.pop(key, None)
+                    raise
+            if answer.status in (301, 302, 303, 307, 308) and answer.getheader("Location"):
+                url = urljoin(url, answer.getheader("Location"))
+                continue
+            return answer.status, str(answer.getheader("Content-Type") or ""), body
+        raise ValueError("too many redirects")
+
+    def close(self) -> None:
+        for connection in self._opened:
+            connection.close()
+
+
+def _capped(answer: Any) -> bytes:
+    body = answer.read(_MAX_PAGE_BYTES + 1)
+    if len(body) > _MAX_PAGE_BYTES:
+        raise ValueError("index page too large")
+    return body
+
+
+def _chosen(files: list[dict[str, Any]], name: str, version: Version, rank: dict[Tag, int]) -> dict[str, Any] | None:
+    """The file of *name* *version* the installer takes here: the compatible wheel whose best tag
+    ranks first, else the sdist; None when the index has neither."""
+    project = canonicalize_name(name)
+    best: tuple[int, dict[str, Any]] | None = None
+    sdist = None
+    for entry in files:
+        filename = entry["filename"]
+        try:
+            if filename.endswith(".whl"):
+                found, found_version, _, tags = parse_wheel_filename(filename)
+                score = min((rank[t] for t in tags if t in rank), default=None)
+                if found == project and found_version == version and score is not None \
+                        and (best is None or score < best[0]):
+                    best = (score, entry)
+            elif sdist is None:
+                found, found_version = parse_sdist_filename(filename)
+                if found == project and found_version == version:
+                    sdist = entry
+        except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+            continue  # an egg, a .exe installer, a name that is not a distribution's: not what it takes
+    return best[1] if best else sdist
+
+
+def _local_releases(find_links: list[Path], rank: dict[Tag, int]) -> set[tuple[str, Version]]:
+    """(name, version) of every installable file in the --find-links folders."""
+    found = set()
+    for folder in find_links:
+        for path in folder.iterdir():
+            try:
+                if path.name.endswith(".whl"):
+                    name, version, _, tags = parse_wheel_filename(path.name)
+                    if not any(t in rank for t in tags):
+                        continue
+                else:
+                    name, version = parse_sdist_filename(path.name)
+            except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+                continue
+            found.add((name, version))
+    return found
+
+
+def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Download:
+    """How much the installer will fetch for the pins (see the module docstring, step 2)."""
+    rank = {t: i for i, t in enumerate(tags)}
+    local = _local_releases(find_links, rank)
+    own_indexes = {url for _, _, url in pins.released if url}
+    shared = [pins.index or PYPI, *(u for u in pins.extra_indexes if u not in own_indexes)]
+    pages = _Pages()
+    silent: set[str] = set()  # indexes that did not answer: asked no more, so that a dead one costs one timeout
+
+    def size(pin: tuple[str, str, str | None]) -> int | str:
+        name, text, own = pin
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            return "unknown"
+        if (canonicalize_name(name), version) in local:
+            return "local"
+        for index in [own] if own else shared:
+            if index in silent:
+                return "unknown"
+            try:
+                files = pages.files(index, name)
+            except _NotServed:
+                continue
+            except (OSError, ValueError, http.client.HTTPException):  # unreachable, timed out, HTTP error, no JSON
+                silent.add(index)
+                return "unknown"
+            picked = _chosen(files, name, version, rank)
+            if picked is None:
+                continue  # another index may serve it; none: the dry run names it
+            value = picked.get("size")
+            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "unknown"
+        return "unknown"
+
+    try:
+        with ThreadPoolExecutor(max_workers=_QUERY_THREADS) as pool:
+            sizes = list(pool.map(size, pins.released))
+    finally:
+        pages.close()
+    download = Download(unknown=len(pins.requirements) - len(pins.released))  # vcs and archive pins: not sized
+    for value in sizes:
+        if value == "local":
+            download.local += 1
+        elif value == "unknown":
+            download.unknown += 1
+        else:
+            download.sized += 1
+            download.bytes_from_indexes += int(value)
+    return download
 
 
 def _tool_requirement() -> tuple[list[str], str]:
@@ -228,12 +562,15 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
                       highlight=False, soft_wrap=True)
         return env_python
     python = find_python(pins.python)
+    tags = target_tags(_minor(pins.python))
+    check_fit(pins, tags)
     tool_args, tool_label = _tool_requirement() if with_tool else ([], "")
     indexes = ", ".join(redact_url(u) for u in [pins.index or "the installer's default index", *pins.extra_indexes])
     left = f"; not installable, left out: {'; '.join(pins.unpinnable)}" if pins.unpinnable else ""
     own = f" + the experiment's own {', '.join(n for n, _ in pins.own)} from source/" if pins.own else ""
+    sized = download_size(pins, tags, find_links).text() if pins.requirements else ""
     console.print(f"environment: rebuilding in {env} with {installer()}: Python {_minor(pins.python)} "
-                  f"({python}), {len(pins.requirements)} pinned distributions from {indexes}{own}"
+                  f"({python}), {len(pins.requirements)} pinned distributions from {indexes}{sized}{own}"
                   f"{' + ' + tool_label if with_tool else ''}{left}", highlight=False, soft_wrap=True)
     if env.exists():  # an unfinished or another lock's rebuild is never taken for this one
         shutil.rmtree(env)
@@ -275,6 +612,8 @@ def check_mode(mode: str, find_links: list[str]) -> list[Path]:
         raise UsageError(f"--env {mode}: choose one of {', '.join(MODES)}")
     if find_links and mode != "venv":
         raise UsageError("--find-links serves a rebuilt environment: it goes with --env venv")
+    if mode == "venv":
+        installer()  # a bad or unmet REPRO500_INSTALLER stops the reproduction before anything is done
     folders = [Path(f) for f in find_links]
     for folder in folders:
         if not folder.is_dir():
