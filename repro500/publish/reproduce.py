@@ -418,7 +418,9 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     is_command = bool(code and code[0] == "command")
     # A command's experiment runs in the venv (its python first on PATH), driven by this repro500,
     # so the venv holds exactly the lock; a built-in recipe runs inside repro500: it goes in too.
-    env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console)
+    # absolute, not resolved (that would follow the venv's python link out of it): the rerun runs
+    # in another directory, and OUT (default reproductions/RUN_ID) may be relative
+    env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console).absolute()
     used = {"mode": "venv", "python": str(env_python), "installer": rebuild.installer(),
             "lock_sha256": pins.digest, "not_rebuilt": pins.unpinnable}
     return rebuild.activated(env_python, env), None if is_command else str(env_python), used

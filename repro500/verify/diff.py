@@ -253,7 +253,7 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
                                     "present" if facet in sb else _MISSING, impact, reason))
             continue
         diffs.extend(_facet_differences(facet, sa[facet], sb[facet]))
-    diffs = _by_content(a, b, diffs)
+    diffs = _own_packages(a, b, _by_content(a, b, diffs))
     diffs.sort(key=lambda d: (-d.impact, d.facet, d.key))
     return diffs
 
@@ -278,6 +278,34 @@ def _by_content(a: Mapping[str, Any], b: Mapping[str, Any], diffs: list[Differen
     why = "the code that ran is the same by content (source digests match); only the git state around it differs"
     return [Difference(d.facet, d.key, d.a, d.b, min(d.impact, 5), why)
             if d.facet == "code" or (d.facet == "artifacts" and d.key.startswith("code.diff")) else d
+            for d in diffs]
+
+
+def _source_place(manifest: Mapping[str, Any], url: Any) -> tuple[str, ...] | None:
+    """Where a ``file://`` URL lies inside the run's experiment directory, or None."""
+    from pathlib import PurePosixPath
+    from urllib.parse import unquote, urlparse
+
+    workdir = (((manifest.get("facets") or {}).get("experiment") or {}).get("workload") or {}).get("workdir")
+    if not isinstance(url, str) or not url.startswith("file://") or not isinstance(workdir, str):
+        return None
+    path, root = PurePosixPath(unquote(urlparse(url).path)), PurePosixPath(workdir)
+    return path.relative_to(root).parts if path.is_relative_to(root) else None
+
+
+def _own_packages(a: Mapping[str, Any], b: Mapping[str, Any], diffs: list[Difference]) -> list[Difference]:
+    """The experiment's own package, installed from its own directory: a reproduction installs it
+    from its copy of the source (OUT/source), so its path differs by design.  When both runs'
+    source trees are the same by content and the package sits at the same place in each, the
+    path is no different code."""
+    source = [((m.get("facets") or {}).get("experiment") or {}).get("source") or {} for m in (a, b)]
+    if (not source[0].get("tree_sha256") or source[0].get("tree_sha256") != source[1].get("tree_sha256")
+            or not (source[0].get("complete") and source[1].get("complete"))):
+        return diffs
+    why = "the experiment's own package, from the same place in the same source tree (digests match)"
+    return [Difference(d.facet, d.key, d.a, d.b, min(d.impact, 5), why)
+            if d.facet == "environment" and d.key.startswith("distributions.") and d.key.endswith(".source.url")
+            and _source_place(a, d.a) is not None and _source_place(a, d.a) == _source_place(b, d.b) else d
             for d in diffs]
 
 
