@@ -205,3 +205,33 @@ def test_a_database_that_refuses_fails_in_one_line_and_writes_nothing(team, tmp_
     assert team.password not in done.stdout + done.stderr and wrong not in done.stdout + done.stderr
     assert not (tmp_path / "runs").exists()  # refused before a run directory was made
     assert elapsed < 60  # one connection, not MLflow's ten retries with back-off (~100 s)
+
+
+@pytest.mark.slow
+def test_a_teammates_run_is_reproduced_by_its_id_on_the_server(team, tmp_path):
+    """The run id seen in the team's MLflow UI is all another machine needs: the sealed run comes
+    from the server's artifact store, and the rerun there verifies against it."""
+    from mlflow.tracking import MlflowClient
+
+    machine = tmp_path / "machine"
+    machine.mkdir()
+    (machine / "s.py").write_text("import numpy as np\nprint('acc', float(np.float64(0.5) + np.float64(0.4)))\n")
+    env = _env(MLFLOW_TRACKING_URI=team.uri)
+    ran = subprocess.run([sys.executable, "-m", "repro500.cli", "run", "--command", "--metric", "acc=regex:acc ([0-9.]+)",
+                          "--accept", "acc>=0.5±0.05", "-n", "3", "--tracking", "--experiment", "repro500/byid",
+                          "--run-id", "orig", "--", sys.executable, "s.py"],
+                         cwd=machine, env=env, capture_output=True, text=True, timeout=300)
+    assert ran.returncode == 0, (ran.stdout[-2000:], ran.stderr[-2000:], team.server_log())
+    client = MlflowClient(team.uri)
+    runs = client.search_runs([client.get_experiment_by_name("repro500/byid").experiment_id])
+    parent = next(r for r in runs if "repro500.repeat" not in r.data.tags)
+    assert parent.data.tags["repro500.run_id"] == "orig"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    done = subprocess.run([sys.executable, "-m", "repro500.cli", "reproduce", f"mlflow:{parent.info.run_id}",
+                           "--run-code", "--out", str(tmp_path / "rep")],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-2000:])
+    assert "fetching the sealed run of" in done.stdout
+    verdict = json.loads((tmp_path / "rep" / "verdict.json").read_text())
+    assert verdict["status"] == "REPRODUCED"
