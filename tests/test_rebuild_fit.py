@@ -197,8 +197,8 @@ def test_the_plan_line_says_how_much_pypi_will_send(tmp_path):
     console = Console(record=True, width=400)
     rebuild.build(pins, tmp_path / "out", with_tool=False, find_links=[], console=console)
     plan = console.export_text()
-    assert "1 pinned distributions from https://pypi.org/simple, 11.1 kB from the indexes " \
-           "(less what the installer's cache already holds)" in plan, plan
+    assert "1 pinned distributions from https://pypi.org/simple, up to 11.1 kB from the indexes " \
+           "(what the installer's cache holds is not downloaded again)" in plan, plan
     assert rebuild.download_size(pins, list(sys_tags()), []).bytes_from_indexes == SIX_WHEEL_BYTES
     assert (tmp_path / "out" / "env" / ".repro500-built").is_file()
 

@@ -331,8 +331,9 @@ class Download:
     def text(self) -> str:
         parts = []
         if self.sized:
-            parts.append(f", {human_bytes(self.bytes_from_indexes)} from the indexes "
-                         "(less what the installer's cache already holds)")
+            # the installer's cache is its own: what it already holds is not known here, only bounded
+            parts.append(f", up to {human_bytes(self.bytes_from_indexes)} from the indexes "
+                         "(what the installer's cache holds is not downloaded again)")
         if self.local:
             parts.append(f", {self.local} from --find-links")
         if self.unknown:
