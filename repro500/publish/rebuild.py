@@ -37,24 +37,18 @@ rebuild a matter of links; pip otherwise, run from this interpreter against the 
 from __future__ import annotations
 
 import hashlib
-import http.client
 import json
 import os
 import platform
 import re
 import shutil
-import ssl
 import subprocess
 import sys
-import threading
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-from urllib.parse import urljoin, urlsplit
 
 from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag, sys_tags
 from packaging.utils import (
@@ -70,6 +64,7 @@ from repro500 import untrusted
 from repro500.capture.lock import PYPI, run_platform
 from repro500.errors import InvalidInput, UsageError
 from repro500.progress import human_bytes
+from repro500.publish import index
 from repro500.publish.datafiles import safe_relpath
 from repro500.redact import redact_url
 from repro500.rundir import layout
@@ -286,10 +281,6 @@ def _install_cmd(env_python: Path, pins: Pins, find_links: list[Path]) -> list[s
 
 
 # ----- what fits here, and what it costs to download ---------------------------------------------
-_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"  # PEP 691
-_QUERY_TIMEOUT_S = 10
-_QUERY_THREADS = 16
-_MAX_PAGE_BYTES = 64 * 2**20  # torch's page on PyPI, every release's files with hashes, is a few MB
 
 
 def target_tags(minor: str) -> list[Tag]:
@@ -341,98 +332,6 @@ class Download:
         return "".join(parts)
 
 
-class _HttpsOnly(urllib.request.HTTPRedirectHandler):
-    # an index's page is asked of the checked https URL only: a redirect elsewhere is no answer
-    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
-        return super().redirect_request(req, fp, code, msg, headers, newurl) if newurl.startswith("https://") else None
-
-
-class _NotServed(Exception):
-    """The index has no page for the project (404)."""
-
-
-class _Pages:
-    """PEP 691 JSON pages, each thread keeping one connection per index host alive: a few hundred
-    pins cost a handful of DNS lookups and TLS handshakes, not one each (urllib opens a connection
-    per request).  Behind a proxy (``https_proxy``), urllib, which honours it."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self._opened: list[http.client.HTTPSConnection] = []  # every thread's, closed at the end
-        self._context = ssl.create_default_context()
-        self._opener = urllib.request.build_opener(_HttpsOnly) if urllib.request.getproxies().get("https") else None
-
-    def files(self, index: str, name: str) -> list[dict[str, Any]]:
-        """The files of *name* on *index*; _NotServed on a 404, OSError or ValueError when the
-        index gives no usable answer (unreachable, an HTTP error, an HTML-only index, no JSON)."""
-        url = f"{index.rstrip('/')}/{canonicalize_name(name)}/"
-        status, content_type, body = self._urllib(url) if self._opener else self._kept_alive(url)
-        if status == 404:
-            raise _NotServed
-        if status != 200:
-            raise OSError(f"HTTP {status} from {url}")
-        if not content_type.startswith(_SIMPLE_JSON):
-            raise ValueError("not a PEP 691 JSON page")  # an HTML-only index (a static bucket)
-        page = json.loads(body)
-        files = page.get("files") if isinstance(page, dict) else None
-        if not isinstance(files, list):
-            raise ValueError("no files list")
-        return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
-
-    def _urllib(self, url: str) -> tuple[int, str, bytes]:
-        request = urllib.request.Request(url, headers={"Accept": _SIMPLE_JSON, "User-Agent": "repro500"})
-        try:
-            with self._opener.open(request, timeout=_QUERY_TIMEOUT_S) as answer:  # type: ignore[union-attr]
-                return answer.status, str(answer.headers.get("Content-Type", "")), _capped(answer)
-        except urllib.error.HTTPError as err:
-            return err.code, "", b""
-
-    def _kept_alive(self, url: str) -> tuple[int, str, bytes]:
-        for _ in range(5):  # redirects followed, https only
-            parts = urlsplit(url)
-            if parts.scheme != "https" or not parts.hostname:
-                raise ValueError("redirected away from https")
-            key = (parts.hostname, parts.port or 443)
-            pool = self._local.__dict__.setdefault("connections", {})
-            for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile: once more, anew
-                connection = pool.get(key) or http.client.HTTPSConnection(
-                    parts.hostname, parts.port, timeout=_QUERY_TIMEOUT_S, context=self._context)
-                if pool.get(key) is not connection:
-                    pool[key] = connection
-                    self._opened.append(connection)
-                try:
-                    connection.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""),
-                                       headers={"Accept": _SIMPLE_JSON, "User-Agent": "repro500"})
-                    answer = connection.getresponse()
-                    body = _capped(answer)
-                    break
-                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
-                    connection.close()
-                    pool.pop(key, None)
-                    if attempt:
-                        raise
-                except (OSError, http.client.HTTPException, ValueError):
-                    connection.close()
-                    pool.pop(key, None)
-                    raise
-            if answer.status in (301, 302, 303, 307, 308) and answer.getheader("Location"):
-                url = urljoin(url, answer.getheader("Location"))
-                continue
-            return answer.status, str(answer.getheader("Content-Type") or ""), body
-        raise ValueError("too many redirects")
-
-    def close(self) -> None:
-        for connection in self._opened:
-            connection.close()
-
-
-def _capped(answer: Any) -> bytes:
-    body = answer.read(_MAX_PAGE_BYTES + 1)
-    if len(body) > _MAX_PAGE_BYTES:
-        raise ValueError("index page too large")
-    return body
-
-
 def _chosen(files: list[dict[str, Any]], name: str, version: Version, rank: dict[Tag, int]) -> dict[str, Any] | None:
     """The file of *name* *version* the installer takes here: the compatible wheel whose best tag
     ranks first, else the sdist; None when the index has neither."""
@@ -481,8 +380,7 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
     local = _local_releases(find_links, rank)
     own_indexes = {url for _, _, url in pins.released if url}
     shared = [pins.index or PYPI, *(u for u in pins.extra_indexes if u not in own_indexes)]
-    pages = _Pages()
-    silent: set[str] = set()  # indexes that did not answer: asked no more, so that a dead one costs one timeout
+    pages = index.Pages()
 
     def size(pin: tuple[str, str, str | None]) -> int | str:
         name, text, own = pin
@@ -492,25 +390,12 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
             return "unknown"
         if (canonicalize_name(name), version) in local:
             return "local"
-        for index in [own] if own else shared:
-            if index in silent:
-                return "unknown"
-            try:
-                files = pages.files(index, name)
-            except _NotServed:
-                continue
-            except (OSError, ValueError, http.client.HTTPException):  # unreachable, timed out, HTTP error, no JSON
-                silent.add(index)
-                return "unknown"
-            picked = _chosen(files, name, version, rank)
-            if picked is None:
-                continue  # another index may serve it; none: the dry run names it
-            value = picked.get("size")
-            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "unknown"
-        return "unknown"
+        picked = pages.first([own] if own else shared, name, lambda files: _chosen(files, name, version, rank))
+        value = (picked or {}).get("size")
+        return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "unknown"
 
     try:
-        with ThreadPoolExecutor(max_workers=_QUERY_THREADS) as pool:
+        with ThreadPoolExecutor(max_workers=index.QUERY_THREADS) as pool:
             sizes = list(pool.map(size, pins.released))
     finally:
         pages.close()

@@ -1,0 +1,140 @@
+"""What a package index says about a release: its files, with their sizes and hashes, from the
+index's PEP 691 JSON pages (``Accept: application/vnd.pypi.simple.v1+json``; sizes per PEP 700).
+
+Asked by ``reproduce --env venv`` (how much a rebuild downloads) and by ``publish`` (the hashes of
+every file the index serves for each pinned release, beside the packed run).  Only checked https
+URLs are asked, never with credentials; a page is capped; a redirect away from https is no answer.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any, TypeVar
+from urllib.parse import urljoin, urlsplit
+
+from packaging.utils import canonicalize_name
+
+_SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"  # PEP 691
+QUERY_TIMEOUT_S = 10
+QUERY_THREADS = 16
+_MAX_PAGE_BYTES = 64 * 2**20  # torch's page on PyPI, every release's files with hashes, is a few MB
+# what an index that gives no usable answer raises (unreachable, timed out, an HTTP error, no JSON)
+NO_ANSWER = (OSError, ValueError, http.client.HTTPException)
+T = TypeVar("T")
+
+
+class _HttpsOnly(urllib.request.HTTPRedirectHandler):
+    # an index's page is asked of the checked https URL only: a redirect elsewhere is no answer
+    def redirect_request(self, req: Any, fp: Any, code: int, msg: str, headers: Any, newurl: str) -> Any:
+        return super().redirect_request(req, fp, code, msg, headers, newurl) if newurl.startswith("https://") else None
+
+
+class NotServed(Exception):
+    """The index has no page for the project (404)."""
+
+
+class Pages:
+    """PEP 691 JSON pages, each thread keeping one connection per index host alive: a few hundred
+    pins cost a handful of DNS lookups and TLS handshakes, not one each (urllib opens a connection
+    per request).  Behind a proxy (``https_proxy``), urllib, which honours it."""
+
+    def __init__(self) -> None:
+        self._silent: set[str] = set()  # indexes that gave no answer: asked no more (one timeout, not one per pin)
+        self._local = threading.local()
+        self._opened: list[http.client.HTTPSConnection] = []  # every thread's, closed at the end
+        self._context = ssl.create_default_context()
+        self._opener = urllib.request.build_opener(_HttpsOnly) if urllib.request.getproxies().get("https") else None
+
+    def first(self, indexes: list[str], name: str, take: Callable[[list[dict[str, Any]]], T | None]) -> T | None:
+        """``take(files)`` for the first of *indexes* that serves *name* and for whose files it is not
+        None; None when none does, or when an index on the way gave no answer."""
+        for url in indexes:
+            if url in self._silent:
+                return None
+            try:
+                files = self.files(url, name)
+            except NotServed:
+                continue
+            except NO_ANSWER:
+                self._silent.add(url)
+                return None
+            value = take(files)
+            if value is not None:
+                return value
+        return None
+
+    def files(self, index: str, name: str) -> list[dict[str, Any]]:
+        """The files of *name* on *index*; _NotServed on a 404, OSError or ValueError when the
+        index gives no usable answer (unreachable, an HTTP error, an HTML-only index, no JSON)."""
+        url = f"{index.rstrip('/')}/{canonicalize_name(name)}/"
+        status, content_type, body = self._urllib(url) if self._opener else self._kept_alive(url)
+        if status == 404:
+            raise NotServed
+        if status != 200:
+            raise OSError(f"HTTP {status} from {url}")
+        if not content_type.startswith(_SIMPLE_JSON):
+            raise ValueError("not a PEP 691 JSON page")  # an HTML-only index (a static bucket)
+        page = json.loads(body)
+        files = page.get("files") if isinstance(page, dict) else None
+        if not isinstance(files, list):
+            raise ValueError("no files list")
+        return [f for f in files if isinstance(f, dict) and isinstance(f.get("filename"), str)]
+
+    def _urllib(self, url: str) -> tuple[int, str, bytes]:
+        request = urllib.request.Request(url, headers={"Accept": _SIMPLE_JSON, "User-Agent": "repro500"})
+        try:
+            with self._opener.open(request, timeout=QUERY_TIMEOUT_S) as answer:  # type: ignore[union-attr]
+                return answer.status, str(answer.headers.get("Content-Type", "")), _capped(answer)
+        except urllib.error.HTTPError as err:
+            return err.code, "", b""
+
+    def _kept_alive(self, url: str) -> tuple[int, str, bytes]:
+        for _ in range(5):  # redirects followed, https only
+            parts = urlsplit(url)
+            if parts.scheme != "https" or not parts.hostname:
+                raise ValueError("redirected away from https")
+            key = (parts.hostname, parts.port or 443)
+            pool = self._local.__dict__.setdefault("connections", {})
+            for attempt in (0, 1):  # a kept-alive connection the server closed meanwhile: once more, anew
+                connection = pool.get(key) or http.client.HTTPSConnection(
+                    parts.hostname, parts.port, timeout=QUERY_TIMEOUT_S, context=self._context)
+                if pool.get(key) is not connection:
+                    pool[key] = connection
+                    self._opened.append(connection)
+                try:
+                    connection.request("GET", parts.path + (f"?{parts.query}" if parts.query else ""),
+                                       headers={"Accept": _SIMPLE_JSON, "User-Agent": "repro500"})
+                    answer = connection.getresponse()
+                    body = _capped(answer)
+                    break
+                except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
+                    connection.close()
+                    pool.pop(key, None)
+                    if attempt:
+                        raise
+                except (OSError, http.client.HTTPException, ValueError):
+                    connection.close()
+                    pool.pop(key, None)
+                    raise
+            if answer.status in (301, 302, 303, 307, 308) and answer.getheader("Location"):
+                url = urljoin(url, answer.getheader("Location"))
+                continue
+            return answer.status, str(answer.getheader("Content-Type") or ""), body
+        raise ValueError("too many redirects")
+
+    def close(self) -> None:
+        for connection in self._opened:
+            connection.close()
+
+
+def _capped(answer: Any) -> bytes:
+    body = answer.read(_MAX_PAGE_BYTES + 1)
+    if len(body) > _MAX_PAGE_BYTES:
+        raise ValueError("index page too large")
+    return body
