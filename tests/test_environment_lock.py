@@ -189,6 +189,9 @@ def test_reproduce_env_venv_rebuilds_the_publishers_numpy(tmp_path, numpy_public
                     cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "environment: rebuilding in" in done.stdout and "with pip" in done.stdout or "with uv" in done.stdout
+    # publish asked PyPI for numpy's files: the rebuild installs only bytes the index served then
+    assert (numpy_publication / "environment.hashes.json").is_file()
+    assert "every file checked against the hashes recorded at publication" in done.stdout, done.stdout
     verdict = json.loads((tmp_path / "rep" / "verdict.json").read_text())
     assert verdict["environment"]["mode"] == "venv"
     assert verdict["provenance"]["available"] is True

@@ -221,3 +221,68 @@ def test_bad_wheel_tags_refuse_the_lock(tmp_path):
     with pytest.raises(InvalidInput) as err:
         rebuild.read(ref, None)
     assert "are not wheel tags" in str(err.value)
+
+
+# ----- the release hashes a publication records --------------------------------------------------
+SIX_WHEEL_SHA256 = "8abb2f1d86890a2dfb989f9a77cfcfd3e47c2a354b01111771326f8aa26e0254"  # PyPI's, for the wheel
+
+
+def _six_lock(tmp_path: Path) -> tuple[Path, rebuild.Pins]:
+    name, version = SIX
+    ref = _lock_of(tmp_path / "ref", [{"name": name, "version": version, "kind": "index",
+                                      "requirement": f"{name}=={version}"}])
+    return ref, rebuild.read(ref, None)
+
+
+def _hashes_file(path: Path, pins: rebuild.Pins, digests: list[str]) -> Path:
+    path.write_text(json.dumps({"schema": rebuild.HASHES_SCHEMA, "lock_sha256": pins.digest,
+                                "hashes": {SIX[0]: {"version": SIX[1], "sha256": digests}}, "not_answered": []}))
+    return path
+
+
+@pytest.mark.parametrize("installer", ["uv", "pip"])
+def test_publish_asks_the_index_for_every_file_of_each_pinned_release_and_the_rebuild_checks_them(
+        tmp_path, monkeypatch, installer):
+    monkeypatch.setenv(rebuild.INSTALLER_ENV, installer)
+    reason = _pypi_reachable()
+    if reason:
+        print(reason)
+        pytest.skip(reason)
+    from repro500.publish import index
+
+    ref, pins = _six_lock(tmp_path)
+    found, unanswered = index.release_hashes([(n, v, pins.indexes_for(own)) for n, v, own in pins.released])
+    assert unanswered == [] and SIX_WHEEL_SHA256 in found["six"]["sha256"]  # the wheel's and the sdist's
+    assert len(found["six"]["sha256"]) == 2
+    pins = rebuild.read(ref, None, _hashes_file(tmp_path / "hashes.json", pins, found["six"]["sha256"]))
+    console = Console(record=True, width=400)
+    rebuild.build(pins, tmp_path / "out", with_tool=False, find_links=[], console=console)
+    assert "every file checked against the hashes recorded at publication" in console.export_text()
+    written = (tmp_path / "out" / "env" / "requirements.repro500.txt").read_text()
+    assert written.startswith("six==1.16.0 --hash=sha256:") and f"--hash=sha256:{SIX_WHEEL_SHA256}" in written
+
+    # a file the index serves that is not the one recorded: refused, the venv left unfinished
+    ref, pins = _six_lock(tmp_path / "again")
+    pins = rebuild.read(ref, None, _hashes_file(tmp_path / "wrong.json", pins, ["0" * 64]))
+    with pytest.raises(InvalidInput) as err:
+        rebuild.build(pins, tmp_path / "out2", with_tool=False, find_links=[], console=Console(record=True))
+    assert "does not match the hashes recorded when the publication was made" in str(err.value)
+    assert "--env current" in str(err.value)
+    assert not (tmp_path / "out2" / "env" / ".repro500-built").exists()
+
+
+def test_release_hashes_that_do_not_fit_the_lock_are_refused(tmp_path):
+    ref, pins = _six_lock(tmp_path)
+    for bad in (["not-hex"], []):
+        with pytest.raises(InvalidInput) as err:
+            rebuild.read(ref, None, _hashes_file(tmp_path / "h.json", pins, bad))
+        assert "do not fit the lock" in str(err.value)
+    other = json.loads(_hashes_file(tmp_path / "h.json", pins, ["a" * 64]).read_text())
+    other["lock_sha256"] = "b" * 64  # the hashes of another lock
+    (tmp_path / "h.json").write_text(json.dumps(other))
+    with pytest.raises(InvalidInput) as err:
+        rebuild.read(ref, None, tmp_path / "h.json")
+    assert "not the release hashes of this publication's lock" in str(err.value)
+    # a pin the publication recorded no hash for: the rebuild installs, unchecked, and says so
+    pins.hashes = {}
+    assert pins.hashed_requirements() is None

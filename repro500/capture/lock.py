@@ -16,7 +16,8 @@ never holds a run up.  Each distribution is pinned exactly and says where it cam
 
 What cannot be pinned (a local directory outside the run, a ``file://`` archive, a URL whose
 credentials were redacted, a local version no known index serves) is listed with the reason.
-Artifact hashes are not recorded: only the index knows them, and a run must not wait for it.
+Artifact hashes are not recorded here: only the index knows them, and a run must not wait for it;
+``repro500 publish`` asks the index for them (publish/index.py).
 
 ``wheel_tags`` maps each distribution installed from a wheel to that wheel's ``Tag:`` lines (read
 from its ``WHEEL`` file under the recorded interpreter's prefix), and the
@@ -50,8 +51,9 @@ _TORCH_FAMILY = {"torch", "torchvision", "torchaudio", "torchtext", "torchdata",
                  "pytorch-triton-rocm", "triton"}
 _TORCH_TAG = re.compile(r"^(cpu|cu\d{2,3}|rocm\d+(\.\d+)*|xpu)$")
 _TOOL = "repro500"
-HASHES_NOTE = ("artifact hashes are not recorded: only the index knows them, and a run does not wait for "
-               "the network; the installer checks what the index serves")
+HASHES_NOTE = ("artifact hashes are not recorded by the run: only the index knows them, and a run does not wait "
+               "for the network; repro500 publish asks the index and writes them beside the packed run "
+               "(environment.hashes.json)")
 
 
 def _index_urls(environ: Mapping[str, str]) -> tuple[str, list[str]]:

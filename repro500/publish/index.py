@@ -18,7 +18,14 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
-from packaging.utils import canonicalize_name
+from packaging.utils import (
+    InvalidSdistFilename,
+    InvalidWheelFilename,
+    canonicalize_name,
+    parse_sdist_filename,
+    parse_wheel_filename,
+)
+from packaging.version import InvalidVersion, Version
 
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"  # PEP 691
 QUERY_TIMEOUT_S = 10
@@ -138,3 +145,52 @@ def _capped(answer: Any) -> bytes:
     if len(body) > _MAX_PAGE_BYTES:
         raise ValueError("index page too large")
     return body
+
+
+_SHA256 = frozenset("0123456789abcdef")
+
+
+def _release_of(filename: str) -> tuple[str, Version] | None:
+    try:
+        if filename.endswith(".whl"):
+            name, version, _, _ = parse_wheel_filename(filename)
+        else:
+            name, version = parse_sdist_filename(filename)
+    except (InvalidWheelFilename, InvalidSdistFilename, InvalidVersion):
+        return None  # an egg, an installer, a name that is not a distribution's
+    return name, version
+
+
+def release_hashes(releases: list[tuple[str, str, list[str]]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """For each ``(name, version, indexes)``: the sha256 of every file the first index serving that
+    release lists for it, ``{name: {"version", "sha256": [...]}}``; and the names no index answered
+    for (unreachable, no JSON page, not served, no sha256 given)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pages = Pages()
+
+    def one(release: tuple[str, str, list[str]]) -> list[str] | None:
+        name, text, indexes = release
+        try:
+            version = Version(text)
+        except InvalidVersion:
+            return None
+        project = canonicalize_name(name)
+
+        def take(files: list[dict[str, Any]]) -> list[str] | None:
+            digests = sorted({str((f.get("hashes") or {}).get("sha256") or "") for f in files
+                              if _release_of(f["filename"]) == (project, version) and isinstance(f.get("hashes"), dict)})
+            digests = [d for d in digests if len(d) == 64 and set(d) <= _SHA256]
+            return digests or None
+
+        return pages.first(indexes, name, take)
+
+    try:
+        with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
+            found = list(pool.map(one, releases))
+    finally:
+        pages.close()
+    hashes = {name: {"version": version, "sha256": digests}
+              for (name, version, _), digests in zip(releases, found, strict=True) if digests}
+    return hashes, [name for (name, _, _), digests in zip(releases, found, strict=True) if not digests]
+

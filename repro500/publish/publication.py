@@ -12,6 +12,8 @@ A publication is a directory (docs/publish.md)::
     params.yaml        data: how to recreate each data file; run: repeats and seed
     dvc.yaml           generate -> run -> verify, for `dvc repro`
     README.md          the exact commands to reproduce and verify
+    environment.hashes.json  the index's sha256 of every file of each pinned release, asked at
+                       publish (reproduce --env venv installs only those bytes)
     SHA256SUMS         every file above (`sha256sum -c SHA256SUMS`)
 
 :func:`repro500.publish.opened.open_publication` reads one back and checks it before anything runs: its digest
@@ -57,9 +59,10 @@ RECIPE = rundir.RECIPE  # the run's resolved recipe, under its own name
 PARAMS = "params.yaml"
 DVC_FILE = "dvc.yaml"
 README = "README.md"
+HASHES = "environment.hashes.json"  # the indexes' sha256 of every pinned release's files, asked at publish
 RERUN_ID = "rerun"  # the run id dvc.yaml gives the rerun
 # A publication's files besides its archive (whose name its index gives): reproduce takes nothing else.
-OWN_FILES = (INDEX, bundle.SUMS_NAME, PUBLISHED, MANIFEST, RECIPE, PARAMS, DVC_FILE, README)
+OWN_FILES = (INDEX, bundle.SUMS_NAME, PUBLISHED, MANIFEST, RECIPE, PARAMS, DVC_FILE, README, HASHES)
 # keys of a resolved recipe.yaml that `repro500 run` does not take back as a recipe
 _RESOLVED_ONLY = ("open_division", "overrides")
 
@@ -254,6 +257,31 @@ def left_out_note(entries: Sequence[dict[str, Any]]) -> str:
             f"SHA-256 stay sealed in the run's SHA256SUMS and are listed in {INDEX} ({excluded.INDEX_KEY}).")
 
 
+def _release_hashes(root: Path, out: Path) -> str | None:
+    """Ask each pinned release's index for the sha256 of its files and write them to *out*, so that
+    ``reproduce --env venv`` installs exactly what the index served when the result was published
+    (a run records its lock offline, never waiting for the network; publishing is where the index
+    is asked).  A note when some or all could not be asked; None when there is nothing to pin."""
+    from repro500.publish import index as indexes
+    from repro500.publish import rebuild
+
+    try:
+        pins = rebuild.read(root, None)
+    except InvalidInput:
+        return None  # no lock, or one that applies to no Python environment: nothing to hash
+    if not pins.released:
+        return None
+    found, unanswered = indexes.release_hashes(
+        [(name, version, pins.indexes_for(own)) for name, version, own in pins.released])
+    atomic.write_json(out, {"schema": rebuild.HASHES_SCHEMA, "lock_sha256": pins.digest, "asked_utc": _utc(),
+                            "hashes": found, "not_answered": unanswered})
+    if not unanswered:
+        return None
+    shown = ", ".join(unanswered[:5]) + (f" and {len(unanswered) - 5} more" if len(unanswered) > 5 else "")
+    return (f"release hashes: {len(found)} of {len(pins.released)} pinned releases recorded; no index answered for "
+            f"{shown} (offline, or an index without PEP 691 JSON pages), so a rebuild checks no file's hash")
+
+
 def _write_clean(path: Path, text: str) -> None:
     """Write a publication's text file with any secret value of this environment removed."""
     from repro500.redact import redact_values
@@ -393,6 +421,11 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
                       "dvc": DVC_FILE, "readme": README},
             "notes": notes,
         }
+        hashes_note = _release_hashes(root, staging / HASHES)
+        if hashes_note:
+            index["notes"] = notes = [*notes, hashes_note]
+        if (staging / HASHES).is_file():
+            index["files"]["hashes"] = HASHES
         atomic.write_json(staging / INDEX, index)
         code = own_code(root)
         readme = _readme(index, published, plan.entries, flags, code[0] if code else None)

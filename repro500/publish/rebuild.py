@@ -100,6 +100,25 @@ class Pins:
     released: list[tuple[str, str, str | None]] = field(default_factory=list)
     wheel_tags: dict[str, list[str]] = field(default_factory=dict)  # name -> recorded wheel tags, judged here
     platform: str = "a platform it does not name"  # the publisher's, as the lock records it
+    # name -> sha256 of every file its index served for the pinned version when it was published
+    hashes: dict[str, list[str]] = field(default_factory=dict)
+
+    def indexes_for(self, own: str | None) -> list[str]:
+        """The indexes a released pin is asked of: the one the lock names for it (torch's local
+        builds), else the lock's index and the extra ones no pin owns."""
+        if own:
+            return [own]
+        owned = {url for _, _, url in self.released if url}
+        return [self.index or PYPI, *(u for u in self.extra_indexes if u not in owned)]
+
+    def hashed_requirements(self) -> list[str] | None:
+        """The requirements with ``--hash`` options, when every pin is a release whose hashes the
+        publication recorded (installers check all pins or none); None otherwise."""
+        if not self.hashes or len(self.released) != len(self.requirements) \
+                or any(name not in self.hashes for name, _, _ in self.released):
+            return None
+        return [f"{name}=={version} " + " ".join(f"--hash=sha256:{h}" for h in self.hashes[name])
+                for name, version, _ in self.released]
 
 
 def _checked_url(value: Any, what: str) -> str:
@@ -132,8 +151,9 @@ def _recorded_platform(doc: dict[str, Any]) -> str:
     return f"{words or 'a platform it does not name'}{f' ({tag})' if re.fullmatch(r'[A-Za-z0-9_.]{1,100}', tag) else ''}"
 
 
-def read(reference: Path, source: Path | None) -> Pins:
-    """The checked pins of the packed run's lock (*source*: ``OUT/source``, where its own package is)."""
+def read(reference: Path, source: Path | None, hashes: Path | None = None) -> Pins:
+    """The checked pins of the packed run's lock (*source*: ``OUT/source``, where its own package is;
+    *hashes*: the publication's ``environment.hashes.json``, when it has one)."""
     path = reference / layout.LOCK
     try:
         raw = untrusted.read_bytes(path, "the environment lock")
@@ -195,8 +215,31 @@ def read(reference: Path, source: Path | None) -> Pins:
                 editable.add(name)
         else:
             unpinnable.append(f"{name} {version}: {untrusted.shown(entry.get('why') or 'not pinned')[:200]}")
-    return Pins(python, requirements, main, extra, own, editable, unpinnable, hashlib.sha256(raw).hexdigest(),
+    digest = hashlib.sha256(raw).hexdigest()
+    pins = Pins(python, requirements, main, extra, own, editable, unpinnable, digest,
                 released, judged, _recorded_platform(doc))
+    if hashes is not None and hashes.is_file():
+        pins.hashes = read_hashes(hashes, digest, {name: version for name, version, _ in released})
+    return pins
+
+
+HASHES_SCHEMA = "repro500/release-hashes/v1"
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def read_hashes(path: Path, lock_digest: str, versions: dict[str, str]) -> dict[str, list[str]]:
+    """The checked release hashes a publication recorded for this lock's pins (untrusted input)."""
+    doc = untrusted.load_json(untrusted.read_bytes(path, "the release hashes"), str(path))
+    if not isinstance(doc, dict) or doc.get("schema") != HASHES_SCHEMA or doc.get("lock_sha256") != lock_digest:
+        raise InvalidInput(f"{path} is not the release hashes of this publication's lock: refused")
+    checked: dict[str, list[str]] = {}
+    for name, entry in (doc.get("hashes") or {}).items():
+        digests = entry.get("sha256") if isinstance(entry, dict) else None
+        if name not in versions or entry.get("version") != versions[name] or not isinstance(digests, list) \
+                or not digests or len(digests) > 1000 or not all(isinstance(d, str) and _HEX64.match(d) for d in digests):
+            raise InvalidInput(f"{path} holds hashes for {untrusted.shown(name)[:80]!r} that do not fit the lock: refused")
+        checked[name] = digests
+    return checked
 
 
 # ----- the interpreter and the installer ---------------------------------------------------------
@@ -378,8 +421,6 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
     """How much the installer will fetch for the pins (see the module docstring, step 2)."""
     rank = {t: i for i, t in enumerate(tags)}
     local = _local_releases(find_links, rank)
-    own_indexes = {url for _, _, url in pins.released if url}
-    shared = [pins.index or PYPI, *(u for u in pins.extra_indexes if u not in own_indexes)]
     pages = index.Pages()
 
     def size(pin: tuple[str, str, str | None]) -> int | str:
@@ -390,7 +431,7 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
             return "unknown"
         if (canonicalize_name(name), version) in local:
             return "local"
-        picked = pages.first([own] if own else shared, name, lambda files: _chosen(files, name, version, rank))
+        picked = pages.first(pins.indexes_for(own), name, lambda files: _chosen(files, name, version, rank))
         value = (picked or {}).get("size")
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "unknown"
 
@@ -433,6 +474,15 @@ def _run(cmd: list[str], what: str, console: Any) -> subprocess.CompletedProcess
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
 
 
+_HASH_MISMATCH = re.compile(r"do not match the hashes|hash mismatch", re.IGNORECASE)
+
+
+def _mismatch_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = next((line for line in lines if "==" in line or "Hash mismatch" in line), lines[-1] if lines else "")
+    return named[:300]
+
+
 def _missing(stderr: str) -> str | None:
     found = _MISSING.search(stderr)
     return found.group(1) if found else None
@@ -455,6 +505,9 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
     left = f"; not installable, left out: {'; '.join(pins.unpinnable)}" if pins.unpinnable else ""
     own = f" + the experiment's own {', '.join(n for n, _ in pins.own)} from source/" if pins.own else ""
     sized = download_size(pins, tags, find_links).text() if pins.requirements else ""
+    if pins.requirements:
+        sized += ("; every file checked against the hashes recorded at publication" if pins.hashed_requirements()
+                  else "; files not checked against recorded hashes (the publication has none for every pin)")
     console.print(f"environment: rebuilding in {env} with {installer()}: Python {_minor(pins.python)} "
                   f"({python}), {len(pins.requirements)} pinned distributions from {indexes}{sized}{own}"
                   f"{' + ' + tool_label if with_tool else ''}{left}", highlight=False, soft_wrap=True)
@@ -466,15 +519,24 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
     base = _install_cmd(env_python, pins, find_links)
     if pins.requirements:
         req = env / "requirements.repro500.txt"
-        req.write_text("\n".join(pins.requirements) + "\n", encoding="utf-8")
+        hashed = pins.hashed_requirements()
+        req.write_text("\n".join(hashed or pins.requirements) + "\n", encoding="utf-8")
         checked = _run([*base, "--dry-run", "-r", str(req)], "checking that the indexes serve every pin", console)
         if checked.returncode != 0:
             shutil.rmtree(env, ignore_errors=True)
+            if _HASH_MISMATCH.search(checked.stderr):
+                raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the "
+                                   f"publication was made ({installer()}: {_mismatch_line(checked.stderr)}): it "
+                                   "changed since; reproduce with --env current (nothing was installed)")
             name = _missing(checked.stderr) or "a locked distribution"
             raise InvalidInput(f"{name} (pinned by the publication's lock) is served by no index reachable here "
                                f"({indexes}): reproduce with --env current, or provide it with --find-links DIR "
                                f"(nothing was installed)")
         done = _run([*base, "-r", str(req)], f"installing {len(pins.requirements)} distributions", console)
+        if done.returncode != 0 and _HASH_MISMATCH.search(done.stderr):
+            raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the publication "
+                               f"was made ({installer()}: {_mismatch_line(done.stderr)}): it changed since; "
+                               f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
         if done.returncode != 0:
             raise InvalidInput(f"installing the locked environment failed ({installer()}: "
                                f"{done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else 'no message'}); "

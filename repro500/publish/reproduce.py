@@ -414,7 +414,7 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     what the verdict records of it): the current environment, or the publication's lock rebuilt."""
     if env_mode != "venv":
         return env, None, {"mode": "current", "python": sys.executable}
-    pins = rebuild.read(pub.reference, placed)
+    pins = rebuild.read(pub.reference, placed, pub.root / pubs.HASHES)
     is_command = bool(code and code[0] == "command")
     # A command's experiment runs in the venv (its python first on PATH), driven by this repro500,
     # so the venv holds exactly the lock; a built-in recipe runs inside repro500: it goes in too.
