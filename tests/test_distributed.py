@@ -35,6 +35,8 @@ def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_da
     assert [(m["rank"], m["host"], m["local_rank"], m["device"]) for m in reported] == \
         [(int(r), p["host"], p["local_rank"], p["device"]) for r, p in plan.items()]
     assert a["samples_seen"] == b["samples_seen"]
+    # Not a derived float bound: float32 training in two summation orders (one process vs two ranks'
+    # allreduce) drifts by rounding amplified over the steps; 1e-4 is ~1000 u32 of headroom
     for metric in ("mse", "mae"):
         assert b["metrics"][metric] == pytest.approx(a["metrics"][metric], rel=1e-4, abs=1e-6)
     ranks = json.loads((double.run_dir / "repeats/0/ranks.json").read_text())
