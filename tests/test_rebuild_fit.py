@@ -244,6 +244,7 @@ def _hashes_file(path: Path, pins: rebuild.Pins, digests: list[str]) -> Path:
 def test_publish_asks_the_index_for_every_file_of_each_pinned_release_and_the_rebuild_checks_them(
         tmp_path, monkeypatch, installer):
     monkeypatch.setenv(rebuild.INSTALLER_ENV, installer)
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))  # asked of PyPI itself, not remembered
     reason = _pypi_reachable()
     if reason:
         print(reason)
@@ -251,9 +252,13 @@ def test_publish_asks_the_index_for_every_file_of_each_pinned_release_and_the_re
     from repro500.publish import index
 
     ref, pins = _six_lock(tmp_path)
-    found, unanswered = index.release_hashes([(n, v, pins.indexes_for(own)) for n, v, own in pins.released])
+    releases = [(n, v, pins.indexes_for(own)) for n, v, own in pins.released]
+    found, unanswered = index.release_hashes(releases)
     assert unanswered == [] and SIX_WHEEL_SHA256 in found["six"]["sha256"]  # the wheel's and the sdist's
     assert len(found["six"]["sha256"]) == 2
+    # a second publish of the same environment within the day hears it from the cache, not the index
+    monkeypatch.setattr(index.Pages, "files", lambda *a: (_ for _ in ()).throw(OSError("asked again")))
+    assert index.release_hashes(releases) == (found, [])
     pins = rebuild.read(ref, None, _hashes_file(tmp_path / "hashes.json", pins, found["six"]["sha256"]))
     console = Console(record=True, width=400)
     rebuild.build(pins, tmp_path / "out", with_tool=False, find_links=[], console=console)

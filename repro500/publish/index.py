@@ -15,6 +15,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urljoin, urlsplit
 
@@ -161,10 +162,51 @@ def _release_of(filename: str) -> tuple[str, Version] | None:
     return name, version
 
 
+# A release's files keep their hashes (an index never replaces a file under its name), but files
+# can be added to a release (another platform's wheel), so what was heard is kept for a day: repeated
+# publishes of one environment ask the index once, and a release's new wheels are seen next day.
+CACHE_TTL_S = 24 * 3600
+
+
+def _cache_file(indexes: list[str], project: str, version: Version) -> Path:
+    import hashlib
+
+    from repro500.capture.cache import cache_dir
+
+    key = hashlib.sha256("\0".join([*indexes, project, str(version)]).encode()).hexdigest()[:32]
+    return cache_dir("release-hashes") / f"{key}.json"
+
+
+def _cached(indexes: list[str], project: str, version: Version) -> list[str] | None:
+    import time
+
+    try:
+        path = _cache_file(indexes, project, version)
+        if time.time() - path.stat().st_mtime > CACHE_TTL_S:
+            return None
+        digests = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # absent, unreadable or damaged: asked again
+    if isinstance(digests, list) and digests and all(isinstance(d, str) and len(d) == 64 and set(d) <= _SHA256
+                                                      for d in digests):
+        return digests
+    return None
+
+
+def _remember(indexes: list[str], project: str, version: Version, digests: list[str]) -> None:
+    import contextlib
+
+    from repro500.rundir import atomic
+
+    with contextlib.suppress(OSError):  # an unwritable cache costs speed, never the publication
+        atomic.write_json(_cache_file(indexes, project, version), digests)
+
+
 def release_hashes(releases: list[tuple[str, str, list[str]]]) -> tuple[dict[str, dict[str, Any]], list[str]]:
     """For each ``(name, version, indexes)``: the sha256 of every file the first index serving that
     release lists for it, ``{name: {"version", "sha256": [...]}}``; and the names no index answered
-    for (unreachable, no JSON page, not served, no sha256 given)."""
+    for (unreachable, no JSON page, not served, no sha256 given).  Answers are kept a day in the
+    cache (``CACHE_TTL_S``)."""
     from concurrent.futures import ThreadPoolExecutor
 
     pages = Pages()
@@ -183,7 +225,13 @@ def release_hashes(releases: list[tuple[str, str, list[str]]]) -> tuple[dict[str
             digests = [d for d in digests if len(d) == 64 and set(d) <= _SHA256]
             return digests or None
 
-        return pages.first(indexes, name, take)
+        cached = _cached(indexes, project, version)
+        if cached is not None:
+            return cached
+        found = pages.first(indexes, name, take)
+        if found:
+            _remember(indexes, project, version, found)
+        return found
 
     try:
         with ThreadPoolExecutor(max_workers=QUERY_THREADS) as pool:
