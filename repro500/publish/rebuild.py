@@ -455,7 +455,10 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
 def _tool_requirement() -> tuple[list[str], str]:
     """How to install the repro500 running now: from its directory when installed from one (an
     editable checkout), else its release from the index."""
-    dist = metadata.distribution("repro500")
+    # run from a source checkout (python -m repro500.cli), the checkout's own repro500.egg-info comes
+    # first on sys.path and has no install record: the installed one, which says where it came from, wins
+    found = list(metadata.distributions(name="repro500"))
+    dist = next((d for d in found if d.read_text("direct_url.json")), found[0] if found else metadata.distribution("repro500"))
     try:
         info = json.loads(dist.read_text("direct_url.json") or "{}")
     except json.JSONDecodeError:
