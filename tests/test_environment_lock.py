@@ -165,13 +165,19 @@ def numpy_publication(tmp_path_factory) -> Path:
     proj = root / "proj"
     proj.mkdir()
     (proj / "s.py").write_text(NUMPY_SCRIPT)
+    return run_and_publish(proj, venv / "bin", root / "pub")
+
+
+def run_and_publish(proj: Path, bin_dir: Path, out: Path) -> Path:
+    """``python s.py`` in *proj* run by the ``python`` of *bin_dir* (first on PATH, as an activated venv
+    puts it), three repeats as run ``orig``, published to *out*."""
     ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "3",
                    "--no-tracking", "--run-id", "orig", "--", "python", "s.py",
-                   cwd=proj, env=_path_with(venv / "bin"), timeout=300)
+                   cwd=proj, env=_path_with(bin_dir), timeout=300)
     assert ran.returncode == 0, ran.stdout + ran.stderr
-    published = repro500("publish", "runs/orig", "--out", str(root / "pub"), cwd=proj, timeout=300)
+    published = repro500("publish", "runs/orig", "--out", str(out), cwd=proj, timeout=300)
     assert published.returncode == 0, published.stdout + published.stderr
-    return root / "pub"
+    return out
 
 
 def _env_differences(publication: Path, reproduction: Path) -> list[str]:

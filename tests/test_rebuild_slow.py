@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500
-from test_environment_lock import _env_differences, _path_with
+from test_environment_lock import _env_differences, _path_with, run_and_publish
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,12 +53,7 @@ def test_an_experiments_own_editable_package_is_rebuilt_from_the_publications_so
     # as the experimenter does, from the project's directory (setuptools comes from the index for the build)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
                     "--disable-pip-version-check", "-e", "."], cwd=proj, check=True, timeout=600, capture_output=True)
-    ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "3",
-                   "--no-tracking", "--run-id", "orig", "--", "python", "s.py",
-                   cwd=proj, env=_path_with(venv / "bin"), timeout=300)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    published = repro500("publish", "runs/orig", "--out", str(tmp_path / "pub"), cwd=proj, timeout=300)
-    assert published.returncode == 0, published.stdout + published.stderr
+    run_and_publish(proj, venv / "bin", tmp_path / "pub")
     shutil.rmtree(venv)  # the rebuild can borrow neither the publisher's venv nor their checkout
     (tmp_path / "gone").mkdir()
     shutil.move(proj, tmp_path / "gone" / "proj")
