@@ -281,6 +281,7 @@ def test_the_records_find_a_kernel_difference_at_the_first_step(threads):
     assert (pair["causes"][0]["run"], pair["causes"][0]["reference"]) == ("2", "1")
 
 
+@pytest.mark.slow  # a second replay to the operator (16 s): the planted one stays in make test
 def test_locate_names_the_reduction_the_thread_count_changes(threads):
     cwd, one, two, size = threads
     answer = _locate(cwd, str(two), str(one))
