@@ -491,6 +491,34 @@ def _missing(stderr: str) -> str | None:
     return found.group(1) if found else None
 
 
+def _install_pins(base: list[str], pins: Pins, env: Path, indexes: str, console: Any) -> None:
+    """The pinned releases into *env*: first checked with ``--dry-run`` (a pin no index serves, or a
+    file that no longer matches its recorded hash, leaves nothing behind), then installed."""
+    req = env / "requirements.repro500.txt"
+    hashed = pins.hashed_requirements()
+    req.write_text("\n".join(hashed or pins.requirements) + "\n", encoding="utf-8")
+    checked = _run([*base, "--dry-run", "-r", str(req)], "checking that the indexes serve every pin", console)
+    if checked.returncode != 0:
+        shutil.rmtree(env, ignore_errors=True)
+        if _HASH_MISMATCH.search(checked.stderr):
+            raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the "
+                               f"publication was made ({installer()}: {_mismatch_line(checked.stderr)}): it "
+                               "changed since; reproduce with --env current (nothing was installed)")
+        name = _missing(checked.stderr) or "a locked distribution"
+        raise InvalidInput(f"{name} (pinned by the publication's lock) is served by no index reachable here "
+                           f"({indexes}): reproduce with --env current, or provide it with --find-links DIR "
+                           f"(nothing was installed)")
+    done = _run([*base, "-r", str(req)], f"installing {len(pins.requirements)} distributions", console)
+    if done.returncode != 0 and _HASH_MISMATCH.search(done.stderr):
+        raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the publication "
+                           f"was made ({installer()}: {_mismatch_line(done.stderr)}): it changed since; "
+                           f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
+    if done.returncode != 0:
+        raise InvalidInput(f"installing the locked environment failed ({installer()}: "
+                           f"{done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else 'no message'}); "
+                           f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
+
+
 def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], console: Any) -> Path:
     """``OUT/env`` holding the locked environment (see the module docstring); its Python."""
     env = out / ENV_DIR
@@ -521,29 +549,7 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
         raise InvalidInput(f"cannot create a venv with {python}: {created.stderr.strip()[-300:]}")
     base = _install_cmd(env_python, pins, find_links)
     if pins.requirements:
-        req = env / "requirements.repro500.txt"
-        hashed = pins.hashed_requirements()
-        req.write_text("\n".join(hashed or pins.requirements) + "\n", encoding="utf-8")
-        checked = _run([*base, "--dry-run", "-r", str(req)], "checking that the indexes serve every pin", console)
-        if checked.returncode != 0:
-            shutil.rmtree(env, ignore_errors=True)
-            if _HASH_MISMATCH.search(checked.stderr):
-                raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the "
-                                   f"publication was made ({installer()}: {_mismatch_line(checked.stderr)}): it "
-                                   "changed since; reproduce with --env current (nothing was installed)")
-            name = _missing(checked.stderr) or "a locked distribution"
-            raise InvalidInput(f"{name} (pinned by the publication's lock) is served by no index reachable here "
-                               f"({indexes}): reproduce with --env current, or provide it with --find-links DIR "
-                               f"(nothing was installed)")
-        done = _run([*base, "-r", str(req)], f"installing {len(pins.requirements)} distributions", console)
-        if done.returncode != 0 and _HASH_MISMATCH.search(done.stderr):
-            raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the publication "
-                               f"was made ({installer()}: {_mismatch_line(done.stderr)}): it changed since; "
-                               f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
-        if done.returncode != 0:
-            raise InvalidInput(f"installing the locked environment failed ({installer()}: "
-                               f"{done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else 'no message'}); "
-                               f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
+        _install_pins(base, pins, env, indexes, console)
     for name, folder in pins.own:
         args = ["-e", str(folder)] if name in pins.editable else [str(folder)]
         done = _run([*base, *args], f"installing the experiment's own {name} from {folder}", console)
