@@ -170,6 +170,7 @@ def test_module_cli_prints_entries(tmp_path):
     [5] * 40,  # many tiny files: lanes refill every round
     [700_000] * 20 + [7],  # more files than lanes, several chunks each: files move between lanes
     [100] * 70 + [1_100_000] * 3,  # more files than are opened at once
+    [393_215, 393_216, 393_217] * 12,  # both 16-lane groups busy, ends at 3 x 128 KiB
 ])
 def test_multibuffer_kernel_matches_hashlib(tmp_path, sizes):
     from repro500.capture import md5mb
@@ -217,3 +218,35 @@ def test_an_interrupted_hash_stops_the_other_workers_promptly():
     with pytest.raises(KeyboardInterrupt):
         data._parallel(work, ["slow", "boom"], workers=2)  # the slow one is waited on first
     assert seen_stop.is_set() and time.perf_counter() - start < 5
+
+
+def test_a_read_error_inside_the_kernel_names_the_file(tmp_path):
+    from repro500.capture import md5mb
+
+    if not md5mb.available():
+        pytest.skip("no C compiler with GCC vector extensions here; hashlib is used instead")
+    paths = []
+    for i in range(20):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(1000))
+        paths.append(str(path))
+    bad = tmp_path / "a-directory"  # opens read-only, then read() fails with EISDIR
+    bad.mkdir()
+    with pytest.raises(IsADirectoryError) as err:
+        md5mb.md5_files([*paths, str(bad)])
+    assert err.value.filename == str(bad)
+
+
+@pytest.mark.parametrize("compiler", ["false", "/no/such/cc"])
+def test_without_a_working_compiler_hashlib_gives_the_same_digest(tmp_path, compiler):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    for i in range(12):
+        (ds / f"{i}.bin").write_bytes(bytes([i]) * (i * 1000))
+    env = {**os.environ, "CC": compiler, "REPRO500_CACHE_DIR": str(tmp_path / "fresh-cache")}
+    probe = subprocess.run([sys.executable, "-c", "from repro500.capture import md5mb; print(md5mb.available())"],
+                           capture_output=True, text=True, env=env, check=True)
+    assert probe.stdout.strip() == "False"
+    out = subprocess.run([sys.executable, "-m", "repro500.capture.data", "--no-cache", str(ds)],
+                         capture_output=True, text=True, env=env, check=True)
+    assert json.loads(out.stdout)[0]["md5"] == data.digest_paths([ds], use_cache=False)[0]["md5"]

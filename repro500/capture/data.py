@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 HASH_NAME = "md5"
 IGNORED_DIRS = frozenset({".git", ".hg", ".dvc"})  # DVC's default ignore list
 _CHUNK_BYTES = 1 << 20
-# Below this many files the 16-lane kernel would mostly idle; hashlib threads are as fast.
+# Below this many files the multi-buffer kernel would mostly idle; hashlib threads are as fast.
 MULTIBUFFER_MIN_FILES = 8  # below this a progress bar only flickers
 # A file modified this recently may be modified again within the same mtime tick without
 # its (size, mtime_ns) changing ("racy git"); its digest is used but not cached.
@@ -282,7 +282,7 @@ def _hash_threads(paths: list[str], jobs: int,
 
 def _hash_multibuffer(paths: list[str], jobs: int,
                       on_bytes: Callable[[int], None] | None) -> dict[str, str]:
-    """The 16-lane kernel, one engine per thread, files dealt largest-first round-robin."""
+    """The multi-buffer kernel, one engine per thread, files dealt largest-first round-robin."""
     engines = max(1, min(jobs, len(paths) // MULTIBUFFER_MIN_FILES))
     shares = [paths[i::engines] for i in range(engines)]
     if engines == 1:

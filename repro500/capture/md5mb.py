@@ -4,10 +4,11 @@ Why our own code: DVC's digest is MD5, and MD5 is a strictly sequential chain in
 file, so ``hashlib`` (OpenSSL) tops out near 0.6 GB/s per core here; a dataset is hashed
 no faster than that times the cores.  But a dataset is many files, and the same MD5 step
 can run on 16 files side by side in one vector register (the "multi-buffer" technique of
-Intel's ISA-L).  No maintained Python package offers that, so this module generates a
-small C kernel (GCC vector extensions: AVX-512 / AVX2 / NEON, whatever ``-march=native``
-gives), compiles it once with the system C compiler into :func:`repro500.capture.cache.cache_dir`,
-and loads it with ``ctypes`` (which releases the GIL, so threads scale across cores).
+Intel's ISA-L), and on 32 with two registers whose steps interleave.  No maintained Python
+package offers that, so this module generates a small C library (GCC vector extensions:
+AVX-512 / AVX2 / NEON, whatever ``-march=native`` gives), compiles it once with the system
+C compiler into :func:`repro500.capture.cache.cache_dir`, and loads it with ``ctypes``
+(which releases the GIL, so threads scale across cores).
 
 Every digest equals ``hashlib.md5``'s: the library is self-tested against hashlib when it
 is loaded, and anything unusual (no compiler, a big-endian machine, a failed self-test)
@@ -23,57 +24,103 @@ import heapq
 import math
 import os
 import struct
-import subprocess
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from repro500.capture.cache import cache_dir
 
-LANES = 16
-# Per lane per round; a multiple of the 64-byte MD5 block.  16 lanes x 256 KiB = 4 MiB read and
-# then hashed while still in cache: on a 2-core AMD EPYC two engines hashed 1 GB in 110 ms with
-# 256 KiB, 127 ms with 1 MiB (the buffer leaves the cache) and 126 ms with 128 KiB (Python's
-# per-round bookkeeping shows).
-CHUNK_BYTES = 1 << 18
+# Two groups of 16 (md5x32); with 16 or fewer files left a round runs one group (md5x16).
+LANES = 32
+_GROUP = 16
+# Per lane per round; a multiple of the 64-byte MD5 block.  A round's chunks are read and then
+# hashed while still in cache: on a 2-core AMD EPYC (Zen 5, 32 lanes) two engines hashed 1 GB in
+# 86-93 ms with 128 KiB, 93-98 ms with 256 KiB, 99-103 ms with 64 KiB (more reads) and 140 ms
+# with 512 KiB (8 MiB a round per engine leaves the cache).
+CHUNK_BYTES = 1 << 17
 # files open at once per engine, among which each round's lanes are given (see _hash_files)
-OPEN_FILES = 4 * LANES
+OPEN_FILES = 2 * LANES
 _BLOCK = 64
 _SHIFTS = ((7, 12, 17, 22), (5, 9, 14, 20), (4, 11, 16, 23), (6, 10, 15, 21))
 _FUNCS = ("F", "G", "H", "I")
 _INIT = (0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476)
+# where lane i's word r (a, b, c, d) sits in the kernels' state: group-major, 16 lanes a row
+_SLOT = [[(i // _GROUP) * 4 * _GROUP + r * _GROUP + i % _GROUP for r in range(4)] for i in range(LANES)]
 
 
-def _steps(word: Callable[[int], str]) -> str:
-    """The 64 unrolled MD5 steps (RFC 1321) as C statements over a, b, c, d."""
-    lines, regs = [], ["a", "b", "c", "d"]
+def _steps(word: Callable[[int, int], str], groups: int = 1) -> str:
+    """The 64 unrolled MD5 steps (RFC 1321) as C statements, for ``groups`` independent
+    register sets (a0..d0, a1..d1, ...) interleaved step by step; ``word(group, k)`` names
+    message word k of a group."""
+    lines = []
+    regs = [[f"{r}{g}" for r in "abcd"] for g in range(groups)]
     for i in range(64):
         rnd = i // 16
         k = (i, (5 * i + 1) % 16, (3 * i + 5) % 16, (7 * i) % 16)[rnd]
         t = int(abs(math.sin(i + 1)) * 2**32) & 0xFFFFFFFF
-        a, b, c, d = regs
-        lines.append(f"  {a} = {b} + ROTL({a} + {_FUNCS[rnd]}({b}, {c}, {d}) + {word(k)} + "
-                     f"0x{t:08x}u, {_SHIFTS[rnd][i % 4]});")
-        regs = [d, a, b, c]
+        for g in range(groups):
+            a, b, c, d = regs[g]
+            lines.append(f"  {a} = {b} + ROTL({a} + {_FUNCS[rnd]}({b}, {c}, {d}) + {word(g, k)} + "
+                         f"0x{t:08x}u, {_SHIFTS[rnd][i % 4]});")
+            regs[g] = [d, a, b, c]
     return "\n".join(lines)
 
 
-def _source() -> str:
+def _vector_kernel(name: str, groups: int) -> str:
+    """C for ``name``: 16 * ``groups`` lanes, each group of 16 one vector register wide.
+
+    Why groups: each MD5 step waits on the one before (add, rotate, add), so one group of
+    16 lanes leaves the vector units idle most cycles.  Two groups interleaved fill those
+    cycles: on a 2-core AMD EPYC (Zen 5) one core hashed 7.4 GB/s with one group, 12.4 GB/s
+    with two and 12.1 GB/s with three (registers run out)."""
     transpose = []
     for h in (8, 4, 2, 1):
         m1 = ", ".join(str(16 + c - h if c & h else c) for c in range(16))
         m2 = ", ".join(str(16 + c if c & h else c + h) for c in range(16))
-        transpose.append(
-            f"  {{ const vu m1 = {{{m1}}}, m2 = {{{m2}}};\n"
-            f"    for (int j = 0; j < 16; j++) if (!(j & {h})) {{\n"
-            f"      v x = r[j], y = r[j + {h}];\n"
-            f"      r[j] = __builtin_shuffle(x, y, m1); r[j + {h}] = __builtin_shuffle(x, y, m2);\n"
-            f"    }} }}"
-        )
+        body = "\n".join(f"      {{ v x = r{g}[j], y = r{g}[j + {h}];\n"
+                         f"        r{g}[j] = __builtin_shuffle(x, y, m1); "
+                         f"r{g}[j + {h}] = __builtin_shuffle(x, y, m2); }}" for g in range(groups))
+        transpose.append(f"    {{ const vu m1 = {{{m1}}}, m2 = {{{m2}}};\n"
+                         f"      for (int j = 0; j < 16; j++) if (!(j & {h})) {{\n{body}\n      }} }}")
+    regs = [(g, j, x) for g in range(groups) for j, x in enumerate("abcd")]
+    load = "\n".join(f"  memcpy(&s{x}{g}, state + {(4 * g + j) * 16}, 64);" for g, j, x in regs)
+    store = "\n".join(f"  memcpy(state + {(4 * g + j) * 16}, &s{x}{g}, 64);" for g, j, x in regs)
+    fill = "\n".join(
+        f"    for (int l = 0; l < 16; l++) {{\n"
+        f"      int on = blk < nblocks[{16 * g} + l];\n"
+        f"      memcpy(&r{g}[l], on ? ptrs[{16 * g} + l] + blk * 64 : zero, 64);\n"
+        f"      live{g}[l] = on ? 0xffffffffu : 0u;\n"
+        f"    }}" for g in range(groups))
+    start = " ".join(f"v a{g} = sa{g}, b{g} = sb{g}, c{g} = sc{g}, d{g} = sd{g};" for g in range(groups))
+    add = "\n".join(f"    s{x}{g} = (live{g} & (s{x}{g} + {x}{g})) | (~live{g} & s{x}{g});" for g, _, x in regs)
+    return f"""
+/* state: per group of 16 lanes a[16] b[16] c[16] d[16]; lane l hashes nblocks[l] blocks from ptrs[l]. */
+void {name}(uint32_t *state, const uint8_t *const *ptrs, const int64_t *nblocks) {{
+  static const uint8_t zero[64];
+  v {", ".join(f"s{x}{g}" for g, _, x in regs)};
+{load}
+  int64_t most = 0;
+  for (int l = 0; l < {16 * groups}; l++) if (nblocks[l] > most) most = nblocks[l];
+  for (int64_t blk = 0; blk < most; blk++) {{
+    v {", ".join(f"r{g}[16], live{g}" for g in range(groups))};
+{fill}
+{chr(10).join(transpose)}
+    {start}
+{_steps(lambda g, k: f"r{g}[{k}]", groups)}
+{add}
+  }}
+{store}
+}}
+"""
+
+
+def _source() -> str:
     return f"""/* generated by repro500.capture.md5mb: multi-buffer MD5 (RFC 1321) */
+#include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #if !defined(__GNUC__) || defined(__clang__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "needs GCC vector extensions on a little-endian machine"
 #endif
@@ -84,43 +131,73 @@ typedef uint32_t vu __attribute__((vector_size(64)));
 #define G(b, c, d) ((c) ^ ((d) & ((b) ^ (c))))
 #define H(b, c, d) ((b) ^ (c) ^ (d))
 #define I(b, c, d) ((c) ^ ((b) | ~(d)))
-
-/* state: a[16] b[16] c[16] d[16]; lane l hashes nblocks[l] blocks from ptrs[l]. */
-void md5x16(uint32_t *state, const uint8_t *const *ptrs, const int64_t *nblocks) {{
-  static const uint8_t zero[64];
-  v sa, sb, sc, sd;
-  memcpy(&sa, state, 64); memcpy(&sb, state + 16, 64);
-  memcpy(&sc, state + 32, 64); memcpy(&sd, state + 48, 64);
-  int64_t most = 0;
-  for (int l = 0; l < 16; l++) if (nblocks[l] > most) most = nblocks[l];
-  for (int64_t blk = 0; blk < most; blk++) {{
-    v r[16], live;
-    for (int l = 0; l < 16; l++) {{
-      int on = blk < nblocks[l];
-      memcpy(&r[l], on ? ptrs[l] + blk * 64 : zero, 64);
-      live[l] = on ? 0xffffffffu : 0u;
-    }}
-{chr(10).join(transpose)}
-    v a = sa, b = sb, c = sc, d = sd;
-{_steps(lambda k: f"r[{k}]")}
-    sa = (live & (sa + a)) | (~live & sa); sb = (live & (sb + b)) | (~live & sb);
-    sc = (live & (sc + c)) | (~live & sc); sd = (live & (sd + d)) | (~live & sd);
-  }}
-  memcpy(state, &sa, 64); memcpy(state + 16, &sb, 64);
-  memcpy(state + 32, &sc, 64); memcpy(state + 48, &sd, 64);
-}}
-
+{_vector_kernel("md5x16", 1)}
+{_vector_kernel("md5x32", 2)}
 /* One stream: state[4], nblocks blocks from p (the tail of a lane when few files are left). */
 void md5x1(uint32_t *state, const uint8_t *p, int64_t nblocks) {{
   uint32_t sa = state[0], sb = state[1], sc = state[2], sd = state[3];
   for (int64_t blk = 0; blk < nblocks; blk++) {{
     uint32_t w[16];
     memcpy(w, p + blk * 64, 64);
-    uint32_t a = sa, b = sb, c = sc, d = sd;
-{_steps(lambda k: f"w[{k}]")}
-    sa += a; sb += b; sc += c; sd += d;
+    uint32_t a0 = sa, b0 = sb, c0 = sc, d0 = sd;
+{_steps(lambda g, k: f"w[{k}]")}
+    sa += a0; sb += b0; sc += c0; sd += d0;
   }}
   state[0] = sa; state[1] = sb; state[2] = sc; state[3] = sd;
+}}
+
+/* One round over n <= 32 lanes, lane l hashing the file in slot slots[l]: read up to chunk bytes
+   of it into lane l's part of buf (the file's MD5 padding after its last bytes, then done[slot]),
+   and run the kernel that fits n.  Per slot: fds, total bytes read so far (lengths), state a b c d
+   (states + 4 * slot).  Returns the data bytes read, or -errno with *failed = the lane's slot. */
+int64_t md5_round(int n, const int32_t *slots, const int32_t *fds, int64_t *lengths, uint32_t *states,
+                  int32_t *done, uint8_t *buf, int64_t stride, int64_t chunk, int32_t *failed) {{
+  const uint8_t *ptrs[32];
+  int64_t counts[32];
+  uint32_t lanes[128];
+  int64_t total = 0;
+  for (int l = 0; l < n; l++) {{
+    int s = slots[l];
+    uint8_t *p = buf + l * stride;
+    int64_t got = 0;
+    while (got < chunk) {{  /* short reads do not mean the end on every file system */
+      ssize_t r = read(fds[s], p + got, (size_t)(chunk - got));
+      if (r < 0) {{
+        if (errno == EINTR) continue;
+        *failed = s;
+        return -errno;
+      }}
+      if (r == 0) break;
+      got += r;
+    }}
+    lengths[s] += got;
+    total += got;
+    if (got < chunk) {{
+      uint64_t bits = (uint64_t)lengths[s] * 8u;
+      int64_t end = got + 1 + (int64_t)((55 - lengths[s] % 64 + 64) % 64);
+      p[got] = 0x80;
+      memset(p + got + 1, 0, (size_t)(end - got - 1));
+      memcpy(p + end, &bits, 8);
+      got = end + 8;
+      done[s] = 1;
+    }}
+    ptrs[l] = p;
+    counts[l] = got / 64;
+  }}
+  if (n < 4) {{  /* a vector step costs a few scalar ones */
+    for (int l = 0; l < n; l++) md5x1(states + 4 * slots[l], ptrs[l], counts[l]);
+    return total;
+  }}
+  int width = n > 16 ? 32 : 16;
+  for (int l = 0; l < width; l++) {{
+    int g = l / 16 * 64 + l % 16;
+    if (l >= n) {{ counts[l] = 0; ptrs[l] = buf; }}
+    for (int r = 0; r < 4; r++) lanes[g + 16 * r] = l < n ? states[4 * slots[l] + r] : 0;
+  }}
+  if (width == 32) md5x32(lanes, ptrs, counts); else md5x16(lanes, ptrs, counts);
+  for (int l = 0; l < n; l++)
+    for (int r = 0; r < 4; r++) states[4 * slots[l] + r] = lanes[l / 16 * 64 + l % 16 + 16 * r];
+  return total;
 }}
 """
 
@@ -143,44 +220,63 @@ def _cpu_key() -> str:
 def _build() -> ctypes.CDLL:
     source = _source()
     key = hashlib.sha256(f"{source}|{_cpu_key()}".encode()).hexdigest()[:16]
-    target = cache_dir("ext") / f"md5x16-{key}.so"
+    target = cache_dir("ext") / f"md5mb-{key}.so"
     if not target.exists():
+        # imported here: a process that finds the library built does not pay for them
+        import subprocess
         import tempfile
 
         compiler = os.environ.get("CC", "cc")
         with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-            src = Path(tmp) / "md5x16.c"
+            src = Path(tmp) / "md5mb.c"
             src.write_text(source)
-            out = Path(tmp) / "md5x16.so"
-            subprocess.run([compiler, "-O3", "-march=native", "-fPIC", "-shared", "-o", str(out),
-                            str(src)], check=True, capture_output=True, timeout=120)
+            out = Path(tmp) / "md5mb.so"
+            try:
+                subprocess.run([compiler, "-O3", "-march=native", "-fPIC", "-shared", "-o", str(out),
+                                str(src)], check=True, capture_output=True, timeout=120)
+            except subprocess.SubprocessError as err:  # failed or hung compiler: no kernel here
+                raise OSError(f"cannot build the multi-buffer MD5 kernel: {err}") from err
             os.replace(out, target)  # atomic: concurrent builders race harmlessly
     lib = ctypes.CDLL(str(target))
-    lib.md5x16.argtypes = [ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_void_p),
+    for kernel in (lib.md5x16, lib.md5x32):
+        kernel.argtypes = [ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_void_p),
                            ctypes.POINTER(ctypes.c_int64)]
-    lib.md5x16.restype = None
+        kernel.restype = None
     lib.md5x1.argtypes = [ctypes.POINTER(ctypes.c_uint32), ctypes.c_void_p, ctypes.c_int64]
     lib.md5x1.restype = None
+    i32, i64 = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64)
+    lib.md5_round.argtypes = [ctypes.c_int, i32, i32, i64, ctypes.POINTER(ctypes.c_uint32), i32,
+                              ctypes.POINTER(ctypes.c_uint8), ctypes.c_int64, ctypes.c_int64, i32]
+    lib.md5_round.restype = ctypes.c_int64
     return lib
 
 
 def _self_test(lib: ctypes.CDLL) -> bool:
-    """Both kernels against hashlib on padding-boundary lengths, in memory (a few ms per load:
-    the per-file reading and lane rotation are the tests' to check, not each process's)."""
+    """The three kernels against hashlib on padding-boundary lengths, in memory (a few ms per
+    load: the per-file reading and lane rotation are the tests' to check, not each process's)."""
     pattern = bytes(range(251)) * 280  # 70,280 bytes that do not repeat every 64
-    blobs = [pattern[i:i + n] for i, n in enumerate([0, 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 1000, 4095,
-                                                     4096, 10_000, 70_000, 3, 200])]
+    lengths = [0, 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 1000, 4095, 4096, 10_000, 70_000]
+    blobs = [pattern[i:i + n] for i, n in enumerate(lengths + [n + 7 for n in reversed(lengths)])]
     padded = [bytearray(b + _pad(len(b))) for b in blobs]
-    state = (ctypes.c_uint32 * (4 * LANES))(*[w for w in _INIT for _ in range(LANES)])
-    ptrs = (ctypes.c_void_p * LANES)(*[ctypes.addressof(ctypes.c_char.from_buffer(p)) for p in padded[:LANES]])
-    counts = (ctypes.c_int64 * LANES)(*[len(p) // _BLOCK for p in padded[:LANES]])
-    lib.md5x16(state, ptrs, counts)
-    got = [struct.pack("<4I", *[state[r * LANES + i] for r in range(4)]).hex() for i in range(LANES)]
-    for p in padded[LANES:]:
+    addresses = [ctypes.addressof(ctypes.c_char.from_buffer(p)) for p in padded]
+    want = [hashlib.md5(b).hexdigest() for b in blobs]
+    for kernel, lanes in ((lib.md5x32, LANES), (lib.md5x16, _GROUP)):
+        state = (ctypes.c_uint32 * (4 * LANES))()
+        for i in range(lanes):
+            for r in range(4):
+                state[_SLOT[i][r]] = _INIT[r]
+        ptrs = (ctypes.c_void_p * LANES)(*addresses[:lanes])
+        counts = (ctypes.c_int64 * LANES)(*[len(p) // _BLOCK for p in padded[:lanes]])
+        kernel(state, ptrs, counts)
+        got = [struct.pack("<4I", *[state[_SLOT[i][r]] for r in range(4)]).hex() for i in range(lanes)]
+        if got != want[:lanes]:
+            return False
+    for i in (2, 17, 31):
         one = (ctypes.c_uint32 * 4)(*_INIT)
-        lib.md5x1(one, ctypes.addressof(ctypes.c_char.from_buffer(p)), len(p) // _BLOCK)
-        got.append(struct.pack("<4I", *one).hex())
-    return got == [hashlib.md5(b).hexdigest() for b in blobs]
+        lib.md5x1(one, addresses[i], len(padded[i]) // _BLOCK)
+        if struct.pack("<4I", *one).hex() != want[i]:
+            return False
+    return True
 
 
 def available() -> bool:
@@ -198,7 +294,7 @@ def available() -> bool:
                     _lib = lib
                 else:
                     _lib_failed = True
-            except (OSError, subprocess.SubprocessError, AttributeError):
+            except (OSError, AttributeError):
                 _lib_failed = True  # no compiler, no vector extensions: hashlib it is
     return _lib is not None
 
@@ -208,114 +304,63 @@ def _pad(length: int) -> bytes:
     return b"\x80" + b"\x00" * ((55 - length) % 64) + struct.pack("<Q", (length * 8) & (2**64 - 1))
 
 
-class _Stream:
-    """One file being hashed: its MD5 state, how far it has been read, how much is left."""
-
-    __slots__ = ("path", "fh", "state", "length", "left", "done")
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self.fh = open(path, "rb", buffering=0)  # noqa: SIM115 - closed by _hash_files
-        self.state = list(_INIT)
-        self.length = 0
-        self.left = os.fstat(self.fh.fileno()).st_size  # a priority only: the end is where reads stop
-        self.done = False
-
-
-def _fill(view: memoryview, fh, want: int) -> int:
-    """Read until ``want`` bytes or end of file (short reads do not mean EOF on every FS)."""
-    got = 0
-    while got < want:
-        n = fh.readinto(view[got:want])
-        if not n:
-            break
-        got += n
-    return got
-
-
-def _load(lanes: list[_Stream], state: ctypes.Array, view: memoryview, stride: int, counts: ctypes.Array,
-          chunk_bytes: int) -> int:
-    """Each lane's file state and next chunk (a file's padding after its last bytes) into lane
-    ``i``'s part of the buffer; the data bytes read."""
-    read_bytes = 0
-    for i in range(LANES):
-        counts[i] = 0
-    for i, stream in enumerate(lanes):
-        for r in range(4):
-            state[r * LANES + i] = stream.state[r]
-        lane_view = view[i * stride: i * stride + stride]
-        try:
-            got = _fill(lane_view, stream.fh, chunk_bytes)
-        except OSError as err:  # name the file: EIO from readinto carries none
-            raise OSError(err.errno, err.strerror, stream.path) from None
-        stream.length += got
-        stream.left -= got
-        read_bytes += got
-        if got < chunk_bytes:  # end of file: append the padding in place
-            pad = _pad(stream.length)
-            lane_view[got: got + len(pad)] = pad
-            got += len(pad)
-            stream.done = True
-        counts[i] = got // _BLOCK
-    return read_bytes
-
-
-def _step(lib: ctypes.CDLL, live: int, state: ctypes.Array, ptrs: ctypes.Array, counts: ctypes.Array) -> None:
-    """One round over the loaded lanes: the vector kernel, or with few files left the scalar one
-    (a vector step costs a few scalar ones)."""
-    if live >= 4:
-        lib.md5x16(state, ptrs, counts)
-        return
-    for i in range(live):
-        one = (ctypes.c_uint32 * 4)(*[state[r * LANES + i] for r in range(4)])
-        lib.md5x1(one, ptrs[i], counts[i])
-        for r in range(4):
-            state[r * LANES + i] = one[r]
-
-
 def _hash_files(lib: ctypes.CDLL, paths: Sequence[str], chunk_bytes: int = CHUNK_BYTES,
                 on_bytes: Callable[[int], None] | None = None,
                 stop: threading.Event | None = None) -> dict[str, str]:
-    """{path: md5 hex} for ``paths``, hashed 16 at a time (one engine, one thread).
+    """{path: md5 hex} for ``paths``, hashed up to 32 at a time (one engine, one thread).
 
-    A vector step costs as much with 2 live lanes as with 16, so a share of 50 equal files
-    hashed 16 by 16 would spend its last third on 2 files.  Instead up to ``OPEN_FILES`` files
-    are open at once and each round gives the 16 lanes to the files with the most left to
-    read (a file's MD5 state moves with it from lane to lane): the files advance level and end
-    together, and the lanes stay full until the last chunk (McNaughton's wrap-around rule).
+    A vector step costs as much with 2 live lanes as with 32, so a share of 50 equal files
+    hashed 32 by 32 would spend its last rounds on 18 files.  Instead up to ``OPEN_FILES``
+    files are open at once, each in a slot holding its MD5 state, and each round gives the
+    lanes to the files with the most left to read: the files advance level and end together,
+    and the lanes stay full until the last chunk (McNaughton's wrap-around rule).  A round's
+    reading, padding and hashing is one call into C (``md5_round``), which releases the GIL:
+    done in Python, 32 reads a round held the GIL long enough to serialize two engines.
     Returns early, with the files finished so far, once ``stop`` is set.
     """
     stride = chunk_bytes + 2 * _BLOCK  # room for the padding after a file's last bytes
-    buf = bytearray(LANES * stride)
-    view = memoryview(buf)
-    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
-    state = (ctypes.c_uint32 * (4 * LANES))()
-    ptrs = (ctypes.c_void_p * LANES)(*[base + i * stride for i in range(LANES)])
-    counts = (ctypes.c_int64 * LANES)()
+    buf = (ctypes.c_uint8 * (LANES * stride))()
+    fds = (ctypes.c_int32 * OPEN_FILES)()
+    lengths = (ctypes.c_int64 * OPEN_FILES)()
+    states = (ctypes.c_uint32 * (4 * OPEN_FILES))()
+    done = (ctypes.c_int32 * OPEN_FILES)()
+    lane_slots = (ctypes.c_int32 * LANES)()
+    failed = ctypes.c_int32()
+    open_paths: dict[int, str] = {}  # slot -> path of the file open there
+    sizes: dict[int, int] = {}  # slot -> size at open, to rank files by what is left
+    free = list(range(OPEN_FILES - 1, -1, -1))
     queue = list(reversed(paths))
-    streams: list[_Stream] = []
     results: dict[str, str] = {}
     try:
         while stop is None or not stop.is_set():
-            while queue and len(streams) < OPEN_FILES:
-                streams.append(_Stream(queue.pop()))
-            if not streams:
+            while queue and free:
+                path = queue.pop()
+                fd = os.open(path, os.O_RDONLY)
+                slot = free.pop()
+                fds[slot], lengths[slot], done[slot] = fd, 0, 0
+                states[4 * slot: 4 * slot + 4] = _INIT
+                open_paths[slot] = path
+                sizes[slot] = os.fstat(fd).st_size  # a priority only: the end is where reads stop
+            if not open_paths:
                 break
-            lanes = heapq.nlargest(LANES, streams, key=lambda s: s.left) if len(streams) > LANES else streams
-            read_bytes = _load(lanes, state, view, stride, counts, chunk_bytes)
-            _step(lib, len(lanes), state, ptrs, counts)
-            for i, stream in enumerate(lanes):
-                stream.state = [state[r * LANES + i] for r in range(4)]
-                if stream.done:
-                    results[stream.path] = struct.pack("<4I", *stream.state).hex()
-                    stream.fh.close()
-            streams = [s for s in streams if not s.done]
+            lanes = (heapq.nlargest(LANES, open_paths, key=lambda k: sizes[k] - lengths[k])
+                     if len(open_paths) > LANES else list(open_paths))
+            lane_slots[:len(lanes)] = lanes
+            read_bytes = lib.md5_round(len(lanes), lane_slots, fds, lengths, states, done, buf, stride,
+                                       chunk_bytes, ctypes.byref(failed))
+            if read_bytes < 0:  # name the file: EIO from a read carries none
+                raise OSError(-read_bytes, os.strerror(-read_bytes), open_paths[failed.value])
+            for slot in lanes:
+                if done[slot]:
+                    results[open_paths.pop(slot)] = struct.pack("<4I", *states[4 * slot: 4 * slot + 4]).hex()
+                    os.close(fds[slot])
+                    free.append(slot)
             if on_bytes is not None:
                 on_bytes(read_bytes)
     finally:
-        for stream in streams:
+        for slot in open_paths:
             with contextlib.suppress(OSError):
-                stream.fh.close()
+                os.close(fds[slot])
     return results
 
 
