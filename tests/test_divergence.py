@@ -51,6 +51,7 @@ def test_a_difference_at_the_first_step_points_at_kernels():
     other[0] = BASE[0] + 2e-7  # the last bits of a float32 loss
     found = dv.compare(records(BASE), records(other))
     assert (found["shape"], found["first_step"], found["quantity"]) == ("first step", 1, "loss")
+    # double: 2.30 + 2e-7 rounds by <= u 2.3 = 2.6e-16, 1.3e-9 of the difference: well inside approx's 1e-6
     assert found["abs_diff"] == pytest.approx(2e-7) and found["rel_diff"] == pytest.approx(2e-7 / other[0])
     assert found["first_step_beyond_tolerance"] is None  # rounding, never beyond 1e-3
 

@@ -27,6 +27,7 @@ def test_model_checks_p2_writes_scaling_json_and_the_report_plots_it(tmp_path, t
     doc = json.loads(result.stdout)
     assert doc["schema"] == "repro500/scaling/v1"
     assert doc == json.loads((run / "derived" / "scaling.json").read_text())
+    # the fit of exact timings, as in tests/test_scaling.py: ~1e-14 of double least squares, 1e-9 headroom
     assert doc["model"]["allreduce_latency_s"] == pytest.approx(LATENCY_S, rel=1e-9)
     assert doc["model"]["allreduce_gamma_s_per_byte"] == pytest.approx(GAMMA, rel=1e-9)
     assert doc["model"]["allreduce_r2"] == pytest.approx(1.0)
@@ -82,6 +83,7 @@ def test_the_check_at_p2_compares_communication_costs_against_a_stated_tolerance
     assert measured["comm_wait_s"] == pytest.approx(wait_s)
     assert measured["comm_cost_s"] == pytest.approx(cost)
     assert measured["predicted_comm_cost_s"] == pytest.approx(comm)
+    # double arithmetic; cost (>= 1.6 ms) is a difference of ~80 ms figures: ~50 u, far inside approx's 1e-6
     assert measured["comm_relative_error"] == pytest.approx((comm - cost) / cost)
     assert measured["within_tolerance"] is within
     table = " ".join(invoke(run).stdout.split())  # rich wraps lines at the terminal width

@@ -29,6 +29,9 @@ def test_the_calibration_spends_alpha_as_the_textbook_boundaries_do():
     levels = sequential.calibrate([sps.norm.sf(v) for v in z], [0.2, 0.4, 0.6, 0.8, 1.0], 0.025)
     bounds = [float(sps.norm.isf(p)) for p in levels]
     assert bounds[0] > 4.0 and bounds[1] > 3.0
+    # Monte Carlo, not rounding: a boundary crossed with probability p (~0.003 at look 3) estimated
+    # from n = 4e5 paths has standard error sqrt(p / n) / pdf(bound) ~ 0.008 (less later); 0.03 is
+    # ~4 of them plus the textbook's 3 printed decimals (the seed is fixed: 0.003 off here)
     assert bounds[2:] == pytest.approx([2.680, 2.290, 2.031], abs=0.03)
     assert sequential.spent(1.0, 0.05) == pytest.approx(0.05) and sequential.spent(1.0, 0.05, "pocock") == pytest.approx(0.05)
 
@@ -46,6 +49,8 @@ def test_t_tests_at_the_nominal_levels_cross_with_probability_alpha(spending):
         mean = sums[:, n - 1] / n
         t = mean / np.sqrt((squares[:, n - 1] - n * mean**2) / (n - 1) / n)
         crossed |= t > sps.t.isf(level, n - 1)
+    # 3 binomial standard errors of these 100 000 paths, plus 2 of the levels' own calibration
+    # (sequential.SIMULATED_PATHS = 200 000 paths: 0.0005 each)
     assert crossed.mean() == pytest.approx(0.05, abs=3 * np.sqrt(0.05 * 0.95 / 100_000) + 0.001)
 
 

@@ -121,7 +121,11 @@ def test_the_sampling_thread_accumulates_between_epoch_ends(tmp_path):
 
     for value in (3_000, 6_000, 9_000, 2_000):  # wraps once more after 9 000
         set_energy(root, "intel-rapl:0", value)
-        time.sleep(0.05)
+        # not a fixed sleep (a loaded machine may not run the thread in time): wait for two more
+        # samples, so that one began after the write; the deadline only keeps a dead thread from hanging
+        seen, deadline = meter._samples, time.monotonic() + 10
+        while meter._samples < seen + 2 and time.monotonic() < deadline:
+            time.sleep(0.005)
     out = meter.stop()
     assert out["cpu_package_j"] == pytest.approx(0.012)
     assert out["samples"] >= 4

@@ -73,6 +73,8 @@ def test_two_rank_topk_traffic_reaches_the_summary_and_mlflow(in_tmp, sqlite_sto
     assert epoch["wire"]["steps"] == len(steps)
     wire = json.loads((outcome.run_dir / "repeats/0/summary.json").read_text())["wire"]
     assert len(wire["bytes_sent_per_step"]) == len(wire["bytes_received_per_step"]) == 2
+    # measured, not computed: TCP carries the modelled payload plus framing and the small collectives
+    # (+4 to +31 % for top-k, docs/compression.md), so 0.9 x the model is a floor with room, not a rounding bound
     for sent, received in zip(wire["bytes_sent_per_step"], wire["bytes_received_per_step"], strict=True):
         assert 0.9 * summary["bytes_sent_per_step"] <= sent <= summary["dense_bytes_per_step"] / 20
         assert 0.9 * summary["bytes_received_per_step"] <= received <= summary["dense_bytes_per_step"] / 20

@@ -471,6 +471,8 @@ def test_min_epochs_bound_is_where_mlperfs_pooled_one_sided_test_reaches_alpha()
     bound, _ = timing.min_epochs_bound(ref, 3, 0.05)
     s = sps.tstd(ref)
     p = sps.ttest_ind_from_stats(bound, s, 3, timing._central(ref), s, len(ref), equal_var=True, alternative="less").pvalue
+    # t.ppf then t.cdf in double: the statistic's cancellation (8.7 - 10.3 = -1.6: ~6 u) times the
+    # tail's condition t pdf / cdf (~2.5), plus scipy's inversion (~1e-14): 1e-9 is headroom
     assert p == pytest.approx(0.05, rel=1e-9)
 
 
