@@ -43,6 +43,14 @@ the run waited 3.1-3.5 s at its end, MLflow's import in the logging process taki
 Each call is already one request (or four uploads at once); what is left is the server's latency
 while four runs keep both cores busy, so the tiny recipe's share stays near 8 % and falls as runs
 get longer (the quickstart's is 1-1.4 %).
+Again a week later, same machine, idle: tiny MISS, 2.8-3.2 s of 32.4-34.1 s (8.3-9.9 %), end_repeat
+1.26 s, log_epoch 0.50 s, start_repeat 0.32 s; the run waited 4.1-5.4 s at its end.  What the
+logging processes have to do is CPU work on the two cores the four runs, the server and PostgreSQL
+already fill: MLflow's client import alone is 1.4 s of CPU per run (1.05 s of it ``import mlflow``,
+which loads pandas for ``mlflow.data``), about 5.6 s of the two cores' time for four runs; at nice 10
+that work waits for a free core, which comes when the runs' training ends, so it lands at the end of
+each run.  Unniced, the same work competes with the training instead: no less of it, and the
+quickstart measured 1.016 that way, within nice 10's 0.987-1.019 (docs/run.md).
 """
 
 from __future__ import annotations
