@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -205,3 +207,33 @@ def test_real_machine_hardware_is_json_and_stable():
     assert first == second  # nothing volatile (current clocks, free memory) is recorded
     assert first["cpu"]["threads"] >= 1 and first["memory"]["total_bytes"] > 0
     json.dumps(first)
+
+
+needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                    reason="needs Linux CPU affinity and at least two CPUs to narrow it")
+
+
+@needs_two_cpus
+def test_a_narrowed_allocation_is_what_capture_records_and_ranks_are_sized_by(tmp_path):
+    # what SLURM's cpuset or `taskset -c 0` does to a job: the process may run on one CPU of several
+    one_cpu = sorted(os.sched_getaffinity(0))[:1]
+    probe = ("import json, os; from repro500.capture.hardware import usable_cpus; "
+             "from repro500.workloads.engines.launch import launcher_env; "
+             "print(json.dumps([os.cpu_count(), usable_cpus(), launcher_env(2)['OMP_NUM_THREADS']]))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env,
+                         preexec_fn=lambda: os.sched_setaffinity(0, one_cpu))
+    machine, usable, threads = json.loads(out.stdout)
+    assert machine >= 2 and usable == 1
+    assert threads == "1"  # two ranks on one CPU: one thread each, not cpu_count() // 2
+    manifest = tmp_path / "m.json"
+    subprocess.run([sys.executable, "-m", "repro500.cli", "capture", "-o", str(manifest)], capture_output=True,
+                   check=True, cwd=tmp_path, preexec_fn=lambda: os.sched_setaffinity(0, one_cpu))
+    assert json.loads(manifest.read_text())["facets"]["hardware"]["cpu"]["usable_cpus"] == 1
+
+
+def test_a_thread_count_set_by_the_user_is_kept(monkeypatch):
+    from repro500.workloads.engines.launch import launcher_env
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert launcher_env(2)["OMP_NUM_THREADS"] == "3"

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from repro500.capture import md5mb
 from repro500.capture.cache import cache_dir
+from repro500.capture.hardware import usable_cpus
 from repro500.capture.registry import CaptureContext, facet
 from repro500.errors import InvalidInput
 
@@ -188,13 +189,6 @@ def _open_cache() -> HashCache | None:
         return None  # an unwritable cache directory costs speed, not correctness
 
 
-def _default_jobs() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
 class OverTime(Exception):
     """Hashing passed the deadline it was given (digest_paths' ``deadline``)."""
 
@@ -323,7 +317,7 @@ def digest_paths(
         known = cache.lookup(unique) if cache else {}
         todo = [f for f in unique if f.abspath not in known]
         started_ns = time.time_ns()
-        fresh = _hash_all(todo, jobs or _default_jobs(), progress, deadline)
+        fresh = _hash_all(todo, jobs or usable_cpus(), progress, deadline)
         if cache:
             cache.store([(f, fresh[f.abspath]) for f in todo
                          if f.mtime_ns < started_ns - RACY_WINDOW_NS])

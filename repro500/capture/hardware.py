@@ -139,11 +139,18 @@ def cpu_info(root: Path = Path("/")) -> dict[str, Any]:
         info["max_frequency_mhz"] = max_khz / 1000
     if not info["model"]:
         info.update({k: v for k, v in _cpuinfo_fallback().items() if v})
-    try:
-        info["usable_cpus"] = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        info["usable_cpus"] = os.cpu_count()
+    info["usable_cpus"] = usable_cpus()
     return info
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: its affinity, which a SLURM allocation, a container's
+    cpuset or ``taskset`` narrows, not the machine's count (threads or ranks sized by
+    ``os.cpu_count()`` in a 4-core allocation of a 64-core node oversubscribe it 16 times)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def _meminfo_kb(text: str | None, key: str) -> int | None:

@@ -6,11 +6,11 @@ what they are, but a reader comparing against MLPerf should know which rules the
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from repro500.capture.hardware import usable_cpus
 from repro500.errors import ReproError
 from repro500.rundir import layout
 
@@ -57,7 +57,7 @@ def check_mlperf(run: Any) -> MlperfResult | None:
 
     # one checker process per log (it keeps its rules in module globals), as many at once as there
     # are cores: ten repeats of CosmoFlow are judged in about the time of two or three
-    with ThreadPoolExecutor(max_workers=max(1, os.cpu_count() or 1)) as pool:
+    with ThreadPoolExecutor(max_workers=usable_cpus()) as pool:
         found = dict(zip(sorted(logs), pool.map(judge, [logs[k] for k in sorted(logs)]), strict=True))
     judged = {str(k): found[k] for k in sorted(found)}
     rules = f"MLPerf {usage} {ruleset} ({benchmark})"

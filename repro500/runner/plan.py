@@ -8,13 +8,13 @@ file is written is checked here (the workload's own check included).
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from repro500.capture import seeds as seeding
+from repro500.capture.hardware import usable_cpus
 from repro500.errors import InvalidInput, UsageError
 from repro500.ext import specs
 from repro500.recipe import load as recipes
@@ -286,9 +286,10 @@ def make_plan(recipe: recipes.Recipe, options: RunOptions) -> Plan:
     work = kinds.make(recipe, device=device, engine=engine, rendezvous=meeting, search_paths=extra_paths)
     work.check()
     if engine != "local":
-        cores = os.cpu_count() or 1
+        cores = usable_cpus()
         if device == "cpu" and nproc > cores:
-            print(f"repro500: warning: {nproc} ranks on {cores} CPU cores will oversubscribe the machine", file=sys.stderr)
+            print(f"repro500: warning: {nproc} ranks on the {cores} CPU cores this process may use will "
+                  "oversubscribe them", file=sys.stderr)
     warn_uncompressed(compressor, recipe, getattr(work, "train_samples", None), nproc * options.nnodes)
     return Plan(recipe, work, device, engine, comm_backend(engine, device), compressor, nproc,
                 options.nnodes, options.node_rank, options.same_seed, meeting,

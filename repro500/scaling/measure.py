@@ -17,7 +17,6 @@ always measures.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import statistics
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.capture.cache import cache_dir
+from repro500.capture.hardware import usable_cpus
 from repro500.errors import RunFailed, UsageError
 from repro500.rundir import atomic
 from repro500.scaling.alphabeta import COLLECTIVES
@@ -174,7 +174,7 @@ def measure(settings: Settings | None = None) -> Measurement:
 
     settings = settings or Settings()
     settings.check()
-    cores = os.cpu_count() or 1
+    cores = usable_cpus()
     if max(settings.p_values) > cores:
         print(f"repro500: warning: measuring {max(settings.p_values)} processes on {cores} CPU cores "
               "oversubscribes the machine; the fitted latency will be pessimistic", file=sys.stderr)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.hardware import usable_cpus
 from repro500.errors import UsageError
 
 FORMATS = ("contiguous", "chunked", "gzip")
@@ -54,7 +55,7 @@ class IoConfig:
     formats: list[str] = field(default_factory=lambda: list(FORMATS))
     files: list[int] = field(default_factory=lambda: [1, 4])
     access: list[str] = field(default_factory=lambda: list(ACCESS))
-    workers: list[int] = field(default_factory=lambda: sorted({0, min(4, os.cpu_count() or 1)}))
+    workers: list[int] = field(default_factory=lambda: sorted({0, min(4, usable_cpus())}))
     caches: list[str] = field(default_factory=lambda: list(CACHES))
     batch_size: int = 32
     scratch: str | None = None

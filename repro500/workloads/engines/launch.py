@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.capture import seeds as seeding
+from repro500.capture.hardware import usable_cpus
 from repro500.errors import ReproError, UsageError
 from repro500.rundir import layout
 from repro500.workloads.engines import nodes
@@ -103,6 +104,15 @@ def failure_detail(output: str, rank: int | None) -> str:
     return ""
 
 
+def launcher_env(nproc: int) -> dict[str, str]:
+    """The ranks' environment: this one, with each of this node's ``nproc`` ranks given an equal
+    share of the CPUs this process may use (a SLURM allocation's, not the node's) as its
+    ``OMP_NUM_THREADS``, unless the user set one."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.setdefault("OMP_NUM_THREADS", str(max(1, usable_cpus() // nproc)))
+    return env
+
+
 def run_distributed(engine: str, nproc: int, spec: TrainSpec, repeat: int, seeds: seeding.Seeds, out_dir: Path,
                     callbacks: Progress | None = None, rendezvous: dict[str, Any] | None = None,
                     expect_summary: bool = True, varied: tuple[str, ...] | None = None) -> dict[str, Any]:
@@ -123,8 +133,7 @@ def run_distributed(engine: str, nproc: int, spec: TrainSpec, repeat: int, seeds
         job_path.write_text(json.dumps(job), encoding="utf-8")
         log_path = Path(tmp) / "launcher.log"
         cmd = launcher_command(engine, nproc, job_path, rendezvous)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // nproc)))
+        env = launcher_env(nproc)
         with open(log_path, "w+", encoding="utf-8") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             follower = _MetricsFollower(Path(out_dir) / layout.METRICS, callbacks)
