@@ -90,6 +90,28 @@ def test_inference_needs_a_recipe_that_trains_a_model(tmp_path):
     assert options["model"] == "resnet20" and options["task"] == "classification" and options["batch_sizes"] == [2]
 
 
+def test_inference_checks_and_times_ieee_fp32_with_tf32_off_and_restores_it(tmp_path, monkeypatch):
+    import torch
+
+    system = inference.options_from_recipe(write_recipe(tmp_path / "tiny.yaml"), batch_sizes=[2], calls=20)
+    config = inference.InferenceConfig.from_recipe(system, {}, "cpu")
+    seen: list[tuple[bool, bool]] = []
+    built = inference.build
+
+    def build_watched(cfg):
+        model, dataset = built(cfg)
+        model.register_forward_pre_hook(lambda *_: seen.append(
+            (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)))
+        return model, dataset
+
+    monkeypatch.setattr(inference, "build", build_watched)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)  # torch's default for cuDNN
+    metrics, doc = inference.run(config, seed=1)
+    assert len(seen) >= 20 and set(seen) == {(False, False)}  # the checked call and every timed call
+    assert torch.backends.cudnn.allow_tf32 is True and doc["math"] == "fp32 (TF32 off)"
+    assert metrics["output_max_rel_err"] < inference.OUTPUT_TOLERANCE
+
+
 # ----- io -----------------------------------------------------------------------------------------
 def test_reads_are_checked_sample_by_sample_and_a_corrupted_sample_is_counted(tmp_path):
     config = dataio.IoConfig(samples=24, size="8x8", formats=["chunked", "contiguous"], files=[1, 2],

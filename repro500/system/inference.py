@@ -172,13 +172,25 @@ def run(config: InferenceConfig, seed: int) -> tuple[dict[str, Any], dict[str, A
     sync = timing.synchronizer(config.device)
     metrics: dict[str, Any] = {}
     doc: dict[str, Any] = {"measure": "inference", "model": config.model, "task": config.task,
-                           "device": config.device, "threads": torch.get_num_threads(), "batches": [], "notes": []}
-    if config.task != "detection":
-        err = output_error(model, batch_of(dataset, config.batch_sizes[0], config.task), config.device)
-        metrics["output_max_rel_err"] = err
-        doc["output_error"] = {"max_rel_err": err, "tolerance": OUTPUT_TOLERANCE, "reference": "float64 on the CPU"}
-    else:
-        doc["notes"].append("outputs not compared with float64: a detector's box lists may differ in length")
+                           "device": config.device, "threads": torch.get_num_threads(), "math": "fp32 (TF32 off)",
+                           "batches": [], "notes": []}
+    # torch leaves cuDNN's TF32 on: a GPU's "fp32" convolutions would round to 10 mantissa bits, outputs
+    # 1e-3 off float64 (past the tolerance), and the latency would not be fp32's either
+    with timing.math_mode("fp32"):
+        if config.task != "detection":
+            err = output_error(model, batch_of(dataset, config.batch_sizes[0], config.task), config.device)
+            metrics["output_max_rel_err"] = err
+            doc["output_error"] = {"max_rel_err": err, "tolerance": OUTPUT_TOLERANCE, "reference": "float64 on the CPU"}
+        else:
+            doc["notes"].append("outputs not compared with float64: a detector's box lists may differ in length")
+        _time_batches(config, model, dataset, sync, metrics, doc)
+    return metrics, doc
+
+
+def _time_batches(config: InferenceConfig, model: Any, dataset: Any, sync: Any, metrics: dict[str, Any],
+                  doc: dict[str, Any]) -> None:
+    import torch
+
     for b in config.batch_sizes:
         inputs = _to(batch_of(dataset, b, config.task), config.device)
         budget = timing.Budget(min_reps=min(config.calls, MIN_CALLS), max_reps=config.calls, budget_s=config.budget_s)
@@ -191,4 +203,3 @@ def run(config: InferenceConfig, seed: int) -> tuple[dict[str, Any], dict[str, A
             metrics[f"b{b}.batch_latency.{name}_s"] = row[f"{name}_s"]
             metrics[f"b{b}.sample_latency.{name}_s"] = row[f"{name}_s"] / b if row[f"{name}_s"] else None
         metrics[f"b{b}.throughput_samples_per_s"] = row["throughput_samples_per_s"]
-    return metrics, doc
