@@ -250,3 +250,20 @@ def test_without_a_working_compiler_hashlib_gives_the_same_digest(tmp_path, comp
     out = subprocess.run([sys.executable, "-m", "repro500.capture.data", "--no-cache", str(ds)],
                          capture_output=True, text=True, env=env, check=True)
     assert json.loads(out.stdout)[0]["md5"] == data.digest_paths([ds], use_cache=False)[0]["md5"]
+
+
+@pytest.mark.parametrize("special", ["fifo", "device link"])
+def test_a_special_file_in_a_data_directory_is_refused_not_read_forever(tmp_path, special):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    for i in range(10):
+        (ds / f"{i}.bin").write_bytes(b"x" * i)
+    if special == "fifo":
+        os.mkfifo(ds / "pipe")  # opening it for reading would wait for a writer forever
+    else:
+        (ds / "zeros").symlink_to("/dev/zero")  # reading it would never end
+    out = subprocess.run([sys.executable, "-m", "repro500.capture.data", "--no-cache", str(ds)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 4
+    assert out.stderr.startswith("repro500: error: data file") and "not a regular file" in out.stderr
+    assert "Traceback" not in out.stderr

@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -96,6 +97,10 @@ def _stat_file(abspath: str, relpath: str) -> _File:
     except OSError as err:
         raise InvalidInput(f"cannot read data file '{abspath}' ({err.strerror}): "
                            "fix its permissions or leave it out") from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block its read forever, /dev/zero never end
+        kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "not a file")
+        raise InvalidInput(f"data file '{abspath}' is {kind}, not a regular file: leave it out of the data")
     return _File(abspath, relpath, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
