@@ -213,9 +213,35 @@ def from_data(
     path = loc.source
     validate(data, loc)
     data = copy.deepcopy(data)
+    applied, open_division, tracking = _apply_changes(data, path, overrides, params_file, open_division, repeats)
+    fixed_changed = any(k.startswith(("fixed.", "acceptance.")) for k in applied)
+    fixed, mutable = _with_defaults(data)
+    acceptance = {
+        metric: {"target": entry["target"], "direction": entry.get("direction", "higher"), "tolerance": entry.get("tolerance", 0.0)}
+        for metric, entry in data["acceptance"].items()
+    }
+    return Recipe(
+        name=str(data.get("name") or name),
+        description=str(data.get("description") or ""),
+        fixed=fixed,
+        mutable=mutable,
+        acceptance=acceptance,
+        repeats=int(data.get("repeats", 3)),
+        seed=int(data.get("seed", 0)),
+        source=str(path),
+        open_division=bool(open_division and fixed_changed),
+        overrides=applied,
+        metrics=copy.deepcopy(data.get("metrics") or {}),
+        tracking=tracking,
+    )
+
+
+def _apply_changes(data: dict[str, Any], path: Any, overrides: list[str] | None, params_file: str | Path | None,
+                   open_division: bool, repeats: int | None) -> tuple[dict[str, Any], bool, Any]:
+    """A params file, then each ``--set``, then ``--repeats`` applied to ``data`` in place, each
+    validated as it lands; returns (what was applied, the open division, the params' tracking)."""
     applied: dict[str, Any] = {}
     tracking = None
-
     if params_file is not None:
         params = load_params_file(params_file)
         open_division = open_division or bool(params.pop("open_division", False))
@@ -236,8 +262,11 @@ def from_data(
         data["repeats"] = repeats
         applied["repeats"] = repeats
         validate(data, Located(f"{path} (after --repeats)"))
-    fixed_changed = any(k.startswith(("fixed.", "acceptance.")) for k in applied)
+    return applied, open_division, tracking
 
+
+def _with_defaults(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(fixed, mutable) with the defaults of the recipe's kind: a command, a system measure, training."""
     fixed = copy.deepcopy(data["fixed"])
     if is_command_fixed(fixed):
         fixed.setdefault("workload", "command")
@@ -268,24 +297,7 @@ def from_data(
         fixed.setdefault("evaluate", None)
     if "target" in fixed:
         fixed["target"].setdefault("direction", "higher")
-    acceptance = {
-        metric: {"target": entry["target"], "direction": entry.get("direction", "higher"), "tolerance": entry.get("tolerance", 0.0)}
-        for metric, entry in data["acceptance"].items()
-    }
-    return Recipe(
-        name=str(data.get("name") or name),
-        description=str(data.get("description") or ""),
-        fixed=fixed,
-        mutable=mutable,
-        acceptance=acceptance,
-        repeats=int(data.get("repeats", 3)),
-        seed=int(data.get("seed", 0)),
-        source=str(path),
-        open_division=bool(open_division and fixed_changed),
-        overrides=applied,
-        metrics=copy.deepcopy(data.get("metrics") or {}),
-        tracking=tracking,
-    )
+    return fixed, mutable
 
 
 def load_params_file(path: str | Path) -> dict[str, Any]:
