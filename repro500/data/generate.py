@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -295,21 +295,8 @@ def write(
             ):
                 for key, value in file_attrs(gen, samples, start, shard).items():
                     h5.attrs[key] = value
-                dsets, moments = {}, {}
-                for spec in specs:
-                    sample_bytes = _sample_bytes(spec)
-                    per_chunk = max(1, min(count, _SMALL_CHUNK_BYTES // max(sample_bytes, 1)))
-                    dsets[spec.name] = h5.create_dataset(
-                        spec.name,
-                        shape=(count, *spec.sample_shape),
-                        dtype=spec.dtype,
-                        chunks=(per_chunk, *spec.sample_shape),
-                        fillvalue=spec.fill,
-                        track_times=False,
-                        **filters,
-                    )
-                    if spec.stats_axis is not None:
-                        moments[spec.name] = Moments()
+                dsets = _create_datasets(h5, specs, count, filters)
+                moments = {spec.name: Moments() for spec in specs if spec.stats_axis is not None}
                 with _one_blas_thread(), _Interrupts() as interrupts:
                     for j in range(count):
                         interrupts.check()
@@ -338,6 +325,23 @@ def write(
         path=out, kind=gen.kind, samples=count, sample_offset=start, samples_total=samples,
         file_bytes=out.stat().st_size, time_s=elapsed,
     )
+
+
+def _create_datasets(h5: Any, specs: Sequence[Any], count: int, filters: dict[str, Any]) -> dict[str, Any]:
+    """One HDF5 dataset per array of a sample, ``count`` samples long, chunked by small groups of samples."""
+    dsets = {}
+    for spec in specs:
+        per_chunk = max(1, min(count, _SMALL_CHUNK_BYTES // max(_sample_bytes(spec), 1)))
+        dsets[spec.name] = h5.create_dataset(
+            spec.name,
+            shape=(count, *spec.sample_shape),
+            dtype=spec.dtype,
+            chunks=(per_chunk, *spec.sample_shape),
+            fillvalue=spec.fill,
+            track_times=False,
+            **filters,
+        )
+    return dsets
 
 
 def _check_room(gen: Generator, out: Path, samples: int, shard: tuple[int, int], compression: str,
