@@ -190,6 +190,7 @@ def test_outputs_are_hashed_and_json_digest_wins(tmp_path):
         import json, os, sys
         open(os.path.join(os.environ["REPRO500_REPEAT_DIR"], "model.pt"), "wb").write(b"weights")
         open("vocab.txt", "w").write("a b")
+        print("loss 0.5")
         if sys.argv[1:] == ["digest"]:
             json.dump({"param_digest": "cafe"}, open(os.environ["REPRO500_METRICS"], "w"))
     """
@@ -200,8 +201,9 @@ def test_outputs_are_hashed_and_json_digest_wins(tmp_path):
     lines = "".join(f"{k}\0{v}\n" for k, v in sorted(sha.items()))
     assert summary["final_param_digest"] == hashlib.sha256(lines.encode()).hexdigest()
     assert run(make(tmp_path, code, args=["digest"], outputs=["model.pt"]), tmp_path)["final_param_digest"] == "cafe"
-    missing = run(make(tmp_path, code, outputs=["ckpt.pt"]), tmp_path)
+    missing = run(make(tmp_path, code, outputs=["ckpt.pt"], metrics={"loss": {"regex": "loss ([0-9.]+)"}}), tmp_path)
     assert missing["status"] == "failed" and "declared output ckpt.pt was not written" in missing["error"]
+    assert missing["metrics"] == {"total_time_s": missing["total_time_s"]} and missing["metric_sources"] == {}
 
 
 def test_a_resumed_repeat_does_not_read_an_earlier_attempts_metrics(tmp_path):

@@ -180,14 +180,7 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
     """
     context = context or RepeatContext()
     out_dir = Path(out_dir).resolve()
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for stale in (SUMMARY, METRICS_FILE):  # a resumed repeat must not read an earlier attempt's files
-            (out_dir / stale).unlink(missing_ok=True)
-        for stream in (STDOUT, STDERR):
-            (out_dir / stream).write_bytes(b"")
-    except OSError as err:
-        raise InvalidInput(f"the repeat directory {out_dir} cannot be written ({err.strerror or err})") from None
+    _fresh_repeat_dir(out_dir)
     argv = fill(spec, seed=child_seed(seeds), repeat=repeat, repeat_dir=str(out_dir))
     env = child_env(spec, repeat, seeds, out_dir, context)
     redactor = _Redactor(env)
@@ -239,16 +232,36 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
                         search=[out_dir, spec.workdir],
                         mlflow=ScriptRuns(target.uri, context.run_id, repeat, target.wait) if target else None)
     try:
-        for name, decl in spec.metrics.items():
-            value, label = read_metric(decl, produced)
-            if not math.isfinite(value):
-                raise MetricMissing(f"metric {name} is {value} ({label})")
-            summary["metrics"][name] = value
-            summary["metric_sources"][name] = label
+        summary["metrics"], summary["metric_sources"] = _read_metrics(spec, produced)
         summary["outputs"] = _outputs(spec, out_dir)
     except MetricMissing as err:
-        # A failed repeat reports no metric values, not the ones read before the missing one.
+        # A failed repeat reports no metric values, not the ones read before a missing output.
         summary["metrics"], summary["metric_sources"], summary["outputs"] = {}, {}, {}
         return finish("failed", str(err))
     summary["final_param_digest"] = produced.param_digest() or _outputs_digest(summary["outputs"])
     return finish("completed", None)
+
+
+def _fresh_repeat_dir(out_dir: Path) -> None:
+    """The repeat's directory, with empty output streams and no earlier attempt's summary or metrics
+    (a resumed repeat must not read them)."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for stale in (SUMMARY, METRICS_FILE):
+            (out_dir / stale).unlink(missing_ok=True)
+        for stream in (STDOUT, STDERR):
+            (out_dir / stream).write_bytes(b"")
+    except OSError as err:
+        raise InvalidInput(f"the repeat directory {out_dir} cannot be written ({err.strerror or err})") from None
+
+
+def _read_metrics(spec: CommandSpec, produced: Produced) -> tuple[dict[str, float], dict[str, str]]:
+    """({metric: value}, {metric: where it was read}) for every declared metric; MetricMissing
+    for the first one that is absent or not a finite number."""
+    values, sources = {}, {}
+    for name, decl in spec.metrics.items():
+        value, label = read_metric(decl, produced)
+        if not math.isfinite(value):
+            raise MetricMissing(f"metric {name} is {value} ({label})")
+        values[name], sources[name] = value, label
+    return values, sources
