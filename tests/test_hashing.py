@@ -267,3 +267,31 @@ def test_a_special_file_in_a_data_directory_is_refused_not_read_forever(tmp_path
     assert out.returncode == 4
     assert out.stderr.startswith("repro500: error: data file") and "not a regular file" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    return set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
+
+
+@pytest.mark.skipif("avx2" not in _cpu_flags() or "avx512f" not in _cpu_flags(),
+                    reason="needs an AVX-512 CPU, to build the AVX2 library beside this CPU's own")
+def test_the_avx2_build_hashes_32_lanes_as_two_groups_with_the_same_digests(tmp_path, monkeypatch):
+    from repro500.capture import md5mb
+
+    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(md5mb, "_MARCH", "x86-64-v3")  # AVX2, no AVX-512: md5x32 is not used
+    monkeypatch.setattr(md5mb, "_lib", None)
+    monkeypatch.setattr(md5mb, "_lib_failed", False)
+    if not md5mb.available():
+        pytest.skip("no C compiler with GCC vector extensions here")
+    paths = []
+    for i, n in enumerate([393_216, 131_071, 64, 0, 700_001] * 8):  # 40 files: both groups busy
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(n))
+        paths.append(str(path))
+    assert md5mb.md5_files(paths) == {p: hashlib.md5(Path(p).read_bytes()).hexdigest() for p in paths}
+    assert len(list((tmp_path / "cache" / "ext").glob("md5mb-*.so"))) == 1  # built here, not this CPU's own
