@@ -119,8 +119,6 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     Nothing in the publication is executed: YAML is read with ``yaml.safe_load``, the archive
     is unpacked with :func:`repro500.archives.unpack` (which refuses path escapes and links).
     """
-    from repro500.verify import integrity
-    from repro500.verify.published import load_published
     from repro500.verify.rundir import load_run
 
     root = Path(root)
@@ -132,9 +130,32 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
         raise InvalidInput(f"publication {root} was changed after repro500 publish wrote it ({changed}): "
                            "obtain an untouched copy")
     try:
+        run_meta = index["run"]
+    except (KeyError, TypeError):
+        raise InvalidInput(f"{root / INDEX} lacks archive.name, archive.sha256 or run: not a complete publication") from None
+    reference, check, not_carried = _unpack_run(root, index, workdir)
+    run = load_run(reference)
+    _check_published(root, index, run)
+    manifest = untrusted.load_json(untrusted.read_bytes(root / MANIFEST, "the publication's manifest"), str(root / MANIFEST))
+    if manifest != run.manifest:
+        raise InvalidInput(f"{root / MANIFEST} differs from the packed run's manifest")
+    recipe = _load_yaml(root / RECIPE)
+    if recipe != runnable_recipe(run.recipe or {}):
+        raise InvalidInput(f"{root / RECIPE} differs from the packed run's recipe")
+    _check_recipe_paths(recipe, root / RECIPE)
+    data, repeats, seed = _check_params(root / PARAMS, run_meta, run)
+    return Publication(root=root, index=index, reference=reference, data=data, repeats=repeats, seed=seed,
+                       integrity=check, not_carried=not_carried)
+
+
+def _unpack_run(root: Path, index: dict[str, Any], workdir: str | Path) -> tuple[Path, Any, list[Any]]:
+    """(the packed run unpacked into ``workdir``, its integrity check, the files it left out), after
+    the archive's digest, its SHA256SUMS' digest and the gate publish ran are all checked."""
+    from repro500.verify import integrity
+
+    try:
         archive_name = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
         archive_sha = index["archive"]["sha256"]
-        run_meta = index["run"]
     except (KeyError, TypeError):
         raise InvalidInput(f"{root / INDEX} lacks archive.name, archive.sha256 or run: not a complete publication") from None
     archive = root / archive_name
@@ -154,7 +175,12 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     # the same gate publish ran: the repeat chain and the attestation too, as verify checks them
     integrity.require_intact(reference, "it is not reproduced", shown=f"the packed run {archive.name}",
                              not_carried=[e.to_dict() for e in not_carried])
-    run = load_run(reference)
+    return reference, check, not_carried
+
+
+def _check_published(root: Path, index: dict[str, Any], run: Any) -> None:
+    """published.yaml's values, margins, directions and epochs are the packed run's."""
+    from repro500.verify.published import load_published
 
     published = load_published(root / PUBLISHED)
     margins = index.get("margins") or {}
@@ -171,25 +197,19 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
             raise InvalidInput(f"{where}.margin {metric.margin} is not the run's acceptance tolerance")
     if published.epochs_to_quality is not None and published.epochs_to_quality != epochs_to_quality(run):
         raise InvalidInput(f"{root / PUBLISHED}: epochs_to_quality differ from the packed run's")
-    manifest = untrusted.load_json(untrusted.read_bytes(root / MANIFEST, "the publication's manifest"), str(root / MANIFEST))
-    if manifest != run.manifest:
-        raise InvalidInput(f"{root / MANIFEST} differs from the packed run's manifest")
 
-    recipe = _load_yaml(root / RECIPE)
-    if recipe != runnable_recipe(run.recipe or {}):
-        raise InvalidInput(f"{root / RECIPE} differs from the packed run's recipe")
-    _check_recipe_paths(recipe, root / RECIPE)
-    params = _load_yaml(root / PARAMS)
+
+def _check_params(path: Path, run_meta: dict[str, Any], run: Any) -> tuple[list[Any], int, int]:
+    """(the data entries, repeats, seed) of params.yaml, which must be the packed run's."""
+    params = _load_yaml(path)
     if not isinstance(params, dict) or not isinstance(params.get("run"), dict) or not isinstance(params.get("data"), list):
-        raise InvalidInput(f"{root / PARAMS} must hold a 'data' list and a 'run' mapping")
+        raise InvalidInput(f"{path} must hold a 'data' list and a 'run' mapping")
     repeats, seed = params["run"].get("repeats"), params["run"].get("seed")
     if repeats != run_meta.get("repeats") or seed != run_meta.get("seed") or seed != (run.recipe or {}).get("seed"):
-        raise InvalidInput(f"{root / PARAMS}: run.repeats/run.seed differ from the packed run's")
+        raise InvalidInput(f"{path}: run.repeats/run.seed differ from the packed run's")
     if set(params["run"]) - {"repeats", "seed"}:
-        raise InvalidInput(f"{root / PARAMS}: run may only hold repeats and seed")
-    data = check_entries(params["data"], run.manifest or {}, root / PARAMS)
-    return Publication(root=root, index=index, reference=reference, data=data, repeats=int(repeats), seed=int(seed),
-                       integrity=check, not_carried=not_carried)
+        raise InvalidInput(f"{path}: run may only hold repeats and seed")
+    return check_entries(params["data"], run.manifest or {}, path), int(repeats), int(seed)
 
 
 def _check_recipe_paths(recipe: dict[str, Any], where: Path) -> None:
