@@ -240,41 +240,17 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
     if run is None or not check.ok:
         return _invalid(verdict, check.problems)
 
-    ref: Reference | None = None
     in_history = history.is_history(against)
-    if in_history:  # earlier runs of the same recipe on this system (verify/history.py)
-        ref = history.reference(str(against)[len(history.PREFIX):], run, alpha)
-        verdict.against = ref.describe()
-    elif against is not None:
-        ref = load_reference(against)
-        verdict.against = ref.describe()
-        verdict.reference_integrity = ref.integrity
-        if ref.integrity is not None and not ref.integrity.ok:
-            return _invalid(verdict, [f"reference: {p}" for p in ref.integrity.problems])
-        if ref.benchmark is not None:  # a history's runs are chosen by the same rule (verify/history.py)
-            difference = benchmark_difference(benchmark_of_run(run), ref.benchmark)
-            if difference and not across_benchmarks:
-                raise refuse_across(difference, str(against))
-            verdict.different_benchmark = difference
-            if difference:
-                verdict.against["different_benchmark"] = difference
-
+    ref, problems = _load_against(verdict, against, run, alpha, across_benchmarks)
+    if problems:
+        return _invalid(verdict, problems)
     for name in run.metric_names():
         values = run.values(name)
         if values:
             verdict.statistics[name] = describe(values, alpha)
-    decide_at = alpha
-    design = sequential.recorded(run.run)
-    if design is not None:  # decisions at the nominal level of the look the run stopped at
-        problems, checked = _check_stop(run, design, ref if not in_history else None)
-        if problems:
-            return _invalid(verdict, problems)
-        n = len(run.completed)
-        level = sequential.level_of(design, n, alpha)
-        decide_at = level if level is not None else alpha
-        verdict.design = {**design, "look": n, "nominal_level": level, "stop_check": checked}
-        if checked.startswith("not re-derived"):
-            verdict.advice.append(f"the sequential stopping point was {checked}")
+    decide_at, problems = _decision_level(verdict, run, None if in_history else ref, alpha)
+    if problems:
+        return _invalid(verdict, problems)
     verdict.bands = check_bands(run, decide_at)
     verdict.variance = variance.decompose(run, alpha)
     verdict.determinism = check_determinism(run)
@@ -303,6 +279,48 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
                                   "the reference's result was reproduced")
     _collect_advice(verdict, run)
     return verdict
+
+
+def _load_against(verdict: Verdict, against: str | Path | None, run: RunData, alpha: float,
+                  across_benchmarks: bool) -> tuple[Reference | None, list[str]]:
+    """(the reference ``against`` names, problems that make the verdict INVALID), with what it is
+    recorded in ``verdict``; a reference of another benchmark is refused unless ``across_benchmarks``."""
+    if history.is_history(against):  # earlier runs of the same recipe on this system (verify/history.py)
+        ref = history.reference(str(against)[len(history.PREFIX):], run, alpha)
+        verdict.against = ref.describe()
+        return ref, []
+    if against is None:
+        return None, []
+    ref = load_reference(against)
+    verdict.against = ref.describe()
+    verdict.reference_integrity = ref.integrity
+    if ref.integrity is not None and not ref.integrity.ok:
+        return ref, [f"reference: {p}" for p in ref.integrity.problems]
+    if ref.benchmark is not None:  # a history's runs are chosen by the same rule (verify/history.py)
+        difference = benchmark_difference(benchmark_of_run(run), ref.benchmark)
+        if difference and not across_benchmarks:
+            raise refuse_across(difference, str(against))
+        verdict.different_benchmark = difference
+        if difference:
+            verdict.against["different_benchmark"] = difference
+    return ref, []
+
+
+def _decision_level(verdict: Verdict, run: RunData, given: Reference | None, alpha: float) -> tuple[float, list[str]]:
+    """(the level decisions are made at, problems): ``alpha``, or for a sequential run the nominal
+    level of the look it stopped at, once its stopping point is re-derived (``verdict.design``)."""
+    design = sequential.recorded(run.run)
+    if design is None:
+        return alpha, []
+    problems, checked = _check_stop(run, design, given)
+    if problems:
+        return alpha, problems
+    n = len(run.completed)
+    level = sequential.level_of(design, n, alpha)
+    verdict.design = {**design, "look": n, "nominal_level": level, "stop_check": checked}
+    if checked.startswith("not re-derived"):
+        verdict.advice.append(f"the sequential stopping point was {checked}")
+    return (level if level is not None else alpha), []
 
 
 def _check_stop(run: RunData, design: dict[str, Any], given: Reference | None) -> tuple[list[str], str]:
