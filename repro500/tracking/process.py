@@ -90,7 +90,12 @@ class ProcessTracker:
         return None if self.alive else self._stopped()
 
     def _stopped(self) -> TrackingProcessError:
-        code = self._proc.poll()
+        try:
+            # its end of the socket closed: it is dying, and the kernel closes a killed process's files
+            # before its exit status can be read, so wait a moment for the status (SIGKILL shows as -9)
+            code: int | None = self._proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            code = None
         said = f"exit {code}" if code is not None else "no answer"
         return TrackingProcessError(f"the MLflow logging process stopped ({said})")
 
