@@ -105,8 +105,9 @@ def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tm
                 cmd = (p / 'cmdline').read_bytes().split(b'\\0')
                 if fields.get('PPid', '').strip() == me and b'repro500.tracking.process' in cmd:
                     os.kill(int(p.name), signal.SIGKILL)
-                    # dead before the repeat ends (a zombie until the run reaps it)
-                    while 'State:\tZ' not in (p / 'status').read_text():
+                    # dead before the repeat ends (a zombie until the run reaps it): its leader shows as a
+                    # zombie while its other threads still exit, and only then can the run see its status
+                    while not all(s in (p / 'status').read_text() for s in ('State:\tZ', 'Threads:\t1\\n')):
                         time.sleep(0.01)
             except (OSError, ValueError):
                 pass

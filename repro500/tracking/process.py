@@ -29,6 +29,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
@@ -64,13 +65,25 @@ class ProcessTracker:
         finally:
             theirs.close()
         self._conn = Connection(ours.detach())
+        # Popen.poll() answers None, "running", whenever another thread is inside poll() or wait(): the
+        # run asks whether the process lives while the logging thread may be reading its exit status
+        self._status_lock = threading.Lock()
         self._ready = False
         self.experiment_id: str | None = None
         self.notes: list[str] = []
 
     @property
     def alive(self) -> bool:
-        return self._proc.poll() is None
+        return self._exit_status() is None
+
+    def _exit_status(self, wait_s: float = 0.0) -> int | None:
+        with self._status_lock:
+            if not wait_s:
+                return self._proc.poll()
+            try:
+                return self._proc.wait(timeout=wait_s)
+            except subprocess.TimeoutExpired:
+                return None
 
     @property
     def pid(self) -> int:
@@ -90,12 +103,9 @@ class ProcessTracker:
         return None if self.alive else self._stopped()
 
     def _stopped(self) -> TrackingProcessError:
-        try:
-            # its end of the socket closed: it is dying, and the kernel closes a killed process's files
-            # before its exit status can be read, so wait a moment for the status (SIGKILL shows as -9)
-            code: int | None = self._proc.wait(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            code = None
+        # its end of the socket closed: it is dying, and the kernel closes a killed process's files
+        # before its exit status can be read, so wait a moment for the status (SIGKILL shows as -9)
+        code = self._exit_status(wait_s=1.0)
         said = f"exit {code}" if code is not None else "no answer"
         return TrackingProcessError(f"the MLflow logging process stopped ({said})")
 
@@ -123,11 +133,10 @@ class ProcessTracker:
         """Let the process finish (it has answered everything sent), or stop it after *timeout_s*."""
         with suppress(OSError):
             self._conn.send(None)
-        try:
-            self._proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
+        if self._exit_status(wait_s=max(timeout_s, 1e-3)) is None:
             self._proc.kill()  # first: a thread still waiting for an answer gets EOF, not a closed socket
-            self._proc.wait()
+            with self._status_lock:
+                self._proc.wait()
         self._conn.close()
 
 
