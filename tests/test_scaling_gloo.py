@@ -42,7 +42,7 @@ seed: 5
 # The model assumes every rank computes on cores of its own. Gloo on loopback is CPU work too:
 # with fewer than two cores per rank (compute thread + Gloo thread) the collectives in training
 # compete with the backward passes, which the isolated timings do not see (docs/scaling.md).
-DEDICATED_CORES = (os.cpu_count() or 1) >= 4
+DEDICATED_CORES = len(os.sched_getaffinity(0)) >= 4  # the CPUs this process may use, not the machine's
 
 
 @pytest.fixture(scope="module")
