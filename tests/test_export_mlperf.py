@@ -292,5 +292,5 @@ def test_the_report_shows_what_mlperfs_checker_said_of_each_repeat(open_run, tmp
     assert done.exit_code == 0, done.output
     html = (tmp_path / "r.html").read_text()
     assert ("<h3>MLPerf compliance</h3><p><span class=\"badge muted\">OK</span> all 2 repeat log(s) pass MLPerf "
-            "training 4.0.0 (resnet)&#x27;s compliance checker</p>") in html
+            "training 4.0.0 (resnet)&#39;s compliance checker</p>") in html
     assert html.count('<td class="nw">yes</td>') >= 2  # each repeat's log accepted

@@ -197,7 +197,7 @@ def test_edited_verdict_json_is_not_believed(run_dir: Path) -> None:
     assert result.exit_code == 0
     html = (run_dir / "report.html").read_text()
     assert 'class="badge good">PASS<' in html
-    assert "verdict.json says &#x27;FAIL&#x27; but recomputing" in html
+    assert "verdict.json says &#39;FAIL&#39; but recomputing" in html
 
 
 def test_stored_comparison_is_shown_and_rechecked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,7 +7,8 @@ embedded as base64; the page has no scripts and loads nothing from outside.
 
 Modules: ``load`` (read the run), ``verdict_source`` (which verdict to show), ``series``
 (numbers behind the plots), ``plots`` (figures), ``sections`` (HTML per section), ``divergence``
-(where same-seed pairs part: |Δ loss| per step), ``html`` (escaping and the page).
+(where same-seed pairs part: |Δ loss| per step), ``html`` (the building blocks and the page, rendered
+by the Jinja2 templates in ``templates/``, which escape every value from the run).
 """
 
 from __future__ import annotations
@@ -168,11 +169,7 @@ def build_html(
     toc = [(ident, title) for ident, title, _ in body]
     head = sections.header(view, verdict, toc)
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    footer = html.Markup(
-        f"<footer>Written by repro500 {html.esc(__version__)} at {html.esc(now)} from "
-        f"<code>{html.esc(shown_path or str(root))}</code>. This page is self-contained (plots embedded, no "
-        "scripts, nothing loaded from elsewhere) and is not covered by SHA256SUMS: "
-        "<code>repro500 verify</code> checks the run itself.</footer>")
+    footer = html.footer(__version__, now, shown_path or str(root))
     recipe = view.run_json.get("recipe_name") or view.summary.get("recipe_name") or root.name
     title = f"repro500 report: {recipe} ({verdict.status})"
     parts = [part for _, _, part in body]

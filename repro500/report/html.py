@@ -1,18 +1,22 @@
-"""HTML building blocks for the report: escaping, number formatting, tables, the page.
+"""HTML building blocks for the report: number formatting, and the page rendered by templates.
 
-Every string that may come from a run directory goes through :func:`esc` (a run directory
-may come from someone else, so a recipe named ``<script>`` must stay text).  Helpers that
-take ``Markup`` accept HTML that this package built itself; everything else is escaped.
-The page is plain HTML and CSS: no scripts, no external resources.
+The page is rendered by the Jinja2 templates in ``templates/`` with autoescape on: every value
+from a run directory is text, escaped where it is put into the page (a run directory may come
+from someone else, so a recipe named ``<script>`` stays text).  ``Markup`` is only what a
+template macro returned; no module of this package builds markup from strings itself (a test
+checks that ``Markup(...)`` wraps nothing but a literal).  The page is plain HTML and CSS: no
+scripts, no external resources.
 """
 
 from __future__ import annotations
 
-import html
 import math
 import numbers
 from collections.abc import Iterable, Sequence
+from functools import cache
 from typing import Any
+
+from markupsafe import Markup, escape
 
 STATUS_CLASSES = {
     "PASS": "good", "REPRODUCED": "good", "FAIL": "bad", "NOT REPRODUCED": "bad",
@@ -21,17 +25,28 @@ STATUS_CLASSES = {
 
 
 NOWRAP_CHARS = 26
+PNG_URI = "data:image/png;base64,"
+
+__all__ = ["Markup", "badge", "bullet_list", "cell", "esc", "image", "key_values", "num", "page", "para", "pct",
+           "section", "size_bytes", "subsection", "table"]
 
 
-class Markup(str):
-    """HTML built by this package (already escaped); plain ``str`` is always escaped."""
+@cache
+def environment():  # noqa: ANN201 - jinja2.Environment, imported here: only `report` pays for it
+    """The templates' environment: autoescape on for every template, undefined names an error."""
+    import jinja2
+
+    return jinja2.Environment(loader=jinja2.PackageLoader("repro500.report", "templates"), autoescape=True,
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+
+def _macro(name: str) -> Any:
+    return getattr(environment().get_template("blocks.html.j2").module, name)
 
 
 def esc(value: Any) -> Markup:
-    """Escape any value for HTML text or attribute context (quotes included)."""
-    if isinstance(value, Markup):
-        return value
-    return Markup(html.escape(value if isinstance(value, str) else str(value), quote=True))
+    """``value`` escaped for HTML text or attribute context (quotes included); Markup as is."""
+    return escape(value if isinstance(value, str) else str(value))
 
 
 def num(value: Any, digits: int = 4) -> str:
@@ -70,111 +85,91 @@ def size_bytes(value: Any) -> str:
 
 def badge(status: Any) -> Markup:
     text = str(status) if status is not None else "UNKNOWN"
-    cls = STATUS_CLASSES.get(text, "muted")
-    return Markup(f'<span class="badge {cls}">{esc(text)}</span>')
+    return _macro("badge")(text, STATUS_CLASSES.get(text, "muted"))
 
 
-def cell(value: Any) -> Markup:
-    """A table cell's content: Markup as is, numbers formatted, anything else escaped."""
+def _text(value: Any) -> Any:
+    """A cell's content before escaping: Markup as is, numbers formatted, anything else as text."""
     if isinstance(value, Markup):
         return value
     if isinstance(value, (numbers.Real, type(None))):
-        return esc(num(value))
-    return esc(value)
+        return num(value)
+    return str(value)
 
 
-def _td(value: Any) -> str:
-    content = cell(value)
+def cell(value: Any) -> Markup:
+    """A table cell's content, escaped (Markup as is)."""
+    return escape(_text(value))
+
+
+def _cells(row: Sequence[Any]) -> list[tuple[Any, bool]]:
     # short cells (numbers, intervals, badges) never wrap; long text does
-    short = isinstance(value, Markup) or len(html.unescape(content)) <= NOWRAP_CHARS
-    return f'<td class="nw">{content}</td>' if short else f"<td>{content}</td>"
+    return [(text, isinstance(text, Markup) or len(text) <= NOWRAP_CHARS) for text in map(_text, row)]
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, cls: str = "") -> Markup:
-    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(_td(v) for v in row) + "</tr>" for row in rows)
-    klass = f' class="{esc(cls)}"' if cls else ""
-    return Markup(f"<table{klass}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+    return _macro("table")([str(h) for h in headers], [_cells(row) for row in rows], cls)
 
 
 def key_values(pairs: Iterable[tuple[str, Any]]) -> Markup:
     """A two-column definition list."""
-    items = "".join(f"<dt>{esc(k)}</dt><dd>{cell(v)}</dd>" for k, v in pairs)
-    return Markup(f'<dl class="kv">{items}</dl>')
+    return _macro("key_values")([(str(k), _text(v)) for k, v in pairs])
 
 
 def para(text: Any, cls: str = "") -> Markup:
-    klass = f' class="{esc(cls)}"' if cls else ""
-    return Markup(f"<p{klass}>{esc(text)}</p>")
+    return _macro("para")(text if isinstance(text, Markup) else str(text), cls)
+
+
+def status_line(status: Any, text: Any) -> Markup:
+    """A paragraph: the status's badge, then ``text``."""
+    return _macro("status_line")(badge(status), "" if text is None else str(text))
+
+
+def strong_line(label: str, text: Any) -> Markup:
+    return _macro("strong_line")(label, "" if text is None else str(text))
+
+
+def integrity_line(status: Any, files_checked: Any, digest: Any) -> Markup:
+    return _macro("integrity_line")(badge(status), num(files_checked), str(digest or "-"))
 
 
 def bullet_list(items: Iterable[Any], cls: str = "") -> Markup:
-    klass = f' class="{esc(cls)}"' if cls else ""
-    inner = "".join(f"<li>{esc(i)}</li>" for i in items)
-    return Markup(f"<ul{klass}>{inner}</ul>") if inner else Markup("")
+    return _macro("bullet_list")([i if isinstance(i, Markup) else str(i) for i in items], cls)
 
 
 def image(data_uri: str, alt: str, width_px: int | None = None) -> Markup:
-    """An embedded plot; ``data_uri`` is a ``data:image/png;base64,...`` this package made."""
-    if not data_uri.startswith("data:image/png;base64,"):
+    """An embedded plot: ``data_uri`` is a ``data:image/png;base64,...`` that plots.to_data_uri made
+    from a matplotlib figure; anything else is refused (the template escapes it all the same)."""
+    if not data_uri.startswith(PNG_URI):
         raise ValueError("only embedded PNG data URIs are allowed in the report")
-    size = f' width="{int(width_px)}"' if width_px else ""
-    return Markup(f'<img class="plot" src="{esc(data_uri)}" alt="{esc(alt)}"{size}>')
+    return _macro("image")(data_uri, str(alt), int(width_px) if width_px else None)
 
 
 def section(ident: str, title: str, *parts: Markup) -> Markup:
-    return Markup(f'<section id="{esc(ident)}"><h2>{esc(title)}</h2>{"".join(parts)}</section>')
+    return _macro("section")(ident, title, list(parts))
 
 
 def subsection(title: str, *parts: Markup) -> Markup:
-    return Markup(f'<div class="sub"><h3>{esc(title)}</h3>{"".join(parts)}</div>')
+    return _macro("subsection")(title, list(parts))
 
 
-CSS = """
-:root { --fg:#1d232a; --muted:#5c6670; --line:#d6dbe0; --bg:#ffffff; --panel:#f5f7f9; }
-* { box-sizing: border-box; }
-body { margin: 0; font: 15px/1.45 -apple-system, "Segoe UI", "DejaVu Sans", Helvetica, Arial, sans-serif;
-       color: var(--fg); background: var(--bg); }
-main { max-width: 1180px; margin: 0 auto; padding: 24px 28px 48px; }
-header.top { border-bottom: 2px solid var(--line); padding-bottom: 14px; margin-bottom: 10px; }
-h1 { font-size: 26px; margin: 0 12px 0 0; display: inline-block; vertical-align: middle; word-break: break-all; }
-h2 { font-size: 20px; margin: 30px 0 8px; padding-bottom: 4px; border-bottom: 1px solid var(--line); }
-h3 { font-size: 16px; margin: 18px 0 6px; }
-.badge { display: inline-block; vertical-align: middle; padding: 3px 12px; border-radius: 4px;
-         font-weight: 700; letter-spacing: .04em; font-size: 15px; color: #fff; }
-table .badge { font-size: 12px; padding: 1px 7px; }
-.badge.good { background: #1a7f37; } .badge.bad { background: #b42318; }
-.badge.warn { background: #b25e00; } .badge.invalid { background: #8e24aa; } .badge.muted { background: #6e7781; }
-.subtitle { color: var(--muted); margin: 4px 0 10px; }
-dl.kv { display: grid; grid-template-columns: max-content 1fr; gap: 2px 16px; margin: 8px 0; }
-header dl.kv { grid-template-columns: max-content 1fr max-content 1fr; }
-dl.kv dt { color: var(--muted); } dl.kv dd { margin: 0; word-break: break-word; }
-ul.reasons { margin: 6px 0; padding-left: 20px; } ul.reasons li { margin: 2px 0; }
-ul.advice li { color: #0b5394; }
-nav.toc { margin-top: 10px; font-size: 14px; } nav.toc a { margin-right: 14px; color: #0b5394; text-decoration: none; }
-table { border-collapse: collapse; margin: 6px 0 10px; font-size: 13.5px; }
-th, td { border-bottom: 1px solid var(--line); padding: 4px 10px 4px 0; text-align: left; vertical-align: top; }
-th { color: var(--muted); font-weight: 600; }
-td { font-variant-numeric: tabular-nums; word-break: break-word; max-width: 460px; }
-td.nw { white-space: nowrap; }
-img.plot { display: block; max-width: 100%; height: auto; margin: 6px 0; border: 1px solid var(--line); }
-.caption, .note { color: var(--muted); font-size: 13.5px; margin: 4px 0 8px; }
-.note::before { content: "note: "; font-weight: 600; }
-.warning { color: #8a4b00; background: #fff4e0; border-left: 3px solid #b25e00; padding: 6px 10px; margin: 8px 0; }
-.sub { margin-left: 2px; }
-code { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: 13px; }
-footer { margin-top: 36px; color: var(--muted); font-size: 12.5px; border-top: 1px solid var(--line); padding-top: 8px; }
-"""
+def join(parts: Iterable[Markup]) -> Markup:
+    """Blocks one after the other (a plain string among them is escaped)."""
+    return Markup("").join(parts)
+
+
+def header(*, recipe: Any, status: Any, exit_code: Any, facts: Iterable[tuple[str, Any]], warnings: Iterable[Any],
+           reasons: Iterable[Any], advice: Iterable[Any], toc: Iterable[tuple[str, str]]) -> Markup:
+    """The page's top: recipe, verdict badge, the run's facts, warnings, reasons, advice, contents."""
+    return _macro("header")(str(recipe), badge(status), num(exit_code), key_values(facts), [str(w) for w in warnings],
+                            bullet_list(reasons, "reasons"), bullet_list(advice, "reasons advice"), list(toc))
+
+
+def footer(version: str, now: str, where: str) -> Markup:
+    return _macro("footer")(version, now, where)
 
 
 def page(title: str, header: Markup, body: Iterable[Markup], footer: Markup) -> str:
     """The whole document: inline CSS, no scripts, no external resources."""
-    return (
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-        "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-        # a strict policy so that even a bug here cannot load or run anything from outside
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-        "img-src data:; style-src 'unsafe-inline'\">"
-        f"<title>{esc(title)}</title><style>{CSS}</style></head>\n<body><main>\n"
-        f"{header}\n{''.join(body)}\n{footer}\n</main></body></html>\n"
-    )
+    return environment().get_template("page.html.j2").render(title=title, header=header, body=list(body),
+                                                            footer=footer)

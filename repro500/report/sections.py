@@ -10,12 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from repro500.report import plots, plots_distributed, series
+from repro500.report import html, plots, plots_distributed, series
 from repro500.report.html import (
     Markup,
-    badge,
-    bullet_list,
-    esc,
     image,
     key_values,
     num,
@@ -95,17 +92,9 @@ def header(view: RunView, verdict: VerdictView, toc: list[tuple[str, str]]) -> M
     if against:
         facts.append(("compared with", against.get("label") or against.get("path") or "-"))
     facts.append(("verdict source", verdict.source))
-    nav = "".join(f'<a href="#{esc(ident)}">{esc(title)}</a>' for ident, title in toc)
-    warnings = "".join(f'<p class="warning">{esc(w)}</p>' for w in verdict.warnings)
-    return Markup(
-        '<header class="top">'
-        f"<div><h1>{esc(recipe)}</h1>{badge(verdict.status)}"
-        f' <span class="subtitle">exit code {esc(num(doc.get("exit_code")))}</span></div>'
-        f"{key_values(facts)}{warnings}"
-        f"{bullet_list([str(r) for r in as_list(doc.get('reasons'))], 'reasons')}"
-        f"{bullet_list([str(a) for a in as_list(doc.get('advice'))], 'reasons advice')}"
-        f'<nav class="toc">{nav}</nav></header>'
-    )
+    return html.header(recipe=recipe, status=verdict.status, exit_code=doc.get("exit_code"), facts=facts,
+                       warnings=verdict.warnings, reasons=as_list(doc.get("reasons")),
+                       advice=as_list(doc.get("advice")), toc=toc)
 
 
 # ------------------------------------------------------------------------- convergence
@@ -348,7 +337,7 @@ def provenance(view: RunView, verdict: VerdictView, reference: ReferenceData | N
         seed_rows.append([k, s.get("python"), s.get("numpy"), s.get("torch"), s.get("loader")])
     if seed_rows:
         parts.append(subsection("Seeds per repeat (rank 0)", table(
-            ["repeat", "python", "numpy", "torch", "loader"], [[esc("-" if x is None else str(x)) for x in r] for r in seed_rows])))
+            ["repeat", "python", "numpy", "torch", "loader"], [["-" if x is None else str(x) for x in r] for r in seed_rows])))
     parts.append(_provenance_diff(manifest, verdict, reference))
     return section("provenance", "Provenance", *parts)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.report import system_plots
-from repro500.report.html import Markup, esc, image, num, pct, section, subsection, table
+from repro500.report.html import Markup, image, num, para, pct, section, subsection, table
 from repro500.report.load import RunView, finite
 from repro500.rundir import layout
 
@@ -23,7 +23,7 @@ IO_BOUND = 0.5
 
 
 def note(text: str) -> Markup:
-    return Markup(f'<p class="note">{esc(text)}</p>')
+    return para(text, "note")
 
 
 def _values(summary: dict[str, Any], name: str) -> list[float]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from repro500.report import plots
-from repro500.report.html import Markup, badge, image, num, para, section, subsection, table
+from repro500.report.html import Markup, image, num, section, status_line, subsection, table
 from repro500.report.load import RunView
 from repro500.report.sections import as_dict, as_list, caption, note
 from repro500.verify.gains import VARIANT_KEYS, sync_text
@@ -58,7 +58,7 @@ def _sampling_block(view: RunView, doc: dict[str, Any]) -> list[Markup]:
         return [note("no sampling records (a command, or a run before repro500 recorded them)")]
     parts: list[Markup] = []
     if verdict:
-        parts.append(para(Markup(f"{badge(verdict.get('status'))} {verdict.get('reason', '')}")))
+        parts.append(status_line(verdict.get("status"), verdict.get("reason", "")))
     rows = []
     for k, e in epochs:
         s, b = as_dict(e.get("sampling")), as_dict(as_dict(e.get("sampling")).get("balance"))

@@ -12,13 +12,16 @@ from repro500.report.html import (
     Markup,
     badge,
     bullet_list,
-    esc,
     image,
+    integrity_line,
+    join,
     key_values,
     num,
     para,
     pct,
     section,
+    status_line,
+    strong_line,
     subsection,
     table,
 )
@@ -45,14 +48,12 @@ def _integrity(doc: dict[str, Any]) -> Markup:
         if not i:
             continue
         problems = [str(p) for p in as_list(i.get("problems"))]
-        state = badge("PASS" if not problems else "INVALID")
-        line = Markup(f"<p>{state} {esc(num(i.get('files_checked')))} file(s) checked against SHA256SUMS; "
-                      f"SHA-256 of SHA256SUMS <code>{esc(i.get('sums_digest') or '-')}</code> "
-                      "(publish it; <code>repro500 verify --expect-sums</code> checks a copy)</p>")
+        state = "PASS" if not problems else "INVALID"
+        line = integrity_line(state, i.get("files_checked"), i.get("sums_digest"))
         out.append(subsection(title, line, bullet_list(problems),
                               bullet_list([f"warning: {w}" for w in as_list(i.get("warnings"))]
                                           + [f"note: {n}" for n in as_list(i.get("notes"))])))
-    return Markup("".join(out))
+    return join(out)
 
 
 def _bands(doc: dict[str, Any]) -> Markup:
@@ -148,7 +149,7 @@ def _determinism(doc: dict[str, Any]) -> Markup:
     d = as_dict(doc.get("determinism"))
     if not d:
         return Markup("")
-    parts = [Markup(f"<p>{badge(d.get('status'))} {esc(d.get('reason') or '')}</p>")]
+    parts = [status_line(d.get("status"), d.get("reason") or "")]
     divs = [as_dict(x) for x in as_list(d.get("divergences"))]
     if divs:
         parts.append(table(["repeats", "seed", "first differing epoch", "first differing tensor", "detail"],
@@ -167,7 +168,7 @@ def _exact_replay(doc: dict[str, Any]) -> Markup:
     if not r:
         return Markup("")
     state = "exact" if r.get("exact") is True else "not exact"
-    parts = [Markup(f"<p><strong>{esc(state)}</strong>: {esc(r.get('reason') or '')}</p>")]
+    parts = [strong_line(state, r.get("reason") or "")]
     diffs = [as_dict(x) for x in as_list(r.get("metric_differences"))]
     if diffs:
         parts.append(table(["repeat", "reference repeat", "metric", "this run", "reference"],
@@ -208,7 +209,7 @@ def _mlperf(doc: dict[str, Any]) -> Markup:
     m = as_dict(doc.get("mlperf"))
     if not m:
         return Markup("")
-    parts = [Markup(f"<p>{badge(m.get('status'))} {esc(m.get('reason') or '')}</p>")]
+    parts = [status_line(m.get("status"), m.get("reason") or "")]
     repeats = as_dict(m.get("repeats"))
     if repeats:
         parts.append(table(["repeat", "accepted", "what the checker rejected"],
