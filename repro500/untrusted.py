@@ -12,12 +12,17 @@ reader of such files goes through this module, so that a new reader cannot forge
 * **JSON**: a document nested deeper than Python's recursion limit is a sentence, not a
   RecursionError.
 * **Paths** inside archives and git trees: at most :data:`MAX_PATH_DEPTH` components.
-* **Names printed** on a terminal: control characters escaped (:func:`shown`), so a metric named
-  with an OSC 52 sequence cannot write the clipboard or the window title.
-* **Code**: ``reproduce`` without ``--run-code`` starts its rerun with :data:`CODE_ENV` set to
-  ``refuse``; then no recipe key may name a ``module:callable`` and no directory of the
-  publication is put on ``sys.path`` (:func:`code_refused`; the plug-in door asks it).  Names
-  registered by installed distributions stay allowed: they are the reproducer's own software.
+* **Strings printed** on a terminal: every string a run chose reaches it through :func:`shown`
+  (rich) or :func:`plain` (click), one line with control characters (ESC, CSI, OSC, C1, newlines)
+  and bidi overrides escaped and rich markup shown as text, so a metric named with an OSC 52
+  sequence cannot write the clipboard, and a run id cannot move the cursor or print a fake verdict.
+* **Code**: whether code a publication or a packed run chose may run is :func:`consent`'s one
+  decision (``--run-code``), asked by every path that would run it: reproduce's rerun, the
+  environment ``reproduce --env venv`` builds, locate's replays.  Without it, the child starts
+  with :data:`CODE_ENV` set to ``refuse``; then no recipe key may name a ``module:callable`` and
+  no directory of the publication is put on ``sys.path`` (:func:`code_refused`; the plug-in door
+  asks it).  Names registered by installed distributions stay allowed: they are the reproducer's
+  own software.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from repro500.errors import InvalidInput
+from repro500.errors import InvalidInput, UsageError
 
 if TYPE_CHECKING:
     import yaml
@@ -178,21 +183,55 @@ def path_depth_ok(parts: tuple[str, ...] | list[str]) -> bool:
     return len(parts) <= MAX_PATH_DEPTH
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+MAX_NAME_CHARS = 200  # a file name a publication gives (run id, archive): within every file system's 255 bytes
+
+
+def path_name(text: Any, what: str) -> str:
+    """``text``, a name somebody else chose that becomes one file or directory name here (a run id,
+    an archive's name), when it is one: a relative name of one component, no ``..``, no separator,
+    no control character.  Anything else could create a file outside the directory it is joined
+    to (``../../tmp/x`` as a run id), so it is refused before anything is written (InvalidInput)."""
+    if not isinstance(text, str) or not text.strip():
+        raise InvalidInput(f"{what} is {plain(repr(text))[:100]}: expected a name")
+    shown_text = plain(text[:MAX_NAME_CHARS])
+    if "/" in text or "\\" in text or text in (".", "..") or (len(text) > 1 and text[1] == ":"):
+        raise InvalidInput(f"{what} {shown_text!r} leaves its directory: a name from a publication must be one "
+                           "file name, without '/', '\\' or '..'; refusing it")
+    if _CONTROL.search(text) or len(text.encode("utf-8", "surrogatepass")) > MAX_NAME_CHARS or text.startswith("-"):
+        raise InvalidInput(f"{what} {shown_text!r} is not a usable file name (control characters, a leading '-' "
+                           f"or more than {MAX_NAME_CHARS} bytes); refusing it")
+    return text
+
+
+# Characters that change how a terminal shows what follows them: C0 controls (ESC starts CSI cursor
+# moves and OSC strings; newline and carriage return start a line that looks like repro500's own),
+# DEL and C1 (0x9b is a one-byte CSI), and the bidi embeddings, overrides, isolates and marks that
+# reorder the rest of the line (U+202E shows "DECUDORPER" as "REPRODUCED"); U+2028/U+2029 break lines.
+_BIDI = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f\\u2028\\u2029{_BIDI}]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def shown(text: Any) -> str:
-    """``text`` safe to print: control characters (ESC, BEL, C1 ...) as ``\\xNN`` escapes and
-    rich markup brackets escaped, so a name from a run cannot drive the reader's terminal."""
+    """``text`` from a run (a name, an id, a reason) as one line of rich markup that shows it
+    literally: every control character (ESC and so CSI and OSC, C1, newline), bidi override and
+    isolate as a ``\\xNN`` / ``\\uNNNN`` escape, and rich markup brackets escaped.  Everything
+    repro500 prints that a run, a recipe or a publication chose goes through this function (into
+    rich) or :func:`plain` (into click.echo), so none of it can drive the reader's terminal."""
     from rich.markup import escape
 
     return escape(plain(text))
 
 
 def plain(text: Any) -> str:
-    """``text`` with control characters escaped, and the bytes of a file name that is not UTF-8
-    (Python's surrogate escapes) as ``\\xNN`` (for output that is not rich markup)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", encodable(str(text)))
+    """``text`` on one line with control and bidi characters escaped as :func:`shown` does, and the
+    bytes of a file name that is not UTF-8 (Python's surrogate escapes) as ``\\xNN`` (for output
+    that is not rich markup: click.echo, an error line)."""
+    return _CONTROL.sub(_escaped, encodable(str(text)))
 
 
 def encodable(text: str) -> str:
@@ -212,16 +251,48 @@ def encodable(text: str) -> str:
 # What reaches a terminal: tab, newline, carriage return and CSI sequences (colours, the progress
 # bar's cursor moves) pass; every other control character is escaped, ESC starting anything but
 # CSI included, so OSC (clipboard, window title), DCS and APC strings cannot be sent.
-_TERMINAL_UNSAFE = re.compile(r"\x1b(?!\[[0-9;?]*[ -/]*[@-~])|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f]")
+# The last safety net, not the boundary (that is shown/plain): bidi controls never belong to repro500's
+# own output either.
+_TERMINAL_UNSAFE = re.compile(r"\x1b(?!\[[0-9;?]*[ -/]*[@-~])|[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f-\x9f"
+                              f"{_BIDI}]")
 
 
 def terminal_safe(text: str) -> str:
     """``text`` as the CLI writes it to stdout/stderr (see :data:`_TERMINAL_UNSAFE`)."""
-    return _TERMINAL_UNSAFE.sub(lambda m: f"\\x{ord(m.group()):02x}", encodable(text))
+    return _TERMINAL_UNSAFE.sub(_escaped, encodable(text))
+
+
+# ----- code: whether code that somebody else's run chose may run here (the consent) ---------------
+# Where a run came from.  A run directory of this machine is the user's own; a publication and a
+# packed run are somebody else's, and what they chose to run runs only with --run-code.
+OWN_RUN, PACKED_RUN, PUBLICATION = "run", "bundle", "publication"
+FOREIGN = frozenset({PACKED_RUN, PUBLICATION})
+_WHOSE = {PACKED_RUN: "this packed run", PUBLICATION: "this publication"}
+
+
+def consent(run_code: bool, runs: str | None, *, origin: str = PUBLICATION, review: str = "it",
+            instead: str | None = None) -> bool:
+    """The one decision whether code a publication or a packed run chose may run here.  Every path
+    that would run such code asks it first: reproduce's rerun (a wrapped command, plug-ins), the
+    environment ``reproduce --env venv`` builds (build backends, ``.pth`` files), locate's replays.
+
+    ``runs`` says what would run, as the rest of a sentence whose subject is the run ("runs its
+    own code (plug-in: nets.py)"); None when nothing of the run's own would run.  True: it may run
+    (``--run-code`` given, or a run of this machine's own); False: nothing of the run's own would
+    run, and the caller starts its child with :data:`CODE_ENV` set to ``refuse`` all the same;
+    UsageError (exit 2) naming what would run, ``review`` and ``--run-code`` (and ``instead``, another
+    way on) when it would run without consent: nothing has run or been written yet."""
+    if runs is None:
+        return False
+    if run_code or origin not in FOREIGN:
+        return True
+    other = f", or {instead}" if instead else ""
+    raise UsageError(f"{_WHOSE[origin]} {runs}; review {review} and pass --run-code to run it{other}")
 
 
 def code_refused() -> bool:
-    """Whether this process may import code that no installed distribution registered."""
+    """Whether this process may import code that no installed distribution registered (the child
+    side of :func:`consent`: its caller set :data:`CODE_ENV`)."""
     return os.environ.get(CODE_ENV) == "refuse"
 
 

@@ -88,6 +88,8 @@ def read_index(root: Path) -> dict[str, Any]:
         raise InvalidInput(f"{root} has no {INDEX}: not a publication (make one with repro500 publish)") from None
     if not isinstance(index, dict) or index.get("schema") != SCHEMA:
         raise InvalidInput(f"{path} is not a {SCHEMA} document")
+    # the run id becomes a directory name (reproduce's default --out): refused here, before any copy
+    untrusted.path_name(index.get("run_id"), f"{path}: run_id")
     return index
 
 

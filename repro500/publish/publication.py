@@ -358,6 +358,9 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     require_intact(root, "only an untouched run is published", shown=shown)
     left_out = excluded.select(root, exclude)
     run = load_run(root)
+    # the run id names the archive (and, in reproduce, the default work directory): a packed run from
+    # elsewhere chose it, and "../../x" would put a file outside the publication
+    untrusted.path_name(run.run_id, f"{shown or root}: run id")
     if run.recipe is None or run.manifest is None:
         raise InvalidInput(f"{root} has no recipe.yaml or manifest.json: it cannot be rerun from a publication")
     verdict = verify_run(root)

@@ -361,7 +361,7 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     if src.kind == "bundle":
         pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
     index = opened.read_index(pub_dir)
-    workdir = Path(out) if out is not None else Path("reproductions") / str(safe_relpath(index.get("run_id"), "run id"))
+    workdir = Path(out) if out is not None else Path("reproductions") / untrusted.path_name(index.get("run_id"), "run id")
     workdir.mkdir(parents=True, exist_ok=True)
     _copy_publication(pub_dir, workdir / "publication")
     pub = opened.open_publication(workdir / "publication", tmp / "reference")
