@@ -99,7 +99,8 @@ def _error(text: str) -> None:
     """Print ``repro500: error: <text>`` on one line, with anything secret-looking removed."""
     from repro500.redact import redact_text
 
-    sentence = " ".join(redact_text(text).split())
+    # a sentence may quote what a run chose (a tag, a name): no control or bidi character of it reaches the terminal
+    sentence = untrusted.plain(" ".join(redact_text(text).split()))
     click.echo(f"repro500: error: {sentence}", err=True)
 
 
