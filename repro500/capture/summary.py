@@ -125,15 +125,17 @@ def render_summary(manifest: dict[str, Any], console: Any = None,
     from rich.console import Console
     from rich.table import Table
 
+    from repro500.untrusted import shown  # a manifest may be somebody else's: its strings are data
+
     console = console or Console()
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for name, text in summary_lines(manifest):
         style = "red" if text.startswith("NOT CAPTURED") else None
-        table.add_row(name, text, style=style)
-    console.print(f"[bold]repro500 manifest[/bold] {manifest['digest']['value'][:16]}… "
-                  f"({manifest['schema']}, {manifest['created_utc']})")
+        table.add_row(shown(name), shown(text), style=style)
+    console.print(f"[bold]repro500 manifest[/bold] {shown(str(manifest['digest']['value'])[:16])}… "
+                  f"({shown(manifest['schema'])}, {shown(manifest['created_utc'])})", highlight=False)
     console.print(table)
     if written:
-        console.print(f"written: {written}")
+        console.print(f"written: {shown(written)}", highlight=False)

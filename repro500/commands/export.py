@@ -40,21 +40,23 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
                 repro500 run (or packed run) with MLPerf logs, or --out is not empty.
     """
     from repro500.mlperf.export import export_tree
+    from repro500.untrusted import plain
 
+    # each line may quote the run (a path, a benchmark, what a checker said of its logs): one line, no controls
     def progress(line: str) -> None:
-        click.echo(line, err=True)
+        click.echo(plain(line), err=True)
 
     tree = export_tree(run_dir, out, submitter=submitter, system=system, ruleset=ruleset, progress=progress)
-    click.echo(f"exported {len(tree.results)} results of {tree.benchmark} ({tree.division} division, "
-               f"{tree.usage} {tree.ruleset}) -> {tree.path}")
+    click.echo(f"exported {len(tree.results)} results of {plain(tree.benchmark)} ({plain(tree.division)} division, "
+               f"{plain(tree.usage)} {plain(tree.ruleset)}) -> {plain(tree.path)}")
     if not check:
         return
     from repro500.mlperf.checkers import check_tree
 
     outcomes = check_tree(tree, progress)
     for outcome in outcomes:
-        click.echo(outcome.line)
+        click.echo(plain(outcome.line))
     rejected = [o.tool for o in outcomes if o.tool != "rcp_checker" and o.passed is False]
     if rejected:
-        click.echo(f"not accepted by {' and '.join(rejected)}; the tree is kept in {tree.path}", err=True)
+        click.echo(f"not accepted by {' and '.join(rejected)}; the tree is kept in {plain(tree.path)}", err=True)
         ctx.exit(1)

@@ -32,6 +32,7 @@ def history(source: str, metric: str, recipe: str | None, plot_path: Path | None
     \b
     Exit codes: 0 shown, 2 usage error (several recipes, unknown metric), 4 no readable run.
     """
+    from repro500.untrusted import plain
     from repro500.verify import trend
 
     found = trend.build(source, metric, alpha, recipe)
@@ -42,7 +43,7 @@ def history(source: str, metric: str, recipe: str | None, plot_path: Path | None
     else:
         _render(found)
     if plot_path is not None:
-        click.echo(f"plot: {plot_path}", err=as_json)
+        click.echo(f"plot: {plain(plot_path)}", err=as_json)
 
 
 def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
@@ -56,8 +57,10 @@ def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
     console = Console()
     better = "higher" if found.direction == "higher" else "lower"
     several = len(found.benchmarks) > 1  # then each run says which benchmark it measured
-    table = Table(title=f"{found.recipe}: {found.metric} across {len(found.rows)} run(s) of {found.source} "
-                        f"({better} is better)", title_justify="left")
+    # every string of a run (its id, system, benchmark, what changed) goes through shown(): rich
+    # would otherwise read '[bold]' in a run id as markup, and a stray '[/x]' as an error
+    table = Table(title=f"{shown(found.recipe)}: {shown(found.metric)} across {len(found.rows)} run(s) of "
+                        f"{shown(found.source)} ({better} is better)", title_justify="left")
     for column in ("run", "created", "system", *(("benchmark",) if several else ()), "n", "mean",
                    f"{1 - found.alpha:.0%} CI", "vs previous", "result-relevant changes since the previous run"):
         table.add_column(column, overflow="fold")
@@ -75,15 +78,16 @@ def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
                             for c in r.changes[:trend.MAX_CHANGES]) or ("-" if r.previous or r.other_benchmark else "")
         if len(r.changes) > trend.MAX_CHANGES:
             changes += f"; +{len(r.changes) - trend.MAX_CHANGES} more (--json)"
-        table.add_row(r.run_id, r.created, r.system, *((r.benchmark,) if several else ()), str(r.n),
+        table.add_row(shown(r.run_id), shown(r.created), shown(r.system), *((shown(r.benchmark),) if several else ()),
+                      shown(r.n),
                       "-" if r.mean is None else f"{r.mean:.4g}", ci, moved, changes)
     console.print(table)
     for label, key in found.systems.items():
         described = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in key.items() if v is not None)
-        console.print(f"  [dim]{label}: {shown(described)}[/]", highlight=False)
+        console.print(f"  [dim]{shown(label)}: {shown(described)}[/]", highlight=False)
     if several:
         for label, described in found.benchmarks.items():
-            console.print(f"  [dim]{label}: {shown(described)}[/]", highlight=False)
+            console.print(f"  [dim]{shown(label)}: {shown(described)}[/]", highlight=False)
     if found.skipped:
         console.print(f"  [dim]{len(found.skipped)} run(s) left out: "
-                      + "; ".join(f"{s['run']}: {s['why']}" for s in found.skipped[:3]) + "[/]", highlight=False)
+                      + "; ".join(shown(f"{s['run']}: {s['why']}") for s in found.skipped[:3]) + "[/]", highlight=False)

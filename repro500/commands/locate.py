@@ -126,8 +126,8 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
 
     console = Console()
     a, b = answer["a"], answer["b"]
-    console.print(f"[bold]repro500 locate[/] {shown(a['run'])} repeat {a['repeat']} vs {shown(b['run'])} repeat "
-                  f"{b['repeat']}", highlight=False)
+    console.print(f"[bold]repro500 locate[/] {shown(a['run'])} repeat {shown(a['repeat'])} vs {shown(b['run'])} repeat "
+                  f"{shown(b['repeat'])}", highlight=False)
     console.print(f"[bold]Records[/]  {shown(plan.pair.detail)}", highlight=False)
     if answer.get("operator") is None:
         why = ("nothing to replay: the runs do not part" if not plan.pair.diverged else
@@ -149,8 +149,8 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
     for r in replays[:2]:
         if r.get("first_record_difference") and r["first_record_difference"]["step"] < (finding.get("step") or 10**9):
             d = r["first_record_difference"]
-            console.print(f"  [yellow]the replay of {r['side']} does not reproduce its records from step {d['step']} "
-                          f"(loss {d['replayed']!r} replayed, {d['recorded']!r} recorded): its environment is not "
+            console.print(f"  [yellow]the replay of {r['side']} does not reproduce its records from step {shown(d['step'])} "
+                          f"(loss {shown(repr(d['replayed']))} replayed, {shown(repr(d['recorded']))} recorded): its environment is not "
                           "the one it ran in[/]", highlight=False)
     if not finding["found"]:
         console.print(f"[bold yellow]Not located[/]  the replays agree at every operator of {answer['steps']} steps: "
@@ -163,18 +163,18 @@ def _show_operator(console: Any, finding: dict[str, Any], cause: dict[str, Any])
     from repro500.untrusted import shown
 
     module = finding["module"] or "(the model itself)" if finding["phase"] != "optimizer" or finding["module"] else ""
-    where = f"{finding['op']}  in {shown(module)}" if module else finding["op"]
-    console.print(f"[bold]First operator[/]  {shown(where)}  ({finding['phase']}, step {finding['step']})",
+    where = f"{finding['op']}  in {module}" if module else finding["op"]
+    console.print(f"[bold]First operator[/]  {shown(where)}  ({shown(finding['phase'])}, step {shown(finding['step'])})",
                   highlight=False)
     if finding.get("max_abs") is not None:
         first = finding["outputs"][0]
         console.print(f"  max |Δ| {_g(finding['max_abs'])}, max relative {_g(finding['max_rel'])} (output "
-                      f"{first['output']}: {first['dtype']} {first['shape']}, {first.get('differing', '?')} of "
-                      f"{first['elements']} elements differ)", highlight=False)
+                      f"{shown(first['output'])}: {shown(first['dtype'])} {shown(first['shape'])}, "
+                      f"{shown(first.get('differing', '?'))} of {shown(first['elements'])} elements differ)", highlight=False)
     if finding.get("inputs_agree") is True:
         console.print("  its inputs agree bitwise", highlight=False)
     elif finding.get("inputs_agree") is False:
-        which = ", ".join(str(d["input"]) for d in finding["differing_inputs"][:4])
+        which = ", ".join(shown(d["input"]) for d in finding["differing_inputs"][:4])
         console.print(f"  its input(s) {which} already differ, though every recorded operator before agrees: the "
                       "difference entered from outside the operators", highlight=False)
     for side, same in finding["self_consistent"].items():

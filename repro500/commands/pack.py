@@ -28,7 +28,9 @@ def pack(run_dir: Path, out: Path | None, force: bool) -> None:
     # archives.pack checks only the digests; an archive vouches for the run as verify would
     require_intact(run_dir, "refusing to pack a run that would not verify")
     archive = archives.pack(run_dir, out, force=force)
-    click.echo(f"packed {run_dir} -> {archive} ({archive.stat().st_size} bytes)")
+    from repro500.untrusted import plain
+
+    click.echo(f"packed {plain(run_dir)} -> {plain(archive)} ({archive.stat().st_size} bytes)")
     click.echo(f"archive sha256: {file_digest(archive)}")
     click.echo(f"SHA256SUMS sha256: {file_digest(run_dir / bundle.SUMS_NAME)} (repro500 verify --expect-sums)")
 
@@ -48,11 +50,12 @@ def unpack(ctx: click.Context, archive: Path, dest: Path) -> None:
     from repro500.errors import EXIT_INVALID
     from repro500.rundir import archive as archives
     from repro500.rundir import sums as bundle
+    from repro500.untrusted import plain
 
-    target = archives.unpack(archive, dest)
+    target = archives.unpack(archive, dest)  # DEST/<run id>: the id is the archive's
     report = bundle.check_sums(target)
-    click.echo(f"unpacked {archive} -> {target}")
+    click.echo(f"unpacked {plain(archive)} -> {plain(target)}")
     if not report.ok:
-        click.echo(f"repro500: error: {target} does not match its SHA256SUMS ({report.describe()})", err=True)
+        click.echo(f"repro500: error: {plain(target)} does not match its SHA256SUMS ({plain(report.describe())})", err=True)
         ctx.exit(EXIT_INVALID)
-    click.echo(f"all {len(bundle.read_sums(target))} files match SHA256SUMS; next: repro500 verify {target}")
+    click.echo(f"all {len(bundle.read_sums(target))} files match SHA256SUMS; next: repro500 verify {plain(target)}")

@@ -93,8 +93,12 @@ def _render(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from repro500.untrusted import shown
+
+    # the recipe's and the run's names and notes are data, never markup
+
     console = Console()
-    table = Table(title=f"Repeats needed ({result.kind} {result.source}; alpha {result.alpha:g}, "
+    table = Table(title=f"Repeats needed ({shown(result.kind)} {shown(result.source)}; alpha {result.alpha:g}, "
                         f"power {result.power:.0%})")
     for column in ("metric", "spread (sd)", "decision", "repeats", "conservative", "until decided"):
         table.add_column(column, justify="left" if column in ("metric", "spread (sd)", "decision") else "right")
@@ -103,12 +107,12 @@ def _render(result: Any) -> None:
         conservative = m.n_spread is not None
         if m.band:
             side = "<=" if m.band["direction"] == "lower" else ">="
-            table.add_row(m.metric, spread, f"band {side} {m.band['threshold']:.6g}", _n(m.band["repeats"]),
+            table.add_row(shown(m.metric), spread, f"band {side} {m.band['threshold']:.6g}", _n(m.band["repeats"]),
                           _n(m.band["conservative"]) if conservative else "-", _sequential(m.band.get("until_decided")))
         if m.equivalence:
             e = m.equivalence
             first = not m.band
-            table.add_row(m.metric if first else "", spread if first else "", f"within +/-{e['margin']:g}, fresh",
+            table.add_row(shown(m.metric) if first else "", spread if first else "", f"within +/-{e['margin']:g}, fresh",
                           _n(e["fresh"]), _n(e["conservative"]) if conservative else "-", "-")
             if "against_this_run" in e:
                 table.add_row("", "", f"within +/-{e['margin']:g}, vs this run", _n(e["against_this_run"]), "-",
@@ -118,11 +122,11 @@ def _render(result: Any) -> None:
         for what, found in (("band", (m.band or {}).get("until_decided")),
                             ("vs this run", (m.equivalence or {}).get("until_decided"))):
             if found and found.get("max_repeats") is None and found.get("reason"):
-                console.print(f"[yellow]until decided, {m.metric} {what}:[/] {found['reason']}")
+                console.print(f"[yellow]until decided, {shown(m.metric)} {what}:[/] {shown(found['reason'])}")
     for m in result.metrics:
-        where = f"spread of {m.metric}: {m.spread_from}"
+        where = f"spread of {shown(m.metric)}: {shown(m.spread_from)}"
         if m.equivalence:
-            where += f"; margin {m.equivalence['margin']:g} from the {m.equivalence['margin_source']}"
+            where += f"; margin {m.equivalence['margin']:g} from the {shown(m.equivalence['margin_source'])}"
         console.print(where)
     console.print("'fresh': a reproduction where both sides run that many repeats; 'vs this run': the reproduction's "
                   "repeats against this run's own; 'conservative': if the spread is at its upper 80% bound; "
@@ -130,7 +134,7 @@ def _render(result: Any) -> None:
                   "and E\\[n], the repeats it is expected to stop after.")
     for m in result.metrics:
         for note in m.notes:
-            console.print(f"[yellow]note:[/] {note}")
+            console.print(f"[yellow]note:[/] {shown(note)}")
     console.print("Assumptions:")
     for line in result.assumptions:
-        console.print(f"  - {line}")
+        console.print(f"  - {shown(line)}")

@@ -41,18 +41,22 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
                 (without --force).
     """
     from repro500.publish.publication import publish as write_publication
+    from repro500.untrusted import plain
+
+    # the run's names, notes and the --benchmark/--citation text are printed through plain(): one line each
 
     result = write_publication(run_dir, out, benchmark=benchmark, citation=citation, url=url,
                                margins=margins or None, data_root=data_root, force=force, exclude=exclude)
-    click.echo(f"published {run_dir} -> {result.path} (metrics: {', '.join(result.metrics)}; "
-               f"the run's own verdict: {result.status})")
+    click.echo(f"published {plain(run_dir)} -> {plain(result.path)} (metrics: {plain(', '.join(result.metrics))}; "
+               f"the run's own verdict: {plain(result.status)})")
     for note in result.notes:
-        click.echo(f"note: {note}")
+        click.echo(f"note: {plain(note)}")
     click.echo(f"archive sha256: {result.archive_sha256}")
     click.echo(f"publication SHA256SUMS sha256: {result.publication_digest}")
     consent = " --run-code" if result.runs_code else ""
-    click.echo(f"\nTo reproduce and verify it (also in {result.path / 'README.md'}):\n"
-               f"  repro500 reproduce {result.path}{consent}\n"
+    click.echo(f"\nTo reproduce and verify it (also in {plain(result.path / 'README.md')}):\n"
+               f"  repro500 reproduce {plain(result.path)}{consent}\n"
                f"  repro500 reproduce <git URL> --path <its directory in the repository>{consent}   # once committed")
     if result.runs_code:
-        click.echo(f"  (--run-code: the experiment runs its own code ({result.runs_code}); a reproducer reads it first)")
+        click.echo(f"  (--run-code: the experiment runs its own code ({plain(result.runs_code)}); a reproducer reads it "
+                   "first)")

@@ -45,6 +45,7 @@ def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | 
     """
     from repro500.errors import EXIT_OK, UsageError
     from repro500.report import write_report
+    from repro500.untrusted import plain
 
     if margins and against is None:
         raise UsageError(f"--margin {next(iter(margins))}=... is an equivalence margin against a reference: "
@@ -54,9 +55,9 @@ def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | 
                          "another benchmark")
     result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None, roofline=roofline,
                           across_benchmarks=across_benchmarks)
-    click.echo(str(result.path))
+    click.echo(plain(result.path))
     if result.exit_code != EXIT_OK:
-        click.echo(f"repro500: error: {run_dir} fails its integrity check (verdict {result.status}); "
+        click.echo(f"repro500: error: {plain(run_dir)} fails its integrity check (verdict {plain(result.status)}); "
                    "the report lists the problems", err=True)
     if open_browser:
         import webbrowser

@@ -165,7 +165,7 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
         if local is not None and local.resolve() != target.resolve() and not md5_matches(target, entry.get("md5", "")) \
                 and md5_matches(local, entry.get("md5", "")):
             sources.copy_data(local, target)
-            console.print(f"  {rel}: copied from {local} into the experiment's directory (md5 matches)", highlight=False)
+            console.print(f"  {untrusted.shown(rel)}: copied from {untrusted.shown(local)} into the experiment's directory (md5 matches)", highlight=False)
     problems = compare([entry for entry, _ in recorded])
     if problems and not allow:
         raise InvalidInput("the data this experiment read is not the same here:\n  " + "\n  ".join(problems)
@@ -173,7 +173,7 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
                              "under OUT/source, or give --data-root holding a copy), or rerun anyway with "
                              "--allow-data-differences (the verdict then names each difference)")
     for line in problems:
-        console.print(f"[yellow]warning:[/] {line}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {untrusted.shown(line)}", highlight=False, soft_wrap=True)
     if recorded and not problems:
         console.print(f"  {len(recorded)} input(s) the command read match the published digests", highlight=False)
     return problems
@@ -352,11 +352,11 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     """(where it came from, the checked publication, the reproduction's directory): found, copied
     into ``OUT/publication`` and checked before anything runs."""
     if from_mlflow.is_reference(source):  # a teammate's run by its MLflow id: the sealed run its parent holds
-        console.print(f"fetching the sealed run of {source} from {redact_url(mlflow_store.tracking_uri())}",
+        console.print(f"fetching the sealed run of {untrusted.shown(source)} from {redact_url(mlflow_store.tracking_uri())}",
                       highlight=False, soft_wrap=True)
         source = str(from_mlflow.download(source, tmp / "mlflow"))
     src = sources.resolve(source, tmp, rev=rev, subpath=subpath)
-    console.print(f"Reproducing {redact_url(src.label)}", highlight=False, soft_wrap=True)
+    console.print(f"Reproducing {untrusted.shown(redact_url(src.label))}", highlight=False, soft_wrap=True)
     pub_dir = src.path
     if src.kind == "bundle":
         pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
@@ -365,10 +365,11 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     workdir.mkdir(parents=True, exist_ok=True)
     _copy_publication(pub_dir, workdir / "publication")
     pub = opened.open_publication(workdir / "publication", tmp / "reference")
-    console.print(f"publication checked: run {pub.run_id}, {pub.repeats} repeats, seed {pub.seed}; "
-                  f"archive sha256 {pub.index['archive']['sha256'][:16]}", highlight=False, soft_wrap=True)
+    console.print(f"publication checked: run {untrusted.shown(pub.run_id)}, {untrusted.shown(pub.repeats)} repeats, "
+                  f"seed {untrusted.shown(pub.seed)}; archive sha256 {untrusted.shown(str(pub.index['archive']['sha256'])[:16])}",
+                  highlight=False, soft_wrap=True)
     if pub.not_carried:  # publish --exclude: sealed digests, files left out of the archive
-        console.print(f"  {pub.integrity.notes[0]}", highlight=False, soft_wrap=True)
+        console.print(f"  {untrusted.shown(pub.integrity.notes[0])}", highlight=False, soft_wrap=True)
     return src, pub, workdir
 
 
@@ -380,7 +381,7 @@ def _consent(pub: opened.Publication, run_code: bool, console: Any) -> tuple[str
         raise UsageError(f"this publication runs its own code ({code[0]}{': ' + shown if shown else ''}); "
                          f"review it (in the packed run's source/) and pass --run-code to run it")
     if code:
-        console.print(f"the publication's own code runs ({code[0]}, {len(code[1])} files, digests checked)",
+        console.print(f"the publication's own code runs ({untrusted.shown(code[0])}, {len(code[1])} files, digests checked)",
                       highlight=False, soft_wrap=True)
     return code
 
@@ -393,10 +394,10 @@ def _put_data(pub: opened.Publication, workdir: Path, src: sources.Source, data_
     for entry in pub.data:
         line, warning = _data(entry, workdir, src, data_root, tmp)
         lines.append(line)
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        console.print(f"  {untrusted.shown(line)}", highlight=False, soft_wrap=True)
         if warning:
             warnings.append(warning)
-            console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]warning:[/] {untrusted.shown(warning)}", highlight=False, soft_wrap=True)
     return lines, warnings
 
 
@@ -452,6 +453,7 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
     atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used})
     console.rule("Verdict against the publication")
     render(verdict, console)
-    console.print(f"environment: {used['mode']} ({used['python']})\nrerun: {rerun}\nverdict: {workdir / 'verdict.json'}",
+    console.print(f"environment: {untrusted.shown(used['mode'])} ({untrusted.shown(used['python'])})\n"
+                  f"rerun: {untrusted.shown(rerun)}\nverdict: {untrusted.shown(workdir / 'verdict.json')}",
                   highlight=False, soft_wrap=True)
     return verdict

@@ -402,6 +402,8 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
     from rich.console import Console
     from rich.table import Table
 
+    from repro500.untrusted import shown  # every value here is what one of the two runs recorded
+
     console = console or Console()
     if not diffs:
         console.print("[green]No differences.[/green]")
@@ -410,11 +412,11 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
     for d in diffs:  # already sorted by impact, so facets come out most relevant first
         by_facet.setdefault(d.facet, []).append(d)
     for facet, items in by_facet.items():
-        table = Table(title=f"{facet}", title_justify="left", show_lines=False, expand=False)
+        table = Table(title=shown(facet), title_justify="left", show_lines=False, expand=False)
         table.add_column("impact", justify="right")
         table.add_column("key", overflow="fold")
-        table.add_column(a_label, overflow="fold", max_width=40)
-        table.add_column(b_label, overflow="fold", max_width=40)
+        table.add_column(shown(a_label), overflow="fold", max_width=40)
+        table.add_column(shown(b_label), overflow="fold", max_width=40)
         table.add_column("why it matters", overflow="fold")
         low_shown = 0
         for d in items:
@@ -425,9 +427,9 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
                     continue
             style = "bold red" if d.impact >= 90 else ("yellow" if relevant else "dim")
             delta = _changed_list(d.a, d.b)
-            table.add_row(str(d.impact), d.key or "(whole facet)",
-                          short(d.a) if delta is None else f"{len(d.a)} items",
-                          short(d.b) if delta is None else delta, d.reason, style=style)
+            table.add_row(shown(d.impact), shown(d.key or "(whole facet)"),
+                          shown(short(d.a) if delta is None else f"{len(d.a)} items"),
+                          shown(short(d.b) if delta is None else delta), shown(d.reason), style=style)
         if low_shown > 15 and not show_all:
             table.caption = f"{low_shown - 15} more low-impact differences (use --all)"
         console.print(table)

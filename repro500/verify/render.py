@@ -1,4 +1,7 @@
-"""The one-screen terminal summary of a verdict (rich)."""
+"""The one-screen terminal summary of a verdict (rich).
+
+Every string of the verdict goes through :func:`repro500.untrusted.shown` on its way into rich
+markup: a reason, a name or a note may quote what a run or a stored verdict.json chose."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from repro500 import untrusted
+from repro500.untrusted import shown
 
 if TYPE_CHECKING:  # the verdict module imports this one
     from repro500.verify.verdict import Verdict
@@ -25,31 +28,31 @@ def _g(value: Any, digits: int = 4) -> str:
         return "-"
     if isinstance(value, float):
         return f"{value:.{digits}g}"
-    return str(value)
+    return shown(value)  # into rich markup, and a stored verdict's "number" may be any string
 
 
 def _status(text: str) -> str:
-    return f"[{STYLES.get(text, 'bold')}]{text}[/]"
+    return f"[{STYLES.get(text, 'bold')}]{shown(text)}[/]"
 
 
 def render(verdict: Verdict, console: Console | None = None) -> None:
     """Print the verdict: status and why, then one short block per section."""
     console = console or Console()
-    head = f"[bold]repro500 verify[/] {verdict.run_dir}"
+    head = f"[bold]repro500 verify[/] {shown(verdict.run_dir)}"
     against = verdict.against or {}
     if against:
-        head += f"  against {against.get('benchmark') or against.get('label') or against.get('path')}"
+        head += f"  against {shown(against.get('benchmark') or against.get('label') or against.get('path'))}"
     console.print(f"{head}  (alpha = {verdict.alpha:g})", highlight=False)
     if against.get("source"):
         citation = " ".join(str(against["source"].get("citation", "")).split())
         citation = citation if len(citation) <= 110 else citation[:107] + "..."
-        console.print(f"  [dim]source: {citation}[/]", highlight=False)
+        console.print(f"  [dim]source: {shown(citation)}[/]", highlight=False)
     headline = _status(verdict.status) + (" [bold green](exact)[/]" if verdict.exact else "")
     if verdict.different_benchmark:  # never a bare REPRODUCED across benchmarks
-        headline += f" [bold yellow](different benchmark: {untrusted.shown(verdict.different_benchmark)})[/]"
+        headline += f" [bold yellow](different benchmark: {shown(verdict.different_benchmark)})[/]"
     console.print(f"{headline}  (exit {verdict.exit_code})")
     for reason in verdict.reasons[:6]:
-        console.print(f"  {reason}", highlight=False)
+        console.print(f"  {shown(reason)}", highlight=False)
     _integrity(verdict, console)
     if verdict.status == "INVALID":
         _advice(verdict, console)
@@ -68,35 +71,35 @@ def _design(verdict: Verdict, console: Console) -> None:
     if not d:
         return
     level = f"nominal level {d['nominal_level']:.3g}" if d.get("nominal_level") is not None else "before the first look"
-    stopped = (f"stopped when decided after {d['stopped_at']}" if d.get("stopped_at") else f"{d['look']}")
-    console.print(f"[bold]Sequential design[/]  {stopped} of up to {d['max_repeats']} repeats; decisions at {level} "
-                  f"({d.get('spending')} spending of alpha {verdict.alpha:g}; docs/verify.md)", highlight=False)
+    stopped = (f"stopped when decided after {_g(d['stopped_at'])}" if d.get("stopped_at") else _g(d.get("look")))
+    console.print(f"[bold]Sequential design[/]  {stopped} of up to {_g(d.get('max_repeats'))} repeats; decisions at {level} "
+                  f"({_g(d.get('spending'))} spending of alpha {verdict.alpha:g}; docs/verify.md)", highlight=False)
     if d.get("stop_check"):
-        console.print(f"  stopping point: {d['stop_check']}", highlight=False)
+        console.print(f"  stopping point: {shown(d['stop_check'])}", highlight=False)
 
 
 def _variance(verdict: Verdict, console: Console) -> None:
     from rich.table import Table
 
     for result in verdict.variance or []:
-        table = Table(title=f"Where the variance of {result.metric} comes from (factorial run)", title_justify="left",
+        table = Table(title=f"Where the variance of {shown(result.metric)} comes from (factorial run)", title_justify="left",
                       box=None)
         for column in ("source", "n", "sd", "variance [95% CI]", "share [90% CI]", "repeats if only it"):
             table.add_column(column)
         for c in result.components:
             if c.variance is None:
-                table.add_row(c.source, str(c.n), "-", "-", "-", "-")
+                table.add_row(shown(c.source), str(c.n), "-", "-", "-", "-")
                 continue
             ci = f"{c.variance:.3g} [{c.ci[0]:.3g}, {c.ci[1]:.3g}]" if c.ci else f"{c.variance:.3g}"
             share = (f"{c.share:.0%} [{c.share_ci[0]:.0%}, {c.share_ci[1]:.0%}]" if c.share is not None and c.share_ci
                      else "(all together)" if c.source == "seed" else "-")
-            table.add_row(c.source, str(c.n), f"{c.sd:.3g}", ci, share,
+            table.add_row(shown(c.source), str(c.n), f"{c.sd:.3g}", ci, share,
                           "not reachable" if c.repeats_needed is None else str(c.repeats_needed))
         console.print(table)
         if result.dominant:
-            console.print(f"  dominant source: {result.dominant}", highlight=False)
+            console.print(f"  dominant source: {shown(result.dominant)}", highlight=False)
         for note in result.notes:
-            console.print(f"  [dim]{note}[/]", highlight=False)
+            console.print(f"  [dim]{shown(note)}[/]", highlight=False)
 
 
 def _integrity(verdict: Verdict, console: Console) -> None:
@@ -104,13 +107,13 @@ def _integrity(verdict: Verdict, console: Console) -> None:
         if check is None:
             continue
         if check.ok:
-            line = f"ok: {check.files_checked} files match SHA256SUMS (digest {(check.sums_digest or '')[:16]})"
+            line = f"ok: {check.files_checked} files match SHA256SUMS (digest {shown((check.sums_digest or '')[:16])})"
         else:
             line = f"[magenta]{len(check.problems)} problem(s)[/]" + (
-                " (listed above)" if verdict.status == "INVALID" else ": " + "; ".join(check.problems[:3]))
+                " (listed above)" if verdict.status == "INVALID" else ": " + "; ".join(map(shown, check.problems[:3])))
         console.print(f"[bold]{label}[/]  {line}", highlight=False)
         for text in (check.warnings[:3] + check.notes[:2]):
-            console.print(f"  [dim]{text}[/]", highlight=False)
+            console.print(f"  [dim]{shown(text)}[/]", highlight=False)
 
 
 def _bands(verdict: Verdict, console: Console) -> None:
@@ -126,8 +129,8 @@ def _bands(verdict: Verdict, console: Console) -> None:
         far = b.status == "FAIL"
         which = ("upper" if higher else "lower") if far else ("lower" if higher else "upper")
         bound = b.upper_bound if which == "upper" else b.lower_bound
-        shown = f"{which} {_g(bound)}" if bound is not None else "-"
-        table.add_row(untrusted.shown(b.metric), f"{sign} {_g(b.threshold)}", str(b.n), _g(b.mean), shown, _status(b.status))
+        decided = f"{which} {_g(bound)}" if bound is not None else "-"
+        table.add_row(shown(b.metric), f"{sign} {_g(b.threshold)}", _g(b.n), _g(b.mean), decided, _status(b.status))
     console.print(table)
 
 
@@ -138,7 +141,7 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
     console.print("[bold]Against the history[/]" if history else "[bold]Equivalence to the reference[/]")
     if history:
         runs = history.get("runs") or []
-        console.print(f"  [dim]{len(runs)} earlier run(s) of this recipe on this system, newest {history.get('latest')}; "
+        console.print(f"  [dim]{len(runs)} earlier run(s) of this recipe on this system, newest {shown(history.get('latest'))}; "
                       f"{len(history.get('skipped') or [])} other run(s) left out (verdict.json: against.history)[/]",
                       highlight=False)
     for e in verdict.equivalence:
@@ -148,14 +151,14 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
             interval = f"{100 * t['ci_confidence']:.4g}% CI [{_g(t['ci_low'], 3)}, {_g(t['ci_high'], 3)}]"
         margin = f"margin ±{_g(e.margin)}" if e.test == "equivalence" else f"non-inferiority margin {_g(e.margin)}"
         p = f", p = {_g(e.p_value, 2)}" if e.p_value is not None else ""
-        shown = _status(e.change.upper()) if e.change else _status(e.status)
-        console.print(f"  {untrusted.shown(e.metric)}  {shown}  diff {_g(t.get('diff'), 3)}, {interval}, {margin}{p}",
+        decided = _status(e.change.upper()) if e.change else _status(e.status)
+        console.print(f"  {shown(e.metric)}  {decided}  diff {_g(t.get('diff'), 3)}, {interval}, {margin}{p}",
                       highlight=False)
-        ref = f"{_g(t.get('mean_b'))} (n={t['n_b']})" if t.get("n_b") else f"{_g(t.get('mean_b'))} (exact value)"
+        ref = f"{_g(t.get('mean_b'))} (n={_g(t['n_b'])})" if t.get("n_b") else f"{_g(t.get('mean_b'))} (exact value)"
         if history and (history.get("pooling") or {}).get(e.metric):
-            ref += f", {history['pooling'][e.metric]}"
-        console.print(f"    [dim]run {_g(t.get('mean_a'))} (n={t.get('n_a')}) vs reference {ref}; "
-                      f"{t.get('method')}; margin from {e.margin_source}[/]", highlight=False)
+            ref += f", {shown(history['pooling'][e.metric])}"
+        console.print(f"    [dim]run {_g(t.get('mean_a'))} (n={_g(t.get('n_a'))}) vs reference {ref}; "
+                      f"{shown(t.get('method'))}; margin from {shown(e.margin_source)}[/]", highlight=False)
 
 
 def _statistics(verdict: Verdict, console: Console) -> None:
@@ -179,9 +182,9 @@ def _statistics(verdict: Verdict, console: Console) -> None:
         ci = "-" if s["ci_low"] is None else f"[{_g(s['ci_low'])}, {_g(s['ci_high'])}]"
         mean = _g(s["mean"]) + (f" ± {_g(s['std'], 2)}" if s["std"] is not None else "")
         cv = "-" if s["cv"] is None else f"{s['cv']:.2%}"
-        table.add_row(untrusted.shown(name), str(s["n"]), mean, cv, ci)
+        table.add_row(shown(name), str(s["n"]), mean, cv, ci)
         if s.get("median_ci_low") is not None:
-            medians.add_row(untrusted.shown(name), _g(s["median"]), f"[{_g(s['median_ci_low'])}, {_g(s['median_ci_high'])}]",
+            medians.add_row(shown(name), _g(s["median"]), f"[{_g(s['median_ci_low'])}, {_g(s['median_ci_high'])}]",
                             f"{s['median_ci_confidence']:.0%}")
     console.print(table)
     if medians.row_count:
@@ -199,13 +202,13 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
         if ttq.get("n"):
             om = ttq.get("olympic_mean")
             line = f"time_to_quality_s olympic mean {_g(om)}" if om is not None else f"time_to_quality_s mean {_g(ttq.get('mean'))}"
-            line += f" (n={ttq['n']}); "
-        console.print(f"[bold]Time-to-train[/]  {line}{_status(t.status)} {t.reason}", highlight=False)
+            line += f" (n={_g(ttq['n'])}); "
+        console.print(f"[bold]Time-to-train[/]  {line}{_status(t.status)} {shown(t.reason)}", highlight=False)
     d = verdict.determinism
     if d is not None:
-        console.print(f"[bold]Determinism[/]  {_status(d.status)} {d.reason}", highlight=False)
+        console.print(f"[bold]Determinism[/]  {_status(d.status)} {shown(d.reason)}", highlight=False)
         for text in d.notes[:2]:
-            console.print(f"  [dim]{text}[/]", highlight=False)
+            console.print(f"  [dim]{shown(text)}[/]", highlight=False)
         if d.cross_run:
             same = sum(1 for pair in d.cross_run if pair["identical"])
             console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
@@ -213,35 +216,36 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
     v = verdict.divergence
     if v is not None and v.status != "SKIPPED":
         state = "[yellow]parted[/]" if v.status == "FOUND" else "[green]no divergence[/]"
-        console.print(f"[bold]Where the runs part[/]  {state} {untrusted.shown(v.reason)}", highlight=False)
+        console.print(f"[bold]Where the runs part[/]  {state} {shown(v.reason)}", highlight=False)
         if v.status == "FOUND":
             console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
                           highlight=False)
     if verdict.gains:
         from repro500.verify.gains import describe
 
-        console.print(f"[bold]Against the reference[/]  {describe(verdict.gains)}", highlight=False)
+        console.print(f"[bold]Against the reference[/]  {shown(describe(verdict.gains))}", highlight=False)
     s = verdict.sampling
     if s is not None:
-        console.print(f"[bold]Sampling[/]  {_status(s.status)} {s.reason}", highlight=False)
+        console.print(f"[bold]Sampling[/]  {_status(s.status)} {shown(s.reason)}", highlight=False)
     m = verdict.mlperf
     if m is not None:
-        console.print(f"[bold]MLPerf[/]  {_status(m.status)} {m.reason}", highlight=False)
+        console.print(f"[bold]MLPerf[/]  {_status(m.status)} {shown(m.reason)}", highlight=False)
     r = verdict.exact_replay
     if r is not None:
         state = ("[bold green]exact[/]" if r.exact else
                  "[yellow]not exact[/]" if r.metric_differences else "[dim]not exact[/]")
-        console.print(f"[bold]Exact replay[/]  {state} {r.reason}", highlight=False)
+        console.print(f"[bold]Exact replay[/]  {state} {shown(r.reason)}", highlight=False)
     p = verdict.provenance
     if p is not None:
         if not p.available:
-            console.print(f"[bold]Provenance[/]  {p.note}", highlight=False)
+            console.print(f"[bold]Provenance[/]  {shown(p.note)}", highlight=False)
         else:
             relevant = f", {p.result_relevant} result-relevant" if p.result_relevant is not None else ""
             console.print(f"[bold]Provenance[/]  {p.total} difference(s) from the reference{relevant}", highlight=False)
             for row in p.top:
-                console.print(f"  {row['facet']}.{row['key']}: {_g(row['run'])} vs {_g(row['reference'])}"
-                              f"  [dim](impact {row['impact']}; {row['reason']})[/]", highlight=False)
+                console.print(f"  {shown(row['facet'])}.{shown(row['key'])}: {_g(row['run'])} vs "
+                              f"{_g(row['reference'])}  [dim](impact {_g(row['impact'])}; {shown(row['reason'])})[/]",
+                              highlight=False)
     f = verdict.valid_flops
     if f is not None and f.repeats:
         first = f.repeats[0]
@@ -249,13 +253,13 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
         ratio = (first["target"], first["achieved"]) if first.get("direction") == "lower" else (
             first["achieved"], first["target"])
         console.print(
-            f"[bold]Valid FLOPS[/]  mean {_g(summary.get('mean'))} FLOP/s over {summary.get('n', 0)} repeat(s); "
-            f"repeat {first['repeat']}: {_g(first['flops_per_s'])} FLOP/s x ({_g(ratio[0])} / "
+            f"[bold]Valid FLOPS[/]  mean {_g(summary.get('mean'))} FLOP/s over {_g(summary.get('n', 0))} repeat(s); "
+            f"repeat {_g(first['repeat'])}: {_g(first['flops_per_s'])} FLOP/s x ({_g(ratio[0])} / "
             f"{_g(ratio[1])})^{_g(first['exponent'])} = {_g(first['recomputed'])}", highlight=False)
         for text in f.mismatches[:2]:
-            console.print(f"  [yellow]{text}[/]", highlight=False)
+            console.print(f"  [yellow]{shown(text)}[/]", highlight=False)
 
 
 def _advice(verdict: Verdict, console: Console) -> None:
     for text in verdict.advice[:5]:
-        console.print(f"[cyan]advice[/]  {text}", highlight=False)
+        console.print(f"[cyan]advice[/]  {shown(text)}", highlight=False)
