@@ -14,6 +14,11 @@ variable with a secret-looking name, and the password in any URL held by an envi
 variable, is replaced wherever it appears, whatever key it sits under (``--set
 fixed.model_options.note=$WANDB_API_KEY`` must not land in ``run.json``'s argv).
 
+A name test is for names someone chose (an environment variable, a model option, a
+command's own ``mutable`` key); it never applies to a field a document's own schema defines
+(a recipe's ``metrics.f1.key`` names a JSON key, not a credential): :func:`scrub` takes
+``named`` to tell the two apart.
+
 Either way the value is replaced by :data:`REDACTED`.  Manifests, MLflow params and tags,
 diffs and reports all pass through here (:func:`scrub` for JSON data), so a secret never
 reaches a file, a tracking server or a published bundle.
@@ -25,7 +30,7 @@ import functools
 import keyword
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -308,7 +313,8 @@ def redact_env(environ: Mapping[str, str]) -> dict[str, Any]:
     return {"values": values, "names": names}
 
 
-def scrub(obj: Any, values: Iterable[str] | None = None) -> Any:
+def scrub(obj: Any, values: Iterable[str] | None = None, *,
+          named: Callable[[tuple[str, ...]], bool] | None = None) -> Any:
     """A copy of JSON-like data with secrets replaced by :data:`REDACTED`.
 
     Values under secret-looking keys are replaced whole (containers too, since a nested
@@ -316,23 +322,31 @@ def scrub(obj: Any, values: Iterable[str] | None = None) -> Any:
     ``None`` are kept, they cannot hold a secret.  Every string anywhere is passed through
     :func:`redact_text`, and a secret value (:func:`secret_values`; ``values`` overrides the
     environment's) is replaced inside keys too.
+
+    ``named(path)`` says whether the key at *path* (the keys from the top, the key itself last;
+    a list item adds no key) is a name someone chose, which a secret-looking name hides; a key
+    for which it answers False is a field of the document's own schema and is only scrubbed by
+    content and by value.  Left out, every key is a chosen name.
     """
     found = secret_values() if values is None else frozenset(values)
-    return _scrub(obj, found)
+    return _scrub(obj, found, named, ())
 
 
-def _scrub(obj: Any, values: frozenset[str]) -> Any:
+def _scrub(obj: Any, values: frozenset[str], named: Callable[[tuple[str, ...]], bool] | None,
+           path: tuple[str, ...]) -> Any:
     if isinstance(obj, Mapping):
         out = {}
         for key, value in obj.items():
             clean_key = _replace_values(key, values) if isinstance(key, str) else key
-            if isinstance(key, str) and is_secret_name(key) and not _harmless(value):
+            here = (*path, str(key))
+            if (isinstance(key, str) and is_secret_name(key) and not _harmless(value)
+                    and (named is None or named(here))):
                 out[clean_key] = REDACTED
             else:
-                out[clean_key] = _scrub(value, values)
+                out[clean_key] = _scrub(value, values, named, here)
         return out
     if isinstance(obj, (list, tuple)):
-        return [_scrub(v, values) for v in obj]
+        return [_scrub(v, values, named, path) for v in obj]
     if isinstance(obj, str):
         return redact_url(obj, values) if "://" in obj and " " not in obj else redact_text(obj, values)
     return obj

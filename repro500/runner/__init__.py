@@ -19,6 +19,7 @@ from rich.console import Console
 from repro500 import redact
 from repro500.errors import InvalidInput, UsageError
 from repro500.recipe import load as recipes
+from repro500.recipe.fields import recipe_yaml, scrub_recipe
 from repro500.rundir import layout
 from repro500.runner import decide, multinode
 from repro500.runner.plan import (
@@ -76,7 +77,7 @@ def _new(options: RunOptions, console: Console) -> Session:
         "recipe_path": str(options.recipe) if options.recipe else None,
         "recipe_name": recipe.name, "workload": plan.workload.kind, "repeats": recipe.repeats,
         "same_seed": bool(options.same_seed), "deterministic": plan.deterministic,
-        "open_division": recipe.open_division, "overrides": redact.scrub(recipe.overrides),
+        "open_division": recipe.open_division, "overrides": scrub_recipe(recipe.to_dict())["overrides"],
         "engine": plan.engine, "world_size": plan.world_size, "nnodes": plan.nnodes,
         "compressor": plan.compressor, "tracking": options.tracking, "mlflow": None, "resumes": [],
     }
@@ -94,9 +95,9 @@ def _new(options: RunOptions, console: Console) -> Session:
 
 
 def _recipe_yaml(recipe: recipes.Recipe) -> str:
-    import yaml
-
-    return yaml.safe_dump(redact.scrub(recipe.to_dict()), sort_keys=False)
+    # By value and content; by name only where a user chose the name: a schema field such as
+    # metrics.f1.key must read back as what ran, or --resume and reproduce cannot run it.
+    return recipe_yaml(recipe.to_dict())
 
 
 def _meta_or_none(run: layout.RunDir) -> dict[str, Any] | None:
