@@ -58,6 +58,12 @@ BOMB_FLOOR = 64 * 2**20
 # subtree many times over).
 MAX_TREE_FILES = 20_000
 MAX_TREE_ENTRIES = 200_000
+MAX_LINK_HOPS = 40  # links followed inside an archive, as the kernel's ELOOP limit
+MAX_LINE_CHARS = 4096  # a command's output line longer than this is cut before a pattern reads it
+MAX_HOOK_BYTES = 8 * 2**20  # a command's interpreter record: a sys.path of thousands of packages is far below
+MAX_WHEEL_TAGS = 256  # a wheel's Tag lines: a handful, a few dozen for a wide manylinux/macOS build
+MAX_INDEX_PAGE_BYTES = 64 * 2**20  # a package index page (torch's, every release's files with hashes, is a few MB)
+UNPACK_ENV = "REPRO500_MAX_UNPACK_BYTES"  # raises (or lowers) MAX_UNPACK_BYTES
 CODE_ENV = "REPRO500_FOREIGN_CODE"  # "refuse": no import path, no search path (reproduce without --run-code)
 
 # the recipe keys whose value may name code to import (module:callable), everywhere a recipe has one
@@ -102,6 +108,45 @@ def read_text(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> str
         return read_bytes(path, what, cap).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput(f"{path} is not UTF-8 text: {what} is refused") from None
+
+
+def read_json(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> Any:
+    """The JSON document in the regular file ``path`` (:func:`read_bytes`, :func:`load_json`);
+    FileNotFoundError passes through, anything else wrong is InvalidInput."""
+    return load_json(read_bytes(path, what, cap), str(path))
+
+
+def read_yaml(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> Any:
+    """The YAML document in the regular file ``path`` (:func:`read_text`, :func:`load_yaml`)."""
+    return load_yaml(read_text(path, what, cap), str(path))
+
+
+def json_record(line: str | bytes) -> dict[str, Any] | None:
+    """The JSON object on one line of a log (metrics, digests, a chain), or None when the line is
+    not one: malformed, cut short by a crash, nested too deeply, or another JSON value.  A log is
+    read tolerantly line by line; its size is bounded by the reader that opened it."""
+    try:
+        value = json.loads(line)
+    except (ValueError, RecursionError):  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def unpack_cap() -> int:
+    """What a packed run (or a git commit extracted for ``dvc pull``, or a sealed run downloaded
+    from MLflow) may hold: :data:`MAX_UNPACK_BYTES`, or ``$REPRO500_MAX_UNPACK_BYTES``."""
+    from repro500.errors import UsageError
+
+    raw = os.environ.get(UNPACK_ENV)
+    if raw is None:
+        return MAX_UNPACK_BYTES
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise UsageError(f"{UNPACK_ENV}={raw!r} is not a positive number of bytes")
+    return value
 
 
 def regular_file(path: str | Path) -> bool:

@@ -21,7 +21,6 @@ can re-seal it.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -51,11 +50,8 @@ def _read(path: Path) -> list[dict[str, Any]]:
     for lineno, line in enumerate(untrusted.read_text(path, "the repeat chain").splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            record = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
-            raise InvalidInput(f"{path} line {lineno} is not JSON") from None
-        if not isinstance(record, dict):
+        record = untrusted.json_record(line)
+        if record is None:
             raise InvalidInput(f"{path} line {lineno} is not a JSON object")
         records.append(record)
     return records
@@ -89,8 +85,8 @@ def append(run_dir: str | Path, repeat: int, summary_path: str | Path) -> dict[s
     records = _read(path)
     summary_path = Path(summary_path)
     try:
-        status = json.loads(summary_path.read_text(encoding="utf-8")).get("status", "unknown")
-    except (OSError, json.JSONDecodeError, AttributeError):
+        status = untrusted.read_json(summary_path, "a repeat summary").get("status", "unknown")
+    except (OSError, InvalidInput, AttributeError):
         raise InvalidInput(f"{summary_path} is not a readable repeat summary; it cannot be chained") from None
     record = _sealed({"kind": "repeat", "repeat": int(repeat), "status": str(status),
                       "summary_sha256": file_digest(summary_path), "prev": records[-1]["link"], "utc": _utc()})
@@ -109,7 +105,7 @@ def head(run_dir: str | Path) -> str | None:
 
 def _json(path: Path) -> dict[str, Any] | None:
     try:
-        doc = untrusted.load_json(untrusted.read_bytes(path, path.name), str(path))
+        doc = untrusted.read_json(path, path.name)
     except (OSError, InvalidInput):
         return None
     return doc if isinstance(doc, dict) else None

@@ -22,7 +22,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from repro500 import __version__
+from repro500 import __version__, untrusted
 from repro500.attest import chain, keys, sshsig
 from repro500.attest.attestation import (
     ENVELOPE_NAME,
@@ -42,8 +42,8 @@ _FINISHED = ("completed", "diverged")
 
 def _json(path: Path) -> dict[str, Any]:
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):
+        doc = untrusted.read_json(path, path.name)  # a run signed here may have been handed over
+    except (OSError, InvalidInput):
         return {}
     return doc if isinstance(doc, dict) else {}
 
@@ -70,7 +70,7 @@ def build_statement(run_dir: str | Path, public_key: Ed25519PublicKey, principal
                      "canonicalization": "repro500-c14n/v1"},
         "repeats": {"planned": run.get("repeats"), "finished": sum(s in _FINISHED for s in statuses.values()),
                     "status": statuses},
-        "chain": {"head": chain.head(root), "links": len(chain_path.read_text().splitlines())}
+        "chain": {"head": chain.head(root), "links": len(untrusted.read_text(chain_path, "the repeat chain").splitlines())}
         if chain_path.is_file() else None,
         "verdict": {"status": verdict.get("status"), "exit_code": verdict.get("exit_code"),
                     "created_utc": verdict.get("created_utc")} if verdict else None,

@@ -25,13 +25,13 @@ read (:func:`check_entries`), and :func:`regenerate` stops a file that grows pas
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from repro500 import untrusted
 from repro500.data.layout import GENERATOR_PREFIX
 from repro500.errors import InvalidInput, ReproError
 from repro500.rundir import atomic
@@ -137,10 +137,10 @@ def file_spec(path: str | Path, out: str) -> tuple[dict[str, Any] | None, str | 
     except OSError as err:
         return None, f"{out} is not a readable HDF5 file ({err.__class__.__name__})"
     try:
-        params = json.loads(raw["params"])
+        params = untrusted.load_json(raw["params"], f"{out}'s params attribute")
         spec = {"out": out, "kind": str(raw["kind"]), "seed": int(raw["seed"]), "split": str(raw["split"]),
                 "samples": int(raw["samples_total"]), "shard": str(raw["shard"])}
-    except (TypeError, ValueError, json.JSONDecodeError):
+    except (TypeError, ValueError, InvalidInput):
         return None, f"{out} has incomplete generator attributes"
     if "height" in params and "width" in params:
         spec["size"] = f"{params.pop('height')}x{params.pop('width')}"
@@ -235,11 +235,9 @@ def read_specs(run_dir: str | Path, manifest: dict[str, Any]) -> dict[str, DataE
     """
     path = Path(run_dir) / SPECS_NAME
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = untrusted.read_json(path, SPECS_NAME)  # regular, capped, bounded nesting
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InvalidInput(f"{path} is not readable JSON ({err.__class__.__name__})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SPECS_SCHEMA or not isinstance(doc.get("data"), list):
         raise InvalidInput(f"{path} is not a {SPECS_SCHEMA} document with a 'data' list")
     return {e.path: e for e in check_entries(doc["data"], manifest, path)}

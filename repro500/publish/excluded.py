@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import archive as archives
 from repro500.rundir import layout as rundir
@@ -147,8 +148,6 @@ def publication_of(path: str | Path) -> PackedIn | None:
     SHA-256 the index records.  None for anything else (a run directory, an archive on its own:
     then a file left out is missing, since nothing records it).  InvalidInput when the
     publication was changed."""
-    import json
-
     from repro500.digest import file_digest
 
     path = Path(path)
@@ -156,10 +155,12 @@ def publication_of(path: str | Path) -> PackedIn | None:
     index_path = root / PUBLICATION_INDEX
     if not is_publication_dir(root) or (path.is_file() and not archives.is_archive(path)):
         return None
+    # someone else's file: a FIFO, a device, a file over the document cap or JSON nested beyond
+    # the recursion limit is refused (InvalidInput), never read into memory
+    index = untrusted.read_json(index_path, f"the publication's {PUBLICATION_INDEX}")
     try:
-        index = json.loads(index_path.read_text(encoding="utf-8"))
         name = str(index["archive"]["name"])
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None  # not a publication of repro500's: the path is verified as it is
     archive = root / name
     if path.is_file() and path.resolve() != archive.resolve():

@@ -9,13 +9,13 @@ integrity section is what judges the files).  Every number taken from a file goe
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
@@ -82,9 +82,10 @@ def read_scaling(root: Path) -> tuple[ScalingModel | None, str | None]:
     path = root / SCALING_PATH
     if not path.is_file():
         return None, f"no {SCALING_PATH.as_posix()} in the run directory (repro500 model writes it)"
+    data = untrusted.read_bytes(path, f"the scaling model ({SCALING_PATH.as_posix()})")  # capped, regular only
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        doc = untrusted.load_json(data, str(path))
+    except InvalidInput:
         return None, f"{SCALING_PATH.as_posix()} is not readable JSON: scaling section omitted"
     if not isinstance(doc, dict) or doc.get("schema") != SCALING_SCHEMA:
         return None, f"{SCALING_PATH.as_posix()} is not a {SCALING_SCHEMA} document: scaling section omitted"
@@ -137,8 +138,9 @@ def _identity_only(root: Path) -> RunData | None:
     docs: dict[str, dict[str, Any]] = {}
     for name in (layout.RUN_JSON, layout.SUMMARY):
         try:
-            value = json.loads((root / name).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            # the run failed its integrity check: a FIFO or a link to /dev/zero is skipped, not read
+            value = untrusted.read_json(root / name, name)
+        except (OSError, InvalidInput):
             continue
         if isinstance(value, dict):
             docs[name] = value

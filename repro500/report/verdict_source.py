@@ -14,11 +14,12 @@ may come from someone else, so the report never shows a stored verdict blindly:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
+from repro500.errors import InvalidInput
 from repro500.verify.verdict import SCHEMA, VERDICT_NAME, verify_run
 
 
@@ -40,11 +41,17 @@ class VerdictView:
 def read_stored(root: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(verdict document, None) or (None, why it cannot be used); (None, None) when absent."""
     path = root / VERDICT_NAME
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
+        return None, None
+    # verdict.json is not sealed: whoever handed over the run may have made it a FIFO, a link to a
+    # device or a file of gigabytes; that is refused (InvalidInput), not read
+    try:
+        data = untrusted.read_bytes(path, f"the stored {VERDICT_NAME}")
+    except FileNotFoundError:  # a link to nothing
         return None, None
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        doc = untrusted.load_json(data, str(path))
+    except InvalidInput:
         return None, f"{VERDICT_NAME} is not readable JSON; the verdict was recomputed"
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         return None, f"{VERDICT_NAME} is not a {SCHEMA} document; the verdict was recomputed"

@@ -16,6 +16,7 @@ import gzip
 import os
 import shutil
 import stat
+import sys
 import tarfile
 import tempfile
 import zlib
@@ -33,7 +34,6 @@ _FILE_MODE, _DIR_MODE = 0o644, 0o755
 # the caps on what an archive may hold are repro500.untrusted's (the one rule for others' files)
 MAX_UNPACK_BYTES, MAX_MEMBERS, MAX_RATIO, BOMB_FLOOR = (untrusted.MAX_UNPACK_BYTES, untrusted.MAX_MEMBERS,
                                                         untrusted.MAX_RATIO, untrusted.BOMB_FLOOR)
-_MAX_LINK_HOPS = 40  # as the kernel's ELOOP limit
 _CORRUPT = (tarfile.TarError, EOFError, zlib.error, gzip.BadGzipFile)
 _COPY_BYTES = 2**20  # tarfile's own 16 KiB copies cost a few percent on a run of checkpoints
 
@@ -129,7 +129,8 @@ def _write_archive(root: Path, target: Path, dirs: list[str], files: list[str], 
         for rel in dirs:
             tar.addfile(_tarinfo(f"{root.name}/{rel}", tarfile.DIRTYPE))
         for rel in files:
-            with open(root / rel, "rb") as fh:  # follows a link inside: its content is stored
+            # follows a link inside (its content is stored), but never blocks on a FIFO or streams a device
+            with untrusted.open_regular(root / rel, "a file of the run", sys.maxsize) as fh:
                 info = _tarinfo(f"{root.name}/{rel}", tarfile.REGTYPE)
                 info.size = os.fstat(fh.fileno()).st_size
                 tar.addfile(info, progress.CountingReader(fh, meter))
@@ -148,17 +149,7 @@ def _tarinfo(name: str, kind: bytes) -> tarfile.TarInfo:
 # --------------------------------------------------------------------------- unpack
 
 
-def max_unpack_bytes() -> int:
-    raw = os.environ.get("REPRO500_MAX_UNPACK_BYTES")
-    if raw is None:
-        return MAX_UNPACK_BYTES
-    try:
-        value = int(raw)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise UsageError(f"REPRO500_MAX_UNPACK_BYTES={raw!r} is not a positive number of bytes")
-    return value
+max_unpack_bytes = untrusted.unpack_cap  # the cap and its environment variable are untrusted's
 
 
 def _unsafe(member: tarfile.TarInfo) -> str | None:
@@ -230,7 +221,7 @@ def _read_members(archive: Path, cap: int, dest: Path, free: int | None,
 
 @contextlib.contextmanager
 def _open_counted(archive: Path, meter: progress.Meter):  # noqa: ANN202 - a context manager of a TarFile
-    with open(archive, "rb") as raw, tarfile.open(fileobj=progress.CountingReader(raw, meter), mode="r:*") as tar:
+    with untrusted.open_regular(archive, "a packed run", sys.maxsize) as raw, tarfile.open(fileobj=progress.CountingReader(raw, meter), mode="r:*") as tar:
         yield tar
 
 
@@ -257,7 +248,7 @@ def _resolve(parts: list[str], links: dict[str, str]) -> str | None:
         target = links.get("/".join(out))
         if target is not None:
             hops += 1
-            if hops > _MAX_LINK_HOPS or target.startswith("/"):
+            if hops > untrusted.MAX_LINK_HOPS or target.startswith("/"):
                 return None
             out.pop()
             queue = target.split("/") + queue
