@@ -158,7 +158,7 @@ def test_against_a_reference_adds_equivalence_and_provenance_diff(tmp_path: Path
     html = out.read_text()
     assert 'class="badge good">REPRODUCED<' in html
     assert "environment.packages.torch" in html and "2.13.0" in html  # the provenance diff table
-    assert "Equivalence to the reference" in html and "two-sample Welch TOST" in html
+    assert "Equivalence to the reference" in html and "paired TOST (per-seed differences)" in html  # same seeds: paired
     assert "run theirs" in html  # the reference's label in the diff table
     # convergence, distributions (with the reference), step time, equivalence; no wire/scaling plots
     assert len(plots_in(html)) == 4

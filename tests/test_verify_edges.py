@@ -28,8 +28,9 @@ def test_a_bitwise_identical_two_repeat_rerun_is_reproduced_exact(tmp_path):
     verdict = verify_run(rerun, against=ref)
     assert (verdict.status, verdict.exit_code, verdict.exact) == ("REPRODUCED", 0, True)
     assert verdict.reasons[0].startswith("exact replay: all 2 repeat(s) end with final parameters bitwise identical")
-    assert verdict.reasons[1].startswith("statistically INCONCLUSIVE: accuracy:")  # two repeats decide nothing
-    assert verdict.equivalence[0].status == "INCONCLUSIVE"
+    # paired by seed, every difference is 0: decided exactly even with two repeats (Welch decided nothing)
+    assert verdict.reasons[1].startswith("statistically REPRODUCED: accuracy: difference +0")
+    assert verdict.equivalence[0].status == "REPRODUCED" and verdict.equivalence[0].tost["design"] == "paired"
     doc = verdict.to_dict()
     assert doc["status"] == "REPRODUCED" and doc["exact"] is True
     assert doc["exact_replay"]["pairs"] == [
@@ -169,7 +170,8 @@ def test_one_differing_digest_leaves_the_statistical_verdict(tmp_path):
     ref = make_run(tmp_path, "ref", values=values)
     rerun = make_run(tmp_path, "rerun", values=values, diverge={"repeat": 1, "epoch": 2, "tensor": "fc.weight"})
     verdict = verify_run(rerun, against=ref)
-    assert (verdict.status, verdict.exact) == ("INCONCLUSIVE", False)
+    # the same scores seed by seed: the paired test decides REPRODUCED, but no exact replay
+    assert (verdict.status, verdict.exact) == ("REPRODUCED", False)
     assert "[1]" in verdict.exact_replay.reason
     assert verdict.to_dict()["exact"] is False
 
@@ -188,7 +190,8 @@ def test_no_exact_replay_without_digests_or_against_published_numbers(tmp_path):
     (rerun / "summary.json").write_text(json.dumps(summary))
     bundle.write_sums(rerun)
     verdict = verify_run(rerun, against=ref)
-    assert verdict.status == "INCONCLUSIVE" and not verdict.exact
+    # a digest on one side only: the records differ, so no exact replay; the paired test decides
+    assert verdict.status == "REPRODUCED" and not verdict.exact
     assert "records no final parameter digest" in verdict.exact_replay.reason
     published = _published(tmp_path, value=0.935, margin=0.01)
     assert verify_run(ref, against=published).exact_replay is None

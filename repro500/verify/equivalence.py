@@ -19,7 +19,9 @@ REPRODUCED when its upper end is < -margin (mirrored for lower-is-better).
 
 References: another run (two-sample Welch TOST on per-repeat values), published
 per-repeat values (Welch TOST), or a single published value (one-sample TOST, the value
-taken as exact).
+taken as exact).  Where the rerun's repeats share seeds with the reference's (a run, or a
+publication's packed run), the pairs decide: a paired TOST on the per-seed differences
+(reference.py, ``pair_by_seed``; stats.py, ``tost_paired``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import numpy as np
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify import stats
-from repro500.verify.reference import Reference
+from repro500.verify.reference import Pairing, Reference
 from repro500.verify.rundir import RunData
 
 REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
@@ -141,16 +143,24 @@ def compare_values(
     direction: str = "higher",
     margin_source: str = "--margin",
     reference_kind: str = "run",
+    pairing: Pairing | None = None,
 ) -> EquivalenceResult:
-    """Compare one metric; ``single_value`` treats the reference as one exact number.
+    """Compare one metric; ``single_value`` treats the reference as one exact number; a
+    ``pairing`` that is paired tests its per-seed differences instead (and says why either way).
 
     ``reference_kind`` (``run`` or ``published``) only shapes the advice.
     """
     if single_value:
         res = stats.tost_one_sample(run_values, ref_values[0], margin, alpha)
+    elif pairing is not None and pairing.paired:
+        res = stats.tost_paired(pairing.run_values, pairing.reference_values, margin, alpha)
+        res.pairs = [{k: p[k] for k in ("repeat", "reference_repeat", "seed")} for p in pairing.pairs]
     else:
         res = stats.tost_two_sample(run_values, ref_values, margin, alpha)
+    res.design_reason = pairing.reason if pairing is not None else None
     status, reason = classify(res, test, direction)
+    if res.design == "paired":
+        reason += f" (paired by seed, {res.n_a} pairs)"
     if test == "equivalence":
         p_value = res.p_value
     else:  # non-inferiority: only the test against a shortfall in the good direction
@@ -167,6 +177,14 @@ def _advise(out: EquivalenceResult, res: stats.TostResult, test: str, direction:
             alpha: float, single_value: bool, reference_kind: str) -> None:
     if res.ci_low is None:
         out.advice.append(_too_few_advice(out.metric, res, reference_kind))
+        return
+    if res.design == "paired":  # the spread of the differences, not of the values, sets the pairs needed
+        n, _ = stats.equivalence_repeats(res.diff, res.std_diff or 0.0, res.margin, alpha, test=test,
+                                         direction=direction)
+        out.repeats_needed = n
+        out.advice.append(f"{out.metric}: the difference sits too close to the margin for more repeats to decide it"
+                          if n is None else f"{out.metric}: about {n} repeats on both, with the same seeds, would "
+                          "decide it (paired: estimate from the spread of the per-seed differences)")
         return
     # the computation `repro500 plan` makes before a run (repro500/verify/planning.py)
     n, both = stats.equivalence_repeats(res.diff, res.std_a or 0.0, res.margin, alpha,
@@ -243,6 +261,7 @@ def _compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, floa
             results.append(compare_values(
                 name, run.values(name), metric.values, margin, alpha, single_value=metric.single,
                 test=metric.test, direction=metric.direction, margin_source=source, reference_kind="published",
+                pairing=ref.pairing(run, name),
             ))
         return results
     shared = [name for name in run.metric_names() if ref.values.get(name)]
@@ -274,5 +293,5 @@ def _compare(run: RunData, ref: Reference, alpha: float, margins: dict[str, floa
     for name in [n for n in shared if n in chosen]:
         margin, source, direction = chosen[name]
         results.append(compare_values(name, run.values(name), ref.values[name], margin, alpha,
-                                      direction=direction, margin_source=source))
+                                      direction=direction, margin_source=source, pairing=ref.pairing(run, name)))
     return results

@@ -9,6 +9,12 @@ A reference is a result *of* something: a benchmark, which Deep500 calls a recip
 rule that decides whether a run and a reference (or two runs of a history) measure the same
 benchmark; ``verify`` refuses to compare across benchmarks unless asked to, and ``history``
 never puts two benchmarks in one series (docs/verify.md, "Same benchmark").
+
+A reference run's repeats are also the partners of a rerun's: :func:`pair_by_seed` is the one rule
+that pairs a rerun repeat with the reference repeat of the same seeds.  The paired equivalence test
+(stats.tost_paired) and the exact replay (:func:`replay_by_seed`) use the same pairs.  A published
+file that lies in a publication (``repro500 publish`` wrote both) is paired through the packed run
+beside it, whose per-repeat values it lists (``Reference.packed``).
 """
 
 from __future__ import annotations
@@ -48,6 +54,32 @@ class Reference:
     notes: list[str] = field(default_factory=list)
     history: dict[str, Any] | None = None  # a history reference's runs and scope (verify/history.py)
     benchmark: Benchmark | None = None  # what the reference is a result of, as far as it says
+    # a published file's packed run, when the file lies in a publication: it records the seeds
+    packed: RunData | None = None
+
+    @property
+    def seeded(self) -> RunData | None:
+        """The run whose repeats record the reference's seeds: the run itself, or a publication's."""
+        return self.run if self.run is not None else self.packed
+
+    def pairing(self, run: RunData, metric: str) -> Pairing:
+        """How *run*'s values of *metric* pair with this reference's (see :func:`pair_by_seed`)."""
+        if self.kind == "history":
+            return Pairing(False, "unpaired: a history's runs are not paired with the rerun's repeats")
+        if self.published is not None:
+            pub = self.published.metrics.get(metric)
+            if pub is not None and pub.single:
+                return Pairing(False, "one published value, taken as exact")
+            if self.packed is None:
+                return Pairing(False, "unpaired (Welch): the published values record no seeds to pair the rerun's "
+                                      "repeats with")
+            if pub is None or list(pub.values) != self.packed.values(metric):
+                return Pairing(False, "unpaired (Welch): the published values are not the packed run's, whose "
+                                      "seeds would pair them")
+        seeded = self.seeded
+        if seeded is None:
+            return Pairing(False, "unpaired (Welch): the reference records no seeds")
+        return pair_by_seed(run, seeded, metric)
 
     def describe(self) -> dict[str, Any]:
         out: dict[str, Any] = {"kind": self.kind, "path": self.path, "label": self.label}
@@ -190,6 +222,89 @@ def refuse_across(difference: str, reference: str) -> InvalidInput:
         "--across-benchmarks to compare anyway (the verdict's first line then says so)")
 
 
+MIN_PAIRS = 2  # one pair gives no spread of the differences, hence no interval
+
+
+@dataclass
+class Pairing:
+    """A rerun's repeats paired with the reference's by seed, for one metric.
+
+    ``paired`` says which design the equivalence test uses and ``reason`` why, in words for the
+    verdict; ``pairs`` holds ``{repeat, reference_repeat, seed}`` with the two values."""
+
+    paired: bool
+    reason: str
+    pairs: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def run_values(self) -> list[float]:
+        return [p["value"] for p in self.pairs]
+
+    @property
+    def reference_values(self) -> list[float]:
+        return [p["reference_value"] for p in self.pairs]
+
+
+def seed_key(doc: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What a repeat's seeds are, as pairs compare them: every seed the determinism check groups by
+    (verify/determinism.py); None when the repeat records no torch seed."""
+    from repro500.verify.determinism import _SEED_NAMES
+
+    seeds = doc.get("seeds") if isinstance(doc.get("seeds"), dict) else {}
+    if seeds.get("torch") is None:
+        return None
+    return tuple(seeds.get(name) for name in _SEED_NAMES)
+
+
+def seed_pairs(run: RunData, reference: RunData, repeats: list[int] | None = None,
+               reference_repeats: list[int] | None = None) -> tuple[list[tuple[int, int]], list[str]]:
+    """([(rerun repeat, reference repeat)], gaps): each rerun repeat (of *repeats*, default the
+    completed ones) with a reference repeat (of *reference_repeats*) of the same seeds, each
+    reference repeat used once, the one of the same index first; a gap says why a repeat has none."""
+    repeats = run.completed if repeats is None else repeats
+    reference_repeats = reference.completed if reference_repeats is None else reference_repeats
+    by_seed: dict[Any, list[int]] = {}
+    for j in reference_repeats:
+        key = seed_key(reference.repeats[j])
+        if key is not None:
+            by_seed.setdefault(key, []).append(j)
+    pairs, gaps = [], []
+    for k in repeats:
+        key = seed_key(run.repeats[k])
+        if key is None:
+            gaps.append(f"repeat {k} records no torch seed")
+            continue
+        free = by_seed.get(key) or []
+        if not free:
+            gaps.append(f"no reference repeat shares repeat {k}'s seed {key[2]}")
+            continue
+        j = k if k in free else free[0]
+        free.remove(j)
+        pairs.append((k, j))
+    return pairs, gaps
+
+
+def pair_by_seed(run: RunData, reference: RunData, metric: str) -> Pairing:
+    """The rerun's values of *metric* paired with the reference's by seed: a paired design when at
+    least MIN_PAIRS pairs exist (rerun repeats without a partner are left out, and named), else the
+    unpaired one, with why."""
+    mine, theirs = dict(run.indexed_values(metric)), dict(reference.indexed_values(metric))
+    found, _ = seed_pairs(run, reference, list(mine), list(theirs))
+    pairs = [{"repeat": k, "reference_repeat": j, "seed": (run.repeats[k].get("seeds") or {}).get("torch"),
+              "value": float(mine[k]), "reference_value": float(theirs[j])} for k, j in found]
+    if len(pairs) < MIN_PAIRS:
+        if not pairs:
+            return Pairing(False, "unpaired (Welch): no rerun repeat shares its seeds with a reference repeat")
+        return Pairing(False, f"unpaired (Welch): only {len(pairs)} rerun repeat shares its seeds with a reference "
+                              f"repeat; a paired test needs at least {MIN_PAIRS}")
+    reason = (f"paired by seed: {len(pairs)} rerun repeat(s) share their seeds with reference repeats, so the "
+              "per-seed differences are tested (the spread between seeds cancels)")
+    left = sorted(set(mine) - {k for k, _ in found})
+    if left:
+        reason += f"; rerun repeat(s) {', '.join(map(str, left))} have no reference repeat of their seed: left out"
+    return Pairing(True, reason, pairs)
+
+
 def load_reference(against: str | Path) -> Reference:
     """Resolve ``--against``; InvalidInput when it is missing, unreadable or tampered with."""
     path = Path(against)
@@ -210,7 +325,11 @@ def load_reference(against: str | Path) -> Reference:
             return _from_run_dir(unpacked, kind="publication" if packed is not None else "bundle", shown=str(path),
                                  not_carried=not_carried)
     if path.suffix.lower() in PUBLISHED_SUFFIXES:
-        return _from_published(load_published(path))
+        ref = _from_published(load_published(path))
+        ref.packed, note = _packed_beside(path)
+        if note:
+            ref.notes.append(note)
+        return ref
     raise InvalidInput(
         f"reference {path} is neither a run directory, a .tar.gz bundle nor a .yaml/.json published-results file"
     )
@@ -234,6 +353,29 @@ def _from_run_dir(path: Path, *, kind: str, shown: str, not_carried: list[dict[s
     return ref
 
 
+def _packed_beside(path: Path) -> tuple[RunData | None, str | None]:
+    """(the packed run of the publication a published file lies in, a note when it cannot be read).
+    Only its summaries are kept (seeds, values, digests), so the unpacked files are deleted."""
+    from repro500.publish.excluded import publication_of
+
+    try:
+        packed = publication_of(path.parent)
+    except InvalidInput as err:
+        return None, f"the publication beside {path.name} is not paired by seed: {err}"
+    if packed is None:
+        return None, None
+    with tempfile.TemporaryDirectory(prefix="repro500-ref-") as tmp:
+        try:
+            unpacked = archives.unpack(packed.archive, tmp)
+            check, run = integrity.check_run(unpacked, label="reference", deep=False,
+                                             not_carried=packed.not_carried(unpacked))
+        except InvalidInput as err:
+            return None, f"the publication's packed run is not paired by seed: {str(err).replace(tmp, '<archive>')}"
+    if run is None or not check.ok:
+        return None, "the publication's packed run fails its integrity check: not paired by seed"
+    return run, None
+
+
 def repeat_field(run: RunData, name: str) -> list[float]:
     out = []
     for k in run.completed:
@@ -251,3 +393,90 @@ def _from_published(pub: Published) -> Reference:
         manifest=pub.manifest, epochs_to_quality=pub.epochs_to_quality,
         benchmark=Benchmark(recipe=pub.recipe, fixed=pub.fixed, workload=_workload(pub.manifest)),
     )
+
+
+def replay_by_seed(run: RunData, reference: RunData) -> Any:
+    """Whether the rerun replays the reference exactly, pair by pair (:func:`seed_pairs`): a
+    :class:`repro500.verify.determinism.ExactReplay`.
+
+    Exact when every rerun repeat completed and has a partner, and in every pair the recorded
+    metrics are identical (times and rates aside: ``determinism.machine_dependent``), the final
+    parameters are bitwise identical where both record a digest, and so are the declared outputs
+    where both declare some.  A wrapped command that records no parameter digest is replayed
+    exactly by its metrics alone; a pair where one side has a digest and the other none is not
+    compared (their records differ), and identical parameters with different metrics are named
+    (``metric_differences``): they point at the evaluation."""
+    from repro500.verify.determinism import CAUSES, ExactReplay, _differences, _name_differences
+
+    if run.unsuccessful:
+        shown = ", ".join(f"{k} ({state})" for k, state in run.unsuccessful.items())
+        return ExactReplay(False, f"not every repeat completed: {shown}")
+    found, gaps = seed_pairs(run, reference)
+    pairs, differences, compared = [], [], set()
+    ignored: set[str] = set()
+    for k, j in found:
+        mine, theirs = run.repeats[k], reference.repeats[j]
+        digests = mine.get("final_param_digest"), theirs.get("final_param_digest")
+        if bool(digests[0]) != bool(digests[1]):
+            side = f"repeat {k}" if not digests[0] else f"reference repeat {j}"
+            gaps.append(f"{side} records no final parameter digest")
+            continue
+        identical = digests[0] == digests[1] if digests[0] else None  # None: no digests to compare
+        outputs = [doc.get("outputs") if isinstance(doc.get("outputs"), dict) else {} for doc in (mine, theirs)]
+        same_outputs = outputs[0] == outputs[1] if outputs[0] and outputs[1] else None
+        metrics = [doc.get("metrics") or {} for doc in (mine, theirs)]
+        found_diff = _differences(metrics[0], metrics[1], ignored)
+        compared |= {m for m in (*metrics[0], *metrics[1]) if m not in ignored}
+        if identical:  # identical parameters that score differently say something about the evaluation
+            differences += [{"repeat": k, "reference_repeat": j, "metric": m, "value": a, "reference_value": b}
+                            for m, a, b in found_diff]
+        pairs.append({"repeat": k, "reference_repeat": j, "seed": (mine.get("seeds") or {}).get("torch"),
+                      "identical": identical, "metrics_identical": not found_diff})
+        if same_outputs is not None:  # both sides declared outputs
+            pairs[-1]["outputs_identical"] = same_outputs
+    digested = bool(pairs) and all(p["identical"] is not None for p in pairs)
+    result = ExactReplay(False, "", pairs, metric_differences=differences, ignored_metrics=sorted(ignored))
+    named = (f"; repeats with bitwise-identical final parameters recorded different metrics: "
+             f"{_name_differences(differences)} (likely {CAUSES})") if differences else ""
+    if gaps:
+        result.reason = "; ".join(gaps) + named
+        return result
+    if not pairs:
+        result.reason = "no completed repeat to compare"
+        return result
+    differing = [p["repeat"] for p in pairs if p["identical"] is False]
+    if differing:
+        result.reason = (f"repeat(s) {differing} end with parameters that differ from the reference repeat of the "
+                         f"same seed{named}")
+        return result
+    other_outputs = [p["repeat"] for p in pairs if p.get("outputs_identical") is False]
+    if other_outputs:
+        result.reason = f"repeat(s) {other_outputs} wrote declared outputs that differ from the reference repeat's"
+        return result
+    result.params_identical = digested
+    n = len(pairs)
+    if digested:
+        same = f"all {n} repeat(s) end with final parameters bitwise identical to the reference repeat of the same seed"
+    else:
+        same = f"all {n} repeat(s) recorded the same values as the reference repeat of the same seed"
+    if differences:
+        result.reason = (f"{same}, but recorded different metrics: {_name_differences(differences)}; identical "
+                         f"parameters that score differently point at {CAUSES}")
+        return result
+    differ = [p["repeat"] for p in pairs if not p["metrics_identical"]]
+    if differ:  # no digests: the metrics are all there is, and they differ
+        result.reason = f"repeat(s) {differ} recorded metrics that differ from the reference repeat of the same seed"
+        return result
+    if not compared:
+        result.reason = f"the repeats record no metric but times and rates ({', '.join(sorted(ignored))}): nothing to replay"
+        return result
+    result.exact = True
+    left_out = f"; {', '.join(result.ignored_metrics)} (times and rates) may differ" if result.ignored_metrics else ""
+    declared = sorted({name for p in pairs if p.get("outputs_identical") for name in (run.repeats[p["repeat"]].get("outputs") or {})})
+    outputs_said = f", and identical declared outputs ({', '.join(declared)})" if declared else ""
+    if digested:
+        result.reason = f"{same}, with identical recorded metrics{outputs_said}{left_out}"
+    else:
+        result.reason = (f"{same}: identical recorded metrics ({', '.join(sorted(compared))}){outputs_said}; no final "
+                         f"parameter digests to compare, so the replay is exact in what was recorded{left_out}")
+    return result

@@ -19,6 +19,10 @@ Conventions (docs/verify.md, "Statistics"):
   difference: "equivalent" when it lies inside [-margin, +margin] (edges included).
   The two one-sided p-values are reported; their maximum is the TOST p-value.
 * Two samples use Welch's unequal-variance t (Welch-Satterthwaite degrees of freedom).
+* Pairs (a rerun repeat and the reference repeat of the same seed) use the one-sample t on the
+  per-pair differences d_i = a_i - b_i (``tost_paired``): the spread between seeds, which both
+  members of a pair share, cancels, and only what differs within a pair is left.  Differences
+  that are all equal are decided exactly, as zero variance is.
 """
 
 from __future__ import annotations
@@ -212,6 +216,12 @@ class TostResult:
     # print as (Python's shortest repr), subtracted without rounding (decided on, not ``diff``)
     exact_diff: str | None = None
     notes: list[str] = field(default_factory=list)
+    # the design: "unpaired" (Welch, or one published value), or "paired" (per-seed differences),
+    # with a sentence saying why it was chosen; for "paired", the pairs and their differences
+    design: str = "unpaired"
+    design_reason: str | None = None
+    std_diff: float | None = None
+    pairs: list[dict[str, Any]] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (_f(v) if isinstance(v, float) else v) for k, v in asdict(self).items()}
@@ -325,6 +335,49 @@ def tost_one_sample(a: Sequence[float], value: float, margin: float, alpha: floa
     if se == 0.0:
         return _exact(res, res.diff, res.mean_a, value)
     return _fill(res, res.diff, se, float(xa.size - 1))
+
+
+def tost_paired(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05) -> TostResult:
+    """Paired TOST for ``mean(a - b)`` within +-margin: ``a[i]`` and ``b[i]`` are one pair (a rerun
+    repeat and the reference repeat of the same seed), and the one-sample t on the differences
+    decides.  All differences equal (zero variance, e.g. all 0 for an exact replay) is decided
+    exactly at that difference, in decimal, never as NaN."""
+    xa, xb = _array(a, "run values"), _array(b, "reference values")
+    if xa.size != xb.size:
+        raise ValueError(f"a paired test needs as many run values as reference values ({xa.size} vs {xb.size})")
+    _check_margin(margin, alpha)
+    d = xa - xb
+    res = TostResult(
+        method="paired TOST (per-seed differences)", alpha=alpha, margin=float(margin),
+        n_a=int(xa.size), n_b=int(xb.size),
+        mean_a=float(xa.mean()) if xa.size else None, mean_b=float(xb.mean()) if xb.size else None,
+        diff=float(d.mean()) if d.size else None, std_a=_sd(xa), std_b=_sd(xb),
+        ci_confidence=1.0 - 2.0 * alpha, design="paired", std_diff=_sd(d),
+    )
+    if d.size < 2:
+        res.notes.append(f"{d.size} pair(s): at least 2 (better 3 or more) are needed for an interval")
+        return res
+    if _constant(d):
+        return _exact_pairs(res, xa, xb)
+    se = float(d.std(ddof=1)) / math.sqrt(d.size)
+    if se == 0.0:  # differences below float resolution: as exact as it gets
+        return _exact_pairs(res, xa, xb)
+    return _fill(res, res.diff, se, float(d.size - 1))
+
+
+def _exact_pairs(res: TostResult, xa: np.ndarray, xb: np.ndarray) -> TostResult:
+    """Every pair differs by the same amount: decided exactly at it.  In decimal (as the values
+    print) the pairs' differences may still differ in the last digit; the one farthest from 0 is
+    the one decided on, so an edge is never passed by rounding."""
+    exact = [Decimal(repr(float(x))) - Decimal(repr(float(y))) for x, y in zip(xa, xb, strict=True)]
+    far = max(exact, key=abs)
+    res.exact = True
+    res.std_diff = 0.0
+    res.ci_low = res.ci_high = res.diff
+    res.exact_diff = str(far)
+    res.notes.append("every pair differs by the same amount (zero variance of the differences): decided exactly"
+                     + (" (all pairs identical)" if far == 0 else ""))
+    return res
 
 
 def _check_margin(margin: float, alpha: float) -> None:

@@ -16,11 +16,16 @@ determinism, provenance diff, Valid FLOPS.  How they combine:
 * a run and a reference of different benchmarks (verify/reference.py, ``benchmark_difference``)
   are not compared: InvalidInput (exit 4) names both, unless ``across_benchmarks`` is given, when
   the verdict is decided as usual and its status line says "(different benchmark: X vs Y)";
-* against a reference run, an **exact replay** (every rerun repeat ends with the final
-  parameters of the reference repeat of its seed, bit for bit, and records the same metrics,
-  times and rates aside) is the strongest outcome: REPRODUCED (exact), whatever the number of
-  repeats, unless something decided FAIL; the statistical outcome stays as the second reason;
-  identical parameters with different metrics are named, and the statistics decide;
+* against a reference run (or a publication's packed run), an **exact replay** (every rerun
+  repeat records the same metrics as the reference repeat of its seed, times and rates aside,
+  and ends with the same final parameters, bit for bit, where both record a digest, and the same
+  declared outputs where both declare some) is the strongest outcome: REPRODUCED (exact),
+  whatever the number of repeats, unless something decided FAIL; the statistical outcome stays as
+  the second reason; identical parameters with different metrics are named, and the statistics
+  decide;
+* where the rerun's repeats share seeds with the reference's, equivalence is tested on the
+  per-seed differences (a paired design), else on the two samples (Welch); each equivalence
+  result says which, and why (``tost.design``, ``tost.design_reason``);
 * a run that stopped before every planned repeat ran (run.json says so) cannot PASS or be
   REPRODUCED: its missing repeats make it INCONCLUSIVE;
 * determinism and time-to-train only count when they could run (SKIPPED is neutral;
@@ -63,7 +68,6 @@ from repro500.verify.determinism import (
     ExactReplay,
     check_determinism,
     compare_with_reference,
-    exact_replay,
 )
 from repro500.verify.equivalence import EquivalenceResult
 from repro500.verify.flops import FlopsResult, valid_flops
@@ -76,6 +80,7 @@ from repro500.verify.reference import (
     benchmark_of_run,
     load_reference,
     refuse_across,
+    replay_by_seed,
 )
 from repro500.verify.rundir import RunData
 from repro500.verify.sampling import check_sampling
@@ -266,8 +271,9 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
         verdict.provenance = provenance_diff(run.provenance_manifest, ref.manifest)  # with what each command read
         if ref.run is not None:
             verdict.determinism.cross_run = compare_with_reference(run, ref.run)
-            verdict.exact_replay = exact_replay(run, ref.run)
             verdict.gains = compare_gains(run.repeats, ref.run.repeats)
+        if ref.seeded is not None:  # a run, or the packed run a published file lies beside
+            verdict.exact_replay = replay_by_seed(run, ref.seeded)
     else:
         verdict.time_to_train = check_time_to_train(repeat_docs, alpha)
     # information, never a cause: where the pairs determinism and the exact replay compare part
