@@ -159,6 +159,8 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
             ref += f", {shown(history['pooling'][e.metric])}"
         console.print(f"    [dim]run {_g(t.get('mean_a'))} (n={_g(t.get('n_a'))}) vs reference {ref}; "
                       f"{shown(t.get('method'))}; margin from {shown(e.margin_source)}[/]", highlight=False)
+        if t.get("design_reason"):  # which design decided, and why: paired by seed or not
+            console.print(f"    [dim]{shown(t['design_reason'])}[/]", highlight=False)
 
 
 def _statistics(verdict: Verdict, console: Console) -> None:
