@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from repro500.commands.options import parse_scales
+
 
 @click.command()
 @click.argument("command", nargs=-1, required=True)
@@ -13,6 +15,8 @@ import click
               show_default=True, help="The experiment's directory (where the three files are written).")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME=SOURCE[:ARG]",
               help="Where a metric comes from: regex:PATTERN, mlflow[:KEY], mllog[:KEY], json[:KEY], or NAME alone.")
+@click.option("--scale", "scales", multiple=True, metavar="NAME=FACTOR", callback=parse_scales,
+              help="Multiply a --metric's values by FACTOR (e.g. accuracy=0.01: a printed percentage as a fraction).")
 @click.option("--accept", "accepts", multiple=True, metavar="NAME>=TARGET[±TOL]", help="An acceptance band.")
 @click.option("--set", "values", multiple=True, metavar="KEY=VALUE",
               help="A mutable value the command uses as {mutable.KEY} (dvc exp run -S run.mutable.KEY=... varies it).")
@@ -25,7 +29,7 @@ import click
 @click.option("--tracking/--no-tracking", default=True, show_default=True,
               help="Whether the runs log to MLflow (params.yaml run.tracking; MLFLOW_TRACKING_URI, default ./mlflow.db).")
 @click.option("--force", is_flag=True, help="Replace existing repro500.yaml, params.yaml and dvc.yaml.")
-def init(command: tuple[str, ...], directory: Path, metrics: tuple[str, ...], accepts: tuple[str, ...],
+def init(command: tuple[str, ...], directory: Path, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
          values: tuple[str, ...], inputs: tuple[str, ...], name: str | None, repeats: int, timeout_s: float | None,
          tracking: bool, force: bool) -> None:
     """Put your own experiment under repro500 and DVC: writes repro500.yaml, params.yaml, dvc.yaml.
@@ -44,7 +48,7 @@ def init(command: tuple[str, ...], directory: Path, metrics: tuple[str, ...], ac
     from repro500.workloads.command.adhoc import recipe_data
 
     data = recipe_data(list(command), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
-                       repeats=repeats, inputs=list(inputs))
+                       repeats=repeats, inputs=list(inputs), scales=scales)
     data["mutable"] = dict(parse_assignment(v) for v in values)
     data["description"] = "written by repro500 init"
     for line in write(directory, data, force=force, tracking=tracking).lines():

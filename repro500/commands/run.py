@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from repro500.commands.options import parse_margins
+from repro500.commands.options import parse_margins, parse_scales
 
 
 @click.command(context_settings={"show_default": True})
@@ -15,6 +15,9 @@ from repro500.commands.options import parse_margins
               help="Run the program given after -- (repro500 run --command [OPTIONS] -- python train.py ...) as the experiment.")
 @click.option("--metric", "metrics", multiple=True, metavar="NAME=SOURCE[:ARG]",
               help="With --command: where a metric comes from: regex:PATTERN, mlflow[:KEY], mllog[:KEY], json[:KEY], or NAME alone (auto).")
+@click.option("--scale", "scales", multiple=True, metavar="NAME=FACTOR", callback=parse_scales,
+              help="With --command: multiply a --metric's values by FACTOR, e.g. accuracy=0.01 for a printed "
+                   "percentage against a band of fractions (a recipe's scale:).")
 @click.option("--accept", "accepts", multiple=True, metavar="NAME>=TARGET[±TOL]",
               help="With --command: an acceptance band, e.g. 'accuracy>=0.9±0.02' or 'loss<=0.5'.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0, min_open=True), help="With --command: seconds a repeat may take.")
@@ -63,7 +66,7 @@ from repro500.commands.options import parse_margins
 @click.option("--vary", metavar="SOURCES", help="A factorial run: vary each named source of randomness alone (seed, init, "
                                               "data_order, kernels; comma-separated), to attribute the variance.")
 @click.option("--repeats-per-cell", type=click.IntRange(min=2), help="With --vary: repeats per source.  [default: 3]")
-def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], accepts: tuple[str, ...],
+def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool | None,
@@ -73,7 +76,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
-    --accept 'accuracy>=0.9' -- python train.py --lr 0.1 (docs/command.md).
+    --scale accuracy=0.01 --accept 'accuracy>=0.9' -- python train.py --lr 0.1 (docs/command.md).
 
     Exit code: the verdict's (0 pass, 1 fail, 3 inconclusive), 2 for a usage error (a bad
     option or --set value), 4 for invalid input (recipe, data, metric names, device, an
@@ -88,10 +91,10 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], acc
         from repro500.workloads.command.adhoc import recipe_data
 
         adhoc = recipe_data(list(recipe), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
-                            inputs=list(inputs) or None)
+                            inputs=list(inputs) or None, scales=scales)
         recipe_path = None
     else:
-        stray = [flag for flag, value in (("--metric", metrics), ("--accept", accepts), ("--timeout", timeout_s),
+        stray = [flag for flag, value in (("--metric", metrics), ("--scale", scales), ("--accept", accepts), ("--timeout", timeout_s),
                                           ("--name", name), ("--input", inputs)) if value]
         if stray:
             raise UsageError(f"{', '.join(stray)} go{'es' if len(stray) == 1 else ''} with --command")

@@ -78,7 +78,6 @@ _PY_VERSION = re.compile(r"^(\d{1,2})\.(\d{1,3})\.(\d{1,3})[A-Za-z0-9]*$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _URL = re.compile(r"^https://[A-Za-z0-9.-]+(?::\d+)?/[A-Za-z0-9._~/%+=,-]*$")
 _TAG = re.compile(r"^[A-Za-z0-9_.]{1,64}-[A-Za-z0-9_.]{1,64}-[A-Za-z0-9_.]{1,300}$")
-_MAX_TAGS = 256  # a wheel's Tag lines: a handful, a few dozen for a wide manylinux/macOS build
 INSTALLER_ENV = "REPRO500_INSTALLER"
 INSTALLERS = ("uv", "pip")
 _MISSING = re.compile(r"(?:No matching distribution found for|Because|because)\s+([A-Za-z0-9._-]+)\s*(?:==|was not found)")
@@ -131,7 +130,7 @@ def _checked_url(value: Any, what: str) -> str:
 
 def _checked_tags(recorded: Any, name: str) -> list[str]:
     tags = (recorded.get(name) if isinstance(recorded, dict) else None) or []
-    if not isinstance(tags, list) or len(tags) > _MAX_TAGS \
+    if not isinstance(tags, list) or len(tags) > untrusted.MAX_WHEEL_TAGS \
             or not all(isinstance(t, str) and _TAG.match(t) for t in tags):
         raise InvalidInput(f"the environment lock's wheel tags for {name} are not wheel tags: refusing the lock "
                            "(reproduce with --env current)")
@@ -524,7 +523,7 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
     env = out / ENV_DIR
     env_python = env / "bin" / "python"
     marker = env / MARKER
-    if marker.is_file() and marker.read_text(encoding="utf-8").strip() == f"{pins.digest} tool={with_tool}":
+    if marker.is_file() and untrusted.read_text(marker, "the environment's marker").strip() == f"{pins.digest} tool={with_tool}":
         console.print(f"environment: {env} already holds this publication's lock (rebuilt earlier); reusing it",
                       highlight=False, soft_wrap=True)
         return env_python

@@ -59,7 +59,6 @@ REL_TOL = 1e-3
 # fields of a step record that name it, and the machine's fields besides times and rates
 _IDENTITY = frozenset({"kind", "repeat", "epoch", "step", "rank"})
 _MACHINE = frozenset({"wall_s", "peak_memory_bytes", "backward_end"})
-_MAX_LINE = 4096  # a command's output line longer than this is cut before a regex reads it
 TAG, METRIC = names.DIVERGENCE_TAG, names.DIVERGENCE_METRIC  # the MLflow tag and metric (tracking/names owns them)
 
 # What each shape of divergence points at, as patterns over "facet.key" of the recorded
@@ -171,7 +170,7 @@ def _command_series(repeat: Path, declared: dict[str, Any]) -> tuple[list[dict[s
         scale = scale if isinstance(scale, (int, float)) and not isinstance(scale, bool) else 1.0
         values = []
         for line in text.splitlines():
-            for match in pattern.finditer(line[:_MAX_LINE]):
+            for match in pattern.finditer(line[:untrusted.MAX_LINE_CHARS]):
                 try:
                     values.append(float(match.group(group)) * scale)
                 except (TypeError, ValueError):

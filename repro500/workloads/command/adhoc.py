@@ -17,7 +17,10 @@ _ACCEPT = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(>=|<=)\s*([-+0-9.eE]+)\s*(?:(?:
 
 
 def parse_metric(text: str) -> tuple[str, Any]:
-    """``accuracy=regex:Acc@1 ([0-9.]+)``, ``loss=mlflow``, ``f1=json:scores.f1``, ``top5`` (auto)."""
+    """``accuracy=regex:Acc@1 ([0-9.]+)``, ``loss=mlflow``, ``f1=json:scores.f1``, ``top5`` (auto).
+
+    A factor is not part of the text (a regex may hold any character): ``--scale NAME=FACTOR``
+    sets it (:func:`recipe_data`)."""
     name, sep, rest = text.partition("=")
     name = name.strip()
     if not name or not re.fullmatch(r"[A-Za-z_][\w.-]*", name):
@@ -55,9 +58,10 @@ def parse_accept(text: str) -> tuple[str, dict[str, Any]]:
 
 def recipe_data(argv: list[str], *, metrics: list[str], accept: list[str], name: str | None = None,
                 timeout_s: float | None = None, repeats: int = 3, seed: int = 0,
-                inputs: list[str] | None = None) -> dict[str, Any]:
+                inputs: list[str] | None = None, scales: dict[str, float] | None = None) -> dict[str, Any]:
     """The recipe a ``--command`` run writes into its run directory; ``inputs`` (the data the
-    command reads, paths as given) becomes ``fixed.inputs``."""
+    command reads, paths as given) becomes ``fixed.inputs``, ``scales`` (``--scale NAME=FACTOR``)
+    each named metric's ``scale``."""
     if not argv:
         raise UsageError("--command needs the program after --, e.g. repro500 run --command --metric "
                          "'accuracy=regex:Acc ([0-9.]+)' --accept 'accuracy>=0.9' -- python train.py")
@@ -65,6 +69,11 @@ def recipe_data(argv: list[str], *, metrics: list[str], accept: list[str], name:
     if not declared:
         raise UsageError("--command needs at least one --metric saying where a metric comes from, "
                          "e.g. --metric 'accuracy=regex:Acc@1 ([0-9.]+)'")
+    for metric, factor in (scales or {}).items():
+        if metric not in declared:
+            raise UsageError(f"--scale {metric}={factor:g}: no --metric declares {metric!r} "
+                             f"(declared: {', '.join(declared)})")
+        declared[metric] = {**declared[metric], "scale": factor}
     acceptance = dict(parse_accept(a) for a in accept)
     if not acceptance:
         raise UsageError("--command needs at least one --accept, e.g. --accept 'accuracy>=0.9±0.02'")

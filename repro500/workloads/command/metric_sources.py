@@ -304,6 +304,32 @@ def read_mlflow(decl: MetricDecl, tracking_uri: str, runs: list[tuple[str, dict[
     return reduce(mlflow_history(tracking_uri, run_id, decl.lookup), decl.take) * decl.scale
 
 
+# ----- a value against the band it is judged by ------------------------------------------------
+# A band inside [0, 1] is a fraction; a value above this is almost surely a percentage, which
+# would pass a "higher" band by a factor of a hundred (93.3 >= 0.88).
+FRACTION_CEILING = 1.5
+
+
+def implausible(name: str, value: float, band: Mapping[str, Any]) -> str | None:
+    """One sentence when *value* cannot be on the scale of its acceptance *band*, else None.
+
+    Only the case that reads as a unit mix-up is named: a band of fractions (its target in
+    [0, 1], its tolerance at most 1) and a value past :data:`FRACTION_CEILING` (a percentage, as
+    torchvision's reference prints ``Acc@1 93.3``).  A warning, not a failure: the verdict
+    stays the statistics'.
+    """
+    try:
+        target, tolerance = float(band.get("target")), abs(float(band.get("tolerance") or 0.0))
+    except (TypeError, ValueError):
+        return None
+    if not (0.0 <= target <= 1.0 and tolerance <= 1.0) or not value > FRACTION_CEILING:
+        return None
+    op = "<=" if band.get("direction") == "lower" else ">="
+    return (f"metric {name} measured {value:g}, but its acceptance band ({op} {target:g} ± {tolerance:g}) is one "
+            f"of fractions in [0, 1]; if the command reports a percentage, scale it: --scale {name}=0.01 "
+            f"(scale: 0.01 in a recipe's metrics)")
+
+
 def _read_lines(path: Path) -> Iterator[str]:
     # Line by line: a script's output can be far larger than memory wants to hold at once.
     if not path.exists():

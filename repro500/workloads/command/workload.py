@@ -20,6 +20,7 @@ class CommandWorkload:
 
         self.recipe = recipe
         self.tracking = tracking
+        self._warned: set[str] = set()  # metrics already warned about (implausible): once a run
         self.spec = command.CommandSpec.from_recipe(recipe.fixed, recipe.metrics, recipe.mutable, source=recipe.source)
 
     def data_paths(self) -> list[str]:
@@ -47,7 +48,25 @@ class CommandWorkload:
         context = command_repeat.RepeatContext(
             run_id=repeat.run_id, deterministic=bool(self.recipe.mutable.get("deterministic")), mlflow=repeat.mlflow,
             exclude=list(repeat.own_outputs), source_files=repeat.source_files, echo=repeat.progress.on_line)
-        return command_repeat.run_repeat(self.spec, repeat.k, repeat.seeds, Path(repeat.out_dir), context)
+        summary = command_repeat.run_repeat(self.spec, repeat.k, repeat.seeds, Path(repeat.out_dir), context)
+        self._warn_implausible(summary.get("metrics") or {})
+        return summary
+
+    def _warn_implausible(self, measured: dict[str, Any]) -> None:
+        """One line on stderr, once a run per metric, when a value is off its band's scale."""
+        import sys
+
+        from repro500.untrusted import terminal_safe
+        from repro500.workloads.command.metric_sources import implausible
+
+        for name, band in self.recipe.acceptance.items():
+            value = measured.get(name)
+            if name in self._warned or isinstance(value, bool) or not isinstance(value, (int, float)):
+                continue
+            sentence = implausible(name, float(value), band if isinstance(band, dict) else {})
+            if sentence:
+                self._warned.add(name)
+                print(f"repro500: warning: {terminal_safe(sentence)}", file=sys.stderr, flush=True)
 
     def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:
         """The experiment source to keep with the run: the working directory's files (not the
