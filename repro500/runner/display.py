@@ -9,10 +9,11 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
+from repro500.untrusted import terminal_safe
 from repro500.workloads.workload import Progress as Hooks
 
 
@@ -62,10 +63,15 @@ class Display:
                          f"({_fmt(record.get('wall_s'))} s)")
 
         def on_line(stream: str, line: str) -> None:
-            # A command's own output, shown live; markup-escaped (a script's "[red]" is text).
-            style = "dim" if stream == "stderr" else ""
-            text = escape(line.rstrip("\n"))
-            self.console.print(f"[{style}]{text}[/]" if style else text, highlight=False)
+            # A command's own output, passed through as it came: never re-wrapped at the console's
+            # width (an :::MLLOG record split in two is no record), only made terminal-safe.
+            text = terminal_safe(line.rstrip("\n"))
+            if not self.live:
+                self.console.file.write(text + "\n")
+                self.console.file.flush()
+                return
+            # above the progress bars: through rich, as text (a script's "[red]" is no markup), unwrapped
+            self.console.print(Text(text, style="dim" if stream == "stderr" else ""), soft_wrap=True, highlight=False)
 
         try:
             yield Hooks(on_epoch_start, on_step, on_epoch_end, on_line)
