@@ -35,7 +35,11 @@ RC = {
 
 
 def short_label(text: Any) -> str:
-    text = " ".join(str(text).split())
+    """A name from the run as a plot's label: one line, its control and bidi characters as escapes
+    (drawn as text, as the page and the terminal show them), cut to MAX_LABEL characters."""
+    from repro500.untrusted import plain
+
+    text = plain(" ".join(str(text).split()))
     return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
 
 

@@ -92,8 +92,10 @@ def system_key(run: RunData, environment: bool = True) -> dict[str, Any]:
     gpus = [g.get("name") or g.get("model") for g in hardware.get("gpus") or [] if isinstance(g, dict)]
     memory = (hardware.get("memory") or {}).get("total_bytes")
     env = facets.get("environment") or {}
-    python = str((env.get("python") or {}).get("version") or "")
-    torch_build = env.get("torch_build") or {}
+    # a manifest is what a run wrote (or someone else's edit, sealed again): a field of another shape is data
+    python = env.get("python") if isinstance(env.get("python"), dict) else {"version": env.get("python")}
+    python = str(python.get("version") or "")
+    torch_build = env.get("torch_build") if isinstance(env.get("torch_build"), dict) else {}
     meta = run.run or {}
     key = {
         "hardware.cpu.model": cpu.get("model"), "hardware.cpu.cores": cpu.get("cores"),
