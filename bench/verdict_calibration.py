@@ -21,12 +21,19 @@ by chance about once in 740, where 2 SE would cross once in 44).  A small sample
 also decided through the full scalar path (``compare_values``) to show it agrees with the
 vectorised core.
 
+Section 6b is the **paired** design (a rerun repeat and the reference repeat of the same seed;
+stats.tost_paired): its wrong REPRODUCED and wrong NOT REPRODUCED rates at the margin across n,
+the between-seed spread and the kernel noise, and a power case, a large spread between seeds with
+small kernel noise, where it prints the repeats each design needs for 80 % power (paired must need
+at most 1/5 of the unpaired design's) and the power simulated at those counts.
+
 Section 7 is the sequential design of ``run --until-decided`` (bench/sequential_design.py).
 
 Run: ``python bench/verdict_calibration.py`` (sections 1-6 about 15 s, section 7 a few minutes).
-The exit status has one bit per target, so that neither hides the other: 1 when an error rate
+The exit status has one bit per target, so that none hides another: 1 when an error rate
 (any section, the sequential design's included) is MISSED, 2 when section 7's expected-repeats
-ratio is MISSED somewhere (3: both); 0 when every target is met.
+ratio is MISSED somewhere, 4 when the paired design's power case needs more than 1/5 of the
+unpaired design's repeats; 0 when every target is met.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import numpy as np
 from repro500.verify import equivalence, stats
 from repro500.verify.equivalence import compare_values
 from repro500.verify.published import load_published
+from repro500.verify.reference import Pairing
 
 ALPHA = 0.05
 MARGIN = 1.0  # in units of the reference's standard deviation
@@ -74,6 +82,78 @@ def simulate_one_sample(rng, n, value, true_diff, sd, margin, test, direction, d
     return decide(run.mean(1) - value, se, np.full(draws, n - 1.0), margin, ALPHA, test, direction)
 
 
+def simulate_paired(rng, n, true_diff, *, sd_seed=1.0, sd_noise=1.0, draws=DRAWS):
+    """A rerun paired seed by seed with its reference: each seed shifts both members of its pair by
+    the same N(0, sd_seed) amount, each repeat adds its own N(0, sd_noise) kernel noise, and the
+    paired test decides on the differences (what verify does when the seeds match)."""
+    seed = rng.normal(0.0, sd_seed, (draws, n))
+    ref = seed + rng.normal(0.0, sd_noise, (draws, n))
+    run = seed + true_diff + rng.normal(0.0, sd_noise, (draws, n))
+    d = run - ref
+    return decide(d.mean(1), d.std(axis=1, ddof=1) / math.sqrt(n), np.full(draws, n - 1.0))
+
+
+def simulate_unpaired(rng, n, true_diff, *, sd_seed=1.0, sd_noise=1.0, draws=DRAWS):
+    """The same rerun and reference under different seeds: Welch on the two samples."""
+    ref = rng.normal(0.0, sd_seed, (draws, n)) + rng.normal(0.0, sd_noise, (draws, n))
+    run = rng.normal(true_diff, sd_seed, (draws, n)) + rng.normal(0.0, sd_noise, (draws, n))
+    va, vb = run.var(axis=1, ddof=1), ref.var(axis=1, ddof=1)
+    return decide(run.mean(1) - ref.mean(1), np.sqrt(va / n + vb / n), stats.welch_df(va, n, vb, n))
+
+
+# the power case: a spread between seeds of 2.5 margins (the worked example in docs/verify.md:
+# test perplexity spread ~25, margin 10) and kernel noise of a fifth of the margin
+POWER_CASE = {"sd_seed": 2.5, "sd_noise": 0.2}
+POWER_RATIO = 0.2  # paired must need at most 1/5 of the unpaired design's repeats
+
+
+def paired_repeats(sd_seed, sd_noise, margin=MARGIN, alpha=ALPHA, diff=0.0):
+    """(paired, unpaired) repeats for 80 % power, as the verdict's advice computes them: the paired
+    test from the spread of the differences (sqrt(2) sd_noise), Welch from the spread of the values
+    on both sides (sqrt(sd_seed^2 + sd_noise^2)), the same n on each."""
+    paired, _ = stats.equivalence_repeats(diff, math.sqrt(2.0) * sd_noise, margin, alpha)
+    spread = math.hypot(sd_seed, sd_noise)
+    unpaired = stats.repeats_needed(diff, spread, margin, alpha, std_b=spread)
+    return paired, unpaired
+
+
+def paired_section(rng, missed, power_missed, draws=DRAWS):
+    """Section 6b: the paired design's error rates across the grid, and the power case."""
+    print("\n6b. paired by seed (one-sample TOST on the per-seed differences):")
+    print(f"   {'sd seed':>7} {'sd noise':>8}{'n':>4}  {'true diff':>9}  {'rate +- 3SE':>18}  ratio to alpha")
+    print("   wrong REPRODUCED, true |difference| >= margin (target <= alpha):")
+    grid = [(0.0, 1.0), (3.0, 1.0), (3.0, 0.2)]
+    for sd_seed, sd_noise in grid:
+        for n in NS:
+            for diff in (MARGIN, 1.5 * MARGIN, -MARGIN):
+                error_cell(simulate_paired(rng, n, diff, sd_seed=sd_seed, sd_noise=sd_noise, draws=draws), 1,
+                           f"   {sd_seed:>7.1f} {sd_noise:>8.1f}{n:>4}  {diff:>9.2f}",
+                           f"paired sd_seed={sd_seed} sd_noise={sd_noise} n={n} diff={diff}", missed)
+    print("   wrong NOT REPRODUCED, true |difference| <= margin (target <= alpha):")
+    for sd_seed, sd_noise in grid:
+        for n in NS:
+            for diff in (MARGIN, 0.0):
+                error_cell(simulate_paired(rng, n, diff, sd_seed=sd_seed, sd_noise=sd_noise, draws=draws), -1,
+                           f"   {sd_seed:>7.1f} {sd_noise:>8.1f}{n:>4}  {diff:>9.2f}",
+                           f"paired NOT REPRODUCED sd_seed={sd_seed} sd_noise={sd_noise} n={n} diff={diff}", missed)
+    sd_seed, sd_noise = POWER_CASE["sd_seed"], POWER_CASE["sd_noise"]
+    paired, unpaired = paired_repeats(sd_seed, sd_noise)
+    print(f"   power case: spread between seeds {sd_seed:g} margins, kernel noise {sd_noise:g} margins, true "
+          "difference 0, 80 % power:")
+    p_paired, se_paired = rate(simulate_paired(rng, paired, 0.0, draws=draws, **POWER_CASE), 1)
+    p_unpaired, se_unpaired = rate(simulate_unpaired(rng, unpaired, 0.0, draws=draws, **POWER_CASE), 1)
+    p_unpaired_at_paired, _ = rate(simulate_unpaired(rng, paired, 0.0, draws=draws, **POWER_CASE), 1)
+    print(f"   paired:   {paired:>4} repeats on both sides (simulated power {p_paired:.3f} +- {2 * se_paired:.3f})")
+    print(f"   unpaired: {unpaired:>4} repeats on both sides (simulated power {p_unpaired:.3f} +- {2 * se_unpaired:.3f}; "
+          f"at {paired} repeats: {p_unpaired_at_paired:.3f})")
+    ratio = paired / unpaired
+    ok = ratio <= POWER_RATIO
+    print(f"   paired / unpaired = {ratio:.3f} (target <= {POWER_RATIO:g}){'' if ok else '  MISSED'}")
+    if not ok:
+        power_missed.append(f"paired needs {paired} of the unpaired design's {unpaired} repeats")
+    return paired, unpaired
+
+
 def rate(decisions, code):
     """(rate, one standard error) of ``code`` among the decisions."""
     p = float(np.mean(decisions == code))
@@ -104,6 +184,15 @@ def scalar_agreement(rng, n=5, draws=300, published=None):
         va, vb = a.var(ddof=1), b.var(ddof=1)
         code = decide(a.mean() - b.mean(), math.sqrt(va / n + vb / n), stats.welch_df(va, n, vb, n))
         agree += codes[status] == int(code)
+    for _ in range(draws):  # the paired path: pairs sharing a seed's shift
+        seed = rng.normal(0.0, 3.0, n)
+        a, b = seed + rng.normal(0.5, 1.0, n), seed + rng.normal(0.0, 1.0, n)
+        pairs = [{"repeat": k, "reference_repeat": k, "seed": k, "value": float(x), "reference_value": float(y)}
+                 for k, (x, y) in enumerate(zip(a, b, strict=True))]
+        status = compare_values("m", list(a), list(b), MARGIN, ALPHA, pairing=Pairing(True, "bench", pairs)).status
+        d = a - b
+        agree += codes[status] == int(decide(d.mean(), d.std(ddof=1) / math.sqrt(n), n - 1.0))
+    draws *= 2
     if published is not None:  # the one-sided path of a published threshold claim
         for _ in range(draws):
             a = rng.normal(published.values[0] - published.margin, published.margin, n)
@@ -112,7 +201,7 @@ def scalar_agreement(rng, n=5, draws=300, published=None):
             code = decide(a.mean() - published.values[0], a.std(ddof=1) / math.sqrt(n), n - 1.0,
                           published.margin, ALPHA, published.test, published.direction)
             agree += codes[status] == int(code)
-        draws *= 2
+        draws = draws * 3 // 2
     return agree, draws
 
 
@@ -195,9 +284,11 @@ def main() -> int:
     published = non_inferiority(rng, missed)
     agree, total = scalar_agreement(rng, published=published)
     print(f"\n6. scalar path (compare_values) agrees with the vectorised core on {agree}/{total} draws "
-          "(two-sample equivalence and one-sided published)")
+          "(two-sample and paired equivalence, one-sided published)")
     if agree != total:
         missed.append("scalar/vectorised disagreement")
+    power_missed: list[str] = []
+    paired_section(rng, missed, power_missed)
     elapsed = time.perf_counter() - start
     print(f"\nsections 1-6: elapsed {elapsed:.1f} s (target < 90 s, ratio {elapsed / 90:.2f})")
     from sequential_design import run_grid  # bench/, beside this file
@@ -210,7 +301,9 @@ def main() -> int:
                                       else "MISSED: " + "; ".join(missed)))
     print("RESULT (section 7, expected repeats <= 0.70 of the fixed design's): "
           + ("OK" if not ratios else "MISSED: " + "; ".join(ratios)))
-    return (1 if missed else 0) | (2 if ratios else 0)
+    print(f"RESULT (section 6b, paired repeats <= {POWER_RATIO:g} of unpaired): "
+          + ("OK" if not power_missed else "MISSED: " + "; ".join(power_missed)))
+    return (1 if missed else 0) | (2 if ratios else 0) | (4 if power_missed else 0)
 
 
 if __name__ == "__main__":

@@ -229,3 +229,22 @@ def test_a_wrapped_command_rerun_is_reproduced_exact_against_its_run_and_its_pub
     assert (against_pub.status, against_pub.exact) == ("REPRODUCED", True), against_pub.reasons
     assert against_pub.equivalence[0].tost["design"] == "paired"
     assert math.isclose(against_pub.equivalence[0].tost["diff"], 0.0)
+
+
+# ------------------------------------------------------------ the calibration harness's paired cells
+
+
+def test_the_calibration_bench_keeps_the_paired_error_rates_and_needs_a_fifth_of_the_repeats(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "bench" / "verdict_calibration.py"
+    spec = importlib.util.spec_from_file_location("verdict_calibration", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    missed, power_missed = [], []
+    # fewer draws than the bench's, a fixed seed: every cell's limit is alpha + 3 of its standard errors
+    paired, unpaired = bench.paired_section(np.random.default_rng(bench.SEED), missed, power_missed, draws=20_000)
+    assert missed == [] and power_missed == []
+    assert paired <= bench.POWER_RATIO * unpaired
+    assert "paired / unpaired" in capsys.readouterr().out
