@@ -212,7 +212,8 @@ def cli() -> None:
       repro500 report runs/<run-id>                  # report.html
 
     Exit codes: 0 pass/reproduced, 1 fail/not reproduced, 2 usage error,
-    3 inconclusive, 4 invalid input (missing, corrupt, tampered).
+    3 inconclusive, 4 invalid input (missing, corrupt, tampered), 130 interrupted
+    (Ctrl-C; a run keeps its finished repeats: repro500 run --resume).
     """
 
 

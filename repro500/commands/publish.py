@@ -51,8 +51,11 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
                f"the run's own verdict: {plain(result.status)})")
     for note in result.notes:
         click.echo(f"note: {plain(note)}")
-    click.echo(f"archive sha256: {result.archive_sha256}")
-    click.echo(f"publication SHA256SUMS sha256: {result.publication_digest}")
+    # Three digests, each checked a different way: only the run's own goes to --expect-sums.
+    click.echo(f"run SHA256SUMS sha256: {result.sums_digest} "
+               f"(repro500 verify {result.archive.name} --expect-sums {result.sums_digest})")
+    click.echo(f"archive sha256: {result.archive_sha256} (sha256sum {result.archive.name})")
+    click.echo(f"publication SHA256SUMS sha256: {result.publication_digest} (sha256sum SHA256SUMS in {result.path})")
     consent = " --run-code" if result.runs_code else ""
     click.echo(f"\nTo reproduce and verify it (also in {plain(result.path / 'README.md')}):\n"
                f"  repro500 reproduce {plain(result.path)}{consent}\n"

@@ -33,7 +33,9 @@ from repro500.commands.options import parse_margins
               help="Rerun even when the data the command read differs here from the published digests (each is named).")
 @click.option("--until-decided", is_flag=True,
               help="Rerun repeats one at a time until the equivalence test against the publication decides.")
-@click.option("--max-repeats", type=click.IntRange(min=3), help="With --until-decided: at most this many repeats.  [default: 10]")
+@click.option("--max-repeats", type=click.IntRange(min=3),
+              help="With --until-decided: at most this many repeats [default: as many as 80% power needs against "
+                   "the publication's spread (repro500 plan), else 10].")
 @click.option("--env", "env_mode", type=click.Choice(["current", "venv"]), default="current", show_default=True,
               help="current: rerun in this Python as it is; venv: rebuild the publication's locked environment "
                    "in OUT/env (uv if installed, else pip) and rerun in it.")

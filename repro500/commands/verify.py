@@ -21,7 +21,9 @@ from repro500.commands.options import parse_margins
               help="Equivalence margin for a metric (repeatable); overrides the published or acceptance margin.")
 @click.option("--json", "as_json", is_flag=True, help="Print verdict.json to stdout instead of the summary.")
 @click.option("--expect-sums", metavar="SHA256", default=None,
-              help="SHA-256 of SHA256SUMS published elsewhere; a different digest makes the run INVALID.")
+              help="SHA-256 of the run's own SHA256SUMS, kept elsewhere: pack's 'SHA256SUMS sha256', publish's "
+                   "'run SHA256SUMS sha256' (sums_digest in publication.json and verdict.json); not the archive's "
+                   "sha256 nor the publication's SHA256SUMS. Any other digest makes the run INVALID.")
 @click.option("--no-write", is_flag=True, help="Do not write verdict.json into the run directory.")
 @click.option("--metrics", "metrics_path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the verdict's numbers as flat JSON for `dvc metrics show/diff` (docs/dvc.md).")

@@ -338,9 +338,10 @@ def target_tags(minor: str) -> list[Tag]:
 def check_fit(pins: Pins, tags: list[Tag]) -> None:
     """InvalidInput naming every pin whose recorded wheels all have tags *tags* lacks."""
     accepted = set(tags)
-    # each named with its wheel's platform: the lock's own platform is where the run was, and a
-    # wheel copied or cross-installed there can be another's
-    misfits = [f"{name} ({recorded[0].rsplit('-', 1)[-1][:60]})" for name, recorded in pins.wheel_tags.items()
+    # each named with what of its wheel does not fit: its platform (the lock's own platform is
+    # where the run was, and a wheel copied or cross-installed there can be another's), else the
+    # Python tag that differs (cp311 wheels for a rebuild in Python 3.12)
+    misfits = [f"{name} ({_misfit(recorded, accepted)[:60]})" for name, recorded in pins.wheel_tags.items()
                if not any(t in accepted for text in recorded for t in parse_tag(text))]
     if not misfits:
         return
@@ -433,6 +434,15 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
         picked = pages.first(pins.indexes_for(own), name, lambda files: _chosen(files, name, version, rank))
         value = (picked or {}).get("size")
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "unknown"
+def _misfit(recorded: list[str], accepted: set[Tag]) -> str:
+    """The part of a pin's first recorded wheel tag that *accepted* lacks: its platform, or, on a
+    platform that fits, its Python and ABI (``cp311-cp311``)."""
+    wheel = parse_tag(recorded[0])
+    if any(t.platform in {a.platform for a in accepted} for t in wheel):
+        return ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in wheel}))
+    return recorded[0].rsplit("-", 1)[-1]
+
+
 
     try:
         with ThreadPoolExecutor(max_workers=index.QUERY_THREADS) as pool:
