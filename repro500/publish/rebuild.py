@@ -335,6 +335,15 @@ def target_tags(minor: str) -> list[Tag]:
     return [*cpython_tags(version), *compatible_tags(version, interpreter=f"cp{''.join(map(str, version))}")]
 
 
+def _misfit(recorded: list[str], accepted: set[Tag]) -> str:
+    """The part of a pin's first recorded wheel tag that *accepted* lacks: its platform, or, on a
+    platform that fits, its Python and ABI (``cp311-cp311``)."""
+    wheel = parse_tag(recorded[0])
+    if any(t.platform in {a.platform for a in accepted} for t in wheel):
+        return ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in wheel}))
+    return recorded[0].rsplit("-", 1)[-1]
+
+
 def check_fit(pins: Pins, tags: list[Tag]) -> None:
     """InvalidInput naming every pin whose recorded wheels all have tags *tags* lacks."""
     accepted = set(tags)
@@ -434,15 +443,6 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
         picked = pages.first(pins.indexes_for(own), name, lambda files: _chosen(files, name, version, rank))
         value = (picked or {}).get("size")
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "unknown"
-def _misfit(recorded: list[str], accepted: set[Tag]) -> str:
-    """The part of a pin's first recorded wheel tag that *accepted* lacks: its platform, or, on a
-    platform that fits, its Python and ABI (``cp311-cp311``)."""
-    wheel = parse_tag(recorded[0])
-    if any(t.platform in {a.platform for a in accepted} for t in wheel):
-        return ", ".join(sorted({f"{t.interpreter}-{t.abi}" for t in wheel}))
-    return recorded[0].rsplit("-", 1)[-1]
-
-
 
     try:
         with ThreadPoolExecutor(max_workers=index.QUERY_THREADS) as pool:
