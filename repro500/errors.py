@@ -13,6 +13,10 @@ EXIT_USAGE = 2  # usage error (click's own code)
 EXIT_INCONCLUSIVE = 3  # too few repeats, or the interval straddles the band
 EXIT_INVALID = 4  # invalid input: missing, corrupt, tampered, unreadable
 EXIT_INTERRUPTED = 130  # Ctrl-C: what finished is kept, the rest can be resumed
+# Set by `repro500 reproduce` for the rerun it starts, to the reproduce command that continues it: that
+# command, not `run --resume`, completes the reproduction (the rerun alone never writes its verdict),
+# and the reproduction, not the rerun, prints the one verdict.
+REPRODUCTION_ENV = "REPRO500_REPRODUCTION"
 
 
 class ReproError(Exception):

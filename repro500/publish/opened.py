@@ -27,6 +27,7 @@ from repro500.publish.publication import (
     SCHEMA,
     epochs_to_quality,
     rerun_flags,
+    run_design,
     runnable_recipe,
 )
 from repro500.rundir import archive as archives
@@ -46,6 +47,8 @@ class Publication:
     # the packed run's integrity, with what the publication left out of it (publish --exclude)
     integrity: Any = None  # repro500.verify.integrity.IntegrityResult
     not_carried: list[excluded.LeftOut] = field(default_factory=list)
+    # the packed run's design (publication.run_design): a factorial is rerun as a factorial
+    design: dict[str, Any] | None = None
 
     @property
     def run_id(self) -> str:
@@ -65,7 +68,9 @@ class Publication:
 
     @property
     def rerun_flags(self) -> list[str]:
-        return rerun_flags(self.index.get("run") or {})
+        # the design from the packed run itself: a publication made before publications recorded
+        # it is rerun with its design all the same
+        return rerun_flags({**(self.index.get("run") or {}), "design": self.design})
 
 
 def _load_yaml(path: Path) -> Any:
@@ -146,8 +151,11 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
         raise InvalidInput(f"{root / RECIPE} differs from the packed run's recipe")
     _check_recipe_paths(recipe, root / RECIPE)
     data, repeats, seed = _check_params(root / PARAMS, run_meta, run)
+    design = run_design(run.run or {})
+    if "design" in run_meta and run_meta["design"] != design:
+        raise InvalidInput(f"{root / INDEX}: run.design differs from the packed run's design")
     return Publication(root=root, index=index, reference=reference, data=data, repeats=repeats, seed=seed,
-                       integrity=check, not_carried=not_carried)
+                       integrity=check, not_carried=not_carried, design=design)
 
 
 def _unpack_run(root: Path, index: dict[str, Any], workdir: str | Path) -> tuple[Path, Any, list[Any]]:

@@ -145,12 +145,45 @@ def epochs_to_quality(run: Any) -> list[float]:
 
 
 def rerun_flags(run_meta: dict[str, Any]) -> list[str]:
+    """The flags of ``repro500 run`` that rerun a run as it was made (run.json, or a publication's
+    ``run``), its design included: a factorial run is rerun as the same factorial."""
     flags = []
     if run_meta.get("same_seed"):
         flags.append("--same-seed")
     if run_meta.get("deterministic"):
         flags.append("--deterministic")
+    design = run_design(run_meta)
+    if design and design["kind"] == "factorial":
+        flags += ["--vary", ",".join(design["sources"]), "--repeats-per-cell", str(design["per_cell"])]
     return flags
+
+
+def run_design(run_meta: dict[str, Any]) -> dict[str, Any] | None:
+    """What a publication records of a run's design (run.json ``design``): a factorial run's sources
+    and repeats per cell, a sequential run's most repeats and where it stopped; None for a fixed one."""
+    design = run_meta.get("design")
+    if not isinstance(design, dict):
+        return None
+    if design.get("kind") == "factorial":
+        sources, per_cell = design.get("sources"), design.get("per_cell")
+        if not (isinstance(sources, list) and sources and all(isinstance(s, str) for s in sources)
+                and isinstance(per_cell, int) and not isinstance(per_cell, bool)):
+            raise InvalidInput("the run's factorial design lacks its sources or repeats per cell: not rerunnable")
+        return {"kind": "factorial", "sources": list(sources), "per_cell": per_cell}
+    if design.get("kind") == "sequential":
+        return {"kind": "sequential", "max_repeats": design.get("max_repeats"), "stopped_at": design.get("stopped_at")}
+    return None
+
+
+def describe_design(design: dict[str, Any]) -> str:
+    """A design in words, for a line of output."""
+    if design.get("kind") == "factorial":
+        return (f"--vary {','.join(untrusted.plain(s) for s in design['sources'])}, {design['per_cell']} repeats "
+                "per source")
+    if design.get("kind") == "sequential":
+        stopped = design.get("stopped_at")
+        return f"at most {design.get('max_repeats')} repeats" + (f", stopped at {stopped}" if stopped else "")
+    return "fixed"
 
 
 def _dvc_yaml(entries: list[DataEntry], flags: list[str]) -> str:
@@ -450,7 +483,7 @@ def _index_doc(root: Path, run: Any, recipe: dict[str, Any], archive: Path, reru
         "run": {"repeats": rerun["repeats"], "seed": rerun["seed"],
                 "same_seed": bool(meta.get("same_seed")), "deterministic": bool(meta.get("deterministic")),
                 "open_division": bool(meta.get("open_division")), "engine": meta.get("engine"),
-                "world_size": meta.get("world_size"), "verdict": status},
+                "world_size": meta.get("world_size"), "verdict": status, "design": run_design(meta)},
         "margins": margins,
         excluded.INDEX_KEY: [e.to_dict() for e in left_out],
         "files": {"published": PUBLISHED, "manifest": MANIFEST, "recipe": RECIPE, "params": PARAMS,

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -45,6 +46,7 @@ from repro500.errors import (
     EXIT_INVALID,
     EXIT_OK,
     EXIT_USAGE,
+    REPRODUCTION_ENV,
     InvalidInput,
     RunFailed,
     UsageError,
@@ -82,14 +84,15 @@ def _console(console: Any) -> Any:
     return console
 
 
-def _copy_publication(src: Path, dest: Path) -> None:
+def _copy_publication(src: Path, dest: Path) -> bool:
     """Copy the publication's own files (those ``repro500 publish`` writes, each listed in its
     SHA256SUMS and a regular file) into ``dest``; a listed file of any other name is refused: a
-    publication carries no module, script or data of its own beside the packed run."""
+    publication carries no module, script or data of its own beside the packed run.  Whether a
+    copy was written (not when ``dest`` is the publication itself)."""
     index = opened.read_index(src)
     names = opened.own_files(src, index)
     if dest.resolve() == src.resolve():
-        return  # reproducing into the directory that already holds this copy
+        return False  # reproducing into the directory that already holds this copy
     if dest.exists():
         try:
             previous = opened.read_index(dest)
@@ -102,6 +105,7 @@ def _copy_publication(src: Path, dest: Path) -> None:
     for name in names:
         if (src / name).is_file():  # a missing one is reported by open_publication
             shutil.copyfile(src / name, dest / name, follow_symlinks=False)
+    return True
 
 
 def _data(entry: DataEntry, workdir: Path, src: sources.Source, data_root: Path, tmp: Path) -> tuple[str, str | None]:
@@ -168,10 +172,13 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
             console.print(f"  {untrusted.shown(rel)}: copied from {untrusted.shown(local)} into the experiment's directory (md5 matches)", highlight=False)
     problems = compare([entry for entry, _ in recorded])
     if problems and not allow:
-        raise InvalidInput("the data this experiment read is not the same here:\n  " + "\n  ".join(problems)
-                           + "\nput the published data in place (an input of the experiment's own directory goes "
-                             "under OUT/source, or give --data-root holding a copy), or rerun anyway with "
-                             "--allow-data-differences (the verdict then names each difference)")
+        # one line per difference (the error itself is one line), beside the error on stderr
+        for line in problems:
+            print(f"  {untrusted.plain(line)}", file=sys.stderr)
+        raise InvalidInput(f"the data this experiment read is not the same here ({len(problems)} difference(s), one "
+                           "a line above): put the published data in place (an input of the experiment's own "
+                           "directory goes under OUT/source, or give --data-root holding a copy), or rerun anyway "
+                           "with --allow-data-differences (the verdict then names each difference)")
     for line in problems:
         console.print(f"[yellow]warning:[/] {untrusted.shown(line)}", highlight=False, soft_wrap=True)
     if recorded and not problems:
@@ -256,15 +263,34 @@ def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, s
 
 def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
            code: tuple[str, list[str]] | None = None, placed: Path | None = None,
-           sequential: list[str] | None = None, python: str | None = None) -> Path:
-    rid = _rerun_id(workdir)
+           sequential: list[str] | None = None, python: str | None = None, *, pending: Path | None = None,
+           again: str | None = None, console: Any = None) -> Path:
+    """The rerun's directory once it finished: a new rerun, or ``pending`` (one this reproduction
+    left unfinished) continued with ``run --resume``, its finished repeats kept, or taken as it is
+    when it finished them all."""
+    console = _console(console)
+    if pending is not None and _finished(pending):
+        console.print(f"the rerun {pending} finished before the reproduction was stopped: verifying it",
+                      highlight=False, soft_wrap=True)
+        return pending
+    rid = pending.name if pending is not None else _rerun_id(workdir)
     root = pub.root.resolve()
-    args = ["-m", "repro500.cli", "run", str(root / pubs.RECIPE),
-            "--params", str(root / pubs.PARAMS), "--out", str((workdir / "runs").resolve()), "--run-id", rid,
-            *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
-    if repeats is not None:
-        args += ["--repeats", str(repeats)]
-    args += sequential or []
+    if pending is not None:  # recorded seeds, design and MLflow parent: `run --resume` takes nothing else
+        args = ["-m", "repro500.cli", "run", "--resume", str(pending.resolve())]
+        console.print(f"continuing the rerun {pending}: {_progress(pending)}; finished repeats are kept",
+                      highlight=False, soft_wrap=True)
+    else:
+        args = ["-m", "repro500.cli", "run", str(root / pubs.RECIPE),
+                "--params", str(root / pubs.PARAMS), "--out", str((workdir / "runs").resolve()), "--run-id", rid,
+                *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
+        if repeats is not None:
+            args += ["--repeats", str(repeats)]
+        args += sequential or []
+        # the child imports the workload and captures the environment before its first line
+        console.print(f"starting the rerun {workdir / 'runs' / rid} (loading the workload and capturing "
+                      "the environment)", highlight=False, soft_wrap=True)
+    if again:
+        env = {**env, REPRODUCTION_ENV: again}
     if placed is not None and code and code[0] == "command":
         # The command runs from its source directory with the environment a run gives it, as on
         # the publisher's machine: -P and -E keep that directory and PYTHONPATH off repro500's own
@@ -284,7 +310,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         else:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
         cmd, cwd = [python or sys.executable, *args], workdir
-    rc = subprocess.run(cmd, cwd=cwd, env=env, check=False).returncode
+    rc = _wait_passing_signals(subprocess.Popen(cmd, cwd=cwd, env=env, process_group=0))
     rerun = workdir / "runs" / rid
     if rc == 130 or rc < 0:
         raise KeyboardInterrupt
@@ -294,6 +320,80 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         # the rerun's own reason decides the code: invalid input stays 4, a usage error 2
         raise {EXIT_INVALID: InvalidInput, EXIT_USAGE: UsageError}.get(rc, RunFailed)(message)
     return rerun
+
+
+def _wait_passing_signals(proc: subprocess.Popen[bytes]) -> int:
+    """The rerun's exit status.  It runs in a process group of its own, so Ctrl-C (or SIGTERM) here
+    reaches it once, passed on by this process, and is waited for: the rerun keeps its finished
+    repeats and closes its run.json before it exits 130 (a third Ctrl-C kills it)."""
+    import signal
+    import threading
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
+    passed = 0
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                passed += 1
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _finished(run: Path) -> bool:
+    """Whether a rerun finished every repeat and sealed itself (only its verification is left)."""
+    meta = rundir.read_optional_json(run / rundir.RUN_JSON)
+    return meta.get("status") == "completed" and (run / bundle.SUMS_NAME).is_file()
+
+
+def _progress(run: Path) -> str:
+    meta = rundir.read_optional_json(run / rundir.RUN_JSON)
+    planned = meta.get("repeats") if isinstance(meta.get("repeats"), int) else 0
+    done = rundir.RunDir(run).summaries(planned, finished_only=True)
+    return f"{len(done)} of {planned} repeats finished"
+
+
+def _pending(workdir: Path) -> Path | None:
+    """The rerun this reproduction started last, when its verdict against the publication was never
+    written (interrupted, failed, or stopped after its repeats): the next ``reproduce`` into the
+    same directory continues it rather than start another."""
+    runs = workdir / "runs"
+    found = []
+    for path in runs.iterdir() if runs.is_dir() else []:
+        if path.name.startswith("rerun-") and path.is_dir() and (path / rundir.RUN_JSON).is_file():
+            created = rundir.read_optional_json(path / rundir.RUN_JSON).get("created_utc")
+            found.append((str(created or ""), path.name, path))
+    if not found:
+        return None
+    latest = max(found)[2]
+    verified = rundir.read_optional_json(workdir / rundir.VERDICT).get("run_dir")
+    return None if verified and Path(str(verified)).name == latest.name else latest
+
+
+def _check_pending(pending: Path, pub: opened.Publication, repeats: int | None, until_decided: bool,
+                   max_repeats: int | None) -> None:
+    """An unfinished rerun is continued as it was started: other options would mix two designs."""
+    meta = rundir.read_optional_json(pending / rundir.RUN_JSON)
+    design = meta.get("design") if isinstance(meta.get("design"), dict) else {}
+    sequential = design.get("kind") == "sequential"
+    if sequential:
+        differs = not until_decided or (max_repeats is not None and design.get("max_repeats") != max_repeats)
+        was = f"--until-decided, at most {design.get('max_repeats')} repeats"
+    else:
+        differs = until_decided or meta.get("repeats") != (repeats if repeats is not None else pub.repeats)
+        was = f"{meta.get('repeats')} repeats"
+    if differs:
+        raise UsageError(f"{pending.parent.parent} holds the unfinished rerun {pending.name} ({was}; "
+                         f"{_progress(pending)}): give the options it was started with to continue it, or choose "
+                         "another --out")
 
 
 def reproduce(
@@ -320,21 +420,53 @@ def reproduce(
     # (threadpoolctl sets KMP_DUPLICATE_LIB_OK) must not show up as a provenance difference
     env = dict(os.environ)
     console = _console(console)
+    asked_tracking = tracking  # as given: the command that continues this reproduction repeats it
     _check_design(repeats, until_decided, max_repeats)
     links = rebuild.check_mode(env_mode, list(find_links or []))
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
-        src, pub, workdir = _open(source, tmp, out, rev, subpath, margins, data_root, console)
+        src, (pub, pending), workdir = _open(
+            source, tmp, out, rev, subpath, margins, data_root, console,
+            lambda pub, workdir: _check_options(pub, workdir, repeats, until_decided, max_repeats, console))
         code = _consent(pub, run_code, console)
         tracking = _tracking(pub, tracking, workdir, env, console)
         placed = _place_source(pub, workdir) if code else None
         lines, warnings = _put_data(pub, workdir, src, Path(data_root), tmp, allow_data_differences, console)
         sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
         env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console)
-        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python)
+        again = _again(source, workdir, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha, margins=margins,
+                       data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
+                       allow_data_differences=allow_data_differences, max_repeats=max_repeats,
+                       env_mode=env_mode, find_links=find_links)
+        rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
+                       pending=pending, again=again, console=console)
         verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console)
     return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
                            warnings=warnings)
+
+
+def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, subpath: str | None, alpha: float,
+           margins: dict[str, float] | None, data_root: str | Path, tracking: bool | None, run_code: bool,
+           allow_data_differences: bool, until_decided: bool, max_repeats: int | None, env_mode: str,
+           find_links: list[str] | None) -> str:
+    """The command that continues this reproduction where it stopped: the same options, the same
+    ``--out`` (what the rerun prints when it is interrupted or a repeat fails)."""
+    import shlex
+
+    words = ["repro500", "reproduce", source, "--out", str(workdir)]
+    words += [*(["--path", subpath] if subpath else []), *(["--rev", rev] if rev else []),
+              *(["--repeats", str(repeats)] if repeats is not None else []),
+              *(["--until-decided"] if until_decided else []),
+              *(["--max-repeats", str(max_repeats)] if max_repeats is not None else []),
+              *(["--alpha", f"{alpha:g}"] if alpha != 0.05 else []),
+              *[f"--margin={name}={delta:g}" for name, delta in (margins or {}).items()],
+              *(["--data-root", str(data_root)] if str(data_root) != "." else []),
+              *([] if tracking is None else ["--tracking" if tracking else "--no-tracking"]),
+              *(["--run-code"] if run_code else []),
+              *(["--allow-data-differences"] if allow_data_differences else []),
+              *(["--env", env_mode] if env_mode != "current" else []),
+              *[w for folder in find_links or [] for w in ("--find-links", str(folder))]]
+    return shlex.join(words)
 
 
 def _check_design(repeats: int | None, until_decided: bool, max_repeats: int | None) -> None:
@@ -347,10 +479,13 @@ def _check_design(repeats: int | None, until_decided: bool, max_repeats: int | N
 
 
 def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpath: str | None,
-          margins: dict[str, float] | None, data_root: str | Path,
-          console: Any) -> tuple[sources.Source, opened.Publication, Path]:
-    """(where it came from, the checked publication, the reproduction's directory): found, copied
-    into ``OUT/publication`` and checked before anything runs."""
+          margins: dict[str, float] | None, data_root: str | Path, console: Any,
+          check: Callable[[opened.Publication, Path], Any]) -> tuple[sources.Source, tuple[opened.Publication, Any], Path]:
+    """(where it came from, (the checked publication, what ``check`` said of it and the options), the
+    reproduction's directory): found, copied into ``OUT/publication`` and checked before anything
+    runs.  The margins are checked against published.yaml before anything is written; a publication
+    or an option refused after the copy takes the copy (and an ``OUT`` made for it) away again, and
+    is reported under the path given, not the copy's."""
     if from_mlflow.is_reference(source):  # a teammate's run by its MLflow id: the sealed run its parent holds
         console.print(f"fetching the sealed run of {untrusted.shown(source)} from {redact_url(mlflow_store.tracking_uri())}",
                       highlight=False, soft_wrap=True)
@@ -361,16 +496,70 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     if src.kind == "bundle":
         pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
     index = opened.read_index(pub_dir)
+    _check_margins(pub_dir, margins)
     workdir = Path(out) if out is not None else Path("reproductions") / untrusted.path_name(index.get("run_id"), "run id")
+    made = [d for d in (workdir, *workdir.parents) if not d.exists()]
     workdir.mkdir(parents=True, exist_ok=True)
-    _copy_publication(pub_dir, workdir / "publication")
-    pub = opened.open_publication(workdir / "publication", tmp / "reference")
+    copied = False
+    try:
+        copied = _copy_publication(pub_dir, workdir / "publication")
+        pub = opened.open_publication(workdir / "publication", tmp / "reference")
+        checked = check(pub, workdir)
+    except (InvalidInput, UsageError) as err:
+        if copied:
+            shutil.rmtree(workdir / "publication", ignore_errors=True)
+        for folder in made:  # deepest first: only what this command created, and only when empty
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        given = str(src.path) if src.kind == "publication" else src.label
+        raise type(err)(str(err).replace(str(workdir / "publication"), given)) from None
     console.print(f"publication checked: run {untrusted.shown(pub.run_id)}, {untrusted.shown(pub.repeats)} repeats, "
                   f"seed {untrusted.shown(pub.seed)}; archive sha256 {untrusted.shown(str(pub.index['archive']['sha256'])[:16])}",
                   highlight=False, soft_wrap=True)
     if pub.not_carried:  # publish --exclude: sealed digests, files left out of the archive
         console.print(f"  {untrusted.shown(pub.integrity.notes[0])}", highlight=False, soft_wrap=True)
-    return src, pub, workdir
+    return src, (pub, checked), workdir
+
+
+def _check_margins(pub_dir: Path, margins: dict[str, float] | None) -> None:
+    """Each ``--margin`` names a metric published.yaml publishes, with a margin > 0: known before the
+    rerun, not after it (open_publication checks the file itself against the packed run)."""
+    from repro500.verify.published import load_published
+
+    if not margins:
+        return
+    for name, value in margins.items():
+        if not value > 0:
+            raise UsageError(f"--margin {name}={value}: an equivalence margin must be > 0")
+    published = load_published(pub_dir / pubs.PUBLISHED)
+    unknown = sorted(set(margins) - set(published.metrics))
+    if unknown:
+        raise UsageError(f"--margin names {untrusted.shown(unknown[0])!r}, which {pubs.PUBLISHED} does not publish "
+                         f"(it has: {', '.join(untrusted.shown(m) for m in published.metrics)})")
+
+
+def _check_options(pub: opened.Publication, workdir: Path, repeats: int | None, until_decided: bool,
+                   max_repeats: int | None, console: Any) -> Path | None:
+    """The options against the publication's design and what ``OUT`` holds; the unfinished rerun of
+    this reproduction to continue, or None."""
+    design = pub.design or {}
+    if design.get("kind") == "factorial":
+        given = [flag for flag, value in (("--repeats", repeats is not None), ("--until-decided", until_decided))
+                 if value]
+        if given:
+            raise UsageError(f"this publication is a factorial run ({pubs.describe_design(design)}), and its rerun "
+                             f"is one too: {given[0]} does not apply (leave it out)")
+        console.print(f"the published run is a factorial ({pubs.describe_design(design)}): the rerun is the same "
+                      "factorial", highlight=False, soft_wrap=True)
+    elif design.get("kind") == "sequential" and not until_decided:
+        ran = design.get("stopped_at") or pub.repeats
+        console.print(f"the published run was sequential ({pubs.describe_design(design)}); this rerun is a fixed "
+                      f"design of {repeats or pub.repeats} repeats, compared with its {ran} (--until-decided "
+                      "reruns it sequentially)", highlight=False, soft_wrap=True)
+    pending = _pending(workdir)
+    if pending is not None:
+        _check_pending(pending, pub, repeats, until_decided, max_repeats)
+    return pending
 
 
 def _consent(pub: opened.Publication, run_code: bool, console: Any) -> tuple[str, list[str]] | None:
@@ -449,10 +638,17 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
         # against the packed run itself: what each side's command read is part of the diff
         verdict.provenance = provenance_diff(mine.provenance_manifest, theirs.provenance_manifest)
     write_verdict(verdict, workdir)
+    # the rerun checked its own acceptance bands (its verdict.json): a section of this verdict, not a second one
+    own = rundir.read_optional_json(rerun / rundir.VERDICT)
+    rerun_own = {"status": own.get("status"), "verdict": str(rerun / rundir.VERDICT)} if own else None
     # which environment the rerun ran in, beside the verdict (its provenance diff says what differed)
-    atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used})
+    atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used, "rerun_own": rerun_own})
     console.rule("Verdict against the publication")
     render(verdict, console)
+    if rerun_own:
+        console.print(f"Rerun's own check  {untrusted.shown(rerun_own['status'])} against its recipe's acceptance "
+                      f"bands ({untrusted.shown(rerun_own['verdict'])}); the verdict above is the reproduction's",
+                      highlight=False, soft_wrap=True)
     console.print(f"environment: {untrusted.shown(used['mode'])} ({untrusted.shown(used['python'])})\n"
                   f"rerun: {untrusted.shown(rerun)}\nverdict: {untrusted.shown(workdir / 'verdict.json')}",
                   highlight=False, soft_wrap=True)

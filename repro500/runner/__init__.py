@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 
 from repro500 import redact
-from repro500.errors import InvalidInput, UsageError
+from repro500.errors import REPRODUCTION_ENV, InvalidInput, UsageError
 from repro500.recipe import load as recipes
 from repro500.recipe.fields import recipe_yaml, scrub_recipe
 from repro500.rundir import layout
@@ -175,17 +175,19 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
     from repro500.tracking import process as tracking_process
 
+    # a rerun that `repro500 reproduce` started: read once, and kept from the experiment's environment
+    reproduction = os.environ.pop(REPRODUCTION_ENV, None) or None
     if options.tracking is not False and options.node_rank == 0:
         # MLflow's import, in a process of its own, while this one reads the recipe and imports
         # torch; a run that does not log (refused, or untracked by its recipe) stops it below
         tracking_process.prestart()
     try:
-        return _run(options, console or Console(stderr=False))
+        return _run(options, console or Console(stderr=False), reproduction)
     finally:
         tracking_process.discard()
 
 
-def _run(options: RunOptions, console: Console) -> RunOutcome:
+def _run(options: RunOptions, console: Console, reproduction: str | None = None) -> RunOutcome:
     from repro500.runner.plan import check_options
 
     check_options(options)
@@ -197,5 +199,6 @@ def _run(options: RunOptions, console: Console) -> RunOutcome:
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
     with launchenv.frozen():  # what a wrapped command gets: nothing repro500 sets for itself
         session = _resumed(options, console) if options.resume else _new(options, console)
+        session.reproduction = reproduction
         with _sigterm_as_interrupt():
             return session.execute()

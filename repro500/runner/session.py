@@ -56,6 +56,8 @@ class Session:
         # written, and the chain started, at the first point the runner needs them.
         self._prepared: Any = None
         self._gathered: Future[Any] | None = None
+        # the reproduce command this run is the rerun of (REPRODUCTION_ENV), or None
+        self.reproduction: str | None = None
         self._settled: Future[dict[str, Any]] = Future()
         self._inputs: dict[int, Future[Any]] = {}  # hashing what repeat k's command read, beside the next
         self.reference: Any = None  # what the run is verified against (runner/decide.py)
@@ -63,6 +65,11 @@ class Session:
     @property
     def recipe(self) -> Any:
         return self.plan.recipe
+
+    @property
+    def resume_command(self) -> str:
+        """What completes this run: ``run --resume``, or the reproduction it is the rerun of."""
+        return self.reproduction or f"repro500 run --resume {self.run}"
 
     # ----- the stages -----------------------------------------------------------------------
     def execute(self) -> RunOutcome:
@@ -78,7 +85,7 @@ class Session:
                                    f"complete: repro500 verify {self.run}")
                 return RunOutcome(self.run.path, EXIT_INTERRUPTED)
             self._abandon("interrupted", "KILLED")
-            self.console.print(f"[yellow]Interrupted.[/] Complete the run with: repro500 run --resume {self.run}")
+            self.console.print(f"[yellow]Interrupted.[/] Complete the run with: {self.resume_command}", soft_wrap=True)
             return RunOutcome(self.run.path, EXIT_INTERRUPTED)
         except BaseException:
             self._abandon("failed", "FAILED")
@@ -95,7 +102,7 @@ class Session:
                        "failed" if any(s.get("status") == "failed" for s in summaries.values()) else "completed")
         if interrupted:
             self.console.print(f"[yellow]Interrupted.[/] Finished repeats are kept in {self.run}; "
-                               f"complete the run with: repro500 run --resume {self.run}")
+                               f"complete the run with: {self.resume_command}", soft_wrap=True)
             self._close_tracking("KILLED")
             return RunOutcome(self.run.path, EXIT_INTERRUPTED, summaries=summaries)
         self._table(summaries)
@@ -264,7 +271,11 @@ class Session:
                             f"{reference.get('against')} stopped: {err}") from None
         check.apply(check.check_run(self.run.path), verdict)  # the chain, as verify RUN would
         write_verdict(verdict, self.run.path)
-        render(verdict, self.console)
+        if self.reproduction:  # the reproduction prints one verdict, this check a section of it
+            self.console.print(f"the rerun's own verdict: {verdict.status} ({self.run.path / layout.VERDICT}); "
+                               "verifying it against the publication", highlight=False, soft_wrap=True)
+        else:
+            render(verdict, self.console)
         return verdict
 
     def conclude(self, verdict: Any) -> None:
@@ -368,7 +379,7 @@ class Session:
         if not failed:
             return
         self._close_tracking("FAILED")
-        resume = f"finished repeats are kept; rerun the failed one(s) with: repro500 run --resume {self.run}"
+        resume = f"finished repeats are kept; rerun the failed one(s) with: {self.resume_command}"
         known = self.repeat_errors.get(failed[0])
         if known is not None:
             raise type(known)(f"{known}; {resume}") from None
