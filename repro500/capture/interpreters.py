@@ -20,21 +20,24 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.capture import env as env_facet
 from repro500.digest import file_digest
+from repro500.errors import InvalidInput
 
 SCHEMA = "repro500/interpreters/v1"
 _HOOK_FILE_GLOB = "python-*.txt"
-_MAX_HOOK_BYTES = 8 * 1024 * 1024  # a sys.path of thousands of packages is well under this
 
 
 def _parse_hook_file(path: Path) -> dict[str, Any] | None:
     try:
-        if path.is_symlink() or path.stat().st_size > _MAX_HOOK_BYTES:
+        if path.is_symlink():
             return None
-        text = path.read_text(encoding="utf-8", errors="surrogateescape")
-        started = path.stat().st_mtime_ns
-    except OSError:
+        # written by the command's own processes: a regular file under the cap, else not read
+        with untrusted.open_regular(path, "an interpreter record", untrusted.MAX_HOOK_BYTES) as handle:
+            text = handle.read(untrusted.MAX_HOOK_BYTES + 1).decode("utf-8", errors="surrogateescape")
+            started = os.fstat(handle.fileno()).st_mtime_ns
+    except (OSError, InvalidInput):
         return None
     fields: dict[str, str] = {}
     paths: list[str] = []

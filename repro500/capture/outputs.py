@@ -27,7 +27,6 @@ read-only query of ``sqlite_master`` for one that is a SQLite database.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import sqlite3
@@ -35,6 +34,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from urllib.parse import quote, unquote, urlparse
 
+from repro500 import untrusted
+from repro500.errors import InvalidInput
 from repro500.rundir import layout
 
 SQLITE_SIDE_FILES = ("-journal", "-wal", "-shm", ".lock")  # as repro500.tracking.store names them
@@ -50,10 +51,9 @@ _ARCHIVE_MEMBERS = 16
 def _schema(path: Path, prefix: str) -> bool:
     """Whether ``path`` is a JSON object whose ``schema`` starts with ``prefix``."""
     try:
-        if path.stat().st_size > 64 * 2**20:
-            return False  # repro500's documents are small; a huge one is someone's data
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        # repro500's documents are small: one over the document cap (or a FIFO) is someone's data
+        doc = untrusted.read_json(path, "a JSON document")
+    except (OSError, InvalidInput):
         return False
     return isinstance(doc, dict) and str(doc.get("schema", "")).startswith(prefix)
 

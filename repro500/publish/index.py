@@ -9,7 +9,6 @@ URLs are asked, never with credentials; a page is capped; a redirect away from h
 from __future__ import annotations
 
 import http.client
-import json
 import ssl
 import threading
 import urllib.error
@@ -28,10 +27,12 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
+from repro500 import untrusted
+from repro500.errors import InvalidInput
+
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"  # PEP 691
 QUERY_TIMEOUT_S = 10
 QUERY_THREADS = 16
-_MAX_PAGE_BYTES = 64 * 2**20  # torch's page on PyPI, every release's files with hashes, is a few MB
 # what an index that gives no usable answer raises (unreachable, timed out, an HTTP error, no JSON)
 NO_ANSWER = (OSError, ValueError, http.client.HTTPException)
 T = TypeVar("T")
@@ -88,7 +89,10 @@ class Pages:
             raise OSError(f"HTTP {status} from {url}")
         if not content_type.startswith(_SIMPLE_JSON):
             raise ValueError("not a PEP 691 JSON page")  # an HTML-only index (a static bucket)
-        page = json.loads(body)
+        try:
+            page = untrusted.load_json(body, url)  # an index's answer: nesting bounded like any foreign JSON
+        except InvalidInput as err:
+            raise ValueError(str(err)) from None
         files = page.get("files") if isinstance(page, dict) else None
         if not isinstance(files, list):
             raise ValueError("no files list")
@@ -142,8 +146,8 @@ class Pages:
 
 
 def _capped(answer: Any) -> bytes:
-    body = answer.read(_MAX_PAGE_BYTES + 1)
-    if len(body) > _MAX_PAGE_BYTES:
+    body = answer.read(untrusted.MAX_INDEX_PAGE_BYTES + 1)
+    if len(body) > untrusted.MAX_INDEX_PAGE_BYTES:
         raise ValueError("index page too large")
     return body
 
@@ -184,8 +188,8 @@ def _cached(indexes: list[str], project: str, version: Version) -> list[str] | N
         path = _cache_file(indexes, project, version)
         if time.time() - path.stat().st_mtime > CACHE_TTL_S:
             return None
-        digests = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        digests = untrusted.read_json(path, "a cached digest list")
+    except (OSError, ValueError, InvalidInput):
         return None  # absent, unreadable or damaged: asked again
     if isinstance(digests, list) and digests and all(isinstance(d, str) and len(d) == 64 and set(d) <= _SHA256
                                                       for d in digests):
