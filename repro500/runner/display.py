@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from repro500.untrusted import terminal_safe
+from repro500.untrusted import shown, terminal_safe
 from repro500.workloads.workload import Progress as Hooks
 
 
@@ -58,9 +58,9 @@ class Display:
 
         def on_epoch_end(record: dict[str, Any], steps: list[dict[str, Any]]) -> None:
             if not self.live:
-                shown = ", ".join(f"{name} {_fmt(v)}" for name, v in list((record.get("metrics") or {}).items())[:3])
-                self.say(f"repeat {k} epoch {record.get('epoch')}/{epochs}: {shown or 'no evaluation'} "
-                         f"({_fmt(record.get('wall_s'))} s)")
+                said = ", ".join(f"{shown(name)} {shown(_fmt(v))}" for name, v in list((record.get("metrics") or {}).items())[:3])
+                self.say(f"repeat {k} epoch {shown(record.get('epoch'))}/{epochs}: {said or 'no evaluation'} "
+                         f"({shown(_fmt(record.get('wall_s')))} s)")
 
         def on_line(stream: str, line: str) -> None:
             # A command's own output, passed through as it came: never re-wrapped at the console's
@@ -82,17 +82,18 @@ class Display:
 
     def finished(self, k: int, summary: dict[str, Any]) -> None:
         if not self.live:
-            error = f": {summary['error']}" if summary.get("error") else ""
-            self.say(f"repeat {k} ({k + 1} of {self.planned}): {summary.get('status')}{error}")
+            error = f": {shown(summary['error'])}" if summary.get("error") else ""
+            self.say(f"repeat {k} ({k + 1} of {self.planned}): {shown(summary.get('status'))}{error}")
 
     def table(self, name: str, summaries: dict[int, dict[str, Any]], metrics: list[str], *, trained: bool) -> None:
         """One row per repeat: status, the metrics that decide it, and (trained) the time to
         quality, throughput and final parameter digest, or (command) wall time and exit status."""
-        table = Table(title=f"{name}: {len(summaries)} repeats")
+        # the recipe's name and metric names may be a publication's (reproduce): shown, never markup
+        table = Table(title=f"{shown(name)}: {len(summaries)} repeats")
         extra = (["epochs", *metrics, "time_to_quality_s", "throughput_samples_per_s", "params"] if trained
                  else [*metrics, "total_time_s", "exit", "digest"])
         for col in ("repeat", "status", *extra):
-            table.add_column(col)
+            table.add_column(shown(col))
         for k in sorted(summaries):
             s = summaries[k]
             m = s.get("metrics") or {}
@@ -103,7 +104,7 @@ class Display:
             else:
                 row = [*values, _fmt(s.get("total_time_s")), _fmt(s.get("exit_status")),
                        (s.get("final_param_digest") or "")[:12]]
-            table.add_row(str(k), s.get("status", "?"), *row)
+            table.add_row(str(k), shown(s.get("status", "?")), *map(shown, row))
         self.console.print(table)
 
 

@@ -29,6 +29,7 @@ from repro500.runner import summaries as aggregation
 from repro500.runner.background import warm_verify
 from repro500.runner.display import Display
 from repro500.runner.plan import Plan
+from repro500.untrusted import shown
 from repro500.workloads.workload import Repeat
 
 
@@ -197,10 +198,10 @@ class Session:
         summaries = self.run.summaries(planned, finished_only=True)
         todo = [k for k in range(planned) if k not in summaries]
         if self.resumed:
-            self.console.print(f"Resuming [bold]{self.meta['run_id']}[/]: {len(summaries)} of {planned} repeats "
+            self.console.print(f"Resuming [bold]{shown(self.meta['run_id'])}[/]: {len(summaries)} of {planned} repeats "
                                f"already finished; running {todo}")
         else:
-            self.console.print(f"Run [bold]{self.meta['run_id']}[/] -> {self.run}")
+            self.console.print(f"Run [bold]{shown(self.meta['run_id'])}[/] -> {shown(self.run)}")
         display = Display(self.console, planned, len(summaries))
         warm_verify()
         try:
