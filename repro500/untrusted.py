@@ -27,10 +27,12 @@ reader of such files goes through this module, so that a new reader cannot forge
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -132,11 +134,27 @@ def json_record(line: str | bytes) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def log_lines(path: str | Path, what: str, cap: int = MAX_LOG_BYTES) -> Iterator[str]:
+    """The lines of the regular file ``path`` (a metrics log, a params log), opened now: a FIFO, a
+    device or a file over ``cap`` raises here, FileNotFoundError passes through.  Undecodable bytes
+    are replaced; a line longer than :data:`MAX_DOCUMENT_BYTES` is skipped, never held whole."""
+    handle = io.TextIOWrapper(open_regular(path, what, cap), encoding="utf-8", errors="replace")
+    return _bounded_lines(handle)
+
+
+def _bounded_lines(handle: io.TextIOWrapper) -> Iterator[str]:
+    with handle:
+        while line := handle.readline(MAX_DOCUMENT_BYTES):
+            if len(line) >= MAX_DOCUMENT_BYTES and not line.endswith("\n"):
+                while line and not line.endswith("\n"):  # the rest of an absurd line, dropped
+                    line = handle.readline(MAX_DOCUMENT_BYTES)
+                continue
+            yield line
+
+
 def unpack_cap() -> int:
     """What a packed run (or a git commit extracted for ``dvc pull``, or a sealed run downloaded
     from MLflow) may hold: :data:`MAX_UNPACK_BYTES`, or ``$REPRO500_MAX_UNPACK_BYTES``."""
-    from repro500.errors import UsageError
-
     raw = os.environ.get(UNPACK_ENV)
     if raw is None:
         return MAX_UNPACK_BYTES

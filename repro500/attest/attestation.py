@@ -12,13 +12,13 @@ envelope's signature, the files it names against the run's own, and the SSH sign
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from repro500 import untrusted
 from repro500.attest import chain, keys, sshsig
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
@@ -35,7 +35,7 @@ def signed_signer(run_dir: str | Path) -> dict[str, Any] | None:
     """The signer block of a run's attestation as written, NOT verified (None when unsigned)."""
     for envelope in _envelopes(Path(run_dir) / ENVELOPE_NAME):
         try:
-            signer = json.loads(envelope.payload)["predicate"]["signer"]
+            signer = _payload(envelope)["predicate"]["signer"]
             return signer if isinstance(signer, dict) else {}
         except (ValueError, KeyError, TypeError):
             return {}
@@ -60,7 +60,15 @@ def _envelopes(path: Path) -> list[Any]:
     """The in-toto DSSE envelopes of a bundle; lines that are not one are ignored (bundle spec)."""
     if not path.is_file():
         return []
-    return _parse_envelopes(path.read_text(encoding="utf-8", errors="replace"))
+    return _parse_envelopes(untrusted.read_bytes(path, "the run's attestation").decode("utf-8", errors="replace"))
+
+
+def _payload(envelope: Any) -> Any:
+    """An envelope's payload as JSON; ValueError when it is not (nesting bounded as for any file)."""
+    try:
+        return untrusted.load_json(envelope.payload, "the attestation's payload")
+    except InvalidInput as err:
+        raise ValueError(str(err)) from None
 
 
 def _parse_envelopes(text: str) -> list[Any]:
@@ -69,8 +77,8 @@ def _parse_envelopes(text: str) -> list[Any]:
     out = []
     for line in text.splitlines():
         try:
-            doc = json.loads(line)
-            if isinstance(doc, dict) and doc.get("payloadType") == PAYLOAD_TYPE:
+            doc = untrusted.json_record(line)
+            if doc is not None and doc.get("payloadType") == PAYLOAD_TYPE:
                 out.append(Envelope.from_dict(doc))
         except (ValueError, KeyError, TypeError, AttributeError):
             continue
@@ -111,7 +119,7 @@ def verify_signature(run_dir: str | Path, allowed_signers_path: str | Path) -> S
     envelope, public, matching = accepted
     result.fingerprint = keys.fingerprint(public)
     try:
-        statement = json.loads(envelope.payload)
+        statement = _payload(envelope)
         predicate = statement["predicate"]
         subjects = {s["name"]: s["digest"]["sha256"] for s in statement["subject"]}
     except (ValueError, KeyError, TypeError):
@@ -165,7 +173,7 @@ def attestation_problems(run_dir: str | Path) -> list[str]:
     statement = None
     for envelope in envelopes:
         try:
-            doc = json.loads(envelope.payload)
+            doc = _payload(envelope)
             named = keys.AllowedSigner(["-"], keys.ED25519, doc["predicate"]["signer"]["public_key"].split()[1])
             public = named.public_key
             key = SSlibKey.from_crypto(public)
@@ -203,7 +211,7 @@ def _why_untrusted(envelope: Any, entries: list[keys.AllowedSigner], trust_path:
     from securesystemslib.signer import SSlibKey
 
     try:
-        signer = json.loads(envelope.payload)["predicate"]["signer"]
+        signer = _payload(envelope)["predicate"]["signer"]
         claimed = keys.AllowedSigner(["-"], keys.ED25519, signer["public_key"].split()[1]).public_key
         key = SSlibKey.from_crypto(claimed)
         signature = envelope.signatures.get(key.keyid)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.mlperf.check import logged_benchmark, resolve_rules
 from repro500.mlperf.logger import BENCHMARKS
@@ -70,11 +71,7 @@ def _slug(text: str) -> str:
 def _record(line: str) -> dict[str, Any] | None:
     if not line.startswith(_PREFIX):
         return None
-    try:
-        value = json.loads(line[len(_PREFIX):])
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    return untrusted.json_record(line[len(_PREFIX):])  # a line nested absurdly deep is no record either
 
 
 def logged_value(lines: list[str], key: str) -> Any:
@@ -213,8 +210,8 @@ def _repeat_logs(rd: RunDir) -> tuple[dict[int, str], list[int]]:
             unfinished.append(k)
             continue
         try:
-            logs[k] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as err:
+            logs[k] = untrusted.read_text(path, "a repeat's MLPerf log", untrusted.MAX_LOG_BYTES)
+        except OSError as err:
             raise InvalidInput(f"{path} cannot be read ({err.__class__.__name__}): the run is corrupt") from None
     return logs, unfinished
 

@@ -9,11 +9,12 @@ this one measured on the same CPU and GPU model).  For a system measurement: its
 
 from __future__ import annotations
 
-import json
 import statistics
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
+from repro500.errors import InvalidInput
 from repro500.report import system_plots
 from repro500.report.html import Markup, image, num, para, pct, section, subsection, table
 from repro500.report.load import RunView, finite
@@ -47,9 +48,10 @@ def machine(manifest: dict[str, Any] | None) -> tuple[Any, ...]:
 
 def _manifest(root: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((root / layout.MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = untrusted.read_json(root / layout.MANIFEST, "the manifest")
+    except (OSError, InvalidInput):
         return None
+    return manifest if isinstance(manifest, dict) else None
 
 
 def is_roofline(root: Path) -> bool:

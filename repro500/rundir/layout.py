@@ -24,8 +24,6 @@ archives are :mod:`repro500.rundir.sums`'s.
 
 from __future__ import annotations
 
-import io
-import json
 import shutil
 from pathlib import Path
 from typing import Any
@@ -222,22 +220,17 @@ def metric_records(path: Path) -> tuple[list[dict[str, Any]], int]:
     records: list[dict[str, Any]] = []
     skipped = 0
     try:
-        handle = untrusted.open_regular(path, "a repeat's metrics log", untrusted.MAX_LOG_BYTES)
+        lines = untrusted.log_lines(path, "a repeat's metrics log")
     except FileNotFoundError:
         return records, 0
-    with io.TextIOWrapper(handle, encoding="utf-8", errors="replace") as lines:
-        for line in lines:
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
-                skipped += 1
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-            else:
-                skipped += 1
+    for line in lines:
+        if not line.strip():
+            continue
+        record = untrusted.json_record(line)
+        if record is None:
+            skipped += 1
+        else:
+            records.append(record)
     return records, skipped
 
 

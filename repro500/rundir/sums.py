@@ -191,7 +191,7 @@ def _read_lines(run_dir: str | Path) -> tuple[dict[str, str], dict[str, str]]:
             continue
         if line.startswith(LINK_PREFIX):
             try:
-                record = json.loads(line[len(LINK_PREFIX):])
+                record = untrusted.json_record(line[len(LINK_PREFIX):]) or {}
                 links[str(record["path"])] = str(record["target"])
             except (ValueError, KeyError, TypeError):
                 raise InvalidInput(f"{path}:{lineno} is not a '# link {{\"path\": ..., \"target\": ...}}' line") from None

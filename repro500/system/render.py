@@ -3,13 +3,14 @@ figures of the run's first completed repeat (``verify`` and the report show them
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from repro500 import untrusted
+from repro500.errors import InvalidInput
 from repro500.rundir import layout
 
 
@@ -18,8 +19,8 @@ def first_record(run_dir: Path) -> dict[str, Any] | None:
     for k in layout.repeat_indices(run_dir):
         path = layout.RunDir(run_dir).repeat(k) / layout.SYSTEM_RECORD
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            return untrusted.read_json(path, "a repeat's system record")
+        except (OSError, InvalidInput):
             continue
     return None
 

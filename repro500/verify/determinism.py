@@ -12,11 +12,11 @@ when that leaves no pair to compare the check is SKIPPED (never a FAIL).
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.rundir import layout
 from repro500.verify.rundir import RunData
 
@@ -57,17 +57,10 @@ def read_params(path: Path) -> list[dict[str, Any]]:
     records = []
     if not path.is_file():
         return records
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "epoch" in record:
-                records.append(record)
+    for line in untrusted.log_lines(path, "a repeat's params log"):
+        record = untrusted.json_record(line) if line.strip() else None
+        if record is not None and "epoch" in record:
+            records.append(record)
     return records
 
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput
 from repro500.tracking import store as mlflow_store
 
@@ -92,7 +93,7 @@ def download(reference: str, dest: Path) -> Path:
     parent_id, name = parent.info.run_id, parent.data.tags.get(RUN_ID_TAG, "")
     try:
         with mlflow_store.fast_failing_http():
-            archives = [a.path for a in client.list_artifacts(parent_id, SEALED_PATH) if a.path.endswith(".tar.gz")]
+            archives = [a for a in client.list_artifacts(parent_id, SEALED_PATH) if a.path.endswith(".tar.gz")]
             if not archives and parent.data.tags.get(SEALED_TAG):
                 raise InvalidInput(f"MLflow run {parent_id} ({name}) holds no sealed run: {parent.data.tags[SEALED_TAG]}")
             if not archives:
@@ -101,16 +102,69 @@ def download(reference: str, dest: Path) -> Path:
                     "finish, or an older repro500 logged it; verify its run directory or a packed copy instead")
             from mlflow.artifacts import download_artifacts
 
+            size = _checked_size(archives[0], parent_id, name)
             mlflow_store.quiet()
             with _no_progress_bar():  # repro500 says what it fetches; MLflow's bar would interleave with it
-                local = download_artifacts(run_id=parent_id, artifact_path=archives[0], dst_path=str(dest),
-                                           tracking_uri=uri)
+                local = _bounded(lambda: download_artifacts(run_id=parent_id, artifact_path=archives[0].path,
+                                                            dst_path=str(dest), tracking_uri=uri),
+                                 Path(dest), size, f"the sealed run of MLflow run {parent_id}")
     except InvalidInput:
         raise
     except Exception as err:  # noqa: BLE001 - a store or artifact repository failing is one sentence
         raise InvalidInput(f"the sealed run of MLflow run {parent_id} could not be downloaded from "
                            f"{mlflow_store.safe_uri(uri)} ({mlflow_store.reason(err)})") from None
     return Path(local)
+
+
+def _checked_size(artifact: Any, parent_id: str, name: str) -> int:
+    """The size the store lists for the sealed run, refused before a byte is downloaded when it is
+    unknown or over the unpack cap (a store holding a 30 GB archive would otherwise fill the disk)."""
+    size, cap = getattr(artifact, "file_size", None), untrusted.unpack_cap()
+    where = f"MLflow run {parent_id} ({name})'s {artifact.path}"
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise InvalidInput(f"{where} has no size in the artifact store, so it cannot be bounded: refused before "
+                           "downloading (download it yourself and verify the archive)")
+    if size > cap:
+        raise InvalidInput(f"{where} is {size:,} bytes, over the {cap:,}-byte cap on a packed run "
+                           f"({untrusted.UNPACK_ENV} raises it): refused before downloading")
+    return size
+
+
+def _bounded(fetch: Callable[[], str], dest: Path, size: int, what: str) -> str:
+    """``fetch()`` run while the bytes it writes under ``dest`` are watched: a store that sends
+    more than the size it listed is refused as soon as that is seen (the download is left to
+    a daemon thread that dies with the process), and what it wrote is checked once it is done."""
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["path"] = fetch()
+        except BaseException as err:  # noqa: BLE001 - handed to the caller's thread
+            outcome["error"] = err
+
+    worker = threading.Thread(target=run, name="repro500-mlflow-download", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
+        if _bytes_under(dest) > size:
+            raise InvalidInput(f"{what} sends more than the {size:,} bytes the store lists for it: refused")
+    if "error" in outcome:
+        raise outcome["error"]
+    local = str(outcome["path"])
+    if _bytes_under(dest) > size or not untrusted.regular_file(local) or Path(local).stat().st_size != size:
+        raise InvalidInput(f"{what} is not the {size:,}-byte regular file the store lists for it: refused")
+    return local
+
+
+def _bytes_under(root: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(root):
+        for file in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(folder, file)).st_size
+    return total
 
 
 @contextlib.contextmanager

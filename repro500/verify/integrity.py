@@ -382,20 +382,16 @@ def _epoch_metric_values(path: Path) -> dict[str, set[float]]:
     out: dict[str, set[float]] = {}
     if not path.is_file():
         return out
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            if '"epoch"' not in line or '"metrics"' not in line:
-                continue  # step records are the bulk of the file; skip them unparsed
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
-                continue
-            # a record from elsewhere may hold anything: only an object with an object of metrics counts
-            if not isinstance(record, dict) or record.get("kind") != "epoch" or not isinstance(record.get("metrics"), dict):
-                continue
-            for name, value in record["metrics"].items():
-                if isinstance(value, (int, float)):
-                    out.setdefault(name, set()).add(value)
+    for line in untrusted.log_lines(path, "a repeat's metrics log"):
+        if '"epoch"' not in line or '"metrics"' not in line:
+            continue  # step records are the bulk of the file; skip them unparsed
+        record = untrusted.json_record(line)
+        # a record from elsewhere may hold anything: only an object with an object of metrics counts
+        if record is None or record.get("kind") != "epoch" or not isinstance(record.get("metrics"), dict):
+            continue
+        for name, value in record["metrics"].items():
+            if isinstance(value, (int, float)):
+                out.setdefault(name, set()).add(value)
     return out
 
 
@@ -403,14 +399,10 @@ def _params_digests(path: Path) -> dict[str, str]:
     out: dict[str, str] = {}
     if not path.is_file():
         return out
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and "epoch" in record and isinstance(record.get("digest"), str):
-                out[str(record["epoch"])] = record["digest"]
+    for line in untrusted.log_lines(path, "a repeat's params log"):
+        record = untrusted.json_record(line)
+        if record is not None and "epoch" in record and isinstance(record.get("digest"), str):
+            out[str(record["epoch"])] = record["digest"]
     return out
 
 
