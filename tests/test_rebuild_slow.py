@@ -97,7 +97,7 @@ def test_the_quickstart_is_rebuilt_with_torch_and_reproduced(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     # OUT relative, as the default reproductions/RUN_ID is: the rerun runs in another directory
-    done = repro500("reproduce", str(tmp_path / "pub"), "--env", "venv", "--out", "rep", cwd=elsewhere, env=HERE,
+    done = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--env", "venv", "--out", "rep", cwd=elsewhere, env=HERE,
                     timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "with uv" in done.stdout and "+ repro500 " in done.stdout, done.stdout  # a built-in recipe runs inside it

@@ -32,7 +32,8 @@ import click
                    "this one).")
 @click.option("--python-b", metavar="PYTHON", default=None, help="The interpreter B's replay runs in.")
 @click.option("--run-code", is_flag=True,
-              help="Let a publication's own experiment code (a plug-in model or data set) run in its replay.")
+              help="Let the own experiment code (a plug-in model or data set) of a packed run or a publication "
+                   "run in its replay; without it, such a run is refused.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1.0), default=600.0, show_default=True,
               help="Seconds one replay may take.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
@@ -52,15 +53,16 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
     the answer is the first operator whose inputs agree and whose output does not: its name,
     the module it ran in, forward/backward/optimizer, the step, and the largest absolute and
     relative difference. Nothing is claimed past it. The replays run the runs' training
-    code: a publication's own code only with --run-code.
+    code: the own code (plug-ins) of a packed run or a publication only with --run-code.
 
     \b
-    Exit codes: 0 located (or the runs do not part), 2 usage error,
+    Exit codes: 0 located (or the runs do not part), 2 usage error (also: a packed
+                run's or publication's own code would run without --run-code),
                 3 the replays do not part where the records do (not reproduced here),
                 4 invalid input (missing, corrupt or tampered runs, no shared seed).
     """
     from repro500.errors import EXIT_INCONCLUSIVE
-    from repro500.untrusted import CODE_ENV
+    from repro500.untrusted import CODE_ENV, OWN_RUN
     from repro500.verify import divergence
     from repro500.workloads.trainer import replay
 
@@ -76,15 +78,23 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
             answer.update(operator=None, cause=None, located=False, note=plan.reason)
             _show(answer, as_json, plan)
             return
+        pairs = (("A", a, run_a, kind_a, plan.k, python_a), ("B", b or a, run_b, kind_b, plan.j, python_b))
+        # both asked before either replay starts: a refusal leaves nothing run
+        allowed = {label: _consent(run, kind, given, label, run_code) for label, given, run, kind, *_ in pairs}
         sides = []
-        for label, run, kind, k, python in (("A", run_a, kind_a, plan.k, python_a), ("B", run_b, kind_b, plan.j, python_b)):
+        for label, _, run, kind, k, python in pairs:
             env = divergence.replay_environment(run, dict(os.environ))
-            if kind == "publication" and not run_code:
-                env[CODE_ENV] = "refuse"
-            python = python or divergence.own_interpreter(run) or sys.executable  # a rebuilt venv: its own
+            if not allowed[label]:
+                env[CODE_ENV] = "refuse"  # nothing of the run's own may be imported, whatever its recipe says
+            # a venv reproduce --env venv rebuilt runs its own replay: for a run of this machine's, or with
+            # consent (a packed run's record could name one built for another publication)
+            rebuilt = divergence.own_interpreter(run) if kind == OWN_RUN or run_code else None
+            python = python or rebuilt or sys.executable
             sides.append(replay.Side(run_dir=run.path, repeat=k, env=env, python=python, label=label))
         finding = replay.locate_operator(sides[0], sides[1], plan.steps, timeout_s=timeout_s).to_dict()
         answer["environments"] = {s.label: {k: v for k, v in s.env.items() if k != CODE_ENV} for s in sides}
+        answer["environments_not_set"] = {label: divergence.replay_env_not_set(run)
+                                          for label, _, run, *_ in pairs if divergence.replay_env_not_set(run)}
         answer["interpreters"] = {}
         for side, run in zip(sides, (run_a, run_b), strict=True):
             recorded, version = divergence.recorded_interpreter(run)
@@ -96,6 +106,23 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
         _show(answer, as_json, plan)
         if not finding["found"] and plan.pair.diverged:
             ctx.exit(EXIT_INCONCLUSIVE)
+
+
+def _consent(run: Any, kind: str, given: Path, label: str, run_code: bool) -> bool:
+    """Whether the replay of *run* may import its own code (see repro500.untrusted.consent)."""
+    from repro500.publish.publication import own_code
+    from repro500.untrusted import PACKED_RUN, consent, plain
+
+    try:
+        code = own_code(run.path)
+    except FileNotFoundError:
+        code = None  # no recipe: the replay refuses the run with a sentence of its own
+    if code is None:
+        return consent(run_code, None, origin=kind)
+    shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
+    where = f"repro500 unpack {plain(given)}: its source/" if kind == PACKED_RUN else "its source/"
+    return consent(run_code, f"{plain(given)} ({label}) runs its own code in its replay ({code[0]}: {shown})",
+                   origin=kind, review=f"it ({where})")
 
 
 def _g(value: Any) -> str:
@@ -141,6 +168,9 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
     console.print(f"[bold]Replayed[/]  up to step {answer['steps']}, each in its run's environment ({shown(env)}): "
                   f"{len(replays)} replays, {finding['ops_hashed']:,} operators hashed, {finding['seconds']:.1f} s",
                   highlight=False)
+    for side, names in (answer.get("environments_not_set") or {}).items():
+        console.print(f"  [dim]{side}'s run recorded {shown(', '.join(names))}: not set for its replay (a replay "
+                      "takes thread and kernel settings only, never a library or plug-in loader)[/]", highlight=False)
     for side, used in (answer.get("interpreters") or {}).items():
         if used["recorded"] and Path(used["recorded"]) != Path(used["replayed"]):
             console.print(f"  [dim]{side} ran under {shown(used['recorded'])} (Python {shown(used['recorded_version'])}), "

@@ -28,7 +28,8 @@ from repro500.commands.options import parse_margins
               help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db); on by itself when the "
                    "publication reads a metric from MLflow.  [default: no-tracking]")
 @click.option("--run-code", is_flag=True,
-              help="Allow the publication's own experiment code (a wrapped command, a plug-in) to run; review OUT/source first.")
+              help="Allow the code the publication chose to run: its own experiment (a wrapped command, a plug-in; "
+                   "review OUT/source first) and, with --env venv, the build of its environment.")
 @click.option("--allow-data-differences", is_flag=True,
               help="Rerun even when the data the command read differs here from the published digests (each is named).")
 @click.option("--until-decided", is_flag=True,
@@ -38,14 +39,19 @@ from repro500.commands.options import parse_margins
                    "the publication's spread (repro500 plan), else 10].")
 @click.option("--env", "env_mode", type=click.Choice(["current", "venv"]), default="current", show_default=True,
               help="current: rerun in this Python as it is; venv: rebuild the publication's locked environment "
-                   "in OUT/env (uv if installed, else pip) and rerun in it.")
+                   "in OUT/env (uv if installed, else pip) and rerun in it; needs --run-code (its build runs code "
+                   "the publication chose).")
 @click.option("--find-links", multiple=True, metavar="DIR",
               help="With --env venv: a directory of wheels for a locked distribution no index serves (repeatable).")
+@click.option("--index", "indexes", multiple=True, metavar="URL",
+              help="With --env venv: also install from this package index (repeatable). Packages come from your "
+                   "own indexes (PIP_INDEX_URL / UV_DEFAULT_INDEX, else PyPI); an index the publication's lock "
+                   "names is asked only when given here.")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
               run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None,
-              env_mode: str, find_links: tuple[str, ...]) -> None:
+              env_mode: str, find_links: tuple[str, ...], indexes: tuple[str, ...]) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -56,7 +62,9 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
     against the published values; the verdict is printed with the provenance diff.
 
     \b
-    Exit codes: 0 REPRODUCED, 1 NOT REPRODUCED, 2 usage error, 3 INCONCLUSIVE,
+    Exit codes: 0 REPRODUCED, 1 NOT REPRODUCED, 3 INCONCLUSIVE,
+                2 usage error (also: the publication's code would run without
+                --run-code, and --env venv builds run its code),
                 4 invalid input: a tampered or incomplete publication, an unsafe archive,
                 data that cannot be recreated, inputs that differ (without
                 --allow-data-differences); with --env venv: the recorded Python
@@ -68,5 +76,6 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
     result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
                            margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
                            allow_data_differences=allow_data_differences, until_decided=until_decided,
-                           max_repeats=max_repeats, env_mode=env_mode, find_links=list(find_links))
+                           max_repeats=max_repeats, env_mode=env_mode, find_links=list(find_links),
+                           indexes=list(indexes))
     ctx.exit(result.exit_code)

@@ -7,6 +7,14 @@ plain characters, an https URL and a 40-hex commit), never taken from the lock's
 index must be https; the experiment's own package is installed only from a path inside
 ``OUT/source``.  A lock that breaks any of these is refused with one sentence (exit 4).
 
+Building the environment runs code the publication chose (a source distribution's build backend,
+a wheel's ``.pth`` file at every start of the venv's Python): it is asked of
+:func:`repro500.untrusted.consent` (``--run-code``) by :func:`check_mode`, before anything is
+written.  The packages come from the reproducer's own indexes (what ``PIP_INDEX_URL``/
+``UV_DEFAULT_INDEX`` and their extra-index variables name, else the installer's default); an
+index the lock names is asked only when the reproducer names it too (``--index URL``): a
+publisher's index would otherwise serve every pin, and the build tools the installer fetches.
+
 The build, in order:
 
 1. the recorded Python ``major.minor`` found here (``pythonX.Y`` on PATH, this interpreter, or
@@ -14,10 +22,13 @@ The build, in order:
    then every pin whose recorded wheel tags (capture/lock.py) this Python cannot install here,
    named in one sentence with both platforms (exit 4): a lock from macOS arm64 on Linux x86_64
    fails before anything is created, not after minutes of resolving;
-2. a plan line: the installer, the Python, how many distributions, from which indexes, and how
-   much the installer will download: each ``name==version`` asked of its index's PEP 691 JSON
-   page (PEP 700 sizes), the file picked as the installer would pick it here; an index that is
-   unreachable or answers no JSON makes the size unknown, never fails the rebuild;
+2. a plan line: the installer, the Python, how many distributions, from which indexes (the
+   reproducer's; an index of the lock's named with ``--index`` and the pins it serves; the lock's
+   indexes not asked), and how much the installer will download: each ``name==version`` asked of
+   its index's PEP 691 JSON page (PEP 700 sizes), the file picked as the installer would pick it
+   here; an index that is unreachable or answers no JSON makes the size unknown, never fails the
+   rebuild.  Every distribution built from source here (an sdist the index serves, a VCS or
+   archive pin, the experiment's own package) is named: its build code runs;
 3. ``OUT/env`` created, then every pin resolved against its index without installing
    (``--dry-run``): a distribution no index serves is named in one sentence (exit 4), with
    ``--env current`` and ``--find-links DIR`` as the two ways on;
@@ -49,6 +60,7 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from packaging.tags import Tag, compatible_tags, cpython_tags, parse_tag, sys_tags
 from packaging.utils import (
@@ -80,6 +92,10 @@ _URL = re.compile(r"^https://[A-Za-z0-9.-]+(?::\d+)?/[A-Za-z0-9._~/%+=,-]*$")
 _TAG = re.compile(r"^[A-Za-z0-9_.]{1,64}-[A-Za-z0-9_.]{1,64}-[A-Za-z0-9_.]{1,300}$")
 INSTALLER_ENV = "REPRO500_INSTALLER"
 INSTALLERS = ("uv", "pip")
+_INDEX_ARG = re.compile(r"^https?://[^\s/]+(?:/\S*)?$")
+# what building a publication's environment runs of its choosing: the consent's sentence names it
+BUILD_RUNS = ("chooses code that runs when --env venv builds its environment (a pinned source distribution's "
+              "build backend, a wheel's .pth file at every start of the venv's Python)")
 _MISSING = re.compile(r"(?:No matching distribution found for|Because|because)\s+([A-Za-z0-9._-]+)\s*(?:==|was not found)")
 
 
@@ -101,6 +117,8 @@ class Pins:
     platform: str = "a platform it does not name"  # the publisher's, as the lock records it
     # name -> sha256 of every file its index served for the pinned version when it was published
     hashes: dict[str, list[str]] = field(default_factory=dict)
+    # "name (git)" / "name (archive)": pins the installer builds from source here, their build code running
+    from_source: list[str] = field(default_factory=list)
 
     def indexes_for(self, own: str | None) -> list[str]:
         """The indexes a released pin is asked of: the one the lock names for it (torch's local
@@ -172,7 +190,7 @@ def read(reference: Path, source: Path | None, hashes: Path | None = None) -> Pi
     main = index.get("url")
     main = _checked_url(main, "the index") if main and "[REDACTED]" not in str(main) else None
     extra = [_checked_url(u, "an index") for u in index.get("extra") or [] if "[REDACTED]" not in str(u)]
-    requirements, own, editable, unpinnable = [], [], set(), []
+    requirements, own, editable, unpinnable, from_source = [], [], set(), [], []
     released: list[tuple[str, str, str | None]] = []
     judged: dict[str, list[str]] = {}
     for entry in doc.get("distributions") or []:
@@ -201,8 +219,12 @@ def read(reference: Path, source: Path | None, hashes: Path | None = None) -> Pi
             if not _COMMIT.match(commit):
                 raise InvalidInput(f"the environment lock's commit for {name} is not a 40-hex commit")
             requirements.append(f"{name} @ git+{_checked_url(entry.get('url'), 'a repository')}@{commit}")
+            from_source.append(f"{name} (git)")
         elif kind == "archive" and entry.get("requirement"):
-            requirements.append(f"{name} @ {_checked_url(entry.get('url'), 'an archive')}")
+            url = _checked_url(entry.get("url"), "an archive")
+            requirements.append(f"{name} @ {url}")
+            if not urlsplit(url).path.endswith(".whl"):
+                from_source.append(f"{name} (archive)")
         elif kind == "local" and entry.get("experiment"):
             rel = safe_relpath(entry.get("source_path"), f"the source path of {name}")
             if source is None or not (source / rel).resolve().is_relative_to(source.resolve()) \
@@ -216,7 +238,7 @@ def read(reference: Path, source: Path | None, hashes: Path | None = None) -> Pi
             unpinnable.append(f"{name} {version}: {untrusted.shown(entry.get('why') or 'not pinned')[:200]}")
     digest = hashlib.sha256(raw).hexdigest()
     pins = Pins(python, requirements, main, extra, own, editable, unpinnable, digest,
-                released, judged, _recorded_platform(doc))
+                released, judged, _recorded_platform(doc), from_source=from_source)
     if hashes is not None and hashes.is_file():
         pins.hashes = read_hashes(hashes, digest, {name: version for name, version, _ in released})
     return pins
@@ -304,22 +326,110 @@ def installer() -> str:
     return "pip"
 
 
-def _install_cmd(env_python: Path, pins: Pins, find_links: list[Path]) -> list[str]:
-    """The installer's command line, up to its requirements (no shell, no lock text in it)."""
+def _install_cmd(env_python: Path, pins: Pins, find_links: list[Path], indexes: list[str] | None = None) -> list[str]:
+    """The installer's command line, up to its requirements (no shell, no lock text in it).  The
+    indexes are the installer's own configuration (the reproducer's) and *indexes*, those the
+    reproducer named with ``--index``: never one because the lock names it."""
     if installer() == "uv":
         cmd = [_uv() or "uv", "pip", "install", "--python", str(env_python), "--no-deps"]
         # uv asks each index in turn; the PyTorch index comes first for torch's local builds
-        cmd += ["--index-strategy", "unsafe-best-match"] if pins.extra_indexes else []
+        cmd += ["--index-strategy", "unsafe-best-match"] if indexes else []
     else:
         cmd = [sys.executable, "-m", "pip", "--python", str(env_python), "install", "--no-deps",
                "--disable-pip-version-check", "--no-input"]
-    if pins.index:
-        cmd += ["--index-url", pins.index]
-    for url in pins.extra_indexes:
+    for url in indexes or []:
         cmd += ["--extra-index-url", url]
     for folder in find_links:
         cmd += ["--find-links", str(folder)]
     return cmd
+
+
+# ----- which index serves what ---------------------------------------------------------------------
+def _bare(url: str) -> str:
+    """*url* as an index's identity: no credentials, no trailing slash, the host in lower case."""
+    parts = urlsplit(url.strip())
+    try:
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        port = ""
+    return f"{parts.scheme.lower()}://{(parts.hostname or '').lower()}{port}{parts.path.rstrip('/')}"
+
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def configured_indexes(environ: dict[str, str] | None = None) -> list[str]:
+    """The reproducer's own indexes as the installer in use reads them from the environment, the
+    main one first; PyPI (the installer's default) when none is named; none under ``PIP_NO_INDEX``
+    / ``UV_NO_INDEX``."""
+    environ = dict(os.environ) if environ is None else environ
+    if installer() == "uv":
+        none = environ.get("UV_NO_INDEX", "")
+        main = environ.get("UV_DEFAULT_INDEX") or environ.get("UV_INDEX_URL")
+        extra = " ".join(environ.get(k, "") for k in ("UV_INDEX", "UV_EXTRA_INDEX_URL"))
+    else:
+        none = environ.get("PIP_NO_INDEX", "")
+        main = environ.get("PIP_INDEX_URL")
+        extra = environ.get("PIP_EXTRA_INDEX_URL", "")
+    if none.strip().lower() in _TRUE:
+        return []
+    return list(dict.fromkeys([(main or PYPI).strip(), *extra.split()]))
+
+
+@dataclass
+class Serving:
+    """Which index serves what in a rebuild: the reproducer's own indexes, the lock's indexes the
+    reproducer named with ``--index`` too, and the lock's indexes asked of nobody."""
+
+    mine: list[str]  # the reproducer's configured indexes, main first
+    named: list[str]  # --index: handed to the installer
+    pins_of: dict[str, list[str]]  # the lock's per-pin index -> the pins it names it for
+    unused: list[str]  # the lock's indexes that are neither the reproducer's nor named
+
+    def asked(self) -> list[str]:
+        seen = {_bare(u) for u in self.mine}
+        return [*self.mine, *(u for u in self.named if _bare(u) not in seen)]
+
+    def indexes_for(self, own: str | None) -> list[str]:
+        """The indexes a released pin is sized from: the one the lock names for it first, when it
+        is asked at all, then every asked one."""
+        asked = self.asked()
+        if own and _bare(own) in {_bare(u) for u in asked}:
+            return [own, *(u for u in asked if _bare(u) != _bare(own))]
+        return asked
+
+    def _pins(self, url: str) -> str:
+        names = self.pins_of.get(_bare(url), [])
+        shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+        return f" (the lock names it for {shown})" if names else ""
+
+    def text(self) -> str:
+        """The plan line's part after "N pinned distributions": which indexes serve them."""
+        out = f"from {', '.join(redact_url(u) for u in self.mine)}" if self.mine else "from no index (yours say none)"
+        extra = [u for u in self.named if _bare(u) not in {_bare(m) for m in self.mine}]
+        if extra:
+            out += f" and, as --index names, {', '.join(redact_url(u) + self._pins(u) for u in extra)}"
+        return out
+
+    def not_asked(self) -> str:
+        """The plan line's note of the lock's indexes that are not asked, or nothing."""
+        if not self.unused:
+            return ""
+        return (f"; not asked: the lock's {', '.join(redact_url(u) + self._pins(u) for u in self.unused)}, not an "
+                "index of yours (--index URL asks it)")
+
+
+def serving(pins: Pins, named: list[str] | None = None, environ: dict[str, str] | None = None) -> Serving:
+    """Which index serves what when *pins* are rebuilt here (see the module docstring)."""
+    mine, named = configured_indexes(environ), list(named or [])
+    yours = {_bare(u) for u in [*mine, *named]}
+    pins_of: dict[str, list[str]] = {}
+    for name, _, url in pins.released:
+        if url:
+            pins_of.setdefault(_bare(url), []).append(name)
+    lock = [u for u in [pins.index, *pins.extra_indexes] if u]
+    unused = list(dict.fromkeys(u for u in lock if _bare(u) not in yours))
+    return Serving(mine, named, pins_of, unused)
 
 
 # ----- what fits here, and what it costs to download ---------------------------------------------
@@ -370,6 +480,7 @@ class Download:
     sized: int = 0  # pins whose file and size the index named
     local: int = 0  # pins a --find-links folder holds
     unknown: int = 0  # pins no index sized: unreachable, no JSON, no size, not served, or not a release
+    sdists: list[str] = field(default_factory=list)  # "name version": the index serves no wheel that fits here
 
     def text(self) -> str:
         parts = []
@@ -426,11 +537,13 @@ def _local_releases(find_links: list[Path], rank: dict[Tag, int]) -> set[tuple[s
     return found
 
 
-def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Download:
-    """How much the installer will fetch for the pins (see the module docstring, step 2)."""
+def download_size(pins: Pins, tags: list[Tag], find_links: list[Path], served: Serving | None = None) -> Download:
+    """How much the installer will fetch for the pins (see the module docstring, step 2), each
+    asked of the indexes *served* says (default: the reproducer's own, no --index)."""
     rank = {t: i for i, t in enumerate(tags)}
     local = _local_releases(find_links, rank)
     pages = index.Pages()
+    served = served or serving(pins)
 
     def size(pin: tuple[str, str, str | None]) -> int | str:
         name, text, own = pin
@@ -440,16 +553,21 @@ def download_size(pins: Pins, tags: list[Tag], find_links: list[Path]) -> Downlo
             return "unknown"
         if (canonicalize_name(name), version) in local:
             return "local"
-        picked = pages.first(pins.indexes_for(own), name, lambda files: _chosen(files, name, version, rank))
+        picked = pages.first(served.indexes_for(own), name, lambda files: _chosen(files, name, version, rank))
+        if picked and not str(picked.get("filename", "")).endswith(".whl"):
+            sdists.append(f"{name} {text}")  # no wheel fits here: the installer builds it, running its build backend
         value = (picked or {}).get("size")
         return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else "unknown"
+
+    sdists: list[str] = []
 
     try:
         with ThreadPoolExecutor(max_workers=index.QUERY_THREADS) as pool:
             sizes = list(pool.map(size, pins.released))
     finally:
         pages.close()
-    download = Download(unknown=len(pins.requirements) - len(pins.released))  # vcs and archive pins: not sized
+    download = Download(unknown=len(pins.requirements) - len(pins.released),  # vcs and archive pins: not sized
+                        sdists=sorted(sdists))
     for value in sizes:
         if value == "local":
             download.local += 1
@@ -500,7 +618,7 @@ def _missing(stderr: str) -> str | None:
     return found.group(1) if found else None
 
 
-def _install_pins(base: list[str], pins: Pins, env: Path, indexes: str, console: Any) -> None:
+def _install_pins(base: list[str], pins: Pins, env: Path, served: Serving, console: Any) -> None:
     """The pinned releases into *env*: first checked with ``--dry-run`` (a pin no index serves, or a
     file that no longer matches its recorded hash, leaves nothing behind), then installed."""
     req = env / "requirements.repro500.txt"
@@ -514,8 +632,11 @@ def _install_pins(base: list[str], pins: Pins, env: Path, indexes: str, console:
                                f"publication was made ({installer()}: {_mismatch_line(checked.stderr)}): it "
                                "changed since; reproduce with --env current (nothing was installed)")
         name = _missing(checked.stderr) or "a locked distribution"
+        asked = ", ".join(redact_url(u) for u in served.asked())
+        lock = (f", or name the lock's index with --index {redact_url(served.unused[0])}"
+                f"{' (or another it names)' if len(served.unused) > 1 else ''}" if served.unused else "")
         raise InvalidInput(f"{name} (pinned by the publication's lock) is served by no index reachable here "
-                           f"({indexes}): reproduce with --env current, or provide it with --find-links DIR "
+                           f"({asked}): reproduce with --env current, or provide it with --find-links DIR{lock} "
                            f"(nothing was installed)")
     done = _run([*base, "-r", str(req)], f"installing {len(pins.requirements)} distributions", console)
     if done.returncode != 0 and _HASH_MISMATCH.search(done.stderr):
@@ -528,8 +649,10 @@ def _install_pins(base: list[str], pins: Pins, env: Path, indexes: str, console:
                            f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
 
 
-def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], console: Any) -> Path:
-    """``OUT/env`` holding the locked environment (see the module docstring); its Python."""
+def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], console: Any,
+          indexes: list[str] | None = None) -> Path:
+    """``OUT/env`` holding the locked environment (see the module docstring); its Python.  The
+    caller has the reproducer's consent (:func:`check_mode`); *indexes*: those named with ``--index``."""
     env = out / ENV_DIR
     env_python = env / "bin" / "python"
     marker = env / MARKER
@@ -541,24 +664,32 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
     tags = target_tags(_minor(pins.python))
     check_fit(pins, tags)
     tool_args, tool_label = _tool_requirement() if with_tool else ([], "")
-    indexes = ", ".join(redact_url(u) for u in [pins.index or "the installer's default index", *pins.extra_indexes])
+    served = serving(pins, indexes)
     left = f"; not installable, left out: {'; '.join(pins.unpinnable)}" if pins.unpinnable else ""
     own = f" + the experiment's own {', '.join(n for n, _ in pins.own)} from source/" if pins.own else ""
-    sized = download_size(pins, tags, find_links).text() if pins.requirements else ""
+    download = download_size(pins, tags, find_links, served) if pins.requirements else Download()
+    sized = download.text() if pins.requirements else ""
     if pins.requirements:
         sized += ("; every file checked against the hashes recorded at publication" if pins.hashed_requirements()
                   else "; files not checked against recorded hashes (the publication has none for every pin)")
-    console.print(f"environment: rebuilding in {env} with {installer()}: Python {_minor(pins.python)} "
-                  f"({python}), {len(pins.requirements)} pinned distributions from {indexes}{sized}{own}"
-                  f"{' + ' + tool_label if with_tool else ''}{left}", highlight=False, soft_wrap=True)
+    # what the installer builds from source here runs its build code: named, as --run-code consented to it
+    built = [*(f"{n} (sdist)" for n in download.sdists), *pins.from_source,
+             *(f"{n} (the experiment's own)" for n, _ in pins.own)]
+    from_source = f"; built from source here, running their build code: {', '.join(built)}" if built else ""
+    # names and versions from the publication's lock: shown, never markup
+    console.print(untrusted.shown(f"environment: rebuilding in {env} with {installer()}: Python {_minor(pins.python)} "
+                                  f"({python}), {len(pins.requirements)} pinned distributions {served.text()}{sized}{own}"
+                                  f"{' + ' + tool_label if with_tool else ''}{served.not_asked()}{left}"
+                                  f"{from_source}"),
+                  highlight=False, soft_wrap=True)
     if env.exists():  # an unfinished or another lock's rebuild is never taken for this one
         shutil.rmtree(env)
     created = _run([python, "-m", "venv", "--without-pip", str(env)], "creating the venv", console)
     if created.returncode != 0:
         raise InvalidInput(f"cannot create a venv with {python}: {created.stderr.strip()[-300:]}")
-    base = _install_cmd(env_python, pins, find_links)
+    base = _install_cmd(env_python, pins, find_links, indexes)
     if pins.requirements:
-        _install_pins(base, pins, env, indexes, console)
+        _install_pins(base, pins, env, served, console)
     for name, folder in pins.own:
         args = ["-e", str(folder)] if name in pins.editable else [str(folder)]
         done = _run([*base, *args], f"installing the experiment's own {name} from {folder}", console)
@@ -566,24 +697,36 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
             raise InvalidInput(f"installing the experiment's own package {name} from {folder} failed: "
                                f"{done.stderr.strip()[-300:]}")
     if with_tool:
-        done = _run([*base, *tool_args], f"installing {tool_label}", console)
+        # repro500 itself, and the build tools its install may fetch, from the reproducer's indexes only
+        done = _run([*_install_cmd(env_python, pins, find_links), *tool_args], f"installing {tool_label}", console)
         if done.returncode != 0:
             raise InvalidInput(f"installing {tool_label} into {env} failed: {done.stderr.strip()[-300:]}")
     marker.write_text(f"{pins.digest} tool={with_tool}\n", encoding="utf-8")  # last: the rebuild is complete
     return env_python
 
 
-def check_mode(mode: str, find_links: list[str]) -> list[Path]:
+def check_mode(mode: str, find_links: list[str], *, run_code: bool, indexes: list[str] | None = None) -> list[Path]:
+    """The ``--find-links`` folders, once the options of the environment are checked and, for
+    ``--env venv``, the reproducer consented to the code its build runs; UsageError before
+    anything is written otherwise."""
     if mode not in MODES:
         raise UsageError(f"--env {mode}: choose one of {', '.join(MODES)}")
     if find_links and mode != "venv":
         raise UsageError("--find-links serves a rebuilt environment: it goes with --env venv")
+    if indexes and mode != "venv":
+        raise UsageError("--index serves a rebuilt environment: it goes with --env venv")
+    for url in indexes or []:
+        if not _INDEX_ARG.match(url):
+            raise UsageError(f"--index {untrusted.shown(redact_url(url))[:120]!r} is not an http(s) URL of a package index")
     if mode == "venv":
         installer()  # a bad or unmet REPRO500_INSTALLER stops the reproduction before anything is done
     folders = [Path(f) for f in find_links]
     for folder in folders:
         if not folder.is_dir():
             raise UsageError(f"--find-links {folder} is not a directory")
+    if mode == "venv":
+        untrusted.consent(run_code, BUILD_RUNS, review="its lock (environment.lock.json in the packed run)",
+                          instead="reproduce with --env current")
     return [f.resolve() for f in folders]
 
 

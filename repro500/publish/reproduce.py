@@ -414,6 +414,7 @@ def reproduce(
     max_repeats: int | None = None,
     env_mode: str = "current",
     find_links: list[str] | None = None,
+    indexes: list[str] | None = None,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     # the rerun gets the caller's environment as it was: libraries imported here while making the data
@@ -422,7 +423,7 @@ def reproduce(
     console = _console(console)
     asked_tracking = tracking  # as given: the command that continues this reproduction repeats it
     _check_design(repeats, until_decided, max_repeats)
-    links = rebuild.check_mode(env_mode, list(find_links or []))
+    links = rebuild.check_mode(env_mode, list(find_links or []), run_code=run_code, indexes=indexes)
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
         src, (pub, pending), workdir = _open(
@@ -433,11 +434,11 @@ def reproduce(
         placed = _place_source(pub, workdir) if code else None
         lines, warnings = _put_data(pub, workdir, src, Path(data_root), tmp, allow_data_differences, console)
         sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
-        env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console)
+        env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes)
         again = _again(source, workdir, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha, margins=margins,
                        data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,
-                       env_mode=env_mode, find_links=find_links)
+                       env_mode=env_mode, find_links=find_links, indexes=indexes)
         rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
                        pending=pending, again=again, console=console)
         verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console)
@@ -448,7 +449,7 @@ def reproduce(
 def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, subpath: str | None, alpha: float,
            margins: dict[str, float] | None, data_root: str | Path, tracking: bool | None, run_code: bool,
            allow_data_differences: bool, until_decided: bool, max_repeats: int | None, env_mode: str,
-           find_links: list[str] | None) -> str:
+           find_links: list[str] | None, indexes: list[str] | None) -> str:
     """The command that continues this reproduction where it stopped: the same options, the same
     ``--out`` (what the rerun prints when it is interrupted or a repeat fails)."""
     import shlex
@@ -465,7 +466,8 @@ def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, 
               *(["--run-code"] if run_code else []),
               *(["--allow-data-differences"] if allow_data_differences else []),
               *(["--env", env_mode] if env_mode != "current" else []),
-              *[w for folder in find_links or [] for w in ("--find-links", str(folder))]]
+              *[w for folder in find_links or [] for w in ("--find-links", str(folder))],
+              *[w for url in indexes or [] for w in ("--index", redact_url(url))]]
     return shlex.join(words)
 
 
@@ -565,10 +567,10 @@ def _check_options(pub: opened.Publication, workdir: Path, repeats: int | None, 
 def _consent(pub: opened.Publication, run_code: bool, console: Any) -> tuple[str, list[str]] | None:
     """The publisher's own code the rerun would run, refused without ``--run-code``."""
     code = pubs.own_code(pub.reference)
-    if code and not run_code:
-        shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
-        raise UsageError(f"this publication runs its own code ({code[0]}{': ' + shown if shown else ''}); "
-                         f"review it (in the packed run's source/) and pass --run-code to run it")
+    shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "") if code else ""
+    runs = f"runs its own code ({code[0]}{': ' + shown if shown else ''})" if code else None
+    if not untrusted.consent(run_code, runs, review="it (in the packed run's source/)"):
+        return None
     if code:
         console.print(f"the publication's own code runs ({untrusted.shown(code[0])}, {len(code[1])} files, digests checked)",
                       highlight=False, soft_wrap=True)
@@ -599,7 +601,7 @@ def _sequential_flags(workdir: Path, max_repeats: int | None, margins: dict[str,
 
 def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, code: tuple[str, list[str]] | None,
                  workdir: Path, links: list[str], env: dict[str, str],
-                 console: Any) -> tuple[dict[str, str], str | None, dict[str, Any]]:
+                 console: Any, indexes: list[str] | None = None) -> tuple[dict[str, str], str | None, dict[str, Any]]:
     """(the rerun's environment variables, the Python repro500 reruns with or None for this one,
     what the verdict records of it): the current environment, or the publication's lock rebuilt."""
     if env_mode != "venv":
@@ -610,7 +612,8 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     # so the venv holds exactly the lock; a built-in recipe runs inside repro500: it goes in too.
     # absolute, not resolved (that would follow the venv's python link out of it): the rerun runs
     # in another directory, and OUT (default reproductions/RUN_ID) may be relative
-    env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console).absolute()
+    env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console,
+                               indexes=indexes).absolute()
     used = {"mode": "venv", "python": str(env_python), "installer": rebuild.installer(),
             "lock_sha256": pins.digest, "not_rebuilt": pins.unpinnable}
     return rebuild.activated(env_python, env), None if is_command else str(env_python), used

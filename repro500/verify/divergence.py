@@ -603,31 +603,64 @@ def mlflow_records(section: DivergenceResult | None) -> tuple[dict[str, float], 
 
 
 # ----- repro500 locate: the pair, its bound, its environments, and the operator's cause -----------------
-# The variables that choose kernels or their numerics: each replay runs with its run's recorded
-# values (and without one the run did not have), so that two runs made in different environments
-# are replayed each in its own.
+# The variables a replay takes from its run's manifest: those that choose kernels or their numerics
+# (thread counts and affinity, determinism and precision knobs, the instruction set), so that two
+# runs made in different environments are replayed each in its own.  An allow-list, never a prefix:
+# a manifest is the run's word, and OMP_TOOL_LIBRARIES, NCCL_NET_PLUGIN and their kin load a library
+# into the replay (NCCL_DEBUG_FILE writes a file): such a variable is never set from a record.
+REPLAY_ENV_NAMES = frozenset({
+    # thread counts, scheduling and affinity
+    "OMP_NUM_THREADS", "OMP_DYNAMIC", "OMP_THREAD_LIMIT", "OMP_MAX_ACTIVE_LEVELS", "OMP_NESTED", "OMP_SCHEDULE",
+    "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY", "KMP_AFFINITY", "KMP_BLOCKTIME", "GOMP_CPU_AFFINITY",
+    "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "MKL_DYNAMIC", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
+    # determinism, precision and the instruction set kernels are picked for
+    "KMP_DETERMINISTIC_REDUCTION", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE",
+    "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "DNNL_CPU_ISA_HINTS", "ONEDNN_CPU_ISA_HINTS",
+    "DNNL_DEFAULT_FPMATH_MODE", "ONEDNN_DEFAULT_FPMATH_MODE", "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG",
+    "NVIDIA_TF32_OVERRIDE", "CUDA_VISIBLE_DEVICES", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS", "PYTHONHASHSEED",
+})
+# The families those belong to: a variable of this process in one of them that the run did not have
+# is unset for its replay (unsetting loads nothing).
 KERNEL_ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "BLIS_", "DNNL_", "ONEDNN_", "ATEN_",
                        "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_TF32", "NCCL_", "CUDA_VISIBLE_DEVICES",
                        "PYTHONHASHSEED")
+_PLAIN_VALUE = re.compile(r"[ -~]{0,256}")  # a thread count, an ISA name, ":4096:8": printable and short
+
+
+def _recorded_env_values(run: RunData) -> dict[str, Any] | None:
+    env = _recorded(run, "facets", "environment", "env")
+    return env.get("values") if isinstance(env.get("values"), dict) else None
 
 
 def replay_environment(run: RunData, environ: dict[str, str]) -> dict[str, str | None]:
     """The variables to set (a value) or unset (None) so that a replay runs with the run's recorded
-    kernel-relevant environment (:data:`KERNEL_ENV_PREFIXES`); empty without a manifest."""
-    env = _recorded(run, "facets", "environment", "env")
-    values = env.get("values") if isinstance(env.get("values"), dict) else None
+    kernel-relevant environment: only names of :data:`REPLAY_ENV_NAMES` are set, and only to a
+    plain value; empty without a manifest."""
+    values = _recorded_env_values(run)
     if values is None:
         return {}
-    names = env.get("names")
+    names = _recorded(run, "facets", "environment", "env").get("names")
     listed = {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
     out: dict[str, str | None] = {}
     for name, value in values.items():
-        if str(name).startswith(KERNEL_ENV_PREFIXES) and isinstance(value, str) and environ.get(name) != value:
+        if name in REPLAY_ENV_NAMES and isinstance(value, str) and _PLAIN_VALUE.fullmatch(value) \
+                and environ.get(name) != value:
             out[str(name)] = value
     for name in environ:
         if name.startswith(KERNEL_ENV_PREFIXES) and name not in values and name not in listed:
             out[name] = None  # the run did not have it
     return out
+
+
+def replay_env_not_set(run: RunData) -> list[str]:
+    """The kernel-family variables the run recorded that its replay does not take (not on the
+    allow-list: a library or plug-in loader, a log file, a setting that picks no kernel; or a value
+    that is not a plain one)."""
+    values = _recorded_env_values(run) or {}
+    return sorted(str(n) for n, v in values.items() if str(n).startswith(KERNEL_ENV_PREFIXES)
+                  and (str(n) not in REPLAY_ENV_NAMES or not (isinstance(v, str) and _PLAIN_VALUE.fullmatch(v))))
 
 
 @dataclass
