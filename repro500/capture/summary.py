@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from repro500.capture.hardware import gpu_model
+from repro500.untrusted import shown  # a manifest may be somebody else's: its strings are data
 
 
 def _size(n_bytes: int | None) -> str:
@@ -124,8 +125,6 @@ def render_summary(manifest: dict[str, Any], console: Any = None,
     """Print the summary with rich (to ``console``, default stdout)."""
     from rich.console import Console
     from rich.table import Table
-
-    from repro500.untrusted import shown  # a manifest may be somebody else's: its strings are data
 
     console = console or Console()
     table = Table(show_header=False, box=None, pad_edge=False)

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from repro500.ext import specs
+from repro500.untrusted import shown  # what a diff prints, one of the two runs recorded
 
 SCHEMA = "repro500/diff/v1"
 RELEVANT_IMPACT = 50
@@ -401,8 +402,6 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
     """
     from rich.console import Console
     from rich.table import Table
-
-    from repro500.untrusted import shown  # every value here is what one of the two runs recorded
 
     console = console or Console()
     if not diffs:
