@@ -134,3 +134,68 @@ def test_a_stop_signal_reaches_the_servers_whole_process_group(tmp_path, sig):
     while group_alive(group) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not group_alive(group)  # the shell and its grandchild are both gone
+
+
+# ------------------------------------------------------------------- which page MLflow's UI opens on
+
+
+@pytest.mark.parametrize("where", ["logging process", "run's process"])
+def test_repro500s_experiments_carry_the_kind_that_opens_the_runs_table(in_tmp, monkeypatch, where):
+    """New experiments, and existing ones logged to again, are tagged custom_model_development (the
+    runs table), through the logging process every run uses and in the run's own process alike; a
+    kind the experiment's owner chose stays."""
+    from mlflow.tracking import MlflowClient
+
+    from repro500.tracking import process as tracking_process
+    from repro500.tracking.names import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+
+    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    # one logging process answers every connect (each makes a new Tracker there): one MLflow import
+    process = tracking_process.ProcessTracker() if where == "logging process" else None
+    monkeypatch.setenv(tracking_process.PROCESS_ENV, "0")
+
+    def connect(name: str) -> str:
+        tracker = process.connect(name, uri, None) if process else tracking_process.connect(name, uri, None)
+        return tracker.experiment_id
+
+    try:
+        made = connect("repro500/new")  # a new store and a new experiment
+        client = MlflowClient(uri)
+        before = client.create_experiment("repro500/made-before")  # as repro500 made them until now
+        chosen = client.create_experiment("theirs", tags={EXPERIMENT_KIND_TAG: "genai_development"})
+        assert EXPERIMENT_KIND_TAG not in client.get_experiment(before).tags
+        assert connect("repro500/made-before") == before and connect("theirs") == chosen
+        assert connect("repro500/new") == made  # found again, still tagged once
+    finally:
+        if process:
+            process.close()
+    kinds = {e: client.get_experiment(e).tags.get(EXPERIMENT_KIND_TAG) for e in (made, before, chosen)}
+    assert kinds == {made: EXPERIMENT_KIND, before: EXPERIMENT_KIND, chosen: "genai_development"}
+    assert EXPERIMENT_KIND == "custom_model_development"  # the value MLflow's UI reads as the runs table
+
+
+def test_the_printed_address_opens_the_latest_runs_table_in_the_model_training_view(monkeypatch):
+    """MLflow 3.17's UI picks an experiment's page by the browser's GenAI / Model training switch
+    (GenAI unless flipped), not by the tag: `repro500 ui` prints the latest repro500 run's runs table
+    with the switch set in the address, else the experiments list with it."""
+    calls = []
+
+    def api(url, method, payload):
+        calls.append((method, payload))
+        if method == "experiments/search":
+            return {"experiments": [{"experiment_id": "0"}, {"experiment_id": "7"}]}
+        return {"runs": [{"info": {"experiment_id": "7"}}]}
+
+    monkeypatch.setattr(ui, "_api", api)
+    base = "http://127.0.0.1:5000"
+    assert ui.runs_page(base) == f"{base}/#/experiments/7/runs?workflowType=machine_learning"
+    assert calls[1][1]["experiment_ids"] == ["0", "7"]
+    assert calls[1][1]["filter"] == "tags.`repro500.run_id` LIKE '%'"  # repro500's runs, not another tool's
+    monkeypatch.setattr(ui, "_api", lambda url, method, payload: {})
+    assert ui.runs_page(base) == f"{base}/#/experiments?workflowType=machine_learning"
+
+    def down(url, method, payload):
+        raise ConnectionRefusedError
+
+    monkeypatch.setattr(ui, "_api", down)
+    assert ui.runs_page(base) == f"{base}/#/experiments?workflowType=machine_learning"

@@ -14,7 +14,9 @@ def ui(port: int, host: str, backend_store_uri: str | None) -> None:
 
     Runs are grouped per recipe (experiment repro500/<recipe>); each repro500 run is a parent run
     with one nested run per repeat. Add the repro500.* tags and params as columns to compare
-    repeats and reruns side by side.
+    repeats and reruns side by side. The address printed opens the runs table of the experiment
+    holding the latest repro500 run (in MLflow's "Model training" view; a bare address opens on
+    MLflow's GenAI overview).
     """
     from repro500.errors import RunFailed
     from repro500.tracking import ui as mlflow_ui
@@ -22,7 +24,7 @@ def ui(port: int, host: str, backend_store_uri: str | None) -> None:
     store = backend_store_uri or mlflow_ui.default_backend_uri()
 
     def ready(url: str) -> None:
-        click.echo(f"MLflow UI: {url}  (store: {mlflow_ui.redact_store(store)}; Ctrl-C to stop)")
+        click.echo(f"MLflow UI: {mlflow_ui.runs_page(url)}  (store: {mlflow_ui.redact_store(store)}; Ctrl-C to stop)")
 
     code = mlflow_ui.serve(backend_store_uri, host, port, on_ready=ready)
     if code != 0:

@@ -21,6 +21,8 @@ from repro500.tracking import store as mlflow_store
 from repro500.tracking.names import (
     EPOCH_METRIC,
     ERROR_TAG,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
     FINAL_PARAM_DIGEST_TAG,
     NAMES_TAG,
     NAMES_VERSION,
@@ -91,15 +93,30 @@ class Tracker:
             if explicit and found.artifact_location.rstrip("/") != mlflow_store.artifact_uri(self.artifacts):
                 self.notes.append(f"MLflow experiment {name!r} keeps its artifacts in {found.artifact_location} "
                                   f"(fixed when it was created); --artifacts applies to new experiments only")
-            return found.experiment_id
+            return self._kind(found)
         try:
-            return self.client.create_experiment(name, artifact_location=self.artifacts)
+            return self.client.create_experiment(name, artifact_location=self.artifacts,
+                                                 tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         except MlflowException:
             # Another process created it between the lookup and the creation.
             found = self.client.get_experiment_by_name(name)
             if found is None:
                 raise
-            return found.experiment_id
+            return self._kind(found)
+
+    def _kind(self, experiment: Any) -> str:
+        """Tag an experiment made before repro500 tagged them (or by someone else), so MLflow's UI
+        opens it on its runs table; a kind already set is the owner's choice and stays."""
+        from mlflow.exceptions import MlflowException
+
+        if EXPERIMENT_KIND_TAG not in experiment.tags:
+            try:
+                self.client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+            except MlflowException as err:  # a page layout is no reason to refuse logging the run
+                self.notes.append(f"MLflow experiment {experiment.name!r} could not be tagged "
+                                  f"{EXPERIMENT_KIND_TAG}={EXPERIMENT_KIND} ({err.message}); its UI page may "
+                                  f"open on the traces overview: choose its runs tab")
+        return experiment.experiment_id
 
     # ----- parent ---------------------------------------------------------------------------
     def start_parent(self, name: str, params: dict[str, str], tags: dict[str, str]) -> str:

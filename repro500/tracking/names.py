@@ -18,6 +18,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+# MLflow's UI (3.x) picks an experiment's page by this tag; without it, it guesses, and an experiment
+# with no traces opens on the GenAI overview instead of the runs table. MLflow exports no constant
+# for it (its UI's ExperimentKind enum holds the values); "custom_model_development" is the runs table.
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 STEP_PREFIX = "train/"
 EPOCH_METRIC = "epoch"
 # repro500's own tags (docs/contracts.md, "MLflow"): one owner, as MLflow's mlflow_tags.py holds its own.

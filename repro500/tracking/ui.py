@@ -23,8 +23,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from repro500.errors import InvalidInput, UsageError
+from repro500.tracking.names import RUN_ID_TAG
 
 HEALTH_TIMEOUT_S = 120.0
+# MLflow's UI (3.17) lays an experiment's page out by its GenAI / Model training switch, kept in the
+# browser and GenAI until the user flips it, not by the experiment's mlflow.experimentKind tag: a
+# bare address opens repro500's experiments on an empty traces overview. This query opens the
+# runs table (the verdict and metrics) whatever the browser has stored.
+RUNS_VIEW = "workflowType=machine_learning"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -81,6 +87,32 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = HEALTH_TIM
             pass
         time.sleep(0.5)
     raise InvalidInput(f"the MLflow UI did not answer at {url} within {timeout_s:.0f} s")
+
+
+def _api(url: str, method: str, payload: dict) -> dict:
+    import json
+
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/{method}", data=json.dumps(payload).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())
+
+
+def runs_page(url: str) -> str:
+    """The address to open: the runs table of the experiment that holds the latest repro500 run,
+    else the experiments list, both in MLflow's model-training view (:data:`RUNS_VIEW`)."""
+    try:
+        experiments = _api(url, "experiments/search", {"max_results": 1000}).get("experiments", [])
+        if experiments:
+            runs = _api(url, "runs/search", {
+                "experiment_ids": [e["experiment_id"] for e in experiments],
+                "filter": f"tags.`{RUN_ID_TAG}` LIKE '%'",
+                "order_by": ["attributes.start_time DESC"], "max_results": 1}).get("runs", [])
+            if runs:
+                return f"{url}/#/experiments/{runs[0]['info']['experiment_id']}/runs?{RUNS_VIEW}"
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # the list is a fine page to land on; the server answered /health
+    return f"{url}/#/experiments?{RUNS_VIEW}"
 
 
 def start(backend_uri: str | None = None, host: str = "127.0.0.1", port: int = 5000,
