@@ -14,7 +14,7 @@ import pytest
 import yaml
 from helpers.runs import repro500
 
-from repro500.recipe.init import MLFLOW_IGNORES, input_dep
+from repro500.workloads.command.init import MLFLOW_IGNORES, input_dep
 
 BIN = Path(sys.executable).parent
 # the script logs its accuracy to the repeat's MLflow run, as README's example reads it (accuracy=mlflow)

@@ -1,4 +1,4 @@
-"""``repro500 init``: thin CLI over :func:`repro500.recipe.init.init`."""
+"""``repro500 init``: thin CLI over :func:`repro500.workloads.command.init.init`."""
 
 from __future__ import annotations
 
@@ -43,9 +43,9 @@ def init(command: tuple[str, ...], directory: Path, metrics: tuple[str, ...], sc
     With tracking (the default), MLflow's local store files are appended to .gitignore where
     missing. Exit codes: 0 written, 2 usage error, 4 invalid input or a file exists (nothing written).
     """
-    from repro500.recipe.init import init as write
     from repro500.recipe.load import parse_assignment
     from repro500.workloads.command.adhoc import recipe_data
+    from repro500.workloads.command.init import init as write
 
     data = recipe_data(list(command), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
                        repeats=repeats, inputs=list(inputs), scales=scales)

@@ -47,13 +47,14 @@ def io(samples: int, size: str, formats: list[str] | None, files: list[int] | No
 
     Exit code: the verdict's (0 every sample read back as written, 1 not), 2 usage error.
     """
+    from repro500.runner import run_data
     from repro500.system import recipes, render
 
     system = {"samples": samples, "size": size, "formats": formats, "files": files, "access": access,
               "workers": workers, "caches": caches, "batch_size": batch_size, "scratch": scratch}
     data = recipes.io_recipe({k: v for k, v in system.items() if v is not None},
                              {"threads": threads} if threads else {}, repeats=repeats, seed=seed)
-    outcome = recipes.run(data, source="repro500 io", out_dir=out_dir, run_id=run_id, tracking=tracking,
+    outcome = run_data(data, source="repro500 io", out_dir=out_dir, run_id=run_id, tracking=tracking,
                           experiment=experiment, argv=["repro500", *sys.argv[1:]])
     render.after_run(outcome.run_dir)
     finish(outcome)

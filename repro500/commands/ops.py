@@ -48,6 +48,7 @@ def ops(operators: tuple[str, ...], dtypes: tuple[str, ...], sizes: str, custom:
     lacks, a size that does not fit in memory).
     """
     from repro500.errors import UsageError
+    from repro500.runner import run_data
     from repro500.system import ops as measure
     from repro500.system import recipes, render
 
@@ -76,7 +77,7 @@ def ops(operators: tuple[str, ...], dtypes: tuple[str, ...], sizes: str, custom:
                "engine": "ddp" if nproc and nproc > 1 else None}
     data = recipes.ops_recipe(system, {k: v for k, v in mutable.items() if v is not None},
                               device=resolve_device(device), repeats=repeats, seed=seed)
-    outcome = recipes.run(data, source="repro500 ops", out_dir=out_dir, run_id=run_id, tracking=tracking,
+    outcome = run_data(data, source="repro500 ops", out_dir=out_dir, run_id=run_id, tracking=tracking,
                           experiment=experiment, argv=["repro500", *sys.argv[1:]])
     render.after_run(outcome.run_dir)
     finish(outcome)
@@ -85,6 +86,7 @@ def ops(operators: tuple[str, ...], dtypes: tuple[str, ...], sizes: str, custom:
 def _inference(recipe_path: Path, device: str | None, batch_sizes: tuple[int, ...], calls: int | None, repeats: int,
                seed: int, threads: int | None, out_dir: str, run_id: str | None, tracking: bool | None,
                experiment: str | None) -> None:
+    from repro500.runner import run_data
     from repro500.system import inference, recipes, render
 
     system = inference.options_from_recipe(recipe_path, batch_sizes=list(batch_sizes) or None, calls=calls)
@@ -93,7 +95,7 @@ def _inference(recipe_path: Path, device: str | None, batch_sizes: tuple[int, ..
     mutable = {"device": device, "threads": threads}
     data = recipes.inference_recipe(system, {k: v for k, v in mutable.items() if v is not None},
                                     device=resolve_device(device), name=recipe_path.stem, repeats=repeats, seed=seed)
-    outcome = recipes.run(data, source=f"repro500 ops --inference {recipe_path}", out_dir=out_dir, run_id=run_id,
+    outcome = run_data(data, source=f"repro500 ops --inference {recipe_path}", out_dir=out_dir, run_id=run_id,
                           tracking=tracking, experiment=experiment, argv=["repro500", *sys.argv[1:]])
     render.after_run(outcome.run_dir)
     finish(outcome)

@@ -31,6 +31,7 @@ def roofline(dtypes: tuple[str, ...], sizes: str, device: str, nproc: int | None
     Exit code: the verdict's (0 the ceilings agree with the tools, 1 one does not), 2 usage
     error, 4 invalid input (sizes that do not fit in memory).
     """
+    from repro500.runner import run_data
     from repro500.system import recipes, render
     from repro500.system.roofline import check_names
 
@@ -40,7 +41,7 @@ def roofline(dtypes: tuple[str, ...], sizes: str, device: str, nproc: int | None
     data = recipes.roofline_recipe({k: v for k, v in system.items() if v is not None},
                                    {k: v for k, v in mutable.items() if v is not None},
                                    device=resolve_device(device), repeats=repeats, seed=seed)
-    outcome = recipes.run(data, source="repro500 roofline", out_dir=out_dir, run_id=run_id, tracking=tracking,
+    outcome = run_data(data, source="repro500 roofline", out_dir=out_dir, run_id=run_id, tracking=tracking,
                           experiment=experiment, argv=["repro500", *sys.argv[1:]])
     render.after_run(outcome.run_dir)
     finish(outcome)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -35,7 +36,7 @@ from repro500.runner.summaries import aggregate, new_run_id, utc
 from repro500.workloads.command import launchenv
 from repro500.workloads.workload import SUMMARY_METRICS
 
-__all__ = ["SUMMARY_METRICS", "RunOptions", "RunOutcome", "aggregate", "preflight", "run"]
+__all__ = ["SUMMARY_METRICS", "RunOptions", "RunOutcome", "aggregate", "preflight", "run", "run_data"]
 
 
 @contextmanager
@@ -185,6 +186,16 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
         return _run(options, console or Console(stderr=False), reproduction)
     finally:
         tracking_process.discard()
+
+
+def run_data(data: dict[str, Any], *, source: str, out_dir: str = "runs", run_id: str | None = None,
+             tracking: bool | None = None, experiment: str | None = None, nproc: int | None = None,
+             argv: list[str] | None = None) -> RunOutcome:
+    """Run a recipe given as data (what ``repro500 ops``, ``roofline`` and ``io`` build) as
+    ``repro500 run`` runs a recipe file: capture, repeats, MLflow, seal, verify."""
+    options = RunOptions(adhoc=data, adhoc_source=source, out_dir=out_dir, run_id=run_id, tracking=tracking,
+                         experiment=experiment, nproc=nproc, argv=list(argv or sys.argv))
+    return run(options)
 
 
 def _run(options: RunOptions, console: Console, reproduction: str | None = None) -> RunOutcome:

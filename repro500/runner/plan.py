@@ -18,7 +18,7 @@ from repro500.capture.hardware import usable_cpus
 from repro500.errors import InvalidInput, UsageError
 from repro500.ext import specs
 from repro500.recipe import load as recipes
-from repro500.workloads import kinds
+from repro500.runner import kinds
 from repro500.workloads import workload as workloads
 
 ENGINES = ("local", "ddp", "horovod", "command")

@@ -61,18 +61,3 @@ def io_recipe(system: dict[str, Any], mutable: dict[str, Any], *, repeats: int =
     dataio.check(config)
     return _recipe("io", "io", system, mutable, dataio.acceptance(config), repeats, seed,
                    "written by repro500 io: read throughput of repro500's data formats against a raw read")
-
-
-def run(data: dict[str, Any], *, source: str, out_dir: str = "runs", run_id: str | None = None,
-        tracking: bool | None = None, experiment: str | None = None, nproc: int | None = None,
-        argv: list[str] | None = None) -> Any:
-    """Run a system recipe through the runner (capture, repeats, MLflow, seal, verify): the
-    ``RunOutcome`` of ``repro500 run``."""
-    import sys
-
-    from repro500.runner import RunOptions
-    from repro500.runner import run as run_recipe
-
-    options = RunOptions(adhoc=data, adhoc_source=source, out_dir=out_dir, run_id=run_id, tracking=tracking,
-                         experiment=experiment, nproc=nproc, argv=list(argv or sys.argv))
-    return run_recipe(options)

@@ -31,6 +31,7 @@ import yaml
 from repro500.errors import InvalidInput
 from repro500.recipe import load as recipes
 from repro500.rundir import atomic
+from repro500.workloads.command import recipe as command
 
 FILES = ("repro500.yaml", "params.yaml", "dvc.yaml")
 RUN_DIR = "runs/dvc/experiment"
@@ -164,8 +165,6 @@ def init(directory: str | Path, recipe_data: dict[str, Any], *, force: bool = Fa
                            "nothing was written (pass --force to replace them)")
     mutable = dict(recipe_data.get("mutable") or {})
     recipe = recipes.from_data(recipe_data, "repro500 init")  # the recipe repro500 run will read: checked now
-    from repro500.workloads.command import recipe as command
-
     spec = command.CommandSpec.from_recipe(recipe.fixed, recipe.metrics, recipe.mutable, source="repro500 init",
                                            base=root.resolve())
     # the program is found, regexes compile, inputs exist; an MLflow metric needs tracking
