@@ -20,7 +20,7 @@ import pytest
 import yaml
 from helpers.runs import repro500
 
-from repro500.publish.dvcmetrics import verdict_metrics
+from repro500.rundir.dvcmetrics import verdict_metrics
 
 TINY = {
     "schema": "repro500/recipe/v1",

@@ -117,7 +117,7 @@ def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: floa
         except OSError as err:
             click.echo(f"repro500: warning: could not write {plain(run_dir / 'verdict.json')} ({err.strerror})", err=True)
     if metrics_path is not None:
-        from repro500.publish.dvcmetrics import write_metrics
+        from repro500.rundir.dvcmetrics import write_metrics
 
         write_metrics(verdict.to_dict(), metrics_path)
     if as_json:

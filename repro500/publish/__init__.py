@@ -4,7 +4,6 @@
 * datafiles.py: the data a run read and how to regenerate it byte for byte;
 * source.py: where a publication comes from (directory, packed run, git without hooks or filters);
 * reproduce.py: data, rerun, verdict against the publication;
-* dvcmetrics.py: a verdict's numbers as a flat DVC metrics file.
 
 Submodules are imported where used, so ``import repro500.publish`` costs nothing.
 """

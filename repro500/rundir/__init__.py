@@ -5,5 +5,6 @@
 * ``sums``      ``SHA256SUMS``: write, read and check the digest list
 * ``archive``   ``repro500 pack`` / ``unpack``: one file, unpacked safely anywhere
 * ``atomic``    writes that a crash never leaves half-done
+* ``dvcmetrics`` a verdict's numbers as the flat DVC metrics file (``metrics/verdict.json``)
 * ``writable``  a file-system failure as one sentence naming the place
 """

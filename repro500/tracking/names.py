@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from repro500.rundir.dvcmetrics import verdict_metrics as dvc_view
+
 # MLflow's UI (3.x) picks an experiment's page by this tag; without it, it guesses, and an experiment
 # with no traces opens on the GenAI overview instead of the runs table. MLflow exports no constant
 # for it (its UI's ExperimentKind enum holds the values); "custom_model_development" is the runs table.
@@ -81,13 +83,11 @@ def is_history(key: str) -> bool:
 def verdict_metrics(doc: dict[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
     """The verdict's numbers as the parent's metrics and its statuses as tags.
 
-    Built from the DVC view (:func:`repro500.publish.dvcmetrics.verdict_metrics`), so both tools
+    Built from the DVC view (:func:`repro500.rundir.dvcmetrics.verdict_metrics`), so both tools
     carry the same figures under the same names: ``accuracy.ci_low`` there is ``accuracy_ci_low``
     here, ``accuracy.band.bound`` is ``accuracy_band_bound``.  A status is a tag:
     ``repro500.verdict`` for the verdict, ``repro500.verdict.<dotted key>`` for one of its parts
     (``repro500.verdict.accuracy.band.status``)."""
-    from repro500.publish.dvcmetrics import verdict_metrics as dvc_view
-
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
 
