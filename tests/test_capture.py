@@ -491,10 +491,10 @@ def test_toolchain_reads_the_cuda_version_file_instead_of_running_nvcc(fake_tool
 
 
 def test_no_cuda_toolkit_is_recorded_as_absent(monkeypatch):
-    import repro500.ext.build
+    import repro500.capture.toolchain
     from repro500.capture.toolchain import toolchain
 
-    monkeypatch.setattr(repro500.ext.build, "find_cuda_home", lambda: None)
+    monkeypatch.setattr(repro500.capture.toolchain, "find_cuda_home", lambda: None)
     cuda = toolchain()["cuda_toolkit"]
     assert cuda["home"] is None and cuda["version"] is None and "problem" not in cuda
 

@@ -92,10 +92,21 @@ def _finish(proc: subprocess.Popen[str] | str, deadline: float) -> tuple[str | N
     return out, None
 
 
+def find_cuda_home() -> str | None:
+    """The CUDA toolkit root (the one repro500's CUDA build uses, so the record names it): $CUDA_HOME, else /usr/local/cuda, else the parent of nvcc's dir."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        # Resolve wrapper scripts and symlinks: torch needs the directory with include/.
+        candidates.append(str(Path(nvcc).resolve().parent.parent))
+    for root in candidates:
+        if root and (Path(root) / "bin" / "nvcc").exists() and (Path(root) / "include").is_dir():
+            return root
+    return None
+
+
 def toolchain(deadline_s: float = DEADLINE_S) -> dict[str, Any]:
     """The facet's data: ``{"cuda_toolkit": {...}, "tools": [{"name", "command", ...}]}``."""
-    from repro500.ext.build import find_cuda_home  # the toolkit repro500's CUDA build uses
-
     home = find_cuda_home()
     cuda: dict[str, Any] = {"home": home, "nvcc": None, "version": None, "release": None,
                             "version_from": None, "nvcc_on_path": shutil.which("nvcc")}

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from repro500.capture.cache import cache_dir
+from repro500.capture.toolchain import find_cuda_home
 
 CSRC = Path(__file__).parent / "csrc"
 CPU_SOURCES = ("ops.cpp", "topk.cpp", "indexcode.cpp", "quantize.cpp", "sign.cpp", "ef_update.cpp")
@@ -114,19 +115,6 @@ def load_cpu_ops(verbose: bool = False) -> Path:
         extra_ldflags=list(CPU_LDFLAGS),
         with_cuda=False,
     )
-
-
-def find_cuda_home() -> str | None:
-    """The CUDA toolkit root: $CUDA_HOME, else /usr/local/cuda, else the parent of nvcc's dir."""
-    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
-    nvcc = shutil.which("nvcc")
-    if nvcc:
-        # Resolve wrapper scripts and symlinks: torch needs the directory with include/.
-        candidates.append(str(Path(nvcc).resolve().parent.parent))
-    for root in candidates:
-        if root and (Path(root) / "bin" / "nvcc").exists() and (Path(root) / "include").is_dir():
-            return root
-    return None
 
 
 def build_cuda_ops(arch_list: str | None = None, verbose: bool = False) -> Path:
