@@ -1,6 +1,6 @@
 """What energy and utilization sampling costs a training step (target: <= 1 %), measured as
 bench/overhead.py measures the trainer: the same trainer, model (ResNet-20), data and seed, with
-and without the per-epoch meter (repro500.system.epochs), rounds interleaved, each timed from
+and without the per-epoch meter (repro500.workloads.trainer.epochs), rounds interleaved, each timed from
 outside as the interval between consecutive step ends (the ``on_step`` callback).
 
 The meter samples in a background thread.  This machine may have no RAPL and no GPU, and then
@@ -24,9 +24,8 @@ from pathlib import Path
 from overhead import spec_for
 
 from repro500.capture import seeds as seeding
-from repro500.system import epochs
-from repro500.system.energy import EnergyMeter
-from repro500.workloads.trainer import train
+from repro500.workloads.trainer import epochs, train
+from repro500.workloads.trainer.energy import EnergyMeter
 from repro500.workloads.workload import Progress
 
 TARGET = 1.01

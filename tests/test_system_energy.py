@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from repro500.system import epochs
-from repro500.system.energy import EnergyMeter, rapl_zones
+from repro500.workloads.trainer import epochs
+from repro500.workloads.trainer.energy import EnergyMeter, rapl_zones
 from repro500.workloads.workload import Progress
 
 
@@ -175,7 +175,7 @@ def test_without_counters_the_summary_says_not_measured(tmp_path):
 def test_arithmetic_intensity_of_a_linear_layer_is_counted_exactly():
     import torch
 
-    from repro500.system.intensity import estimate
+    from repro500.workloads.trainer.intensity import estimate
 
     model = torch.nn.Linear(8, 4, bias=False)
     x, y = torch.randn(2, 8), torch.randn(2, 4)

@@ -9,8 +9,8 @@ can be compared on it and a training run can be placed against it.
 - ``roofline``: the machine's ceilings (peak FLOP/s per dtype, memory bandwidth, the
   interconnect's alpha/beta), cross-checked against independent tools;
 - ``inference``: latency distributions and throughput of a recipe's model;
-- ``energy``/``intensity``/``epochs``: joules and utilization per epoch, arithmetic intensity,
-  the share of each epoch spent waiting for data, added to a training run's records;
+- joules and utilization per epoch, arithmetic intensity and the share of each epoch spent
+  waiting for data are the trainer's own records (``repro500.workloads.trainer.epochs``);
 - ``dataio``: read throughput of repro500's data formats against a raw read of the same bytes;
 - ``workload``/``recipes``: the ``system`` workload the runner runs, and the recipes the
   ``repro500 ops``, ``roofline`` and ``io`` commands write.

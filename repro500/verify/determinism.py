@@ -193,7 +193,7 @@ MACHINE_METRICS = frozenset({
     "throughput_samples_per_s", "flops_per_s", "valid_flops", "time_to_quality_s", "train_time_s",
     "total_time_s", "time_compress_per_step_s", "time_decompress_per_step_s", "time_comm_per_step_s",
     "wire_bytes_sent_per_step", "wire_bytes_received_per_step",
-    # joules, utilization and waiting for data (repro500.system.epochs): the machine's, not the model's
+    # joules, utilization and waiting for data (repro500.workloads.trainer.epochs): the machine's, not the model's
     "energy_j", "energy_j_per_sample", "flops_per_j", "cpu_utilization_pct", "gpu_utilization_pct",
     "data_wait_fraction",
 })

@@ -37,7 +37,7 @@ SUMMARY_METRICS = ("throughput_samples_per_s", "train_flops", "flops_per_s", "va
                    "time_comm_per_step_s",
                    # measured on each rank's TCP sockets (engines.wire), mean over ranks
                    "wire_bytes_sent_per_step", "wire_bytes_received_per_step",
-                   # added beside the trainer by repro500.system.epochs (docs/system.md)
+                   # added beside the trainer by repro500.workloads.trainer.epochs (docs/system.md)
                    "energy_j", "energy_j_per_sample", "flops_per_j", "cpu_utilization_pct", "gpu_utilization_pct",
                    "data_wait_fraction", "arithmetic_intensity_flop_per_byte", "achieved_flops_per_s")
 COMMAND_METRICS = ("total_time_s",)

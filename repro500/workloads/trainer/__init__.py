@@ -11,5 +11,7 @@
 * ``sampling``    which samples each epoch drew (Deep500's sampling-bias metric)
 * ``metrics``     measurements besides the loss: parameter digests, FLOPs, memory, Valid FLOPS
 * ``records``     the repeat's files, traffic, FLOP count and MLPerf log
+* ``epochs``      joules, utilization and data wait per epoch beside the trainer (``energy``: RAPL
+                  and NVML meters; ``intensity``: the step's arithmetic intensity)
 * ``replay``      ``repro500 locate``: a repeat replayed under an operator-hashing mode
 """

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.source import PYPROJECT, REQUIREMENTS
 from repro500.data.loaders import H5_DATASETS
 from repro500.errors import InvalidInput, UsageError
 from repro500.recipe import load as recipes
@@ -159,12 +160,12 @@ class TrainedWorkload:
                                "(its split attribute is 'train'); generate an eval split (repro500 data generate ... --split eval)")
 
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
-        from repro500.system import epochs
+        from repro500.workloads.trainer import epochs
 
         spec = self.spec()
         if repeat.deterministic is not None and repeat.deterministic != spec.deterministic:
             spec = dataclasses.replace(spec, deterministic=repeat.deterministic)
-        # energy, utilization and data wait per epoch, beside the trainer (repro500.system.epochs)
+        # energy, utilization and data wait per epoch, beside the trainer (repro500.workloads.trainer.epochs)
         metered = epochs.EpochMeter(Path(repeat.out_dir))
         try:
             summary = self._train(spec, repeat, metered.wrap(repeat.progress))
@@ -197,7 +198,7 @@ class TrainedWorkload:
         roots = [root for root, _ in self.imported]
         root = max(set(roots), key=roots.count)
         files = sorted(os.path.relpath(path, root) for r, path in self.imported if r == root)
-        requirement_files = [n for n in ("requirements.txt", "pyproject.toml") if (Path(root) / n).is_file()]
+        requirement_files = [n for n in (REQUIREMENTS, PYPROJECT) if (Path(root) / n).is_file()]
         return Path(root), sorted({*files, *requirement_files})
 
     def describe(self) -> dict[str, Any]:
