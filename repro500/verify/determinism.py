@@ -261,56 +261,134 @@ def _name_differences(differences: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def exact_replay(run: RunData, reference: RunData) -> ExactReplay:
+def seed_key(doc: dict[str, Any]) -> tuple[Any, ...] | None:
+    """What a repeat's seeds are, as pairs compare them: every seed the determinism check groups by
+    (:func:`seed_groups`); None when the repeat records no torch seed."""
+    seeds = doc.get("seeds") if isinstance(doc.get("seeds"), dict) else {}
+    if seeds.get("torch") is None:
+        return None
+    return tuple(seeds.get(name) for name in _SEED_NAMES)
+
+
+def seed_pairs(run: RunData, reference: RunData, repeats: list[int] | None = None,
+               reference_repeats: list[int] | None = None) -> tuple[list[tuple[int, int]], list[str]]:
+    """([(rerun repeat, reference repeat)], gaps): each rerun repeat (of *repeats*, default the
+    completed ones) with a reference repeat (of *reference_repeats*) of the same seeds, each
+    reference repeat used once, the one of the same index first; a gap says why a repeat has none."""
+    repeats = run.completed if repeats is None else repeats
+    reference_repeats = reference.completed if reference_repeats is None else reference_repeats
+    by_seed: dict[Any, list[int]] = {}
+    for j in reference_repeats:
+        key = seed_key(reference.repeats[j])
+        if key is not None:
+            by_seed.setdefault(key, []).append(j)
+    pairs, gaps = [], []
+    for k in repeats:
+        key = seed_key(run.repeats[k])
+        if key is None:
+            gaps.append(f"repeat {k} records no torch seed")
+            continue
+        free = by_seed.get(key) or []
+        if not free:
+            gaps.append(f"no reference repeat shares repeat {k}'s seed {key[2]}")
+            continue
+        j = k if k in free else free[0]
+        free.remove(j)
+        pairs.append((k, j))
+    return pairs, gaps
+
+
+def replay_by_seed(run: RunData, reference: RunData) -> ExactReplay:
+    """Whether the rerun replays the reference exactly, pair by pair (:func:`seed_pairs`): a
+    :class:`ExactReplay`.
+
+    Exact when every rerun repeat completed and has a partner, and in every pair the recorded
+    metrics are identical (times and rates aside: :func:`machine_dependent`), the final
+    parameters are bitwise identical where both record a digest, and so are the declared outputs
+    where both declare some.  A wrapped command that records no parameter digest is replayed
+    exactly by its metrics alone; a pair where one side has a digest and the other none is not
+    compared (their records differ), and identical parameters with different metrics are named
+    (``metric_differences``): they point at the evaluation."""
     if run.unsuccessful:
         shown = ", ".join(f"{k} ({state})" for k, state in run.unsuccessful.items())
         return ExactReplay(False, f"not every repeat completed: {shown}")
-    by_seed: dict[Any, list[int]] = {}
-    for j in reference.completed:
-        seed = (reference.repeats[j].get("seeds") or {}).get("torch")
-        if seed is not None and reference.repeats[j].get("final_param_digest"):
-            by_seed.setdefault(seed, []).append(j)
-    pairs, gaps, differences = [], [], []
-    ignored: set[str] = set()
-    for k in run.completed:
-        doc = run.repeats[k]
-        seed, digest = (doc.get("seeds") or {}).get("torch"), doc.get("final_param_digest")
-        if seed is None or not digest:
-            gaps.append(f"repeat {k} records no {'torch seed' if seed is None else 'final parameter digest'}")
-            continue
-        candidates = by_seed.get(seed)
-        if not candidates:
-            gaps.append(f"no reference repeat shares repeat {k}'s seed {seed}")
-            continue
-        j = k if k in candidates else candidates[0]
-        identical = digest == reference.repeats[j]["final_param_digest"]
-        # metrics of pairs with different parameters are expected to differ: only a pair whose
-        # parameters are identical says something about the evaluation
-        found = _differences(doc.get("metrics") or {}, reference.repeats[j].get("metrics") or {}, ignored)
-        if identical:
-            differences += [{"repeat": k, "reference_repeat": j, "metric": m, "value": a, "reference_value": b}
-                            for m, a, b in found]
-        pairs.append({"repeat": k, "reference_repeat": j, "seed": seed, "identical": identical,
-                      "metrics_identical": not found})
+    found, gaps = seed_pairs(run, reference)
+    pairs, differences, compared, ignored = _compare_pairs(run, reference, found, gaps)
     result = ExactReplay(False, "", pairs, metric_differences=differences, ignored_metrics=sorted(ignored))
+    result.params_identical, result.exact, result.reason = _replay_words(run, pairs, gaps, differences, compared,
+                                                                          ignored)
+    return result
+
+
+def _compare_pairs(run: RunData, reference: RunData, found: list[tuple[int, int]], gaps: list[str]
+                   ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[str], set[str]]:
+    """(pairs, metric differences of pairs with identical parameters, metrics compared, metrics
+    ignored as machine-dependent) of the seed pairs *found*; a pair that cannot be compared adds
+    to *gaps*."""
+    pairs: list[dict[str, Any]] = []
+    differences: list[dict[str, Any]] = []
+    compared: set[str] = set()
+    ignored: set[str] = set()
+    for k, j in found:
+        mine, theirs = run.repeats[k], reference.repeats[j]
+        digests = mine.get("final_param_digest"), theirs.get("final_param_digest")
+        if bool(digests[0]) != bool(digests[1]):
+            side = f"repeat {k}" if not digests[0] else f"reference repeat {j}"
+            gaps.append(f"{side} records no final parameter digest")
+            continue
+        identical = digests[0] == digests[1] if digests[0] else None  # None: no digests to compare
+        outputs = [doc.get("outputs") if isinstance(doc.get("outputs"), dict) else {} for doc in (mine, theirs)]
+        same_outputs = outputs[0] == outputs[1] if outputs[0] and outputs[1] else None
+        metrics = [doc.get("metrics") or {} for doc in (mine, theirs)]
+        found_diff = _differences(metrics[0], metrics[1], ignored)
+        compared |= {m for m in (*metrics[0], *metrics[1]) if m not in ignored}
+        if identical:  # identical parameters that score differently say something about the evaluation
+            differences += [{"repeat": k, "reference_repeat": j, "metric": m, "value": a, "reference_value": b}
+                            for m, a, b in found_diff]
+        pairs.append({"repeat": k, "reference_repeat": j, "seed": (mine.get("seeds") or {}).get("torch"),
+                      "identical": identical, "metrics_identical": not found_diff})
+        if same_outputs is not None:  # both sides declared outputs
+            pairs[-1]["outputs_identical"] = same_outputs
+    return pairs, differences, compared, ignored
+
+
+def _replay_words(run: RunData, pairs: list[dict[str, Any]], gaps: list[str], differences: list[dict[str, Any]],
+                  compared: set[str], ignored: set[str]) -> tuple[bool, bool, str]:
+    """(parameters identical, exact, reason) of an exact replay's compared pairs."""
+    digested = bool(pairs) and all(p["identical"] is not None for p in pairs)
     named = (f"; repeats with bitwise-identical final parameters recorded different metrics: "
              f"{_name_differences(differences)} (likely {CAUSES})") if differences else ""
     if gaps:
-        result.reason = "; ".join(gaps) + named
-        return result
-    differing = [p["repeat"] for p in pairs if not p["identical"]]
-    if differing or not pairs:
-        result.reason = (f"repeat(s) {differing} end with parameters that differ from the reference repeat of the "
-                         f"same seed{named}")
-        return result
-    result.params_identical = True
-    same = (f"all {len(pairs)} repeat(s) end with final parameters bitwise identical to the reference repeat of "
-            "the same seed")
+        return False, False, "; ".join(gaps) + named
+    if not pairs:
+        return False, False, "no completed repeat to compare"
+    differing = [p["repeat"] for p in pairs if p["identical"] is False]
+    if differing:
+        return False, False, (f"repeat(s) {differing} end with parameters that differ from the reference repeat "
+                              f"of the same seed{named}")
+    other_outputs = [p["repeat"] for p in pairs if p.get("outputs_identical") is False]
+    if other_outputs:
+        return False, False, (f"repeat(s) {other_outputs} wrote declared outputs that differ from the reference "
+                              "repeat's")
+    n = len(pairs)
+    if digested:
+        same = f"all {n} repeat(s) end with final parameters bitwise identical to the reference repeat of the same seed"
+    else:
+        same = f"all {n} repeat(s) recorded the same values as the reference repeat of the same seed"
     if differences:
-        result.reason = (f"{same}, but recorded different metrics: {_name_differences(differences)}; identical "
-                         f"parameters that score differently point at {CAUSES}")
-        return result
-    result.exact = True
-    left_out = f"; {', '.join(result.ignored_metrics)} (times and rates) may differ" if result.ignored_metrics else ""
-    result.reason = f"{same}, with identical recorded metrics{left_out}"
-    return result
+        return digested, False, (f"{same}, but recorded different metrics: {_name_differences(differences)}; "
+                                 f"identical parameters that score differently point at {CAUSES}")
+    differ = [p["repeat"] for p in pairs if not p["metrics_identical"]]
+    if differ:  # no digests: the metrics are all there is, and they differ
+        return digested, False, (f"repeat(s) {differ} recorded metrics that differ from the reference repeat of "
+                                 "the same seed")
+    if not compared:
+        return digested, False, (f"the repeats record no metric but times and rates ({', '.join(sorted(ignored))}): "
+                                 "nothing to replay")
+    left_out = f"; {', '.join(sorted(ignored))} (times and rates) may differ" if ignored else ""
+    declared = sorted({name for p in pairs if p.get("outputs_identical") for name in (run.repeats[p["repeat"]].get("outputs") or {})})
+    outputs_said = f", and identical declared outputs ({', '.join(declared)})" if declared else ""
+    if digested:
+        return True, True, f"{same}, with identical recorded metrics{outputs_said}{left_out}"
+    return False, True, (f"{same}: identical recorded metrics ({', '.join(sorted(compared))}){outputs_said}; no final "
+                         f"parameter digests to compare, so the replay is exact in what was recorded{left_out}")

@@ -12,7 +12,7 @@ never puts two benchmarks in one series (docs/verify.md, "Same benchmark").
 
 A reference run's repeats are also the partners of a rerun's: :func:`pair_by_seed` is the one rule
 that pairs a rerun repeat with the reference repeat of the same seeds.  The paired equivalence test
-(stats.tost_paired) and the exact replay (:func:`replay_by_seed`) use the same pairs.  A published
+(stats.tost_paired) and the exact replay (:func:`repro500.verify.determinism.replay_by_seed`) use the same pairs.  A published
 file that lies in a publication (``repro500 publish`` wrote both) is paired through the packed run
 beside it, whose per-repeat values it lists (``Reference.packed``).
 """
@@ -27,6 +27,7 @@ from typing import Any
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
 from repro500.verify import integrity
+from repro500.verify.determinism import seed_pairs
 from repro500.verify.published import Published, load_published
 from repro500.verify.rundir import RunData
 
@@ -245,45 +246,6 @@ class Pairing:
         return [p["reference_value"] for p in self.pairs]
 
 
-def seed_key(doc: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What a repeat's seeds are, as pairs compare them: every seed the determinism check groups by
-    (verify/determinism.py); None when the repeat records no torch seed."""
-    from repro500.verify.determinism import _SEED_NAMES
-
-    seeds = doc.get("seeds") if isinstance(doc.get("seeds"), dict) else {}
-    if seeds.get("torch") is None:
-        return None
-    return tuple(seeds.get(name) for name in _SEED_NAMES)
-
-
-def seed_pairs(run: RunData, reference: RunData, repeats: list[int] | None = None,
-               reference_repeats: list[int] | None = None) -> tuple[list[tuple[int, int]], list[str]]:
-    """([(rerun repeat, reference repeat)], gaps): each rerun repeat (of *repeats*, default the
-    completed ones) with a reference repeat (of *reference_repeats*) of the same seeds, each
-    reference repeat used once, the one of the same index first; a gap says why a repeat has none."""
-    repeats = run.completed if repeats is None else repeats
-    reference_repeats = reference.completed if reference_repeats is None else reference_repeats
-    by_seed: dict[Any, list[int]] = {}
-    for j in reference_repeats:
-        key = seed_key(reference.repeats[j])
-        if key is not None:
-            by_seed.setdefault(key, []).append(j)
-    pairs, gaps = [], []
-    for k in repeats:
-        key = seed_key(run.repeats[k])
-        if key is None:
-            gaps.append(f"repeat {k} records no torch seed")
-            continue
-        free = by_seed.get(key) or []
-        if not free:
-            gaps.append(f"no reference repeat shares repeat {k}'s seed {key[2]}")
-            continue
-        j = k if k in free else free[0]
-        free.remove(j)
-        pairs.append((k, j))
-    return pairs, gaps
-
-
 def pair_by_seed(run: RunData, reference: RunData, metric: str) -> Pairing:
     """The rerun's values of *metric* paired with the reference's by seed: a paired design when at
     least MIN_PAIRS pairs exist (rerun repeats without a partner are left out, and named), else the
@@ -393,90 +355,3 @@ def _from_published(pub: Published) -> Reference:
         manifest=pub.manifest, epochs_to_quality=pub.epochs_to_quality,
         benchmark=Benchmark(recipe=pub.recipe, fixed=pub.fixed, workload=_workload(pub.manifest)),
     )
-
-
-def replay_by_seed(run: RunData, reference: RunData) -> Any:
-    """Whether the rerun replays the reference exactly, pair by pair (:func:`seed_pairs`): a
-    :class:`repro500.verify.determinism.ExactReplay`.
-
-    Exact when every rerun repeat completed and has a partner, and in every pair the recorded
-    metrics are identical (times and rates aside: ``determinism.machine_dependent``), the final
-    parameters are bitwise identical where both record a digest, and so are the declared outputs
-    where both declare some.  A wrapped command that records no parameter digest is replayed
-    exactly by its metrics alone; a pair where one side has a digest and the other none is not
-    compared (their records differ), and identical parameters with different metrics are named
-    (``metric_differences``): they point at the evaluation."""
-    from repro500.verify.determinism import CAUSES, ExactReplay, _differences, _name_differences
-
-    if run.unsuccessful:
-        shown = ", ".join(f"{k} ({state})" for k, state in run.unsuccessful.items())
-        return ExactReplay(False, f"not every repeat completed: {shown}")
-    found, gaps = seed_pairs(run, reference)
-    pairs, differences, compared = [], [], set()
-    ignored: set[str] = set()
-    for k, j in found:
-        mine, theirs = run.repeats[k], reference.repeats[j]
-        digests = mine.get("final_param_digest"), theirs.get("final_param_digest")
-        if bool(digests[0]) != bool(digests[1]):
-            side = f"repeat {k}" if not digests[0] else f"reference repeat {j}"
-            gaps.append(f"{side} records no final parameter digest")
-            continue
-        identical = digests[0] == digests[1] if digests[0] else None  # None: no digests to compare
-        outputs = [doc.get("outputs") if isinstance(doc.get("outputs"), dict) else {} for doc in (mine, theirs)]
-        same_outputs = outputs[0] == outputs[1] if outputs[0] and outputs[1] else None
-        metrics = [doc.get("metrics") or {} for doc in (mine, theirs)]
-        found_diff = _differences(metrics[0], metrics[1], ignored)
-        compared |= {m for m in (*metrics[0], *metrics[1]) if m not in ignored}
-        if identical:  # identical parameters that score differently say something about the evaluation
-            differences += [{"repeat": k, "reference_repeat": j, "metric": m, "value": a, "reference_value": b}
-                            for m, a, b in found_diff]
-        pairs.append({"repeat": k, "reference_repeat": j, "seed": (mine.get("seeds") or {}).get("torch"),
-                      "identical": identical, "metrics_identical": not found_diff})
-        if same_outputs is not None:  # both sides declared outputs
-            pairs[-1]["outputs_identical"] = same_outputs
-    digested = bool(pairs) and all(p["identical"] is not None for p in pairs)
-    result = ExactReplay(False, "", pairs, metric_differences=differences, ignored_metrics=sorted(ignored))
-    named = (f"; repeats with bitwise-identical final parameters recorded different metrics: "
-             f"{_name_differences(differences)} (likely {CAUSES})") if differences else ""
-    if gaps:
-        result.reason = "; ".join(gaps) + named
-        return result
-    if not pairs:
-        result.reason = "no completed repeat to compare"
-        return result
-    differing = [p["repeat"] for p in pairs if p["identical"] is False]
-    if differing:
-        result.reason = (f"repeat(s) {differing} end with parameters that differ from the reference repeat of the "
-                         f"same seed{named}")
-        return result
-    other_outputs = [p["repeat"] for p in pairs if p.get("outputs_identical") is False]
-    if other_outputs:
-        result.reason = f"repeat(s) {other_outputs} wrote declared outputs that differ from the reference repeat's"
-        return result
-    result.params_identical = digested
-    n = len(pairs)
-    if digested:
-        same = f"all {n} repeat(s) end with final parameters bitwise identical to the reference repeat of the same seed"
-    else:
-        same = f"all {n} repeat(s) recorded the same values as the reference repeat of the same seed"
-    if differences:
-        result.reason = (f"{same}, but recorded different metrics: {_name_differences(differences)}; identical "
-                         f"parameters that score differently point at {CAUSES}")
-        return result
-    differ = [p["repeat"] for p in pairs if not p["metrics_identical"]]
-    if differ:  # no digests: the metrics are all there is, and they differ
-        result.reason = f"repeat(s) {differ} recorded metrics that differ from the reference repeat of the same seed"
-        return result
-    if not compared:
-        result.reason = f"the repeats record no metric but times and rates ({', '.join(sorted(ignored))}): nothing to replay"
-        return result
-    result.exact = True
-    left_out = f"; {', '.join(result.ignored_metrics)} (times and rates) may differ" if result.ignored_metrics else ""
-    declared = sorted({name for p in pairs if p.get("outputs_identical") for name in (run.repeats[p["repeat"]].get("outputs") or {})})
-    outputs_said = f", and identical declared outputs ({', '.join(declared)})" if declared else ""
-    if digested:
-        result.reason = f"{same}, with identical recorded metrics{outputs_said}{left_out}"
-    else:
-        result.reason = (f"{same}: identical recorded metrics ({', '.join(sorted(compared))}){outputs_said}; no final "
-                         f"parameter digests to compare, so the replay is exact in what was recorded{left_out}")
-    return result

@@ -68,6 +68,7 @@ from repro500.verify.determinism import (
     ExactReplay,
     check_determinism,
     compare_with_reference,
+    replay_by_seed,
 )
 from repro500.verify.equivalence import EquivalenceResult
 from repro500.verify.flops import FlopsResult, valid_flops
@@ -80,7 +81,6 @@ from repro500.verify.reference import (
     benchmark_of_run,
     load_reference,
     refuse_across,
-    replay_by_seed,
 )
 from repro500.verify.rundir import RunData
 from repro500.verify.sampling import check_sampling
