@@ -22,10 +22,11 @@ from repro500 import untrusted
 from repro500.attest import chain, keys, sshsig
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
+from repro500.rundir import layout
 from repro500.rundir import sums as bundle
 
-ENVELOPE_NAME = "attestation.intoto.jsonl"
-SSHSIG_NAME = "attestation.sig"
+ENVELOPE_NAME = layout.ATTESTATION
+SSHSIG_NAME = layout.ATTESTATION_SIG
 ATTESTATION_NAMES = frozenset({ENVELOPE_NAME, SSHSIG_NAME})
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PAYLOAD_TYPE = "application/vnd.in-toto+json"

@@ -25,6 +25,8 @@ from typing import Any
 from repro500.capture.registry import CaptureContext, facet
 from repro500.redact import redact_env, redact_url
 
+DIRECT_URL = "direct_url.json"  # PEP 610: where an installed distribution came from
+
 # Distributions whose version is torch's cuDNN / NCCL (pip wheels torch depends on).
 _CUDNN_DISTS = ("nvidia-cudnn-cu13", "nvidia-cudnn-cu12", "nvidia-cudnn-cu11")
 _NCCL_DISTS = ("nvidia-nccl-cu13", "nvidia-nccl-cu12", "nvidia-nccl-cu11")
@@ -38,7 +40,7 @@ def normalize(name: str) -> str:
 def install_source(dist: metadata.Distribution) -> dict[str, Any] | None:
     """Where a distribution came from when it was not an index release (PEP 610)."""
     try:
-        raw = dist.read_text("direct_url.json")
+        raw = dist.read_text(DIRECT_URL)
     except OSError:
         return None
     if not raw:

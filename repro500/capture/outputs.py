@@ -61,11 +61,11 @@ def _schema(path: Path, prefix: str) -> bool:
 def run_directory(path: Path) -> bool:
     if _schema(path / layout.RUN_JSON, "repro500/run/"):
         return True
-    return (path / "SHA256SUMS").is_file() and _schema(path / layout.MANIFEST, "repro500/manifest/")
+    return (path / layout.SUMS_NAME).is_file() and _schema(path / layout.MANIFEST, "repro500/manifest/")
 
 
 def publication(path: Path) -> bool:
-    return _schema(path / "publication.json", "repro500/publication/")
+    return _schema(path / layout.PUBLICATION_INDEX, "repro500/publication/")
 
 
 def reproduction(path: Path) -> bool:

@@ -38,6 +38,9 @@ INDEX = "source.json"
 FILE_LIMIT_BYTES = 16 * 1024 * 1024  # one larger file is data, not source: listed, not copied
 TOTAL_LIMIT_BYTES = 128 * 1024 * 1024
 COUNT_LIMIT = 5000
+# Files that say how to install an experiment's requirements (kept with its source)
+REQUIREMENTS = "requirements.txt"
+PYPROJECT = "pyproject.toml"
 # Never experiment source, whatever the directory holds; ``runs`` is repro500's own output.
 _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache",
               ".ruff_cache", "runs", "mlruns", "mlartifacts", ".dvc", "node_modules", "reproductions",
@@ -176,7 +179,7 @@ def package_digest(root: Path) -> str:
 
 def requirements(files: list[str]) -> list[str]:
     """The files among ``files`` that say how to install the experiment's requirements."""
-    wanted = {"requirements.txt", "pyproject.toml", "setup.py", "environment.yml", "environment.yaml", "setup.cfg"}
+    wanted = {REQUIREMENTS, PYPROJECT, "setup.py", "environment.yml", "environment.yaml", "setup.cfg"}
     return [f for f in files if f in wanted or (Path(f).name.startswith("requirements") and f.endswith(".txt"))]
 
 

@@ -109,13 +109,14 @@ def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: floa
     if verdict.integrity is not None:
         verdict.integrity.problems = list(dict.fromkeys(verdict.integrity.problems))
     from repro500.publish.excluded import is_publication_dir
+    from repro500.rundir import layout
     from repro500.untrusted import plain
 
     if not no_write and run_dir.is_dir() and not is_publication_dir(run_dir):  # a publication stays as published
         try:
             write_verdict(verdict, run_dir)
         except OSError as err:
-            click.echo(f"repro500: warning: could not write {plain(run_dir / 'verdict.json')} ({err.strerror})", err=True)
+            click.echo(f"repro500: warning: could not write {plain(run_dir / layout.VERDICT)} ({err.strerror})", err=True)
     if metrics_path is not None:
         from repro500.rundir.dvcmetrics import write_metrics
 

@@ -52,12 +52,12 @@ from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
 
 SCHEMA = "repro500/publication/v1"
-INDEX = "publication.json"
+INDEX = rundir.PUBLICATION_INDEX
 PUBLISHED = "published.yaml"
 MANIFEST = rundir.MANIFEST  # the run's manifest, under its own name
 RECIPE = rundir.RECIPE  # the run's resolved recipe, under its own name
-PARAMS = "params.yaml"
-DVC_FILE = "dvc.yaml"
+PARAMS = rundir.PUBLICATION_PARAMS
+DVC_FILE = rundir.DVC_FILE
 README = "README.md"
 HASHES = "environment.hashes.json"  # the indexes' sha256 of every pinned release's files, asked at publish
 RERUN_ID = "rerun"  # the run id dvc.yaml gives the rerun

@@ -73,6 +73,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from repro500 import untrusted
+from repro500.capture.env import DIRECT_URL
 from repro500.capture.lock import PYPI, run_platform
 from repro500.errors import InvalidInput, UsageError
 from repro500.progress import human_bytes
@@ -585,9 +586,9 @@ def _tool_requirement() -> tuple[list[str], str]:
     # run from a source checkout (python -m repro500.cli), the checkout's own repro500.egg-info comes
     # first on sys.path and has no install record: the installed one, which says where it came from, wins
     found = list(metadata.distributions(name="repro500"))
-    dist = next((d for d in found if d.read_text("direct_url.json")), found[0] if found else metadata.distribution("repro500"))
+    dist = next((d for d in found if d.read_text(DIRECT_URL)), found[0] if found else metadata.distribution("repro500"))
     try:
-        info = json.loads(dist.read_text("direct_url.json") or "{}")
+        info = json.loads(dist.read_text(DIRECT_URL) or "{}")
     except json.JSONDecodeError:
         info = {}
     url = str(info.get("url") or "")

@@ -653,6 +653,6 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
                       f"bands ({untrusted.shown(rerun_own['verdict'])}); the verdict above is the reproduction's",
                       highlight=False, soft_wrap=True)
     console.print(f"environment: {untrusted.shown(used['mode'])} ({untrusted.shown(used['python'])})\n"
-                  f"rerun: {untrusted.shown(rerun)}\nverdict: {untrusted.shown(workdir / 'verdict.json')}",
+                  f"rerun: {untrusted.shown(rerun)}\nverdict: {untrusted.shown(workdir / rundir.VERDICT)}",
                   highlight=False, soft_wrap=True)
     return verdict

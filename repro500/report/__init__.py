@@ -22,9 +22,9 @@ from pathlib import Path
 from repro500 import __version__, untrusted
 from repro500.errors import EXIT_INVALID, EXIT_OK, UsageError
 from repro500.rundir import archive as archives
-from repro500.rundir import atomic
+from repro500.rundir import atomic, layout
 
-REPORT_NAME = "report.html"
+REPORT_NAME = layout.REPORT
 
 
 @dataclass
@@ -54,7 +54,7 @@ def _resolve_output(run: Path, root: Path, out: str | Path | None) -> Path:
         # the next `repro500 verify` report the run as tampered.
         inside = target.resolve().is_relative_to(run.resolve())
         allowed = target.resolve() == (run / REPORT_NAME).resolve() or target.resolve().is_relative_to(
-            (run / "derived").resolve())
+            (run / layout.DERIVED).resolve())
         if inside and not allowed:
             raise UsageError(f"{target} lies inside the run directory, where any file but report.html or derived/* "
                              "would fail verification: write the report elsewhere")

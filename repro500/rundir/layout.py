@@ -33,36 +33,47 @@ from repro500.errors import InvalidInput
 from repro500.rundir import atomic
 from repro500.rundir import sums as bundle
 
-RUN_SCHEMA = bundle.RUN_SCHEMA
-SUMMARY_SCHEMA = bundle.SUMMARY_SCHEMA
-REPEAT_SUMMARY_SCHEMA = bundle.REPEAT_SUMMARY_SCHEMA
+# Every name is :mod:`repro500.rundir.names`'s (which ``sums`` reads too), handed on from here:
+# callers read layout.<NAME>.
+from repro500.rundir.names import (  # noqa: F401 - re-exported
+    ATTESTATION,
+    ATTESTATION_SIG,
+    CODE_DIFF,
+    COMMAND_METRICS,
+    DERIVED,
+    DVC_FILE,
+    ERROR_LOG,
+    INPUTS,
+    INTERPRETERS,
+    LAUNCHER_LOG,
+    LOCK,
+    LOCK_REQUIREMENTS,
+    MANIFEST,
+    METRICS,
+    MLLOG,
+    PARAMS,
+    PUBLICATION_INDEX,
+    PUBLICATION_PARAMS,
+    RANKS,
+    RECIPE,
+    REPEAT_SUMMARY,
+    REPEAT_SUMMARY_SCHEMA,
+    REPEATS,
+    REPORT,
+    RUN_JSON,
+    RUN_SCHEMA,
+    SCALING,
+    STDERR,
+    STDOUT,
+    SUMMARY,
+    SUMMARY_SCHEMA,
+    SUMS_NAME,
+    SYSTEM_EPOCHS,
+    SYSTEM_RECORD,
+    VERDICT,
+)
 
-RUN_JSON = "run.json"
-RECIPE = "recipe.yaml"
-MANIFEST = "manifest.json"
-INPUTS = "inputs.json"  # what a wrapped command read (capture/inputs.py), written when the repeats end
-# The environment as a package installer can rebuild it (capture/lock.py), written with the manifest
-LOCK = "environment.lock.json"
-LOCK_REQUIREMENTS = "requirements.lock.txt"  # the same pins for pip install -r / uv pip install -r
-SUMMARY = "summary.json"
-VERDICT = "verdict.json"
-CODE_DIFF = "code.diff"
-REPEATS = "repeats"
-# Per repeat: what the trainer writes, and what the repeat's MLflow run gets as artifacts.
-REPEAT_SUMMARY = "summary.json"
-METRICS = "metrics.jsonl"
-PARAMS = "params.jsonl"
-MLLOG = "mllog.txt"
-RANKS = "ranks.json"
-ERROR_LOG = "error.log"
-STDOUT = "stdout.txt"
-STDERR = "stderr.txt"
-INTERPRETERS = "interpreters.json"  # a command's: the Pythons its processes ran (capture/interpreters.py)
-LAUNCHER_LOG = "launcher.log"  # a failed distributed repeat's launcher output (node 0's, or the only node's)
-SYSTEM_RECORD = "system.json"  # a system workload's full record of the repeat (repro500.system, docs/system.md)
-SYSTEM_EPOCHS = "system.jsonl"  # a trained repeat's energy, utilization and data wait, one line per epoch
 REPEAT_ARTIFACTS = (REPEAT_SUMMARY, METRICS, MLLOG, STDOUT, STDERR, ERROR_LOG, LAUNCHER_LOG, SYSTEM_RECORD, SYSTEM_EPOCHS)
-
 
 
 def node_launcher_log(node_rank: int) -> str:

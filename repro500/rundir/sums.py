@@ -42,20 +42,27 @@ from repro500 import untrusted
 from repro500.digest import file_digest  # noqa: F401 - read from here by callers
 from repro500.errors import InvalidInput
 from repro500.rundir import atomic
+from repro500.rundir.names import (  # noqa: F401 - the schemas re-exported: callers read bundle.RUN_SCHEMA, ...
+    ATTESTATION,
+    ATTESTATION_SIG,
+    DERIVED,
+    REPEAT_SUMMARY_SCHEMA,
+    REPEATS,
+    REPORT,
+    RUN_SCHEMA,
+    SUMMARY_SCHEMA,
+    SUMS_NAME,
+    VERDICT,
+)
 
-SUMS_NAME = "SHA256SUMS"
 LINK_PREFIX = "# link "
 # The attestation signs SHA256SUMS, so SHA256SUMS cannot cover it (docs/trust.md).
-DERIVED_NAMES = frozenset({"verdict.json", "report.html", SUMS_NAME, "attestation.intoto.jsonl", "attestation.sig"})
-DERIVED_DIRS = frozenset({"derived"})
-
-RUN_SCHEMA = "repro500/run/v1"
-SUMMARY_SCHEMA = "repro500/summary/v1"
-REPEAT_SUMMARY_SCHEMA = "repro500/repeat-summary/v1"
+DERIVED_NAMES = frozenset({VERDICT, REPORT, SUMS_NAME, ATTESTATION, ATTESTATION_SIG})
+DERIVED_DIRS = frozenset({DERIVED})
 
 
 def repeat_dir(run_dir: Path, k: int) -> Path:
-    return Path(run_dir) / "repeats" / str(k)
+    return Path(run_dir) / REPEATS / str(k)
 
 
 def _covered(rel: str) -> bool:

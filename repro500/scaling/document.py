@@ -16,14 +16,14 @@ from typing import Any
 
 from repro500 import __version__
 from repro500.errors import UsageError
-from repro500.rundir import atomic
+from repro500.rundir import atomic, layout
 from repro500.scaling import fit as fitting
 from repro500.scaling import measure, predict, sizes, wire
 from repro500.scaling.alphabeta import FORMULAS
 from repro500.scaling.rundir import RunTimings, read_run
 
 SCHEMA = "repro500/scaling/v1"
-PATH = Path("derived") / "scaling.json"
+PATH = Path(layout.SCALING)
 # The check at the run's P compares the communication cost of a step, measured and predicted.
 # The alpha-beta fits on a shared loopback leave relative residuals of 17-35 % (docs/scaling.md);
 # within +-50 % means "predicted between half and one and a half times the measured cost".

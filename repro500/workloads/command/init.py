@@ -30,10 +30,10 @@ import yaml
 
 from repro500.errors import InvalidInput
 from repro500.recipe import load as recipes
-from repro500.rundir import atomic
+from repro500.rundir import atomic, layout
 from repro500.workloads.command import recipe as command
 
-FILES = ("repro500.yaml", "params.yaml", "dvc.yaml")
+FILES = ("repro500.yaml", layout.PUBLICATION_PARAMS, layout.DVC_FILE)
 RUN_DIR = "runs/dvc/experiment"
 METRICS = "metrics/verdict.json"
 # A FAIL (1) or INCONCLUSIVE (3) verdict is a result: the stage succeeds and the verdict is the metric.
@@ -188,9 +188,9 @@ def init(directory: str | Path, recipe_data: dict[str, Any], *, force: bool = Fa
     texts = {
         "repro500.yaml": "# Written by repro500 init: your experiment as a repro500 recipe (docs/command.md).\n"
                          + yaml.safe_dump(recipe_data, sort_keys=False, width=110),
-        "params.yaml": "# Applied by repro500 run --params (docs/dvc.md); vary with dvc exp run -S run.mutable.KEY=V.\n"
+        layout.PUBLICATION_PARAMS: "# Applied by repro500 run --params (docs/dvc.md); vary with dvc exp run -S run.mutable.KEY=V.\n"
                        + yaml.safe_dump(params, sort_keys=False, width=110),
-        "dvc.yaml": _dvc_yaml(deps),
+        layout.DVC_FILE: _dvc_yaml(deps),
     }
     gitignore = root / ".gitignore"
     missing = _missing_ignores(gitignore) if tracking else []

@@ -37,9 +37,9 @@ from repro500.workloads.command.observe import Watch
 from repro500.workloads.command.process import Child
 from repro500.workloads.command.recipe import CommandSpec, child_seed, fill, merged_env
 
-SCHEMA = "repro500/repeat-summary/v1"
+SCHEMA = layout.REPEAT_SUMMARY_SCHEMA
 SUMMARY = layout.REPEAT_SUMMARY
-METRICS_FILE = "metrics.json"
+METRICS_FILE = layout.COMMAND_METRICS
 STDOUT, STDERR = layout.STDOUT, layout.STDERR
 GRACE_S = 10.0  # SIGTERM (timeout) or SIGINT (Ctrl-C) first; SIGKILL after this long
 _SECRET_FLAG = re.compile(r"^--?([A-Za-z][\w.-]*)(?:=(.*))?$", re.DOTALL)
