@@ -206,7 +206,7 @@ def test_publish_refuses_an_exclude_of_a_record_or_of_nothing_before_writing(lab
                                   "repeats/0", "*"])
 def test_what_repro500_reads_is_never_left_out(lab: Path, glob: str) -> None:
     from repro500.errors import UsageError
-    from repro500.publish.excluded import required, select
+    from repro500.rundir.excluded import required, select
 
     with pytest.raises(UsageError, match="one of repro500's own records"):
         select(lab / "runs" / "heavy", [glob])

@@ -21,6 +21,8 @@ from typing import Any
 
 from repro500.attest import chain
 from repro500.rundir import archive as archives
+from repro500.rundir.excluded import publication_of
+from repro500.statuses import INVALID
 
 
 @dataclass
@@ -38,8 +40,6 @@ class TrustResult:
 def check_run(run: str | Path, *, trust: str | Path | None = None, tracking: bool = False) -> TrustResult:
     """Chain, signature (with *trust*) and tracking (with *tracking*) checks of a run directory or
     archive, or of the packed run of a publication directory."""
-    from repro500.publish.excluded import publication_of
-
     path = Path(run)
     packed = publication_of(path)
     if packed is not None or archives.is_archive(path):
@@ -83,8 +83,8 @@ def apply(result: TrustResult, verdict: Any) -> None:
         check.problems += result.problems
     if result.ok:
         return
-    already = verdict.status == "INVALID"
-    verdict.status = "INVALID"
+    already = verdict.status == INVALID
+    verdict.status = INVALID
     # first: they name the repeat or the signer, where file problems only show the consequence
     verdict.reasons = result.problems + (list(verdict.reasons) if already else [])
     advice = "the run cannot be trusted as it is: obtain the signed original from its author, or rerun and sign it"

@@ -108,8 +108,8 @@ def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: floa
     verdict.reasons = list(dict.fromkeys(verdict.reasons))
     if verdict.integrity is not None:
         verdict.integrity.problems = list(dict.fromkeys(verdict.integrity.problems))
-    from repro500.publish.excluded import is_publication_dir
     from repro500.rundir import layout
+    from repro500.rundir.excluded import is_publication_dir
     from repro500.untrusted import plain
 
     if not no_write and run_dir.is_dir() and not is_publication_dir(run_dir):  # a publication stays as published

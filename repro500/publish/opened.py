@@ -1,6 +1,6 @@
 """A publication read back and checked before anything runs (``repro500 reproduce``): its digest
 list, the archive against its recorded SHA-256 and its own ``SHA256SUMS`` (the files the index
-says it left out accounted for, repro500.publish.excluded), and every number of
+says it left out accounted for, repro500.rundir.excluded), and every number of
 ``published.yaml``, the recipe, the seed and the data digests against the packed run.
 
 :mod:`repro500.publish.publication` writes publications; this module reads them.
@@ -15,7 +15,6 @@ from typing import Any
 from repro500 import untrusted
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
-from repro500.publish import excluded
 from repro500.publish.datafiles import DataEntry, check_entries, safe_relpath
 from repro500.publish.publication import (
     INDEX,
@@ -31,6 +30,7 @@ from repro500.publish.publication import (
     runnable_recipe,
 )
 from repro500.rundir import archive as archives
+from repro500.rundir import excluded
 from repro500.rundir import sums as bundle
 
 

@@ -39,7 +39,6 @@ from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.progress import human_bytes
-from repro500.publish import excluded
 from repro500.publish.datafiles import (
     DataEntry,
     describe,
@@ -47,7 +46,7 @@ from repro500.publish.datafiles import (
     read_specs,
 )
 from repro500.rundir import archive as archives
-from repro500.rundir import atomic
+from repro500.rundir import atomic, excluded
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
 
@@ -361,7 +360,7 @@ def publish(
     paths are looked up there to read their generator parameters.  ``out`` must not exist (or be empty) unless
     ``force``; the publication is written next to it and renamed into place when complete.
     ``exclude`` globs name files of the run that the archive leaves out, their digests recorded
-    (repro500.publish.excluded; UsageError for one that matches nothing or a file repro500 needs).
+    (repro500.rundir.excluded; UsageError for one that matches nothing or a file repro500 needs).
     A run that ``repro500 verify`` would call INVALID for its own files is refused (InvalidInput,
     verify's sentence: repro500.verify.integrity.require_intact) before anything is written.
     """

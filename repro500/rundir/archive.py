@@ -85,7 +85,7 @@ def pack(run_dir: str | Path, out: str | Path | None = None, *, force: bool = Fa
     output that cannot be written leaves nothing behind (InvalidInput, one sentence).
     A link to a file inside the run is stored as that file's content, never as a link.
     ``leave_out``: files of the run the archive does not hold; alone it reports them missing (only a
-    publication records them: repro500.publish.excluded).
+    publication records them: repro500.rundir.excluded).
     """
     root = Path(run_dir)
     if not root.is_dir():

@@ -253,7 +253,7 @@ def check_sums(run_dir: str | Path, *, not_carried: Mapping[str, str] | None = N
     """Recompute every digest and compare with ``SHA256SUMS``; every link is an entry of its own.
 
     ``not_carried`` ({path: sha256}) is what a publication records as left out of its archive
-    (repro500.publish.excluded): a file absent from the directory is *not carried*, not missing,
+    (repro500.rundir.excluded): a file absent from the directory is *not carried*, not missing,
     when it is recorded there with the digest ``SHA256SUMS`` gives it.  Present, it is checked like
     any other file.  This is the one place that tells the two apart."""
     root = Path(run_dir)

@@ -77,7 +77,7 @@ def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: 
     """Steps 1-4: digests, manifest and run.json (no summary parsing needed).
 
     ``not_carried`` is the list a publication records of the files it left out of its archive
-    (``{path, bytes, sha256}``, checked by repro500.publish.excluded.read_list): those absent
+    (``{path, bytes, sha256}``, checked by repro500.rundir.excluded.read_list): those absent
     here are reported as not carried instead of missing.  A run directory on its own has no
     such list, so a file it lacks is missing."""
     root = Path(run_dir)

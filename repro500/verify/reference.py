@@ -26,6 +26,7 @@ from typing import Any
 
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
+from repro500.rundir.excluded import publication_of
 from repro500.verify import integrity
 from repro500.verify.determinism import seed_pairs
 from repro500.verify.published import Published, load_published
@@ -272,8 +273,6 @@ def load_reference(against: str | Path) -> Reference:
     path = Path(against)
     if not path.exists():
         raise InvalidInput(f"reference {path} does not exist: give a run directory, a packed .tar.gz or a published-results file")
-    from repro500.publish.excluded import publication_of
-
     packed = publication_of(path)  # what a publication left out of its archive is not carried
     if packed is None and path.is_dir():
         return _from_run_dir(path, kind="run", shown=str(path))
@@ -318,8 +317,6 @@ def _from_run_dir(path: Path, *, kind: str, shown: str, not_carried: list[dict[s
 def _packed_beside(path: Path) -> tuple[RunData | None, str | None]:
     """(the packed run of the publication a published file lies in, a note when it cannot be read).
     Only its summaries are kept (seeds, values, digests), so the unpacked files are deleted."""
-    from repro500.publish.excluded import publication_of
-
     try:
         packed = publication_of(path.parent)
     except InvalidInput as err:

@@ -50,17 +50,21 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import __version__
-from repro500.errors import (
-    EXIT_FAIL,
-    EXIT_INCONCLUSIVE,
-    EXIT_INVALID,
-    EXIT_OK,
-    InvalidInput,
-    UsageError,
-)
+from repro500.errors import InvalidInput, UsageError
 from repro500.mlperf.compliance import check_mlperf
 from repro500.rundir import archive as archives
 from repro500.rundir import atomic, layout
+from repro500.rundir.excluded import publication_of
+from repro500.statuses import (
+    EXIT_CODES,
+    FAIL,
+    INCONCLUSIVE,
+    INVALID,
+    NOT_REPRODUCED,
+    PASS,
+    REPRODUCED,
+    RUN_COMPLETED,
+)
 from repro500.verify import divergence, equivalence, history, integrity, sequential, variance
 from repro500.verify.bands import BandResult, check_bands
 from repro500.verify.determinism import (
@@ -89,11 +93,6 @@ from repro500.verify.timing import TimingResult, check_time_to_train
 
 SCHEMA = "repro500/verdict/v1"
 VERDICT_NAME = layout.VERDICT
-STATUSES = ("PASS", "FAIL", "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE", "INVALID")
-EXIT_CODES = {
-    "PASS": EXIT_OK, "REPRODUCED": EXIT_OK, "FAIL": EXIT_FAIL, "NOT REPRODUCED": EXIT_FAIL,
-    "INCONCLUSIVE": EXIT_INCONCLUSIVE, "INVALID": EXIT_INVALID,
-}
 
 
 @dataclass
@@ -133,7 +132,7 @@ class Verdict:
     def exact(self) -> bool:
         """REPRODUCED by an exact replay (bitwise-identical parameters and identical recorded metrics,
         machine-dependent ones aside), not only statistically."""
-        return self.status == "REPRODUCED" and self.exact_replay is not None and self.exact_replay.exact
+        return self.status == REPRODUCED and self.exact_replay is not None and self.exact_replay.exact
 
     @property
     def headline(self) -> str:
@@ -214,8 +213,6 @@ def verify_run(
                          "another benchmark")
     path = Path(run_dir)
     # a publication (its directory, or its archive where it lies): what it left out is not carried
-    from repro500.publish.excluded import publication_of
-
     packed = publication_of(path)
     archive = packed.archive if packed is not None else path
     if packed is not None or archives.is_archive(path):
@@ -237,7 +234,7 @@ def verify_run(
 def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: dict[str, float] | None,
                 expect_sums_digest: str | None, not_carried: list[dict[str, Any]] | None = None,
                 across_benchmarks: bool = False) -> Verdict:
-    verdict = Verdict(status="INCONCLUSIVE", alpha=float(alpha), run_dir=str(root), margins=dict(margins or {}))
+    verdict = Verdict(status=INCONCLUSIVE, alpha=float(alpha), run_dir=str(root), margins=dict(margins or {}))
     check, run = integrity.check_run(root, expect_sums_digest=expect_sums_digest, not_carried=not_carried or ())
     verdict.integrity = check
     if run is not None:
@@ -268,7 +265,7 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
         verdict.equivalence = compare(run, ref, decide_at, margins)
         verdict.time_to_train = check_time_to_train(
             repeat_docs, alpha, reference_epochs=ref.epochs_to_quality, reference_times_s=ref.time_to_quality_s)
-        verdict.provenance = provenance_diff(run.provenance_manifest, ref.manifest)  # with what each command read
+        verdict.provenance = provenance_diff(run.provenance_manifest, ref.manifest, run=run, against=ref)
         if ref.run is not None:
             verdict.determinism.cross_run = compare_with_reference(run, ref.run)
             verdict.gains = compare_gains(run.repeats, ref.run.repeats)
@@ -358,7 +355,7 @@ def _check_stop(run: RunData, design: dict[str, Any], given: Reference | None) -
 
 
 def _invalid(verdict: Verdict, problems: list[str]) -> Verdict:
-    verdict.status = "INVALID"
+    verdict.status = INVALID
     verdict.reasons = list(problems)
     verdict.advice.append("the bundle is not what the run wrote: obtain an untouched copy (or rerun) and verify again")
     return verdict
@@ -368,34 +365,34 @@ def _decide(verdict: Verdict, with_reference: bool, run: RunData) -> None:
     items: list[tuple[str, str]] = []  # (PASS|FAIL|INCONCLUSIVE, reason)
     if run.not_run:
         # what did not run cannot have reproduced: an incomplete run never passes on the rest
-        items.append(("INCONCLUSIVE", f"the run is incomplete: repeat(s) {', '.join(map(str, run.not_run))} of "
+        items.append((INCONCLUSIVE, f"the run is incomplete: repeat(s) {', '.join(map(str, run.not_run))} of "
                                       f"{run.planned} have not run"))
     if with_reference:
-        mapping = {"REPRODUCED": "PASS", "NOT REPRODUCED": "FAIL", "INCONCLUSIVE": "INCONCLUSIVE"}
+        mapping = {REPRODUCED: PASS, NOT_REPRODUCED: FAIL, INCONCLUSIVE: INCONCLUSIVE}
         items += [(history.CHANGE_OUTCOME[e.change] if e.change else mapping[e.status], f"{e.metric}: {e.reason}")
                   for e in verdict.equivalence or []]
         t = verdict.time_to_train
-        if t is not None and t.status in ("PASS", "FAIL"):
+        if t is not None and t.status in (PASS, FAIL):
             items.append((t.status, f"time-to-train: {t.reason}"))
     else:
         items += [(b.status, f"{b.metric}: {b.reason}") for b in verdict.bands]
     d = verdict.determinism
-    if d is not None and d.status in ("PASS", "FAIL"):
+    if d is not None and d.status in (PASS, FAIL):
         items.append((d.status, f"determinism: {d.reason}"))
     if not items:
-        verdict.status = "INCONCLUSIVE"
+        verdict.status = INCONCLUSIVE
         verdict.reasons = ["nothing to decide: the run has no acceptance criteria and no reference was given "
                            "(add acceptance to the recipe or pass --against)"]
         return
     if not with_reference and not verdict.bands:
         verdict.advice.append("only determinism was decided: the run has no acceptance criteria, so its results "
                               "were not checked against a band (add acceptance to the recipe or pass --against)")
-    for outcome in ("FAIL", "INCONCLUSIVE", "PASS"):
+    for outcome in (FAIL, INCONCLUSIVE, PASS):
         chosen = [reason for status, reason in items if status == outcome]
         if chosen:
             break
     if with_reference and (verdict.against or {}).get("kind") != "history":
-        verdict.status = {"PASS": "REPRODUCED", "FAIL": "NOT REPRODUCED"}.get(outcome, outcome)
+        verdict.status = {PASS: REPRODUCED, FAIL: NOT_REPRODUCED}.get(outcome, outcome)
     else:
         verdict.status = outcome
     verdict.reasons = chosen
@@ -403,11 +400,11 @@ def _decide(verdict: Verdict, with_reference: bool, run: RunData) -> None:
     if replay is None:
         return
     if replay.exact:
-        if outcome == "FAIL":  # parameters and scores identical, yet something failed: say both
+        if outcome == FAIL:  # parameters and scores identical, yet something failed: say both
             verdict.reasons = chosen + [f"exact replay: {replay.reason}; it does not override the failure above"]
         else:
-            verdict.status = "REPRODUCED"
-            statistical = [f"statistically {'REPRODUCED' if outcome == 'PASS' else outcome}: {reason}"
+            verdict.status = REPRODUCED
+            statistical = [f"statistically {REPRODUCED if outcome == PASS else outcome}: {reason}"
                            for reason in chosen]
             verdict.reasons = [f"exact replay: {replay.reason}", *statistical]
     elif replay.metric_differences:
@@ -426,7 +423,7 @@ def _collect_advice(verdict: Verdict, run: Any) -> None:
     for e in verdict.equivalence or []:
         advice += e.advice
     state = (run.run or {}).get("status")
-    if state and state != "completed":
+    if state and state != RUN_COMPLETED:
         advice.append(f"run.json says the run is {state!r}: `repro500 run --resume {run.path}` completes it")
     unsuccessful = run.unsuccessful
     if unsuccessful:
