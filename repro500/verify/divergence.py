@@ -527,7 +527,7 @@ def readable_root(reference: Any) -> Iterator[Path | None]:
     if Path(run.path).is_dir():
         yield Path(run.path)
         return
-    from repro500.publish.excluded import publication_of
+    from repro500.rundir.excluded import publication_of
     from repro500.rundir import archive as archives
 
     shown = Path(reference.path)
@@ -783,7 +783,7 @@ def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[
     """A run to locate in: a run directory, a packed run or a publication (unpacked for as long as
     *stack* lasts), checked as verify checks its own files; (its data, "run" | "bundle" | "publication")."""
     from repro500.errors import InvalidInput
-    from repro500.publish.excluded import publication_of
+    from repro500.rundir.excluded import publication_of
     from repro500.rundir import archive as archives
     from repro500.verify import integrity
 
