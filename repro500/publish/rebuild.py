@@ -80,10 +80,10 @@ from repro500.progress import human_bytes
 from repro500.publish import index
 from repro500.publish.datafiles import safe_relpath
 from repro500.redact import redact_url
-from repro500.rundir import layout
+from repro500.rundir import layout, names
 
 ENV_DIR = "env"
-MARKER = ".repro500-built"
+MARKER = names.ENV_MARKER
 MODES = ("current", "venv")
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,200}[A-Za-z0-9])?$")
 _VERSION = re.compile(r"^[A-Za-z0-9.+!_-]{1,100}$")

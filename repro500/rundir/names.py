@@ -55,3 +55,7 @@ SCALING = PurePosixPath(DERIVED) / "scaling.json"  # repro500 model's scaling do
 PUBLICATION_INDEX = "publication.json"
 PUBLICATION_PARAMS = "params.yaml"  # also what `repro500 init` writes for DVC
 DVC_FILE = "dvc.yaml"  # also what `repro500 init` writes
+
+# ----- a reproduction's rebuilt environment (reproduce --env venv): OUT/env/<ENV_MARKER> says
+# repro500 built it, so a replay may run the interpreter the rerun recorded there
+ENV_MARKER = ".repro500-built"

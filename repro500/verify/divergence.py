@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.rundir import layout
+from repro500.rundir.names import ENV_MARKER
 from repro500.tracking import names
 from repro500.verify.determinism import machine_dependent, read_params, seed_groups
 from repro500.verify.rundir import RunData
@@ -527,8 +528,8 @@ def readable_root(reference: Any) -> Iterator[Path | None]:
     if Path(run.path).is_dir():
         yield Path(run.path)
         return
-    from repro500.rundir.excluded import publication_of
     from repro500.rundir import archive as archives
+    from repro500.rundir.excluded import publication_of
 
     shown = Path(reference.path)
     with tempfile.TemporaryDirectory(prefix="repro500-divergence-") as tmp:
@@ -783,8 +784,8 @@ def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[
     """A run to locate in: a run directory, a packed run or a publication (unpacked for as long as
     *stack* lasts), checked as verify checks its own files; (its data, "run" | "bundle" | "publication")."""
     from repro500.errors import InvalidInput
-    from repro500.rundir.excluded import publication_of
     from repro500.rundir import archive as archives
+    from repro500.rundir.excluded import publication_of
     from repro500.verify import integrity
 
     given = Path(path)
@@ -824,10 +825,8 @@ def own_interpreter(run: RunData) -> str | None:
     """The interpreter a run ran under when it is an environment ``reproduce --env venv`` built
     here (its directory holds the rebuild's marker): a replay of that run runs in it.  None for
     any other: an interpreter a run merely names is not run (``--python-a/-b`` choose one)."""
-    from repro500.publish.rebuild import MARKER
-
     executable, _ = recorded_interpreter(run)
     if not executable:
         return None
     path = Path(executable)
-    return executable if path.is_file() and (path.parent.parent / MARKER).is_file() else None
+    return executable if path.is_file() and (path.parent.parent / ENV_MARKER).is_file() else None
