@@ -58,6 +58,7 @@ ops: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check repro500 tests bench
+	$(VENV)/bin/lint-imports --no-cache  # the layers in .importlinter (docs/contracts.md, "Layers")
 
 # Every benchmark runs and prints its own PASS/MISS, even after one misses; the target fails at
 # the end, naming those that missed.
