@@ -13,6 +13,7 @@ from typing import Any
 from repro500.capture.hardware import usable_cpus
 from repro500.errors import ReproError
 from repro500.rundir import layout
+from repro500.statuses import SKIPPED
 
 
 @dataclass
@@ -45,7 +46,7 @@ def check_mlperf(run: Any) -> MlperfResult | None:
         benchmark = logged_benchmark(next(iter(logs.values())))
         usage, ruleset = resolve_rules(benchmark)
     except ReproError as err:  # a workload MLPerf has no rules for (Extreme Weather): said, not judged
-        return MlperfResult("SKIPPED", str(err).rstrip("."))
+        return MlperfResult(SKIPPED, str(err).rstrip("."))
 
     def judge(path: Any) -> dict[str, Any]:
         try:

@@ -58,6 +58,7 @@ from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_
 from repro500.redact import redact_url
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
+from repro500.statuses import INVALID, RUN_COMPLETED
 from repro500.tracking import store as mlflow_store
 from repro500.verify import from_mlflow
 
@@ -351,7 +352,7 @@ def _wait_passing_signals(proc: subprocess.Popen[bytes]) -> int:
 def _finished(run: Path) -> bool:
     """Whether a rerun finished every repeat and sealed itself (only its verification is left)."""
     meta = rundir.read_optional_json(run / rundir.RUN_JSON)
-    return meta.get("status") == "completed" and (run / bundle.SUMS_NAME).is_file()
+    return meta.get("status") == RUN_COMPLETED and (run / bundle.SUMS_NAME).is_file()
 
 
 def _progress(run: Path) -> str:
@@ -635,7 +636,7 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
                              alpha=alpha, margins=margins)
     verdict.run_dir = str(rerun)
     verdict.reference_integrity = pub.integrity  # the packed run, with what publish left out named
-    if verdict.status != "INVALID" and verdict.determinism is not None:
+    if verdict.status != INVALID and verdict.determinism is not None:
         mine, theirs = load_run(rerun), load_run(pub.reference)
         verdict.determinism.cross_run = compare_with_reference(mine, theirs)
         # against the packed run itself: what each side's command read is part of the diff

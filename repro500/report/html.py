@@ -18,9 +18,11 @@ from typing import Any
 
 from markupsafe import Markup, escape
 
+from repro500.statuses import FAIL, INCONCLUSIVE, INVALID, NOT_REPRODUCED, PASS, REPRODUCED, SKIPPED
+
 STATUS_CLASSES = {
-    "PASS": "good", "REPRODUCED": "good", "FAIL": "bad", "NOT REPRODUCED": "bad",
-    "INCONCLUSIVE": "warn", "INVALID": "invalid", "SKIPPED": "muted",
+    PASS: "good", REPRODUCED: "good", FAIL: "bad", NOT_REPRODUCED: "bad",
+    INCONCLUSIVE: "warn", INVALID: "invalid", SKIPPED: "muted",
 }
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from repro500.report.series import OVERLAPPED, PHASES, Band, Curve, thin
+from repro500.statuses import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 
 DPI = 100
 WIDTH_IN = 11.0
@@ -332,7 +333,7 @@ class EquivalenceRow:
 
 def equivalence(rows: list[EquivalenceRow]) -> str:
     """Each compared metric: the interval of (run − reference) against the margin."""
-    colors = {"REPRODUCED": PASS_COLOR, "NOT REPRODUCED": "#b42318", "INCONCLUSIVE": "#b25e00"}
+    colors = {REPRODUCED: PASS_COLOR, NOT_REPRODUCED: "#b42318", INCONCLUSIVE: "#b25e00"}
     with figure_panels(len(rows), 1, 0.5 + 1.05 * len(rows)) as (fig, axes):
         for ax, r in zip(axes, rows, strict=True):
             m = r.margin

@@ -25,6 +25,7 @@ from repro500.report.html import (
 )
 from repro500.report.load import RunView, finite
 from repro500.report.verdict_source import VerdictView
+from repro500.statuses import REPEAT_COMPLETED
 
 MAX_EVAL_PANELS = 3
 MAX_DIST_PANELS = 6
@@ -72,9 +73,9 @@ def header(view: RunView, verdict: VerdictView, toc: list[tuple[str, str]]) -> M
     recipe = run.get("recipe_name") or summary.get("recipe_name") or "(unnamed recipe)"
     run_id = doc.get("run_id") or run.get("run_id") or summary.get("run_id") or view.root.name
     repeats = as_dict(summary.get("repeats"))
-    completed = sum(1 for s in repeats.values() if s == "completed")
+    completed = sum(1 for s in repeats.values() if s == REPEAT_COMPLETED)
     planned = summary.get("repeats_planned") or run.get("repeats") or len(repeats)
-    unsuccessful = ", ".join(f"{k}: {s}" for k, s in repeats.items() if s != "completed")
+    unsuccessful = ", ".join(f"{k}: {s}" for k, s in repeats.items() if s != REPEAT_COMPLETED)
     division = run.get("open_division")
     manifest_tool = as_dict(as_dict(view.data.manifest if view.data else None).get("tool"))
     tool = as_dict(doc.get("tool"))
@@ -343,11 +344,22 @@ def provenance(view: RunView, verdict: VerdictView, reference: ReferenceData | N
 
 
 def _provenance_diff(manifest: dict[str, Any], verdict: VerdictView, reference: ReferenceData | None) -> Markup:
-    from repro500.verify.diff import diff_manifests, is_result_relevant, short
+    from repro500.verify.compare import compare_manifests
+    from repro500.verify.diff import is_result_relevant, short
 
     title = "Differences from the reference (most result-relevant first)"
+    stored = as_dict(verdict.doc.get("provenance"))
+    if stored.get("available") and isinstance(stored.get("rows"), list):  # the comparison verify made, as it said it
+        rows = [[as_dict(r).get("impact"), f"{as_dict(r).get('facet')}.{as_dict(r).get('key')}" if as_dict(r).get("key")
+                 else as_dict(r).get("facet"), short(as_dict(r).get("run"), 60), short(as_dict(r).get("reference"), 60),
+                 as_dict(r).get("reason")] for r in as_list(stored.get("rows"))]
+        head = para(f"{num(stored.get('total'))} difference(s), {num(stored.get('result_relevant'))} result-relevant "
+                    "(impact ≥ 50); repro500 diff shows all.")
+        if not rows:
+            return subsection(title, para("No differences: the run and the reference recorded the same provenance."))
+        return subsection(title, head, table(["impact", "key", "this run", "reference", "why it matters"], rows))
     if reference is not None and reference.manifest is not None:
-        diffs = diff_manifests(manifest, reference.manifest)
+        diffs = compare_manifests(manifest, reference.manifest).differences
         relevant = sum(1 for d in diffs if is_result_relevant(d))
         rows = [[d.impact, f"{d.facet}.{d.key}" if d.key else d.facet, short(d.a, 60), short(d.b, 60), d.reason]
                 for d in diffs[:MAX_DIFF_ROWS]]

@@ -19,6 +19,7 @@ from repro500.report import system_plots
 from repro500.report.html import Markup, image, num, para, pct, section, subsection, table
 from repro500.report.load import RunView, finite
 from repro500.rundir import layout
+from repro500.statuses import RUN_COMPLETED
 
 IO_BOUND = 0.5
 
@@ -69,7 +70,7 @@ def find_roofline(root: Path, manifest: dict[str, Any] | None) -> Path | None:
             meta = layout.read_optional_json(candidate / layout.RUN_JSON)
         except Exception:  # noqa: BLE001 - a neighbour that cannot be read is simply not a candidate
             continue
-        if meta.get("status") == "completed" and machine(_manifest(candidate)) == want:
+        if meta.get("status") == RUN_COMPLETED and machine(_manifest(candidate)) == want:
             found.append((str(meta.get("created_utc") or ""), candidate))
     return max(found)[1] if found else None
 

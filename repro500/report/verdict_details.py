@@ -28,6 +28,7 @@ from repro500.report.html import (
 from repro500.report.load import finite
 from repro500.report.sections import as_dict, as_list, caption, note
 from repro500.report.verdict_source import VerdictView
+from repro500.statuses import INVALID, PASS
 
 
 def verdict_sections(verdict: VerdictView) -> Markup:
@@ -48,7 +49,7 @@ def _integrity(doc: dict[str, Any]) -> Markup:
         if not i:
             continue
         problems = [str(p) for p in as_list(i.get("problems"))]
-        state = "PASS" if not problems else "INVALID"
+        state = PASS if not problems else INVALID
         line = integrity_line(state, i.get("files_checked"), i.get("sums_digest"))
         out.append(subsection(title, line, bullet_list(problems),
                               bullet_list([f"warning: {w}" for w in as_list(i.get("warnings"))]

@@ -72,6 +72,7 @@ from repro500.rundir.names import (  # noqa: F401 - re-exported
     SYSTEM_RECORD,
     VERDICT,
 )
+from repro500.statuses import REPEAT_FINISHED
 
 REPEAT_ARTIFACTS = (REPEAT_SUMMARY, METRICS, MLLOG, STDOUT, STDERR, ERROR_LOG, LAUNCHER_LOG, SYSTEM_RECORD, SYSTEM_EPOCHS)
 
@@ -81,7 +82,7 @@ def node_launcher_log(node_rank: int) -> str:
     return f"launcher-node-{node_rank}.log"
 
 
-FINISHED_STATUSES = ("completed", "diverged")
+FINISHED_STATUSES = REPEAT_FINISHED
 
 
 def read_json(path: Path, what: str) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from repro500.runner.plan import (
 )
 from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
+from repro500.statuses import RUN_COMPLETED, RUN_RUNNING
 from repro500.workloads.command import launchenv
 from repro500.workloads.workload import SUMMARY_METRICS
 
@@ -67,13 +68,13 @@ def _new(options: RunOptions, console: Console) -> Session:
         if run.is_run():
             resume = f", or complete it with: repro500 run --resume {run}"
             with_meta = _meta_or_none(run)
-            if with_meta and with_meta.get("status") == "completed":
+            if with_meta and with_meta.get("status") == RUN_COMPLETED:
                 resume = f"; it is complete (repro500 verify {run})"
         raise InvalidInput(f"run directory {run} already exists; choose another --run-id{resume}")
     multinode.agree(plan, run_id, list(range(recipe.repeats)), str(run.path.resolve()),  # before anything is written
                     options.until_decided)
     meta: dict[str, Any] = {
-        "schema": layout.RUN_SCHEMA, "run_id": run_id, "status": "running", "created_utc": utc(),
+        "schema": layout.RUN_SCHEMA, "run_id": run_id, "status": RUN_RUNNING, "created_utc": utc(),
         "finished_utc": None, "argv": redact.scrub(list(options.argv)),
         "recipe_path": str(options.recipe) if options.recipe else None,
         "recipe_name": recipe.name, "workload": plan.workload.kind, "repeats": recipe.repeats,
@@ -133,7 +134,7 @@ def _resumed(options: RunOptions, console: Console) -> Session:
     finished = run.summaries(recipe.repeats, finished_only=True)
     multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished],
                     str(run.path.resolve()), (meta.get("design") or {}).get("kind") == "sequential")
-    meta["status"] = "running"
+    meta["status"] = RUN_RUNNING
     _prepare_tracking(options)
     try:
         run.write_meta(meta)
@@ -151,7 +152,7 @@ def refuse_complete(run: layout.RunDir, meta: dict[str, Any], planned: int) -> N
     list people quote."""
     finished = run.summaries(planned, finished_only=True)
     stopped = (meta.get("design") or {}).get("stopped_at")  # a sequential run that stopped when decided
-    if meta.get("status") == "completed" and len(finished) == (stopped or planned):
+    if meta.get("status") == RUN_COMPLETED and len(finished) == (stopped or planned):
         raise UsageError(f"run {run} is already complete ({planned} of {planned} repeats finished); nothing to "
                          f"resume. Verify it with: repro500 verify {run}")
 

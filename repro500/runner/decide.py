@@ -16,6 +16,7 @@ from typing import Any
 
 from repro500.errors import UsageError
 from repro500.runner.plan import DEFAULT_MAX_REPEATS
+from repro500.statuses import REPEAT_COMPLETED
 
 
 def _same_benchmark(recipe: Any, loaded: Any, against: str) -> None:
@@ -167,7 +168,7 @@ def look(session: Any, summaries: dict[int, dict[str, Any]]) -> bool:
 
     design = session.meta["design"]
 
-    done = {k: s for k, s in sorted(summaries.items()) if s.get("status") == "completed"}
+    done = {k: s for k, s in sorted(summaries.items()) if s.get("status") == REPEAT_COMPLETED}
     level = sequential.level_of(design, len(done))
     if level is None:
         return False

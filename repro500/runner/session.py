@@ -29,6 +29,14 @@ from repro500.runner import summaries as aggregation
 from repro500.runner.background import warm_verify
 from repro500.runner.display import Display
 from repro500.runner.plan import Plan
+from repro500.statuses import (
+    REPEAT_FAILED,
+    REPEAT_KILLED,
+    RUN_COMPLETED,
+    RUN_FAILED,
+    RUN_INTERRUPTED,
+    RUN_RUNNING,
+)
 from repro500.untrusted import shown
 from repro500.workloads.workload import Repeat
 
@@ -79,17 +87,17 @@ class Session:
         try:
             return self._stages()
         except KeyboardInterrupt:
-            if self.meta.get("status") == "completed":  # only MLflow's last records were still being written
+            if self.meta.get("status") == RUN_COMPLETED:  # only MLflow's last records were still being written
                 with suppress(Exception):
                     self._close_tracking("KILLED")  # ended KILLED, not left RUNNING (a no-op once closing)
                 self.console.print(f"[yellow]Interrupted[/] while MLflow's last records were written; the run is "
                                    f"complete: repro500 verify {self.run}")
                 return RunOutcome(self.run.path, EXIT_INTERRUPTED)
-            self._abandon("interrupted", "KILLED")
+            self._abandon(RUN_INTERRUPTED, "KILLED")
             self.console.print(f"[yellow]Interrupted.[/] Complete the run with: {self.resume_command}", soft_wrap=True)
             return RunOutcome(self.run.path, EXIT_INTERRUPTED)
         except BaseException:
-            self._abandon("failed", "FAILED")
+            self._abandon(RUN_FAILED, "FAILED")
             raise
 
     def _stages(self) -> RunOutcome:
@@ -99,8 +107,8 @@ class Session:
         summaries, interrupted = self.repeats()
         if not interrupted or self._gathered is None or self._gathered.done():
             self.settle()  # an interrupted run does not wait for a capture still hashing: --resume redoes it
-        self.summarise(summaries, "interrupted" if interrupted else
-                       "failed" if any(s.get("status") == "failed" for s in summaries.values()) else "completed")
+        self.summarise(summaries, RUN_INTERRUPTED if interrupted else
+                       RUN_FAILED if any(s.get("status") == REPEAT_FAILED for s in summaries.values()) else RUN_COMPLETED)
         if interrupted:
             self.console.print(f"[yellow]Interrupted.[/] Finished repeats are kept in {self.run}; "
                                f"complete the run with: {self.resume_command}", soft_wrap=True)
@@ -211,7 +219,7 @@ class Session:
                     self._prefetch_inputs(k, summaries[k])
                     self._sync(k)
                     display.finished(k, summaries[k])
-                    if summaries[k]["status"] == "failed" or decide.look(self, summaries):
+                    if summaries[k]["status"] == REPEAT_FAILED or decide.look(self, summaries):
                         break
         except KeyboardInterrupt:
             return summaries, True
@@ -236,7 +244,7 @@ class Session:
 
         every = {**self.run.summaries(self.recipe.repeats, finished_only=False), **summaries}
         self.run.write_summary(aggregation.aggregate(self.meta["run_id"], self.recipe, every))
-        if status != "interrupted":  # an interrupted run does not hash now: the resume records them all
+        if status != RUN_INTERRUPTED:  # an interrupted run does not hash now: the resume records them all
             for pending in self._inputs.values():
                 with suppress(Exception):
                     pending.result()  # only warms the cache; the document below decides
@@ -320,7 +328,7 @@ class Session:
                 return self._record_failure(k, seeds, out, err)
         self._record_rank_map(k, out)
         if tracked:
-            status = "FINISHED" if summary.get("status") != "failed" else "FAILED"
+            status = "FINISHED" if summary.get("status") != REPEAT_FAILED else "FAILED"
             self.tracking.end_repeat(k, summary, self.run.repeat_artifacts(k), status,
                                      script_runs_of=self.meta["run_id"] if self.recipe.is_command else None)
         return summary
@@ -345,7 +353,7 @@ class Session:
             self.repeat_errors[k] = err  # re-raised with its own exit code once the run is closed
         else:
             (out / layout.ERROR_LOG).write_text(redact.redact_text(traceback.format_exc()), encoding="utf-8")
-        summary = {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "failed",
+        summary = {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": REPEAT_FAILED,
                    "seeds": seeds.as_dict(), "metrics": {}, "error": redact.redact_text(f"{type(err).__name__}: {err}")}
         self.run.write_repeat_summary(k, summary)
         if self.tracking:
@@ -354,8 +362,8 @@ class Session:
 
     def _mark_killed(self, k: int, seeds: Any, reason: str) -> None:
         existing = self.run.repeat_summary(k)
-        if not existing or existing.get("status") != "killed":
-            self.run.write_repeat_summary(k, {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": "killed",
+        if not existing or existing.get("status") != REPEAT_KILLED:
+            self.run.write_repeat_summary(k, {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": REPEAT_KILLED,
                                               "seeds": seeds.as_dict(), "metrics": {}, "error": reason})
         self._link(k)
         if self.tracking:
@@ -376,7 +384,7 @@ class Session:
                                                             trained=self.recipe.kind == "trained")
 
     def _raise_if_failed(self, summaries: dict[int, dict[str, Any]]) -> None:
-        failed = [k for k, s in summaries.items() if s.get("status") == "failed"]
+        failed = [k for k, s in summaries.items() if s.get("status") == REPEAT_FAILED]
         if not failed:
             return
         self._close_tracking("FAILED")
@@ -402,7 +410,7 @@ class Session:
             self._close_tracking(mlflow_status)
         if self.tracking:
             self.tracking.record(self.meta)
-        if self.meta.get("status") == "running":
+        if self.meta.get("status") == RUN_RUNNING:
             self.meta["status"] = status
             self.meta["finished_utc"] = aggregation.utc()
             with suppress(OSError):

@@ -8,6 +8,7 @@ from typing import Any
 
 from repro500.recipe import load as recipes
 from repro500.rundir import layout
+from repro500.statuses import REPEAT_COMPLETED
 
 
 def utc() -> str:
@@ -24,7 +25,7 @@ def aggregate(run_id: str, recipe: recipes.Recipe, summaries: dict[int, dict[str
     metrics: dict[str, dict[str, list[Any]]] = {}
     for k in sorted(summaries):
         s = summaries[k]
-        if s.get("status") != "completed":
+        if s.get("status") != REPEAT_COMPLETED:
             continue
         for name, value in (s.get("metrics") or {}).items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.runner.plan import Plan
+from repro500.statuses import REPEAT_FAILED
 from repro500.tracking import names
 from repro500.tracking import store as mlflow_store
 
@@ -204,7 +205,7 @@ class Tracking:
                 elif record.get("kind") == "epoch" and record.get("epoch") is not None:
                     self.log_epoch(k, record, steps)
                     steps = []
-            self.end_repeat(k, summary, run.repeat_artifacts(k), "FINISHED" if summary.get("status") != "failed"
+            self.end_repeat(k, summary, run.repeat_artifacts(k), "FINISHED" if summary.get("status") != REPEAT_FAILED
                             else "FAILED")
 
     def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:

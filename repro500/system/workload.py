@@ -17,6 +17,7 @@ from typing import Any
 from repro500.recipe import load as recipes
 from repro500.rundir import atomic, layout
 from repro500.rundir.sums import REPEAT_SUMMARY_SCHEMA
+from repro500.statuses import REPEAT_COMPLETED
 from repro500.workloads.workload import Repeat, check_acceptance, expand_paths
 
 
@@ -103,7 +104,7 @@ class SystemWorkload:
         total_s = time.perf_counter() - started
         out = Path(repeat.out_dir)
         atomic.write_json(out / layout.SYSTEM_RECORD, {"schema": SYSTEM_RECORD_SCHEMA, **record})
-        summary = {"schema": REPEAT_SUMMARY_SCHEMA, "repeat": repeat.k, "status": "completed",
+        summary = {"schema": REPEAT_SUMMARY_SCHEMA, "repeat": repeat.k, "status": REPEAT_COMPLETED,
                    "seeds": repeat.seeds.as_dict(), "measure": self.measure, "total_time_s": total_s,
                    "metrics": {**metrics, "total_time_s": total_s}, "error": None}
         atomic.write_json(out / layout.REPEAT_SUMMARY, summary)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.rundir import archive as archives
+from repro500.statuses import REPEAT_KILLED
 from repro500.tracking import store as mlflow_store
 from repro500.tracking.names import (
     EPOCH_METRIC,
@@ -274,7 +275,7 @@ class Tracker:
         self.client.set_terminated(run_id, status=status)
 
     def kill(self, run_id: str, reason: str) -> None:
-        self.set_tags(run_id, {STATUS_TAG: "killed", ERROR_TAG: reason})
+        self.set_tags(run_id, {STATUS_TAG: REPEAT_KILLED, ERROR_TAG: reason})
         self.client.set_terminated(run_id, status="KILLED")
 
     # ----- plumbing -------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from repro500.statuses import FAIL, INCONCLUSIVE, PASS, REPEAT_DIVERGED
 from repro500.verify import stats
 from repro500.verify.rundir import Criterion, RunData
 
@@ -55,7 +56,7 @@ def check_band(
     the band from passing.
     """
     res = _decide(criterion, values, alpha, len(unsuccessful or {}))
-    if unsuccessful and res.status == "PASS":
+    if unsuccessful and res.status == PASS:
         _block_pass(res, unsuccessful)
     return res
 
@@ -64,12 +65,12 @@ def _block_pass(res: BandResult, unsuccessful: dict[int, str]) -> None:
     """Turn a PASS on the completed repeats into INCONCLUSIVE, naming the missing repeats."""
     shown = ", ".join(f"{k} ({state})" for k, state in sorted(unsuccessful.items()))
     steps = []
-    if "diverged" in unsuccessful.values():
+    if REPEAT_DIVERGED in unsuccessful.values():
         steps.append("investigate the divergence (NaN/Inf loss: e.g. a lower learning rate), then rerun")
-    if any(state != "diverged" for state in unsuccessful.values()):
+    if any(state != REPEAT_DIVERGED for state in unsuccessful.values()):
         steps.append("rerun them (`repro500 run --resume RUN` completes killed ones)")
     todo = "; ".join(steps)
-    res.status = "INCONCLUSIVE"
+    res.status = INCONCLUSIVE
     res.reason = (f"repeat(s) {shown} did not complete, so the band cannot pass on the {res.n} that did "
                   f"({res.reason}); {todo}")
     res.advice.append(f"{res.metric}: repeat(s) {shown} did not complete: {todo}")
@@ -81,12 +82,12 @@ def _decide(c: Criterion, values: list[float], alpha: float, unsuccessful: int) 
     res = BandResult(
         metric=c.metric, direction=c.direction, target=c.target, tolerance=c.tolerance,
         threshold=c.threshold, n=len(values), mean=None, lower_bound=None, upper_bound=None,
-        bound_confidence=1.0 - alpha, status="INCONCLUSIVE", reason="",
+        bound_confidence=1.0 - alpha, status=INCONCLUSIVE, reason="",
     )
     band = f"{sign} {c.threshold:.6g} (target {c.target:.6g}, tolerance {c.tolerance:.6g})"
     if not values:
         if unsuccessful:
-            res.status = "FAIL"
+            res.status = FAIL
             res.reason = f"no completed repeat reported {c.metric} ({unsuccessful} did not complete); band {band}"
         else:
             res.reason = f"no repeat reported {c.metric}; band {band}"
@@ -113,13 +114,13 @@ def _decide(c: Criterion, values: list[float], alpha: float, unsuccessful: int) 
 
         v, t, tol = (Decimal(repr(float(x))) for x in (values[0], c.target, c.tolerance))
         meets = v >= t - tol if higher else v <= t + tol
-        res.status = "PASS" if meets else "FAIL"
+        res.status = PASS if meets else FAIL
         res.reason = f"all {len(values)} repeats gave {values[0]:.6g} (zero variance): {'meets' if meets else 'misses'} band {band}"
     elif meets:
-        res.status = "PASS"
+        res.status = PASS
         res.reason = f"{which} {level} bound {decisive:.6g} {sign} {c.threshold:.6g}: meets band {band}"
     elif misses:
-        res.status = "FAIL"
+        res.status = FAIL
         res.reason = f"{other} {level} bound {opposite:.6g} is beyond {c.threshold:.6g}: misses band {band}"
     else:
         res.reason = f"{level} bounds [{low:.6g}, {high:.6g}] straddle the threshold {c.threshold:.6g}"

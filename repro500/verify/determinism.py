@@ -18,6 +18,7 @@ from typing import Any
 
 from repro500 import untrusted
 from repro500.rundir import layout
+from repro500.statuses import FAIL, PASS, SKIPPED
 from repro500.verify.rundir import RunData
 
 _SEED_NAMES = ("python", "numpy", "torch", "loader")
@@ -125,7 +126,7 @@ def seed_groups(run: RunData) -> tuple[dict[Any, list[int]], list[int], list[int
 
 def check_determinism(run: RunData) -> DeterminismResult:
     groups, unseeded, chosen = seed_groups(run)
-    res = DeterminismResult(status="SKIPPED", reason="")
+    res = DeterminismResult(status=SKIPPED, reason="")
     if unseeded:
         res.notes.append(f"repeats {unseeded} record no torch seed: not grouped")
     if len(chosen) < len(run.completed):
@@ -150,10 +151,10 @@ def check_determinism(run: RunData) -> DeterminismResult:
         res.notes.append(f"repeats {sorted(unrecorded)} share a seed but record no final_param_digest: "
                          "their parameters were not digested, so they are left out of the check")
     if res.divergences:
-        res.status = "FAIL"
+        res.status = FAIL
         res.reason = res.divergences[0].detail
     elif res.groups:
-        res.status = "PASS"
+        res.status = PASS
         n = sum(len(g["repeats"]) for g in res.groups)
         res.reason = f"{n} repeats sharing a seed have identical final parameter digests"
     else:

@@ -33,11 +33,10 @@ from typing import Any
 import numpy as np
 
 from repro500.errors import InvalidInput, UsageError
+from repro500.statuses import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
 from repro500.verify import stats
 from repro500.verify.reference import Pairing, Reference
 from repro500.verify.rundir import RunData
-
-REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE = "REPRODUCED", "NOT REPRODUCED", "INCONCLUSIVE"
 
 
 @dataclass

@@ -12,6 +12,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from repro500.statuses import REPEAT_COMPLETED
+
 FIGURES = ("throughput_samples_per_s", "valid_flops")
 VARIANT_KEYS = ("precision", "micro_batch_size", "batch_size", "sync")
 
@@ -19,7 +21,7 @@ VARIANT_KEYS = ("precision", "micro_batch_size", "batch_size", "sync")
 def _means(repeats: dict[Any, dict[str, Any]]) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for name in FIGURES:
-        values = [float(v) for doc in repeats.values() if doc.get("status") == "completed"
+        values = [float(v) for doc in repeats.values() if doc.get("status") == REPEAT_COMPLETED
                   for v in [(doc.get("metrics") or {}).get(name)] if isinstance(v, (int, float))]
         out[name] = statistics.fmean(values) if values else None
     return out

@@ -30,6 +30,8 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from repro500.statuses import FAIL, INCONCLUSIVE, NOT_REPRODUCED, PASS, REPRODUCED
+
 MIN_REPEATS = 3  # the first look: the verdict's advice never trusts a spread from 2 repeats
 SPENDING = ("obrien-fleming", "pocock")
 SIMULATED_PATHS = 200_000  # the calibration's Monte-Carlo error on alpha is about 0.0005
@@ -167,13 +169,13 @@ def look(run: Any, level: float, ref: Any = None, margins: dict[str, float] | No
 
     if ref is None:
         return {b.metric: b.status for b in check_bands(run, level)}
-    mapping = {"REPRODUCED": "PASS", "NOT REPRODUCED": "FAIL"}
-    return {e.metric: mapping.get(e.status, "INCONCLUSIVE") for e in equivalence.compare(run, ref, level, margins)}
+    mapping = {REPRODUCED: PASS, NOT_REPRODUCED: FAIL}
+    return {e.metric: mapping.get(e.status, INCONCLUSIVE) for e in equivalence.compare(run, ref, level, margins)}
 
 
 def decided(statuses: dict[str, str]) -> bool:
     """Every decision taken, either way (nothing to decide is not decided)."""
-    return bool(statuses) and all(s in ("PASS", "FAIL") for s in statuses.values())
+    return bool(statuses) and all(s in (PASS, FAIL) for s in statuses.values())
 
 
 def stop_check(run: Any, design_doc: dict[str, Any], alpha: float, ref: Any = None,

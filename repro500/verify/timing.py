@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 from scipy import stats as sps
 
+from repro500.statuses import FAIL, INCONCLUSIVE, PASS, REPEAT_COMPLETED, SKIPPED
 from repro500.verify.stats import olympic_mean
 
 
@@ -96,7 +97,7 @@ def check_time_to_train(
     times, epochs, not_reached = [], [], 0
     for doc in repeats:
         metrics = doc.get("metrics") or {}
-        if doc.get("status", "completed") != "completed" or doc.get("reached_target") is False:
+        if doc.get("status", REPEAT_COMPLETED) != REPEAT_COMPLETED or doc.get("reached_target") is False:
             not_reached += 1
             continue
         t = doc.get("time_to_quality_s", metrics.get("time_to_quality_s"))
@@ -105,7 +106,7 @@ def check_time_to_train(
             times.append(float(t))
         if isinstance(e, (int, float)) and not isinstance(e, bool):
             epochs.append(float(e))
-    res = TimingResult(status="SKIPPED", reason="", repeats_reached=len(epochs) or len(times),
+    res = TimingResult(status=SKIPPED, reason="", repeats_reached=len(epochs) or len(times),
                        repeats_not_reached=not_reached, time_to_quality_s=_summary(times),
                        epochs_to_quality=_summary(epochs))
     if not_reached > 1:
@@ -120,11 +121,11 @@ def check_time_to_train(
         return res
     res.reference_epochs = _summary(reference_epochs)
     if len(reference_epochs) < 2:
-        res.status = "INCONCLUSIVE"
+        res.status = INCONCLUSIVE
         res.reason = "the reference gives fewer than 2 epochs-to-quality values: no spread to test against"
         return res
     if not epochs:
-        res.status = "INCONCLUSIVE"
+        res.status = INCONCLUSIVE
         res.reason = "no repeat of this run reached the target: epochs-to-quality unknown"
         return res
     bound, how = min_epochs_bound(reference_epochs, len(epochs), alpha, run=epochs)
@@ -132,9 +133,9 @@ def check_time_to_train(
     run_mean, ref_mean = _central(epochs), _central(reference_epochs)
     text = f"mean epochs-to-quality {run_mean:.4g} vs reference {ref_mean:.4g} (lower bound {bound:.4g}, {how})"
     if run_mean < bound:
-        res.status = "FAIL"
+        res.status = FAIL
         res.reason = f"converged suspiciously fast: {text}"
     else:
-        res.status = "PASS"
+        res.status = PASS
         res.reason = f"convergence consistent with the reference: {text}"
     return res

@@ -26,6 +26,7 @@ from repro500.errors import InvalidInput
 from repro500.redact import REDACTED, is_secret_name, redact_text, scrub
 from repro500.rundir import layout
 from repro500.rundir.atomic import write_json
+from repro500.statuses import REPEAT_COMPLETED, REPEAT_FAILED, REPEAT_KILLED
 from repro500.tracking.client import REPEAT_ENV, RUN_ID_ENV
 from repro500.workloads.command.metric_sources import (
     MetricMissing,
@@ -185,7 +186,7 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
     env = child_env(spec, repeat, seeds, out_dir, context)
     redactor = _Redactor(env)
     summary: dict[str, Any] = {
-        "schema": SCHEMA, "repeat": repeat, "status": "failed", "seeds": seeds.as_dict(), "engine": "command",
+        "schema": SCHEMA, "repeat": repeat, "status": REPEAT_FAILED, "seeds": seeds.as_dict(), "engine": "command",
         "world_size": 1, "command": redactor.argv(argv), "exit_status": None, "signal": None, "timed_out": False,
         "metrics": {}, "metric_sources": {}, "total_time_s": 0.0, "final_param_digest": None, "outputs": {},
         "error": None,
@@ -206,13 +207,13 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
                                 stderr=out_dir / STDERR, echo=context.echo)
         except OSError as err:
             reason = "was not found" if isinstance(err, FileNotFoundError) else f"could not be started ({err.strerror or err})"
-            return finish("failed", f"program {argv[0]} {reason} (workdir {spec.workdir})")
+            return finish(REPEAT_FAILED, f"program {argv[0]} {reason} (workdir {spec.workdir})")
         try:
             child.wait(spec.timeout_s, grace_s)
         except KeyboardInterrupt:
             child.interrupt(grace_s)
             summary.update(exit_status=child.exit_status, signal=child.signal_name, total_time_s=child.elapsed_s)
-            finish("killed", "interrupted (Ctrl-C or SIGTERM); the command's process group was stopped")
+            finish(REPEAT_KILLED, "interrupted (Ctrl-C or SIGTERM); the command's process group was stopped")
             raise
         summary.update(exit_status=child.exit_status, signal=child.signal_name, timed_out=child.timed_out,
                        total_time_s=child.elapsed_s)
@@ -226,7 +227,7 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
         watch.close()
     error = _exit_error(child, spec.timeout_s, child.last_stderr)
     if error:
-        return finish("failed", error)
+        return finish(REPEAT_FAILED, error)
     target = context.mlflow
     produced = Produced(stdout=out_dir / STDOUT, stderr=out_dir / STDERR, metrics_file=out_dir / METRICS_FILE,
                         search=[out_dir, spec.workdir],
@@ -237,9 +238,9 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
     except MetricMissing as err:
         # A failed repeat reports no metric values, not the ones read before a missing output.
         summary["metrics"], summary["metric_sources"], summary["outputs"] = {}, {}, {}
-        return finish("failed", str(err))
+        return finish(REPEAT_FAILED, str(err))
     summary["final_param_digest"] = produced.param_digest() or _outputs_digest(summary["outputs"])
-    return finish("completed", None)
+    return finish(REPEAT_COMPLETED, None)
 
 
 def _fresh_repeat_dir(out_dir: Path) -> None:

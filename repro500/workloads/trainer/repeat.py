@@ -17,17 +17,13 @@ import torch
 
 from repro500.capture import seeds as seeding
 from repro500.rundir import atomic, layout
+from repro500.statuses import REPEAT_COMPLETED, REPEAT_DIVERGED
 from repro500.workloads.engines import registry, wire
 from repro500.workloads.trainer import build as blocks
 from repro500.workloads.trainer import metrics as measure
 from repro500.workloads.trainer import records, sampling
 from repro500.workloads.trainer.optim import build_optimizer, lr_factor
-from repro500.workloads.trainer.spec import (
-    STATUS_COMPLETED,
-    STATUS_DIVERGED,
-    Dist,
-    TrainSpec,
-)
+from repro500.workloads.trainer.spec import Dist, TrainSpec
 from repro500.workloads.trainer.step import Step
 from repro500.workloads.workload import Progress
 
@@ -44,7 +40,7 @@ class RepeatState:
         self.out_dir = Path(out_dir)
         self.writer = records.RepeatFiles(self.out_dir) if dist.is_main else None
         self.mllog = records.mlperf_logger(spec, self.out_dir, seeds, dist) if dist.is_main else None
-        self.status, self.error = STATUS_COMPLETED, None
+        self.status, self.error = REPEAT_COMPLETED, None
         self.summary: dict[str, Any] = {}
         self.samples_seen = self.global_step = self.epochs_run = 0
         self.train_time_s = 0.0
@@ -130,14 +126,14 @@ class RepeatState:
         if self.callbacks.on_step:
             self.callbacks.on_step(record)
         if not self.comm.all_finite(loss):
-            self.status = STATUS_DIVERGED
+            self.status = REPEAT_DIVERGED
             what = f"loss became {loss}" if not math.isfinite(loss) else "another rank's loss became non-finite"
             self.error = f"{what} at epoch {epoch}, step {self.global_step}"
         return record
 
     @property
     def diverged(self) -> bool:
-        return self.status == STATUS_DIVERGED
+        return self.status == REPEAT_DIVERGED
 
     def end_epoch(self, epoch: int, steps: list[dict[str, Any]]) -> bool:
         """Close the epoch (evaluate, digest, record); True when training stops here."""
@@ -154,7 +150,7 @@ class RepeatState:
         record: dict[str, Any] = {"kind": "epoch", "repeat": self.repeat, "epoch": epoch, "metrics": {},
                                   "train_samples": self.samples_seen, "train_time_s": epoch_s, "wire": epoch_wire}
         if not finite:
-            self.status = STATUS_DIVERGED
+            self.status = REPEAT_DIVERGED
             self.error = f"a rank's loss became non-finite in epoch {epoch} (found at its end)"
         if self.diverged:
             # No evaluation, but the epoch is closed like any other, so that its steps up to the

@@ -6,11 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUS_COMPLETED = "completed"
-STATUS_DIVERGED = "diverged"
-STATUS_FAILED = "failed"
-STATUS_KILLED = "killed"
-
 
 @dataclass
 class Dist:

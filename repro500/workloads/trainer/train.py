@@ -34,10 +34,6 @@ from repro500.workloads.trainer.build import (  # noqa: F401 - the trainer's doo
 from repro500.workloads.trainer.build import batch_size as batch_len
 from repro500.workloads.trainer.repeat import RepeatState
 from repro500.workloads.trainer.spec import (  # noqa: F401 - where callers have always found them
-    STATUS_COMPLETED,
-    STATUS_DIVERGED,
-    STATUS_FAILED,
-    STATUS_KILLED,
     Dist,
     TrainSpec,
 )

@@ -14,6 +14,7 @@ from repro500.data.loaders import H5_DATASETS
 from repro500.errors import InvalidInput, UsageError
 from repro500.recipe import load as recipes
 from repro500.rundir import atomic, layout
+from repro500.statuses import REPEAT_FINISHED
 from repro500.workloads import parts, plugins
 from repro500.workloads.workload import (
     SUMMARY_METRICS,
@@ -171,7 +172,7 @@ class TrainedWorkload:
             summary = self._train(spec, repeat, metered.wrap(repeat.progress))
         finally:
             metered.stop()
-        if summary.get("status") in ("completed", "diverged"):
+        if summary.get("status") in REPEAT_FINISHED:
             if self._intensity is None:  # the step's intensity is the run's: estimated once
                 self._intensity = epochs.intensity_of(spec)
             summary = metered.finish(summary, self._intensity)
