@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -365,25 +363,12 @@ def test_provenance_diff_lists_the_differences_with_the_verdict(tmp_path):
 
 
 def test_provenance_diff_uses_the_diff_module_sorted_by_impact(tmp_path, monkeypatch):
-    from dataclasses import dataclass
+    from repro500.verify import compare
+    from repro500.verify.diff import Difference, order
 
-    @dataclass
-    class Diff:
-        facet: str
-        key: str
-        a: object
-        b: object
-        impact: int
-        reason: str
-
-    fake = types.ModuleType("repro500.verify.diff")
-    fake.diff_manifests = lambda a, b: [Diff("hardware", "hostname", "x", "y", 1, "host"),
-                                        Diff("environment", "torch", "2.14", "2.13", 100, "framework")]
-    fake.is_result_relevant = lambda d: d.impact >= 50
-    monkeypatch.setitem(sys.modules, "repro500.verify.diff", fake)
-    import repro500.verify as verify_pkg
-
-    monkeypatch.setattr(verify_pkg, "diff", fake, raising=False)
+    found = [Difference("hardware", "hostname", "x", "y", 1, "host"),
+             Difference("environment", "torch", "2.14", "2.13", 100, "framework")]
+    monkeypatch.setattr(compare, "compare_reference", lambda run, ref: compare.Comparison(sorted(found, key=order)))
     a, b = make_run(tmp_path, "a"), make_run(tmp_path, "b")
     prov = verify_run(a, against=b).provenance
     assert prov.available and prov.total == 2 and prov.result_relevant == 1

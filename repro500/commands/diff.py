@@ -15,7 +15,10 @@ import click
 @click.option("--all", "show_all", is_flag=True, help="Show every low-impact difference too.")
 @click.pass_context
 def diff(ctx: click.Context, a: Path, b: Path, as_json: bool, show_all: bool) -> None:
-    """Compare two manifests or run directories, most result-relevant first.
+    """Compare two runs (or manifests), most result-relevant first.
+
+    Run directories are compared as every command compares them: manifests, recipes, plan,
+    seeds, environment lock and declared outputs (docs/verify.md, "One comparison of two runs").
 
     \b
     Exit codes: 0 no result-relevant difference; 1 at least one;
@@ -23,18 +26,32 @@ def diff(ctx: click.Context, a: Path, b: Path, as_json: bool, show_all: bool) ->
     """
     from repro500.capture.inputs import comparable
     from repro500.capture.manifest import load_manifest
-    from repro500.errors import EXIT_FAIL, EXIT_OK
+    from repro500.errors import EXIT_FAIL, EXIT_OK, ReproError
     from repro500.rundir import layout as rundir
-    from repro500.verify.diff import diff_manifests, is_result_relevant, render, to_json
+    from repro500.verify import compare
+    from repro500.verify.diff import render, to_json
+    from repro500.verify.rundir import load_run
 
     def view(path: Path) -> dict:
         # a run directory's manifest with what its command was seen to read (inputs.json)
         observed = rundir.read_optional_json(path / rundir.INPUTS) if path.is_dir() else {}
         return comparable(load_manifest(path), observed) or {}
 
-    diffs = diff_manifests(view(a), view(b))
+    def run_of(path: Path):  # noqa: ANN202 - RunData, or None for a bare manifest
+        if not path.is_dir():
+            return None
+        try:
+            return load_run(path)
+        except ReproError:
+            return None  # a directory with a manifest alone: its manifest is compared
+
+    manifests = view(a), view(b)  # checked first: a missing, corrupt or edited manifest is exit 4
+    runs = run_of(a), run_of(b)
+    found = (compare.compare_runs(runs[0], runs[1], manifest_b=manifests[1]) if runs[0] and runs[1]
+             else compare.compare_manifests(*manifests))
+    diffs = found.differences
     if as_json:
         click.echo(json.dumps(to_json(diffs, str(a), str(b)), indent=2, default=str))
     else:
         render(diffs, str(a), str(b), show_all=show_all)
-    ctx.exit(EXIT_FAIL if any(is_result_relevant(d) for d in diffs) else EXIT_OK)
+    ctx.exit(EXIT_FAIL if found.relevant else EXIT_OK)

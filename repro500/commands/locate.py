@@ -156,8 +156,13 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
     console.print(f"[bold]repro500 locate[/] {shown(a['run'])} repeat {shown(a['repeat'])} vs {shown(b['run'])} repeat "
                   f"{shown(b['repeat'])}", highlight=False)
     console.print(f"[bold]Records[/]  {shown(plan.pair.detail)}", highlight=False)
+    if plan.pair.causes and answer.get("operator") is None:  # the one comparison's differences, as verify names them
+        console.print(f"[bold]Recorded differences[/]  {len(plan.pair.causes)} result-relevant, first "
+                      f"{shown(plan.pair.causes[0]['key'])}", highlight=False)
     if answer.get("operator") is None:
         why = ("nothing to replay: the runs do not part" if not plan.pair.diverged else
+               f"they part in what they wrote at the end ({plan.pair.quantity}), every recorded step agreeing: "
+               "nothing to replay step by step" if plan.pair.shape == "final state" else
                "the training steps agree: locate replays training steps, and these runs part after them "
                "(give --steps N to replay anyway)")
         console.print(f"  {why}", highlight=False)

@@ -344,11 +344,22 @@ def provenance(view: RunView, verdict: VerdictView, reference: ReferenceData | N
 
 
 def _provenance_diff(manifest: dict[str, Any], verdict: VerdictView, reference: ReferenceData | None) -> Markup:
-    from repro500.verify.diff import diff_manifests, is_result_relevant, short
+    from repro500.verify.compare import compare_manifests
+    from repro500.verify.diff import is_result_relevant, short
 
     title = "Differences from the reference (most result-relevant first)"
+    stored = as_dict(verdict.doc.get("provenance"))
+    if stored.get("available") and isinstance(stored.get("rows"), list):  # the comparison verify made, as it said it
+        rows = [[as_dict(r).get("impact"), f"{as_dict(r).get('facet')}.{as_dict(r).get('key')}" if as_dict(r).get("key")
+                 else as_dict(r).get("facet"), short(as_dict(r).get("run"), 60), short(as_dict(r).get("reference"), 60),
+                 as_dict(r).get("reason")] for r in as_list(stored.get("rows"))]
+        head = para(f"{num(stored.get('total'))} difference(s), {num(stored.get('result_relevant'))} result-relevant "
+                    "(impact ≥ 50); repro500 diff shows all.")
+        if not rows:
+            return subsection(title, para("No differences: the run and the reference recorded the same provenance."))
+        return subsection(title, head, table(["impact", "key", "this run", "reference", "why it matters"], rows))
     if reference is not None and reference.manifest is not None:
-        diffs = diff_manifests(manifest, reference.manifest)
+        diffs = compare_manifests(manifest, reference.manifest).differences
         relevant = sum(1 for d in diffs if is_result_relevant(d))
         rows = [[d.impact, f"{d.facet}.{d.key}" if d.key else d.facet, short(d.a, 60), short(d.b, 60), d.reason]
                 for d in diffs[:MAX_DIFF_ROWS]]

@@ -8,8 +8,13 @@ first rule whose pattern matches ``facet.key`` wins.  A record present on one si
 difference keyed by the record, with its differing fields on each side and the highest
 impact among them, so one added file counts once, not once per field.  Library, CUDA and cuDNN versions,
 the GPU model and driver, determinism flags, data digests and the code commit/diff rank
-first; host names and times last.  A difference is *result-relevant* when its impact is
-at least :data:`RELEVANT_IMPACT`; ``repro500 diff`` exits 1 when there is one.
+first; host names last.  A difference is *result-relevant* when its impact is at least
+:data:`RELEVANT_IMPACT` (and called so only then); ``repro500 diff`` exits 1 when there is one.
+The documented non-differences (:data:`NOT_DIFFERENCES`) are no rows at all.
+
+The same table ranks the sections :mod:`repro500.verify.compare` adds beside the manifest's
+facets (``recipe``, ``plan``, ``lock``, ``outputs``, a pair's ``seeds``): that module is the one
+comparison of two runs every command asks.
 """
 
 from __future__ import annotations
@@ -41,6 +46,46 @@ RULES: list[tuple[str, int, str]] = [
     ("experiment.imported_sources*", 5, "where the plug-ins' modules lie; their content is in the source digest"),
     ("experiment.repository.*", 5, "the experiment repository's git state; its content is in the source digest"),
     ("experiment.*", 10, "how much source was kept"),
+    # the recipe as resolved (fixed, mutable, acceptance, plug-in options): compare.py adds it
+    ("recipe.fixed.epochs", 95, "a different number of epochs"),
+    ("recipe.fixed.workload", 95, "a different workload"),
+    ("recipe.fixed.dataset*", 95, "a different data set or data set option"),
+    ("recipe.fixed.model*", 95, "a different model or model option"),
+    ("recipe.fixed.command*", 95, "a different command"),
+    ("recipe.fixed.evaluate*", 90, "a different evaluator"),
+    ("recipe.fixed.target*", 60, "a different target: when a run reaches quality and may stop"),
+    ("recipe.fixed.valid_flops_exponent", 55, "Valid FLOPS is scored with another exponent"),
+    ("recipe.fixed.mlperf_benchmark", 10, "which MLPerf rules the logs are checked against"),
+    ("recipe.fixed.*", 90, "the benchmark's definition differs"),
+    ("recipe.mutable.optimizer*", 95, "a different optimizer hyperparameter"),
+    ("recipe.mutable.lr_schedule*", 95, "a different learning-rate schedule"),
+    ("recipe.mutable.batch_size", 95, "a different batch size"),
+    ("recipe.mutable.micro_batch_size", 90, "gradient accumulation changes the summation order"),
+    ("recipe.mutable.deterministic", 95, "determinism settings change numerical results"),
+    ("recipe.mutable.threads", 70, "intra-op threads change CPU reduction order and speed"),
+    ("recipe.mutable.eval_batch_size", 60, "the evaluation's batch size changes its reduction order"),
+    ("recipe.mutable.workers", 55, "loader workers draw augmentation from other random streams"),
+    ("recipe.mutable.sync*", 90, "a different synchronisation of the ranks"),
+    ("recipe.mutable.*", 80, "a different mutable setting"),
+    ("recipe.metrics*", 40, "how a command's metrics are read from its output, not what it computes"),
+    ("recipe.acceptance*", 10, "how the result is judged, not the result"),
+    ("recipe.open_division", 20, "the division; the fixed keys it lets differ are compared themselves"),
+    ("recipe.*", 10, "recipe detail"),
+    # the plan: where and how the repeats ran
+    ("plan.device", 95, "a different device"),
+    ("plan.precision", 95, "a different numerical precision"),
+    ("plan.compressor*", 95, "a different gradient compressor"),
+    ("plan.world_size", 90, "a different process layout changes reduction order"),
+    ("plan.nnodes", 90, "a different process layout changes reduction order"),
+    ("plan.nproc", 90, "a different process layout changes reduction order"),
+    ("plan.engine", 80, "a different engine changes how gradients are reduced"),
+    ("plan.*", 60, "a different plan"),
+    # what the repeats wrote: a result of the run, not a cause
+    ("outputs.*", 40, "a declared output differs (a result of the run, not a cause)"),
+    # the environment lock, beside the versions the environment facet compares
+    ("lock.distributions.*", 60, "the package is pinned from another source in the environment lock"),
+    ("lock.platform*", 30, "the lock was written for another platform"),
+    ("lock.*", 5, "how the environment lock was written"),
     ("*.<facet>", 55, "the facet was captured on one side only; the two cannot be compared there"),
     ("environment.torch_build.path", 5, "install location only"),
     ("environment.torch_build.source", 0, "how the facts were read"),
@@ -113,7 +158,16 @@ RULES: list[tuple[str, int, str]] = [
     ("environment.env.values.LD_*", 60, "different shared libraries may be loaded"),
     ("environment.env.values.TORCH*", 60, "a torch setting changed"),
     ("environment.env.values.PYTORCH_*", 60, "a torch setting changed"),
-    ("environment.env.values.*", 40, "a result-relevant environment variable changed"),
+    # the instruction set and math mode CPU kernels are chosen for: another one picks other kernels
+    ("environment.env.values.ATEN_CPU_CAPABILITY", 65, "the instruction set torch's CPU kernels are chosen for"),
+    ("environment.env.values.*_CPU_ISA*", 65, "the instruction set oneDNN's kernels are chosen for"),
+    ("environment.env.values.MKL_ENABLE_INSTRUCTIONS", 65, "the instruction set MKL's kernels are chosen for"),
+    ("environment.env.values.MKL_DEBUG_CPU_TYPE", 65, "the instruction set MKL's kernels are chosen for"),
+    ("environment.env.values.MKL_CBWR", 65, "MKL's numerical reproducibility mode"),
+    ("environment.env.values.KMP_DETERMINISTIC_REDUCTION", 65, "OpenMP's reduction order"),
+    ("environment.env.values.*FPMATH_MODE", 65, "the floating-point math mode of oneDNN's kernels"),
+    ("environment.env.values.NVIDIA_TF32_OVERRIDE", 75, "TF32 on or off changes GPU matmul numerics"),
+    ("environment.env.values.*", 40, "an environment variable not known to change results"),
     ("environment.env.names*", 3, "other environment variables (names only)"),
     ("environment.os.libc", 60, "a different C library"),
     ("environment.os.kernel", 30, "a different kernel"),
@@ -137,8 +191,16 @@ RULES: list[tuple[str, int, str]] = [
     ("facet_errors.*", 55, "a facet could be gathered on one side only"),
     ("tool.version", 20, "a different repro500 version"),
     ("tool.*", 5, "tool identity"),
-    ("created_utc", 0, "capture time"),
 ]
+# Documented non-differences (docs/verify.md, "What is not a difference"): rows matching these
+# are not differences at all, whatever their values.
+NOT_DIFFERENCES: list[tuple[str, str]] = [
+    ("created_utc", "when the manifest was captured"),
+    ("*_utc", "a capture time"),
+    ("seeds.repeats", "the number of repeats: a rerun with more or fewer repeats ran the same thing"),
+    ("environment.env.values.REPRO500_*", "repro500's own control variables, which steer repro500, not the run"),
+]
+_OWN = "repro500"  # the tool's own distribution: a command's rebuilt venv runs without it, by design
 # Byte counts the kernel reports a little differently from boot to boot (reserved pages, a VM's
 # balloon, a container's view): a change smaller than this share is not a difference.
 _DRIFTING_BYTES = ("hardware.numa.*.memory_bytes", "hardware.memory.total_bytes")
@@ -163,9 +225,22 @@ class Difference:
         return asdict(self)
 
 
-def is_result_relevant(diff: Difference) -> bool:
-    """True when the difference could plausibly change a benchmark result."""
-    return diff.impact >= RELEVANT_IMPACT
+def is_result_relevant(diff: Difference | int) -> bool:
+    """True when the difference could plausibly change a benchmark result: impact at least
+    :data:`RELEVANT_IMPACT`, the one threshold every command words its differences by."""
+    impact = diff if isinstance(diff, int) else diff.impact
+    return impact >= RELEVANT_IMPACT
+
+
+def relevance(diff: Difference | int) -> str:
+    """The words for a difference's impact: every command says "result-relevant" iff the impact
+    reaches :data:`RELEVANT_IMPACT`."""
+    return "result-relevant" if is_result_relevant(diff) else "not result-relevant"
+
+
+def counted(diffs: list[Difference]) -> str:
+    """``"3 difference(s), 1 result-relevant"``: the count every command prints."""
+    return f"{len(diffs)} difference(s), {sum(1 for d in diffs if is_result_relevant(d))} result-relevant"
 
 
 def _record_id(item: Mapping[str, Any]) -> str | None:
@@ -238,12 +313,52 @@ def _sections(manifest: Mapping[str, Any]) -> dict[str, Any]:
     facet = sections.get("distributed")
     if isinstance(facet, Mapping) and "compressor" in facet:  # resolved: older runs recorded a bare name
         sections["distributed"] = {**facet, "compressor": specs.canonical(facet["compressor"])}
+    env = sections.get("environment")
+    if isinstance(env, Mapping) and isinstance(env.get("env"), Mapping) and isinstance(env["env"].get("names"), list):
+        # repro500's own control variables steer repro500, not the run (NOT_DIFFERENCES)
+        names = [n for n in env["env"]["names"] if not (isinstance(n, str) and n.startswith("REPRO500_"))]
+        sections["environment"] = {**env, "env": {**env["env"], "names": names}}
     return sections
+
+
+def _common_seed_plans(sa: dict[str, Any], sb: dict[str, Any]) -> None:
+    """The seed plans of the repeats both runs have: a run with more repeats has more plan entries,
+    and the number of repeats is no difference (NOT_DIFFERENCES)."""
+    plans = [s.get("seeds", {}).get("plan") if isinstance(s.get("seeds"), Mapping) else None for s in (sa, sb)]
+    if not all(isinstance(p, list) for p in plans):
+        return
+    repeats = [{e.get("repeat") for e in p if isinstance(e, Mapping)} for p in plans]  # type: ignore[union-attr]
+    both = repeats[0] & repeats[1]
+    for side, plan in zip((sa, sb), plans, strict=True):
+        side["seeds"] = {**side["seeds"], "plan": [e for e in plan if not isinstance(e, Mapping)  # type: ignore[union-attr]
+                                                   or e.get("repeat") in both]}
+
+
+def not_a_difference(d: Difference) -> str | None:
+    """Why a row is a documented non-difference (docs/verify.md), or None when it is a difference."""
+    full = f"{d.facet}.{d.key}" if d.key else d.facet
+    for pattern, why in NOT_DIFFERENCES:
+        if fnmatch.fnmatchcase(full, pattern):
+            return why
+    if full == f"environment.distributions.{_OWN}" and _MISSING in (d.a, d.b):
+        return ("repro500 itself, absent from a wrapped command's own environment: repro500 drives that "
+                "environment from outside, and its own source is compared by digest (experiment.repro500)")
+    return None
+
+
+_FACET_ORDER = {name: i for i, name in enumerate(("recipe", "plan", "seeds", "data", "experiment", "code"))}
+
+
+def order(d: Difference) -> tuple[Any, ...]:
+    """The one order of differences: by impact, then what a user changes most (recipe, plan, seeds,
+    data, code) before what the machine does, then by name."""
+    return (-d.impact, _FACET_ORDER.get(d.facet, len(_FACET_ORDER)), d.facet, d.key)
 
 
 def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Difference]:
     """Every difference between two manifests, most result-relevant first."""
     sa, sb = _sections(a), _sections(b)
+    _common_seed_plans(sa, sb)
     diffs: list[Difference] = []
     for facet in sorted(set(sa) | set(sb)):
         if facet not in sa or facet not in sb:
@@ -254,8 +369,8 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
                                     "present" if facet in sb else _MISSING, impact, reason))
             continue
         diffs.extend(_facet_differences(facet, sa[facet], sb[facet]))
-    diffs = _own_packages(a, b, _by_content(a, b, diffs))
-    diffs.sort(key=lambda d: (-d.impact, d.facet, d.key))
+    diffs = [d for d in _own_packages(a, b, _by_content(a, b, diffs)) if not_a_difference(d) is None]
+    diffs.sort(key=order)
     return diffs
 
 
@@ -433,6 +548,8 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
             table.caption = f"{low_shown - 15} more low-impact differences (use --all)"
         console.print(table)
     relevant = [d for d in diffs if is_result_relevant(d)]
-    summary = (f"[bold red]{len(relevant)} result-relevant difference(s)[/bold red]"
-               if relevant else "[green]no result-relevant difference[/green]")
-    console.print(f"{summary}, {len(diffs)} in all (relevant = impact >= {RELEVANT_IMPACT}).")
+    first = diffs[0]
+    style = "bold red" if relevant else "green"
+    console.print(f"[{style}]{counted(diffs)}[/] (result-relevant: impact >= {RELEVANT_IMPACT}); first: "
+                  f"{shown(first.facet + ('.' + first.key if first.key else ''))} ({relevance(first)})",
+                  highlight=False)

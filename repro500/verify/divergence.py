@@ -19,8 +19,9 @@ things happened:
   MLflow store, not the run directory, and are not read here).
 
 Nothing is claimed past the first divergence: after it everything may differ.  Where the runs
-parted is then joined with what the records say differs between them (the manifests' provenance
-diff, the recipes, the determinism setting), ranked by the shape of the divergence:
+parted is then joined with what the records say differs between them (the one comparison of two
+runs, :mod:`repro500.verify.compare`, of the pair), every result-relevant difference ranked by how
+well it fits the shape of the divergence (the pair's seeds first, whatever the shape):
 
 * at the very first step: the kernels (torch build, CPU ISA, thread counts, oneDNN/cuDNN
   choices, determinism flags), then the initialisation and the data;
@@ -30,7 +31,11 @@ diff, the recipes, the determinism setting), ranked by the shape of the divergen
   source (the determinism setting, the code);
 * in the evaluation only: the evaluation (its data, its evaluator, its batch size).
 
-When none of the recorded differences fits, the answer is "no recorded difference explains it".
+* every step, evaluation and parameter digest identical, the declared outputs (or the final
+  parameter digests) not: what the runs wrote at their end, read as the exact replay reads it.
+
+Only when the comparison finds no result-relevant difference is the answer "no recorded difference
+explains it".
 ``repro500 locate`` goes further, to the operator (docs/verify.md, "Where two runs part").
 """
 
@@ -68,27 +73,34 @@ _KERNELS = ("recipe.mutable.threads", "environment.env.values.*_NUM_THREADS", "r
             "runtime.torch.num_interop_threads", "environment.env.values.DNNL_*", "environment.env.values.ONEDNN_*",
             "environment.env.values.MKL_*", "environment.env.values.ATEN_*", "environment.env.values.KMP_*",
             "environment.env.values.OMP_*", "environment.env.values.CUBLAS*", "environment.env.values.NVIDIA_TF32*",
-            "recipe.mutable.deterministic", "setting.deterministic", "runtime.determinism.*",
+            "recipe.mutable.deterministic", "runtime.determinism.*",
             "environment.torch_build.*", "runtime.torch.*", "environment.distributions.torch",
             "environment.distributions.nvidia-*", "environment.distributions.triton*",
             "environment.distributions.numpy*", "hardware.cpu.flags", "hardware.cpu.model*", "hardware.cpu.vendor",
             "hardware.cpu.architecture", "hardware.cpu.usable_cpus", "hardware.cgroup.cpu_limit_cores",
             "hardware.gpus.*", "hardware.gpu_count", "hardware.gpu_driver.*", "distributed.*",
-            "recipe.mutable.precision", "recipe.mutable.device", "recipe.mutable.micro_batch_size",
+            "plan.precision", "plan.device", "plan.*", "recipe.mutable.micro_batch_size",
             "recipe.mutable.batch_size", "environment.env.values.TORCH*", "environment.env.values.PYTORCH_*",
             "environment.python.version", "environment.distributions.torchvision")
 _INIT_AND_DATA = ("seeds.*", "data.*", "recipe.fixed.dataset.*", "recipe.fixed.model_options.*")
 _DATA = ("seeds.loader", "seeds.*", "data.*", "recipe.fixed.dataset.*", "recipe.mutable.workers",
          "recipe.mutable.batch_size", "environment.env.values.PYTHONHASHSEED", "environment.python.version",
          "environment.distributions.numpy*", "environment.distributions.torchvision", "environment.distributions.torch")
-_WITHIN = ("setting.deterministic", "recipe.mutable.deterministic", "runtime.determinism.*",
+_WITHIN = ("recipe.mutable.deterministic", "runtime.determinism.*",
            "environment.env.values.CUBLAS_WORKSPACE_CONFIG", "recipe.mutable.lr_schedule.*",
-           "recipe.mutable.optimizer.*", "seeds.torch", "recipe.mutable.compressor*", "recipe.mutable.sync.*")
+           "recipe.mutable.optimizer.*", "seeds.torch", "plan.compressor*", "recipe.mutable.sync.*")
 _EVALUATION = ("data.*", "recipe.fixed.evaluate", "recipe.mutable.eval_batch_size", "recipe.fixed.dataset.eval*",
                "environment.distributions.torchmetrics*", "environment.distributions.pycocotools*",
                "environment.distributions.scipy*")
 _CODE = ("experiment.source.*", "experiment.repro500.*", "experiment.workload.*", "code.commit", "code.diff*",
          "code.dirty")
+# whatever the shape, different seeds explain a pair first: they change the initialisation, the
+# data order and every random draw
+_SEEDS = ("seeds.*",)
+# the recorded quantity that parts says more than the step: a different lr at a step is the
+# schedule's inputs (the peak rate, the schedule, the steps it spans: batch size, epochs, samples)
+_QUANTITY = {"lr": ("recipe.mutable.optimizer.lr", "recipe.mutable.lr_schedule*", "recipe.mutable.batch_size",
+                    "recipe.fixed.epochs", "recipe.fixed.dataset*", "data.*")}
 SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
     # shape -> (what it points at, the recorded differences that fit, most likely first)
     "first step": ("the kernels (or the initialisation or the first batch)", _KERNELS + _INIT_AND_DATA + _CODE),
@@ -97,8 +109,11 @@ SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
     "evaluation": ("the evaluation", _EVALUATION + _KERNELS + _CODE),
     "last update": ("the epoch's last update (backward or optimizer)", _WITHIN + _KERNELS + _CODE),
     "length": ("one run stopping early (a non-finite loss, or the target reached sooner)", _WITHIN + _KERNELS + _CODE),
+    "final state": ("what the runs wrote at their end (declared outputs or final parameters), every recorded step "
+                    "and evaluation agreeing", _EVALUATION + _WITHIN + _KERNELS + _CODE),
 }
 NO_CAUSE = "no recorded difference explains it"
+MAX_CAUSES = 50  # kept per pair in verdict.json; the explanation counts every one (repro500 diff lists them)
 
 
 # ----- one repeat's records -------------------------------------------------------------------------
@@ -334,6 +349,21 @@ def compare(a: Records, b: Records, rtol: float = REL_TOL) -> dict[str, Any]:
     return out
 
 
+def final_state(mine: dict[str, Any], theirs: dict[str, Any]) -> dict[str, Any]:
+    """As the exact replay reads them: the declared outputs where both repeats declare some, else
+    the final parameter digests where both record one.  ``{}`` when they agree (or say nothing)."""
+    outputs = [d.get("outputs") if isinstance(d.get("outputs"), dict) else {} for d in (mine, theirs)]
+    if outputs[0] and outputs[1] and outputs[0] != outputs[1]:
+        names = sorted(n for n in set(outputs[0]) | set(outputs[1]) if outputs[0].get(n) != outputs[1].get(n))
+        return {"shape": "final state", "quantity": "declared output(s) " + ", ".join(names),
+                "value": outputs[0].get(names[0]), "other_value": outputs[1].get(names[0])}
+    digests = mine.get("final_param_digest"), theirs.get("final_param_digest")
+    if not (outputs[0] and outputs[1]) and all(digests) and digests[0] != digests[1]:
+        return {"shape": "final state", "quantity": "final parameter digest", "value": digests[0],
+                "other_value": digests[1]}
+    return {}
+
+
 def deltas(a: Records, b: Records, quantity: str = "loss") -> list[tuple[int, float]]:
     """(step, |a - b|) of one quantity at every step both recorded as a number (for the plot)."""
     by_step_b = {s["step"]: s["values"].get(quantity) for s in b.steps}
@@ -346,50 +376,21 @@ def deltas(a: Records, b: Records, quantity: str = "loss") -> list[tuple[int, fl
 
 
 # ----- the recorded differences -----------------------------------------------------------------
-def _flatten(value: Any, prefix: str, out: dict[str, Any]) -> None:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _flatten(inner, f"{prefix}.{key}" if prefix else str(key), out)
-    else:
-        out[prefix] = value
-
-
 def recorded_differences(run: RunData, other: RunData | None, reference_manifest: dict[str, Any] | None,
                          k: int, j: int) -> list[dict[str, Any]]:
-    """What the records say differs between repeat *k* of *run* and repeat *j* of *other* (the
-    run itself when None): the manifests' provenance diff, the recipes' keys, and a setting that
-    lets torch choose non-deterministic algorithms (which differs from nothing, but explains)."""
-    found: list[dict[str, Any]] = []
-    if other is not None:
-        manifest = run.provenance_manifest
-        if manifest is not None and reference_manifest is not None:
-            from repro500.verify.diff import diff_manifests
+    """What the records say differs between repeat *k* of *run* and repeat *j* of *other* (none
+    when *other* is None: two repeats of one run differ in nothing recorded), as the one comparison
+    of two runs (:func:`repro500.verify.compare.compare_runs`) finds it for that pair: the
+    manifests, the recipes, the plan, the pair's own seeds, the lock, the declared outputs."""
+    if other is None:
+        return []
+    from repro500.verify import compare as comparison
 
-            with contextlib.suppress(Exception):  # context only: a broken diff must not hide the verdict
-                for d in diff_manifests(manifest, reference_manifest):
-                    if d.facet == "seeds":  # the runs' seed plans; the pair's own seeds are compared below
-                        continue
-                    found.append({"key": f"{d.facet}.{d.key}" if d.key else d.facet, "run": d.a, "reference": d.b,
-                                  "impact": d.impact, "why": d.reason})
-        mine: dict[str, Any] = {}
-        theirs: dict[str, Any] = {}
-        for side, recipe in ((mine, run.recipe or {}), (theirs, other.recipe or {})):
-            _flatten({"fixed": recipe.get("fixed") or {}, "mutable": recipe.get("mutable") or {}}, "recipe", side)
-        for key in sorted(set(mine) | set(theirs)):
-            if mine.get(key) != theirs.get(key):
-                found.append({"key": key, "run": mine.get(key), "reference": theirs.get(key), "impact": 80,
-                              "why": "the recipes differ"})
-        seeds_a = run.repeats[k].get("seeds") or {}
-        seeds_b = other.repeats[j].get("seeds") or {}
-        for name in ("python", "numpy", "torch", "loader"):  # the pair's own seeds, not the runs' seed plans
-            if seeds_a.get(name) != seeds_b.get(name):
-                found.append({"key": f"seeds.{name}", "run": seeds_a.get(name), "reference": seeds_b.get(name),
-                              "impact": 90, "why": "different random seeds"})
-    free = [deterministic(r) for r in ([run] if other is None else [run, other])]
-    if not all(free):
-        found.append({"key": "setting.deterministic", "run": free[0], "reference": free[-1], "impact": 60,
-                      "why": "torch was free to choose non-deterministic algorithms (the run was not --deterministic)"})
-    return found
+    try:
+        found = comparison.compare_runs(run, other, repeat=k, other_repeat=j, manifest_b=reference_manifest)
+    except Exception:  # noqa: BLE001 - context only: a broken comparison must not hide the verdict
+        return []
+    return found.rows()
 
 
 def deterministic(run: RunData) -> bool:
@@ -397,23 +398,34 @@ def deterministic(run: RunData) -> bool:
     return bool(((run.recipe or {}).get("mutable") or {}).get("deterministic") or (run.run or {}).get("deterministic"))
 
 
-def rank_causes(shape: str, differences: list[dict[str, Any]], top: int = 5) -> list[dict[str, Any]]:
-    """The recorded differences that fit the shape of the divergence, most likely first."""
-    if shape not in SHAPES:
-        return []
-    return _fitting(differences, SHAPES[shape][1], top)
+def _setting_note(*runs: RunData | None) -> str:
+    """A setting both sides share is no difference, but says what torch was free to do."""
+    shown = [r for r in runs if r is not None]
+    if shown and not all(deterministic(r) for r in shown):
+        return "; torch was free to choose non-deterministic algorithms (the run was not --deterministic)"
+    return ""
 
 
-def _fitting(differences: list[dict[str, Any]], patterns: list[str], top: int) -> list[dict[str, Any]]:
-    """The differences whose key a pattern matches, by the first pattern matched, then by impact."""
-    ranked = []
-    for d in differences:
-        for rank, pattern in enumerate(patterns):
-            if fnmatch.fnmatchcase(d["key"], pattern):
-                ranked.append((rank, -int(d.get("impact") or 0), d))
-                break
-    ranked.sort(key=lambda item: (item[0], item[1], item[2]["key"]))
-    return [d for _, _, d in ranked[:top]]
+def rank_causes(shape: str, differences: list[dict[str, Any]], quantity: str | None = None) -> list[dict[str, Any]]:
+    """Every result-relevant recorded difference, ordered by how well it fits the shape of the
+    divergence: shapes rank, they never filter."""
+    patterns = SHAPES[shape][1] if shape in SHAPES else ()
+    return _fitting(differences, _QUANTITY.get(quantity or "", ()) + patterns)
+
+
+def _fitting(differences: list[dict[str, Any]], patterns: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The result-relevant differences: the pair's seeds first, then by the first pattern matched
+    (one that matches none after every one that does), then by impact."""
+    from repro500.verify.diff import is_result_relevant
+
+    def fit(d: dict[str, Any]) -> int:
+        for rank, pattern in enumerate(_SEEDS + patterns):
+            if fnmatch.fnmatchcase(str(d.get("key")), pattern):
+                return rank
+        return len(_SEEDS) + len(patterns)
+
+    relevant = [d for d in differences if is_result_relevant(int(d.get("impact") or 0))]
+    return sorted(relevant, key=lambda d: (fit(d), -int(d.get("impact") or 0), str(d.get("key"))))
 
 
 def _shown(value: Any) -> str:
@@ -421,18 +433,21 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def explain(shape: str, causes: list[dict[str, Any]]) -> str:
-    if shape not in SHAPES:
-        return ""
-    points = SHAPES[shape][0]
+def likely(cause: dict[str, Any]) -> str:
+    return f"{cause['key']} ({_shown(cause['run'])} vs {_shown(cause['reference'])}: {cause['why']})"
+
+
+def explain(shape: str, causes: list[dict[str, Any]], note: str = "") -> str:
+    """In words: what the shape points at, and the first recorded difference; "no recorded
+    difference explains it" only when the comparison found no result-relevant one."""
+    return explain_points(SHAPES[shape][0], causes, note) if shape in SHAPES else ""
+
+
+def explain_points(points: str, causes: list[dict[str, Any]], note: str = "") -> str:
     if not causes:
-        return f"it points at {points}; {NO_CAUSE}"
-    first = causes[0]
-    if first["key"] == "setting.deterministic":
-        likely = first["why"]
-    else:
-        likely = f"{first['key']} ({_shown(first['run'])} vs {_shown(first['reference'])}: {first['why']})"
-    return f"it points at {points}; the likely cause: {likely}"
+        return f"it points at {points}; {NO_CAUSE}{note}"
+    more = f" (and {len(causes) - 1} more recorded difference(s))" if len(causes) > 1 else ""
+    return f"it points at {points}; the likely cause: {likely(causes[0])}{more}"
 
 
 def _describe(p: PairDivergence) -> str:
@@ -447,6 +462,9 @@ def _describe(p: PairDivergence) -> str:
                  f"{p.steps_compared} identical steps and evaluations")
     elif p.shape == "length":
         where = f"after {p.steps_compared} identical steps: one run recorded no step {p.first_step}"
+    elif p.shape == "final state":
+        where = (f"in what they wrote at the end ({p.quantity}), after {p.steps_compared} identical steps, "
+                 "evaluations and parameters")
     else:
         diff = (f" (|Δ| {p.abs_diff:.3g}, relative {p.rel_diff:.3g})" if p.abs_diff is not None else "")
         where = (f"at step {p.first_step}" + (f" (epoch {p.first_epoch})" if p.first_epoch is not None else "")
@@ -462,12 +480,16 @@ def compare_pair(run: RunData, k: int, other: RunData | None, j: int, records_a:
     seed = (run.repeats[k].get("seeds") or {}).get("torch")
     label = f"repeats {k} and {j}" if other is None else f"repeat {k} and reference repeat {j}"
     found = compare(records_a, records_b, rtol)
+    if found["shape"] in ("none", "unrecorded"):
+        found.update(final_state(run.repeats.get(k) or {}, (other or run).repeats.get(j) or {}))
     pair = PairDivergence(label=label, repeat=k, other_repeat=j, other="run" if other is None else "reference",
                           seed=seed, rtol=rtol, **found)
     if pair.diverged:
         pair.points_at = SHAPES[pair.shape][0]
-        pair.causes = rank_causes(pair.shape, recorded_differences(run, other, reference_manifest, k, j))
-        pair.explanation = explain(pair.shape, pair.causes)
+        causes = rank_causes(pair.shape, recorded_differences(run, other, reference_manifest, k, j),
+                             pair.quantity if pair.shape != "final state" else None)
+        pair.explanation = explain(pair.shape, causes, _setting_note(run, other))  # counts them all
+        pair.causes = causes[:MAX_CAUSES]
     pair.detail = _describe(pair) + (f"; {pair.explanation}" if pair.explanation else "")
     return pair
 
@@ -578,8 +600,8 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
     if first is None:
         compared = len(result.pairs) - len(unrecorded)
         result.status = "NONE"
-        result.reason = (f"{compared} pair(s) of same-seed repeats agree bitwise at every recorded step, evaluation "
-                         "and parameter digest")
+        result.reason = (f"{compared} pair(s) of same-seed repeats agree bitwise at every recorded step, evaluation, "
+                         "parameter digest and declared output")
     else:
         result.status = "FOUND"
         result.reason = first.detail
@@ -595,6 +617,8 @@ def mlflow_records(section: DivergenceResult | None) -> tuple[dict[str, float], 
     first = section.first
     if first is None:
         return {}, {TAG: "none"}
+    if first.shape == "final state":
+        return {}, {TAG: f"final state: {first.quantity} ({first.label})"}
     if first.shape in ("evaluation", "last update"):
         where = (f"evaluation of epoch {first.evaluation_epoch}" if first.shape == "evaluation"
                  else f"parameters at the end of epoch {first.params_epoch}")
@@ -732,7 +756,7 @@ _OUTSIDE = {
 }
 
 
-def explain_operator(finding: dict[str, Any], plan: LocatePlan, top: int = 5) -> dict[str, Any]:
+def explain_operator(finding: dict[str, Any], plan: LocatePlan) -> dict[str, Any]:
     """What the first operator where the replays part points at, and the recorded difference
     that fits: {kind, points_at, causes, explanation}."""
     differences = recorded_differences(plan.a, None if plan.same_run else plan.b,
@@ -766,17 +790,14 @@ def explain_operator(finding: dict[str, Any], plan: LocatePlan, top: int = 5) ->
         kind = "kernels"
         points = "the kernels: the same inputs give a different output in the two environments"
         patterns = _KERNELS + _CODE
-    causes = _fitting(differences, patterns, top)
-    if kind == "non-deterministic":  # nothing that differs between the runs explains a run that differs from itself
-        # deterministic algorithms do not seed a generator: for a random operator the setting is no cause either
-        causes = [] if finding.get("random_op") else [d for d in causes if d["key"] == "setting.deterministic"]
-    if causes:
-        first = causes[0]
-        likely = first["why"] if first["key"] == "setting.deterministic" else (
-            f"{first['key']} ({_shown(first['run'])} vs {_shown(first['reference'])}: {first['why']})")
-        explanation = f"it points at {points}; the likely cause: {likely}"
+    causes = _fitting(differences, patterns)
+    note = _setting_note(plan.a, None if plan.same_run else plan.b)
+    if kind == "non-deterministic" and causes:
+        # one run that differs from itself: what differs between the runs is named, not blamed
+        explanation = (f"it points at {points}; it differs from itself, so no difference between the runs is its "
+                       f"cause{note} (recorded: {likely(causes[0])})")
     else:
-        explanation = f"it points at {points}; {NO_CAUSE}"
+        explanation = explain_points(points, causes, note)
     return {"kind": kind, "points_at": points, "causes": causes, "explanation": explanation}
 
 

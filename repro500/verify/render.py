@@ -244,10 +244,13 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
         else:
             relevant = f", {p.result_relevant} result-relevant" if p.result_relevant is not None else ""
             console.print(f"[bold]Provenance[/]  {p.total} difference(s) from the reference{relevant}", highlight=False)
+            from repro500.verify.diff import relevance
+
             for row in p.top:
-                console.print(f"  {shown(row['facet'])}.{shown(row['key'])}: {_g(row['run'])} vs "
-                              f"{_g(row['reference'])}  [dim](impact {_g(row['impact'])}; {shown(row['reason'])})[/]",
-                              highlight=False)
+                key = f"{row['facet']}.{row['key']}" if row.get("key") else row["facet"]
+                words = relevance(row["impact"]) if isinstance(row.get("impact"), int) else "impact"
+                console.print(f"  {shown(key)}: {_g(row['run'])} vs {_g(row['reference'])}  [dim](impact "
+                              f"{_g(row['impact'])}, {shown(words)}: {shown(row['reason'])})[/]", highlight=False)
     f = verdict.valid_flops
     if f is not None and f.repeats:
         first = f.repeats[0]

@@ -161,14 +161,13 @@ def recipe_changes(before: history.Entry, after: history.Entry) -> list[dict[str
 
 
 def changes_between(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
-    """What changed from ``before`` to ``after``: the recipe first, then the result-relevant
-    provenance differences, most relevant first."""
-    from repro500.verify.diff import diff_manifests, is_result_relevant
+    """What changed from ``before`` to ``after``: the result-relevant differences of the one
+    comparison of two runs (repro500.verify.compare), in its order and words."""
+    from repro500.verify import compare
 
-    diffs = diff_manifests(before.run.provenance_manifest or {}, after.run.provenance_manifest or {})
-    return recipe_changes(before, after) + [
-        {"key": f"{d.facet}.{d.key}", "before": d.a, "after": d.b, "impact": d.impact, "reason": d.reason}
-        for d in sorted(diffs, key=lambda d: -d.impact) if is_result_relevant(d)]
+    found = compare.compare_runs(before.run, after.run)
+    return [{"key": compare.key_of(d), "before": d.a, "after": d.b, "impact": d.impact, "reason": d.reason}
+            for d in found.relevant]
 
 
 def _row(entry: history.Entry, label: str, previous: history.Entry | None, metric: str, direction: str,
