@@ -30,6 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from repro500.ext import specs
+from repro500.rundir import layout
 from repro500.verify import diff as manifest_diff
 from repro500.verify.diff import Difference, counted, is_result_relevant, relevance
 
@@ -106,8 +108,6 @@ def _plan_section(recipe: Mapping[str, Any] | None, run: Mapping[str, Any] | Non
     plan = {k: mutable.get(k) for k in _PLAN_KEYS if k in mutable}
     if "compressor" in plan:
         with contextlib.suppress(Exception):  # a bare name and its resolved spec are one compressor
-            from repro500.ext import specs
-
             plan["compressor"] = specs.canonical(plan["compressor"])
     for key in ("world_size", "nnodes"):
         if isinstance(run, Mapping) and key in run:
@@ -183,8 +183,6 @@ def compare_manifests(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) 
 
 # ----- runs -------------------------------------------------------------------------------------------
 def _lock(run: Any) -> Mapping[str, Any] | None:
-    from repro500.rundir import layout
-
     path = getattr(run, "path", None)
     if path is None:
         return None

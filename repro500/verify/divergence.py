@@ -54,7 +54,9 @@ from typing import Any
 from repro500.rundir import layout
 from repro500.rundir.names import ENV_MARKER
 from repro500.tracking import names
+from repro500.verify import compare as comparison
 from repro500.verify.determinism import machine_dependent, read_params, seed_groups
+from repro500.verify.diff import is_result_relevant
 from repro500.verify.rundir import RunData
 
 # The stated relative tolerance: a float32 loss carries about 7 significant digits, and a
@@ -384,8 +386,6 @@ def recorded_differences(run: RunData, other: RunData | None, reference_manifest
     manifests, the recipes, the plan, the pair's own seeds, the lock, the declared outputs."""
     if other is None:
         return []
-    from repro500.verify import compare as comparison
-
     try:
         found = comparison.compare_runs(run, other, repeat=k, other_repeat=j, manifest_b=reference_manifest)
     except Exception:  # noqa: BLE001 - context only: a broken comparison must not hide the verdict
@@ -416,7 +416,6 @@ def rank_causes(shape: str, differences: list[dict[str, Any]], quantity: str | N
 def _fitting(differences: list[dict[str, Any]], patterns: tuple[str, ...]) -> list[dict[str, Any]]:
     """The result-relevant differences: the pair's seeds first, then by the first pattern matched
     (one that matches none after every one that does), then by impact."""
-    from repro500.verify.diff import is_result_relevant
 
     def fit(d: dict[str, Any]) -> int:
         for rank, pattern in enumerate(_SEEDS + patterns):

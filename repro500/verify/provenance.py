@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from repro500.verify import compare
+
 TOP = 5
 ROWS = 40  # the rows the report shows (repro500 diff shows all)
 _MAX_TEXT = 160
@@ -44,8 +46,6 @@ def provenance_diff(manifest: dict[str, Any] | None, reference: dict[str, Any] |
     if manifest is None or reference is None:
         missing = "the run" if manifest is None else "the reference"
         return ProvenanceResult(available=False, note=f"{missing} has no manifest: no provenance diff")
-    from repro500.verify import compare
-
     try:
         found = (compare.compare_reference(run, against) if run is not None and against is not None
                  else compare.compare_manifests(manifest, reference))

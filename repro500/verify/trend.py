@@ -22,7 +22,7 @@ from typing import Any
 
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput, UsageError
-from repro500.verify import history, stats
+from repro500.verify import compare, history, stats
 from repro500.verify.reference import Benchmark, benchmark_difference, benchmark_of_run
 
 MAX_CHANGES = 3  # differences shown per row; the JSON has them all (result-relevant ones)
@@ -163,8 +163,6 @@ def recipe_changes(before: history.Entry, after: history.Entry) -> list[dict[str
 def changes_between(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
     """What changed from ``before`` to ``after``: the result-relevant differences of the one
     comparison of two runs (repro500.verify.compare), in its order and words."""
-    from repro500.verify import compare
-
     found = compare.compare_runs(before.run, after.run)
     return [{"key": compare.key_of(d), "before": d.a, "after": d.b, "impact": d.impact, "reason": d.reason}
             for d in found.relevant]
