@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from helpers.keys import make_key, ssh_keygen, trust_line, write_trust
 from helpers.rundirs import edit_json, make_run
+from helpers.runs import invoke
 
 from repro500 import cli
 from repro500.attest import chain, keys, sshsig
@@ -63,12 +63,6 @@ def signed(tmp_path):
 
 def _statement(root: Path) -> bytes:
     return base64.b64decode(json.loads((root / ENVELOPE_NAME).read_text())["payload"])
-
-
-def _invoke(*args, env=None):
-    result = CliRunner().invoke(cli.cli, [str(a) for a in args], env=env)
-    result.text = " ".join(result.output.split())  # rich wraps at the test console's width
-    return result
 
 
 # ---------------------------------------------------------------------------- round trip
@@ -385,22 +379,22 @@ def test_cli_sign_and_verify_trust(tmp_path, monkeypatch):
     root = chained_run(tmp_path)
     trust = write_trust(tmp_path, trust_line(key))
     assert "sign" in cli.COMMANDS
-    assert _invoke("sign", root).exit_code == 2  # no key anywhere
-    unsigned = _invoke("verify", root, "--trust", trust)
+    assert invoke("sign", root).exit_code == 2  # no key anywhere
+    unsigned = invoke("verify", root, "--trust", trust)
     assert unsigned.exit_code == 4 and "the run is not signed" in unsigned.text
-    done = _invoke("sign", root, "--principal", "alice@example.org", env={keys.KEY_ENV: str(key)})
+    done = invoke("sign", root, "--principal", "alice@example.org", env={keys.KEY_ENV: str(key)})
     assert done.exit_code == 0, done.output
     assert 'trust line for allowed_signers: alice@example.org namespaces="repro500" ssh-ed25519 ' in done.text
-    good = _invoke("verify", root, "--trust", trust)
+    good = invoke("verify", root, "--trust", trust)
     assert good.exit_code == 0, good.output
     assert "signed by alice@example.org (SHA256:" in good.text
-    as_json = json.loads(_invoke("verify", root, "--trust", trust, "--json", "--no-write").output)
+    as_json = json.loads(invoke("verify", root, "--trust", trust, "--json", "--no-write").output)
     assert as_json["integrity"]["notes"][0].startswith("signed by alice@example.org")
     other = make_key(tmp_path, "other")
-    refused = _invoke("sign", root, "--key", other)
+    refused = invoke("sign", root, "--key", other)
     assert refused.exit_code == 4 and "already signed by SHA256:" in refused.text
-    assert _invoke("sign", root, "--key", other, "--force").exit_code == 0
-    forced = _invoke("verify", root, "--trust", trust)
+    assert invoke("sign", root, "--key", other, "--force").exit_code == 0
+    forced = invoke("verify", root, "--trust", trust)
     assert forced.exit_code == 4 and "which " in forced.text and "does not trust" in forced.text
     assert "Traceback" not in forced.text
 
@@ -409,7 +403,7 @@ def test_cli_chain_checked_without_trust_and_invalid_instead_of_the_verdict(tmp_
     root = chained_run(tmp_path)
     shutil.rmtree(root / "repeats" / "1")
     bundle.write_sums(root)
-    result = _invoke("verify", root, "--no-write")
+    result = invoke("verify", root, "--no-write")
     assert result.exit_code == 4
     assert "INVALID" in result.text and "repeat 1 is missing" in result.text
 
@@ -418,15 +412,28 @@ def test_cli_trust_needs_a_chain(tmp_path):
     key = make_key(tmp_path)
     root = make_run(tmp_path)  # as runs made before chains existed
     sign_run(root, key, "alice@example.org")
-    result = _invoke("verify", root, "--trust", write_trust(tmp_path, trust_line(key)), "--no-write")
+    result = invoke("verify", root, "--trust", write_trust(tmp_path, trust_line(key)), "--no-write")
     assert result.exit_code == 4 and "runs made before repro500 recorded repeat chains have none" in result.text
 
 
 def test_signed_archive_verifies_with_trust(signed, tmp_path):
-    root, _, trust = signed
+    root, key, trust = signed
     archive = archives.pack(root, tmp_path / "run.tar.gz")
-    result = _invoke("verify", archive, "--trust", trust)
+    result = invoke("verify", archive, "--trust", trust)
     assert result.exit_code == 0, result.output
+    # trusted means: the signer the trust file names, with the key it holds (its fingerprint as
+    # ssh-keygen computes it, not as repro500 does)
+    listed = subprocess.run([ssh_keygen(), "-l", "-f", str(key.with_suffix(".pub"))], capture_output=True, text=True,
+                            check=True).stdout.split()[1]
+    assert listed.startswith("SHA256:") and f"signed by alice@example.org ({listed}" in result.text, result.text
+    # and a trust file that holds another key refuses the same archive
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    other = write_trust(elsewhere, trust_line(make_key(elsewhere, "other")))
+    refused = invoke("verify", archive, "--trust", other)
+    assert refused.exit_code == 4, refused.output
+    assert f"the run is signed by key {listed} (it names itself 'alice@example.org'), which" in refused.text
+    assert "does not trust" in refused.text and "signed by alice@example.org (" not in refused.text
 
 
 def test_sign_refuses_a_run_that_does_not_match_its_sums(tmp_path):
@@ -488,7 +495,7 @@ def test_check_tracking_compares_each_repeat_with_mlflow(tmp_path, monkeypatch):
         "repeat 2 was recorded in MLflow (run " + ids["2"] + ") but repeats/2/summary.json is missing",
     ]
     bundle.write_sums(root)
-    cli_result = _invoke("verify", root, "--check-tracking", "--no-write")
+    cli_result = invoke("verify", root, "--check-tracking", "--no-write")
     assert cli_result.exit_code == 4 and "repeat 1: accuracy is 0.99 in the run directory" in cli_result.text
 
     (tmp_path / "mlflow.db").rename(tmp_path / "moved.db")

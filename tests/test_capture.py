@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import fixtures
 
 from repro500.capture import registry
 from repro500.capture.manifest import SCHEMA, build_manifest, load_manifest, seal, write_manifest
@@ -45,9 +46,7 @@ def git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+_own_cache = fixtures.own_cache
 
 
 @pytest.fixture

@@ -10,16 +10,14 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from helpers import fixtures
 from torch.utils.data import DataLoader
 
 from repro500.data import collate_detection, open_dataset
 from repro500.data.generate import generate
 from repro500.errors import InvalidInput
 
-
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+_own_cache = fixtures.own_cache
 
 
 def _write_real_climo(path, n=10, h=64, w=96):

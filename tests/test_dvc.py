@@ -8,7 +8,6 @@ test sees the pipeline as it is now, not as last committed.  params.yaml is shru
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers.runs import tool_env
 
 REPO = Path(__file__).resolve().parents[1]
 TINY_PARAMS = {
@@ -25,14 +25,12 @@ TINY_PARAMS = {
 }
 
 
-def _env() -> dict[str, str]:
-    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
-                DVC_NO_ANALYTICS="1", MLFLOW_DISABLE_TELEMETRY="true", GIT_AUTHOR_NAME="t",
-                GIT_AUTHOR_EMAIL="t@example.org", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@example.org")
+GIT_IDENTITY = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "t@example.org"}
 
 
 def _run(*args: str, cwd: Path, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(list(args), cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(list(args), cwd=cwd, env=tool_env(**GIT_IDENTITY), capture_output=True, text=True, timeout=timeout)
     assert done.returncode == 0, f"{' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done
 

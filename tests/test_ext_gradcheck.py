@@ -6,15 +6,12 @@ import json
 
 import pytest
 import torch
+from helpers import fixtures
 
-from repro500.ext import ops, reference
+from repro500.ext import reference
 from repro500.ext.gradcheck import check_gradients
 
-
-@pytest.fixture(scope="module")
-def native():
-    assert ops.load_native(), ops.native_error()
-    return torch.ops.repro500
+native = fixtures.native
 
 
 def test_plain_torch_ops_pass():

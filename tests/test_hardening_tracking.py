@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.runs import tool_env
 
 from repro500.redact import REDACTED
 
@@ -31,11 +32,6 @@ print(run_id)
 """
 
 
-def _env(**extra: str) -> dict[str, str]:
-    return dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1",
-                PYTHONPATH=str(ROOT), **extra)
-
-
 @pytest.mark.slow
 def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
     db = tmp_path / "store" / "mlflow.db"
@@ -43,7 +39,7 @@ def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
     uri = f"sqlite:///{db}"
     go = tmp_path / "go"
     procs = [subprocess.Popen([sys.executable, "-c", CLIENT, str(go), f"client-{i}"], cwd=tmp_path,
-                              env=_env(MLFLOW_TRACKING_URI=uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env=tool_env(PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=uri), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) for i in range(4)]
     deadline = time.monotonic() + 120
     while len(list(tmp_path.glob("go.ready-*"))) < 4 and time.monotonic() < deadline:
@@ -67,7 +63,7 @@ def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path, uri):
     from helpers.runs import write_recipe
 
     recipe = write_recipe(tmp_path / "tiny.yaml")
-    env = _env(MLFLOW_TRACKING_URI=uri)
+    env = tool_env(PYTHONPATH=str(ROOT), MLFLOW_TRACKING_URI=uri)
     out = subprocess.run([sys.executable, "-m", "repro500.cli", "run", str(recipe), "--run-id", "leak"], cwd=tmp_path,
                          env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 4, out.stderr
@@ -106,7 +102,6 @@ def test_store_lock_sits_beside_sqlite_files_only(tmp_path):
     assert sqlite_path("sqlite:///mlflow.db?mode=ro") == Path("mlflow.db")
     assert sqlite_path("sqlite://") is None and sqlite_path("http://host:5000") is None
     import fcntl
-    import os
 
     with store_lock(f"sqlite:///{tmp_path}/x.db"):
         other = os.open(tmp_path, os.O_RDONLY)  # another process's attempt: the directory is held

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import fixtures
 
 from repro500.capture import data
 from repro500.errors import InvalidInput
@@ -19,9 +20,7 @@ from repro500.errors import InvalidInput
 DVC = str(Path(sys.executable).parent / "dvc")
 
 
-@pytest.fixture(autouse=True)
-def _own_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
+_own_cache = fixtures.own_cache
 
 
 def make_tree(root: Path) -> None:

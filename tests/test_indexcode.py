@@ -6,18 +6,14 @@ import math
 
 import pytest
 import torch
+from helpers import fixtures
 
 from repro500.errors import UsageError
 from repro500.ext import compressors, indexcode, memory, ops
 from repro500.ext.communicator import Communicator
 from repro500.scaling import wire
 
-
-@pytest.fixture(scope="module")
-def native():
-    if not ops.load_native():
-        pytest.fail(f"the C++ operators did not build: {ops.native_error()}")
-    return torch.ops.repro500
+native = fixtures.native
 
 
 def _random_positions(n: int, k: int, seed: int) -> torch.Tensor:

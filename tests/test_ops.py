@@ -9,17 +9,12 @@ import textwrap
 
 import pytest
 import torch
+from helpers import fixtures
 
 from repro500.errors import UsageError
 from repro500.ext import ops, reference
 
-
-@pytest.fixture(scope="module")
-def native():
-    """The compiled CPU operators (compiled once per machine into the repro500 cache)."""
-    if not ops.load_native():
-        pytest.fail(f"the C++ operators did not build: {ops.native_error()}")
-    return torch.ops.repro500
+native = fixtures.native
 
 
 # --- top-k -------------------------------------------------------------------------------

@@ -191,7 +191,12 @@ def test_summary_metrics_are_accepted_in_acceptance(in_tmp):
     from repro500.runner import SUMMARY_METRICS, preflight
 
     acceptance = {"loss": {"target": 9.0, "direction": "lower"}, **{m: {"target": 0} for m in SUMMARY_METRICS}}
-    preflight(recipes.load(write_recipe(in_tmp / "tiny.yaml", acceptance=acceptance)))  # no error
+    plan = preflight(recipes.load(write_recipe(in_tmp / "tiny.yaml", acceptance=acceptance)))
+    # every run-level metric a repeat's summary reports stays a criterion of the plan, none dropped
+    assert set(plan.recipe.acceptance) == {"loss", *SUMMARY_METRICS}
+    # the same check refuses a name that is neither an evaluation metric nor a summary one
+    with pytest.raises(InvalidInput, match=r"acceptance 'throughput' is not a metric this workload reports"):
+        preflight(recipes.load(write_recipe(in_tmp / "typo.yaml", acceptance={"throughput": {"target": 0}})))
 
 
 def test_cli_usage_and_output_mistakes_exit_2_and_4_in_one_line(in_tmp):

@@ -171,16 +171,17 @@ def test_bad_sequential_options_are_one_sentence_before_anything_is_written(tmp_
     make_run(tmp_path, "ref")
     no_margin = repro500(*base, "--until-decided", "--against", "ref", "--", "python", "t.py", "1", "0.9", cwd=tmp_path)
     assert no_margin.returncode == 2 and "needs an equivalence margin" in no_margin.stderr, no_margin.stderr
+    # options that do not go together are usage errors (2); a reference that is not there is invalid input (4)
     cases = [
-        (["--max-repeats", "5"], "--max-repeats caps a sequential run (--until-decided) or a factorial one"),
-        (["--until-decided", "--against", "history:runs"], "--until-decided looks at a fixed reference"),
-        (["--until-decided", "--repeats", "4"], "--repeats is for a fixed design"),
-        (["--margin", "acc=0.1"], "--margin needs --against"),
-        (["--until-decided", "--against", "nowhere"], "nowhere"),
+        (["--max-repeats", "5"], "--max-repeats caps a sequential run (--until-decided) or a factorial one", 2),
+        (["--until-decided", "--against", "history:runs"], "--until-decided looks at a fixed reference", 2),
+        (["--until-decided", "--repeats", "4"], "--repeats is for a fixed design", 2),
+        (["--margin", "acc=0.1"], "--margin needs --against", 2),
+        (["--until-decided", "--against", "nowhere"], "reference nowhere does not exist", 4),
     ]
-    for extra, says in cases:
+    for extra, says, code in cases:
         result = repro500(*base, *extra, "--", "python", "t.py", "1", "0.9", cwd=tmp_path)
-        assert result.returncode in (2, 4) and says in result.stderr and "Traceback" not in result.stderr, result.stderr
+        assert result.returncode == code and says in result.stderr and "Traceback" not in result.stderr, result.stderr
     assert not (tmp_path / "runs").exists()
 
 

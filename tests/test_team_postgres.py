@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import teamserver
-from helpers.runs import write_recipe
+from helpers.runs import tool_env, write_recipe
 
 from repro500.redact import REDACTED
 
@@ -39,15 +39,6 @@ def team(tmp_path_factory):
     _require_postgres()
     with teamserver.team_server(tmp_path_factory.mktemp("team")) as server:
         yield server
-
-
-def _env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1", DVC_NO_ANALYTICS="1",
-               PYTHONUNBUFFERED="1")
-    env.pop("MLFLOW_TRACKING_URI", None)
-    env.update(extra)
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"  # this environment's repro500
-    return env
 
 
 def test_the_doc_gives_the_commands_this_suite_runs():
@@ -101,7 +92,7 @@ def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
     export, run_cmd, verify_cmd, verify_stored = commands
     names = {**team.names(), "experiments/quickstart.yaml": str(recipe)}
     key, _, value = teamserver.localise(export, names).removeprefix("export ").partition("=")
-    env = _env(**{key: value})
+    env = tool_env(**{key: value})
     assert env["MLFLOW_TRACKING_URI"] == team.uri
 
     machines = [tmp_path / f"machine-{i}" for i in range(MACHINES)]
@@ -167,7 +158,7 @@ def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
 def test_a_password_in_a_database_uri_is_written_nowhere(team, tmp_path):
     recipe = write_recipe(tmp_path / "tiny.yaml", repeats=1)
     done = subprocess.run([sys.executable, "-m", "repro500.cli", "run", str(recipe), "--experiment", "repro500/direct"],
-                          cwd=tmp_path, env=_env(MLFLOW_TRACKING_URI=team.db_uri()), capture_output=True,
+                          cwd=tmp_path, env=tool_env(MLFLOW_TRACKING_URI=team.db_uri()), capture_output=True,
                           text=True, timeout=300)
     assert done.returncode in (0, 3), done.stderr[-2000:]  # one repeat: inconclusive at most
     secret = team.password
@@ -180,7 +171,7 @@ def test_a_password_in_a_database_uri_is_written_nowhere(team, tmp_path):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
     # everything MLflow stored (params, tags, metrics, artifact locations), read from the database
-    dump = subprocess.run([str(team.pg.bindir / "pg_dump"), "--data-only", "mlflow"], env=_env(**team.pg.admin_env()),
+    dump = subprocess.run([str(team.pg.bindir / "pg_dump"), "--data-only", "mlflow"], env=tool_env(**team.pg.admin_env()),
                           capture_output=True, text=True, timeout=120)
     assert dump.returncode == 0, dump.stderr
     assert meta["parent_run_id"] in dump.stdout  # the dump holds the run, and not the password
@@ -195,7 +186,7 @@ def test_a_database_that_refuses_fails_in_one_line_and_writes_nothing(team, tmp_
     uri = team.db_uri(password=wrong) if case == "wrong password" else team.db_uri(port=teamserver.free_port())
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "repro500.cli", "run", str(recipe), "--run-id", "refused"],
-                          cwd=tmp_path, env=_env(MLFLOW_TRACKING_URI=uri), capture_output=True, text=True, timeout=300)
+                          cwd=tmp_path, env=tool_env(MLFLOW_TRACKING_URI=uri), capture_output=True, text=True, timeout=300)
     elapsed = time.monotonic() - started
     assert done.returncode == 4, done.stderr[-2000:]
     lines = done.stderr.strip().splitlines()
@@ -216,7 +207,7 @@ def test_a_teammates_run_is_reproduced_by_its_id_on_the_server(team, tmp_path):
     machine = tmp_path / "machine"
     machine.mkdir()
     (machine / "s.py").write_text("import numpy as np\nprint('acc', float(np.float64(0.5) + np.float64(0.4)))\n")
-    env = _env(MLFLOW_TRACKING_URI=team.uri)
+    env = tool_env(MLFLOW_TRACKING_URI=team.uri)
     ran = subprocess.run([sys.executable, "-m", "repro500.cli", "run", "--command", "--metric", "acc=regex:acc ([0-9.]+)",
                           "--accept", "acc>=0.5±0.05", "-n", "3", "--tracking", "--experiment", "repro500/byid",
                           "--run-id", "orig", "--", sys.executable, "s.py"],

@@ -8,14 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 from helpers.rundirs import edit_json, make_run
-
-from repro500 import cli
-
-
-def _invoke(*args: str):
-    return CliRunner().invoke(cli.cli, [str(a) for a in args])
+from helpers.runs import invoke
 
 
 def _one_line_error(result) -> str:
@@ -35,29 +29,29 @@ def runs(tmp_path):
 
 
 def test_exit_codes_follow_the_contract(runs):
-    assert _invoke("verify", runs["pass"]).exit_code == 0
-    assert _invoke("verify", runs["fail"]).exit_code == 1
-    assert _invoke("verify", runs["inconclusive"]).exit_code == 3
-    assert _invoke("verify", runs["pass"], "--against", runs["pass"]).exit_code == 0
-    assert _invoke("verify", runs["pass"], "--against", runs["ref_far"]).exit_code == 1
+    assert invoke("verify", runs["pass"]).exit_code == 0
+    assert invoke("verify", runs["fail"]).exit_code == 1
+    assert invoke("verify", runs["inconclusive"]).exit_code == 3
+    assert invoke("verify", runs["pass"], "--against", runs["pass"]).exit_code == 0
+    assert invoke("verify", runs["pass"], "--against", runs["ref_far"]).exit_code == 1
     edit_json(runs["pass"] / "repeats" / "0" / "summary.json", lambda d: d["metrics"].update(accuracy=0.9))
-    tampered = _invoke("verify", runs["pass"])
+    tampered = invoke("verify", runs["pass"])
     assert tampered.exit_code == 4
     assert "INVALID" in tampered.output and "repeats/0/summary.json" in tampered.output
 
 
 def test_summary_shows_status_and_writes_verdict_json(runs):
-    result = _invoke("verify", runs["pass"])
+    result = invoke("verify", runs["pass"])
     assert "PASS" in result.output and "Bands" in result.output
     doc = json.loads((runs["pass"] / "verdict.json").read_text())
     assert doc["status"] == "PASS"
     assert not (runs["fail"] / "verdict.json").exists()
-    _invoke("verify", runs["fail"], "--no-write")
+    invoke("verify", runs["fail"], "--no-write")
     assert not (runs["fail"] / "verdict.json").exists()
 
 
 def test_json_prints_the_verdict_document(runs):
-    result = _invoke("verify", runs["inconclusive"], "--json")
+    result = invoke("verify", runs["inconclusive"], "--json")
     doc = json.loads(result.output)
     assert doc["schema"] == "repro500/verdict/v1" and doc["status"] == "INCONCLUSIVE" and doc["exit_code"] == 3
 
@@ -69,36 +63,36 @@ def test_json_prints_the_verdict_document(runs):
     (["--alpha", "0.7"], 2, "alpha"),
 ])
 def test_bad_options_are_usage_errors(runs, args, code, text):
-    result = _invoke("verify", runs["pass"], "--against", runs["pass"], *args)
+    result = invoke("verify", runs["pass"], "--against", runs["pass"], *args)
     assert result.exit_code == code
     assert text in result.output
 
 
 def test_user_errors_are_one_line_with_their_code(runs, tmp_path):
-    missing = _invoke("verify", tmp_path / "nope")
+    missing = invoke("verify", tmp_path / "nope")
     assert missing.exit_code == 4
     assert _one_line_error(missing).startswith("repro500: error:") and "nope" in missing.output
-    unknown = _invoke("verify", runs["pass"], "--against", runs["pass"], "--margin", "top5=0.1")
+    unknown = invoke("verify", runs["pass"], "--against", runs["pass"], "--margin", "top5=0.1")
     assert unknown.exit_code == 2
     assert _one_line_error(unknown) .startswith("repro500: error: --margin names 'top5'")
-    no_ref = _invoke("verify", runs["pass"], "--margin", "accuracy=0.1")
+    no_ref = invoke("verify", runs["pass"], "--margin", "accuracy=0.1")
     assert no_ref.exit_code == 2
 
 
 def test_pack_unpack_verify_round_trip_and_truncation(runs, tmp_path):
     archive = tmp_path / "pass.tar.gz"
-    packed = _invoke("pack", runs["pass"], "-o", archive)
+    packed = invoke("pack", runs["pass"], "-o", archive)
     assert packed.exit_code == 0, packed.output
     assert "archive sha256:" in packed.output and "SHA256SUMS sha256:" in packed.output
-    unpacked = _invoke("unpack", archive, "--dest", tmp_path / "elsewhere")
+    unpacked = invoke("unpack", archive, "--dest", tmp_path / "elsewhere")
     assert unpacked.exit_code == 0, unpacked.output
     assert "files match SHA256SUMS" in unpacked.output
-    assert _invoke("verify", tmp_path / "elsewhere" / "pass").exit_code == 0
+    assert invoke("verify", tmp_path / "elsewhere" / "pass").exit_code == 0
     truncated = tmp_path / "truncated.tar.gz"
     truncated.write_bytes(archive.read_bytes()[:400])
-    result = _invoke("unpack", truncated, "--dest", tmp_path / "other")
+    result = invoke("unpack", truncated, "--dest", tmp_path / "other")
     assert result.exit_code == 4 and "corrupt or truncated" in _one_line_error(result)
-    assert _invoke("verify", runs["pass"], "--against", truncated).exit_code == 4
+    assert invoke("verify", runs["pass"], "--against", truncated).exit_code == 4
 
 
 def _rewrite_member(archive: Path, name: str, edit) -> None:
@@ -119,8 +113,8 @@ def _rewrite_member(archive: Path, name: str, edit) -> None:
 
 def test_one_number_changed_inside_a_packed_bundle_is_invalid(runs, tmp_path):
     archive = tmp_path / "pass.tar.gz"
-    assert _invoke("pack", runs["pass"], "-o", archive).exit_code == 0
-    assert _invoke("verify", archive).exit_code == 0
+    assert invoke("pack", runs["pass"], "-o", archive).exit_code == 0
+    assert invoke("verify", archive).exit_code == 0
 
     def lift_accuracy(data: bytes) -> bytes:
         doc = json.loads(data)
@@ -129,11 +123,11 @@ def test_one_number_changed_inside_a_packed_bundle_is_invalid(runs, tmp_path):
         return json.dumps(doc, indent=2).encode()
 
     _rewrite_member(archive, "pass/repeats/0/summary.json", lift_accuracy)
-    result = _invoke("verify", archive)
+    result = invoke("verify", archive)
     assert result.exit_code == 4, result.output
     assert "INVALID" in result.output and "repeats/0/summary.json" in result.output
     assert "Traceback" not in result.output
-    as_reference = _invoke("verify", runs["pass"], "--against", archive, "--json")
+    as_reference = invoke("verify", runs["pass"], "--against", archive, "--json")
     assert as_reference.exit_code == 4
     assert any("repeats/0/summary.json" in r for r in json.loads(as_reference.output)["reasons"])
 
@@ -143,8 +137,8 @@ def test_expect_sums_detects_a_rewritten_bundle(runs):
     import hashlib
 
     digest = hashlib.sha256(good).hexdigest()
-    assert _invoke("verify", runs["pass"], "--expect-sums", digest).exit_code == 0
-    assert _invoke("verify", runs["pass"], "--expect-sums", "0" * 64).exit_code == 4
+    assert invoke("verify", runs["pass"], "--expect-sums", digest).exit_code == 0
+    assert invoke("verify", runs["pass"], "--expect-sums", "0" * 64).exit_code == 4
 
 
 def _console_script() -> list[str]:

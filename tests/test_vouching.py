@@ -16,10 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from helpers.runs import write_recipe
+from helpers.runs import invoke, write_recipe
 
-from repro500 import cli
 from repro500.attest import keys
 from repro500.attest.attestation import ATTESTATION_NAMES, ENVELOPE_NAME
 from repro500.attest.signing import sign_run
@@ -134,12 +132,6 @@ BREAKS = [
 ]
 
 
-def _invoke(*args: object):
-    result = CliRunner().invoke(cli.cli, [str(a) for a in args])
-    result.text = " ".join(result.output.split())
-    return result
-
-
 def _packed(root: Path, archive: Path) -> Path:
     """The broken run as an archive; written directly, since ``repro500 pack`` refuses it now."""
     with tarfile.open(archive, "w:gz") as tar:
@@ -159,7 +151,7 @@ def test_every_vouching_command_refuses_with_the_sentence_verify_prints(
     shutil.copytree(signed if on_signed else finished, root)
     breaks(root)
 
-    verdict = _invoke("verify", root, "--no-write", "--json")
+    verdict = invoke("verify", root, "--no-write", "--json")
     assert verdict.exit_code == EXIT_INVALID, verdict.output
     first = json.loads(verdict.output)["reasons"][0]
     assert first.startswith(sentence), first
@@ -167,7 +159,7 @@ def test_every_vouching_command_refuses_with_the_sentence_verify_prints(
         trust = tmp_path / "allowed_signers"
         public = keys.openssh_public(keys.load_private_key(key).public_key())
         trust.write_text(f'{PRINCIPAL} namespaces="repro500" {public}\n')
-        trusted = _invoke("verify", root, "--no-write", "--json", "--trust", trust)
+        trusted = invoke("verify", root, "--no-write", "--json", "--trust", trust)
         reasons = json.loads(trusted.output)["reasons"]
         assert trusted.exit_code == EXIT_INVALID and len(reasons) == len(set(reasons)), reasons
 
@@ -183,7 +175,7 @@ def test_every_vouching_command_refuses_with_the_sentence_verify_prints(
     present = set(tmp_path.iterdir())
     wrong = []
     for name, (args, written) in commands.items():
-        result = _invoke(*args)
+        result = invoke(*args)
         if result.exit_code != EXIT_INVALID or first not in result.text or "Traceback" in result.text:
             wrong.append(f"{name}: exit {result.exit_code}: {result.text[-300:]}")
         elif written is not None and written.exists():

@@ -1,4 +1,5 @@
-"""Tiny recipes for tests that run real training on the CPU in seconds."""
+"""Tiny recipes for tests that run real training on the CPU in seconds, and the ways tests run
+repro500's commands: in a subprocess (``repro500``, ``tool_env``) or in process (``invoke``)."""
 
 from __future__ import annotations
 
@@ -51,6 +52,31 @@ def write_recipe(path: Path, recipe: dict | None = None, **changes: object) -> P
         node[parts[-1]] = value
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
+
+
+def tool_env(**extra: str) -> dict[str, str]:
+    """The environment for repro500, dvc and mlflow run as commands: this environment's console
+    scripts first on PATH, output unbuffered, no telemetry, and MLflow's default store (``mlflow.db`` where the command
+    runs) unless ``extra`` names one: a MLFLOW_TRACKING_URI in the shell that runs the tests is not
+    the test's.  ``extra`` comes last."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="1",
+               DVC_NO_ANALYTICS="1")
+    env.pop("MLFLOW_TRACKING_URI", None)
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(extra)
+    return env
+
+
+def invoke(*args: object, env: dict[str, str] | None = None):
+    """``repro500 ARGS`` in this process (click's CliRunner); ``result.text`` is its output on one
+    line, since rich wraps at the test console's width."""
+    from click.testing import CliRunner
+
+    from repro500 import cli
+
+    result = CliRunner().invoke(cli.cli, [str(a) for a in args], env=env)
+    result.text = " ".join(result.output.split())
+    return result
 
 
 def repro500(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300, **kwargs):
