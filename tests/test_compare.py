@@ -180,6 +180,7 @@ def test_documented_non_differences_are_no_differences(reference, tmp_path):
     dists = [d for d in manifest["facets"]["environment"]["distributions"] if d["name"] != "repro500"]
     env = manifest["facets"]["environment"]["env"]
     seeds = manifest["facets"]["seeds"]
+    numa = [dict(n, memory_bytes=n["memory_bytes"] // 2) for n in manifest["facets"]["hardware"].get("numa") or []]
     more = {**seeds, "repeats": 4, "plan": seeds["plan"] + [dict(seeds["plan"][0], repeat=2),
                                                            dict(seeds["plan"][0], repeat=3)]}
     ref, rerun = _pair(reference, tmp_path, "same", manifest={
@@ -188,6 +189,7 @@ def test_documented_non_differences_are_no_differences(reference, tmp_path):
                                    "names": env["names"] + ["REPRO500_FOREIGN_CODE"]},
         "facets.seeds": more,  # more repeats
         "created_utc": "2031-01-01T00:00:00Z",  # another capture time
+        "facets.hardware.numa": numa,  # memory the kernel reports for a node
     }, recipe={"repeats": 4})
     found = compare.compare_runs(load_run(rerun), load_run(ref))
     assert found.differences == [], [compare.line(d) for d in found.differences]

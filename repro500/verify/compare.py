@@ -145,6 +145,8 @@ def _view(side: Recorded, other: Recorded) -> dict[str, Any]:
 
 def _set_by(key: str, *recipes: Mapping[str, Any] | None) -> str | None:
     """The override (``--set KEY=...`` or a params file) that set a recipe key on either side."""
+    if key.startswith("plan."):  # the plan's keys are the recipe's mutable ones
+        key = f"recipe.mutable.{key[len('plan.'):]}"
     if not key.startswith("recipe."):
         return None
     inner = key[len("recipe."):]
@@ -160,11 +162,11 @@ def _set_by(key: str, *recipes: Mapping[str, Any] | None) -> str | None:
 def compare(a: Recorded, b: Recorded) -> Comparison:
     """Every difference between what *a* and *b* recorded, in the one order (``diff.order``)."""
     diffs = manifest_diff.diff_manifests(_view(a, b), _view(b, a))
-    changed = {d.key.split(".")[1] for d in diffs if d.facet == "environment" and d.key.startswith("distributions.")
-               and len(d.key.split(".")) > 1}
+    changed = _versions_differ(a.manifest, b.manifest)
     out = []
     for d in diffs:
-        if d.facet == "lock" and d.key.startswith("distributions.") and d.key.split(".")[1] in changed:
+        if d.facet == "lock" and any(d.key == f"distributions.{n}" or d.key.startswith(f"distributions.{n}.")
+                                     for n in changed):
             continue  # the same package's version row says it
         if d.facet in ("recipe", "plan"):
             by = _set_by(key_of(d), b.recipe, a.recipe)
@@ -174,6 +176,17 @@ def compare(a: Recorded, b: Recorded) -> Comparison:
         out.append(d)
     out.sort(key=manifest_diff.order)
     return Comparison(out)
+
+
+def _versions_differ(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> set[str]:
+    """The packages whose installed version differs (or that one side lacks)."""
+    def versions(m: Mapping[str, Any] | None) -> dict[str, Any]:
+        env = ((m or {}).get("facets") or {}).get("environment")
+        dists = env.get("distributions") if isinstance(env, Mapping) else None
+        return {d.get("name"): d.get("version") for d in dists or [] if isinstance(d, Mapping)}
+
+    va, vb = versions(a), versions(b)
+    return {str(n) for n in set(va) | set(vb) if va.get(n, manifest_diff._MISSING) != vb.get(n, manifest_diff._MISSING)}
 
 
 def compare_manifests(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> Comparison:

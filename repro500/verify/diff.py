@@ -52,6 +52,10 @@ RULES: list[tuple[str, int, str]] = [
     ("recipe.fixed.dataset*", 95, "a different data set or data set option"),
     ("recipe.fixed.model*", 95, "a different model or model option"),
     ("recipe.fixed.command*", 95, "a different command"),
+    ("recipe.fixed.workdir", 5, "where the command ran; its files are in the source digest"),
+    ("recipe.fixed.timeout_s", 10, "how long a repeat may take, not what it computes"),
+    ("recipe.fixed.outputs", 20, "which outputs are digested; their digests are compared themselves"),
+    ("recipe.fixed.env*", 60, "an environment variable the recipe sets for the command"),
     ("recipe.fixed.evaluate*", 90, "a different evaluator"),
     ("recipe.fixed.target*", 60, "a different target: when a run reaches quality and may stop"),
     ("recipe.fixed.valid_flops_exponent", 55, "Valid FLOPS is scored with another exponent"),
@@ -199,6 +203,9 @@ NOT_DIFFERENCES: list[tuple[str, str]] = [
     ("*_utc", "a capture time"),
     ("seeds.repeats", "the number of repeats: a rerun with more or fewer repeats ran the same thing"),
     ("environment.env.values.REPRO500_*", "repro500's own control variables, which steer repro500, not the run"),
+    # the kernel's count of a node's free-to-use memory moves with a VM's balloon and reserved pages;
+    # the node's layout (its CPUs and distances) is compared
+    ("hardware.numa.*.memory_bytes", "memory the kernel reports for a NUMA node"),
 ]
 _OWN = "repro500"  # the tool's own distribution: a command's rebuilt venv runs without it, by design
 # Byte counts the kernel reports a little differently from boot to boot (reserved pages, a VM's

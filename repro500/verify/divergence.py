@@ -401,7 +401,8 @@ def deterministic(run: RunData) -> bool:
 def _setting_note(*runs: RunData | None) -> str:
     """A setting both sides share is no difference, but says what torch was free to do."""
     shown = [r for r in runs if r is not None]
-    if shown and not all(deterministic(r) for r in shown):
+    trained = all(((r.recipe or {}).get("fixed") or {}).get("workload") != "command" for r in shown)
+    if shown and trained and not all(deterministic(r) for r in shown):  # a command's own code picks its algorithms
         return "; torch was free to choose non-deterministic algorithms (the run was not --deterministic)"
     return ""
 

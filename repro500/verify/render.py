@@ -219,7 +219,7 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
     if v is not None and v.status != "SKIPPED":
         state = "[yellow]parted[/]" if v.status == "FOUND" else "[green]no divergence[/]"
         console.print(f"[bold]Where the runs part[/]  {state} {shown(v.reason)}", highlight=False)
-        if v.status == "FOUND":
+        if v.status == "FOUND" and v.first is not None and v.first.shape != "final state":  # nothing to replay there
             console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
                           highlight=False)
     if verdict.gains:
