@@ -30,11 +30,12 @@ from repro500.digest import canonical_digest, canonical_json, file_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import atomic, layout
 from repro500.rundir import sums as bundle
+from repro500.statuses import RUN_UNFINISHED
 
 CHAIN_NAME = "chain.jsonl"
 SCHEMA = "repro500/chain/v1"
 # A run in these states may still have planned repeats that never started.
-_OPEN_STATES = ("running", "interrupted", "failed")
+_OPEN_STATES = RUN_UNFINISHED
 
 
 def _utc() -> str:

@@ -36,8 +36,9 @@ from repro500.digest import canonical_json, file_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import atomic, layout
 from repro500.rundir import sums as bundle
+from repro500.statuses import REPEAT_FINISHED
 
-_FINISHED = ("completed", "diverged")
+_FINISHED = REPEAT_FINISHED
 
 
 def _json(path: Path) -> dict[str, Any]:

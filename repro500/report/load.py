@@ -22,7 +22,7 @@ from repro500.rundir import sums as bundle
 from repro500.verify.rundir import RunData, load_run
 
 SCALING_SCHEMA = "repro500/scaling/v1"
-SCALING_PATH = Path("derived") / "scaling.json"
+SCALING_PATH = Path(layout.SCALING)
 
 
 def finite(value: Any) -> float | None:

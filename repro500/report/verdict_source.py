@@ -20,6 +20,7 @@ from typing import Any
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput
+from repro500.statuses import INVALID
 from repro500.verify.verdict import SCHEMA, VERDICT_NAME, verify_run
 
 
@@ -35,7 +36,7 @@ class VerdictView:
 
     @property
     def invalid(self) -> bool:
-        return self.status == "INVALID"
+        return self.status == INVALID
 
 
 def read_stored(root: Path) -> tuple[dict[str, Any] | None, str | None]:
@@ -92,7 +93,7 @@ def obtain_verdict(
                            if not warnings else "recomputed now from the run directory", warnings)
     # A reference comparison cannot be redone without the reference: show it, re-check integrity.
     label = _against_label(stored.get("against"))
-    if fresh.status == "INVALID":
+    if fresh.status == INVALID:
         warnings.append(f"the run no longer matches its SHA256SUMS, so the stored comparison with {label} "
                         "cannot be trusted; the current integrity problems are shown")
         return VerdictView(fresh.to_dict(), "recomputed now: the run directory fails its integrity check", warnings)

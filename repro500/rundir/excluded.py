@@ -29,14 +29,15 @@ from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import archive as archives
 from repro500.rundir import layout as rundir
+from repro500.rundir import names
 from repro500.rundir import sums as bundle
 from repro500.rundir.archive import packed_files
 
 INDEX_KEY = "not_carried"  # in publication.json
-PUBLICATION_INDEX = "publication.json"  # repro500.publish.publication.INDEX
-# what repro500 writes into a repeat directory (rundir.py); "metrics.json" is $REPRO500_METRICS,
-# which the command workload reads (workloads/command_repeat.py)
-REPEAT_RECORDS = frozenset({*rundir.REPEAT_ARTIFACTS, rundir.PARAMS, rundir.RANKS, "metrics.json"})
+PUBLICATION_INDEX = names.PUBLICATION_INDEX
+# what repro500 writes into a repeat directory (layout.py); COMMAND_METRICS is $REPRO500_METRICS,
+# which the command workload reads (workloads/command/repeat.py)
+REPEAT_RECORDS = frozenset({*rundir.REPEAT_ARTIFACTS, rundir.PARAMS, rundir.RANKS, names.COMMAND_METRICS})
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 

@@ -42,7 +42,8 @@ from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
-from repro500.verify.rundir import INCOMPLETE_RUN_STATES, REPEAT_STATES, RunData, load_run
+from repro500.statuses import REPEAT_STATUSES, RUN_UNFINISHED
+from repro500.verify.rundir import RunData, load_run
 
 MANIFEST_SCHEMA = "repro500/manifest/v1"
 
@@ -250,9 +251,9 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
         doc = run.repeats.get(k)
         if doc is None:
             continue
-        if doc.get("status") not in REPEAT_STATES:
+        if doc.get("status") not in REPEAT_STATUSES:
             result.problems.append(f"repeats/{k}/summary.json has status {doc.get('status')!r}, "
-                                   f"not one of {', '.join(REPEAT_STATES)}")
+                                   f"not one of {', '.join(REPEAT_STATUSES)}")
         if doc.get("repeat") is not None and doc.get("repeat") != k:
             result.problems.append(f"repeats/{k}/summary.json says it is repeat {doc.get('repeat')!r}: "
                                    "a repeat was moved to another slot")
@@ -268,7 +269,7 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
     if not missing:
         return
     state = (run.run or {}).get("status")
-    if state in INCOMPLETE_RUN_STATES:
+    if state in RUN_UNFINISHED:
         result.notes.append(f"the run is incomplete: repeat(s) {_ks(missing)} of {planned} have not run "
                             f"(run.json says {state!r}); `repro500 run --resume {run.path}` completes it")
     else:

@@ -15,11 +15,9 @@ from typing import Any
 from repro500 import untrusted
 from repro500.errors import InvalidInput
 from repro500.rundir import layout
+from repro500.statuses import REPEAT_COMPLETED
 
 DIRECTIONS = ("higher", "lower")
-REPEAT_STATES = ("completed", "failed", "diverged", "killed")
-# run.json states of a run that stopped before every repeat ran and can be resumed
-INCOMPLETE_RUN_STATES = ("running", "interrupted", "failed")
 
 
 @dataclass(frozen=True)
@@ -66,7 +64,7 @@ class RunData:
 
     @property
     def completed(self) -> list[int]:
-        return [k for k in sorted(self.repeats) if self.status(k) == "completed"]
+        return [k for k in sorted(self.repeats) if self.status(k) == REPEAT_COMPLETED]
 
     def planned_counts(self) -> dict[str, Any]:
         """The number of planned repeats as each document records it (absent ones left out)."""
@@ -103,7 +101,7 @@ class RunData:
     def unsuccessful(self) -> dict[int, str]:
         """Repeats that ended in a state other than completed, with that state; planned repeats
         that never ran count as "not run"."""
-        out = {k: self.status(k) for k in sorted(self.repeats) if self.status(k) != "completed"}
+        out = {k: self.status(k) for k in sorted(self.repeats) if self.status(k) != REPEAT_COMPLETED}
         for key, state in (self.summary.get("repeats") or {}).items():
             if str(key).isdigit() and int(key) not in self.repeats:
                 out[int(key)] = str(state)
@@ -235,9 +233,9 @@ def load_run(path: str | Path) -> RunData:
     recipe = _read_recipe(root / layout.RECIPE)
     inputs = layout.read_optional_json(root / layout.INPUTS)
     if summary.get("acceptance") is not None:
-        acceptance = parse_acceptance(summary["acceptance"], f"{root / 'summary.json'}: acceptance")
+        acceptance = parse_acceptance(summary["acceptance"], f"{root / layout.SUMMARY}: acceptance")
     else:
-        acceptance = parse_acceptance((recipe or {}).get("acceptance"), f"{root / 'recipe.yaml'}: acceptance")
+        acceptance = parse_acceptance((recipe or {}).get("acceptance"), f"{root / layout.RECIPE}: acceptance")
     return RunData(path=root, summary=summary, repeats=repeats, run=run, manifest=manifest,
                    recipe=recipe, acceptance=acceptance, inputs=inputs)
 
