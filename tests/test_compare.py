@@ -228,3 +228,18 @@ def test_the_words_follow_the_impact():
                                                                                      ("env", "values", "FOO")))]
     assert diff.counted(rows) == "1 difference(s), 0 result-relevant"
     assert "not result-relevant" in compare.line(rows[0])
+
+
+def test_torchs_cpu_capability_line_alone_is_the_instruction_set_not_another_build():
+    config = "PyTorch built with:\n  - GCC 13.3\n  - CPU capability usage: {}\n  - Build settings: x\n"
+
+    def manifest(isa: str, env: dict) -> dict:
+        return {"facets": {"runtime": {"torch": {"config": config.format(isa)}},
+                           "environment": {"env": {"values": env, "names": sorted(env)}}}}
+    found = compare.compare_manifests(manifest("AVX512", {}), manifest("AVX2", {"ATEN_CPU_CAPABILITY": "avx2"}))
+    assert [compare.key_of(d) for d in found.relevant] == ["environment.env.values.ATEN_CPU_CAPABILITY",
+                                                           "runtime.torch.config"]
+    assert {d.impact for d in found.relevant} == {65}
+    rebuilt = compare.compare_manifests(manifest("AVX2", {}), {"facets": {"runtime": {"torch": {
+        "config": config.format("AVX2").replace("13.3", "14.1")}}, "environment": {"env": {"values": {}, "names": []}}}})
+    assert rebuilt.first.impact == 100  # another build: the build line differs too

@@ -376,9 +376,22 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
                                     "present" if facet in sb else _MISSING, impact, reason))
             continue
         diffs.extend(_facet_differences(facet, sa[facet], sb[facet]))
-    diffs = [d for d in _own_packages(a, b, _by_content(a, b, diffs)) if not_a_difference(d) is None]
+    diffs = [_capability_only(d) for d in _own_packages(a, b, _by_content(a, b, diffs)) if not_a_difference(d) is None]
     diffs.sort(key=order)
     return diffs
+
+
+def _capability_only(d: Difference) -> Difference:
+    """torch's build description (``runtime.torch.config``) names the instruction set its CPU kernels
+    use: two descriptions that differ in that line alone are one torch build run with another
+    instruction set (``ATEN_CPU_CAPABILITY`` or another CPU), ranked as that, not as another build."""
+    if (d.facet, d.key) != ("runtime", "torch.config") or not (isinstance(d.a, str) and isinstance(d.b, str)):
+        return d
+    la, lb = d.a.splitlines(), d.b.splitlines()
+    differing = set(la) ^ set(lb)
+    if len(la) != len(lb) or not differing or not all("CPU capability usage" in x for x in differing):
+        return d
+    return Difference(d.facet, d.key, d.a, d.b, 65, "the instruction set torch's CPU kernels use (CPU capability usage)")
 
 
 def _code_digests(manifest: Mapping[str, Any]) -> tuple[Any, Any] | None:
