@@ -107,7 +107,9 @@ SHAPES: dict[str, tuple[str, tuple[str, ...]]] = {
     # shape -> (what it points at, the recorded differences that fit, most likely first)
     "first step": ("the kernels (or the initialisation or the first batch)", _KERNELS + _INIT_AND_DATA + _CODE),
     "epoch boundary": ("the data order or its augmentation's seeding", _DATA + _CODE),
-    "within training": ("a non-deterministic operator or an unseeded random source", _WITHIN + _KERNELS + _CODE),
+    # a changed sample parts the runs at the first step whose batch holds it: inside an epoch too
+    "within training": ("a non-deterministic operator or an unseeded random source",
+                        _WITHIN + ("data.*", "recipe.fixed.dataset*") + _KERNELS + _CODE),
     "evaluation": ("the evaluation", _EVALUATION + _KERNELS + _CODE),
     "last update": ("the epoch's last update (backward or optimizer)", _WITHIN + _KERNELS + _CODE),
     "length": ("one run stopping early (a non-finite loss, or the target reached sooner)", _WITHIN + _KERNELS + _CODE),
@@ -425,7 +427,8 @@ def _fitting(differences: list[dict[str, Any]], patterns: tuple[str, ...]) -> li
         return len(_SEEDS) + len(patterns)
 
     relevant = [d for d in differences if is_result_relevant(int(d.get("impact") or 0))]
-    return sorted(relevant, key=lambda d: (fit(d), -int(d.get("impact") or 0), str(d.get("key"))))
+    ranked = sorted(relevant, key=lambda d: (fit(d), -int(d.get("impact") or 0), str(d.get("key"))))
+    return [dict(d, fits=fit(d) < len(_SEEDS) + len(patterns)) for d in ranked]
 
 
 def _shown(value: Any) -> str:
@@ -447,7 +450,8 @@ def explain_points(points: str, causes: list[dict[str, Any]], note: str = "") ->
     if not causes:
         return f"it points at {points}; {NO_CAUSE}{note}"
     more = f" (and {len(causes) - 1} more recorded difference(s))" if len(causes) > 1 else ""
-    return f"it points at {points}; the likely cause: {likely(causes[0])}{more}"
+    kind = "" if causes[0].get("fits", True) else ", though not of the kind the shape suggests"
+    return f"it points at {points}; the likely cause{kind}: {likely(causes[0])}{more}"
 
 
 def _describe(p: PairDivergence) -> str:
