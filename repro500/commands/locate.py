@@ -165,7 +165,7 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
                "nothing to replay step by step" if plan.pair.shape == "final state" else
                "the training steps agree: locate replays training steps, and these runs part after them "
                "(give --steps N to replay anyway)")
-        console.print(f"  {why}", highlight=False)
+        console.print(f"  {shown(why)}", highlight=False)  # an output's name is the run's word
         return
     finding = answer["operator"]
     replays = finding["replays"]
