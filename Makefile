@@ -76,12 +76,20 @@ demo: $(STAMP)
 	echo "MLflow UI:     $(R) ui   then open the address it prints (the runs table)"; \
 	exit $$rc
 
+# The suite runs in TEST_WORKERS pytest-xdist workers: one per core, at most 4 (most tests start
+# repro500 in subprocesses that keep a core busy; `make test TEST_WORKERS=8` on a larger machine).
+# --dist loadfile keeps a test file on one worker, so a module-scoped fixture (a real run that
+# several tests read) is made once, not once per worker that gets one of its tests.
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 # Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict, two-rank runs, the examples end to end,
 # a team's PostgreSQL-backed MLflow server with four runs at once (tests/test_team_postgres.py: needs Debian's postgresql),
 # examples/slurm_ddp.sbatch on a real two-node SLURM started by the test (tests/test_slurm.py: Debian's slurm-wlm and munge, root).
+# One at a time: several measure this machine (bandwidth, energy, Gloo collectives' timings) and
+# would measure each other.
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
