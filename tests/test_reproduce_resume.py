@@ -8,8 +8,8 @@ process's own group (its rerun runs in a group of its own and hears it from repr
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
