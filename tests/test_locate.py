@@ -335,9 +335,10 @@ def test_locate_names_the_convolution_onednn_computes_differently(tmp_path):
 
 # ----- bad input ----------------------------------------------------------------------------------
 def _one_sentence(done) -> str:
-    assert "Traceback" not in done.stderr and done.stderr.startswith("repro500: error: "), done.stderr
-    assert len(done.stderr.strip().splitlines()) == 1
-    return done.stderr
+    """The error line; locate's progress lines (``repro500 locate: ...``) may come before it."""
+    lines = [line for line in done.stderr.strip().splitlines() if not line.startswith("repro500 locate: ")]
+    assert "Traceback" not in done.stderr and len(lines) == 1 and lines[0].startswith("repro500: error: "), done.stderr
+    return lines[0]
 
 
 def test_bad_input_is_one_sentence_and_an_exit_code(tmp_path):
@@ -362,3 +363,6 @@ def test_a_run_that_cannot_be_replayed_is_said_so(tmp_path):
                     diverge={"repeat": 1, "epoch": 1, "tensor": "fc.weight"})
     done = repro500("locate", str(root), cwd=tmp_path)
     assert done.returncode == 4 and "replay of A" in _one_sentence(done)
+    # what it knew at once, and what it was doing when the replay failed, came first, a line each
+    progress = [line for line in done.stderr.splitlines() if line.startswith("repro500 locate: ")]
+    assert progress[0].startswith("repro500 locate: records: ") and "replaying repeat 0 of A" in progress[1], done.stderr

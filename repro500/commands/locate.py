@@ -81,6 +81,11 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
         pairs = (("A", a, run_a, kind_a, plan.k, python_a), ("B", b or a, run_b, kind_b, plan.j, python_b))
         # both asked before either replay starts: a refusal leaves nothing run
         allowed = {label: _consent(run, kind, given, label, run_code) for label, given, run, kind, *_ in pairs}
+        # the records are read in a moment, the replays take a minute or more: said on stderr, a
+        # line a step, once no refusal can follow, so the wait is not silence and stdout stays the answer
+        _progress(f"records: {plan.pair.detail}")
+        _progress(f"replaying repeat {plan.k} of A and repeat {plan.j} of B up to step {plan.steps}, "
+                  "each in a process of its own under the operator-hashing mode")
         sides = []
         for label, _, run, kind, k, python in pairs:
             env = divergence.replay_environment(run, dict(os.environ))
@@ -123,6 +128,12 @@ def _consent(run: Any, kind: str, given: Path, label: str, run_code: bool) -> bo
     where = f"repro500 unpack {plain(given)}: its source/" if kind == PACKED_RUN else "its source/"
     return consent(run_code, f"{plain(given)} ({label}) runs its own code in its replay ({code[0]}: {shown})",
                    origin=kind, review=f"it ({where})")
+
+
+def _progress(text: str) -> None:
+    from repro500.untrusted import plain
+
+    click.echo(f"repro500 locate: {plain(text)}", err=True)
 
 
 def _g(value: Any) -> str:
