@@ -214,6 +214,8 @@ def test_locate_names_the_planted_operator(noisy):
     assert 0 < op["max_abs"] < 12 and 0 < op["max_rel"] <= 2
     assert answer["cause"]["kind"] == "non-deterministic" and answer["cause"]["explanation"].endswith(dv.NO_CAUSE)
     assert op["ops_hashed"] > 0 and op["seconds"] > 0
+    # the replays imported the run's plug-in from its sealed source/ and left no bytecode there
+    assert not list(run.rglob("__pycache__")), list(run.rglob("__pycache__"))
 
 
 def test_the_report_marks_the_first_divergence(noisy, tmp_path):

@@ -513,6 +513,9 @@ def _run(side: Side, steps: int, out: Path, expect: Path | None = None, save_at:
             env.pop(name, None)
         else:
             env[name] = value
+    # the replay imports the run's plug-ins from its sealed source/: a __pycache__ written there
+    # would be a file its SHA256SUMS does not list, and the run would no longer verify
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
     cmd = [side.python, "-m", "repro500.workloads.trainer.replay", "--run", str(side.run_dir), "--repeat",
            str(side.repeat), "--steps", str(steps), "--out", str(out)]
     if expect is not None:
