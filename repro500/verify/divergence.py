@@ -527,21 +527,6 @@ def pairs_within(run: RunData) -> list[tuple[int, int]]:
     return [(ks[0], k) for ks in groups.values() if len(ks) > 1 for k in ks[1:]]
 
 
-def pairs_against(run: RunData, reference: RunData) -> list[tuple[int, int]]:
-    """Each run repeat with the reference repeat of its torch seed (the same index when several share it)."""
-    by_seed: dict[Any, list[int]] = {}
-    for j in reference.completed:
-        seed = (reference.repeats[j].get("seeds") or {}).get("torch")
-        if seed is not None:
-            by_seed.setdefault(seed, []).append(j)
-    out = []
-    for k in run.completed:
-        candidates = by_seed.get((run.repeats[k].get("seeds") or {}).get("torch"))
-        if candidates:
-            out.append((k, k if k in candidates else candidates[0]))
-    return out
-
-
 @contextlib.contextmanager
 def readable_root(reference: Any) -> Iterator[Path | None]:
     """Where a reference run's repeat files can be read: its directory, or a packed run or a
@@ -582,7 +567,7 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
         result.pairs.append(compare_pair(run, k, None, j, records(run.path, k, run.recipe),
                                          records(run.path, j, run.recipe), rtol=rtol))
     ref_run = getattr(reference, "run", None)
-    against = pairs_against(run, ref_run) if ref_run is not None else []
+    against = comparison.seed_pairs(run, ref_run) if ref_run is not None else []
     if against:  # a packed reference is unpacked again only when some repeat shares a seed with it
         with readable_root(reference) as root:
             if root is None:
@@ -719,7 +704,7 @@ def choose_pair(a: RunData, b: RunData, same_run: bool, repeat: int | None, othe
         if same_run and repeat == other_repeat:
             raise UsageError("--repeat and --other-repeat name the same repeat of one run: give two repeats")
         return repeat, other_repeat
-    pairs = pairs_within(a) if same_run else pairs_against(a, b)
+    pairs = pairs_within(a) if same_run else comparison.seed_pairs(a, b)
     pairs = [(k, j) for k, j in pairs if (repeat is None or k == repeat) and (other_repeat is None or j == other_repeat)]
     if not pairs:
         which = "two of its repeats" if same_run else "a repeat of each"
