@@ -185,3 +185,85 @@ def test_primary_metrics_are_names_the_evaluators_return():
     for task, (metric, direction) in PRIMARY_METRIC.items():
         assert metric in returned[task]
         assert direction in ("higher", "lower")
+
+
+def test_sums_agree_with_torchmetrics_on_ties_zero_targets_and_uneven_batches():
+    """Classification and regression are computed here, not by torchmetrics (whose import costs
+    seconds a process): they must give torchmetrics' figures, ties and zero targets included."""
+    from torchmetrics import MeanAbsoluteError, MeanAbsolutePercentageError, MeanSquaredError
+    from torchmetrics.classification import MulticlassAccuracy
+
+    generator = torch.Generator().manual_seed(7)
+    # rounded logits: many tied maxima, where top-1 must count the first of them, as argmax does
+    logits = torch.randint(0, 3, (97, 12), generator=generator).float()
+    labels = torch.randint(0, 12, (97,), generator=generator)
+    ours = ClassificationEvaluator(12)
+    top1 = MulticlassAccuracy(12, top_k=1, average="micro")
+    for start in range(0, 97, 20):
+        ours.update(logits[start : start + 20], labels[start : start + 20])
+        top1.update(logits[start : start + 20], labels[start : start + 20])
+    # both count hits over 97 samples: the same integer ratio, each rounded once
+    assert ours.compute()["accuracy"] == pytest.approx(float(top1.compute()), rel=2.0**-23)
+
+    preds = torch.randn(41, 4, generator=generator)
+    truth = torch.randn(41, 4, generator=generator)
+    truth[::5, 1] = 0.0  # the epsilon guard of the relative error
+    regression = RegressionEvaluator(("a", "b", "c", "d"))
+    theirs = {"mse": MeanSquaredError(), "mae": MeanAbsoluteError()}
+    relative = [MeanAbsolutePercentageError() for _ in range(4)]
+    for start in (0, 13, 30):
+        chunk = slice(start, {0: 13, 13: 30, 30: 41}[start])
+        regression.update(preds[chunk], truth[chunk])
+        for metric in theirs.values():
+            metric.update(preds[chunk], truth[chunk])
+        for column, metric in enumerate(relative):
+            metric.update(preds[chunk, column], truth[chunk, column])
+    result = regression.compute()
+    # torchmetrics sums float32 terms (a mean of n positive terms: relative error <= gamma_{n+3});
+    # ours sums in float64, far inside that bound
+    gamma = lambda k: k * 2.0**-24 / (1 - k * 2.0**-24)  # noqa: E731
+    for name, metric in theirs.items():
+        assert result[name] == pytest.approx(float(metric.compute()), rel=gamma(preds.numel() + 3))
+    for column, name in enumerate("abcd"):
+        assert result[f"rel_error_{name}"] == pytest.approx(float(relative[column].compute()),
+                                                            rel=gamma(len(preds) + 3))
+
+
+def _evaluate_on_rank(rank: int, init: str, logits, labels, preds, truth, out: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=2)
+    try:
+        classification, regression = ClassificationEvaluator(10, sync_ranks=True), RegressionEvaluator(sync_ranks=True)
+        classification.update(logits[rank::2], labels[rank::2])
+        regression.update(preds[rank::2], truth[rank::2])
+        with open(f"{out}.{rank}", "w") as handle:
+            json.dump({**classification.compute(), **regression.compute()}, handle)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_sync_ranks_gives_every_rank_the_whole_set(tmp_path):
+    """With ``sync_ranks`` every rank reports the figures of the union of what the ranks saw."""
+    import json
+
+    import torch.multiprocessing as mp
+
+    generator = torch.Generator().manual_seed(3)
+    logits, labels = torch.randn(31, 10, generator=generator), torch.randint(0, 10, (31,), generator=generator)
+    preds, truth = torch.randn(31, 4, generator=generator), torch.randn(31, 4, generator=generator) + 3
+    out = str(tmp_path / "result")
+    mp.spawn(_evaluate_on_rank, args=(f"file://{tmp_path / 'rendezvous'}", logits, labels, preds, truth, out),
+             nprocs=2, join=True)
+    whole_c, whole_r = ClassificationEvaluator(10), RegressionEvaluator()
+    whole_c.update(logits, labels)
+    whole_r.update(preds, truth)
+    whole = {**whole_c.compute(), **whole_r.compute()}
+    for rank in (0, 1):
+        reported = json.loads((tmp_path / f"result.{rank}").read_text())
+        assert reported.keys() == whole.keys()
+        for name, value in whole.items():
+            # the same float64 sums, added in another order: a few ulps of float64
+            assert reported[name] == pytest.approx(value, rel=1e-12), name

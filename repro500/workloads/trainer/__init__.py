@@ -7,7 +7,7 @@
 * ``step``        one training step (precision, micro-batches)
 * ``build``       its building blocks: device, determinism, loaders, model, loss
 * ``optim``       the optimizers and learning-rate schedules a recipe names
-* ``evaluation``  evaluation metrics per task (torchmetrics), registered as evaluators
+* ``evaluation``  evaluation metrics per task (sums here; mAP by torchmetrics), registered as evaluators
 * ``sampling``    which samples each epoch drew (Deep500's sampling-bias metric)
 * ``metrics``     measurements besides the loss: parameter digests, FLOPs, memory, Valid FLOPS
 * ``records``     the repeat's files, traffic, FLOP count and MLPerf log

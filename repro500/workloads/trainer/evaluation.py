@@ -1,4 +1,4 @@
-"""Evaluation metrics per task, computed by maintained implementations (torchmetrics).
+"""Evaluation metrics per task: sums and counts here, mAP by a maintained implementation (torchmetrics).
 
 One small evaluator per task, created fresh for every evaluation pass::
 
@@ -50,32 +50,63 @@ def _cpu(tensor: Any) -> Any:
     return tensor.detach().cpu()
 
 
+class _Sums:
+    """Running float64 sums that ``compute()`` may add up over the ranks of a process group.
+
+    Classification and regression are sums and counts; torchmetrics computes them too, but importing
+    it costs about 6 s a process on two cores (its package imports every domain it covers:
+    torchvision, and with it torch._dynamo, and scipy.signal), more than a small run trains.  Its
+    ``MeanAveragePrecision`` is still used for detection, where the computation is not a sum.
+    float64 accumulators: a long evaluation loses nothing to float32 running sums.
+    """
+
+    def __init__(self, names: Sequence[str], *, sync_ranks: bool) -> None:
+        import torch
+
+        self.names = tuple(names)
+        self.values = torch.zeros(len(self.names), dtype=torch.float64)
+        self.sync_ranks = sync_ranks
+
+    def add(self, **amounts: Any) -> None:
+        for name, amount in amounts.items():
+            self.values[self.names.index(name)] += amount
+
+    def totals(self) -> dict[str, float]:
+        """The sums, over every rank of the initialised process group where ``sync_ranks``."""
+        import torch.distributed as dist
+
+        values = self.values
+        if self.sync_ranks and dist.is_available() and dist.is_initialized():
+            # NCCL reduces only device tensors; every other backend reduces CPU ones.
+            device = "cuda" if dist.get_backend() == "nccl" else "cpu"
+            values = values.to(device)
+            dist.all_reduce(values, op=dist.ReduceOp.SUM)
+            values = values.cpu()
+        return dict(zip(self.names, values.tolist(), strict=True))
+
+
+def _ratio(total: float, count: float) -> float | None:
+    return _plain(total / count) if count else None
+
+
 class ClassificationEvaluator:
     """Top-1 (and top-5) accuracy and mean cross-entropy over every sample seen.
 
     ``update(logits, labels)``: logits (or probabilities) of shape (N, C), integer labels (N,).
-    Top-5 accuracy is reported only when there are more than 5 classes (with 5 or fewer it
-    is 1.0 by construction).
+    Accuracy is micro-averaged (correct samples over samples, as torchmetrics'
+    ``MulticlassAccuracy(average="micro")``): a sample is top-k correct when its label is among the
+    k largest outputs.  Top-5 accuracy is reported only when there are more than 5 classes (with 5
+    or fewer it is 1.0 by construction).  A NaN loss surfaces as ``None``, never dropped.
     """
 
     def __init__(self, num_classes: int, *, sync_ranks: bool = False) -> None:
-        from torchmetrics import MeanMetric
-        from torchmetrics.classification import MulticlassAccuracy
-
         if num_classes < 2:
             raise UsageError(
                 f"classification needs at least 2 classes, got num_classes={num_classes}."
             )
-        common = {"sync_on_compute": sync_ranks}
         self.num_classes = num_classes
-        self._top1 = MulticlassAccuracy(num_classes, top_k=1, average="micro", **common)
-        self._top5 = (
-            MulticlassAccuracy(num_classes, top_k=5, average="micro", **common)
-            if num_classes > 5
-            else None
-        )
-        # "disable": a NaN loss must surface (as None), not be silently dropped.
-        self._loss = MeanMetric(nan_strategy="disable", **common)
+        self._top5 = num_classes > 5
+        self._sums = _Sums(("samples", "top1", "top5", "loss"), sync_ranks=sync_ranks)
         self.samples = 0
 
     def update(self, outputs: Any, targets: Any) -> None:
@@ -86,19 +117,22 @@ class ClassificationEvaluator:
             raise UsageError(
                 f"classification outputs must have shape (batch, {self.num_classes}), got {tuple(logits.shape)}."
             )
-        self._top1.update(logits, labels)
-        if self._top5 is not None:
-            self._top5.update(logits, labels)
-        self._loss.update(F.cross_entropy(logits, labels, reduction="none"))
+        # top-1 by argmax (the first of tied maxima, as torchmetrics counts it), top-5 by topk
+        top1 = int((logits.argmax(dim=1) == labels).sum())
+        top5 = int((logits.topk(5, dim=1).indices == labels[:, None]).any(dim=1).sum()) if self._top5 else 0
+        losses = F.cross_entropy(logits, labels, reduction="none")
+        self._sums.add(samples=labels.numel(), top1=top1, top5=top5, loss=float(losses.double().sum()))
         self.samples += labels.numel()
 
     def compute(self) -> dict[str, float | None]:
-        names = ["accuracy", "loss"] + (["top5_accuracy"] if self._top5 is not None else [])
+        names = ["accuracy", "loss"] + (["top5_accuracy"] if self._top5 else [])
         if not self.samples:
             return dict.fromkeys(names)
-        result = {"accuracy": _plain(self._top1.compute()), "loss": _plain(self._loss.compute())}
-        if self._top5 is not None:
-            result["top5_accuracy"] = _plain(self._top5.compute())
+        sums = self._sums.totals()
+        result = {"accuracy": _ratio(sums["top1"], sums["samples"]),
+                  "loss": _ratio(sums["loss"], sums["samples"])}
+        if self._top5:
+            result["top5_accuracy"] = _ratio(sums["top5"], sums["samples"])
         return result
 
 
@@ -191,23 +225,21 @@ class RegressionEvaluator:
     parameters a model has learned, e.g. CosmoFlow's n_s and H_0 apart from Omega_m and sigma_8.
 
     ``update(predictions, targets)``: tensors of shape (N, P) with P = len(param_names).
-    ``rel_error_<param>`` is mean(|prediction - target| / |target|) (torchmetrics' MAPE,
-    which guards |target| with a tiny epsilon): with targets normalised around 0 it is
-    dominated by near-zero targets, so MAE is the robust figure (CosmoFlow's MLPerf target
-    is MAE <= 0.124 on the normalised parameters).
+    ``rel_error_<param>`` is mean(|prediction - target| / max(|target|, 1.17e-6)) (MAPE as
+    scikit-learn and torchmetrics define it, the epsilon guarding zero targets): with targets
+    normalised around 0 it is dominated by near-zero targets, so MAE is the robust figure
+    (CosmoFlow's MLPerf target is MAE <= 0.124 on the normalised parameters).
     """
+
+    # scikit-learn's (and torchmetrics') lower bound on |target| in the relative error
+    EPSILON = 1.17e-06
 
     def __init__(
         self, param_names: Sequence[str] = COSMO_PARAMETERS, *, sync_ranks: bool = False
     ) -> None:
-        from torchmetrics import MeanAbsoluteError, MeanAbsolutePercentageError, MeanSquaredError
-
-        common = {"sync_on_compute": sync_ranks}
         self.param_names = tuple(param_names)
-        self._mse = MeanSquaredError(**common)
-        self._mae = MeanAbsoluteError(**common)
-        self._relative = [MeanAbsolutePercentageError(**common) for _ in self.param_names]
-        self._absolute = [MeanAbsoluteError(**common) for _ in self.param_names]
+        columns = [f"{kind}_{name}" for kind in ("abs", "rel") for name in self.param_names]
+        self._sums = _Sums(("rows", "squared", *columns), sync_ranks=sync_ranks)
         self.samples = 0
 
     def update(self, outputs: Any, targets: Any) -> None:
@@ -218,12 +250,12 @@ class RegressionEvaluator:
                 f"regression outputs and targets must both have shape (batch, {expected}), "
                 f"got {tuple(preds.shape)} and {tuple(truth.shape)}."
             )
-        self._mse.update(preds, truth)
-        self._mae.update(preds, truth)
-        for column, metric in enumerate(self._relative):
-            metric.update(preds[:, column], truth[:, column])
-        for column, metric in enumerate(self._absolute):
-            metric.update(preds[:, column], truth[:, column])
+        error = preds.double() - truth.double()
+        absolute = error.abs().sum(dim=0).tolist()
+        relative = (error.abs() / truth.double().abs().clamp(min=self.EPSILON)).sum(dim=0).tolist()
+        self._sums.add(rows=preds.shape[0], squared=float(error.square().sum()),
+                       **{f"abs_{name}": value for name, value in zip(self.param_names, absolute, strict=True)},
+                       **{f"rel_{name}": value for name, value in zip(self.param_names, relative, strict=True)})
         self.samples += preds.shape[0]
 
     def compute(self) -> dict[str, float | None]:
@@ -231,11 +263,15 @@ class RegressionEvaluator:
                  + [f"rel_error_{name}" for name in self.param_names])
         if not self.samples:
             return dict.fromkeys(names)
-        result = {"mse": _plain(self._mse.compute()), "mae": _plain(self._mae.compute())}
-        for name, metric in zip(self.param_names, self._absolute, strict=True):
-            result[f"mae_{name}"] = _plain(metric.compute())
-        for name, metric in zip(self.param_names, self._relative, strict=True):
-            result[f"rel_error_{name}"] = _plain(metric.compute())
+        sums = self._sums.totals()
+        rows = sums["rows"]
+        values = rows * len(self.param_names)
+        result = {"mse": _ratio(sums["squared"], values),
+                  "mae": _ratio(sum(sums[f"abs_{name}"] for name in self.param_names), values)}
+        for name in self.param_names:
+            result[f"mae_{name}"] = _ratio(sums[f"abs_{name}"], rows)
+        for name in self.param_names:
+            result[f"rel_error_{name}"] = _ratio(sums[f"rel_{name}"], rows)
         return result
 
 
