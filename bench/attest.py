@@ -8,7 +8,7 @@ The run directory is the fabricated one every verify test uses (tests/test_verif
 75 KB of metrics.jsonl a repeat); ``--run DIR`` measures a copy of a real run instead.
 
 * chain: ``chain.start`` + one ``chain.append`` per repeat, in process;
-* sign: a fresh process importing repro500.attest, loading the key and calling ``sign_run``
+* sign: a fresh process importing repro500.verify.vouching, loading the key and calling ``sign_run``
   (the whole cost a run pays at its end, imports included);
 * verify: ``repro500 verify RUN --no-write`` with and without ``--trust``, fresh processes,
   interleaved rounds, medians; the in-process cost of the trust checks alone is printed too,
@@ -102,7 +102,7 @@ def main() -> int:
         bundle.write_sums(root)
 
         prelude = ("import sys, time; t = time.perf_counter(); from repro500 import bundle; "
-                   "from repro500.attest import ATTESTATION_NAMES, sign_run; "
+                   "from repro500.attest import ATTESTATION_NAMES; from repro500.verify.vouching import sign_run; "
                    "bundle.DERIVED_NAMES = bundle.DERIVED_NAMES | ATTESTATION_NAMES; ")
         sign_cmd = [sys.executable, "-c", prelude + f"sign_run({str(root)!r}, {str(tmp / 'key')!r}, force=True); "
                     "print(time.perf_counter() - t)"]

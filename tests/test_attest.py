@@ -27,10 +27,10 @@ from repro500.attest.attestation import (
     SSHSIG_NAME,
     verify_signature,
 )
-from repro500.attest.signing import sign_run
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
 from repro500.rundir import sums as bundle
+from repro500.verify.vouching import sign_run
 
 
 @pytest.fixture(autouse=True)

@@ -18,10 +18,10 @@ from helpers.runs import write_recipe
 from repro500 import cli
 from repro500.data.generate import generate
 from repro500.errors import EXIT_FAIL, EXIT_INVALID, EXIT_OK, EXIT_USAGE, InvalidInput, UsageError
-from repro500.mlperf.export import export_tree
 from repro500.rundir import archive as archives
 from repro500.rundir import sums as bundle
 from repro500.runner import RunOptions, run
+from repro500.verify.vouching import export_mlperf
 
 SMALL_DATA = {"train_samples": 64, "eval_samples": 32, "size": "16x16", "noise": 0.04, "seed": 3}
 REQUIRED_SYSTEM_FIELDS = ("submitter", "division", "status", "system_name", "number_of_nodes",
@@ -53,7 +53,7 @@ def _export(*args: str):
 
 def test_tree_has_the_system_from_the_manifest_and_one_result_per_repeat(open_run, tmp_path):
     lines: list[str] = []
-    tree = export_tree(open_run, tmp_path / "sub", progress=lines.append)
+    tree = export_mlperf(open_run, tmp_path / "sub", progress=lines.append)
     manifest = json.loads((open_run / "manifest.json").read_text())
     cpu = manifest["facets"]["hardware"]["cpu"]
     assert (tree.benchmark, tree.usage, tree.ruleset, tree.division) == ("resnet", "training", "4.0.0", "open")
@@ -124,6 +124,25 @@ def test_bad_input_is_one_sentence_and_writes_nothing(open_run, tmp_path):
     assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
 
 
+def test_a_tampered_run_is_refused_from_python_as_by_the_command(open_run, tmp_path):
+    """The Python entry point asks verify's gate too, for a run directory and for a packed one."""
+    import tarfile
+
+    tampered = tmp_path / "tampered"
+    shutil.copytree(open_run, tampered)
+    log = tampered / "repeats/0/mllog.txt"
+    log.write_text(log.read_text().replace('"value": 64', '"value": 640'))
+    archive = tmp_path / "tampered.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:  # written directly: repro500 pack refuses it
+        tar.add(tampered, arcname=tampered.name)
+    out = tmp_path / "sub"
+    for given in (tampered, archive):
+        with pytest.raises(InvalidInput, match=r"would not verify \(files do not match SHA256SUMS \(edited: "
+                                               r"repeats/0/mllog.txt\)\): only an untouched run can be exported"):
+            export_mlperf(given, out)
+        assert not out.exists() and not [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+
+
 def test_a_failure_half_way_leaves_no_tree(open_run, tmp_path, monkeypatch):
     from repro500.rundir import atomic
 
@@ -138,7 +157,7 @@ def test_a_failure_half_way_leaves_no_tree(open_run, tmp_path, monkeypatch):
 
     monkeypatch.setattr(atomic, "write_text", disk_full_at_the_first_result)
     with pytest.raises(InvalidInput, match="no space left"):
-        export_tree(open_run, tmp_path / "sub")
+        export_mlperf(open_run, tmp_path / "sub")
     assert "result_1.txt" not in [p.name for p in written]
     assert list(tmp_path.iterdir()) == []
 
@@ -230,7 +249,7 @@ def test_runs_that_never_reached_their_target_have_no_time_to_train(tmp_path):
 def test_a_recipe_that_declares_no_division_logs_and_exports_the_same_one(tmp_path):
     run_dir = _tiny_run(tmp_path, "plain", repeats=1, open_division=False, fixed__dataset__params=SMALL_DATA)
     log = (run_dir / "repeats/0/mllog.txt").read_text()
-    tree = export_tree(run_dir, tmp_path / "sub")
+    tree = export_mlperf(run_dir, tmp_path / "sub")
     # what verify's compliance check judged is what the export labels: not relabelled closed
     assert tree.division == "open" and '"submission_division", "value": "open"' in log
 
@@ -242,7 +261,7 @@ def test_a_recipe_that_declares_the_open_division_exports_open_when_run_as_it_is
     log = (run_dir / "repeats/0/mllog.txt").read_text()
     # the log says what the recipe declares, and records no SGD momentum Adam never used
     assert '"submission_division", "value": "open"' in log and "opt_momentum" not in log
-    tree = export_tree(run_dir, tmp_path / "sub")
+    tree = export_mlperf(run_dir, tmp_path / "sub")
     assert tree.division == "open"
     note = json.loads((tmp_path / "sub/repro500-export.json").read_text())
     assert note["division_reason"].startswith("its recipe declares fixed.mlperf_division: open")

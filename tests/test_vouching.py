@@ -20,11 +20,11 @@ from helpers.runs import invoke, write_recipe
 
 from repro500.attest import keys
 from repro500.attest.attestation import ATTESTATION_NAMES, ENVELOPE_NAME
-from repro500.attest.signing import sign_run
 from repro500.digest import file_digest
 from repro500.errors import EXIT_INVALID
 from repro500.rundir import sums as bundle
 from repro500.verify.integrity import intact_problems
+from repro500.verify.vouching import sign_run
 
 SMALL_DATA = {"train_samples": 64, "eval_samples": 32, "size": "16x16", "noise": 0.04, "seed": 3}
 PRINCIPAL = "alice@example.org"

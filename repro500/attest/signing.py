@@ -1,6 +1,6 @@
 """Sign a run directory: an in-toto Statement in a DSSE envelope (checking one is attestation.py's).
 
-``sign_run`` writes two files into the run directory, neither covered by ``SHA256SUMS`` (they
+``sign_intact`` writes two files into the run directory, neither covered by ``SHA256SUMS`` (they
 sign it):
 
 * ``attestation.intoto.jsonl``: an in-toto attestation bundle (JSON Lines, one DSSE envelope a
@@ -84,25 +84,21 @@ def build_statement(run_dir: str | Path, public_key: Ed25519PublicKey, principal
             "predicateType": PREDICATE_TYPE, "predicate": predicate}
 
 
-def sign_run(run_dir: str | Path, key_path: str | Path, principal: str | None = None, *, force: bool = False) -> Path:
-    """Sign a run directory with an OpenSSH Ed25519 key; returns the envelope's path.
+def sign_intact(run_dir: str | Path, key_path: str | Path, principal: str | None = None, *,
+                force: bool = False) -> Path:
+    """Sign a run directory its caller found intact, with an OpenSSH Ed25519 key; returns the
+    envelope's path.
 
-    The directory must pass what ``repro500 verify`` checks of a run's own files
-    (:func:`repro500.verify.integrity.require_intact`: digests, repeat chain, an attestation it
-    already carries).  A signature by another key is replaced only with ``force`` (co-signers
-    would otherwise overwrite each other's work); re-signing with the same key replaces it.
+    Whether the run is intact is the caller's to ask, before it calls this:
+    :func:`repro500.verify.vouching.sign_run` refuses what ``repro500 verify`` would call INVALID
+    (the gate lives with verify, a layer above this one).  A signature by another key is replaced
+    only with ``force`` (co-signers would otherwise overwrite each other's work); re-signing with
+    the same key replaces it.
     """
     from securesystemslib.dsse import Envelope
     from securesystemslib.signer import CryptoSigner
 
-    from repro500.verify.integrity import require_intact
-
     root = Path(run_dir)
-    if not root.is_dir():
-        raise InvalidInput(f"{root} is not a run directory: nothing to sign")
-    # what verify would call INVALID is not vouched for, even with --force: a signature over a
-    # replaced repeat, or over files re-sealed after someone else's signature, launders them
-    require_intact(root, "refusing to sign it")
     private = keys.load_private_key(key_path)
     public = private.public_key()
     previous = signed_signer(root)

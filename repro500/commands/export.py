@@ -1,4 +1,4 @@
-"""``repro500 export mlperf``: thin click commands over repro500.mlperf.export."""
+"""``repro500 export mlperf``: thin click commands over repro500.verify.vouching.export_mlperf."""
 
 from __future__ import annotations
 
@@ -39,14 +39,14 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
                 without rules for the benchmark, a bad name); 4 RUN is not an untouched
                 repro500 run (or packed run) with MLPerf logs, or --out is not empty.
     """
-    from repro500.mlperf.export import export_tree
     from repro500.untrusted import plain
+    from repro500.verify.vouching import export_mlperf
 
     # each line may quote the run (a path, a benchmark, what a checker said of its logs): one line, no controls
     def progress(line: str) -> None:
         click.echo(plain(line), err=True)
 
-    tree = export_tree(run_dir, out, submitter=submitter, system=system, ruleset=ruleset, progress=progress)
+    tree = export_mlperf(run_dir, out, submitter=submitter, system=system, ruleset=ruleset, progress=progress)
     click.echo(f"exported {len(tree.results)} results of {plain(tree.benchmark)} ({plain(tree.division)} division, "
                f"{plain(tree.usage)} {plain(tree.ruleset)}) -> {plain(tree.path)}")
     if not check:

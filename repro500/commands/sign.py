@@ -1,4 +1,4 @@
-"""``repro500 sign``: a thin wrapper over repro500.attest.sign_run."""
+"""``repro500 sign``: a thin wrapper over repro500.verify.vouching.sign_run."""
 
 from __future__ import annotations
 
@@ -32,8 +32,8 @@ def sign(ctx: click.Context, run_dir: Path, key_path: Path | None, principal: st
     from repro500.attest import keys
     from repro500.attest.attestation import SSHSIG_NAME, signed_signer
     from repro500.attest.chain import CHAIN_NAME
-    from repro500.attest.signing import sign_run
     from repro500.errors import UsageError
+    from repro500.verify.vouching import sign_run
 
     if key_path is None:
         env = os.environ.get(keys.KEY_ENV)

@@ -14,6 +14,10 @@ result file is the repeat's log with its one ``submission_division`` line set to
 so that the logs and systems/<system>.json agree (MLPerf's compliance checker picks its rules
 from the log, the package checker from the system file).  Nothing else in a log changes.
 
+An export vouches for the run, so only an intact one is exported: the whole act, archive and gate
+included, is :func:`repro500.verify.vouching.export_mlperf` (the gate is verify's, a layer above);
+here are its steps, :func:`open_run` before the gate and :func:`export_intact` after it.
+
 The tree is written into a temporary sibling of OUT and renamed into place when complete: an
 export that fails leaves nothing behind.  Whether MLPerf's own tools accept it is
 :mod:`repro500.mlperf.checkers`'s (docs/mlperf.md).
@@ -35,7 +39,6 @@ from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.mlperf.check import logged_benchmark, resolve_rules
 from repro500.mlperf.logger import BENCHMARKS
-from repro500.rundir import archive as archives
 from repro500.rundir import atomic
 from repro500.rundir.layout import MLLOG, RunDir, read_json, repeat_indices
 
@@ -216,34 +219,38 @@ def _repeat_logs(rd: RunDir) -> tuple[dict[int, str], list[int]]:
     return logs, unfinished
 
 
-def _prepare_out(out: Path) -> None:
+def prepare_out(out: Path) -> None:
+    """``out`` may be written: it does not exist, or is an empty directory."""
     if out.exists() and not (out.is_dir() and not any(out.iterdir())):
         raise InvalidInput(f"{out} already exists and is not empty: export into a new or empty directory")
 
 
-def export_tree(
-    run: str | Path,
-    out: str | Path,
+def open_run(root: Path, out: Path) -> RunDir:
+    """The run directory to export into ``out``, refused when it is no run or ``out`` cannot take the tree.
+
+    Whether the run is intact is not asked here: :func:`repro500.verify.vouching.export_mlperf`
+    asks verify's gate between this and :func:`export_intact` (the gate is a layer above)."""
+    rd = RunDir(root)
+    if not root.is_dir() or not rd.is_run():
+        raise InvalidInput(f"{root} is not a repro500 run directory (no run.json): give runs/<run-id>")
+    prepare_out(out)
+    if out.resolve().is_relative_to(root.resolve()):
+        raise UsageError(f"{out} lies inside the run directory: export somewhere else")
+    return rd
+
+
+def export_intact(
+    rd: RunDir,
+    out: Path,
     *,
     submitter: str | None = None,
     system: str | None = None,
     ruleset: str | None = None,
     progress: Callable[[str], None] = lambda _line: None,
 ) -> ExportedTree:
-    """Write the MLPerf submission tree of ``run`` (a run directory or a packed run) into ``out``.
-
-    ``out`` must not exist or be empty.  ``submitter`` defaults to the logs' ``submission_org``,
-    ``system`` to a name made of the hardware, ``ruleset`` to the one the benchmark is judged
-    by (training 4.0.0 for ResNet, HPC 3.0.0 for CosmoFlow).  ``progress`` gets one line per step.
-    """
-    root, out = Path(run), Path(out)
-    if archives.is_archive(root):
-        _prepare_out(out)  # refused before the archive is unpacked
-        with tempfile.TemporaryDirectory(prefix="repro500-export-") as tmp:
-            progress(f"unpacking {root}")
-            return export_tree(archives.unpack(root, tmp), out, submitter=submitter, system=system,
-                               ruleset=ruleset, progress=progress)
-    rd = _checked_run(root, out, progress)
+    """Write the MLPerf submission tree of ``rd`` (as :func:`open_run` gave it, and found intact by
+    the caller) into ``out``; the options are :func:`repro500.verify.vouching.export_mlperf`'s."""
+    root = rd.path
     meta = rd.meta()
     logs, notes, benchmark = _results(rd, root, progress)
     usage, ruleset = resolve_rules(benchmark, None, ruleset)
@@ -275,21 +282,6 @@ def export_tree(
                         ruleset=ruleset, division=division, division_reason=reason,
                         results=[results_dir / f"result_{k}.txt" for k in sorted(logs)],
                         results_dir=results_dir, notes=notes)
-
-
-def _checked_run(root: Path, out: Path, progress: Callable[[str], None]) -> RunDir:
-    """The run directory, refused unless it would verify (the gate of every command that vouches)."""
-    rd = RunDir(root)
-    if not root.is_dir() or not rd.is_run():
-        raise InvalidInput(f"{root} is not a repro500 run directory (no run.json): give runs/<run-id>")
-    _prepare_out(out)
-    if out.resolve().is_relative_to(root.resolve()):
-        raise UsageError(f"{out} lies inside the run directory: export somewhere else")
-    progress(f"checking {root} as repro500 verify does (digests, repeat chain, attestation)")
-    from repro500.verify.integrity import require_intact
-
-    require_intact(root, "only an untouched run can be exported")
-    return rd
 
 
 def _results(rd: RunDir, root: Path, progress: Callable[[str], None]) -> tuple[dict[int, str], list[str], str]:

@@ -118,7 +118,7 @@ class Session:
         self._raise_if_failed(summaries)
         verdict = self.verify()
         if self.sign:
-            from repro500.attest import sign_run
+            from repro500.verify.vouching import sign_run
 
             envelope = sign_run(self.run.path, *self.sign)
             self.console.print(f"Signed: {envelope}")

@@ -7,6 +7,7 @@ One module per job (docs/verify.md):
 * ``rundir``          read a run directory into memory
 * ``integrity``       digests, manifest, chain, attestation, aggregates, data re-hashing; the gate
                       every command that vouches for a run calls (``require_intact``)
+* ``vouching``        signing a run and exporting it for MLPerf, each behind that gate
 * ``bands``           acceptance criteria on confidence bounds
 * ``equivalence``     REPRODUCED / NOT REPRODUCED / INCONCLUSIVE against a reference
 * ``published``       the published-results file format (``repro500/published/v1``)
