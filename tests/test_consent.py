@@ -139,7 +139,7 @@ def test_the_installer_gets_no_index_the_lock_names_unless_the_reproducer_names_
     evil, torch_index = "https://evil.example/simple", "https://download.pytorch.org/whl/cpu"
     pins = rebuild.Pins("3.11.7", ["a==1", "torch==2.5.0+cpu"], evil, [torch_index], [], set(), [], "d",
                         released=[("a", "1", None), ("torch", "2.5.0+cpu", torch_index)])
-    cmd = rebuild._install_cmd(Path("/x/bin/python"), pins, [])
+    cmd = rebuild.install_cmd(Path("/x/bin/python"), [])
     assert "--index-url" not in cmd and "--extra-index-url" not in cmd and evil not in cmd
     served = rebuild.serving(pins)
     assert served.asked() == ["https://pypi.org/simple"] and served.unused == [evil, torch_index]
@@ -151,7 +151,7 @@ def test_the_installer_gets_no_index_the_lock_names_unless_the_reproducer_names_
     named = rebuild.serving(pins, [torch_index])
     assert named.unused == [evil] and named.indexes_for(torch_index)[0] == torch_index
     assert f"and, as --index names, {torch_index} (the lock names it for torch)" in named.text()
-    cmd = rebuild._install_cmd(Path("/x/bin/python"), pins, [], [torch_index])
+    cmd = rebuild.install_cmd(Path("/x/bin/python"), [], [torch_index])
     assert cmd[-2:] == ["--extra-index-url", torch_index] and evil not in cmd
     # the reproducer's own index is theirs, whatever the lock says
     monkeypatch.setenv("PIP_INDEX_URL", "https://user:pw@mirror.example/simple/")

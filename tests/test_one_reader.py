@@ -37,7 +37,7 @@ ALLOWED = {
     ("attest/keys.py", "read_text"): "the verifier's own allowed-signers file (--trust), never a run's file",
 }
 for _call in ("read_text", "json.loads"):
-    ALLOWED["publish/rebuild.py", _call] = ("importlib.metadata's direct_url.json of the installed repro500: the "
+    ALLOWED["publish/rebuild/install.py", _call] = ("importlib.metadata's direct_url.json of the installed repro500: the "
                                              "reproducer's own software, not a file of the publication")
 _PARSERS = {"json": {"load", "loads"}, "yaml": {"load", "safe_load", "full_load", "unsafe_load", "load_all",
                                                   "safe_load_all", "full_load_all", "unsafe_load_all", "compose",

@@ -1,0 +1,112 @@
+"""Running the installer into the new venv ``OUT/env``: every pin resolved against its index
+without installing (``--dry-run``: a distribution no index serves is named in one sentence, exit 4,
+with ``--env current`` and ``--find-links DIR`` as the two ways on), then the pins installed
+(``--no-deps``: the lock is the whole closure), the experiment's own package from ``OUT/source``,
+and — for a built-in recipe, which runs inside repro500 — the repro500 running now."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from repro500.capture.env import DIRECT_URL
+from repro500.errors import InvalidInput
+from repro500.publish.rebuild.installer import installer
+from repro500.publish.rebuild.lock import Pins
+from repro500.publish.rebuild.serving import Serving
+from repro500.redact import redact_url
+
+_MISSING = re.compile(r"(?:No matching distribution found for|Because|because)\s+([A-Za-z0-9._-]+)\s*(?:==|was not found)")
+_HASH_MISMATCH = re.compile(r"do not match the hashes|hash mismatch", re.IGNORECASE)
+
+
+def tool_requirement() -> tuple[list[str], str]:
+    """How to install the repro500 running now: from its directory when installed from one (an
+    editable checkout), else its release from the index."""
+    # run from a source checkout (python -m repro500.cli), the checkout's own repro500.egg-info comes
+    # first on sys.path and has no install record: the installed one, which says where it came from, wins
+    found = list(metadata.distributions(name="repro500"))
+    dist = next((d for d in found if d.read_text(DIRECT_URL)), found[0] if found else metadata.distribution("repro500"))
+    try:
+        info = json.loads(dist.read_text(DIRECT_URL) or "{}")
+    except json.JSONDecodeError:
+        info = {}
+    url = str(info.get("url") or "")
+    if url.startswith("file://") and "dir_info" in info:
+        from urllib.parse import unquote, urlparse
+
+        folder = unquote(urlparse(url).path)
+        return (["-e", folder] if (info.get("dir_info") or {}).get("editable") else [folder]), f"repro500 from {folder}"
+    return [f"repro500=={dist.version}"], f"repro500 {dist.version}"
+
+
+def run_step(cmd: list[str], what: str, console: Any) -> subprocess.CompletedProcess[str]:
+    """*cmd* run to its end, its output kept for the sentence that names what went wrong."""
+    console.print(f"  {what} ...", highlight=False)
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
+
+
+def _mismatch_line(stderr: str) -> str:
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    named = next((line for line in lines if "==" in line or "Hash mismatch" in line), lines[-1] if lines else "")
+    return named[:300]
+
+
+def _missing(stderr: str) -> str | None:
+    found = _MISSING.search(stderr)
+    return found.group(1) if found else None
+
+
+def install_pins(base: list[str], pins: Pins, env: Path, served: Serving, console: Any) -> None:
+    """The pinned releases into *env*: first checked with ``--dry-run`` (a pin no index serves, or a
+    file that no longer matches its recorded hash, leaves nothing behind), then installed."""
+    req = env / "requirements.repro500.txt"
+    hashed = pins.hashed_requirements()
+    req.write_text("\n".join(hashed or pins.requirements) + "\n", encoding="utf-8")
+    checked = run_step([*base, "--dry-run", "-r", str(req)], "checking that the indexes serve every pin", console)
+    if checked.returncode != 0:
+        shutil.rmtree(env, ignore_errors=True)
+        if _HASH_MISMATCH.search(checked.stderr):
+            raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the "
+                               f"publication was made ({installer()}: {_mismatch_line(checked.stderr)}): it "
+                               "changed since; reproduce with --env current (nothing was installed)")
+        name = _missing(checked.stderr) or "a locked distribution"
+        asked = ", ".join(redact_url(u) for u in served.asked())
+        lock = (f", or name the lock's index with --index {redact_url(served.unused[0])}"
+                f"{' (or another it names)' if len(served.unused) > 1 else ''}" if served.unused else "")
+        raise InvalidInput(f"{name} (pinned by the publication's lock) is served by no index reachable here "
+                           f"({asked}): reproduce with --env current, or provide it with --find-links DIR{lock} "
+                           f"(nothing was installed)")
+    done = run_step([*base, "-r", str(req)], f"installing {len(pins.requirements)} distributions", console)
+    if done.returncode != 0 and _HASH_MISMATCH.search(done.stderr):
+        raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the publication "
+                           f"was made ({installer()}: {_mismatch_line(done.stderr)}): it changed since; "
+                           f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
+    if done.returncode != 0:
+        raise InvalidInput(f"installing the locked environment failed ({installer()}: "
+                           f"{done.stderr.strip().splitlines()[-1][:300] if done.stderr.strip() else 'no message'}); "
+                           f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
+
+
+def install_own(base: list[str], pins: Pins, console: Any) -> None:
+    """The experiment's own packages, from the publication's ``source/`` (editable if they were)."""
+    for name, folder in pins.own:
+        args = ["-e", str(folder)] if name in pins.editable else [str(folder)]
+        done = run_step([*base, *args], f"installing the experiment's own {name} from {folder}", console)
+        if done.returncode != 0:
+            raise InvalidInput(f"installing the experiment's own package {name} from {folder} failed: "
+                               f"{done.stderr.strip()[-300:]}")
+
+
+def install_tool(base: list[str], tool: tuple[list[str], str], env: Path, console: Any) -> None:
+    """The repro500 running now (*tool*: :func:`tool_requirement`), for a built-in recipe, which runs
+    inside repro500."""
+    args, label = tool
+    done = run_step([*base, *args], f"installing {label}", console)
+    if done.returncode != 0:
+        raise InvalidInput(f"installing {label} into {env} failed: {done.stderr.strip()[-300:]}")
