@@ -207,3 +207,20 @@ def test_the_statistics_fit_an_80_column_terminal_without_wrapping_a_cell():
     for name in ("accuracy", "valid_flops", "throughput_samples_per_s"):  # one line each, in both tables
         rows = [line for line in lines if line.startswith(name + " ")]
         assert len(rows) == 2 and all(line.count("[") == 1 and line.count("]") == 1 for line in rows), rows
+
+
+def test_the_command_is_one_call_of_repro500_verify_judge(runs, tmp_path):
+    """What `verify` decides and writes is reachable from Python, and gives the command's verdict."""
+    from repro500.verify.judge import judge
+
+    shown = json.loads(invoke("verify", runs["fail"], "--json", "--no-write").output)
+    metrics = tmp_path / "metrics.json"
+    verdict = judge(runs["fail"], metrics_path=metrics)
+    assert (verdict.status, verdict.exit_code, verdict.reasons) == (shown["status"], shown["exit_code"], shown["reasons"])
+    assert json.loads((runs["fail"] / "verdict.json").read_text())["status"] == verdict.status
+    assert json.loads(metrics.read_text())
+    # a verdict.json that cannot be written is a sentence, not a failure (a directory stands in its way)
+    (runs["pass"] / "verdict.json").mkdir()
+    said: list[str] = []
+    assert judge(runs["pass"], warn=said.append).exit_code == 0
+    assert len(said) == 1 and said[0].startswith(f"could not write {runs['pass'] / 'verdict.json'} ("), said

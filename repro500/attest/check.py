@@ -37,18 +37,22 @@ class TrustResult:
         return not self.problems
 
 
-def check_run(run: str | Path, *, trust: str | Path | None = None, tracking: bool = False) -> TrustResult:
+def check_run(run: str | Path, *, trust: str | Path | None = None, tracking: bool = False,
+              store: str | None = None) -> TrustResult:
     """Chain, signature (with *trust*) and tracking (with *tracking*) checks of a run directory or
-    archive, or of the packed run of a publication directory."""
+    archive, or of the packed run of a publication directory.  *store* is the MLflow store the
+    run was read from, compared with instead of the one its run.json names
+    (:func:`repro500.attest.tracking_check.check_tracking`)."""
     path = Path(run)
     packed = publication_of(path)
     if packed is not None or archives.is_archive(path):
         with tempfile.TemporaryDirectory(prefix="repro500-trust-") as tmp:
-            return _check_dir(archives.unpack(packed.archive if packed is not None else path, tmp), trust, tracking)
-    return _check_dir(path, trust, tracking)
+            return _check_dir(archives.unpack(packed.archive if packed is not None else path, tmp), trust, tracking,
+                              store)
+    return _check_dir(path, trust, tracking, store)
 
 
-def _check_dir(root: Path, trust: str | Path | None, tracking: bool) -> TrustResult:
+def _check_dir(root: Path, trust: str | Path | None, tracking: bool, store: str | None) -> TrustResult:
     result = TrustResult()
     if (root / chain.CHAIN_NAME).is_file() or trust is not None:
         problems = chain.check(root)
@@ -67,7 +71,7 @@ def _check_dir(root: Path, trust: str | Path | None, tracking: bool) -> TrustRes
     if tracking:
         from repro500.attest.tracking_check import check_tracking
 
-        tracked = check_tracking(root)
+        tracked = check_tracking(root, store=store)
         result.tracking = tracked.to_dict()
         result.problems += tracked.problems
         if not tracked.problems:

@@ -4,8 +4,9 @@ The runner logs every repeat to its own MLflow run (repro500/tracking/client.py)
 metrics under their own names as the run's latest values, beside the steps' and epochs' histories
 (:func:`repro500.tracking.names.is_history` tells them apart; runs logged before: as ``final_<name>``),
 its status and final parameter digest as the tags ``repro500.status`` and ``repro500.final_param_digest``.  :func:`check_tracking` reads those back
-from the store named in ``run.json`` (``mlflow.tracking_uri``; ``MLFLOW_TRACKING_URI`` when set
-replaces it, e.g. to add the credentials run.json never holds) and reports every disagreement.
+from the store named in ``run.json`` (``mlflow.tracking_uri``; the store a run was downloaded from
+replaces it, and ``MLFLOW_TRACKING_URI`` when set replaces both, e.g. to add the credentials
+run.json never holds) and reports every disagreement.
 Numbers agree when they are equal to 1e-12 relative (the stores keep doubles exactly; the
 tolerance only absorbs a server's decimal round trip).
 """
@@ -47,9 +48,9 @@ def _same(a: Any, b: float) -> bool:
     return math.isclose(a, b, rel_tol=_REL_TOL, abs_tol=0.0)
 
 
-def _store_uri(recorded: str | None) -> tuple[str | None, str | None]:
+def _store_uri(recorded: str | None, store: str | None = None) -> tuple[str | None, str | None]:
     """(URI to open, or None) and why it cannot be opened."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI") or recorded
+    uri = os.environ.get("MLFLOW_TRACKING_URI") or store or recorded
     if not uri:
         return None, "run.json records no MLflow tracking store (the run was made with --no-tracking)"
     if "[REDACTED]" in uri:
@@ -62,8 +63,11 @@ def _store_uri(recorded: str | None) -> tuple[str | None, str | None]:
     return uri, None
 
 
-def check_tracking(run_dir: str | Path) -> TrackingResult:
-    """Compare each repeat's summary with its MLflow run; problems name the repeat and the value."""
+def check_tracking(run_dir: str | Path, *, store: str | None = None) -> TrackingResult:
+    """Compare each repeat's summary with its MLflow run; problems name the repeat and the value.
+
+    *store*: the store the run was downloaded from (``verify mlflow:RUN_ID``), read instead of the
+    one run.json names, a path on the machine that made it; ``MLFLOW_TRACKING_URI`` still comes first."""
     from repro500.tracking.store import check_readable, fast_failing_http, reason, safe_uri
 
     root = Path(run_dir)
@@ -72,7 +76,7 @@ def check_tracking(run_dir: str | Path) -> TrackingResult:
     except (OSError, InvalidInput):
         return TrackingResult(problems=["run.json is missing or not JSON: the tracking records cannot be found"])
     record = run.get("mlflow") or {}
-    uri, why = _store_uri(record.get("tracking_uri"))
+    uri, why = _store_uri(record.get("tracking_uri"), store)
     result = TrackingResult(uri=safe_uri(uri) if uri else record.get("tracking_uri"))
     if uri is None:
         result.problems.append(str(why))

@@ -1,10 +1,9 @@
-"""``repro500 verify``: a thin click command over repro500.verify."""
+"""``repro500 verify``: a thin click command over repro500.verify.judge."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -56,75 +55,20 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
                 3 inconclusive, 4 invalid input (missing, corrupt, tampered,
                 a reference of another benchmark).
     """
-    import contextlib
+    from repro500.verify.judge import judge
 
-    with contextlib.ExitStack() as stack:
-        named, reference = str(run_dir), str(against) if against is not None else None
-        run_dir, against = _from_mlflow(stack, run_dir), _from_mlflow(stack, against)
-        _verify(ctx, run_dir, against, alpha, margins, as_json, expect_sums, no_write, metrics_path, trust,
-                check_tracking, shown=f"{named} ({run_dir.name})" if named != str(run_dir) else None,
-                shown_against=reference if against is not None and reference != str(against) else None,
-                across_benchmarks=across_benchmarks)
+    def warn(text: str) -> None:
+        click.echo(f"repro500: warning: {text}", err=True)
 
-
-def _from_mlflow(stack: Any, ref: Path | None) -> Path | None:
-    """A run named in MLflow (mlflow:RUN_ID, runs:/RUN_ID) downloaded as its sealed archive, for as
-    long as *stack* lasts; anything else as it is."""
-    from repro500.verify import from_mlflow
-
-    if not from_mlflow.is_reference(ref):
-        return ref
-    import os
-    import tempfile
-
-    from repro500.tracking import store as mlflow_store
-
-    tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="repro500-mlflow-"))
-    archive = from_mlflow.download(str(ref), Path(tmp))
-    # --check-tracking compares with the store the run came from, not the one its run.json names
-    # (a path on the machine that made it)
-    os.environ.setdefault("MLFLOW_TRACKING_URI", mlflow_store.tracking_uri())
-    return archive
-
-
-def _verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float, margins: dict[str, float],
-            as_json: bool, expect_sums: str | None, no_write: bool, metrics_path: Path | None,
-            trust: Path | None, check_tracking: bool, shown: str | None = None,
-            shown_against: str | None = None, across_benchmarks: bool = False) -> None:
-    from repro500.verify.render import render
-    from repro500.verify.verdict import verify_run, write_verdict
-
-    verdict = verify_run(run_dir, against=against, alpha=alpha, margins=margins or None,
-                         expect_sums_digest=expect_sums, across_benchmarks=across_benchmarks)
-    if shown:  # what the user named (mlflow:RUN_ID), not the temporary download
-        verdict.run_dir = shown
-    if shown_against and isinstance(verdict.against, dict):
-        verdict.against["path"] = f"{shown_against} ({verdict.against.get('path')})"
-    from repro500.attest import check as trust_check
-
-    trust_check.apply(trust_check.check_run(run_dir, trust=trust, tracking=check_tracking), verdict)
-    # with --trust, the signature check and the integrity step's attestation check can name the
-    # same change after signing: one sentence, once
-    verdict.reasons = list(dict.fromkeys(verdict.reasons))
-    if verdict.integrity is not None:
-        verdict.integrity.problems = list(dict.fromkeys(verdict.integrity.problems))
-    from repro500.rundir import layout
-    from repro500.rundir.excluded import is_publication_dir
-    from repro500.untrusted import plain
-
-    if not no_write and run_dir.is_dir() and not is_publication_dir(run_dir):  # a publication stays as published
-        try:
-            write_verdict(verdict, run_dir)
-        except OSError as err:
-            click.echo(f"repro500: warning: could not write {plain(run_dir / layout.VERDICT)} ({err.strerror})", err=True)
-    if metrics_path is not None:
-        from repro500.rundir.dvcmetrics import write_metrics
-
-        write_metrics(verdict.to_dict(), metrics_path)
+    verdict = judge(run_dir, against=against, alpha=alpha, margins=margins or None, expect_sums_digest=expect_sums,
+                    across_benchmarks=across_benchmarks, trust=trust, check_tracking=check_tracking,
+                    write=not no_write, metrics_path=metrics_path, warn=warn)
     if as_json:
         click.echo(json.dumps(verdict.to_dict(), indent=2, sort_keys=True, allow_nan=False))
     else:
         from rich.console import Console
+
+        from repro500.verify.render import render
 
         render(verdict, Console())
     ctx.exit(verdict.exit_code)

@@ -266,19 +266,18 @@ class Session:
         self.run.seal()
 
     def verify(self) -> Any:
-        from repro500.attest import check
+        from repro500.verify.judge import verdict_for
         from repro500.verify.render import render
-        from repro500.verify.verdict import verify_run, write_verdict
+        from repro500.verify.verdict import write_verdict
 
         reference = self.meta.get("reference") or {}
-        try:
-            verdict = verify_run(self.run.path, against=reference.get("against"),
-                                 margins=reference.get("margins") or None)
+        try:  # the verdict verify RUN would give, the repeat chain included
+            verdict = verdict_for(self.run.path, against=reference.get("against"),
+                                  margins=reference.get("margins") or None)
         except ReproError as err:  # e.g. a history with no earlier run on this system (exit 3)
             self._close_tracking("FINISHED")
             raise type(err)(f"the run itself is complete ({self.run}), but verifying it against "
                             f"{reference.get('against')} stopped: {err}") from None
-        check.apply(check.check_run(self.run.path), verdict)  # the chain, as verify RUN would
         write_verdict(verdict, self.run.path)
         if self.reproduction:  # the reproduction prints one verdict, this check a section of it
             self.console.print(f"the rerun's own verdict: {verdict.status} ({self.run.path / layout.VERDICT}); "

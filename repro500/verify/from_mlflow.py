@@ -82,7 +82,7 @@ def parent_run(client: Any, run_id: str, uri: str) -> Any:
 
 def download(reference: str, dest: Path) -> Path:
     """Download the sealed run behind *reference* into *dest*; returns the archive's path.
-    (``--check-tracking`` then reads the same store: see ``commands/verify.py``.)"""
+    (``--check-tracking`` then reads the same store: see :func:`repro500.verify.judge.judge`.)"""
     from repro500.tracking.client import SEALED_PATH
     from repro500.tracking.names import RUN_ID_TAG, SEALED_TAG
 
