@@ -25,8 +25,8 @@ from helpers.runs import PLUGIN, repro500
 
 from repro500 import untrusted
 from repro500.errors import UsageError
+from repro500.locate import environment as locate_env
 from repro500.publish import rebuild
-from repro500.verify import divergence as dv
 from repro500.verify.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -234,11 +234,11 @@ def test_the_replay_environment_takes_only_the_allow_list(tmp_path: Path) -> Non
                 "NCCL_DEBUG_FILE": "/home/you/.bashrc", "KMP_AFFINITY": "compact\nX=1", "LD_PRELOAD": "/tmp/e.so"}
     manifest = make_manifest(environment={"env": {"values": recorded, "names": []}})
     run = load_run(make_run(tmp_path, manifest=manifest, values={"accuracy": [0.9, 0.9]}))
-    env = dv.replay_environment(run, {"OMP_TOOL_LIBRARIES": "mine.so", "OMP_NUM_THREADS": "2"})
+    env = locate_env.replay_environment(run, {"OMP_TOOL_LIBRARIES": "mine.so", "OMP_NUM_THREADS": "2"})
     assert env == {"OMP_NUM_THREADS": "3", "ONEDNN_MAX_CPU_ISA": "SSE41"}  # the reproducer's own stays theirs
-    assert dv.replay_env_not_set(run) == ["KMP_AFFINITY", "NCCL_DEBUG_FILE", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN",
+    assert locate_env.replay_env_not_set(run) == ["KMP_AFFINITY", "NCCL_DEBUG_FILE", "NCCL_NET_PLUGIN", "NCCL_TUNER_PLUGIN",
                                           "OMP_TOOL", "OMP_TOOL_LIBRARIES"]
-    assert not any(re.search(r"TOOL|PLUGIN|FILE|LIBRAR|PRELOAD", name) for name in dv.REPLAY_ENV_NAMES)
+    assert not any(re.search(r"TOOL|PLUGIN|FILE|LIBRAR|PRELOAD", name) for name in locate_env.REPLAY_ENV_NAMES)
 
 
 # ----- every door asks the consent ----------------------------------------------------------------

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from helpers.rundirs import make_manifest, make_run
 
+from repro500.locate import environment as locate_env
+from repro500.locate.plan import LocatePlan
 from repro500.rundir import sums as bundle
 from repro500.verify import divergence as dv
 from repro500.verify.rundir import load_run
@@ -138,7 +140,7 @@ def test_no_recorded_difference_explains_it():
 
 
 def test_an_operators_cause():
-    plan = dv.LocatePlan(a=None, b=None, k=0, j=0, same_run=True, pair=None, steps=1, reason="")  # type: ignore[arg-type]
+    plan = LocatePlan(a=None, b=None, k=0, j=0, same_run=True, pair=None, steps=1, reason="")  # type: ignore[arg-type]
     random_op = {"found": True, "reason": "different output", "op": "aten.randn.generator", "random_op": True,
                  "inputs_agree": True, "self_consistent": {"A": False, "B": False}}
     kinds = []
@@ -147,7 +149,7 @@ def test_an_operators_cause():
         import unittest.mock as mock
 
         with mock.patch.object(dv, "recorded_differences", return_value=DIFFERENCES):
-            kinds.append(dv.explain_operator(finding, plan))
+            kinds.append(plan.explain(finding))
     # a run that differs from itself: the differences between the runs are named, not blamed
     assert kinds[0]["kind"] == "non-deterministic" and len(kinds[0]["causes"]) == 4
     assert "no difference between the runs is its cause" in kinds[0]["explanation"]
@@ -159,7 +161,7 @@ def test_replays_run_with_the_runs_kernel_environment(tmp_path):
     manifest = make_manifest(environment={"env": {"values": {"OMP_NUM_THREADS": "1", "LANG": "C"},
                                                   "names": ["HOME", "MKL_LISTED"]}})
     run = load_run(make_run(tmp_path, manifest=manifest, values={"accuracy": [0.9, 0.9]}))
-    env = dv.replay_environment(run, {"OMP_NUM_THREADS": "2", "MKL_VERBOSE": "1", "MKL_LISTED": "x", "HOME": "/h"})
+    env = locate_env.replay_environment(run, {"OMP_NUM_THREADS": "2", "MKL_VERBOSE": "1", "MKL_LISTED": "x", "HOME": "/h"})
     assert env == {"OMP_NUM_THREADS": "1", "MKL_VERBOSE": None}  # LANG is no kernel's; a listed name stays
 
 
@@ -251,6 +253,6 @@ def test_a_reproductions_rebuilt_venv_is_where_its_replay_runs(tmp_path):
     python.write_text("")
     manifest = make_manifest(environment={"python": {"executable": str(python), "version": "3.11.7"}})
     run = load_run(make_run(tmp_path, manifest=manifest, values={"accuracy": [0.9, 0.9]}))
-    assert dv.own_interpreter(run) is None  # not built by reproduce: named, never run
+    assert locate_env.own_interpreter(run) is None  # not built by reproduce: named, never run
     (tmp_path / "out" / "env" / MARKER).write_text("digest\n")
-    assert dv.own_interpreter(run) == str(python)
+    assert locate_env.own_interpreter(run) == str(python)

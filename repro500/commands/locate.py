@@ -1,15 +1,12 @@
 """``repro500 locate``: the first step and the first operator where two runs part, and why.
 
-Thin: the pair, its bound and the recorded differences are repro500.verify.divergence's; the
-replays under the operator-recording mode are repro500.workloads.trainer.replay's.
+Thin: what it does is repro500.locate.locate's; this parses the options and prints the answer
+(progress on stderr, a line a step; the answer on stdout).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -61,76 +58,17 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
                 3 the replays do not part where the records do (not reproduced here),
                 4 invalid input (missing, corrupt or tampered runs, no shared seed).
     """
-    from repro500.errors import EXIT_INCONCLUSIVE
-    from repro500.untrusted import CODE_ENV, OWN_RUN
-    from repro500.verify import divergence
-    from repro500.workloads.trainer import replay
+    from repro500.locate import locate as locating
 
-    with contextlib.ExitStack() as stack:
-        run_a, kind_a = divergence.open_run(a, stack, "A")
-        same = b is None or (b.exists() and a.exists() and b.resolve() == a.resolve())
-        run_b, kind_b = (run_a, kind_a) if same else divergence.open_run(b, stack, "B")
-        plan = divergence.plan_locate(run_a, run_b, same_run=same, repeat=repeat, other_repeat=other_repeat,
-                                      steps=steps, rtol=rtol if rtol is not None else divergence.REL_TOL)
-        answer: dict[str, Any] = {"a": {"run": str(a), "repeat": plan.k}, "b": {"run": str(b or a), "repeat": plan.j},
-                                  "records": plan.pair.to_dict(), "steps": plan.steps}
-        if plan.steps is None:
-            answer.update(operator=None, cause=None, located=False, note=plan.reason)
-            _show(answer, as_json, plan)
-            return
-        pairs = (("A", a, run_a, kind_a, plan.k, python_a), ("B", b or a, run_b, kind_b, plan.j, python_b))
-        # both asked before either replay starts: a refusal leaves nothing run
-        allowed = {label: _consent(run, kind, given, label, run_code) for label, given, run, kind, *_ in pairs}
-        # the records are read in a moment, the replays take a minute or more: said on stderr, a
-        # line a step, once no refusal can follow, so the wait is not silence and stdout stays the answer
-        _progress(f"records: {plan.pair.detail}")
-        _progress(f"replaying repeat {plan.k} of A and repeat {plan.j} of B up to step {plan.steps}, "
-                  "each in a process of its own under the operator-hashing mode")
-        sides = []
-        for label, _, run, kind, k, python in pairs:
-            env = divergence.replay_environment(run, dict(os.environ))
-            if not allowed[label]:
-                env[CODE_ENV] = "refuse"  # nothing of the run's own may be imported, whatever its recipe says
-            # a venv reproduce --env venv rebuilt runs its own replay: for a run of this machine's, or with
-            # consent (a packed run's record could name one built for another publication)
-            rebuilt = divergence.own_interpreter(run) if kind == OWN_RUN or run_code else None
-            python = python or rebuilt or sys.executable
-            sides.append(replay.Side(run_dir=run.path, repeat=k, env=env, python=python, label=label))
-        finding = replay.locate_operator(sides[0], sides[1], plan.steps, timeout_s=timeout_s).to_dict()
-        answer["environments"] = {s.label: {k: v for k, v in s.env.items() if k != CODE_ENV} for s in sides}
-        answer["environments_not_set"] = {label: divergence.replay_env_not_set(run)
-                                          for label, _, run, *_ in pairs if divergence.replay_env_not_set(run)}
-        answer["interpreters"] = {}
-        for side, run in zip(sides, (run_a, run_b), strict=True):
-            recorded, version = divergence.recorded_interpreter(run)
-            answer["interpreters"][side.label] = {"recorded": recorded, "recorded_version": version,
-                                                  "replayed": side.python}
-        answer["operator"] = finding
-        answer["cause"] = divergence.explain_operator(finding, plan)
-        answer["located"] = bool(finding["found"])
-        _show(answer, as_json, plan)
-        if not finding["found"] and plan.pair.diverged:
-            ctx.exit(EXIT_INCONCLUSIVE)
-
-
-def _consent(run: Any, kind: str, given: Path, label: str, run_code: bool) -> bool:
-    """Whether the replay of *run* may import its own code (see repro500.untrusted.consent)."""
-    from repro500.publish.publication import own_code
-    from repro500.untrusted import PACKED_RUN, consent, plain
-
-    try:
-        code = own_code(run.path)
-    except FileNotFoundError:
-        code = None  # no recipe: the replay refuses the run with a sentence of its own
-    if code is None:
-        return consent(run_code, None, origin=kind)
-    shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
-    where = f"repro500 unpack {plain(given)}: its source/" if kind == PACKED_RUN else "its source/"
-    return consent(run_code, f"{plain(given)} ({label}) runs its own code in its replay ({code[0]}: {shown})",
-                   origin=kind, review=f"it ({where})")
+    found = locating(a, b, repeat=repeat, other_repeat=other_repeat, steps=steps, rtol=rtol, python_a=python_a,
+                     python_b=python_b, run_code=run_code, timeout_s=timeout_s, progress=_progress)
+    _show(found.answer, as_json, found.plan)
+    if found.exit_code:
+        ctx.exit(found.exit_code)
 
 
 def _progress(text: str) -> None:
+    """A step as it happens, on stderr: stdout stays the answer."""
     from repro500.untrusted import plain
 
     click.echo(f"repro500 locate: {plain(text)}", err=True)

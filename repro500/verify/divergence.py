@@ -36,7 +36,9 @@ well it fits the shape of the divergence (the pair's seeds first, whatever the s
 
 Only when the comparison finds no result-relevant difference is the answer "no recorded difference
 explains it".
-``repro500 locate`` goes further, to the operator (docs/verify.md, "Where two runs part").
+``repro500 locate`` goes further, to the operator (docs/verify.md, "Where two runs part"): the
+replays are planned and run by :mod:`repro500.locate`; the cause of the operator they part at is
+:func:`explain_operator`'s, here, beside the causes of the records.
 """
 
 from __future__ import annotations
@@ -52,7 +54,6 @@ from pathlib import Path
 from typing import Any
 
 from repro500.rundir import layout
-from repro500.rundir.names import ENV_MARKER
 from repro500.tracking import names
 from repro500.verify import compare as comparison
 from repro500.verify.determinism import machine_dependent, read_params, seed_groups
@@ -616,127 +617,7 @@ def mlflow_records(section: DivergenceResult | None) -> tuple[dict[str, float], 
     return metrics, {TAG: f"step {first.first_step} ({first.label}; {first.shape})"}
 
 
-# ----- repro500 locate: the pair, its bound, its environments, and the operator's cause -----------------
-# The variables a replay takes from its run's manifest: those that choose kernels or their numerics
-# (thread counts and affinity, determinism and precision knobs, the instruction set), so that two
-# runs made in different environments are replayed each in its own.  An allow-list, never a prefix:
-# a manifest is the run's word, and OMP_TOOL_LIBRARIES, NCCL_NET_PLUGIN and their kin load a library
-# into the replay (NCCL_DEBUG_FILE writes a file): such a variable is never set from a record.
-REPLAY_ENV_NAMES = frozenset({
-    # thread counts, scheduling and affinity
-    "OMP_NUM_THREADS", "OMP_DYNAMIC", "OMP_THREAD_LIMIT", "OMP_MAX_ACTIVE_LEVELS", "OMP_NESTED", "OMP_SCHEDULE",
-    "OMP_PROC_BIND", "OMP_PLACES", "OMP_WAIT_POLICY", "KMP_AFFINITY", "KMP_BLOCKTIME", "GOMP_CPU_AFFINITY",
-    "GOMP_SPINCOUNT", "MKL_NUM_THREADS", "MKL_DYNAMIC", "OPENBLAS_NUM_THREADS", "BLIS_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS",
-    # determinism, precision and the instruction set kernels are picked for
-    "KMP_DETERMINISTIC_REDUCTION", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "MKL_DEBUG_CPU_TYPE",
-    "DNNL_MAX_CPU_ISA", "ONEDNN_MAX_CPU_ISA", "DNNL_CPU_ISA_HINTS", "ONEDNN_CPU_ISA_HINTS",
-    "DNNL_DEFAULT_FPMATH_MODE", "ONEDNN_DEFAULT_FPMATH_MODE", "ATEN_CPU_CAPABILITY", "CUBLAS_WORKSPACE_CONFIG",
-    "NVIDIA_TF32_OVERRIDE", "CUDA_VISIBLE_DEVICES", "NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS",
-    "NCCL_MAX_NCHANNELS", "PYTHONHASHSEED",
-})
-# The families those belong to: a variable of this process in one of them that the run did not have
-# is unset for its replay (unsetting loads nothing).
-KERNEL_ENV_PREFIXES = ("OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS_", "BLIS_", "DNNL_", "ONEDNN_", "ATEN_",
-                       "CUBLAS_", "CUBLASLT_", "CUDNN_", "NVIDIA_TF32", "NCCL_", "CUDA_VISIBLE_DEVICES",
-                       "PYTHONHASHSEED")
-_PLAIN_VALUE = re.compile(r"[ -~]{0,256}")  # a thread count, an ISA name, ":4096:8": printable and short
-
-
-def _recorded_env_values(run: RunData) -> dict[str, Any] | None:
-    env = _recorded(run, "facets", "environment", "env")
-    return env.get("values") if isinstance(env.get("values"), dict) else None
-
-
-def replay_environment(run: RunData, environ: dict[str, str]) -> dict[str, str | None]:
-    """The variables to set (a value) or unset (None) so that a replay runs with the run's recorded
-    kernel-relevant environment: only names of :data:`REPLAY_ENV_NAMES` are set, and only to a
-    plain value; empty without a manifest."""
-    values = _recorded_env_values(run)
-    if values is None:
-        return {}
-    names = _recorded(run, "facets", "environment", "env").get("names")
-    listed = {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
-    out: dict[str, str | None] = {}
-    for name, value in values.items():
-        if name in REPLAY_ENV_NAMES and isinstance(value, str) and _PLAIN_VALUE.fullmatch(value) \
-                and environ.get(name) != value:
-            out[str(name)] = value
-    for name in environ:
-        if name.startswith(KERNEL_ENV_PREFIXES) and name not in values and name not in listed:
-            out[name] = None  # the run did not have it
-    return out
-
-
-def replay_env_not_set(run: RunData) -> list[str]:
-    """The kernel-family variables the run recorded that its replay does not take (not on the
-    allow-list: a library or plug-in loader, a log file, a setting that picks no kernel; or a value
-    that is not a plain one)."""
-    values = _recorded_env_values(run) or {}
-    return sorted(str(n) for n, v in values.items() if str(n).startswith(KERNEL_ENV_PREFIXES)
-                  and (str(n) not in REPLAY_ENV_NAMES or not (isinstance(v, str) and _PLAIN_VALUE.fullmatch(v))))
-
-
-@dataclass
-class LocatePlan:
-    """What ``repro500 locate`` replays: one repeat of each run, up to the step the records part at."""
-
-    a: RunData
-    b: RunData
-    k: int
-    j: int
-    same_run: bool
-    pair: PairDivergence
-    steps: int | None  # the bound of the replays; None: nothing to replay (see reason)
-    reason: str
-
-
-def choose_pair(a: RunData, b: RunData, same_run: bool, repeat: int | None, other_repeat: int | None) -> tuple[int, int]:
-    """The repeats to compare: as given, else the first pair sharing a torch seed (a same-seed
-    pair of one run when A and B are one run)."""
-    from repro500.errors import InvalidInput, UsageError
-
-    for name, value, run in (("--repeat", repeat, a), ("--other-repeat", other_repeat, b)):
-        if value is not None and value not in run.completed:
-            raise UsageError(f"{name} {value}: {run.path} has no completed repeat {value} (completed: "
-                             f"{', '.join(map(str, run.completed)) or 'none'})")
-    if repeat is not None and other_repeat is not None:
-        if same_run and repeat == other_repeat:
-            raise UsageError("--repeat and --other-repeat name the same repeat of one run: give two repeats")
-        return repeat, other_repeat
-    pairs = pairs_within(a) if same_run else comparison.seed_pairs(a, b)
-    pairs = [(k, j) for k, j in pairs if (repeat is None or k == repeat) and (other_repeat is None or j == other_repeat)]
-    if not pairs:
-        which = "two of its repeats" if same_run else "a repeat of each"
-        raise InvalidInput(f"no {which} share a seed: a replay from a common seed needs one (repro500 run "
-                           "--same-seed; or name the repeats with --repeat and --other-repeat)")
-    return pairs[0]
-
-
-def plan_locate(a: RunData, b: RunData, *, same_run: bool, repeat: int | None = None, other_repeat: int | None = None,
-                steps: int | None = None, rtol: float = REL_TOL) -> LocatePlan:
-    """The pair, and the step the replays stop at: the first step the records part at (the epoch's
-    last step when they part in its last update); nothing to replay when they do not part, or part
-    only in the evaluation (unless *steps* is given)."""
-    k, j = choose_pair(a, b, same_run, repeat, other_repeat)
-    other = None if same_run else b
-    pair = compare_pair(a, k, other, j, read_records(a.path, k, a.recipe), read_records(b.path, j, b.recipe or a.recipe),
-                        reference_manifest=None if same_run else b.provenance_manifest, rtol=rtol)
-    bound: int | None
-    if pair.shape in ("first step", "epoch boundary", "within training", "length"):
-        bound, reason = pair.first_step, pair.detail
-    elif pair.shape == "last update":
-        records = read_records(a.path, k, a.recipe)
-        ends = [s["step"] for s in records.steps if s["epoch"] == pair.params_epoch] if isinstance(
-            pair.params_epoch, int) else [s["step"] for s in records.steps]
-        bound, reason = (max(ends) if ends else None), pair.detail
-    else:
-        bound, reason = None, pair.detail
-    if steps is not None:
-        bound = steps
-    return LocatePlan(a=a, b=b, k=k, j=j, same_run=same_run, pair=pair, steps=bound, reason=reason)
-
-
+# ----- repro500 locate: the cause of the first operator the replays part at (repro500.locate) --------
 _OUTSIDE = {
     "(batch)": ("the data: the batch of this step differs before any operator ran", "epoch boundary"),
     "(initial state)": ("the initialisation: the model's initial parameters differ", "first step"),
@@ -745,11 +626,11 @@ _OUTSIDE = {
 }
 
 
-def explain_operator(finding: dict[str, Any], plan: LocatePlan) -> dict[str, Any]:
-    """What the first operator where the replays part points at, and the recorded difference
-    that fits: {kind, points_at, causes, explanation}."""
-    differences = recorded_differences(plan.a, None if plan.same_run else plan.b,
-                                       None if plan.same_run else plan.b.provenance_manifest, plan.k, plan.j)
+def explain_operator(finding: dict[str, Any], run: RunData, k: int, other: RunData | None, j: int) -> dict[str, Any]:
+    """What the first operator where the replays of repeat *k* of *run* and repeat *j* of *other*
+    (None: of *run* too) part points at, and the recorded difference that fits: {kind, points_at,
+    causes, explanation}."""
+    differences = recorded_differences(run, other, other.provenance_manifest if other is not None else None, k, j)
     op = str(finding.get("op") or "")
     consistent = finding.get("self_consistent") or {}
     if not finding.get("found"):
@@ -780,7 +661,7 @@ def explain_operator(finding: dict[str, Any], plan: LocatePlan) -> dict[str, Any
         points = "the kernels: the same inputs give a different output in the two environments"
         patterns = _KERNELS + _CODE
     causes = _fitting(differences, patterns)
-    note = _setting_note(plan.a, None if plan.same_run else plan.b)
+    note = _setting_note(run, other)
     if kind == "non-deterministic" and causes:
         # one run that differs from itself: what differs between the runs is named, not blamed
         explanation = (f"it points at {points}; it differs from itself, so no difference between the runs is its "
@@ -788,55 +669,3 @@ def explain_operator(finding: dict[str, Any], plan: LocatePlan) -> dict[str, Any
     else:
         explanation = explain_points(points, causes, note)
     return {"kind": kind, "points_at": points, "causes": causes, "explanation": explanation}
-
-
-def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[RunData, str]:
-    """A run to locate in: a run directory, a packed run or a publication (unpacked for as long as
-    *stack* lasts), checked as verify checks its own files; (its data, "run" | "bundle" | "publication")."""
-    from repro500.errors import InvalidInput
-    from repro500.rundir import archive as archives
-    from repro500.rundir.excluded import publication_of
-    from repro500.verify import integrity
-
-    given = Path(path)
-    if not given.exists():
-        raise InvalidInput(f"{what} {given} does not exist: give a run directory, a packed run or a publication")
-    packed = publication_of(given)
-    kind, root = "run", given
-    if packed is not None or archives.is_archive(given):
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="repro500-locate-run-"))
-        root = archives.unpack(packed.archive if packed is not None else given, tmp)
-        kind = "publication" if packed is not None else "bundle"
-    elif not given.is_dir():
-        raise InvalidInput(f"{what} {given} is not a run directory, a packed run or a publication")
-    check, run = integrity.check_run(root, label=what, deep=False)
-    if run is None or not check.ok:
-        shown = "; ".join(check.problems[:2]).replace(str(root), str(given))
-        raise InvalidInput(f"{what} {given} is not what its run wrote: {shown}")
-    return run, kind
-
-
-def _recorded(run: RunData, *keys: str) -> dict[str, Any]:
-    """The manifest's mapping at *keys* (facets, environment, ...); empty where it holds anything else."""
-    node: Any = run.manifest or {}
-    for key in keys:
-        node = node.get(key) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else {}
-
-
-def recorded_interpreter(run: RunData) -> tuple[str | None, str | None]:
-    """(the interpreter the run ran under, its Python version), as its manifest records them."""
-    python = _recorded(run, "facets", "environment", "python")
-    executable, version = python.get("executable"), python.get("version")
-    return (executable if isinstance(executable, str) else None, version if isinstance(version, str) else None)
-
-
-def own_interpreter(run: RunData) -> str | None:
-    """The interpreter a run ran under when it is an environment ``reproduce --env venv`` built
-    here (its directory holds the rebuild's marker): a replay of that run runs in it.  None for
-    any other: an interpreter a run merely names is not run (``--python-a/-b`` choose one)."""
-    executable, _ = recorded_interpreter(run)
-    if not executable:
-        return None
-    path = Path(executable)
-    return executable if path.is_file() and (path.parent.parent / ENV_MARKER).is_file() else None
