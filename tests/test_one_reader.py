@@ -27,9 +27,9 @@ from repro500.errors import InvalidInput
 
 PACKAGE = Path(untrusted.__file__).parent
 # The packages and modules that read someone else's run directory, packed run or publication
-# (verify, report, publish, reproduce, sign and check, unpack, export): they read it through
+# (verify, report, publish, reproduce, sign and check, unpack, export, locate): they read it through
 # repro500.untrusted, or not at all.
-READERS = ("attest", "publish", "report", "rundir", "verify", "system/render.py", "mlperf/export.py")
+READERS = ("attest", "publish", "report", "rundir", "verify", "locate", "system/render.py", "mlperf/export.py")
 # (module, call) -> why it may read without repro500.untrusted: none of these is a file of a run
 # or a publication.
 ALLOWED = {
