@@ -15,19 +15,27 @@ The loop (``train.py``) calls a :class:`Step` once per batch and never asks how 
   mean gradient; under DDP the gradient exchange runs once, after the last part
   (``no_sync`` for the others).  Layers that depend on the batch (batch norm's statistics) see
   a micro-batch instead: docs/run.md says what that changes.
+
+What watches the steps from outside without changing them (the operator replay, ``replay.py``)
+registers a watcher with :meth:`Step.register_watcher` rather than replacing the call.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from torch.utils.hooks import RemovableHandle
 
 from repro500.errors import InvalidInput
 from repro500.workloads.trainer.build import sync
+
+# what Step.register_watcher takes: told a step's (inputs, targets), a context to run it in
+Watcher = Callable[[Any, Any], contextlib.AbstractContextManager[Any]]
 
 PRECISIONS: dict[str, torch.dtype | None] = {"fp32": None, "amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}
 
@@ -71,6 +79,20 @@ class Step:
         self.dtype = PRECISIONS[precision]
         self.scaler = torch.amp.GradScaler(device.type) if precision == "amp-fp16" else None
         self.after_step = after_step  # parameter averaging (engines/averaging.py), after the optimizer
+        # an OrderedDict, as torch keeps its hooks: RemovableHandle holds it by a weak reference
+        self._watchers: OrderedDict[int, Watcher] = OrderedDict()
+
+    def register_watcher(self, watcher: Watcher) -> RemovableHandle:
+        """Enter ``watcher(inputs, targets)``, a context manager, around each later call, before
+        anything of the step runs and until its optimizer and ``after_step`` are done; watchers
+        registered earlier are entered first.  ``remove()`` on the handle returned takes it off.
+
+        A watcher observes the step (the replay records every operator of it under one) and must
+        not change what it computes; training registers none.  An exception it raises ends the
+        call, as the step's own would."""
+        handle = RemovableHandle(self._watchers)
+        self._watchers[handle.id] = watcher
+        return handle
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.dtype is None:
@@ -85,6 +107,12 @@ class Step:
 
     def __call__(self, inputs: Any, targets: Any, n: int) -> dict[str, Any]:
         """Train on one batch of ``n`` samples; the step's loss (the batch mean) and its times."""
+        with contextlib.ExitStack() as watched:
+            for watcher in list(self._watchers.values()):
+                watched.enter_context(watcher(inputs, targets))
+            return self._train(inputs, targets, n)
+
+    def _train(self, inputs: Any, targets: Any, n: int) -> dict[str, Any]:
         size = self.micro_batch_size or n
         parts = _parts(inputs, targets, size, n) if size < n else [(inputs, targets)]
         self.optimizer.zero_grad(set_to_none=True)
