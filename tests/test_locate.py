@@ -5,6 +5,8 @@ explains it or "no recorded difference explains it"; bad input is one sentence a
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 import textwrap
@@ -14,9 +16,19 @@ import pytest
 import torch
 from helpers.rundirs import make_run
 from helpers.runs import repro500, write_recipe
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from repro500.verify import divergence as dv
-from repro500.workloads.trainer.replay import Hasher, OpRecorder, bitwise_equal, difference
+from repro500.workloads.trainer.build import Task
+from repro500.workloads.trainer.replay import (
+    Hasher,
+    OpRecord,
+    OpRecorder,
+    StopReplay,
+    bitwise_equal,
+    difference,
+)
+from repro500.workloads.trainer.step import Step
 
 # a plug-in model that becomes non-deterministic at a chosen step: from its NOISE_FROM-th training
 # forward on, a module adds noise drawn from a generator the operating system seeds
@@ -146,6 +158,47 @@ def test_the_recording_mode_names_module_phase_and_parameter():
     assert any(phase == "backward" and op == "aten.mm.default" and path == "2" for phase, op, path in seen)
     assert any(phase == "optimizer" and path in ("0.weight", "2.bias") for phase, _, path in seen)
     assert not any(op in ("aten.t.default", "aten.view.default", "aten.detach.default") for _, op, _ in seen)
+
+
+def _one_step(**recording) -> tuple[OpRecorder, Step, torch.optim.Optimizer, int]:
+    """A recorder on a trainer's Step the way a replay puts it there: a watcher of the step and the
+    optimizer's step hooks; the step trained once.  What it raised is in the recorder's stop."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = Step(Task("classification"), model, optimizer, torch.device("cpu"))
+    x, y = torch.randn(5, 4), torch.tensor([0, 1, 1, 0, 1])
+
+    @contextlib.contextmanager
+    def watch(inputs, targets):
+        recorder.begin(1, (inputs, targets))
+        with recorder.step():
+            yield
+    global_hooks = len(_global_forward_pre_hooks) + len(_global_forward_hooks)
+    with OpRecorder(model, **recording) as recorder, step.register_watcher(watch):
+        recorder.optimizer_phase(optimizer)
+        recorder.initial_state()
+        with contextlib.suppress(StopReplay):
+            step(x, y, 5)
+    assert len(_global_forward_pre_hooks) + len(_global_forward_hooks) == global_hooks
+    return recorder, step, optimizer, recorder.count
+
+
+def test_the_recorder_reaches_the_step_through_hooks_that_come_off_however_it_ends():
+    whole, step, optimizer, ops = _one_step(sink=io.StringIO())
+    lines = [json.loads(line) for line in whole.sink.getvalue().splitlines()]
+    # ops.jsonl: a JSON list a record, its fields in OpRecord's order
+    assert len(lines) == ops and all(isinstance(line, list) and len(line) == len(OpRecord._fields) for line in lines)
+    assert any(OpRecord(*line).phase == "optimizer" for line in lines) and whole.stop is None
+    # stopped inside the optimizer's step, so its post-hook never ran: the hooks still came off
+    at = next(i for i, line in enumerate(lines) if OpRecord(*line).phase == "optimizer")
+    stopped, step, optimizer, _ = _one_step(expect=[OpRecord(*line) for line in lines], save_at=at + 1)
+    assert stopped.stop == {"reason": "saved", "index": at + 1} and stopped.phase == "forward"
+    assert not optimizer._optimizer_step_pre_hooks and not optimizer._optimizer_step_post_hooks
+    assert not step._watchers
+    before = stopped.count
+    step(torch.randn(5, 4), torch.tensor([0, 1, 1, 0, 1]), 5)
+    assert stopped.count == before  # nothing of a later step reaches the recorder
 
 
 def test_difference_is_exact_for_equal_bits_and_relative_to_the_larger():

@@ -5,9 +5,13 @@ A replay trains one recorded repeat again from its recorded seeds, exactly as ``
 (the same :class:`~repro500.workloads.trainer.repeat.Repeat`: start, epochs, evaluations), into a
 scratch directory, and stops after a given step: the cost is bounded by the first divergent step
 the records show (``repro500.verify.divergence``).  Only the training steps are recorded, under
-:class:`OpRecorder`, a ``TorchDispatchMode`` that hashes every operator's output bit for bit:
+:class:`OpRecorder`, a ``TorchDispatchMode`` that hashes every operator's output bit for bit.  It
+reaches them through hooks, and replaces nothing: a watcher of the repeat's ``Step`` (its
+``register_watcher``) puts the mode and torch's global module forward hooks (the module path) on
+for each step, the optimizer's step pre- and post-hooks mark its phase, and the repeat's
+``on_step`` callback checks each step record and ends the replay; all come off when it ends.
 
-* each record is ``[step, phase, operator, module path, output hashes]``; the phase is forward,
+* each record (:class:`OpRecord`) is ``[step, phase, op, path, hashes]``; the phase is forward,
   backward or optimizer; the module path is the state_dict name of the module the operator ran
   in (``layer1.0.conv1``), in backward the one whose forward made the autograd node (matched by
   the node's sequence number), ``""`` for the model itself;
@@ -46,9 +50,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from repro500.capture.source import DIR as SOURCE_DIR
 
@@ -66,6 +71,17 @@ _BLOCK = 1 << 20  # words hashed a chunk at a time (4 MiB of weights and of scra
 
 class StopReplay(Exception):
     """Raised inside the recording mode once the replay has what it came for."""
+
+
+class OpRecord(NamedTuple):
+    """One record of the recording mode: a line of ``ops.jsonl``, where it is a JSON list of
+    these fields in this order (a NamedTuple is written as one), as it was before they had names."""
+
+    step: int
+    phase: str  # "init", "data", "forward", "backward" or "optimizer"
+    op: str  # the operator ("aten.addmm.default"), or what entered from outside them ("(batch)")
+    path: str  # the module or parameter it worked on, its state_dict name; "" for the model itself
+    hashes: list[Any]  # per output: its hash, None (bytes nobody wrote) or repr() of a number
 
 
 # ----- hashing ----------------------------------------------------------------------------------------
@@ -136,11 +152,12 @@ def _leaves(value: Any) -> list[Any]:
 
 class OpRecorder:
     """Records every operator of the training steps (module docstring).  Use :meth:`step` around
-    each training step; ``records`` holds ``[step, phase, op, path, hashes]``."""
+    each training step and :meth:`optimizer_phase` once; ``records`` holds their :class:`OpRecord`.
+    The optimizer's hooks stay until :meth:`close` (or the end of a ``with`` block)."""
 
     def __init__(self, model: Any, *, expect: Any = None, save_at: int | None = None,
                  save_to: Path | None = None, sink: Any = None) -> None:
-        """*expect*: the other replay's records, in order (any iterable: a log read as it goes);
+        """*expect*: the other replay's records (:class:`OpRecord`), in order (any iterable: a log read as it goes);
         *sink*: where each record is written as it is made (a text file), instead of ``records``."""
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
@@ -148,7 +165,7 @@ class OpRecorder:
         self.model = model
         self.names = {mod: name for name, mod in model.named_modules()}
         self.param_owner = {id(p): name.rpartition(".")[0] for name, p in model.named_parameters()}
-        self.records: list[list[Any]] = []  # kept when there is no sink
+        self.records: list[OpRecord] = []  # kept when there is no sink
         self.count = 0
         self.sink = sink
         self.hashed = 0
@@ -161,7 +178,7 @@ class OpRecorder:
         self._by_node: dict[int, str] = {}
         self._owners: dict[int, str] = {}
         self._hash = Hasher()
-        self._hooks: list[Any] = []
+        self._hooks: list[Any] = []  # handles of the optimizer's step hooks, removed by close()
         recorder = self
 
         class Mode(TorchDispatchMode):
@@ -171,11 +188,22 @@ class OpRecorder:
         self._mode_type = Mode
         self._torch = torch
 
+    def close(self) -> None:
+        """Take the hooks :meth:`optimizer_phase` put on the optimizer off it again."""
+        while self._hooks:
+            self._hooks.pop().remove()
+
+    def __enter__(self) -> OpRecorder:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     # what enters a step from outside the operators
     def pseudo(self, op: str, phase: str, tensors: list[Any], path: str = "") -> None:
         index = self.count
         hashes = [self._hash(t) for t in tensors]
-        self._append(index, [self.current_step, phase, op, path, hashes], tensors, tensors)
+        self._append(index, OpRecord(self.current_step, phase, op, path, hashes), tensors, tensors)
 
     def begin(self, step: int, batch: Any) -> None:
         torch = self._torch
@@ -216,21 +244,21 @@ class OpRecorder:
             finally:
                 for hook in hooks:
                     hook.remove()
+                # a stop raised in the optimizer's step skips its post-hook: the phase ends here too
+                recorder.phase = "forward"
         return scope()
 
     def optimizer_phase(self, optimizer: Any) -> None:
-        """Mark the optimizer's step as its own phase (wrapping the instance's ``step``)."""
-        inner = optimizer.step
-        recorder = self
+        """Mark the optimizer's step as its own phase, through its step pre- and post-hooks
+        (``torch.optim.Optimizer.register_step_pre_hook``), until :meth:`close`."""
 
-        def step(*args: Any, **kwargs: Any) -> Any:
-            recorder.phase = "optimizer"
-            recorder._owners = recorder._optimizer_owners(optimizer)
-            try:
-                return inner(*args, **kwargs)
-            finally:
-                recorder.phase = "forward"
-        optimizer.step = step
+        def enter(opt: Any, _args: Any, _kwargs: Any) -> None:
+            self.phase = "optimizer"
+            self._owners = self._optimizer_owners(opt)
+
+        def leave(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            self.phase = "forward"
+        self._hooks += [optimizer.register_step_pre_hook(enter), optimizer.register_step_post_hook(leave)]
 
     def _optimizer_owners(self, optimizer: Any) -> dict[int, str]:
         """The storage of each parameter, its gradient and its optimizer state, by the parameter's name:
@@ -286,10 +314,10 @@ class OpRecorder:
             elif isinstance(value, (int, float, bool)):
                 hashes.append(repr(value))
         self.hashed += 1
-        self._append(index, [self.current_step, phase, str(func), path, hashes], inputs, outputs)
+        self._append(index, OpRecord(self.current_step, phase, str(func), path, hashes), inputs, outputs)
         return out
 
-    def _append(self, index: int, record: list[Any], inputs: Any, outputs: Any) -> None:
+    def _append(self, index: int, record: OpRecord, inputs: Any, outputs: Any) -> None:
         self.count += 1
         if self.sink is not None:
             self.sink.write(json.dumps(record) + "\n")
@@ -303,26 +331,28 @@ class OpRecorder:
             self.stop = self.stop or {"reason": "saved", "index": index}
             raise StopReplay
 
-    def _compare(self, index: int, record: list[Any]) -> None:
+    def _compare(self, index: int, record: OpRecord) -> None:
         other = next(self.expect, None)
         if other is None:
             self.stop = {"reason": "other ended", "index": index}
             raise StopReplay
-        if other[2] != record[2] or other[3] != record[3]:
-            self.stop = {"reason": "different operator", "index": index, "other": other[2], "other_path": other[3]}
-        elif other[4] != record[4]:
+        if other.op != record.op or other.path != record.path:
+            self.stop = {"reason": "different operator", "index": index, "other": other.op, "other_path": other.path}
+        elif other.hashes != record.hashes:
             self.stop = {"reason": "different output", "index": index}
         if self.stop is not None and (self.save_at is None or index < self.save_at):
             raise StopReplay
         if self.stop is not None:  # at the operator to save: whether it differs too is the answer
             self.stop = {**self.stop, "reason": "saved", "self_differs": True}
 
-    def _save(self, index: int, record: list[Any], inputs: Any, outputs: Any) -> None:
+    def _save(self, index: int, record: OpRecord, inputs: Any, outputs: Any) -> None:
         torch = self._torch
 
         def keep(values: Any) -> list[Any]:
             return [v.detach().clone().cpu() if isinstance(v, torch.Tensor) else v for v in (values or [])]
-        torch.save({"index": index, "record": record, "inputs": keep(inputs), "outputs": keep(outputs)}, self.save_to)
+        # the record as the plain list it is in the log: the file needs no class of this module to load
+        torch.save({"index": index, "record": list(record), "inputs": keep(inputs), "outputs": keep(outputs)},
+                   self.save_to)
 
 
 # ----- one replay ---------------------------------------------------------------------------------
@@ -364,11 +394,13 @@ def replay(run_dir: str | Path, k: int, steps: int, out: str | Path, *, expect: 
     """Replay repeat *k* of *run_dir* up to *steps* steps, recording its operators into *out*.
 
     The loop is the trainer's own (``train.train_one_epoch`` and the repeat's epoch ends, as
-    ``train.train_repeat`` runs them); the replay only wraps the repeat's step (recorded) and its
-    step record (checked against what the run recorded, and the end after *steps*)."""
+    ``train.train_repeat`` runs them); the replay only watches it, through the hooks the trainer
+    and torch offer: a watcher of the repeat's step (``Step.register_watcher``: the step
+    recorded), the optimizer's step hooks (its phase), and the repeat's ``on_step`` callback (each
+    step record checked against what the run recorded, and the end after *steps*).  The hooks come
+    off when the replay ends, however it ends."""
     import torch
 
-    from repro500.rundir import layout
     from repro500.workloads.trainer import train
     from repro500.workloads.workload import Progress
 
@@ -376,24 +408,23 @@ def replay(run_dir: str | Path, k: int, steps: int, out: str | Path, *, expect: 
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     spec, seeds = _spec_and_seeds(run_dir, k)
-    recorded = {r["step"]: r for r in layout.metric_records(layout.RunDir(run_dir).repeat(k) / layout.METRICS)[0]
-                if r.get("kind") == "step"}
-    checked: dict[str, Any] = {"matches_until": 0, "first_difference": None}
+    check = StepCheck(_recorded_steps(run_dir, k), steps)
     step_s: list[float] = []
+    recorder: OpRecorder | None = None
     with (tempfile.TemporaryDirectory(prefix="repro500-replay-") as scratch,
           open(out / OPS_LOG, "w", encoding="utf-8") as sink,
           contextlib.ExitStack() as stack):
         # the other replay's log is read as this one goes, and this one's written as it goes: a
         # long replay holds one record at a time, not every operator of every step
-        expected = _log_lines(stack.enter_context(open(expect, encoding="utf-8"))) if expect else None  # noqa: SIM115
-        r = train.RepeatState(spec, k, seeds, Path(scratch), train.Dist(), Progress())
-        recorder: OpRecorder | None = None
+        expected = _read_log(stack.enter_context(open(expect, encoding="utf-8"))) if expect else None  # noqa: SIM115
+        r = train.RepeatState(spec, k, seeds, Path(scratch), train.Dist(), Progress(on_step=check.see))
         try:
             r.start()
-            recorder = OpRecorder(r.model, expect=expected, save_at=save_at, save_to=out / SAVED, sink=sink)
+            recorder = stack.enter_context(OpRecorder(r.model, expect=expected, save_at=save_at,
+                                                      save_to=out / SAVED, sink=sink))
             recorder.optimizer_phase(r.optimizer)
             recorder.initial_state()
-            _wrap(r, recorder, recorded, checked, steps, step_s)
+            stack.enter_context(r.step.register_watcher(_recording(r, recorder, step_s)))
             for epoch in range(1, spec.epochs + 1):
                 if r.end_epoch(epoch, train.train_one_epoch(r, epoch)):
                     break
@@ -408,38 +439,53 @@ def replay(run_dir: str | Path, k: int, steps: int, out: str | Path, *, expect: 
     summary = {"run": str(run_dir), "repeat": k, "steps": recorder.current_step if recorder else 0,
                "ops": recorder.count if recorder else 0, "hashed": recorder.hashed if recorder else 0,
                "seconds": time.perf_counter() - started, "step_seconds": sum(step_s),
-               "stop": recorder.stop if recorder else None, "records_match_until": checked["matches_until"],
-               "first_record_difference": checked["first_difference"], "threads": torch.get_num_threads()}
+               "stop": recorder.stop if recorder else None, "records_match_until": check.matches_until,
+               "first_record_difference": check.first_difference, "threads": torch.get_num_threads()}
     (out / REPLAY_JSON).write_text(json.dumps(summary, allow_nan=False), encoding="utf-8")
     return summary
 
 
-def _wrap(r: Any, recorder: OpRecorder, recorded: dict[int, dict[str, Any]], checked: dict[str, Any], steps: int,
-          step_s: list[float]) -> None:
-    """Record the repeat's steps; check each step record against the run's; stop after *steps*."""
-    inner_step, inner_record = r.step, r.record_step
+def _recorded_steps(run_dir: Path, k: int) -> dict[int, dict[str, Any]]:
+    """The step records repeat *k* of the run wrote, by step."""
+    from repro500.rundir import layout
 
-    def step(inputs: Any, targets: Any, n: int) -> Any:
+    return {r["step"]: r for r in layout.metric_records(layout.RunDir(run_dir).repeat(k) / layout.METRICS)[0]
+            if r.get("kind") == "step"}
+
+
+def _recording(r: Any, recorder: OpRecorder, step_s: list[float]) -> Any:
+    """The watcher of the repeat's step: what enters the step, then every operator of it, recorded;
+    the time of the step itself kept in *step_s*."""
+
+    @contextlib.contextmanager
+    def watch(inputs: Any, targets: Any) -> Any:
         recorder.begin(r.global_step + 1, (inputs, targets))
         t0 = time.perf_counter()
         with recorder.step():
-            times = inner_step(inputs, targets, n)
+            yield
         step_s.append(time.perf_counter() - t0)
-        return times
+    return watch
 
-    def record_step(*args: Any, **kwargs: Any) -> dict[str, Any]:
-        record = inner_record(*args, **kwargs)
-        mine, theirs = _compared(record), _compared(recorded.get(record["step"]) or {})
-        if checked["first_difference"] is None and mine == theirs:
-            checked["matches_until"] = record["step"]
-        elif checked["first_difference"] is None:
-            checked["first_difference"] = {"step": record["step"], "replayed": mine.get("loss"),
-                                           "recorded": theirs.get("loss")}
-        if record["step"] >= steps:
+
+@dataclass
+class StepCheck:
+    """The replay's step records against the run's own (``metrics.jsonl``), as the repeat passes
+    each to its ``on_step`` callback, :meth:`see`; that ends the replay after *steps* steps."""
+
+    recorded: dict[int, dict[str, Any]]  # the run's step records, by step
+    steps: int
+    matches_until: int = 0  # the last step up to which every record agreed
+    first_difference: dict[str, Any] | None = None  # the first that did not: its step and both losses
+
+    def see(self, record: dict[str, Any]) -> None:
+        mine, theirs = _compared(record), _compared(self.recorded.get(record["step"]) or {})
+        if self.first_difference is None and mine == theirs:
+            self.matches_until = record["step"]
+        elif self.first_difference is None:
+            self.first_difference = {"step": record["step"], "replayed": mine.get("loss"),
+                                     "recorded": theirs.get("loss")}
+        if record["step"] >= self.steps:
             raise StopReplay
-        return record
-
-    r.step, r.record_step = step, record_step
 
 
 def _compared(record: dict[str, Any]) -> dict[str, Any]:
@@ -449,15 +495,16 @@ def _compared(record: dict[str, Any]) -> dict[str, Any]:
             and not k.endswith(("_time_s", "_per_s")) and (v is None or isinstance(v, (int, float, bool)))}
 
 
-def _log_lines(handle: Any) -> Any:
+def _read_log(handle: Any) -> Iterator[OpRecord]:
+    """The records of an ``ops.jsonl`` as it is read, one a line (blank lines are none)."""
     for line in handle:
         if line.strip():
-            yield json.loads(line)
+            yield OpRecord(*json.loads(line))
 
 
-def _record_at(path: Path, index: int) -> list[Any]:
+def _record_at(path: Path, index: int) -> OpRecord:
     with open(path, encoding="utf-8") as fh:
-        for i, record in enumerate(_log_lines(fh)):
+        for i, record in enumerate(_read_log(fh)):
             if i == index:
                 return record
     raise IndexError(index)
@@ -612,10 +659,8 @@ def locate_operator(a: Side, b: Side, steps: int, *, timeout_s: float | None = N
                  if (again.get("stop") or {}).get("reason") in ("different output", "different operator")]
         if early:  # a side parted from its own first replay before the operator: that is the first divergence
             side, s = min(early, key=lambda item: item[1]["index"])
-            rec = _record_at(dirs["a-again" if side == a.label else "b-again"] / OPS_LOG, s["index"])
-            finding.found, finding.reason = True, "not reproducible"
-            finding.index, finding.step, finding.phase, finding.op, finding.module = s["index"], *rec[:4]
-            finding.random_op = _is_random(rec[2])
+            finding.found, finding.reason, finding.index = True, "not reproducible", s["index"]
+            _place(finding, _record_at(dirs["a-again" if side == a.label else "b-again"] / OPS_LOG, s["index"]))
             finding.seconds = time.perf_counter() - started
             return finding
         finding.found, finding.reason, finding.index = True, stop["reason"], index
@@ -629,11 +674,9 @@ def _compare_saved(finding: OperatorFinding, saved_a: dict[str, Any], saved_b: d
     """The operator both replays saved: where it ran, whether its inputs agree, how its outputs differ."""
     import torch
 
-    rec_a, rec_b = saved_a["record"], saved_b["record"]
-    finding.step, finding.phase, finding.op, finding.module = rec_a[0], rec_a[1], rec_a[2], rec_a[3]
-    finding.random_op = _is_random(rec_a[2])
+    _place(finding, OpRecord(*saved_a["record"]))
     if finding.reason == "different operator":
-        finding.other_op = rec_b[2]
+        finding.other_op = OpRecord(*saved_b["record"]).op
 
     def tensors(saved: dict[str, Any], key: str) -> list[Any]:
         return [v for v in saved[key] if isinstance(v, torch.Tensor)]
@@ -652,6 +695,12 @@ def _compare_saved(finding: OperatorFinding, saved_a: dict[str, Any], saved_b: d
     if numbers:
         finding.max_abs = max(o["max_abs"] for o in numbers)
         finding.max_rel = max(o["max_rel"] for o in numbers)
+
+
+def _place(finding: OperatorFinding, record: OpRecord) -> None:
+    """Where the operator of *record* ran, and whether it draws random numbers."""
+    finding.step, finding.phase, finding.op, finding.module = record.step, record.phase, record.op, record.path
+    finding.random_op = _is_random(record.op)
 
 
 def _is_random(op: str) -> bool:
