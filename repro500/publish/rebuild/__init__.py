@@ -16,6 +16,8 @@ One module a step, in the order a rebuild takes them:
   in order: the plan line, the venv made, the installs, and ``OUT/env/.repro500-built`` written last
   (holding the lock's digest): a rebuild interrupted before it is found unfinished next time and
   redone from scratch; a finished one for the same lock is reused as it is;
+* watch.py: what the steps are doing, said on stderr as it happens (the installer's own lines
+  relayed short), so that minutes of installing are not minutes of silence;
 * activate.py: the environment the rerun runs in, the venv activated.
 
 What the rest of repro500 uses is here, under the names it has always had.

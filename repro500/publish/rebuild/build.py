@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,6 @@ from repro500.publish.rebuild.install import (
     install_own,
     install_pins,
     install_tool,
-    run_step,
     tool_requirement,
 )
 from repro500.publish.rebuild.installer import install_cmd, installer
@@ -29,6 +29,7 @@ from repro500.publish.rebuild.interpreter import find_python
 from repro500.publish.rebuild.lock import Pins, minor_version
 from repro500.publish.rebuild.serving import Serving, serving
 from repro500.publish.rebuild.sizing import Download, download_size
+from repro500.publish.rebuild.watch import Watch, seconds
 from repro500.redact import redact_url
 from repro500.rundir import names
 
@@ -62,21 +63,24 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
     console.print(untrusted.shown(_plan(pins, env, python, served, download, tool[1])), highlight=False, soft_wrap=True)
     if env.exists():  # an unfinished or another lock's rebuild is never taken for this one
         shutil.rmtree(env)
-    _create_venv(python, env, console)
+    watch, started = Watch(), time.monotonic()  # the steps said on stderr as they happen: stdout stays the answer
+    _create_venv(python, env, watch)
     base = install_cmd(env_python, find_links, indexes)
     if pins.requirements:
-        install_pins(base, pins, env, served, console)
-    install_own(base, pins, console)
+        install_pins(base, pins, env, served, download, watch)
+    install_own(base, pins, watch)
     if with_tool:
         # repro500 itself, and the build tools its install may fetch, from the reproducer's indexes only
-        install_tool(install_cmd(env_python, find_links), tool, env, console)
+        install_tool(install_cmd(env_python, find_links), tool, env, watch)
     marker.write_text(f"{pins.digest} tool={with_tool}\n", encoding="utf-8")  # last: the rebuild is complete
+    watch.say(f"{env} rebuilt in {seconds(time.monotonic() - started)}")
     return env_python
 
 
-def _create_venv(python: str, env: Path, console: Any) -> None:
+def _create_venv(python: str, env: Path, watch: Watch) -> None:
     """A bare venv (no pip: the installer runs from outside it) of *python* at *env*."""
-    created = run_step([python, "-m", "venv", "--without-pip", str(env)], "creating the venv", console)
+    created = watch.run([python, "-m", "venv", "--without-pip", str(env)], doing=f"creating the venv with {python}",
+                        done="created the venv", waiting="creating the venv")
     if created.returncode != 0:
         raise InvalidInput(f"cannot create a venv with {python}: {created.stderr.strip()[-300:]}")
 

@@ -9,16 +9,16 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any
 
 from repro500.capture.env import DIRECT_URL
 from repro500.errors import InvalidInput
 from repro500.publish.rebuild.installer import installer
 from repro500.publish.rebuild.lock import Pins
 from repro500.publish.rebuild.serving import Serving
+from repro500.publish.rebuild.sizing import Download
+from repro500.publish.rebuild.watch import Watch
 from repro500.redact import redact_url
 
 _MISSING = re.compile(r"(?:No matching distribution found for|Because|because)\s+([A-Za-z0-9._-]+)\s*(?:==|was not found)")
@@ -45,12 +45,6 @@ def tool_requirement() -> tuple[list[str], str]:
     return [f"repro500=={dist.version}"], f"repro500 {dist.version}"
 
 
-def run_step(cmd: list[str], what: str, console: Any) -> subprocess.CompletedProcess[str]:
-    """*cmd* run to its end, its output kept for the sentence that names what went wrong."""
-    console.print(f"  {what} ...", highlight=False)
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=3600)
-
-
 def _mismatch_line(stderr: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     named = next((line for line in lines if "==" in line or "Hash mismatch" in line), lines[-1] if lines else "")
@@ -62,13 +56,16 @@ def _missing(stderr: str) -> str | None:
     return found.group(1) if found else None
 
 
-def install_pins(base: list[str], pins: Pins, env: Path, served: Serving, console: Any) -> None:
+def install_pins(base: list[str], pins: Pins, env: Path, served: Serving, download: Download, watch: Watch) -> None:
     """The pinned releases into *env*: first checked with ``--dry-run`` (a pin no index serves, or a
     file that no longer matches its recorded hash, leaves nothing behind), then installed."""
     req = env / "requirements.repro500.txt"
     hashed = pins.hashed_requirements()
     req.write_text("\n".join(hashed or pins.requirements) + "\n", encoding="utf-8")
-    checked = run_step([*base, "--dry-run", "-r", str(req)], "checking that the indexes serve every pin", console)
+    tool, count = installer(), len(pins.requirements)
+    checked = watch.run([*base, "--dry-run", "-r", str(req)], tool=tool, total=count,
+                        doing=f"checking that the indexes serve all {count} pinned distributions ({tool} --dry-run)",
+                        done="every pin is served", waiting="checking that the indexes serve every pin")
     if checked.returncode != 0:
         shutil.rmtree(env, ignore_errors=True)
         if _HASH_MISMATCH.search(checked.stderr):
@@ -82,7 +79,10 @@ def install_pins(base: list[str], pins: Pins, env: Path, served: Serving, consol
         raise InvalidInput(f"{name} (pinned by the publication's lock) is served by no index reachable here "
                            f"({asked}): reproduce with --env current, or provide it with --find-links DIR{lock} "
                            f"(nothing was installed)")
-    done = run_step([*base, "-r", str(req)], f"installing {len(pins.requirements)} distributions", console)
+    indexes = ", ".join(redact_url(u) for u in served.asked()) or "no index"
+    done = watch.run([*base, "-r", str(req)], tool=tool, total=count, done=f"installed {count} distributions",
+                     doing=f"installing {count} distributions with {tool} from {indexes} ({download.brief()})",
+                     waiting="installing")
     if done.returncode != 0 and _HASH_MISMATCH.search(done.stderr):
         raise InvalidInput(f"a file the index serves now does not match the hashes recorded when the publication "
                            f"was made ({installer()}: {_mismatch_line(done.stderr)}): it changed since; "
@@ -93,20 +93,22 @@ def install_pins(base: list[str], pins: Pins, env: Path, served: Serving, consol
                            f"{env} is left unfinished and will be rebuilt next time; or reproduce with --env current")
 
 
-def install_own(base: list[str], pins: Pins, console: Any) -> None:
+def install_own(base: list[str], pins: Pins, watch: Watch) -> None:
     """The experiment's own packages, from the publication's ``source/`` (editable if they were)."""
     for name, folder in pins.own:
         args = ["-e", str(folder)] if name in pins.editable else [str(folder)]
-        done = run_step([*base, *args], f"installing the experiment's own {name} from {folder}", console)
+        done = watch.run([*base, *args], tool=installer(), done=f"installed {name}", waiting=f"installing {name}",
+                         doing=f"installing the experiment's own {name} from {folder}")
         if done.returncode != 0:
             raise InvalidInput(f"installing the experiment's own package {name} from {folder} failed: "
                                f"{done.stderr.strip()[-300:]}")
 
 
-def install_tool(base: list[str], tool: tuple[list[str], str], env: Path, console: Any) -> None:
+def install_tool(base: list[str], tool: tuple[list[str], str], env: Path, watch: Watch) -> None:
     """The repro500 running now (*tool*: :func:`tool_requirement`), for a built-in recipe, which runs
     inside repro500."""
     args, label = tool
-    done = run_step([*base, *args], f"installing {label}", console)
+    done = watch.run([*base, *args], tool=installer(), doing=f"installing {label}", done=f"installed {label}",
+                     waiting=f"installing {label}")
     if done.returncode != 0:
         raise InvalidInput(f"installing {label} into {env} failed: {done.stderr.strip()[-300:]}")

@@ -48,6 +48,13 @@ class Download:
             parts.append(f"; download size unknown for {self.unknown} distributions")
         return "".join(parts)
 
+    def brief(self) -> str:
+        """What the install step's line says of the download: ``up to 1.9 GB to download``."""
+        parts = [f"up to {human_bytes(self.bytes_from_indexes)} to download" if self.sized else ""]
+        parts += [f"{self.local} from --find-links" if self.local else "",
+                  f"download size unknown for {self.unknown}" if self.unknown else ""]
+        return ", ".join(p for p in parts if p) or "nothing to download"
+
 
 def _chosen(files: list[dict[str, Any]], name: str, version: Version, rank: dict[Tag, int]) -> dict[str, Any] | None:
     """The file of *name* *version* the installer takes here: the compatible wheel whose best tag
