@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from helpers.runs import repro500, write_recipe
 
 from repro500.capture.manifest import seal
+from repro500.locate.plan import plan_locate
 from repro500.rundir import sums
 from repro500.verify import compare, diff, divergence, trend
 from repro500.verify.rundir import load_run
@@ -162,9 +163,9 @@ def test_a_pair_with_other_seeds_is_explained_by_them_first(reference, tmp_path)
     ref, rerun = _pair(reference, tmp_path, "seed", repeats={"seeds.torch": 12345},
                        manifest={"facets.environment.env.values.OMP_NUM_THREADS": "1"}, loss_from=1)
     a, b = load_run(rerun), load_run(ref)
-    plan = divergence.plan_locate(a, b, same_run=False, repeat=0, other_repeat=1)
+    plan = plan_locate(a, b, same_run=False, repeat=0, other_repeat=1)
     assert plan.pair.shape == "first step" and plan.pair.causes[0]["key"] == "seeds.torch"
-    cause = divergence.explain_operator({"found": True, "op": "(initial state)", "self_consistent": {"A": True}}, plan)
+    cause = plan.explain({"found": True, "op": "(initial state)", "self_consistent": {"A": True}})
     assert cause["causes"][0]["key"] == "seeds.torch" and "the likely cause: seeds.torch" in cause["explanation"]
 
 
@@ -212,7 +213,7 @@ def test_declared_outputs_that_differ_part_for_verify_and_locate(reference, tmp_
     assert verdict.divergence.status == "FOUND", verdict.divergence.reason
     assert verdict.divergence.first.shape == "final state" and "model.pt" in verdict.divergence.reason
     assert "declared outputs that differ" in verdict.exact_replay.reason  # one answer to "did they part"
-    plan = divergence.plan_locate(load_run(rerun), load_run(ref), same_run=False)
+    plan = plan_locate(load_run(rerun), load_run(ref), same_run=False)
     assert plan.pair.diverged and plan.steps is None
 
 

@@ -318,12 +318,13 @@ def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sql
 def test_a_crash_outside_the_repeats_fails_the_mlflow_parent(in_tmp, sqlite_store, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    import repro500.verify.verdict
+    import repro500.verify.judge
 
     def broken(*args, **kwargs):
         raise RuntimeError("verifier bug")
 
-    monkeypatch.setattr(repro500.verify.verdict, "verify_run", broken)
+    # the verdict every run ends with is assembled in one place (verify.judge), which calls verify_run
+    monkeypatch.setattr(repro500.verify.judge, "verify_run", broken)
     recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1)
     with pytest.raises(RuntimeError, match="verifier bug"):
         run(RunOptions(recipe=str(recipe), run_id="r"))
