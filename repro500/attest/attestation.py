@@ -157,7 +157,6 @@ def attestation_problems(run_dir: str | Path) -> list[str]:
     from securesystemslib.exceptions import UnverifiedSignatureError
     from securesystemslib.signer import SSlibKey
 
-    from repro500 import untrusted
 
     root = Path(run_dir)
     envelope_path, sig_path = root / ENVELOPE_NAME, root / SSHSIG_NAME
@@ -273,7 +272,6 @@ def _check_sshsig(root: Path, payload: bytes, public: Ed25519PublicKey, result: 
     if not path.is_file():
         result.notes.append(f"no {SSHSIG_NAME}: ssh-keygen -Y verify cannot check this run (the DSSE signature holds)")
         return
-    from repro500 import untrusted
 
     try:
         # every verify of a signed run reads it now, --trust or not: a regular file under the cap

@@ -24,6 +24,8 @@ from repro500.errors import InvalidInput
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
 from repro500.tracking import names
+from repro500.tracking.names import NAMES_TAG, is_history
+from repro500.tracking.store import check_readable, fast_failing_http, reason, safe_uri
 
 _REL_TOL = 1e-12
 
@@ -68,8 +70,6 @@ def check_tracking(run_dir: str | Path, *, store: str | None = None) -> Tracking
 
     *store*: the store the run was downloaded from (``verify mlflow:RUN_ID``), read instead of the
     one run.json names, a path on the machine that made it; ``MLFLOW_TRACKING_URI`` still comes first."""
-    from repro500.tracking.store import check_readable, fast_failing_http, reason, safe_uri
-
     root = Path(run_dir)
     try:
         run = untrusted.load_json(untrusted.read_bytes(root / layout.RUN_JSON, layout.RUN_JSON), layout.RUN_JSON)
@@ -128,7 +128,6 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
         problems.append(f"repeat {k}: final parameter digest differs between the run directory and MLflow")
     metrics = {name: v for name, v in (summary.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    from repro500.tracking.names import NAMES_TAG, is_history
 
     if NAMES_TAG in tags:  # docs/contracts.md, "MLflow names": each outcome under its own name
         finals = {name: logged[name] for name in metrics if name in logged}

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from repro500 import progress as shown
 from repro500.capture import md5mb
 from repro500.capture.cache import cache_dir
 from repro500.capture.hardware import usable_cpus
@@ -207,7 +208,6 @@ def _hash_all(files: list[_File], jobs: int, progress: bool, deadline: float | N
         raise OverTime()
     total_bytes = sum(f.size for f in files)
     order = sorted(files, key=lambda f: f.size, reverse=True)
-    from repro500 import progress as shown
 
     step: Any = shown.step("hashing data", total_bytes, files=len(order)) if progress else contextlib.nullcontext(None)
     with step as meter:

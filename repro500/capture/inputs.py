@@ -38,6 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.data import OverTime, digest_paths
+from repro500.errors import InvalidInput
+from repro500.progress import human_bytes
+
 SCHEMA = "repro500/inputs/v1"
 DIR_MIN_FILES = 16
 BUDGET_MB = 4096.0  # hashed after the repeat, beside the next one; the cache makes reruns free
@@ -211,8 +215,6 @@ def digest(paths: list[str], budget_bytes: int = BUDGET_BYTES, *, jobs: int | No
     one huge directory does not leave every small file unrecorded."""
     import time
 
-    from repro500.capture.data import OverTime, digest_paths
-    from repro500.errors import InvalidInput
 
     sized = []
     skipped: list[dict[str, Any]] = []
@@ -249,7 +251,6 @@ def skipped_line(skipped: list[Mapping[str, Any]]) -> str | None:
     """One line saying which inputs were not hashed and why (docs/command.md), or None."""
     if not skipped:
         return None
-    from repro500.progress import human_bytes
 
     def why(entry: Mapping[str, Any]) -> str:
         reason = str(entry.get("reason") or "")

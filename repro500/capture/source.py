@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.code import GitError, git, work_tree
 from repro500.capture.outputs import OwnOutputs
 from repro500.digest import file_digest
 from repro500.rundir import atomic
@@ -49,8 +50,6 @@ _SKIP_DIRS = {".git", ".hg", ".svn", "__pycache__", ".venv", "venv", ".tox", ".m
 
 def _git_files(root: Path) -> list[str] | None:
     """Tracked and untracked non-ignored files under ``root`` (relative), or None outside git."""
-    from repro500.capture.code import GitError, git, work_tree
-
     try:
         top = work_tree(root)
         if top is None:

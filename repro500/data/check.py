@@ -21,7 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from repro500.data import h5files
+from repro500.capture.data import digest_path
+from repro500.capture.manifest import load_manifest
+from repro500.data import cifar, h5files
 from repro500.data.layout import (
     EWA_CLASSES,
     SAMPLE_COUNTERS,
@@ -234,8 +236,6 @@ def _scan_classification(path: Path, h5: Any, indices: np.ndarray, advance: Any)
 
 
 def _check_cifar(batches: Path) -> FileCheck:
-    from repro500.data import cifar
-
     total, counts = 0, np.zeros(10, dtype=np.int64)
     for name in cifar.FILES["train"] + cifar.FILES["eval"]:
         _, labels = cifar.read_batch(batches / name)
@@ -271,9 +271,6 @@ def _find_entry(target: Path, entries: list[dict[str, Any]], manifest_path: Path
 
 def compare_with_manifest(path: Path, manifest_path: Path) -> str:
     """Recompute ``path``'s digest and compare it with the manifest's record of it."""
-    from repro500.capture.data import digest_path
-    from repro500.capture.manifest import load_manifest  # checks the schema and the digest
-
     manifest = load_manifest(manifest_path)
     entries = data_entries(manifest)
     entry = _find_entry(path, entries, manifest_path)

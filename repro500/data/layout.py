@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from repro500.errors import InvalidInput
+
 # The generator's name as generated files have always recorded it, the package it lived in until
 # the data moved to repro500.data: a new name would change every generated file's bytes, and with
 # them the digests that runs and publications already sealed.
@@ -76,8 +78,6 @@ def attr_str(h5: Any, name: str, default: str | None = None) -> str | None:
 
 # -- structural checks: shapes, dtypes and names, without reading the data ----------------
 def _fail(path: Any, problem: str) -> None:
-    from repro500.errors import InvalidInput
-
     raise InvalidInput(f"{path}: {problem}")
 
 

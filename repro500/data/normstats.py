@@ -23,6 +23,9 @@ from typing import Any
 
 import numpy as np
 
+from repro500.capture.cache import cache_dir
+from repro500.rundir import atomic
+
 MAX_VALUES_PER_CHANNEL = 65536
 STATS_SAMPLES = 16
 
@@ -95,7 +98,6 @@ def file_stats(path: Path, h5: Any, dataset: str, axis: int) -> tuple[list[float
     if "channel_mean" in dset.attrs and "channel_std" in dset.attrs:
         n = int(dset.attrs.get("stats_samples", dset.shape[0]))
         return list(dset.attrs["channel_mean"]), list(dset.attrs["channel_std"]), max(n, 1)
-    from repro500.capture.cache import cache_dir
 
     cache_file = cache_dir("data-stats") / f"{_cache_key(path, dataset, axis)}.json"
     if cache_file.is_file():
@@ -109,7 +111,6 @@ def file_stats(path: Path, h5: Any, dataset: str, axis: int) -> tuple[list[float
     for i in np.unique(np.linspace(0, n - 1, num=min(n, STATS_SAMPLES)).round().astype(int)):
         moments.add(np.asarray(dset[int(i)]), axis)
     mean, std = moments.mean_std()
-    from repro500.rundir import atomic
 
     with contextlib.suppress(OSError):  # an unwritable cache only costs the scan next time
         atomic.write_json(cache_file, {"path": str(path), "mean": mean, "std": std, "samples": n})

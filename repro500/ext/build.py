@@ -23,6 +23,7 @@ from pathlib import Path
 
 from repro500.capture.cache import cache_dir
 from repro500.capture.toolchain import find_cuda_home
+from repro500.errors import EXIT_INVALID, ReproError, UsageError
 
 CSRC = Path(__file__).parent / "csrc"
 CPU_SOURCES = ("ops.cpp", "topk.cpp", "indexcode.cpp", "quantize.cpp", "sign.cpp", "ef_update.cpp")
@@ -125,8 +126,6 @@ def build_cuda_ops(arch_list: str | None = None, verbose: bool = False) -> Path:
     always given explicitly because torch cannot guess it on a machine without a GPU.
     Load the CPU library first (:func:`load_cpu_ops`): it defines the operator schema.
     """
-    from repro500.errors import UsageError
-
     cuda_home = find_cuda_home()
     if cuda_home is None:
         raise UsageError(
@@ -162,7 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     """
     import argparse
 
-    from repro500.errors import EXIT_INVALID, ReproError
 
     parser = argparse.ArgumentParser(prog="python -m repro500.ext.build", description=main.__doc__)
     parser.add_argument(

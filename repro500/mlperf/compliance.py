@@ -12,6 +12,7 @@ from typing import Any
 
 from repro500.capture.hardware import usable_cpus
 from repro500.errors import ReproError
+from repro500.mlperf.check import check_compliance, logged_benchmark, problems, resolve_rules
 from repro500.rundir import layout
 from repro500.statuses import SKIPPED
 
@@ -31,13 +32,6 @@ class MlperfResult:
 
 def check_mlperf(run: Any) -> MlperfResult | None:
     """None when no finished repeat wrote an MLPerf log (a command, a system workload)."""
-    from repro500.mlperf.check import (
-        check_compliance,
-        logged_benchmark,
-        problems,
-        resolve_rules,
-    )
-
     logs = {k: run.repeat_file(k, layout.MLLOG) for k in run.completed}
     logs = {k: path for k, path in logs.items() if path.is_file() and not path.is_symlink()}
     if not logs:

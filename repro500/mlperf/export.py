@@ -38,9 +38,11 @@ from typing import Any
 from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.mlperf.check import logged_benchmark, resolve_rules
-from repro500.mlperf.logger import BENCHMARKS
+from repro500.mlperf.logger import BENCHMARKS, run_division
+from repro500.recipe.load import from_run_dir
 from repro500.rundir import atomic
 from repro500.rundir.layout import MLLOG, RunDir, read_json, repeat_indices
+from repro500.rundir.writable import writing
 
 EXPORT_SCHEMA = "repro500/mlperf-export/v1"
 EXPORT_NOTE = "repro500-export.json"
@@ -260,8 +262,6 @@ def export_intact(
     nodes = int(meta.get("nnodes") or logged_value(first, "number_of_nodes") or 1)
     submitter = _file_name("submitter", submitter or str(logged_value(first, "submission_org") or "repro500"))
     system = _file_name("system", system or default_system(manifest, nodes, accelerators))
-    from repro500.mlperf.logger import run_division
-    from repro500.recipe.load import from_run_dir
 
     division, reason = run_division(from_run_dir(root).fixed.get("mlperf_division"), bool(meta.get("open_division")))
     progress(f"division {division}: {reason}")
@@ -314,8 +314,6 @@ def _file_name(what: str, name: str) -> str:
 def _write_tree(out: Path, files: dict[Path, Any], progress: Callable[[str], None]) -> None:
     """Write ``files`` (JSON documents or text) under ``out``, whole or not at all: any file-system
     failure (a full disk, no permission) is one sentence, and the staging directory goes with it."""
-    from repro500.rundir.writable import writing
-
     with writing("the MLPerf export", out, "give --out a directory you can write to"):
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".partial", dir=out.parent))

@@ -32,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.data import digest_path
 from repro500.data.layout import GENERATOR_PREFIX
 from repro500.errors import InvalidInput, ReproError
 from repro500.rundir import atomic
@@ -171,8 +172,6 @@ def describe(manifest: dict[str, Any], data_root: str | Path, *, recorded: dict[
     run ran in); a file whose md5 differs from the manifest is not described, as it is no longer
     what the run read (``check_md5=False`` skips that re-hash right after the manifest's capture).
     """
-    from repro500.capture.data import digest_path
-
     root = Path(data_root)
     plan = DataPlan()
     for raw in _manifest_entries(manifest):
@@ -384,6 +383,4 @@ def generate_command(spec: dict[str, Any]) -> str | None:
 
 def md5_matches(path: Path, md5: str) -> bool:
     """True when ``path`` exists and its DVC-compatible md5 is ``md5``."""
-    from repro500.capture.data import digest_path
-
     return os.path.exists(path) and digest_path(path)["md5"] == md5

@@ -28,7 +28,9 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from repro500 import untrusted
+from repro500.capture.cache import cache_dir
 from repro500.errors import InvalidInput
+from repro500.rundir import atomic
 
 _SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"  # PEP 691
 QUERY_TIMEOUT_S = 10
@@ -175,7 +177,6 @@ CACHE_TTL_S = 24 * 3600
 def _cache_file(indexes: list[str], project: str, version: Version) -> Path:
     import hashlib
 
-    from repro500.capture.cache import cache_dir
 
     key = hashlib.sha256("\0".join([*indexes, project, str(version)]).encode()).hexdigest()[:32]
     return cache_dir("release-hashes") / f"{key}.json"
@@ -200,7 +201,6 @@ def _cached(indexes: list[str], project: str, version: Version) -> list[str] | N
 def _remember(indexes: list[str], project: str, version: Version, digests: list[str]) -> None:
     import contextlib
 
-    from repro500.rundir import atomic
 
     with contextlib.suppress(OSError):  # an unwritable cache costs speed, never the publication
         atomic.write_json(_cache_file(indexes, project, version), digests)

@@ -32,6 +32,9 @@ from repro500.publish.publication import (
 from repro500.rundir import archive as archives
 from repro500.rundir import excluded
 from repro500.rundir import sums as bundle
+from repro500.verify import integrity
+from repro500.verify.published import load_published
+from repro500.verify.rundir import load_run
 
 
 @dataclass
@@ -126,8 +129,6 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     Nothing in the publication is executed: YAML is read with ``yaml.safe_load``, the archive
     is unpacked with :func:`repro500.archives.unpack` (which refuses path escapes and links).
     """
-    from repro500.verify.rundir import load_run
-
     root = Path(root)
     index = read_index(root)
     own_files(root, index)
@@ -161,8 +162,6 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
 def _unpack_run(root: Path, index: dict[str, Any], workdir: str | Path) -> tuple[Path, Any, list[Any]]:
     """(the packed run unpacked into ``workdir``, its integrity check, the files it left out), after
     the archive's digest, its SHA256SUMS' digest and the gate publish ran are all checked."""
-    from repro500.verify import integrity
-
     try:
         archive_name = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
         archive_sha = index["archive"]["sha256"]
@@ -190,8 +189,6 @@ def _unpack_run(root: Path, index: dict[str, Any], workdir: str | Path) -> tuple
 
 def _check_published(root: Path, index: dict[str, Any], run: Any) -> None:
     """published.yaml's values, margins, directions and epochs are the packed run's."""
-    from repro500.verify.published import load_published
-
     published = load_published(root / PUBLISHED)
     margins = index.get("margins") or {}
     criteria = {c.metric: c for c in run.acceptance}

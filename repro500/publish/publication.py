@@ -39,16 +39,22 @@ from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.progress import human_bytes
+from repro500.publish import index as indexes
+from repro500.publish import rebuild
 from repro500.publish.datafiles import (
     DataEntry,
     describe,
     generate_command,
     read_specs,
 )
+from repro500.redact import redact_values
 from repro500.rundir import archive as archives
 from repro500.rundir import atomic, excluded
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
+from repro500.rundir.writable import writing
+from repro500.verify.integrity import require_intact
+from repro500.verify.rundir import load_run
 
 SCHEMA = "repro500/publication/v1"
 INDEX = rundir.PUBLICATION_INDEX
@@ -294,9 +300,6 @@ def _release_hashes(root: Path, out: Path) -> str | None:
     ``reproduce --env venv`` installs exactly what the index served when the result was published
     (a run records its lock offline, never waiting for the network; publishing is where the index
     is asked).  A note when some or all could not be asked; None when there is nothing to pin."""
-    from repro500.publish import index as indexes
-    from repro500.publish import rebuild
-
     try:
         pins = rebuild.read(root, None)
     except InvalidInput:
@@ -316,8 +319,6 @@ def _release_hashes(root: Path, out: Path) -> str | None:
 
 def _write_clean(path: Path, text: str) -> None:
     """Write a publication's text file with any secret value of this environment removed."""
-    from repro500.redact import redact_values
-
     atomic.write_text(path, redact_values(text))
 
 
@@ -377,8 +378,6 @@ def publish(
 def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
              margins: dict[str, float] | None, data_root: str | Path, force: bool,
              exclude: Sequence[str], shown: Path | None = None) -> PublishResult:
-    from repro500.verify.integrity import require_intact
-    from repro500.verify.rundir import load_run
     from repro500.verify.verdict import verify_run
 
     if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not force:
@@ -407,7 +406,6 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
     if left_out:
         notes.append(left_out_note([e.to_dict() for e in left_out]))
 
-    from repro500.rundir.writable import writing
 
     with writing("the publication", out, "give --out a directory you can write to"):
         staging = _stage_dir(out)

@@ -39,6 +39,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.data import compare
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
     EXIT_FAIL,
@@ -56,11 +57,17 @@ from repro500.publish import publication as pubs
 from repro500.publish import source as sources
 from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
 from repro500.redact import redact_url
+from repro500.rundir import atomic
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
 from repro500.statuses import INVALID, RUN_COMPLETED
 from repro500.tracking import store as mlflow_store
 from repro500.verify import from_mlflow
+from repro500.verify.determinism import compare_with_reference
+from repro500.verify.provenance import provenance_diff
+from repro500.verify.published import load_published
+from repro500.verify.rundir import load_run
+from repro500.workloads.command.metric_sources import MetricDecl
 
 
 @dataclass
@@ -162,8 +169,6 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
     anything runs; one line each that differs or is missing.  An input the publisher kept inside
     the experiment's directory (gitignored data, say) but that the publication does not carry is
     copied into ``OUT/source`` from ``--data-root`` when a copy there has the published md5."""
-    from repro500.capture.data import compare
-
     recorded = _recorded_inputs(pub, workdir)
     for entry, rel in recorded:
         target, local = Path(entry["path"]), data_root / rel if rel is not None else None
@@ -189,8 +194,6 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
 
 def _mlflow_metrics(pub: opened.Publication) -> list[str]:
     """The metrics the publication's command reads from its own MLflow runs (``NAME: mlflow``)."""
-    from repro500.workloads.command.metric_sources import MetricDecl
-
     recipe = rundir.read_optional_yaml(pub.reference / rundir.RECIPE)
     if (recipe.get("fixed") or {}).get("workload") != "command" or not isinstance(recipe.get("metrics"), dict):
         return []
@@ -527,8 +530,6 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
 def _check_margins(pub_dir: Path, margins: dict[str, float] | None) -> None:
     """Each ``--margin`` names a metric published.yaml publishes, with a margin > 0: known before the
     rerun, not after it (open_publication checks the file itself against the packed run)."""
-    from repro500.verify.published import load_published
-
     if not margins:
         return
     for name, value in margins.items():
@@ -624,11 +625,7 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
              used: dict[str, Any], console: Any) -> Any:
     """The rerun verified against the publication, with the bitwise comparison and provenance diff
     against the packed run itself; written to ``OUT/verdict.json`` and shown."""
-    from repro500.rundir import atomic
-    from repro500.verify.determinism import compare_with_reference
-    from repro500.verify.provenance import provenance_diff
     from repro500.verify.render import render
-    from repro500.verify.rundir import load_run
     from repro500.verify.verdict import verify_run, write_verdict
 
     with contextlib.chdir(workdir):  # the rerun's manifest records data paths relative to workdir

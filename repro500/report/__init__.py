@@ -20,9 +20,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from repro500 import __version__, untrusted
-from repro500.errors import EXIT_INVALID, EXIT_OK, UsageError
+from repro500.errors import EXIT_INVALID, EXIT_OK, InvalidInput, UsageError
+from repro500.redact import redact_values
+from repro500.report.load import check_run_dir, load_view
 from repro500.rundir import archive as archives
 from repro500.rundir import atomic, layout
+from repro500.rundir.writable import writing
+from repro500.verify.reference import load_reference
 
 REPORT_NAME = layout.REPORT
 
@@ -86,7 +90,6 @@ def write_report(
         with tempfile.TemporaryDirectory(prefix="repro500-report-") as tmp:
             root = archives.unpack(run_path, tmp)
             return _write(run_path, root, out, against, alpha, margins, started, roofline, across_benchmarks)
-    from repro500.report.load import check_run_dir
 
     check_run_dir(run_path)
     if roofline is not None:
@@ -95,8 +98,6 @@ def write_report(
 
 
 def _check_roofline(path: Path) -> None:
-    from repro500.errors import InvalidInput
-    from repro500.report.load import check_run_dir
     from repro500.report.system import is_roofline
 
     check_run_dir(path)
@@ -112,8 +113,6 @@ def _write(run_path: Path, root: Path, out: str | Path | None, against: str | Pa
     html_text, verdict, sections, images = build_html(root, against=against, alpha=alpha, margins=margins,
                                                       shown_path=str(run_path), roofline=roofline,
                                                       across_benchmarks=across_benchmarks)
-    from repro500.redact import redact_values
-    from repro500.rundir.writable import writing
 
     html_text = redact_values(html_text)  # a secret value copied into the run (a recipe note) stays here
     html_text = untrusted.encodable(html_text)  # a file name that is not UTF-8, named by the verdict
@@ -136,7 +135,6 @@ def build_html(
 ) -> tuple[str, object, list[str], int]:
     """(html, verdict view, section ids, number of plots) for the run directory ``root``."""
     from repro500.report import divergence, html, sections, variants, verdict_details
-    from repro500.report.load import load_view
     from repro500.report.system import system_section
     from repro500.report.verdict_source import obtain_verdict
 
@@ -181,7 +179,6 @@ def _reference(against: str | Path | None):  # noqa: ANN202 - ReferenceData | No
     if against is None:
         return None
     from repro500.report.sections import ReferenceData
-    from repro500.verify.reference import load_reference
 
     ref = load_reference(against)
     return ReferenceData(label=ref.label, values=ref.values, manifest=ref.manifest)

@@ -10,17 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from repro500.errors import ReproError
+from repro500.report import plots
 from repro500.report.html import Markup, bullet_list, image, para, section
 from repro500.report.load import RunView
 from repro500.report.verdict_source import VerdictView
+from repro500.verify.divergence import read_records, readable_root
+from repro500.verify.reference import load_reference
 
 MAX_PAIRS = 4
 TITLE = "Where the runs part"
 
 
 def _records(view: RunView, reference_root: Path | None, pair: dict[str, Any]) -> tuple[Any, Any] | None:
-    from repro500.verify.divergence import read_records
-
     if view.data is None:
         return None
     mine = read_records(view.root, int(pair["repeat"]), view.data.recipe)
@@ -35,7 +37,6 @@ def plot(curves: list[tuple[str, list[tuple[int, float]], int | None]]) -> str:
     """|Δ| per step of each pair on a log y axis; a dashed line at each pair's first divergence."""
     from matplotlib.ticker import FuncFormatter
 
-    from repro500.report import plots
 
     with plots.figure_panels(1, 1, 3.6) as (fig, axes):
         ax = axes[0]
@@ -103,9 +104,6 @@ def section_for(view: RunView, verdict: VerdictView, against: str | Path | None)
                           for p in ((verdict.doc.get("divergence") or {}).get("pairs") or []))
     if against is None or not reference_pairs:
         return divergence_section(view, verdict)
-    from repro500.errors import ReproError
-    from repro500.verify.divergence import readable_root
-    from repro500.verify.reference import load_reference
 
     try:
         reference = load_reference(against)

@@ -17,6 +17,7 @@ from typing import Any
 
 from repro500.report.series import OVERLAPPED, PHASES, Band, Curve, thin
 from repro500.statuses import INCONCLUSIVE, NOT_REPRODUCED, REPRODUCED
+from repro500.untrusted import plain
 
 DPI = 100
 WIDTH_IN = 11.0
@@ -38,8 +39,6 @@ RC = {
 def short_label(text: Any) -> str:
     """A name from the run as a plot's label: one line, its control and bidi characters as escapes
     (drawn as text, as the page and the terminal show them), cut to MAX_LABEL characters."""
-    from repro500.untrusted import plain
-
     text = plain(" ".join(str(text).split()))
     return text if len(text) <= MAX_LABEL else text[: MAX_LABEL - 1] + "…"
 

@@ -26,6 +26,9 @@ from repro500.report.html import (
 from repro500.report.load import RunView, finite
 from repro500.report.verdict_source import VerdictView
 from repro500.statuses import REPEAT_COMPLETED
+from repro500.verify import stats
+from repro500.verify.compare import compare_manifests
+from repro500.verify.diff import is_result_relevant, short
 
 MAX_EVAL_PANELS = 3
 MAX_DIST_PANELS = 6
@@ -155,8 +158,6 @@ def _dist_metrics(view: RunView, verdict: VerdictView) -> list[str]:
 
 
 def distributions(view: RunView, verdict: VerdictView, reference: ReferenceData | None) -> Markup:
-    from repro500.verify import stats
-
     conf = _confidence(verdict)
     metrics = _dist_metrics(view, verdict)
     if not metrics:
@@ -344,9 +345,6 @@ def provenance(view: RunView, verdict: VerdictView, reference: ReferenceData | N
 
 
 def _provenance_diff(manifest: dict[str, Any], verdict: VerdictView, reference: ReferenceData | None) -> Markup:
-    from repro500.verify.compare import compare_manifests
-    from repro500.verify.diff import is_result_relevant, short
-
     title = "Differences from the reference (most result-relevant first)"
     stored = as_dict(verdict.doc.get("provenance"))
     if stored.get("available") and isinstance(stored.get("rows"), list):  # the comparison verify made, as it said it

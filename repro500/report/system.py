@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.hardware import gpu_model
 from repro500.errors import InvalidInput
 from repro500.report import system_plots
 from repro500.report.html import Markup, image, num, para, pct, section, subsection, table
@@ -40,8 +41,6 @@ def _median(summary: dict[str, Any], name: str) -> float | None:
 
 def machine(manifest: dict[str, Any] | None) -> tuple[Any, ...]:
     """What must match for another run's ceilings to be this machine's: CPU model and cores, GPUs."""
-    from repro500.capture.hardware import gpu_model
-
     hw = ((manifest or {}).get("facets") or {}).get("hardware") or {}
     cpu = hw.get("cpu") or {}
     return cpu.get("model"), cpu.get("cores"), gpu_model(manifest or {})

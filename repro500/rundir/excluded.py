@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from repro500 import untrusted
+from repro500.digest import file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import archive as archives
 from repro500.rundir import layout as rundir
@@ -128,8 +129,6 @@ class PackedIn:
     def not_carried(self, unpacked: Path) -> list[dict[str, Any]]:
         """The index's ``not_carried`` list checked against the unpacked run's ``SHA256SUMS``
         (:func:`read_list`), and that ``SHA256SUMS`` against the digest the index recorded."""
-        from repro500.digest import file_digest
-
         if file_digest(Path(unpacked) / bundle.SUMS_NAME) != self.index.get("sums_digest"):
             raise InvalidInput(f"the packed run's SHA256SUMS differs from the digest in {self.root / PUBLICATION_INDEX}")
         recorded = bundle.read_sums(unpacked)
@@ -149,8 +148,6 @@ def publication_of(path: str | Path) -> PackedIn | None:
     SHA-256 the index records.  None for anything else (a run directory, an archive on its own:
     then a file left out is missing, since nothing records it).  InvalidInput when the
     publication was changed."""
-    from repro500.digest import file_digest
-
     path = Path(path)
     root = path if path.is_dir() else path.parent
     index_path = root / PUBLICATION_INDEX

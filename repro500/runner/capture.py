@@ -13,20 +13,37 @@ from typing import Any
 from rich.console import Console
 
 from repro500 import __version__
+from repro500.capture import env as env_facet
+from repro500.capture import lock, source
+from repro500.capture import source as source_index
+from repro500.capture.code import GitError, describe_repo
+from repro500.capture.interpreters import command_environment as describe
+from repro500.capture.manifest import (
+    build_manifest,
+    gather_ahead,
+    jsonable,
+    load_manifest,
+    seal,
+    write_manifest,
+)
+from repro500.capture.outputs import artifact_roots
+from repro500.capture.source import package_digest
 from repro500.digest import file_digest
-from repro500.rundir import layout
+from repro500.publish.datafiles import record_specs
+from repro500.redact import scrub
+from repro500.rundir import atomic, layout
 from repro500.runner.plan import Plan
 from repro500.runner.summaries import utc
+from repro500.tracking import store as mlflow_store
+from repro500.verify.diff import diff_manifests, is_result_relevant
 from repro500.workloads.command.launchenv import user_environ
+from repro500.workloads.engines.ranks import rank_plan
 
 
 def experiment_facet(plan: Plan) -> dict[str, Any]:
     """The experiment's own provenance, apart from repro500's (MLflow issue 2115 asks for the
     imported files): its repository (the command's working directory, else the recipe's), the
     modules outside site-packages its plug-ins loaded, each with a digest."""
-    from repro500.capture.code import GitError, describe_repo
-    from repro500.capture.source import package_digest
-
     work = plan.workload
     describe = work.describe()
     where = Path(plan.recipe.fixed.get("workdir") or ".") if plan.recipe.is_command else Path(plan.recipe.source).parent
@@ -54,9 +71,6 @@ def own_outputs(run: layout.RunDir) -> list[Path]:
     """What repro500 itself writes near the experiment, never part of its source wherever it lies:
     the runs under ``--out``, the tracking store's files and its experiments' artifact roots
     (docs/command.md).  Others are recognised by what they hold (repro500.capture.outputs)."""
-    from repro500.capture.outputs import artifact_roots
-    from repro500.tracking import store as mlflow_store
-
     store = mlflow_store.local_store_paths(mlflow_store.tracking_uri())
     roots = artifact_roots(store[0]) if store and store[0].is_file() else []
     return [run.path.parent, *store, *roots]
@@ -67,7 +81,6 @@ def keep_source(plan: Plan, run: layout.RunDir) -> dict[str, Any] | None:
     reruns on a machine that has only the publication (repro500.capture.source)."""
     import shutil
 
-    from repro500.capture import source
 
     found = plan.workload.source(own_outputs(run))
     if not found or not found[1]:
@@ -85,8 +98,6 @@ def recheck_source(plan: Plan, run: layout.RunDir) -> tuple[dict[str, Any] | Non
     that differ.  Taken the way :func:`keep_source` took it, so that an unchanged experiment gives
     the same record and a resume reports no source change; a resume used to record no source at
     all, which every comparison read as a changed experiment."""
-    from repro500.capture import source
-
     try:
         recorded = json.loads(run.manifest_path().read_text(encoding="utf-8"))["facets"]["experiment"]["source"]
     except (OSError, ValueError, KeyError, TypeError):
@@ -105,9 +116,6 @@ def _facets(plan: Plan, kept: dict[str, Any] | None) -> dict[str, Any]:
     """The facets only the run knows that must be read before the repeats: the experiment (its
     git state, what the source copy kept: a command may write into its tree), and torch's runtime
     state (setting determinism flags must not race the trainer)."""
-    from repro500.capture import env as env_facet
-    from repro500.workloads.engines.ranks import rank_plan
-
     facets: dict[str, Any] = {"experiment": {**experiment_facet(plan), "source": kept}}
     if plan.vary:  # a factorial run: each repeat's seeds vary only its cell's source (capture/seeds.py)
         from repro500.capture import seeds as seeding
@@ -156,7 +164,6 @@ def prepare(plan: Plan, run: layout.RunDir, *, resumed: bool) -> Prepared:
     kept, changed = (keep_source(plan, run), []) if first else recheck_source(plan, run)
     # A command's environment is the one the run started with; the trainer's is this process's.
     environ = user_environ() if plan.recipe.is_command else dict(os.environ)
-    from repro500.capture.manifest import gather_ahead
 
     return Prepared(first, _facets(plan, kept), environ, gather_ahead(["code"]), changed,
                     command=plan.recipe.is_command)
@@ -166,10 +173,6 @@ def command_environment(run: layout.RunDir, manifest: dict[str, Any]) -> dict[st
     """*manifest* with the environment facet of the interpreter(s) the command's latest finished
     repeat ran (repro500's own kept as the tool's); unchanged when no repeat recorded one (a
     repeat that never started its program)."""
-    from repro500.capture.interpreters import command_environment as describe
-    from repro500.capture.manifest import jsonable, seal
-    from repro500.redact import scrub
-
     for k in sorted(layout.repeat_indices(run.path), reverse=True):
         recorded = layout.read_optional_json(run.repeat(k) / layout.INTERPRETERS)
         if recorded:
@@ -182,8 +185,6 @@ def command_environment(run: layout.RunDir, manifest: dict[str, Any]) -> dict[st
 def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Every registered facet (code, environment, hardware, toolchain, data digests, seeds): the
     slow part, run beside the first repeat.  Reads only; nothing is written into the run here."""
-    from repro500.capture.manifest import build_manifest
-
     return build_manifest(
         plan.workload.data_paths(), extra_facets=prepared.facets, progress=False, seed=plan.recipe.seed,
         repeats=plan.recipe.repeats, world_size=plan.world_size, same_seed=plan.same_seed,
@@ -195,9 +196,6 @@ def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared:
            gathered: tuple[dict[str, Any], dict[str, bytes]], *, resumed: bool) -> dict[str, Any]:
     """Write the manifest (first attempt), or compare the environment with it (resume); on the
     main thread, so that nothing writes into the run directory behind the runner's back."""
-    from repro500.capture.manifest import write_manifest
-    from repro500.publish.datafiles import record_specs
-
     manifest, artifacts = gathered
     if prepared.command:
         manifest = command_environment(run, manifest)
@@ -216,10 +214,6 @@ def settle(run: layout.RunDir, meta: dict[str, Any], console: Console, prepared:
 def write_lock(run: layout.RunDir, manifest: dict[str, Any]) -> None:
     """The environment as an installer can rebuild it, beside the manifest (capture/lock.py):
     built from the manifest alone, no network, so it never holds the run up."""
-    from repro500.capture import lock
-    from repro500.capture import source as source_index
-    from repro500.rundir import atomic
-
     source = layout.read_optional_json(run.file(source_index.INDEX))
     doc = lock.build(manifest, source_root=source.get("root"))
     atomic.write_json(run.file(layout.LOCK), doc)
@@ -228,9 +222,6 @@ def write_lock(run: layout.RunDir, manifest: dict[str, Any]) -> None:
 
 def _record_resume(run: layout.RunDir, meta: dict[str, Any], manifest: dict[str, Any], console: Console,
                    source_changed: list[str]) -> None:
-    from repro500.capture.manifest import load_manifest
-    from repro500.verify.diff import diff_manifests, is_result_relevant
-
     original = load_manifest(run.manifest_path())
     relevant = [d for d in diff_manifests(original, manifest) if is_result_relevant(d)]
     if relevant:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from repro500.workloads.trainer.workload import TrainedWorkload
+
 if TYPE_CHECKING:
     from repro500.recipe import load as recipes
     from repro500.workloads.workload import Workload
@@ -21,7 +23,6 @@ def make(recipe: recipes.Recipe, *, device: str = "cpu", engine: str = "local", 
         from repro500.system.workload import SystemWorkload
 
         return SystemWorkload(recipe, device=device, engine=engine)
-    from repro500.workloads.trainer.workload import TrainedWorkload
 
     return TrainedWorkload(recipe, device=device, engine=engine, rendezvous=rendezvous,
                            search_paths=search_paths or [])

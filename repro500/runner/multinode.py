@@ -14,9 +14,12 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import repro500
 from repro500 import redact
+from repro500.capture.data import digest_paths
 from repro500.errors import UsageError
 from repro500.runner.plan import Plan, RunOptions
+from repro500.workloads.engines import nodes
 
 
 def fingerprint(plan: Plan, run_id: str, sequential: bool = False) -> dict[str, str]:
@@ -43,7 +46,6 @@ def fingerprint(plan: Plan, run_id: str, sequential: bool = False) -> dict[str, 
     if described is not None:
         root, files = described
         out["code.experiment"] = _files_digest(root, files)
-    from repro500.capture.data import digest_paths
 
     for entry in digest_paths(plan.workload.data_paths()):
         out[f"data:{entry['path']}"] = entry["md5"]
@@ -61,8 +63,6 @@ def _files_digest(root: Path, files: list[str]) -> str:
 
 def _package_digest() -> str:
     """repro500's own code on this node (its Python, C++ and CUDA sources)."""
-    import repro500
-
     root = Path(repro500.__file__).parent
     files = [str(p.relative_to(root)) for p in root.rglob("*")
              if p.suffix in (".py", ".cpp", ".cu", ".h", ".cuh") and "__pycache__" not in p.parts]
@@ -74,7 +74,6 @@ def agree(plan: Plan, run_id: str, todo: list[int] | None = None, run_dir: str |
     """Compare this node with the others (node 0 gives the repeats to run); a no-op on one node."""
     if plan.rendezvous is None:
         return list(todo or [])
-    from repro500.workloads.engines import nodes
 
     return nodes.link(plan.rendezvous).agree(fingerprint(plan, run_id, sequential), todo, run_dir)
 

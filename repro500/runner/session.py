@@ -22,13 +22,16 @@ from typing import Any
 from rich.console import Console
 
 from repro500 import redact
+from repro500.capture import inputs, source
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
 from repro500.rundir import layout
-from repro500.runner import decide
+from repro500.runner import capture, decide
 from repro500.runner import summaries as aggregation
-from repro500.runner.background import warm_verify
+from repro500.runner.background import call_in_background, warm_verify
+from repro500.runner.capture import own_outputs
 from repro500.runner.display import Display
 from repro500.runner.plan import Plan
+from repro500.runner.track import Tracking
 from repro500.statuses import (
     REPEAT_FAILED,
     REPEAT_KILLED,
@@ -37,7 +40,10 @@ from repro500.statuses import (
     RUN_INTERRUPTED,
     RUN_RUNNING,
 )
+from repro500.tracking import store as mlflow_store
 from repro500.untrusted import shown
+from repro500.workloads.command.repeat import MlflowTarget
+from repro500.workloads.engines.ranks import record_rank_map
 from repro500.workloads.workload import Repeat
 
 
@@ -129,8 +135,6 @@ class Session:
         """What ran, now (the source copy, torch's runtime state); the rest of the manifest beside
         the first repeat (docs/run.md, "What a run costs")."""
         from repro500.attest import chain
-        from repro500.runner import capture
-        from repro500.runner.background import call_in_background
 
         # A run resumed from before chains existed gets none rather than a chain that starts late;
         # one whose first attempt stopped before its manifest was written starts it now.
@@ -144,7 +148,6 @@ class Session:
         """The manifest written (or the resume recorded) and the chain started: once, on the main
         thread, the first time the run needs them; waits for the capture if it is still running."""
         from repro500.attest import chain
-        from repro500.runner import capture
 
         if self._settled.done():
             return self._settled.result()
@@ -177,9 +180,6 @@ class Session:
             chain.append(self.run.path, k, self.run.repeat(k) / layout.REPEAT_SUMMARY)
 
     def track(self) -> None:
-        from repro500.runner.track import Tracking
-        from repro500.tracking import store as mlflow_store
-
         # a resume cannot repeat --experiment: the run's own is in run.json
         recorded = (self.meta.get("mlflow") or {}).get("experiment")
         self.tracking = Tracking(self.experiment or recorded or f"repro500/{self.recipe.name}",
@@ -228,9 +228,6 @@ class Session:
     def _prefetch_inputs(self, k: int, summary: dict[str, Any]) -> None:
         """Hash what repeat k's command read while the next repeat runs (the digest cache makes
         the closing record of inputs.json a lookup)."""
-        from repro500.capture import inputs
-        from repro500.runner.background import call_in_background
-
         observed = summary.get("observed_inputs") or {}
         if observed.get("paths"):
             # one hashing thread: the next repeat is running beside it
@@ -240,8 +237,6 @@ class Session:
     def summarise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
         """The aggregate over every repeat that has a summary (killed and failed ones too, so it
         says what happened to each), run.json's status, then the seal."""
-        from repro500.capture import inputs
-
         every = {**self.run.summaries(self.recipe.repeats, finished_only=False), **summaries}
         self.run.write_summary(aggregation.aggregate(self.meta["run_id"], self.recipe, every))
         if status != RUN_INTERRUPTED:  # an interrupted run does not hash now: the resume records them all
@@ -299,8 +294,6 @@ class Session:
 
     # ----- one repeat ---------------------------------------------------------------------------
     def _repeat(self, k: int, display: Display) -> dict[str, Any]:
-        from repro500.capture import source
-
         out = self.run.fresh_repeat(k)
         seeds = self.plan.seeds(k)
         tracked = self.tracking is not None
@@ -337,14 +330,11 @@ class Session:
         untracked), and the file naming the repeat's own run once it exists (track.py)."""
         if self.tracking is None or not self.recipe.is_command:
             return None
-        from repro500.workloads.command.repeat import MlflowTarget
 
         return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.repeat_file(k),
                             self.tracking.wait_ready)
 
     def _own_outputs(self) -> list[Path]:
-        from repro500.runner.capture import own_outputs
-
         return own_outputs(self.run)
 
     def _record_failure(self, k: int, seeds: Any, out: Path, err: Exception) -> dict[str, Any]:
@@ -370,8 +360,6 @@ class Session:
 
     def _record_rank_map(self, k: int, out: Path) -> None:
         """Known only once the ranks have started (after the manifest was digested)."""
-        from repro500.workloads.engines.ranks import record_rank_map
-
         if record_rank_map(self.meta, out / layout.RANKS, k, self.plan.device):
             self.run.write_meta(self.meta)
 

@@ -9,10 +9,17 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.hardware import gpu_model
+from repro500.errors import InvalidInput, ReproError
+from repro500.rundir import atomic, layout
+from repro500.runner.background import Worker
 from repro500.runner.plan import Plan
 from repro500.statuses import REPEAT_FAILED
 from repro500.tracking import names
+from repro500.tracking import process as tracking_process
 from repro500.tracking import store as mlflow_store
+from repro500.tracking.names import verdict_metrics
+from repro500.verify.divergence import mlflow_records
 
 
 def parent_tags(plan: Plan, run_id: str, source_name: str, run_dir: str = "") -> dict[str, str]:
@@ -53,8 +60,6 @@ def manifest_tags(manifest: dict[str, Any]) -> dict[str, str]:
     """The parent's tags that come from the manifest: its digest, the code's git state, the GPU
     (MLflow would derive the git tags from ``sys.argv[0]``, the console script, so they are set
     here from the manifest)."""
-    from repro500.capture.hardware import gpu_model
-
     facets = manifest.get("facets", {})
     # The experiment's own repository when it has one (a command's or plug-in's), else repro500's.
     code = (facets.get("experiment") or {}).get("repository") or facets.get("code", {}) or {}
@@ -100,7 +105,6 @@ class Tracking:
     def __init__(self, experiment: str, uri: str, artifacts: str | None = None) -> None:
         import tempfile
 
-        from repro500.runner.background import Worker
 
         self.experiment, self.uri, self.artifacts = experiment, uri, artifacts
         self.tracker: Any = None
@@ -134,8 +138,6 @@ class Tracking:
         return self._worker.submit(call)
 
     def _connect(self) -> None:
-        from repro500.tracking import process as tracking_process
-
         self.tracker = tracking_process.connect(self.experiment, self.uri, self.artifacts)
 
     def check(self) -> None:
@@ -147,7 +149,6 @@ class Tracking:
             self.error = death()
         if self.error is None:
             return
-        from repro500.errors import InvalidInput, ReproError
 
         if isinstance(self.error, ReproError):
             raise self.error
@@ -194,8 +195,6 @@ class Tracking:
     def replay(self, run: Any, planned: int, run_id: str, params: dict[str, str]) -> None:
         """The repeats an earlier attempt finished, from their files, into this store: the records
         their own runs would have got, so a resume into another store holds every repeat."""
-        from repro500.rundir import layout
-
         for k, summary in sorted(run.summaries(planned, finished_only=True).items()):
             self.start_repeat(k, int((summary.get("seeds") or {}).get("torch") or 0), run_id, params)
             steps: list[dict[str, Any]] = []
@@ -253,8 +252,6 @@ class Tracking:
         self._started.append(self._worker.submit(start))
 
     def _announce(self, k: int) -> None:
-        from repro500.rundir import atomic
-
         made = self.repeat_ids.get(k) if self.error is None else None
         atomic.write_json(self.repeat_file(k), {"run_id": made, "experiment_id": self.tracker.experiment_id
                                                 if made and self.tracker is not None else None})
@@ -299,9 +296,6 @@ class Tracking:
         (repro500.tracking.names), the data a command was seen reading as dataset inputs, the
         summary, verdict and inputs files, and the whole sealed run as one archive (``run/<run-id>.tar.gz``:
         ``repro500 verify mlflow:RUN_ID`` verifies it from the store alone)."""
-        from repro500.rundir import layout
-        from repro500.tracking.names import verdict_metrics
-        from repro500.verify.divergence import mlflow_records
         from repro500.verify.variance import design_tags, mlflow_metrics, mlflow_tags
 
         metrics, tags = verdict_metrics(verdict.to_dict())
@@ -351,8 +345,6 @@ class Tracking:
 
     def _terminate_after_failure(self, status: str) -> None:
         """After a failure stopped the queue, no run may stay RUNNING: end what was started, best effort."""
-        from repro500.tracking import process as tracking_process
-
         if self.tracker is None:
             return
         tracker = self.tracker

@@ -16,7 +16,9 @@ from typing import Any
 
 from repro500 import __version__
 from repro500.errors import UsageError
+from repro500.ext import specs
 from repro500.rundir import atomic, layout
+from repro500.rundir.writable import writing
 from repro500.scaling import fit as fitting
 from repro500.scaling import measure, predict, sizes, wire
 from repro500.scaling.alphabeta import FORMULAS
@@ -48,7 +50,6 @@ def _ran_with(run: RunTimings | None, spec: Mapping[str, Any]) -> bool:
     """Whether *run* exchanged gradients on several ranks with the compressor *spec*."""
     if run is None or run.world_size < 2:
         return False
-    from repro500.ext import specs
 
     # run.json records a seed the trainer derives per repeat as None (ext/specs.py): resolvable here.
     ran = specs.resolve(run.compressor, seed_per_repeat=True)
@@ -264,8 +265,6 @@ def build(inputs: Inputs, *, settings: measure.Settings | None = None, remeasure
 
 def write(run_dir: str | Path, doc: Mapping[str, Any]) -> Path:
     """Write *doc* to RUN/derived/scaling.json atomically; returns the path."""
-    from repro500.rundir.writable import writing
-
     path = Path(run_dir) / PATH
     with writing("the scaling model", path, "run without --write (the table and --json need no write access)"):
         atomic.write_json(path, doc)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from repro500.errors import UsageError
+from repro500.ext import specs
 
 MiB = 1 << 20
 FIRST_BUCKET_BYTES = 1 * MiB  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
@@ -112,8 +113,6 @@ def powersgd_payload_bytes(spec: str | Mapping[str, Any] | None, shapes: list[tu
     ``(n + m)·r · min_compression_rate < n·m`` with r = min(n, m, rank), else as itself
     (torch's ``_should_compress``).  The layer shapes are needed: the parameter count alone
     does not say it, which is why ``repro500 model`` takes powersgd's bytes from a run."""
-    from repro500.ext import specs
-
     resolved = specs.resolve(spec, seed_per_repeat=True)  # a run.json spec: the seed does not size P and Q
     if resolved["name"] != "powersgd":
         raise UsageError(f"powersgd_payload_bytes is for powersgd, not {resolved['name']}")

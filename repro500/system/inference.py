@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from repro500.errors import InvalidInput, UsageError
+from repro500.recipe import load as recipes
 from repro500.system import timing
+from repro500.workloads import parts
 
 DEFAULT_BATCH_SIZES = (1, 8, 32)
 DEFAULT_CALLS = 400
@@ -64,8 +66,6 @@ class InferenceConfig:
 
 def options_from_recipe(path: Path, *, batch_sizes: list[int] | None = None, calls: int | None = None) -> dict[str, Any]:
     """``fixed.system`` for the model of the trained recipe at ``path`` (its model, options and data)."""
-    from repro500.recipe import load as recipes
-
     recipe = recipes.load(path)
     if recipe.kind != "trained":
         raise InvalidInput(f"{path} is a {recipe.kind} recipe; --inference needs a recipe that trains a model")
@@ -90,7 +90,6 @@ def _spec(config: InferenceConfig) -> Any:
 
 def build(config: InferenceConfig) -> tuple[Any, Any]:
     """(the model in eval mode on the device, the eval data set): the trainer's door."""
-    from repro500.workloads import parts
     from repro500.workloads.trainer import train
 
     spec = _spec(config)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from repro500.recipe.schema import SCHEMA
+from repro500.system import dataio, inference, ops, roofline
 
 
 def _recipe(name: str, measure: str, system: dict[str, Any], mutable: dict[str, Any],
@@ -26,8 +27,6 @@ def _recipe(name: str, measure: str, system: dict[str, Any], mutable: dict[str, 
 def ops_recipe(system: dict[str, Any], mutable: dict[str, Any], *, device: str, repeats: int = 3,
                seed: int = 0) -> dict[str, Any]:
     """An ops recipe whose acceptance bounds every case's error by its tolerance."""
-    from repro500.system import ops
-
     config = ops.OpsConfig.from_recipe(system, mutable, device)
     cases = ops.check(config)
     return _recipe("ops", "ops", system, mutable, ops.acceptance(cases, config), repeats, seed,
@@ -36,8 +35,6 @@ def ops_recipe(system: dict[str, Any], mutable: dict[str, Any], *, device: str, 
 
 def roofline_recipe(system: dict[str, Any], mutable: dict[str, Any], *, device: str, repeats: int = 3,
                     seed: int = 0) -> dict[str, Any]:
-    from repro500.system import roofline
-
     config = roofline.RooflineConfig.from_recipe(system, mutable, device)
     roofline.check(config)
     return _recipe("roofline", "roofline", system, mutable, roofline.acceptance(config), repeats, seed,
@@ -46,8 +43,6 @@ def roofline_recipe(system: dict[str, Any], mutable: dict[str, Any], *, device: 
 
 def inference_recipe(system: dict[str, Any], mutable: dict[str, Any], *, device: str, name: str, repeats: int = 3,
                      seed: int = 0) -> dict[str, Any]:
-    from repro500.system import inference
-
     config = inference.InferenceConfig.from_recipe(system, mutable, device)
     inference.check(config)
     return _recipe(f"inference-{name}", "inference", system, mutable, inference.acceptance(config), repeats, seed,
@@ -55,8 +50,6 @@ def inference_recipe(system: dict[str, Any], mutable: dict[str, Any], *, device:
 
 
 def io_recipe(system: dict[str, Any], mutable: dict[str, Any], *, repeats: int = 3, seed: int = 0) -> dict[str, Any]:
-    from repro500.system import dataio
-
     config = dataio.IoConfig.from_recipe(system, mutable)
     dataio.check(config)
     return _recipe("io", "io", system, mutable, dataio.acceptance(config), repeats, seed,

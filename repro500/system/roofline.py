@@ -27,8 +27,12 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from repro500.capture.hardware import cpu_info
 from repro500.errors import InvalidInput, UsageError
+from repro500.scaling.fit import fit_collective
+from repro500.scaling.measure import Settings, measure
 from repro500.system import DTYPES, timing
+from repro500.system.ops import available_bytes
 
 MiB = 1 << 20
 PRESETS = {  # GEMM n and STREAM array bytes, per device
@@ -77,7 +81,6 @@ def check_names(dtypes: list[str], sizes: str) -> None:
 def check(config: RooflineConfig) -> list[str]:
     """Refuse bad names and sizes before anything is written; the metric names a repeat reports."""
     check_names(config.dtypes, config.sizes)
-    from repro500.system.ops import available_bytes
 
     for device in config.devices:
         n, array = PRESETS[config.sizes][device]
@@ -255,9 +258,6 @@ def _cross_check(config: RooflineConfig, doc: dict[str, Any], metrics: dict[str,
 
 
 def _interconnect(config: RooflineConfig, doc: dict[str, Any], metrics: dict[str, Any]) -> None:
-    from repro500.scaling.fit import fit_collective
-    from repro500.scaling.measure import Settings, measure
-
     settings = Settings(p_values=(config.nproc,), max_bytes=4 * MiB if config.sizes == "tiny" else 64 * MiB)
     measured = measure(settings)
     fit = fit_collective("allreduce", measured.points)
@@ -273,7 +273,6 @@ def last_level_cache_bytes(device: str) -> int | None:
         import torch
 
         return int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0)) or None
-    from repro500.capture.hardware import cpu_info
 
     sizes = [c.get("size_bytes") or 0 for c in cpu_info().get("caches") or []]
     return max(sizes) or None if sizes else None

@@ -18,6 +18,11 @@ from repro500.recipe import load as recipes
 from repro500.rundir import atomic, layout
 from repro500.rundir.sums import REPEAT_SUMMARY_SCHEMA
 from repro500.statuses import REPEAT_COMPLETED
+from repro500.system import dataio
+from repro500.system.dataio import IoConfig
+from repro500.system.inference import InferenceConfig
+from repro500.system.ops import OpsConfig
+from repro500.system.roofline import RooflineConfig
 from repro500.workloads.workload import Repeat, check_acceptance, expand_paths
 
 
@@ -72,23 +77,15 @@ class SystemWorkload:
 
     # ----- configurations ------------------------------------------------------------------
     def _ops_config(self) -> Any:
-        from repro500.system.ops import OpsConfig
-
         return OpsConfig.from_recipe(self.options, self.recipe.mutable, self.device)
 
     def _roofline_config(self) -> Any:
-        from repro500.system.roofline import RooflineConfig
-
         return RooflineConfig.from_recipe(self.options, self.recipe.mutable, self.device)
 
     def _inference_config(self) -> Any:
-        from repro500.system.inference import InferenceConfig
-
         return InferenceConfig.from_recipe(self.options, self.recipe.mutable, self.device)
 
     def _io_config(self) -> Any:
-        from repro500.system.dataio import IoConfig
-
         return IoConfig.from_recipe(self.options, self.recipe.mutable)
 
     # ----- one repeat ----------------------------------------------------------------------
@@ -123,7 +120,6 @@ class SystemWorkload:
             from repro500.system import inference
 
             return inference.run(self._inference_config(), seed)
-        from repro500.system import dataio
 
         return dataio.run(self._io_config(), seed, first=k == 0)
 

@@ -16,7 +16,10 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from repro500.errors import ReproError, UsageError
+from repro500.redact import redact_text, scrub
 from repro500.rundir import archive as archives
+from repro500.rundir.archive import packed_files
 from repro500.statuses import REPEAT_KILLED
 from repro500.tracking import store as mlflow_store
 from repro500.tracking.names import (
@@ -129,7 +132,6 @@ class Tracker:
     def log_params(self, run_id: str, params: dict[str, str]) -> None:
         from mlflow.entities import Param
 
-        from repro500.redact import scrub
 
         items = [Param(k[:250], str(v)[:PARAM_MAX_CHARS]) for k, v in sorted(scrub(params).items())]
         for chunk in _chunks(items, BATCH_PARAMS):
@@ -213,7 +215,6 @@ class Tracker:
 
         from mlflow.entities import Dataset, DatasetInput, InputTag
 
-        from repro500.redact import redact_text
 
         inputs = []
         for entry in entries:
@@ -255,8 +256,6 @@ class Tracker:
         is not copied into the store a second time; the tag ``repro500.sealed`` says why."""
         import tempfile
 
-        from repro500.errors import ReproError
-        from repro500.rundir.archive import packed_files
 
         limit_mb = sealed_limit_mb()
         try:
@@ -323,8 +322,6 @@ class Tracker:
 
     @staticmethod
     def _tags(tags: dict[str, str]) -> dict[str, str]:
-        from repro500.redact import scrub
-
         clean = scrub({k: "" if v is None else str(v) for k, v in tags.items()})
         return {k[:250]: str(v)[:TAG_MAX_CHARS] for k, v in clean.items()}
 
@@ -334,7 +331,6 @@ def sealed_limit_mb() -> float:
     import math
     import os
 
-    from repro500.errors import UsageError
 
     text = os.environ.get(SEALED_MAX_ENV) or str(SEALED_MAX_MB)
     try:
@@ -387,7 +383,6 @@ def redacted_copy(path: Path) -> Iterator[Path]:
     file holds something :func:`repro500.redact.redact_text` removes (a secret value, a token)."""
     import tempfile
 
-    from repro500.redact import redact_text
 
     if path.suffix.lower() not in TEXT_ARTIFACT_SUFFIXES:
         yield path

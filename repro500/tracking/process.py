@@ -34,6 +34,9 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
+from repro500.errors import ReproError
+from repro500.tracking import store as mlflow_store
+
 PROCESS_ENV = "REPRO500_MLFLOW_PROCESS"
 _CONNECT = "__connect__"
 
@@ -183,7 +186,6 @@ def _warm_up() -> None:
     from mlflow.entities import Metric  # noqa: F401
     from mlflow.tracking import MlflowClient  # noqa: F401
 
-    from repro500.tracking import store as mlflow_store  # noqa: F401
 
     mlflow_store.quiet()
 
@@ -192,9 +194,6 @@ def _warm_up() -> None:
 
 
 def _failure(err: BaseException) -> BaseException:
-    from repro500.errors import ReproError
-    from repro500.tracking import store as mlflow_store
-
     if isinstance(err, ReproError):
         try:
             pickle.loads(pickle.dumps(err))

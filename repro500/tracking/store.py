@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from repro500.errors import InvalidInput
+from repro500.redact import redact_text, redact_url
 
 DEFAULT_STORE = "mlflow.db"
 # Database stores MLflow opens through SQLAlchemy (besides SQLite): checked with one connection first.
@@ -79,8 +80,6 @@ def fast_failing_http() -> Iterator[None]:
 
 
 def safe_uri(uri: str) -> str:
-    from repro500.redact import redact_url
-
     return redact_url(uri)
 
 
@@ -166,8 +165,6 @@ def open_store(uri: str, artifacts: str | None = None) -> None:
 
 def reason(err: BaseException) -> str:
     """MLflow's error as one short clause, with credentials it quotes (the URI with its password) removed."""
-    from repro500.redact import redact_text
-
     text = str(err).strip()
     return redact_text(text.splitlines()[0][:200]) if text else type(err).__name__
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from repro500.errors import InvalidInput, UsageError
+from repro500.redact import redact_url
 from repro500.tracking.names import RUN_ID_TAG
 
 HEALTH_TIMEOUT_S = 120.0
@@ -68,8 +69,6 @@ def default_backend_uri() -> str:
 
 def redact_store(uri: str) -> str:
     """The store URI as it may be printed (a database password removed)."""
-    from repro500.redact import redact_url
-
     return redact_url(uri)
 
 

@@ -53,10 +53,18 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
+from repro500.rundir import archive as archives
 from repro500.rundir import layout
+from repro500.rundir.excluded import publication_of
 from repro500.tracking import names
 from repro500.verify import compare as comparison
-from repro500.verify.determinism import machine_dependent, read_params, seed_groups
+from repro500.verify.determinism import (
+    locate_divergence,
+    machine_dependent,
+    read_params,
+    seed_groups,
+)
 from repro500.verify.diff import is_result_relevant
 from repro500.verify.rundir import RunData
 
@@ -169,8 +177,6 @@ def read_records(root: Path, k: int, recipe: dict[str, Any] | None = None) -> Re
 
 def _command_series(repeat: Path, declared: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
     """A wrapped command's per-line matches of its regex metrics: the n-th match of each is step n."""
-    from repro500 import untrusted
-
     series: dict[str, list[float]] = {}
     for name, decl in declared.items():
         if not isinstance(decl, dict) or not isinstance(decl.get("regex"), str):
@@ -303,8 +309,6 @@ def _epoch_ends(a: Records, b: Records, last_compared: int, before: float,
                 last_of_epoch: dict[int, int]) -> tuple[float, str, dict[str, Any]] | None:
     """An evaluation or an epoch's parameters that differ after identical steps and before *before*
     (an epoch's evaluation follows its last step, its parameter digest the evaluation)."""
-    from repro500.verify.determinism import locate_divergence
-
     first = None
     for epoch in sorted(set(a.evaluations) & set(b.evaluations)):
         at = last_of_epoch.get(epoch, 0) + 0.5
@@ -540,8 +544,6 @@ def readable_root(reference: Any) -> Iterator[Path | None]:
     if Path(run.path).is_dir():
         yield Path(run.path)
         return
-    from repro500.rundir import archive as archives
-    from repro500.rundir.excluded import publication_of
 
     shown = Path(reference.path)
     with tempfile.TemporaryDirectory(prefix="repro500-divergence-") as tmp:

@@ -18,6 +18,8 @@ from typing import Any
 from repro500 import untrusted
 from repro500.errors import InvalidInput
 from repro500.tracking import store as mlflow_store
+from repro500.tracking.client import SEALED_PATH
+from repro500.tracking.names import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG
 
 PREFIXES = ("mlflow:", "runs:/")
 
@@ -63,8 +65,6 @@ def _get(client: Any, run_id: str, uri: str) -> Any:
 
 def parent_run(client: Any, run_id: str, uri: str) -> Any:
     """The repro500 parent run of *run_id*: itself, or the run it nests under (a repeat's, a script's)."""
-    from repro500.tracking.names import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG
-
     run = _get(client, run_id, uri)
     for _ in range(3):  # a script's run -> its repeat's run -> the parent
         tags = run.data.tags
@@ -83,7 +83,6 @@ def parent_run(client: Any, run_id: str, uri: str) -> Any:
 def download(reference: str, dest: Path) -> Path:
     """Download the sealed run behind *reference* into *dest*; returns the archive's path.
     (``--check-tracking`` then reads the same store: see :func:`repro500.verify.judge.judge`.)"""
-    from repro500.tracking.client import SEALED_PATH
     from repro500.tracking.names import RUN_ID_TAG, SEALED_TAG
 
     run_id = run_id_of(reference)

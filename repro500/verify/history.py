@@ -34,8 +34,15 @@ from repro500.digest import canonical_digest
 from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError, UsageError
 from repro500.rundir import layout
 from repro500.tracking import names
+from repro500.tracking import store as mlflow_store
 from repro500.verify import integrity
-from repro500.verify.reference import Reference, benchmark_difference, benchmark_of_run
+from repro500.verify.diff import flatten
+from repro500.verify.reference import (
+    Reference,
+    benchmark_difference,
+    benchmark_of_run,
+    repeat_field,
+)
 from repro500.verify.rundir import RunData
 
 PREFIX = "history:"
@@ -118,8 +125,6 @@ def recipe_key(run: RunData) -> str:
 
 def recipe_difference(a: RunData, b: RunData) -> str | None:
     """The first recipe key in which two runs differ, ``None`` when they ran the same recipe."""
-    from repro500.verify.diff import flatten
-
     flat_a = flatten({k: v for k, v in (a.recipe or {}).items() if k not in RECIPE_KEYS_IGNORED})
     flat_b = flatten({k: v for k, v in (b.recipe or {}).items() if k not in RECIPE_KEYS_IGNORED})
     for key in sorted(set(flat_a) | set(flat_b)):
@@ -154,8 +159,6 @@ def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
 def _from_mlflow(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
     """The parent runs of an MLflow experiment (SOURCE is its name), or of every experiment in the
     store that match an MLflow search filter (SOURCE is ``mlflow:FILTER``)."""
-    from repro500.tracking import store as mlflow_store
-
     uri = mlflow_store.tracking_uri()
     db = mlflow_store.sqlite_path(uri)
     where = mlflow_store.safe_uri(uri)
@@ -314,8 +317,6 @@ def pooled(entries: list[Entry], metrics: list[str], alpha: float) -> tuple[dict
 
 
 def _pooled_field(entries: list[Entry], name: str) -> list[float]:
-    from repro500.verify.reference import repeat_field
-
     return [v for e in entries for v in repeat_field(e.run, name)]
 
 

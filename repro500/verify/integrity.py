@@ -40,6 +40,7 @@ from typing import Any
 from repro500 import untrusted
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput
+from repro500.progress import human_bytes
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
 from repro500.statuses import REPEAT_STATUSES, RUN_UNFINISHED
@@ -110,8 +111,6 @@ def check_files(run_dir: str | Path, *, label: str = "run", expect_sums_digest: 
 
 def not_carried_note(entries: Sequence[Mapping[str, Any]]) -> str:
     """``2 files (412.0 MB) not carried, digests recorded: repeats/0/checkpoint.pt, ...``"""
-    from repro500.progress import human_bytes
-
     paths = [str(e["path"]) for e in entries]
     shown = ", ".join(paths[:5]) + (f" and {len(paths) - 5} more" if len(paths) > 5 else "")
     size = human_bytes(sum(int(e["bytes"]) for e in entries))

@@ -16,9 +16,9 @@ from typing import Any
 
 from scipy import stats as sps
 
-from repro500.errors import UsageError
-from repro500.verify import stats
-from repro500.verify.rundir import Criterion
+from repro500.errors import InvalidInput, UsageError
+from repro500.verify import sequential, sequential_plan, stats
+from repro500.verify.rundir import Criterion, load_run, parse_acceptance
 
 SPREAD_CONFIDENCE = 0.8  # the conservative count plans with the spread's upper bound at this level
 
@@ -27,8 +27,6 @@ def until_decided(effect: float, sd: float, margin: float, alpha: float, power: 
                   n_ref: int | None = None, question: str = "equivalence") -> dict[str, Any]:
     """The ``--max-repeats`` a ``run --until-decided`` needs to decide with *power* if the true
     difference (a band: mean - threshold, in the good direction) is *effect* (verify/sequential_plan.py)."""
-    from repro500.verify import sequential, sequential_plan
-
     if sd == 0.0:  # no spread: the first look decides exactly
         return {"max_repeats": sequential.MIN_REPEATS, "expected_repeats": float(sequential.MIN_REPEATS),
                 "achieved_power": 1.0, "spending": spending, "reason": "zero spread"}
@@ -134,8 +132,6 @@ def build(source: Any, margins: dict[str, float], cvs: dict[str, float], alpha: 
     """The plan for a run directory (its observed spread) or a recipe file (a stated CV)."""
     from pathlib import Path
 
-    from repro500.errors import InvalidInput
-    from repro500.verify.rundir import load_run, parse_acceptance
 
     path = Path(source)
     if path.is_dir():

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
+from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
 from repro500.rundir.excluded import publication_of
@@ -119,8 +121,6 @@ class Benchmark:
 
     def key(self) -> str:
         """A digest of the definition (of the recipe name where the fixed part is unknown)."""
-        from repro500.digest import canonical_digest
-
         definition = self.definition()
         return canonical_digest({"benchmark": definition if definition is not None else {"recipe": self.recipe}})
 
@@ -158,8 +158,6 @@ def _workload(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def _shown(value: Any, width: int = 40) -> str:
-    from repro500 import untrusted
-
     text = " ".join(str(value if value is not None else "absent").split())
     return untrusted.plain(text if len(text) <= width else text[: width - 1] + "…")
 
@@ -216,8 +214,6 @@ def _telling(key: str) -> tuple[int, str]:
 
 def refuse_across(difference: str, reference: str) -> InvalidInput:
     """The sentence ``verify`` ends with when a run and its reference are different benchmarks."""
-    from repro500 import untrusted
-
     return InvalidInput(
         f"the run and the reference {untrusted.plain(reference)} are different benchmarks ({difference}), so no "
         "verdict says whether the run reproduces it: verify against a result of the same benchmark, or pass "

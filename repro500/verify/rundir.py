@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.inputs import comparable
 from repro500.errors import InvalidInput
 from repro500.rundir import layout
 from repro500.statuses import REPEAT_COMPLETED
@@ -51,8 +52,6 @@ class RunData:
     def provenance_manifest(self) -> dict[str, Any] | None:
         """The manifest as provenance diffs compare it: with the inputs the command was seen to
         read as the data facet's ``observed`` entries (repro500.capture.inputs)."""
-        from repro500.capture.inputs import comparable
-
         return comparable(self.manifest, self.inputs)
 
     @property

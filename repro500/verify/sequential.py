@@ -31,6 +31,8 @@ import numpy as np
 from scipy import stats as sps
 
 from repro500.statuses import FAIL, INCONCLUSIVE, NOT_REPRODUCED, PASS, REPRODUCED
+from repro500.verify import equivalence
+from repro500.verify.bands import check_bands
 
 MIN_REPEATS = 3  # the first look: the verdict's advice never trusts a spread from 2 repeats
 SPENDING = ("obrien-fleming", "pocock")
@@ -164,9 +166,6 @@ def look(run: Any, level: float, ref: Any = None, margins: dict[str, float] | No
     """Each decision at this look, tested at the nominal *level*: the bands (PASS / FAIL /
     INCONCLUSIVE) or, with a reference, the equivalence test (the same three, REPRODUCED read as
     PASS).  *run* is a :class:`repro500.verify.rundir.RunData` holding the repeats so far."""
-    from repro500.verify import equivalence
-    from repro500.verify.bands import check_bands
-
     if ref is None:
         return {b.metric: b.status for b in check_bands(run, level)}
     mapping = {REPRODUCED: PASS, NOT_REPRODUCED: FAIL}

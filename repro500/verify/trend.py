@@ -23,6 +23,7 @@ from typing import Any
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify import compare, history, stats
+from repro500.verify.diff import flatten
 from repro500.verify.reference import Benchmark, benchmark_difference, benchmark_of_run
 
 MAX_CHANGES = 3  # differences shown per row; the JSON has them all (result-relevant ones)
@@ -135,8 +136,6 @@ def _described(bench: Benchmark, first: Benchmark) -> str:
 def recipe_changes(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
     """The recipe keys (fixed, then mutable) whose resolved values differ from ``before`` to ``after``,
     each with how ``after`` set it: a --set (or params file) override, or its recipe file."""
-    from repro500.verify.diff import flatten
-
     def resolved(entry: history.Entry) -> dict[str, Any]:
         recipe = entry.run.recipe or {}
         return flatten({part: recipe.get(part) or {} for part in ("fixed", "mutable")})

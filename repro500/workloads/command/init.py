@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from repro500.capture import source
 from repro500.errors import InvalidInput
 from repro500.recipe import load as recipes
 from repro500.rundir import atomic, layout
@@ -152,8 +153,6 @@ def init(directory: str | Path, recipe_data: dict[str, Any], *, force: bool = Fa
          tracking: bool = True) -> Started:
     """Write the starter files into ``directory`` (and, with ``tracking``, the missing MLflow
     lines of its ``.gitignore``); returns what was done."""
-    from repro500.capture import source
-
     root = Path(directory)
     if not root.is_dir():
         raise InvalidInput(f"{root} is not a directory: give the experiment's directory (default: here)")

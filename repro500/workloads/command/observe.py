@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.capture import inputs
+from repro500.capture.interpreters import read_hook_records
 from repro500.errors import InvalidInput
 
 MODES = ("auto", "strace", "off")
@@ -106,7 +107,6 @@ class Watch:
         the order they started (repro500.capture.interpreters); read before :meth:`close`."""
         if self.interpreter_dir is None:
             return []
-        from repro500.capture.interpreters import read_hook_records
 
         return read_hook_records(self.interpreter_dir)
 

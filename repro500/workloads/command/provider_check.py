@@ -32,7 +32,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from repro500 import __version__
+from repro500.capture.cache import cache_dir
 from repro500.errors import InvalidInput
+from repro500.rundir import atomic
 
 _PYTHON = re.compile(r"^python(\d+(\.\d+)*)?$")
 _TIMEOUT_S = 180
@@ -152,8 +154,6 @@ def shadows(modules: list[str], path0: Path, workdir: Path, env: Mapping[str, st
 
 
 def _remembered(key: str, path0: Path, workdir: Path, env: Mapping[str, str]) -> bool:
-    from repro500.capture.cache import cache_dir
-
     try:
         known = json.loads((cache_dir("checks") / _CACHE_FILE).read_text(encoding="utf-8"))["ok"][key]
         return bool(known["shadows"] == shadows(list(known["modules"]), path0, workdir, env))
@@ -162,9 +162,6 @@ def _remembered(key: str, path0: Path, workdir: Path, env: Mapping[str, str]) ->
 
 
 def _remember(key: str, modules: list[str], path0: Path, workdir: Path, env: Mapping[str, str]) -> None:
-    from repro500.capture.cache import cache_dir
-    from repro500.rundir import atomic
-
     try:
         path = cache_dir("checks") / _CACHE_FILE
         try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500.capture.inputs import BUDGET_MB, BUDGET_S
+from repro500.capture.inputs import BUDGET_MB, BUDGET_S, disk_size
 from repro500.capture.seeds import Seeds
 from repro500.errors import InvalidInput
 from repro500.workloads.command.launchenv import user_environ
@@ -277,8 +277,6 @@ def check(spec: CommandSpec, *, tracking: bool = True) -> None:
 
 def _check_inputs(spec: CommandSpec) -> None:
     """Declared inputs exist, can be read, and fit the hashing budget (each is hashed in full)."""
-    from repro500.capture.inputs import disk_size
-
     budget = spec.inputs_budget_mb * 2**20
     for path in input_paths(spec):
         if not os.path.exists(path):

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500.capture import interpreters
 from repro500.capture.seeds import Seeds
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
@@ -164,8 +165,6 @@ def _exit_error(child: Child, timeout_s: float | None, last_stderr: str) -> str 
 
 def _record_interpreters(watch: Watch, program: str, workdir: Path, path_env: str | None, out_dir: Path) -> None:
     """What ran the command, kept in the repeat (the manifest's environment is read from it)."""
-    from repro500.capture import interpreters
-
     found = watch.interpreters()
     program_info = None if found else interpreters.program_record(program, Path(workdir), path_env)
     write_json(out_dir / layout.INTERPRETERS, interpreters.document(found, program_info))

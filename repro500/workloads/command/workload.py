@@ -7,7 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from repro500.capture import source
 from repro500.recipe import load as recipes
+from repro500.untrusted import terminal_safe
+from repro500.workloads.command import recipe as command
+from repro500.workloads.command import repeat as command_repeat
+from repro500.workloads.command.metric_sources import implausible
 from repro500.workloads.workload import COMMAND_METRICS, Repeat, check_acceptance
 
 
@@ -16,8 +21,6 @@ class CommandWorkload:
     imported: list[tuple[str, str]] = []  # a command's modules are its own process's: its files are in source/
 
     def __init__(self, recipe: recipes.Recipe, *, tracking: bool = True) -> None:
-        from repro500.workloads.command import recipe as command
-
         self.recipe = recipe
         self.tracking = tracking
         self._warned: set[str] = set()  # metrics already warned about (implausible): once a run
@@ -27,24 +30,16 @@ class CommandWorkload:
         return []  # nothing is placed for a command: what it reads is its inputs, read where they are
 
     def input_paths(self) -> list[str]:
-        from repro500.workloads.command import recipe as command
-
         return command.input_paths(self.spec)
 
     def metric_names(self) -> list[str]:
-        from repro500.workloads.command import recipe as command
-
         return [*command.declared_metrics(self.spec), *COMMAND_METRICS]
 
     def check(self) -> None:
-        from repro500.workloads.command import recipe as command
-
         command.check(self.spec, tracking=self.tracking)
         check_acceptance(self.recipe, self.metric_names())
 
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
-        from repro500.workloads.command import repeat as command_repeat
-
         context = command_repeat.RepeatContext(
             run_id=repeat.run_id, deterministic=bool(self.recipe.mutable.get("deterministic")), mlflow=repeat.mlflow,
             exclude=list(repeat.own_outputs), source_files=repeat.source_files, echo=repeat.progress.on_line)
@@ -56,8 +51,6 @@ class CommandWorkload:
         """One line on stderr, once a run per metric, when a value is off its band's scale."""
         import sys
 
-        from repro500.untrusted import terminal_safe
-        from repro500.workloads.command.metric_sources import implausible
 
         for name, band in self.recipe.acceptance.items():
             value = measured.get(name)
@@ -71,8 +64,6 @@ class CommandWorkload:
     def source(self, exclude: list[Path]) -> tuple[Path, list[str]] | None:
         """The experiment source to keep with the run: the working directory's files (not the
         run directories, nor the tracking store, under it)."""
-        from repro500.capture import source
-
         root = Path(self.recipe.fixed.get("workdir") or ".").resolve()
         return root, source.candidates(root, exclude=exclude)
 

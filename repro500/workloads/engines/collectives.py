@@ -13,6 +13,8 @@ from typing import Any
 
 import torch
 
+from repro500.ext import ddp_hook
+from repro500.ext.horovod import distributed_optimizer
 from repro500.workloads.engines import wire
 
 
@@ -64,7 +66,6 @@ class DdpCollectives(Collectives):
             return super().wrap(model, build_optimizer, compressor, device)
         from torch.nn.parallel import DistributedDataParallel
 
-        from repro500.ext import ddp_hook
 
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         return ddp, build_optimizer(ddp.parameters()), ddp_hook.register(ddp, compressor)
@@ -104,8 +105,6 @@ class HorovodCollectives(Collectives):
 
     def wrap(self, model: torch.nn.Module, build_optimizer: Any, compressor: dict[str, Any],
              device: torch.device) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any]:
-        from repro500.ext.horovod import distributed_optimizer
-
         optimizer = distributed_optimizer(build_optimizer(model.parameters()), model, compressor)
         return model, optimizer, optimizer
 

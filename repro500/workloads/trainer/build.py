@@ -14,6 +14,8 @@ import torch
 
 from repro500.capture import seeds as seeding
 from repro500.workloads import parts, plugins
+from repro500.workloads.models import build_model as factory
+from repro500.workloads.models import model_options
 from repro500.workloads.trainer import metrics as measure
 from repro500.workloads.trainer import sampling
 from repro500.workloads.trainer.spec import Dist, TrainSpec
@@ -113,9 +115,6 @@ def build_data(spec: TrainSpec, dist: Dist, seeds: seeding.Seeds) -> tuple[Any, 
 def build_model(spec: TrainSpec, info: dict[str, Any]) -> torch.nn.Module:
     """The recipe's model (a built-in or a plug-in: the same factory), shaped by the data's info;
     what the info does not say, the builder's own default decides."""
-    from repro500.workloads.models import build_model as factory
-    from repro500.workloads.models import model_options
-
     plugins.add_search_paths(spec.search_paths)
     kwargs: dict[str, Any] = {"in_channels": int(info.get("in_channels", 3))}
     if spec.workload == "classification" and info.get("num_classes") is not None:

@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from repro500.rundir import layout
+from repro500.workloads import parts
 from repro500.workloads.trainer.energy import EnergyMeter
+from repro500.workloads.trainer.intensity import estimate
 
 IO_BOUND_FRACTION = 0.5  # an epoch that waited for data longer than it computed is I/O-bound
 
@@ -157,9 +159,7 @@ def intensity_of(spec: Any) -> dict[str, Any]:
     ``batch_size`` samples of its training data, built through the trainer's door."""
     import torch
 
-    from repro500.workloads import parts
     from repro500.workloads.trainer import train
-    from repro500.workloads.trainer.intensity import estimate
 
     try:
         dataset = parts.open_data(spec.dataset, "train", paths=spec.search_paths)

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from repro500.errors import UsageError
+
 
 def build_optimizer(params: Iterable[torch.nn.Parameter], spec: dict[str, Any]) -> torch.optim.Optimizer:
     name = spec.get("name", "sgd")
@@ -23,7 +25,6 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], spec: dict[str, Any]) 
         return torch.optim.Adam(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, betas=betas, eps=eps, weight_decay=wd)
-    from repro500.errors import UsageError
 
     raise UsageError(f"unknown optimizer {name!r}; choose sgd, adam or adamw")
 

@@ -11,8 +11,11 @@ from typing import Any
 import torch
 
 from repro500.capture import seeds as seeding
+from repro500.ext.specs import PARAMETERS
+from repro500.mlperf.logger import BENCHMARK_FOR_TASK, MLPerfLogger
 from repro500.rundir import layout
 from repro500.rundir.sums import REPEAT_SUMMARY_SCHEMA
+from repro500.workloads.parts import dataset_ref
 from repro500.workloads.trainer import metrics as measure
 
 
@@ -155,8 +158,6 @@ def compressor_spec(spec: Any, seeds: seeding.Seeds) -> dict[str, Any]:
     run's resolved spec records a per-repeat seed (repro500.ext.specs.resolve), so that spec
     can be given back as a recipe's compressor.
     """
-    from repro500.ext.specs import PARAMETERS
-
     out = {"name": spec} if isinstance(spec, str) else dict(spec)
     if "seed" in PARAMETERS.get(str(out.get("name", "")).lower(), {}) and out.get("seed") is None:
         out["seed"] = seeds.compressor  # rank 0's torch seed as this repeat (or its cell) uses it
@@ -164,8 +165,6 @@ def compressor_spec(spec: Any, seeds: seeding.Seeds) -> dict[str, Any]:
 
 
 def mlperf_logger(spec: Any, out_dir: Path, seeds: seeding.Seeds, dist: Any) -> Any:
-    from repro500.mlperf.logger import BENCHMARK_FOR_TASK, MLPerfLogger
-
     gpus = torch.cuda.device_count() if spec.device in ("cuda", "auto") and torch.cuda.is_available() else 0
     return MLPerfLogger(
         out_dir / layout.MLLOG,
@@ -187,8 +186,6 @@ def mlperf_logger(spec: Any, out_dir: Path, seeds: seeding.Seeds, dist: Any) -> 
 def workload_records(spec: Any) -> dict[str, Any]:
     """What the log says of the model and data beyond MLPerf's keys: repro500's workloads are
     not MLPerf's reference (open division), so the log names what was trained, and how."""
-    from repro500.workloads.parts import dataset_ref
-
     records: dict[str, Any] = {
         "repro500_model": {"name": spec.model, "options": dict(spec.model_options)},
         "repro500_dataset": {"name": dataset_ref(spec.dataset)[1], "params": dict(spec.dataset.get("params") or {})},

@@ -55,7 +55,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from repro500.capture import seeds as seeding
 from repro500.capture.source import DIR as SOURCE_DIR
+from repro500.errors import InvalidInput, ReproError
+from repro500.recipe import load as recipes
+from repro500.rundir import layout
+from repro500.workloads.trainer.workload import TrainedWorkload
+from repro500.workloads.workload import Progress
 
 OPS_LOG = "ops.jsonl"
 REPLAY_JSON = "replay.json"
@@ -357,12 +363,6 @@ class OpRecorder:
 
 # ----- one replay ---------------------------------------------------------------------------------
 def _spec_and_seeds(run_dir: Path, k: int) -> tuple[Any, Any]:
-    from repro500.capture import seeds as seeding
-    from repro500.errors import InvalidInput
-    from repro500.recipe import load as recipes
-    from repro500.rundir import layout
-    from repro500.workloads.trainer.workload import TrainedWorkload
-
     recipe = recipes.from_run_dir(run_dir)
     if recipe.is_command or recipe.kind != "trained":
         raise InvalidInput(f"{run_dir} ran a {'command' if recipe.is_command else recipe.kind} workload: only "
@@ -402,7 +402,6 @@ def replay(run_dir: str | Path, k: int, steps: int, out: str | Path, *, expect: 
     import torch
 
     from repro500.workloads.trainer import train
-    from repro500.workloads.workload import Progress
 
     run_dir, out = Path(run_dir), Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -447,8 +446,6 @@ def replay(run_dir: str | Path, k: int, steps: int, out: str | Path, *, expect: 
 
 def _recorded_steps(run_dir: Path, k: int) -> dict[int, dict[str, Any]]:
     """The step records repeat *k* of the run wrote, by step."""
-    from repro500.rundir import layout
-
     return {r["step"]: r for r in layout.metric_records(layout.RunDir(run_dir).repeat(k) / layout.METRICS)[0]
             if r.get("kind") == "step"}
 
@@ -552,8 +549,6 @@ class OperatorFinding:
 
 def _run(side: Side, steps: int, out: Path, expect: Path | None = None, save_at: int | None = None,
          timeout_s: float | None = None) -> dict[str, Any]:
-    from repro500.errors import InvalidInput
-
     env = dict(os.environ)
     for name, value in side.env.items():
         if value is None:
@@ -710,8 +705,6 @@ def _is_random(op: str) -> bool:
 
 # ----- the replay process ---------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> int:
-    from repro500.errors import ReproError
-
     parser = argparse.ArgumentParser(prog="python -m repro500.workloads.trainer.replay")
     parser.add_argument("--run", required=True)
     parser.add_argument("--repeat", type=int, required=True)

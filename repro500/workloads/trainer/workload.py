@@ -12,10 +12,13 @@ from typing import Any
 from repro500.capture.source import PYPROJECT, REQUIREMENTS
 from repro500.data.loaders import H5_DATASETS
 from repro500.errors import InvalidInput, UsageError
+from repro500.mlperf.logger import run_division
 from repro500.recipe import load as recipes
 from repro500.rundir import atomic, layout
 from repro500.statuses import REPEAT_FINISHED
 from repro500.workloads import parts, plugins
+from repro500.workloads.models import find_builder, model_options, model_task, takes_any_options
+from repro500.workloads.trainer import epochs
 from repro500.workloads.workload import (
     SUMMARY_METRICS,
     Repeat,
@@ -45,7 +48,6 @@ class TrainedWorkload:
         return self.recipe.fixed
 
     def spec(self) -> Any:
-        from repro500.mlperf.logger import run_division
         from repro500.workloads.trainer import train
 
         spec = train.TrainSpec.from_recipe(self.recipe.fixed, self.recipe.mutable)
@@ -76,8 +78,6 @@ class TrainedWorkload:
 
     def check(self) -> None:
         """Model, data set, data paths and metric names, before anything is written."""
-        from repro500.workloads.models import model_options, model_task
-
         source, fixed = self.recipe.source, self.fixed
         before = set(sys.modules)
         try:
@@ -115,8 +115,6 @@ class TrainedWorkload:
     def _check_options(self, options: dict[str, Any]) -> None:
         """An unknown model option is caught here, not after the run directory exists; the
         message names the --set at fault when one set it (not 13 s into the run)."""
-        from repro500.workloads.models import find_builder, takes_any_options
-
         if takes_any_options(find_builder(self.fixed["model"])):
             return
         for key in self.fixed.get("model_options") or {}:
@@ -161,8 +159,6 @@ class TrainedWorkload:
                                "(its split attribute is 'train'); generate an eval split (repro500 data generate ... --split eval)")
 
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
-        from repro500.workloads.trainer import epochs
-
         spec = self.spec()
         if repeat.deterministic is not None and repeat.deterministic != spec.deterministic:
             spec = dataclasses.replace(spec, deterministic=repeat.deterministic)
