@@ -82,6 +82,24 @@ def test_a_refused_run_leaves_no_logging_process_and_no_store(tmp_path, monkeypa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.yaml"]  # no store, no runs/
 
 
+def test_a_run_refused_for_its_recipe_or_untracked_by_it_never_starts_a_logging_process(tmp_path, monkeypatch):
+    """MLflow's process is started once the recipe says the run logs: a refusal (the common case in
+    a user's first tries) or an untracked recipe costs no MLflow import beside it."""
+    from repro500.errors import ReproError
+    from repro500.runner import RunOptions, run
+    from repro500.tracking import process as tracking_process
+
+    started = []
+    monkeypatch.setattr(tracking_process, "ProcessTracker", lambda: started.append(1) or pytest.fail("started"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REPRO500_MLFLOW_PROCESS", raising=False)
+    (tmp_path / "bad.yaml").write_text("schema: repro500/recipe/v1\nname: bad\nfixed: {workload: nonsense}\n")
+    with pytest.raises(ReproError):
+        run(RunOptions(recipe=str(tmp_path / "bad.yaml"), run_id="r"))
+    outcome = run(RunOptions(adhoc=_command("print('Acc 0.9')"), run_id="u", tracking=False))
+    assert outcome.exit_code == 0 and started == []
+
+
 def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -25,6 +25,7 @@ from repro500.rundir import layout
 from repro500.runner import decide, multinode
 from repro500.runner.plan import (
     RunOptions,
+    check_options,
     design_repeats,
     load_recipe,
     make_plan,
@@ -34,6 +35,7 @@ from repro500.runner.plan import (
 from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
 from repro500.statuses import RUN_COMPLETED, RUN_RUNNING
+from repro500.tracking import process as tracking_process
 from repro500.workloads.command import launchenv
 from repro500.workloads.workload import SUMMARY_METRICS
 
@@ -57,6 +59,7 @@ def _new(options: RunOptions, console: Console) -> Session:
     options = design_repeats(options)
     recipe = load_recipe(options)
     options = replace(options, tracking=tracking_choice(options, recipe))
+    _prestart_tracking(options)
     plan = make_plan(recipe, options)
     design, reference, loaded = decide.prepare(options, recipe)
     if design is not None:
@@ -125,6 +128,7 @@ def _resumed(options: RunOptions, console: Console) -> Session:
         raise UsageError(f"run {run} was {was}, and a resume keeps that choice; drop "
                          f"--{'' if options.tracking else 'no-'}tracking (or start a new run)")
     options = replace(options, tracking=recorded)
+    _prestart_tracking(options)
     nodes = dict(nnodes=options.nnodes, node_rank=0, rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
     factorial = meta.get("design") if (meta.get("design") or {}).get("kind") == "factorial" else {}
     plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking,
@@ -161,6 +165,14 @@ def _signing(options: RunOptions) -> tuple[str, str | None] | None:
     return (options.sign_key, options.sign_principal) if options.sign_key else None
 
 
+def _prestart_tracking(options: RunOptions) -> None:
+    """MLflow's import, in a process of its own, while this one plans the run and imports torch;
+    started once the recipe has been read and says the run logs (a run refused for its recipe or
+    its options, or untracked, never pays for it), and stopped by run() if no run takes it."""
+    if options.tracking and options.node_rank == 0:
+        tracking_process.prestart()
+
+
 def _prepare_tracking(options: RunOptions) -> None:
     # Set before CUDA initialises: cuBLAS needs a fixed workspace for deterministic GEMMs.  Set
     # here, not through the trainer, so that a wrapped command's run never imports torch (2-3 s).
@@ -175,14 +187,8 @@ def _prepare_tracking(options: RunOptions) -> None:
 
 def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
-    from repro500.tracking import process as tracking_process
-
     # a rerun that `repro500 reproduce` started: read once, and kept from the experiment's environment
     reproduction = os.environ.pop(REPRODUCTION_ENV, None) or None
-    if options.tracking is not False and options.node_rank == 0:
-        # MLflow's import, in a process of its own, while this one reads the recipe and imports
-        # torch; a run that does not log (refused, or untracked by its recipe) stops it below
-        tracking_process.prestart()
     try:
         return _run(options, console or Console(stderr=False), reproduction)
     finally:
@@ -200,8 +206,6 @@ def run_data(data: dict[str, Any], *, source: str, out_dir: str = "runs", run_id
 
 
 def _run(options: RunOptions, console: Console, reproduction: str | None = None) -> RunOutcome:
-    from repro500.runner.plan import check_options
-
     check_options(options)
     if options.node_rank > 0:
         from repro500.runner.follower import follow_node
