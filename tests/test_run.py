@@ -335,13 +335,13 @@ def test_a_crash_outside_the_repeats_fails_the_mlflow_parent(in_tmp, sqlite_stor
 
 
 def test_interrupt_during_capture_leaves_a_resumable_run(in_tmp, monkeypatch):
-    import repro500.capture.manifest
+    import repro500.runner.capture
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    with monkeypatch.context() as patch:
-        patch.setattr(repro500.capture.manifest, "build_manifest", interrupted)
+    with monkeypatch.context() as patch:  # where the run's capture builds its manifest
+        patch.setattr(repro500.runner.capture, "build_manifest", interrupted)
         recipe = write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1)
         outcome = run(RunOptions(recipe=str(recipe), run_id="r", tracking=False))
     assert outcome.exit_code == EXIT_INTERRUPTED
