@@ -76,10 +76,21 @@ def _params(inputs: Inputs, run: RunTimings | None) -> tuple[int, str]:
 
 def _workload(inputs: Inputs, run: RunTimings | None, spec: dict[str, Any], params: int,
               notes: list[str]) -> predict.Workload:
+    """One step of the workload: what its exchange sends, and what the step costs besides it."""
     same = _ran_with(run, spec)
     summable = wire.is_summable(spec)
+    buckets, every = _exchange(run, spec, params, same, summable, notes)
+    compute, data = _compute_time(inputs, run, notes)
+    compress, decompress, decompress_p = _compression_time(run, spec, same, summable, notes)
+    return predict.Workload(params=params, buckets=buckets, summable=summable, compute_time_s=compute,
+                            data_time_s=data, compress_time_s=compress, decompress_time_s=decompress,
+                            decompress_p=decompress_p, every=every)
+
+
+def _exchange(run: RunTimings | None, spec: dict[str, Any], params: int, same: bool, summable: bool,
+              notes: list[str]) -> tuple[list[wire.Bucket], int]:
+    """The buckets one exchange sends, and every how many steps it runs."""
     sync = run.sync if run is not None else {"mode": "allreduce"}
-    every = 1
     if sync.get("mode") == "gossip":
         raise UsageError(f"{run.path} averages parameters by gossip, point to point between ring neighbours; "
                          "repro500 model fits collectives (all-reduce, all-gather), so it does not predict it")
@@ -87,66 +98,89 @@ def _workload(inputs: Inputs, run: RunTimings | None, spec: dict[str, Any], para
         # local SGD: one all-reduce of every parameter each H steps (engines/averaging.py); float
         # buffers (batch norm's statistics, a fraction of a percent for ResNets) once per epoch, not counted
         every = int(sync.get("every", 1))
-        buckets = [wire.Bucket(params, 1, params * wire.GRADIENT_BYTES_PER_ELEMENT)]
         notes.append(f"local SGD: one all-reduce of the {params} parameters every {every} step(s), its cost "
                      "spread over those steps; float buffers (batch norm's statistics) are averaged once per epoch, "
                      "not counted")
-    elif spec["name"] == "powersgd":
-        if not (same and run.last_bytes_sent):
-            raise UsageError("powersgd's wire size depends on every layer's shape: give a RUN_DIR of a "
-                             "multi-rank run that used the same powersgd settings")
-        if run.last_compressed is False:  # its bytes are a plain allreduce's, not powersgd's
-            raise UsageError(f"{run.path} never compressed: its last step ran before powersgd's start_iter "
-                             f"({spec.get('start_iter')}); give a run with more steps than start_iter")
-        total = wire.payload_from_bytes_sent(run.last_bytes_sent, run.world_size, summable)
-        buckets = wire.scaled_buckets(params, total)
-        notes.append(f"powersgd payload: {total} bytes per step, from the run's last step, spread over the "
-                     "buckets by size; torch's hook runs several allreduces per bucket, counted here as one")
-    else:
-        buckets = wire.buckets(spec, params)
+        return [wire.Bucket(params, 1, params * wire.GRADIENT_BYTES_PER_ELEMENT)], every
+    if spec["name"] == "powersgd":
+        return _powersgd_buckets(run, spec, params, same, summable, notes), 1
+    return wire.buckets(spec, params), 1
+
+
+def _powersgd_buckets(run: RunTimings | None, spec: dict[str, Any], params: int, same: bool, summable: bool,
+                      notes: list[str]) -> list[wire.Bucket]:
+    """PowerSGD's buckets, sized from a run that compressed with the same settings.
+
+    Its payload depends on every layer's shape, which only such a run's recorded bytes tell.
+    """
+    if not (same and run.last_bytes_sent):
+        raise UsageError("powersgd's wire size depends on every layer's shape: give a RUN_DIR of a "
+                         "multi-rank run that used the same powersgd settings")
+    if run.last_compressed is False:  # its bytes are a plain allreduce's, not powersgd's
+        raise UsageError(f"{run.path} never compressed: its last step ran before powersgd's start_iter "
+                         f"({spec.get('start_iter')}); give a run with more steps than start_iter")
+    total = wire.payload_from_bytes_sent(run.last_bytes_sent, run.world_size, summable)
+    notes.append(f"powersgd payload: {total} bytes per step, from the run's last step, spread over the "
+                 "buckets by size; torch's hook runs several allreduces per bucket, counted here as one")
+    return wire.scaled_buckets(params, total)
+
+
+def _compute_time(inputs: Inputs, run: RunTimings | None, notes: list[str]) -> tuple[float, float]:
+    """The compute and data-loading time per step: as given, or from a run's steps."""
     if inputs.compute_time_s is not None and inputs.compute_run_dir is not None:
         raise UsageError("give either --compute-s or --compute-from, not both")
     compute_run = read_run(inputs.compute_run_dir) if inputs.compute_run_dir is not None else run
     if inputs.compute_time_s is not None:
         if not inputs.compute_time_s > 0:
             raise UsageError(f"--compute-s {inputs.compute_time_s} must be a positive number of seconds")
-        compute, data = inputs.compute_time_s, 0.0
-        notes.append(f"compute time per step {compute:.6g} s as given (--compute-s), data loading not included")
-    elif compute_run is not None:
-        compute, data = compute_run.compute_time_s, compute_run.data_time_s
-        notes.append(f"compute time per step {compute:.6g} s from {compute_run.path} "
-                     f"({compute_run.world_size} rank(s); mean of {compute_run.steps} steps, each repeat's first "
-                     f"step left out), plus {data:.6g} s of data loading")
-        if compute_run.world_size > 1 and compute_run.comm_wait_s is not None:
-            notes.append("that compute time is forward + backward + optimizer minus the compression and the "
-                         "communication the backward pass waited for after launching its last bucket "
-                         "(time_comm_wait_s); collectives that ran while it still computed are not taken out")
-        elif compute_run.world_size > 1:
-            # Recorded before time_comm_wait_s: DDP overlaps the first buckets' collectives with
-            # the rest of the backward pass, so removing their whole recorded time removes
-            # some computation too.
-            notes.append("that compute time is forward + backward + optimizer minus the recorded communication "
-                         "and compression time (the run has no time_comm_wait_s); DDP overlaps part of the "
-                         "communication with the backward pass, so it is biased low: give --compute-from a "
-                         "single-rank run (same per-rank batch and threads) for an independent check")
-    else:
+        notes.append(f"compute time per step {inputs.compute_time_s:.6g} s as given (--compute-s), "
+                     "data loading not included")
+        return inputs.compute_time_s, 0.0
+    if compute_run is None:
         raise UsageError("the compute time per step is unknown: give --compute-s SECONDS, --compute-from "
                          "a single-rank run, or a RUN_DIR")
-    compress = decompress = 0.0
-    decompress_p = 2
+    compute, data = compute_run.compute_time_s, compute_run.data_time_s
+    notes.append(f"compute time per step {compute:.6g} s from {compute_run.path} "
+                 f"({compute_run.world_size} rank(s); mean of {compute_run.steps} steps, each repeat's first "
+                 f"step left out), plus {data:.6g} s of data loading")
+    notes.extend(_compute_time_caveats(compute_run))
+    return compute, data
+
+
+def _compute_time_caveats(compute_run: RunTimings) -> list[str]:
+    """What a multi-rank run's compute time still contains, or leaves out, of its communication."""
+    if compute_run.world_size > 1 and compute_run.comm_wait_s is not None:
+        return ["that compute time is forward + backward + optimizer minus the compression and the "
+                "communication the backward pass waited for after launching its last bucket "
+                "(time_comm_wait_s); collectives that ran while it still computed are not taken out"]
+    if compute_run.world_size > 1:
+        # Recorded before time_comm_wait_s: DDP overlaps the first buckets' collectives with
+        # the rest of the backward pass, so removing their whole recorded time removes
+        # some computation too.
+        return ["that compute time is forward + backward + optimizer minus the recorded communication "
+                "and compression time (the run has no time_comm_wait_s); DDP overlaps part of the "
+                "communication with the backward pass, so it is biased low: give --compute-from a "
+                "single-rank run (same per-rank batch and threads) for an independent check"]
+    return []
+
+
+def _compression_time(run: RunTimings | None, spec: dict[str, Any], same: bool, summable: bool,
+                      notes: list[str]) -> tuple[float, float, int]:
+    """Compression and decompression time per step, and the P the decompression was timed at.
+
+    Only a multi-rank run with the same compressor measured them; otherwise they count as zero.
+    """
     if same and run.compress_time_s is not None:
         # Even "none" costs something here: the bucket is divided by P before the allreduce.
         compress, decompress = run.compress_time_s, run.decompress_time_s or 0.0
-        decompress_p = run.world_size
         notes.append(f"compression {compress:.6g} s and decompression {decompress:.6g} s per step as "
                      f"recorded on {run.world_size} ranks" + ("" if summable else
                      "; decompression grows with P (one allgathered payload per process)"))
-    elif spec["name"] != "none":
+        return compress, decompress, run.world_size
+    if spec["name"] != "none":
         notes.append(f"compression time of {spec['name']} not measured (no multi-rank RUN_DIR with it): "
                      "left out, so the step time is optimistic by that much")
-    return predict.Workload(params=params, buckets=buckets, summable=summable, compute_time_s=compute,
-                            data_time_s=data, compress_time_s=compress, decompress_time_s=decompress,
-                            decompress_p=decompress_p, every=every)
+    return 0.0, 0.0, 2
 
 
 def _model_summary(fits: Mapping[str, Any], measurement: measure.Measurement) -> dict[str, Any]:
@@ -211,6 +245,50 @@ def build(inputs: Inputs, *, settings: measure.Settings | None = None, remeasure
     if same_run:
         p_values.add(run.world_size)
     predictions = predict.predict(workload, fits, p_values, inputs.overlap)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "repro500_version": __version__,
+        "model": _model_summary(fits, measurement),
+        "collectives": {name: f.as_dict() for name, f in fits.items()},
+        "measurement": _measurement_section(fits, measurement),
+        "workload": _workload_section(inputs, run, workload, spec, params, params_source),
+        "predictions": [p.as_dict() for p in predictions],
+        "assumptions": _assumptions(inputs, workload, spec, measurement, f"{params} from {params_source}", notes),
+    }
+    if same_run:
+        _add_check(doc, run, predictions, workload)
+    elif run is not None and run.world_size > 1:
+        doc["assumptions"].append(f"no check against the run: it used compressor "
+                                  f"{wire.compressor_spec(run.compressor)['name']}, "
+                                  f"the prediction is for {spec['name']}")
+    return doc
+
+
+def _measurement_section(fits: Mapping[str, Any], measurement: measure.Measurement) -> dict[str, Any]:
+    """Where and how the collectives were timed, and each timing's residual against its fit."""
+    return {"host": measurement.host, "torch_version": measurement.torch_version,
+            "measured_utc": measurement.measured_utc, "cached": measurement.cached,
+            "settings": measurement.as_dict()["settings"],
+            "points": fitting.residuals(fits, measurement.points)}
+
+
+def _workload_section(inputs: Inputs, run: RunTimings | None, workload: predict.Workload, spec: dict[str, Any],
+                      params: int, params_source: str) -> dict[str, Any]:
+    """The workload predicted for, and where its numbers came from."""
+    return {"params": params, "params_source": params_source, "compressor": spec,
+            "collective": workload.collective,
+            "buckets": [b.as_dict() for b in workload.buckets],
+            "compute_time_s": workload.compute_time_s, "data_time_s": workload.data_time_s,
+            "compress_time_s": workload.compress_time_s,
+            "decompress_time_s": workload.decompress_time_s, "overlap": inputs.overlap,
+            "run_dir": str(run.path) if run else None,
+            "compute_run_dir": str(inputs.compute_run_dir) if inputs.compute_run_dir else None}
+
+
+def _assumptions(inputs: Inputs, workload: predict.Workload, spec: dict[str, Any],
+                 measurement: measure.Measurement, params_from: str, notes: list[str]) -> list[str]:
+    """Every assumption the predictions rest on, in words, the workload's *notes* included."""
     measured_p = sorted(set(measurement.settings.p_values))
     assumptions = [
         "weak scaling: every process keeps the run's per-rank batch, so its compute time per step does not "
@@ -224,43 +302,23 @@ def build(inputs: Inputs, *, settings: measure.Settings | None = None, remeasure
         f"collective times from the alpha-beta model ({FORMULAS[workload.collective]}) fitted to Gloo timings "
         f"on {measurement.host} with P = {', '.join(map(str, measured_p))}; larger P assumes every link "
         "behaves like this machine's loopback",
-        f"parameters: {params} from {params_source}",
+        f"parameters: {params_from}",
         *notes,
     ]
     if measured_p == [2]:
         assumptions.append("measured on 2 processes only, where log2 P and (P-1)/P coincide: L and gamma are "
                            "extrapolated to every P")
-    doc: dict[str, Any] = {
-        "schema": SCHEMA,
-        "created_utc": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "repro500_version": __version__,
-        "model": _model_summary(fits, measurement),
-        "collectives": {name: f.as_dict() for name, f in fits.items()},
-        "measurement": {"host": measurement.host, "torch_version": measurement.torch_version,
-                        "measured_utc": measurement.measured_utc, "cached": measurement.cached,
-                        "settings": measurement.as_dict()["settings"],
-                        "points": fitting.residuals(fits, measurement.points)},
-        "workload": {"params": params, "params_source": params_source, "compressor": spec,
-                     "collective": workload.collective,
-                     "buckets": [b.as_dict() for b in workload.buckets],
-                     "compute_time_s": workload.compute_time_s, "data_time_s": workload.data_time_s,
-                     "compress_time_s": workload.compress_time_s,
-                     "decompress_time_s": workload.decompress_time_s, "overlap": inputs.overlap,
-                     "run_dir": str(run.path) if run else None,
-                     "compute_run_dir": str(inputs.compute_run_dir) if inputs.compute_run_dir else None},
-        "predictions": [p.as_dict() for p in predictions],
-        "assumptions": assumptions,
-    }
-    if same_run:
-        at_run = next(p for p in predictions if p.p == run.world_size)
-        doc["measured"] = _check(run, at_run, workload)
-        if doc["measured"]["comm_relative_error"] is None:
-            assumptions.append(f"the run's mean step ({run.step_time_s:.6g} s) took no longer than its data, compute "
-                               "and compression: no communication cost to compare, so the check fails")
-    elif run is not None and run.world_size > 1:
-        assumptions.append(f"no check against the run: it used compressor {wire.compressor_spec(run.compressor)['name']}, "
-                           f"the prediction is for {spec['name']}")
-    return doc
+    return assumptions
+
+
+def _add_check(doc: dict[str, Any], run: RunTimings, predictions: list[predict.Prediction],
+               workload: predict.Workload) -> None:
+    """Add to *doc* the check of the prediction at the run's P against the run itself."""
+    at_run = next(p for p in predictions if p.p == run.world_size)
+    doc["measured"] = _check(run, at_run, workload)
+    if doc["measured"]["comm_relative_error"] is None:
+        doc["assumptions"].append(f"the run's mean step ({run.step_time_s:.6g} s) took no longer than its data, "
+                                  "compute and compression: no communication cost to compare, so the check fails")
 
 
 def write(run_dir: str | Path, doc: Mapping[str, Any]) -> Path:
