@@ -98,8 +98,34 @@ def faster_rcnn(
     and 1: images already normalised).
     """
     from torchvision.models.detection import FasterRCNN
-    from torchvision.models.detection.anchor_utils import AnchorGenerator
 
+    _check_name_and_classes(name, num_classes)
+    mean, std = _channel_statistics(name, in_channels, image_mean, image_std)
+    _check_image_sizes(name, min_size, max_size)
+    backbone_name = DETECTION_BACKBONES[name]
+    if backbone_name.startswith("resnet"):
+        backbone, feature_maps = _resnet_backbone(backbone_name, in_channels)
+    else:
+        backbone, feature_maps = _mobilenet_backbone(backbone_name, in_channels)
+    anchors = _anchor_generator(name, backbone_name, feature_maps, anchor_sizes, aspect_ratios)
+    proposal_limits = _proposal_limits(rpn_pre_nms_top_n, rpn_post_nms_top_n)
+    return FasterRCNN(
+        backbone,
+        num_classes=num_classes,
+        min_size=min_size,
+        max_size=max_size,
+        image_mean=mean,
+        image_std=std,
+        rpn_anchor_generator=anchors,
+        rpn_batch_size_per_image=rpn_batch_size_per_image,
+        box_batch_size_per_image=box_batch_size_per_image,
+        box_detections_per_img=box_detections_per_img,
+        box_score_thresh=box_score_thresh,
+        **proposal_limits,
+    )
+
+
+def _check_name_and_classes(name: str, num_classes: int) -> None:
     if name not in DETECTION_BACKBONES:
         raise UsageError(
             f"unknown detection model {name!r}; choose one of {', '.join(DETECTION_BACKBONES)}."
@@ -108,6 +134,12 @@ def faster_rcnn(
         raise UsageError(
             f"detection model {name} needs num_classes >= 2 (classes + background), got {num_classes}."
         )
+
+
+def _channel_statistics(
+    name: str, in_channels: int, image_mean: Sequence[float] | None, image_std: Sequence[float] | None
+) -> tuple[list[float], list[float]]:
+    """The per-channel mean and std the transform normalises with: one each per input channel."""
     mean = [0.0] * in_channels if image_mean is None else [float(v) for v in image_mean]
     std = [1.0] * in_channels if image_std is None else [float(v) for v in image_std]
     if len(mean) != in_channels or len(std) != in_channels or min(std) <= 0:
@@ -115,15 +147,25 @@ def faster_rcnn(
             f"detection model {name}: image_mean and image_std need {in_channels} values each "
             f"(std > 0), got {len(mean)} and {len(std)}."
         )
+    return mean, std
+
+
+def _check_image_sizes(name: str, min_size: int, max_size: int) -> None:
     if min_size <= 0 or max_size < min_size:
         raise UsageError(
             f"detection model {name}: need 0 < min_size <= max_size, got {min_size} and {max_size}."
         )
-    backbone_name = DETECTION_BACKBONES[name]
-    if backbone_name.startswith("resnet"):
-        backbone, feature_maps = _resnet_backbone(backbone_name, in_channels)
-    else:
-        backbone, feature_maps = _mobilenet_backbone(backbone_name, in_channels)
+
+
+def _anchor_generator(
+    name: str,
+    backbone_name: str,
+    feature_maps: int,
+    anchor_sizes: Sequence[int] | None,
+    aspect_ratios: Sequence[float],
+) -> nn.Module:
+    """Anchors for each feature map: a ResNet FPN takes one size per map, a MobileNet all on each."""
+    from torchvision.models.detection.anchor_utils import AnchorGenerator
 
     sizes = tuple(int(s) for s in (anchor_sizes or DEFAULT_ANCHOR_SIZES_PX))
     if backbone_name.startswith("resnet"):
@@ -135,27 +177,19 @@ def faster_rcnn(
     else:
         per_map_sizes = (sizes,) * feature_maps
     ratios = (tuple(float(r) for r in aspect_ratios),) * feature_maps
+    return AnchorGenerator(per_map_sizes, ratios)
 
-    proposal_limits = {}
+
+def _proposal_limits(rpn_pre_nms_top_n: int | None, rpn_post_nms_top_n: int | None) -> dict[str, int]:
+    """FasterRCNN's keyword arguments for the RPN's proposal counts, training and evaluation alike
+    (none given: torchvision's defaults)."""
+    limits = {}
     if rpn_pre_nms_top_n is not None:
-        proposal_limits.update(
+        limits.update(
             rpn_pre_nms_top_n_train=rpn_pre_nms_top_n, rpn_pre_nms_top_n_test=rpn_pre_nms_top_n
         )
     if rpn_post_nms_top_n is not None:
-        proposal_limits.update(
+        limits.update(
             rpn_post_nms_top_n_train=rpn_post_nms_top_n, rpn_post_nms_top_n_test=rpn_post_nms_top_n
         )
-    return FasterRCNN(
-        backbone,
-        num_classes=num_classes,
-        min_size=min_size,
-        max_size=max_size,
-        image_mean=mean,
-        image_std=std,
-        rpn_anchor_generator=AnchorGenerator(per_map_sizes, ratios),
-        rpn_batch_size_per_image=rpn_batch_size_per_image,
-        box_batch_size_per_image=box_batch_size_per_image,
-        box_detections_per_img=box_detections_per_img,
-        box_score_thresh=box_score_thresh,
-        **proposal_limits,
-    )
+    return limits
