@@ -197,72 +197,110 @@ def _statistics(verdict: Verdict, console: Console) -> None:
 
 
 def _other_sections(verdict: Verdict, console: Console) -> None:
+    """One block per remaining section the verdict holds, in the order of docs/verify.md."""
+    _time_to_train(verdict, console)
+    _determinism(verdict, console)
+    _divergence(verdict, console)
+    _gains(verdict, console)
+    _one_line(verdict.sampling, "Sampling", console)
+    _one_line(verdict.mlperf, "MLPerf", console)
+    _exact_replay(verdict, console)
+    _provenance(verdict, console)
+    _valid_flops(verdict, console)
+
+
+def _one_line(section: Any, title: str, console: Console) -> None:
+    """A section told by its status and reason alone."""
+    if section is not None:
+        console.print(f"[bold]{title}[/]  {_status(section.status)} {shown(section.reason)}", highlight=False)
+
+
+def _time_to_train(verdict: Verdict, console: Console) -> None:
     t = verdict.time_to_train
-    if t is not None:
-        ttq = t.time_to_quality_s
-        line = ""
-        if ttq.get("n"):
-            om = ttq.get("olympic_mean")
-            line = f"time_to_quality_s olympic mean {_g(om)}" if om is not None else f"time_to_quality_s mean {_g(ttq.get('mean'))}"
-            line += f" (n={_g(ttq['n'])}); "
-        console.print(f"[bold]Time-to-train[/]  {line}{_status(t.status)} {shown(t.reason)}", highlight=False)
+    if t is None:
+        return
+    ttq = t.time_to_quality_s
+    line = ""
+    if ttq.get("n"):
+        om = ttq.get("olympic_mean")
+        line = f"time_to_quality_s olympic mean {_g(om)}" if om is not None else f"time_to_quality_s mean {_g(ttq.get('mean'))}"
+        line += f" (n={_g(ttq['n'])}); "
+    console.print(f"[bold]Time-to-train[/]  {line}{_status(t.status)} {shown(t.reason)}", highlight=False)
+
+
+def _determinism(verdict: Verdict, console: Console) -> None:
     d = verdict.determinism
-    if d is not None:
-        console.print(f"[bold]Determinism[/]  {_status(d.status)} {shown(d.reason)}", highlight=False)
-        for text in d.notes[:2]:
-            console.print(f"  [dim]{shown(text)}[/]", highlight=False)
-        if d.cross_run:
-            same = sum(1 for pair in d.cross_run if pair["identical"])
-            console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
-                          "with bitwise-identical parameters", highlight=False)
+    if d is None:
+        return
+    console.print(f"[bold]Determinism[/]  {_status(d.status)} {shown(d.reason)}", highlight=False)
+    for text in d.notes[:2]:
+        console.print(f"  [dim]{shown(text)}[/]", highlight=False)
+    if d.cross_run:
+        same = sum(1 for pair in d.cross_run if pair["identical"])
+        console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
+                      "with bitwise-identical parameters", highlight=False)
+
+
+def _divergence(verdict: Verdict, console: Console) -> None:
     v = verdict.divergence
-    if v is not None and v.status != "SKIPPED":
-        state = "[yellow]parted[/]" if v.status == "FOUND" else "[green]no divergence[/]"
-        console.print(f"[bold]Where the runs part[/]  {state} {shown(v.reason)}", highlight=False)
-        if v.status == "FOUND" and v.first is not None and v.first.shape != "final state":  # nothing to replay there
-            console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
-                          highlight=False)
-    if verdict.gains:
-        from repro500.verify.gains import describe
+    if v is None or v.status == "SKIPPED":
+        return
+    state = "[yellow]parted[/]" if v.status == "FOUND" else "[green]no divergence[/]"
+    console.print(f"[bold]Where the runs part[/]  {state} {shown(v.reason)}", highlight=False)
+    if v.status == "FOUND" and v.first is not None and v.first.shape != "final state":  # nothing to replay there
+        console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
+                      highlight=False)
 
-        console.print(f"[bold]Against the reference[/]  {shown(describe(verdict.gains))}", highlight=False)
-    s = verdict.sampling
-    if s is not None:
-        console.print(f"[bold]Sampling[/]  {_status(s.status)} {shown(s.reason)}", highlight=False)
-    m = verdict.mlperf
-    if m is not None:
-        console.print(f"[bold]MLPerf[/]  {_status(m.status)} {shown(m.reason)}", highlight=False)
+
+def _gains(verdict: Verdict, console: Console) -> None:
+    if not verdict.gains:
+        return
+    from repro500.verify.gains import describe
+
+    console.print(f"[bold]Against the reference[/]  {shown(describe(verdict.gains))}", highlight=False)
+
+
+def _exact_replay(verdict: Verdict, console: Console) -> None:
     r = verdict.exact_replay
-    if r is not None:
-        state = ("[bold green]exact[/]" if r.exact else
-                 "[yellow]not exact[/]" if r.metric_differences else "[dim]not exact[/]")
-        console.print(f"[bold]Exact replay[/]  {state} {shown(r.reason)}", highlight=False)
-    p = verdict.provenance
-    if p is not None:
-        if not p.available:
-            console.print(f"[bold]Provenance[/]  {shown(p.note)}", highlight=False)
-        else:
-            relevant = f", {p.result_relevant} result-relevant" if p.result_relevant is not None else ""
-            console.print(f"[bold]Provenance[/]  {p.total} difference(s) from the reference{relevant}", highlight=False)
-            from repro500.verify.diff import relevance
+    if r is None:
+        return
+    state = ("[bold green]exact[/]" if r.exact else
+             "[yellow]not exact[/]" if r.metric_differences else "[dim]not exact[/]")
+    console.print(f"[bold]Exact replay[/]  {state} {shown(r.reason)}", highlight=False)
 
-            for row in p.top:
-                key = f"{row['facet']}.{row['key']}" if row.get("key") else row["facet"]
-                words = relevance(row["impact"]) if isinstance(row.get("impact"), int) else "impact"
-                console.print(f"  {shown(key)}: {_g(row['run'])} vs {_g(row['reference'])}  [dim](impact "
-                              f"{_g(row['impact'])}, {shown(words)}: {shown(row['reason'])})[/]", highlight=False)
+
+def _provenance(verdict: Verdict, console: Console) -> None:
+    p = verdict.provenance
+    if p is None:
+        return
+    if not p.available:
+        console.print(f"[bold]Provenance[/]  {shown(p.note)}", highlight=False)
+        return
+    relevant = f", {p.result_relevant} result-relevant" if p.result_relevant is not None else ""
+    console.print(f"[bold]Provenance[/]  {p.total} difference(s) from the reference{relevant}", highlight=False)
+    from repro500.verify.diff import relevance
+
+    for row in p.top:
+        key = f"{row['facet']}.{row['key']}" if row.get("key") else row["facet"]
+        words = relevance(row["impact"]) if isinstance(row.get("impact"), int) else "impact"
+        console.print(f"  {shown(key)}: {_g(row['run'])} vs {_g(row['reference'])}  [dim](impact "
+                      f"{_g(row['impact'])}, {shown(words)}: {shown(row['reason'])})[/]", highlight=False)
+
+
+def _valid_flops(verdict: Verdict, console: Console) -> None:
     f = verdict.valid_flops
-    if f is not None and f.repeats:
-        first = f.repeats[0]
-        summary = f.summary or {}
-        ratio = (first["target"], first["achieved"]) if first.get("direction") == "lower" else (
-            first["achieved"], first["target"])
-        console.print(
-            f"[bold]Valid FLOPS[/]  mean {_g(summary.get('mean'))} FLOP/s over {_g(summary.get('n', 0))} repeat(s); "
-            f"repeat {_g(first['repeat'])}: {_g(first['flops_per_s'])} FLOP/s x ({_g(ratio[0])} / "
-            f"{_g(ratio[1])})^{_g(first['exponent'])} = {_g(first['recomputed'])}", highlight=False)
-        for text in f.mismatches[:2]:
-            console.print(f"  [yellow]{shown(text)}[/]", highlight=False)
+    if f is None or not f.repeats:
+        return
+    first = f.repeats[0]
+    summary = f.summary or {}
+    ratio = (first["target"], first["achieved"]) if first.get("direction") == "lower" else (
+        first["achieved"], first["target"])
+    console.print(
+        f"[bold]Valid FLOPS[/]  mean {_g(summary.get('mean'))} FLOP/s over {_g(summary.get('n', 0))} repeat(s); "
+        f"repeat {_g(first['repeat'])}: {_g(first['flops_per_s'])} FLOP/s x ({_g(ratio[0])} / "
+        f"{_g(ratio[1])})^{_g(first['exponent'])} = {_g(first['recomputed'])}", highlight=False)
+    for text in f.mismatches[:2]:
+        console.print(f"  [yellow]{shown(text)}[/]", highlight=False)
 
 
 def _advice(verdict: Verdict, console: Console) -> None:
