@@ -18,7 +18,7 @@ import os
 import re
 import shutil
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,16 +74,7 @@ class CommandSpec:
         def bad(key: str, what: str) -> InvalidInput:
             return InvalidInput(f"{source}: {key}: {what}")
 
-        command = fixed.get("command")
-        if isinstance(command, str):
-            import shlex
-
-            command = shlex.split(command)
-        if not isinstance(command, list) or not command:
-            raise bad("fixed.command", "expected a non-empty list such as [python, train.py, --seed, '{seed}']")
-        for i, arg in enumerate(command):
-            if isinstance(arg, bool) or not isinstance(arg, _SCALARS):
-                raise bad("fixed.command", f"argument {i} is a {type(arg).__name__}; every argument is a string or a number")
+        command = _command_argv(fixed, bad)
         workdir = fixed.get("workdir", ".")
         if not isinstance(workdir, str) or not workdir:
             raise bad("fixed.workdir", "expected a directory path")
@@ -91,41 +82,12 @@ class CommandSpec:
         if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                                       or not timeout_s > 0):
             raise bad("fixed.timeout_s", f"expected a positive number of seconds or null, not {timeout_s!r}")
-        outputs = fixed.get("outputs") or []
-        if not isinstance(outputs, list) or not all(isinstance(o, str) and o for o in outputs):
-            raise bad("fixed.outputs", "expected a list of file paths")
-        for name in outputs:
-            if Path(name).is_absolute() or ".." in Path(name).parts:
-                raise bad("fixed.outputs", f"{name!r} must be relative to the repeat directory or the workdir")
-        env = fixed.get("env") or {}
-        if not isinstance(env, Mapping):
-            raise bad("fixed.env", "expected a mapping of variable names to values")
-        for name, value in env.items():
-            if name in RESERVED_ENV:
-                raise bad(f"fixed.env.{name}", "is set by repro500 for every repeat; remove it")
-            if isinstance(value, bool) or not isinstance(value, _SCALARS):
-                raise bad(f"fixed.env.{name}", "expected a string or a number")
-        if metrics is not None and not isinstance(metrics, Mapping):
-            raise bad("metrics", "expected a mapping of metric names to declarations")
-        decls = {}
-        for name, raw in (metrics or {}).items():
-            if not isinstance(name, str) or not name or name in RESERVED_METRICS:
-                raise bad(f"metrics.{name}", "is not a usable metric name (total_time_s is measured by repro500)")
-            decls[name] = MetricDecl.parse(name, raw, where=f"{source}: metrics.{name}")
+        outputs = _output_paths(fixed, bad)
+        env = _extra_env(fixed, bad)
+        decls = _metric_decls(metrics, source, bad)
         if mutable is not None and not isinstance(mutable, Mapping):
             raise bad("mutable", "expected a mapping")
-        inputs = fixed.get("inputs") or []
-        if not isinstance(inputs, list) or not all(isinstance(i, str) and i for i in inputs):
-            raise bad("fixed.inputs", "expected a list of file or directory paths the command reads")
-        observe = fixed.get("observe_inputs", "auto")
-        if observe not in OBSERVE_MODES:
-            raise bad("fixed.observe_inputs", f"expected one of {', '.join(OBSERVE_MODES)}, not {observe!r}")
-        budget = fixed.get("inputs_budget_mb", BUDGET_MB)
-        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
-            raise bad("fixed.inputs_budget_mb", f"expected a number of MiB (0 or more), not {budget!r}")
-        seconds = fixed.get("inputs_budget_s", BUDGET_S)
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-            raise bad("fixed.inputs_budget_s", f"expected a number of seconds (0 or more), not {seconds!r}")
+        inputs, observe, budget, seconds = _input_options(fixed, bad)
         spec = cls(
             argv=[str(a) for a in command],
             workdir=((base or Path.cwd()) / workdir).resolve(),
@@ -142,6 +104,79 @@ class CommandSpec:
         )
         fill(spec, seed=0, repeat=0, repeat_dir="repeat_dir")  # unknown placeholders fail here
         return spec
+
+
+# Each takes the recipe's complaint maker: bad("fixed.KEY", "what is wrong") -> InvalidInput.
+_Complaint = Callable[[str, str], InvalidInput]
+
+
+def _command_argv(fixed: Mapping[str, Any], bad: _Complaint) -> list[Any]:
+    """``fixed.command``: a list of strings and numbers, or one string split as a shell would."""
+    command = fixed.get("command")
+    if isinstance(command, str):
+        import shlex
+
+        command = shlex.split(command)
+    if not isinstance(command, list) or not command:
+        raise bad("fixed.command", "expected a non-empty list such as [python, train.py, --seed, '{seed}']")
+    for i, arg in enumerate(command):
+        if isinstance(arg, bool) or not isinstance(arg, _SCALARS):
+            raise bad("fixed.command", f"argument {i} is a {type(arg).__name__}; every argument is a string or a number")
+    return command
+
+
+def _output_paths(fixed: Mapping[str, Any], bad: _Complaint) -> list[str]:
+    """``fixed.outputs``: relative paths, none climbing out of the repeat directory or the workdir."""
+    outputs = fixed.get("outputs") or []
+    if not isinstance(outputs, list) or not all(isinstance(o, str) and o for o in outputs):
+        raise bad("fixed.outputs", "expected a list of file paths")
+    for name in outputs:
+        if Path(name).is_absolute() or ".." in Path(name).parts:
+            raise bad("fixed.outputs", f"{name!r} must be relative to the repeat directory or the workdir")
+    return outputs
+
+
+def _extra_env(fixed: Mapping[str, Any], bad: _Complaint) -> Mapping[str, Any]:
+    """``fixed.env``: scalar values, and none of the variables repro500 sets itself."""
+    env = fixed.get("env") or {}
+    if not isinstance(env, Mapping):
+        raise bad("fixed.env", "expected a mapping of variable names to values")
+    for name, value in env.items():
+        if name in RESERVED_ENV:
+            raise bad(f"fixed.env.{name}", "is set by repro500 for every repeat; remove it")
+        if isinstance(value, bool) or not isinstance(value, _SCALARS):
+            raise bad(f"fixed.env.{name}", "expected a string or a number")
+    return env
+
+
+def _metric_decls(metrics: Mapping[str, Any] | None, source: str, bad: _Complaint) -> dict[str, MetricDecl]:
+    """The ``metrics:`` section, each declaration parsed; the names repro500 measures are refused."""
+    if metrics is not None and not isinstance(metrics, Mapping):
+        raise bad("metrics", "expected a mapping of metric names to declarations")
+    decls = {}
+    for name, raw in (metrics or {}).items():
+        if not isinstance(name, str) or not name or name in RESERVED_METRICS:
+            raise bad(f"metrics.{name}", "is not a usable metric name (total_time_s is measured by repro500)")
+        decls[name] = MetricDecl.parse(name, raw, where=f"{source}: metrics.{name}")
+    return decls
+
+
+def _input_options(fixed: Mapping[str, Any], bad: _Complaint) -> tuple[list[str], str, float, float]:
+    """The data the command reads: ``fixed.inputs``, how its reads are watched, and the budgets
+    for hashing what it was seen to read (MiB, seconds)."""
+    inputs = fixed.get("inputs") or []
+    if not isinstance(inputs, list) or not all(isinstance(i, str) and i for i in inputs):
+        raise bad("fixed.inputs", "expected a list of file or directory paths the command reads")
+    observe = fixed.get("observe_inputs", "auto")
+    if observe not in OBSERVE_MODES:
+        raise bad("fixed.observe_inputs", f"expected one of {', '.join(OBSERVE_MODES)}, not {observe!r}")
+    budget = fixed.get("inputs_budget_mb", BUDGET_MB)
+    if isinstance(budget, bool) or not isinstance(budget, (int, float)) or not budget >= 0:
+        raise bad("fixed.inputs_budget_mb", f"expected a number of MiB (0 or more), not {budget!r}")
+    seconds = fixed.get("inputs_budget_s", BUDGET_S)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise bad("fixed.inputs_budget_s", f"expected a number of seconds (0 or more), not {seconds!r}")
+    return inputs, observe, budget, seconds
 
 
 def declared_metrics(spec: CommandSpec) -> list[str]:
