@@ -125,11 +125,28 @@ def check(run_dir: str | Path) -> list[str]:
         return [str(err)]
     if not records or records[0].get("kind") != "start":
         return [f"{CHAIN_NAME} does not begin with its start line: it was cut or rewritten"]
-    problems: list[str] = []
+    problems = _manifest_problems(root, records[0])
+    link_problems, latest = _links(records)
+    problems += link_problems
+    planned = records[0].get("planned")
+    if not isinstance(planned, int) or planned < 1:
+        return [*problems, f"{CHAIN_NAME} does not say how many repeats were planned"]
+    run = _json(root / layout.RUN_JSON) or {}
+    return problems + _plan_problems(root, run, planned) + _repeat_problems(root, run, planned, latest)
+
+
+def _manifest_problems(root: Path, start_record: dict[str, Any]) -> list[str]:
+    """Whether the chain starts from the manifest the run directory holds."""
     manifest = _json(root / layout.MANIFEST) or {}
     manifest_digest = (manifest.get("digest") or {}).get("value") if isinstance(manifest.get("digest"), dict) else None
-    if records[0].get("prev") != manifest_digest:
-        problems.append(f"{CHAIN_NAME} starts from another manifest than manifest.json's digest")
+    if start_record.get("prev") != manifest_digest:
+        return [f"{CHAIN_NAME} starts from another manifest than manifest.json's digest"]
+    return []
+
+
+def _links(records: list[dict[str, Any]]) -> tuple[list[str], dict[int, dict[str, Any]]]:
+    """The problems with each line's link, and the latest line of each repeat (a rerun's replaces its first)."""
+    problems: list[str] = []
     latest: dict[int, dict[str, Any]] = {}
     prev = None
     for lineno, record in enumerate(records, 1):
@@ -146,15 +163,23 @@ def check(run_dir: str | Path) -> list[str]:
             problems.append(f"{label} is not a repeat link")
             continue
         latest[record["repeat"]] = record
-    planned = records[0].get("planned")
-    if not isinstance(planned, int) or planned < 1:
-        return [*problems, f"{CHAIN_NAME} does not say how many repeats were planned"]
-    run = _json(root / layout.RUN_JSON) or {}
+    return problems, latest
+
+
+def _plan_problems(root: Path, run: dict[str, Any], planned: int) -> list[str]:
+    """Whether run.json and summary.json plan as many repeats as the chain's start line."""
+    problems = []
     if run.get("repeats") != planned:
         problems.append(f"{CHAIN_NAME} says {planned} repeats were planned, run.json says {run.get('repeats')}")
     aggregate = _json(root / layout.SUMMARY)
     if aggregate is not None and aggregate.get("repeats_planned") not in (None, planned):
         problems.append(f"{CHAIN_NAME} says {planned} repeats were planned, summary.json says {aggregate.get('repeats_planned')}")
+    return problems
+
+
+def _repeat_problems(root: Path, run: dict[str, Any], planned: int, latest: dict[int, dict[str, Any]]) -> list[str]:
+    """Each repeat planned, chained or on disk against the others: extra, unchained, missing or replaced."""
+    problems = []
     on_disk = {int(p.parent.name) for p in (root / "repeats").glob("*/summary.json") if p.parent.name.isdigit()}
     # a sequential run stops once decided (verify re-derives where: verify/sequential.py)
     design = run.get("design") if isinstance(run.get("design"), dict) else {}
