@@ -184,12 +184,7 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
     argv = fill(spec, seed=child_seed(seeds), repeat=repeat, repeat_dir=str(out_dir))
     env = child_env(spec, repeat, seeds, out_dir, context)
     redactor = _Redactor(env)
-    summary: dict[str, Any] = {
-        "schema": SCHEMA, "repeat": repeat, "status": REPEAT_FAILED, "seeds": seeds.as_dict(), "engine": "command",
-        "world_size": 1, "command": redactor.argv(argv), "exit_status": None, "signal": None, "timed_out": False,
-        "metrics": {}, "metric_sources": {}, "total_time_s": 0.0, "final_param_digest": None, "outputs": {},
-        "error": None,
-    }
+    summary = _initial_summary(repeat, seeds, redactor.argv(argv))
     start = time.monotonic()
     watch = Watch(spec.observe)
 
@@ -205,8 +200,7 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
             child = Child.start(watch.argv(argv), cwd=spec.workdir, env=watch.env(env), stdout=out_dir / STDOUT,
                                 stderr=out_dir / STDERR, echo=context.echo)
         except OSError as err:
-            reason = "was not found" if isinstance(err, FileNotFoundError) else f"could not be started ({err.strerror or err})"
-            return finish(REPEAT_FAILED, f"program {argv[0]} {reason} (workdir {spec.workdir})")
+            return finish(REPEAT_FAILED, _start_error(err, argv[0], spec.workdir))
         try:
             child.wait(spec.timeout_s, grace_s)
         except KeyboardInterrupt:
@@ -217,16 +211,48 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
         summary.update(exit_status=child.exit_status, signal=child.signal_name, timed_out=child.timed_out,
                        total_time_s=child.elapsed_s)
         # what it read, however it ended: a failed repeat's inputs explain it too
-        # repro500's own: the run, its outputs, and the file naming the repeat's MLflow run
-        ready = [context.mlflow.ready_file] if context.mlflow and context.mlflow.ready_file else []
-        _record_interpreters(watch, argv[0], spec.workdir, env.get("PATH"), out_dir)
-        summary["observed_inputs"] = watch.result([out_dir.parent.parent, *context.exclude, *ready],
-                                                  context.source_files, spec.inputs_budget_mb, spec.inputs_budget_s)
+        summary["observed_inputs"] = _observed_inputs(watch, spec, argv[0], env, out_dir, context)
     finally:
         watch.close()
     error = _exit_error(child, spec.timeout_s, child.last_stderr)
     if error:
         return finish(REPEAT_FAILED, error)
+    missing = _collect_results(spec, repeat, out_dir, context, summary)
+    if missing is not None:
+        return finish(REPEAT_FAILED, missing)
+    return finish(REPEAT_COMPLETED, None)
+
+
+def _initial_summary(repeat: int, seeds: Seeds, command: list[str]) -> dict[str, Any]:
+    """A repeat's summary before the command runs: failed, with nothing measured yet."""
+    return {
+        "schema": SCHEMA, "repeat": repeat, "status": REPEAT_FAILED, "seeds": seeds.as_dict(), "engine": "command",
+        "world_size": 1, "command": command, "exit_status": None, "signal": None, "timed_out": False,
+        "metrics": {}, "metric_sources": {}, "total_time_s": 0.0, "final_param_digest": None, "outputs": {},
+        "error": None,
+    }
+
+
+def _start_error(err: OSError, program: str, workdir: Path) -> str:
+    """The sentence for a command that could not be started at all."""
+    reason = "was not found" if isinstance(err, FileNotFoundError) else f"could not be started ({err.strerror or err})"
+    return f"program {program} {reason} (workdir {workdir})"
+
+
+def _observed_inputs(watch: Watch, spec: CommandSpec, program: str, env: Mapping[str, str], out_dir: Path,
+                     context: RepeatContext) -> dict[str, Any] | None:
+    """What the command's processes read, its interpreters recorded in the repeat on the way."""
+    # repro500's own: the run, its outputs, and the file naming the repeat's MLflow run
+    ready = [context.mlflow.ready_file] if context.mlflow and context.mlflow.ready_file else []
+    _record_interpreters(watch, program, spec.workdir, env.get("PATH"), out_dir)
+    return watch.result([out_dir.parent.parent, *context.exclude, *ready],
+                        context.source_files, spec.inputs_budget_mb, spec.inputs_budget_s)
+
+
+def _collect_results(spec: CommandSpec, repeat: int, out_dir: Path, context: RepeatContext,
+                     summary: dict[str, Any]) -> str | None:
+    """Put the command's metrics, declared outputs and final digest into ``summary``; return the
+    sentence naming what is missing instead, if anything is (the summary then holds none of them)."""
     target = context.mlflow
     produced = Produced(stdout=out_dir / STDOUT, stderr=out_dir / STDERR, metrics_file=out_dir / METRICS_FILE,
                         search=[out_dir, spec.workdir],
@@ -237,9 +263,9 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
     except MetricMissing as err:
         # A failed repeat reports no metric values, not the ones read before a missing output.
         summary["metrics"], summary["metric_sources"], summary["outputs"] = {}, {}, {}
-        return finish(REPEAT_FAILED, str(err))
+        return str(err)
     summary["final_param_digest"] = produced.param_digest() or _outputs_digest(summary["outputs"])
-    return finish(REPEAT_COMPLETED, None)
+    return None
 
 
 def _fresh_repeat_dir(out_dir: Path) -> None:
