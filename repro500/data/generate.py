@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -273,17 +273,9 @@ def write(
     import h5py
 
     out = Path(out)
-    if samples < 1:
-        raise UsageError(f"samples must be at least 1, not {samples}")
-    if out.is_dir():
-        raise InvalidInput(f"{out} is a directory: give a file name for --out (e.g. {out}/train.h5)")
-    if out.exists() and not force:
-        raise InvalidInput(f"{out} already exists: pass --force to replace it")
+    _check_request(out, samples, force)
     filters = _filters(compression)
-    start, stop = shard_range(samples, *shard)
-    count = stop - start
-    if count < 1:
-        raise UsageError(f"shard {shard[0]}/{shard[1]} of {samples} samples is empty: use fewer shards")
+    start, count = _shard_block(samples, shard)
     _check_room(gen, out, samples, shard, compression, max_bytes)
     specs = gen.datasets()
     t0 = time.perf_counter()
@@ -296,24 +288,9 @@ def write(
                 for key, value in file_attrs(gen, samples, start, shard).items():
                     h5.attrs[key] = value
                 dsets = _create_datasets(h5, specs, count, filters)
-                moments = {spec.name: Moments() for spec in specs if spec.stats_axis is not None}
-                with _one_blas_thread(), _Interrupts() as interrupts:
-                    for j in range(count):
-                        interrupts.check()
-                        sample = gen.sample(start + j)
-                        for spec in specs:
-                            dsets[spec.name][j] = sample[spec.name]
-                            if spec.name in moments:
-                                moments[spec.name].add(sample[spec.name], spec.stats_axis)
-                        if max_bytes is not None:
-                            _check_growth(tmp, out, max_bytes)
-                        advance()
-                    interrupts.check()
-                for name, mom in moments.items():
-                    mean, std = mom.mean_std()
-                    dsets[name].attrs["channel_mean"] = mean
-                    dsets[name].attrs["channel_std"] = std
-                    dsets[name].attrs["stats_samples"] = mom.samples
+                moments = _write_samples(gen, specs, dsets, start, count, advance, tmp=tmp, out=out,
+                                         max_bytes=max_bytes)
+                _store_statistics(dsets, moments)
             if max_bytes is not None:  # HDF5 writes its last chunks and its metadata on close
                 _check_growth(tmp, out, max_bytes)
     except OSError as err:
@@ -325,6 +302,55 @@ def write(
         path=out, kind=gen.kind, samples=count, sample_offset=start, samples_total=samples,
         file_bytes=out.stat().st_size, time_s=elapsed,
     )
+
+
+def _check_request(out: Path, samples: int, force: bool) -> None:
+    """Refuse, before anything is drawn, a data set of no samples or an ``out`` that is not free to write."""
+    if samples < 1:
+        raise UsageError(f"samples must be at least 1, not {samples}")
+    if out.is_dir():
+        raise InvalidInput(f"{out} is a directory: give a file name for --out (e.g. {out}/train.h5)")
+    if out.exists() and not force:
+        raise InvalidInput(f"{out} already exists: pass --force to replace it")
+
+
+def _shard_block(samples: int, shard: tuple[int, int]) -> tuple[int, int]:
+    """(first sample, number of samples) of this shard; an empty shard is refused."""
+    start, stop = shard_range(samples, *shard)
+    count = stop - start
+    if count < 1:
+        raise UsageError(f"shard {shard[0]}/{shard[1]} of {samples} samples is empty: use fewer shards")
+    return start, count
+
+
+def _write_samples(gen: Generator, specs: Sequence[Any], dsets: dict[str, Any], start: int, count: int,
+                   advance: Callable[[], None], *, tmp: Path, out: Path, max_bytes: int | None) -> dict[str, Moments]:
+    """Draw samples ``start`` .. ``start + count - 1`` one at a time into ``dsets``; return the
+    running per-channel moments of each array that keeps statistics.  An interrupt, or the file
+    at ``tmp`` growing past ``max_bytes``, stops it between samples."""
+    moments = {spec.name: Moments() for spec in specs if spec.stats_axis is not None}
+    with _one_blas_thread(), _Interrupts() as interrupts:
+        for j in range(count):
+            interrupts.check()
+            sample = gen.sample(start + j)
+            for spec in specs:
+                dsets[spec.name][j] = sample[spec.name]
+                if spec.name in moments:
+                    moments[spec.name].add(sample[spec.name], spec.stats_axis)
+            if max_bytes is not None:
+                _check_growth(tmp, out, max_bytes)
+            advance()
+        interrupts.check()
+    return moments
+
+
+def _store_statistics(dsets: dict[str, Any], moments: dict[str, Moments]) -> None:
+    """Each array's per-channel normalisation statistics, as attributes of its dataset."""
+    for name, mom in moments.items():
+        mean, std = mom.mean_std()
+        dsets[name].attrs["channel_mean"] = mean
+        dsets[name].attrs["channel_std"] = std
+        dsets[name].attrs["stats_samples"] = mom.samples
 
 
 def _create_datasets(h5: Any, specs: Sequence[Any], count: int, filters: dict[str, Any]) -> dict[str, Any]:
