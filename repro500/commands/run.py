@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
 
@@ -86,38 +87,18 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
     from repro500.runner import RunOptions
     from repro500.runner import run as run_recipe
 
-    adhoc = None
+    ctx = click.get_current_context()
     if as_command:
-        from repro500.workloads.command.adhoc import recipe_data
-
-        adhoc = recipe_data(list(recipe), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
-                            inputs=list(inputs) or None, scales=scales)
-        recipe_path = None
+        recipe_path, adhoc = None, _command_recipe(recipe, metrics=metrics, scales=scales, accepts=accepts,
+                                                   timeout_s=timeout_s, name=name, inputs=inputs)
     else:
-        stray = [flag for flag, value in (("--metric", metrics), ("--scale", scales), ("--accept", accepts), ("--timeout", timeout_s),
-                                          ("--name", name), ("--input", inputs)) if value]
-        if stray:
-            raise UsageError(f"{', '.join(stray)} go{'es' if len(stray) == 1 else ''} with --command")
-        if len(recipe) > 1:
-            raise UsageError(f"give one RECIPE file, not {len(recipe)} arguments (to run a program, use --command -- PROGRAM ...)")
-        recipe_path = recipe[0] if recipe else None
+        recipe_path, adhoc = _recipe_file(recipe, ctx), None
     if artifacts is not None and tracking is False:
         raise UsageError("--artifacts says where MLflow keeps a run's artifacts: it does not go with --no-tracking")
     if resume and (recipe_path or adhoc):
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
     if resume:
-        given = [flag for flag, value in (
-            ("--set", overrides), ("--params", params_file), ("--repeats", repeats), ("--nproc", nproc),
-            ("--deterministic", deterministic), ("--same-seed", same_seed), ("--open-division", open_division),
-            ("--run-id", run_id), ("--experiment", experiment), ("--trace-inputs", trace_inputs),
-            ("--until-decided", until_decided), ("--max-repeats", max_repeats), ("--against", against),
-            ("--margin", margins), ("--vary", vary), ("--repeats-per-cell", repeats_per_cell),
-            ("--out", click.get_current_context().get_parameter_source("out_dir")
-             is not click.core.ParameterSource.DEFAULT),
-        ) if value]
-        if given:
-            raise UsageError(f"--resume reruns a run exactly as recorded (its recipe, seeds, determinism and "
-                             f"MLflow parent); {', '.join(given)} do{'es' if len(given) == 1 else ''} not apply")
+        _refuse_with_resume(ctx)
     options = RunOptions(recipe=recipe_path, adhoc=adhoc, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
@@ -129,3 +110,50 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          vary=[name.strip() for name in vary.split(",")] if vary is not None else None)
     outcome = run_recipe(options)
     sys.exit(outcome.exit_code)
+
+
+# The options that describe a program run with --command, by flag and parameter name.
+_COMMAND_ONLY = (("--metric", "metrics"), ("--scale", "scales"), ("--accept", "accepts"), ("--timeout", "timeout_s"),
+                 ("--name", "name"), ("--input", "inputs"))
+# What --resume takes from the run directory instead: given again, they would silently not apply.
+_RECORDED_IN_THE_RUN = (
+    ("--set", "overrides"), ("--params", "params_file"), ("--repeats", "repeats"), ("--nproc", "nproc"),
+    ("--deterministic", "deterministic"), ("--same-seed", "same_seed"), ("--open-division", "open_division"),
+    ("--run-id", "run_id"), ("--experiment", "experiment"), ("--trace-inputs", "trace_inputs"),
+    ("--until-decided", "until_decided"), ("--max-repeats", "max_repeats"), ("--against", "against"),
+    ("--margin", "margins"), ("--vary", "vary"), ("--repeats-per-cell", "repeats_per_cell"),
+)
+
+
+def _command_recipe(argv: tuple[str, ...], *, metrics: tuple[str, ...], scales: dict[str, float],
+                    accepts: tuple[str, ...], timeout_s: float | None, name: str | None,
+                    inputs: tuple[str, ...]) -> dict[str, Any]:
+    """The ad-hoc recipe of ``run --command -- PROGRAM ...``."""
+    from repro500.workloads.command.adhoc import recipe_data
+
+    return recipe_data(list(argv), metrics=list(metrics), accept=list(accepts), name=name, timeout_s=timeout_s,
+                       inputs=list(inputs) or None, scales=scales)
+
+
+def _recipe_file(recipe: tuple[str, ...], ctx: click.Context) -> str | None:
+    """The one RECIPE file given, if any; the options of --command are refused without it."""
+    from repro500.errors import UsageError
+
+    stray = [flag for flag, param in _COMMAND_ONLY if ctx.params[param]]
+    if stray:
+        raise UsageError(f"{', '.join(stray)} go{'es' if len(stray) == 1 else ''} with --command")
+    if len(recipe) > 1:
+        raise UsageError(f"give one RECIPE file, not {len(recipe)} arguments (to run a program, use --command -- PROGRAM ...)")
+    return recipe[0] if recipe else None
+
+
+def _refuse_with_resume(ctx: click.Context) -> None:
+    """--resume reruns a run exactly as recorded: refuse the options it would ignore."""
+    from repro500.errors import UsageError
+
+    given = [flag for flag, param in _RECORDED_IN_THE_RUN if ctx.params[param]]
+    if ctx.get_parameter_source("out_dir") is not click.core.ParameterSource.DEFAULT:
+        given.append("--out")
+    if given:
+        raise UsageError(f"--resume reruns a run exactly as recorded (its recipe, seeds, determinism and "
+                         f"MLflow parent); {', '.join(given)} do{'es' if len(given) == 1 else ''} not apply")
