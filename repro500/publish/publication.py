@@ -380,32 +380,15 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
              exclude: Sequence[str], shown: Path | None = None) -> PublishResult:
     from repro500.verify.verdict import verify_run
 
-    if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not force:
-        raise InvalidInput(f"{out} already exists: choose another --out or pass --force to replace it")
-    if out.resolve().is_relative_to(root.resolve()):
-        raise UsageError(f"{out} lies inside the run directory: write the publication somewhere else")
-    # a publication vouches for the run: what verify would call INVALID (a replaced or dropped
-    # repeat, files re-sealed after signing) is refused here, not published with its verdict
-    require_intact(root, "only an untouched run is published", shown=shown)
-    left_out = excluded.select(root, exclude)
-    run = load_run(root)
-    # the run id names the archive (and, in reproduce, the default work directory): a packed run from
-    # elsewhere chose it, and "../../x" would put a file outside the publication
-    untrusted.path_name(run.run_id, f"{shown or root}: run id")
-    if run.recipe is None or run.manifest is None:
-        raise InvalidInput(f"{root} has no recipe.yaml or manifest.json: it cannot be rerun from a publication")
+    _check_destination(root, out, force)
+    run, left_out = _publishable_run(root, exclude, shown)
     verdict = verify_run(root)
     metrics, used, notes = published_metrics(run, margins)
     plan = describe(run.manifest, data_root, recorded=read_specs(root, run.manifest))
-    notes += [e.note for e in plan.entries if e.note]
     meta = run.run or {}
     recipe = runnable_recipe(run.recipe)
     flags = rerun_flags(meta)
-    if meta.get("open_division"):
-        notes.append("the run was in the open division (fixed keys overridden); recipe.yaml holds the values it used")
-    if left_out:
-        notes.append(left_out_note([e.to_dict() for e in left_out]))
-
+    notes += _publication_notes(plan.entries, meta, left_out)
 
     with writing("the publication", out, "give --out a directory you can write to"):
         staging = _stage_dir(out)
@@ -417,20 +400,10 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
                           + yaml.safe_dump(published, sort_keys=False, width=100))
         _write_clean(staging / RECIPE, f"# The resolved recipe of run {run.run_id} (repro500 publish).\n"
                           + yaml.safe_dump(recipe, sort_keys=False, width=100))
-        params = {"data": [e.to_dict() for e in plan.entries],
-                  "run": {"repeats": int(run.recipe.get("repeats", len(run.repeats))),
-                          "seed": int(run.recipe.get("seed", 0))}}
-        _write_clean(staging / PARAMS, "# How this run is recreated (repro500 publish). data: each data file with "
-                          "its md5 and generator parameters;\n# run: applied by `repro500 run --params`.\n"
-                          + yaml.safe_dump(params, sort_keys=False, width=100))
+        rerun = _write_params(staging, run, plan.entries)
         _write_clean(staging / DVC_FILE, _dvc_yaml(plan.entries, flags))
-        index = _index_doc(root, run, recipe, archive, params["run"], verdict.status, used, left_out, notes)
-        hashes_note = _release_hashes(root, staging / HASHES)
-        if hashes_note:
-            index["notes"] = notes = [*notes, hashes_note]
-        if (staging / HASHES).is_file():
-            index["files"]["hashes"] = HASHES
-        atomic.write_json(staging / INDEX, index)
+        index = _write_index(staging, root, run, recipe, archive, rerun, verdict.status, used, left_out, notes)
+        notes = index["notes"]
         code = own_code(root)
         readme = _readme(index, published, plan.entries, flags, code[0] if code else None)
         _write_clean(staging / README, readme)
@@ -445,6 +418,66 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
                          sums_digest=index["sums_digest"], publication_digest=publication_digest,
                          status=verdict.status, metrics=list(metrics), notes=notes, readme=readme,
                          not_carried=left_out, runs_code=code[0] if code else None)
+
+
+def _check_destination(root: Path, out: Path, force: bool) -> None:
+    """``out`` is free (absent, empty, or ``force``) and outside the run it publishes."""
+    if out.exists() and not (out.is_dir() and not any(out.iterdir())) and not force:
+        raise InvalidInput(f"{out} already exists: choose another --out or pass --force to replace it")
+    if out.resolve().is_relative_to(root.resolve()):
+        raise UsageError(f"{out} lies inside the run directory: write the publication somewhere else")
+
+
+def _publishable_run(root: Path, exclude: Sequence[str], shown: Path | None) -> tuple[Any, list[Any]]:
+    """The run, once it is known to be one a publication can vouch for, and the files ``exclude``
+    leaves out of its archive."""
+    # a publication vouches for the run: what verify would call INVALID (a replaced or dropped
+    # repeat, files re-sealed after signing) is refused here, not published with its verdict
+    require_intact(root, "only an untouched run is published", shown=shown)
+    left_out = excluded.select(root, exclude)
+    run = load_run(root)
+    # the run id names the archive (and, in reproduce, the default work directory): a packed run from
+    # elsewhere chose it, and "../../x" would put a file outside the publication
+    untrusted.path_name(run.run_id, f"{shown or root}: run id")
+    if run.recipe is None or run.manifest is None:
+        raise InvalidInput(f"{root} has no recipe.yaml or manifest.json: it cannot be rerun from a publication")
+    return run, left_out
+
+
+def _publication_notes(entries: Sequence[DataEntry], meta: dict[str, Any], left_out: Sequence[Any]) -> list[str]:
+    """What a reader of the publication should know beyond the metrics: the data files' own notes,
+    an open-division run, and the files the archive leaves out."""
+    notes = [e.note for e in entries if e.note]
+    if meta.get("open_division"):
+        notes.append("the run was in the open division (fixed keys overridden); recipe.yaml holds the values it used")
+    if left_out:
+        notes.append(left_out_note([e.to_dict() for e in left_out]))
+    return notes
+
+
+def _write_params(staging: Path, run: Any, entries: Sequence[DataEntry]) -> dict[str, int]:
+    """params.yaml: how each data file and the run are recreated; returns its ``run`` part."""
+    params = {"data": [e.to_dict() for e in entries],
+              "run": {"repeats": int(run.recipe.get("repeats", len(run.repeats))),
+                      "seed": int(run.recipe.get("seed", 0))}}
+    _write_clean(staging / PARAMS, "# How this run is recreated (repro500 publish). data: each data file with "
+                      "its md5 and generator parameters;\n# run: applied by `repro500 run --params`.\n"
+                      + yaml.safe_dump(params, sort_keys=False, width=100))
+    return params["run"]
+
+
+def _write_index(staging: Path, root: Path, run: Any, recipe: dict[str, Any], archive: Path, rerun: dict[str, int],
+                 status: str, margins: dict[str, Any], left_out: Sequence[Any], notes: list[str]) -> dict[str, Any]:
+    """publication.json, and beside it the pinned releases' hashes where the index gave them; its
+    ``notes`` are the publication's final notes."""
+    index = _index_doc(root, run, recipe, archive, rerun, status, margins, left_out, notes)
+    hashes_note = _release_hashes(root, staging / HASHES)
+    if hashes_note:
+        index["notes"] = [*notes, hashes_note]
+    if (staging / HASHES).is_file():
+        index["files"]["hashes"] = HASHES
+    atomic.write_json(staging / INDEX, index)
+    return index
 
 
 def _published_doc(run: Any, recipe: dict[str, Any], metrics: dict[str, Any], benchmark: str | None,
