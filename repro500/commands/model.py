@@ -93,8 +93,6 @@ def model(run_dir: Path | None, params: int | None, model_name: str | None, comp
                 size or compute time, --check without a check to make), 4 invalid input
                 (no such run directory, a run without step records).
     """
-    from dataclasses import replace
-
     from repro500.errors import EXIT_FAIL, UsageError
     from repro500.scaling import document, measure
 
@@ -102,30 +100,27 @@ def model(run_dir: Path | None, params: int | None, model_name: str | None, comp
         raise UsageError("--write stores RUN_DIR/derived/scaling.json: give a RUN_DIR")
     if check and run_dir is None:
         raise UsageError("--check compares the prediction with a multi-rank run: give its RUN_DIR")
-    settings = None
-    if measure_p is not None or measure_max_bytes is not None or measure_reps is not None:
-        settings = replace(measure.Settings(), **{k: v for k, v in (("p_values", measure_p),
-                                                                     ("max_bytes", measure_max_bytes),
-                                                                     ("reps", measure_reps)) if v is not None})
-        settings.check()
+    settings = measure.settings_given(p_values=measure_p, max_bytes=measure_max_bytes, reps=measure_reps)
     inputs = document.Inputs(run_dir=run_dir, params=params, model_name=model_name, compressor=compressor,
                              compute_time_s=compute_s, compute_run_dir=compute_run, p_values=p_values, overlap=overlap)
     doc = document.build(inputs, settings=settings, remeasure=remeasure)
+    _print(doc, as_json)
+    if write_doc:
+        path = document.write(run_dir, doc)
+        click.echo(f"wrote {path}", err=as_json)
+    if check:
+        measured = document.measured_check(doc, run_dir)
+        if not measured["within_tolerance"]:
+            click.echo(f"repro500: the prediction at P = {measured['p']} is OUTSIDE its tolerance "
+                       f"(±{measured['tolerance']:.0%} on the communication cost)", err=True)
+            click.get_current_context().exit(EXIT_FAIL)
+
+
+def _print(doc: dict[str, Any], as_json: bool) -> None:
+    """The scaling document as JSON, or as the table."""
     if as_json:
         click.echo(json.dumps(doc, indent=2, sort_keys=True))
     else:
         from repro500.scaling.render import render
 
         render(doc)
-    if write_doc:
-        path = document.write(run_dir, doc)
-        click.echo(f"wrote {path}", err=as_json)
-    if check:
-        measured = doc.get("measured")
-        if not measured or "within_tolerance" not in measured:
-            raise UsageError(f"--check: {run_dir} gives nothing to check the prediction against (a single-rank "
-                             "run, or a run with another compressor than the one predicted)")
-        if not measured["within_tolerance"]:
-            click.echo(f"repro500: the prediction at P = {measured['p']} is OUTSIDE its tolerance "
-                       f"(±{measured['tolerance']:.0%} on the communication cost)", err=True)
-            click.get_current_context().exit(EXIT_FAIL)

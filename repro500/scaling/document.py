@@ -321,6 +321,15 @@ def _add_check(doc: dict[str, Any], run: RunTimings, predictions: list[predict.P
                                   "compute and compression: no communication cost to compare, so the check fails")
 
 
+def measured_check(doc: Mapping[str, Any], run_dir: Path | None) -> dict[str, Any]:
+    """The check against the run that *doc* holds; a UsageError when it holds none to make."""
+    measured = doc.get("measured")
+    if not measured or "within_tolerance" not in measured:
+        raise UsageError(f"--check: {run_dir} gives nothing to check the prediction against (a single-rank "
+                         "run, or a run with another compressor than the one predicted)")
+    return measured
+
+
 def write(run_dir: str | Path, doc: Mapping[str, Any]) -> Path:
     """Write *doc* to RUN/derived/scaling.json atomically; returns the path."""
     path = Path(run_dir) / PATH

@@ -23,7 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -73,6 +73,18 @@ class Settings:
                              f"{self.min_bytes * self.factor} B so that two sizes are measured")
         if self.factor < 2 or self.reps < 1 or self.warmup < 1 or self.budget_s < 0:
             raise UsageError("measurement needs factor >= 2, reps >= 1, warmup >= 1 and budget_s >= 0")
+
+
+def settings_given(p_values: tuple[int, ...] | None = None, max_bytes: int | None = None,
+                   reps: int | None = None) -> Settings | None:
+    """The default settings with whichever of these are given, checked; None when none is given
+    (then :func:`measured` accepts whatever the cache holds)."""
+    given = {k: v for k, v in (("p_values", p_values), ("max_bytes", max_bytes), ("reps", reps)) if v is not None}
+    if not given:
+        return None
+    settings = replace(Settings(), **given)
+    settings.check()
+    return settings
 
 
 @dataclass
