@@ -100,6 +100,35 @@ def _default_platform() -> str:
     return f"{os.cpu_count() or 1}x{platform.machine() or 'cpu'}"
 
 
+def _check_submission(division: str, submission_status: str) -> None:
+    if division not in DIVISIONS:
+        raise UsageError(f"MLPerf division {division!r} is not one of {', '.join(DIVISIONS)}.")
+    if submission_status not in SUBMISSION_STATUSES:
+        raise UsageError(
+            f"MLPerf status {submission_status!r} is not one of {', '.join(SUBMISSION_STATUSES)}."
+        )
+
+
+def _run_records(
+    benchmark: str,
+    global_batch_size: int,
+    world_size: int,
+    target: Mapping[str, Any] | None,
+    hyperparameters: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """The records of this run beyond the submission's and the optimizer's; ``hyperparameters``
+    last, so a caller's own value wins."""
+    records: dict[str, Any] = {}
+    if benchmark == "resnet":
+        # Samples each BatchNorm normalises over: the per-process batch, no sync-BN.
+        records["model_bn_span"] = int(global_batch_size) // max(1, world_size)
+    if target:
+        # repro500's own quality target (the recipe's), next to MLPerf's fixed one.
+        records["repro500_quality_target"] = dict(target)
+    records.update(hyperparameters or {})
+    return records
+
+
 class MLPerfLogger:
     """One repeat's MLPerf log, written line by line (each line flushed) to ``path``.
 
@@ -140,14 +169,7 @@ class MLPerfLogger:
         cache_cleared: bool = False,
         hyperparameters: Mapping[str, Any] | None = None,
     ) -> None:
-        from mlperf_logging.mllog import mllog
-
-        if division not in DIVISIONS:
-            raise UsageError(f"MLPerf division {division!r} is not one of {', '.join(DIVISIONS)}.")
-        if submission_status not in SUBMISSION_STATUSES:
-            raise UsageError(
-                f"MLPerf status {submission_status!r} is not one of {', '.join(SUBMISSION_STATUSES)}."
-            )
+        _check_submission(division, submission_status)
         rules = BENCHMARKS.get(benchmark, BenchmarkRules(None, None, "eval_accuracy", "accuracy"))
         if not isinstance(optimizer, OptimizerInfo):
             optimizer = OptimizerInfo.from_recipe(optimizer, lr_schedule, epochs)
@@ -170,15 +192,14 @@ class MLPerfLogger:
             "accelerators_per_node": int(accelerators_per_node),
             **optimizer_records(benchmark, optimizer),
         }
-        if benchmark == "resnet":
-            # Samples each BatchNorm normalises over: the per-process batch, no sync-BN.
-            self._records["model_bn_span"] = int(global_batch_size) // max(1, world_size)
-        if target:
-            # repro500's own quality target (the recipe's), next to MLPerf's fixed one.
-            self._records["repro500_quality_target"] = dict(target)
-        self._records.update(hyperparameters or {})
+        self._records.update(_run_records(benchmark, global_batch_size, world_size, target, hyperparameters))
         self._samples_logged = False
         self._samples = (train_samples, eval_samples)
+        self._open_log_file()
+
+    def _open_log_file(self) -> None:
+        """The log's own file handler and the mllog logger writing through it."""
+        from mlperf_logging.mllog import mllog
 
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # A private logger, not logging.getLogger(): nothing global, nothing left behind.
