@@ -133,25 +133,6 @@ def system_description(manifest: dict[str, Any], meta: dict[str, Any], *, submit
     string, never a guess."""
     facets = manifest.get("facets") or {}
     hw, env = facets.get("hardware") or {}, facets.get("environment") or {}
-    cpu, memory = hw.get("cpu") or {}, hw.get("memory") or {}
-    sockets = int(cpu.get("sockets") or 1)
-    gpus = hw.get("gpus") or []
-    gpu = gpus[0] if gpus and accelerators_per_node else {}
-    mhz = cpu.get("max_frequency_mhz") or cpu.get("current_frequency_mhz")
-    links = [f"{n.get('name')} ({n.get('driver') or 'unknown driver'})"
-             for n in hw.get("network") or [] if not n.get("virtual")]
-    links += [f"InfiniBand {ib.get('name', '')}".strip() for ib in hw.get("infiniband") or []]
-    pcie = (f"PCIe Gen{gpu['pcie_max_generation']} x{gpu.get('pcie_max_width')}"
-            if gpu.get("pcie_max_generation") else "")
-    os_info = env.get("os") or {}
-    torch_build = env.get("torch_build") or {}
-    python = (env.get("python") or {}).get("version")
-    stack = [f"Python {python}" if python else "",
-             f"torchvision {torch_build['torchvision']}" if torch_build.get("torchvision") else "",
-             f"CUDA {torch_build['cuda']}" if torch_build.get("cuda") and accelerators_per_node else "",
-             f"cuDNN {torch_build['cudnn']}" if torch_build.get("cudnn") and accelerators_per_node else "",
-             f"mlperf-logging {_distribution(env, 'mlperf-logging')}" if _distribution(env, "mlperf-logging") else ""]
-    distro = (os_info.get("distribution") or {}).get("PRETTY_NAME") or os_info.get("system") or ""
     tool = manifest.get("tool") or {}
     digest = (manifest.get("digest") or {}).get("value", "")
     return {
@@ -160,6 +141,25 @@ def system_description(manifest: dict[str, Any], meta: dict[str, Any], *, submit
         "status": STATUS_RDI,
         "system_name": system,
         "number_of_nodes": str(meta.get("nnodes") or 1),
+        **_host_fields(hw),
+        **_accelerator_fields(hw, accelerators_per_node),
+        "cooling": "",
+        "hw_notes": (f"from repro500 run {meta.get('run_id')} (manifest sha256 {digest}); "
+                     "empty fields are facts the run did not record"),
+        **_software_fields(env, accelerators_per_node),
+        "sw_notes": f"{tool.get('name', 'repro500')} {tool.get('version', '')}".strip(),
+    }
+
+
+def _host_fields(hw: dict[str, Any]) -> dict[str, str]:
+    """The system description's host_* fields, from the hardware facet's CPU, memory and network."""
+    cpu, memory = hw.get("cpu") or {}, hw.get("memory") or {}
+    sockets = int(cpu.get("sockets") or 1)
+    mhz = cpu.get("max_frequency_mhz") or cpu.get("current_frequency_mhz")
+    links = [f"{n.get('name')} ({n.get('driver') or 'unknown driver'})"
+             for n in hw.get("network") or [] if not n.get("virtual")]
+    links += [f"InfiniBand {ib.get('name', '')}".strip() for ib in hw.get("infiniband") or []]
+    return {
         "host_processors_per_node": str(sockets),
         "host_processor_model_name": str(cpu.get("model") or cpu.get("architecture") or ""),
         "host_processor_core_count": str((cpu.get("cores") or 0) // sockets or ""),
@@ -173,6 +173,16 @@ def system_description(manifest: dict[str, Any], meta: dict[str, Any], *, submit
         "host_networking": ", ".join(links),
         "host_networking_topology": "",
         "host_memory_configuration": f"{len(hw.get('numa') or [])} NUMA node(s)" if hw.get("numa") else "",
+    }
+
+
+def _accelerator_fields(hw: dict[str, Any], accelerators_per_node: int) -> dict[str, str]:
+    """The accelerator fields, from the first GPU the hardware facet lists (none on a CPU-only run)."""
+    gpus = hw.get("gpus") or []
+    gpu = gpus[0] if gpus and accelerators_per_node else {}
+    pcie = (f"PCIe Gen{gpu['pcie_max_generation']} x{gpu.get('pcie_max_width')}"
+            if gpu.get("pcie_max_generation") else "")
+    return {
         "accelerators_per_node": str(accelerators_per_node),
         "accelerator_model_name": str(gpu.get("name") or ""),
         "accelerator_host_interconnect": pcie,
@@ -182,13 +192,25 @@ def system_description(manifest: dict[str, Any], meta: dict[str, Any], *, submit
         "accelerator_memory_capacity": _size(gpu.get("memory_total_bytes")),
         "accelerator_interconnect": "",
         "accelerator_interconnect_topology": "",
-        "cooling": "",
-        "hw_notes": (f"from repro500 run {meta.get('run_id')} (manifest sha256 {digest}); "
-                     "empty fields are facts the run did not record"),
+    }
+
+
+def _software_fields(env: dict[str, Any], accelerators_per_node: int) -> dict[str, str]:
+    """framework, other_software_stack and operating_system, from the environment facet (the CUDA
+    libraries only where the run used accelerators)."""
+    os_info = env.get("os") or {}
+    torch_build = env.get("torch_build") or {}
+    python = (env.get("python") or {}).get("version")
+    stack = [f"Python {python}" if python else "",
+             f"torchvision {torch_build['torchvision']}" if torch_build.get("torchvision") else "",
+             f"CUDA {torch_build['cuda']}" if torch_build.get("cuda") and accelerators_per_node else "",
+             f"cuDNN {torch_build['cudnn']}" if torch_build.get("cudnn") and accelerators_per_node else "",
+             f"mlperf-logging {_distribution(env, 'mlperf-logging')}" if _distribution(env, "mlperf-logging") else ""]
+    distro = (os_info.get("distribution") or {}).get("PRETTY_NAME") or os_info.get("system") or ""
+    return {
         "framework": f"PyTorch {torch_build['version']}" if torch_build.get("version") else "",
         "other_software_stack": ", ".join(s for s in stack if s),
         "operating_system": " ".join(s for s in (distro, os_info.get("kernel") or "") if s),
-        "sw_notes": f"{tool.get('name', 'repro500')} {tool.get('version', '')}".strip(),
     }
 
 
