@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from repro500.commands.options import parse_margins, parse_scales
+from repro500.errors import UsageError  # loaded with the CLI already (repro500.untrusted)
 
 
 @click.command(context_settings={"show_default": True})
@@ -83,7 +84,6 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
     option or --set value), 4 for invalid input (recipe, data, metric names, device, an
     unwritable --out), 130 when interrupted (finished repeats are kept; complete with --resume).
     """
-    from repro500.errors import UsageError
     from repro500.runner import RunOptions
     from repro500.runner import run as run_recipe
 
@@ -137,8 +137,6 @@ def _command_recipe(argv: tuple[str, ...], *, metrics: tuple[str, ...], scales: 
 
 def _recipe_file(recipe: tuple[str, ...], ctx: click.Context) -> str | None:
     """The one RECIPE file given, if any; the options of --command are refused without it."""
-    from repro500.errors import UsageError
-
     stray = [flag for flag, param in _COMMAND_ONLY if ctx.params[param]]
     if stray:
         raise UsageError(f"{', '.join(stray)} go{'es' if len(stray) == 1 else ''} with --command")
@@ -149,8 +147,6 @@ def _recipe_file(recipe: tuple[str, ...], ctx: click.Context) -> str | None:
 
 def _refuse_with_resume(ctx: click.Context) -> None:
     """--resume reruns a run exactly as recorded: refuse the options it would ignore."""
-    from repro500.errors import UsageError
-
     given = [flag for flag, param in _RECORDED_IN_THE_RUN if ctx.params[param]]
     if ctx.get_parameter_source("out_dir") is not click.core.ParameterSource.DEFAULT:
         given.append("--out")
