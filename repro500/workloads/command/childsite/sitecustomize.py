@@ -58,26 +58,52 @@ def _read_as_code():
     return any(name.startswith(reader) or name.endswith(reader) for reader in _CODE_READERS)
 
 
+def _start_log(state, directory):
+    """This process's own log (a forked child's too), headed by its interpreter's trees."""
+    pid = os.getpid()
+    state["pid"], state["seen"], state["dirs"], state["fd"], state["reads"] = pid, set(), set(), -1, 0
+    state["busy"] = True  # os.open below raises the audit event being handled
+    try:
+        trees = set([sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", "")])
+        state["trees"] = tuple(p.rstrip(os.sep) + os.sep for p in trees if p)
+        fd = os.open(os.path.join(directory, "opened-%d.txt" % pid),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+        header = "".join("prefix\t%s\n" % p for p in sorted(trees) if p)
+        os.write(fd, ("executable\t%s\n" % sys.executable + header).encode("utf-8", "surrogateescape"))
+        state["fd"] = fd
+    except OSError:
+        pass
+    finally:
+        state["busy"] = False
+
+
+def _never_data(path, trees):
+    """A read that is never data: byte code, a shared library, a system tree, the interpreter's own."""
+    return (path.endswith(_COMPILED_SUFFIXES) or path.startswith(_SYSTEM_PREFIXES)
+            or path.startswith(trees) or _PACKAGE_DIRS[0] in path or _PACKAGE_DIRS[1] in path)
+
+
+def _log_line(state, kind, path):
+    """The line to log for this open, or None for one already logged (its path, or past the
+    per-process budget its directory)."""
+    key = kind + path
+    if key in state["seen"]:
+        return None
+    if kind == "r" and state["reads"] >= _PATHS_PER_PROCESS:
+        # Past this many, a directory once for all the files read in it: DataLoader workers
+        # forked anew each epoch would otherwise log a whole data set again every epoch.
+        folder = os.path.dirname(path)
+        if folder in state["dirs"]:
+            return None
+        state["dirs"].add(folder)
+        return "D\t%s\n" % folder
+    state["seen"].add(key)
+    state["reads"] += kind == "r"
+    return "%s\t%s\n" % (kind, path)
+
+
 def _observer(directory):
     state = {"pid": None, "fd": -1, "seen": set(), "dirs": set(), "busy": False, "reads": 0, "trees": ()}
-
-    def start_log():
-        """This process's own log (a forked child's too), headed by its interpreter's trees."""
-        pid = os.getpid()
-        state["pid"], state["seen"], state["dirs"], state["fd"], state["reads"] = pid, set(), set(), -1, 0
-        state["busy"] = True  # os.open below raises the audit event being handled
-        try:
-            trees = set([sys.prefix, sys.base_prefix, sys.exec_prefix, getattr(sys, "base_exec_prefix", "")])
-            state["trees"] = tuple(p.rstrip(os.sep) + os.sep for p in trees if p)
-            fd = os.open(os.path.join(directory, "opened-%d.txt" % pid),
-                         os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
-            header = "".join("prefix\t%s\n" % p for p in sorted(trees) if p)
-            os.write(fd, ("executable\t%s\n" % sys.executable + header).encode("utf-8", "surrogateescape"))
-            state["fd"] = fd
-        except OSError:
-            pass
-        finally:
-            state["busy"] = False
 
     def record(path, flags):
         if state["busy"] or isinstance(path, int):  # an int: an already-open descriptor
@@ -89,30 +115,16 @@ def _observer(directory):
         except (TypeError, OSError):
             return
         if state["pid"] != os.getpid():
-            start_log()
+            _start_log(state, directory)
         kind = "w" if (flags or 0) & 3 else "r"  # O_ACCMODE: O_RDONLY is 0
         if kind == "r":
-            if (path.endswith(_COMPILED_SUFFIXES) or path.startswith(_SYSTEM_PREFIXES)
-                    or path.startswith(state["trees"]) or _PACKAGE_DIRS[0] in path or _PACKAGE_DIRS[1] in path):
+            if _never_data(path, state["trees"]):
                 return
+            # called from here, not from a helper: it counts the frames above it
             if path.endswith(_SOURCE_SUFFIXES) and _read_as_code():
                 kind = "c"
-        key = kind + path
-        if key in state["seen"]:
-            return
-        if kind == "r" and state["reads"] >= _PATHS_PER_PROCESS:
-            # Past this many, a directory once for all the files read in it: DataLoader workers
-            # forked anew each epoch would otherwise log a whole data set again every epoch.
-            folder = os.path.dirname(path)
-            if folder in state["dirs"]:
-                return
-            state["dirs"].add(folder)
-            line = "D\t%s\n" % folder
-        else:
-            state["seen"].add(key)
-            state["reads"] += kind == "r"
-            line = "%s\t%s\n" % (kind, path)
-        if state["fd"] >= 0:
+        line = _log_line(state, kind, path)
+        if line is not None and state["fd"] >= 0:
             try:
                 os.write(state["fd"], line.encode("utf-8", "surrogateescape"))
             except OSError:
