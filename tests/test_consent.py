@@ -13,8 +13,6 @@ import base64
 import hashlib
 import json
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -22,6 +20,7 @@ import pytest
 import yaml
 from helpers.rundirs import make_manifest, make_run
 from helpers.runs import PLUGIN, repro500
+from helpers.venvs import venv_with
 
 from repro500 import untrusted
 from repro500.errors import UsageError
@@ -81,10 +80,7 @@ def pth_publication(tmp_path_factory: pytest.TempPathFactory) -> Path:
     wheels.mkdir()
     _pth_wheel(wheels)
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-index", "--find-links", str(wheels), "evil-pth==1.0"],
-                   check=True, timeout=300, capture_output=True)
+    venv_with(venv, wheels, "evil-pth==1.0")
     proj = root / "proj"
     proj.mkdir()
     (proj / "s.py").write_text("import evil_pth\nprint('acc', 0.9)\n")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500
+from helpers.venvs import path_with, venv_with
 
 from repro500.capture import lock
 
@@ -47,12 +48,8 @@ def other_venv(tmp_path_factory) -> Path:
     """A venv that is not repro500's, holding the probe package (installed by pip, for real)."""
     root = tmp_path_factory.mktemp("other")
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     build_wheel(root)
-    # by name from a wheel directory, as from an index (a wheel file given by path is an archive install)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-index", "--find-links", str(root), f"{PROBE}=={PROBE_VERSION}"],
-                   check=True, timeout=300, capture_output=True)
+    venv_with(venv, root, f"{PROBE}=={PROBE_VERSION}")
     return venv
 
 
@@ -148,12 +145,6 @@ OLD_NUMPY = "2.2.6"  # older than repro500's own: the publisher's environment di
 NUMPY_SCRIPT = "import numpy as np\nprint('acc', float(np.float64(0.5) + np.float64(0.4)))\n"
 
 
-def _path_with(bin_dir: Path) -> dict[str, str]:
-    import os
-
-    return {"PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
-
-
 @pytest.fixture(scope="module")
 def numpy_publication(tmp_path_factory) -> Path:
     """A publication of a numpy-only command run by `python` from a venv with an older numpy on PATH."""
@@ -173,7 +164,7 @@ def run_and_publish(proj: Path, bin_dir: Path, out: Path) -> Path:
     puts it), three repeats as run ``orig``, published to *out*."""
     ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "3",
                    "--no-tracking", "--run-id", "orig", "--", "python", "s.py",
-                   cwd=proj, env=_path_with(bin_dir), timeout=300)
+                   cwd=proj, env=path_with(bin_dir), timeout=300)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     published = repro500("publish", "runs/orig", "--out", str(out), cwd=proj, timeout=300)
     assert published.returncode == 0, published.stdout + published.stderr
@@ -192,7 +183,7 @@ def _env_differences(publication: Path, reproduction: Path) -> list[str]:
 
 def test_reproduce_env_venv_rebuilds_the_publishers_numpy(tmp_path, numpy_publication):
     done = repro500("reproduce", str(numpy_publication), "--run-code", "--env", "venv", "--out", str(tmp_path / "rep"),
-                    cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=900)
+                    cwd=tmp_path, env=path_with(Path(sys.executable).parent), timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "environment: rebuilding in" in done.stdout and "with pip" in done.stdout or "with uv" in done.stdout
     # publish asked PyPI for numpy's files: the rebuild installs only bytes the index served then
@@ -208,18 +199,18 @@ def test_reproduce_env_venv_rebuilds_the_publishers_numpy(tmp_path, numpy_public
     assert env["python"]["prefix"] == str((tmp_path / "rep" / "env").resolve())
 
     again = repro500("reproduce", str(numpy_publication), "--run-code", "--env", "venv", "--out", str(tmp_path / "rep"),
-                     cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=900)
+                     cwd=tmp_path, env=path_with(Path(sys.executable).parent), timeout=900)
     assert again.returncode == 0 and "reusing it" in again.stdout, again.stdout + again.stderr
     # a rebuild stopped before its end (no completion marker) is redone, never taken as finished
     (tmp_path / "rep" / "env" / ".repro500-built").unlink()
     third = repro500("reproduce", str(numpy_publication), "--run-code", "--env", "venv", "--out", str(tmp_path / "rep"),
-                     cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=900)
+                     cwd=tmp_path, env=path_with(Path(sys.executable).parent), timeout=900)
     assert third.returncode == 0 and "rebuilding in" in third.stdout, third.stdout + third.stderr
 
 
 def test_reproduce_env_current_names_numpy(tmp_path, numpy_publication):
     done = repro500("reproduce", str(numpy_publication), "--run-code", "--out", str(tmp_path / "rep"),
-                    cwd=tmp_path, env=_path_with(Path(sys.executable).parent), timeout=600)
+                    cwd=tmp_path, env=path_with(Path(sys.executable).parent), timeout=600)
     assert done.returncode in (0, 1, 3), done.stdout + done.stderr
     verdict = json.loads((tmp_path / "rep" / "verdict.json").read_text())
     assert verdict["environment"]["mode"] == "current"
@@ -232,7 +223,7 @@ def test_a_pin_no_index_serves_is_one_sentence_before_anything_is_installed(tmp_
     (proj / "s.py").write_text("import repro500_probe_pkg as p\nprint('acc', 0.9 if p.VALUE else 0)\n")
     ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "3",
                    "--no-tracking", "--run-id", "orig", "--", "python", "s.py", cwd=proj,
-                   env=_path_with(other_venv / "bin"), timeout=300)
+                   env=path_with(other_venv / "bin"), timeout=300)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     assert repro500("publish", "runs/orig", "--out", "pub", cwd=proj).returncode == 0
     out = tmp_path / "rep"

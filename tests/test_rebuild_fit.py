@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -16,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500
+from helpers.venvs import path_with, venv_with
 from packaging.tags import sys_tags
 from rich.console import Console
 
@@ -46,10 +46,6 @@ def tagged_wheel(out: Path, name: str, version: str, tag: str) -> Path:
         for n, d in files.items():
             archive.writestr(n, d)
     return path
-
-
-def _path_with(bin_dir: Path) -> dict[str, str]:
-    return {"PATH": os.pathsep.join([str(bin_dir), os.environ.get("PATH", "")])}
 
 
 # ----- the installer ------------------------------------------------------------------------------
@@ -93,12 +89,9 @@ def test_a_bad_installer_choice_is_a_usage_error_before_anything_is_done(tmp_pat
 # ----- the platform the recorded wheels fit ---------------------------------------------------------
 def test_the_lock_records_the_wheel_tags_of_another_venv(tmp_path):
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     native = next(iter(sys_tags()))
     tagged_wheel(tmp_path, "repro500-native", "1.0", str(native))
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-index", "--find-links", str(tmp_path), "repro500-native==1.0"],
-                   check=True, timeout=300, capture_output=True)
+    venv_with(venv, tmp_path, "repro500-native==1.0")
     manifest = {"facets": {"environment": {
         "python": {"version": sys.version.split()[0], "prefix": str(venv)},
         "os": {"system": "Linux", "machine": "x86_64", "libc": "glibc 2.36"},
@@ -127,7 +120,7 @@ def mac_publication(tmp_path_factory) -> Path:
     (proj / "s.py").write_text(SCRIPT)
     ran = repro500("run", "--command", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5±0.05", "-n", "2",
                    "--no-tracking", "--run-id", "orig", "--", "python", "s.py", cwd=proj,
-                   env=_path_with(venv / "bin"), timeout=300)
+                   env=path_with(venv / "bin"), timeout=300)
     assert ran.returncode in (0, 3), ran.stdout + ran.stderr  # 3: two repeats may bound nothing
     locked = json.loads((proj / "runs" / "orig" / "environment.lock.json").read_text())
     assert locked["wheel_tags"][FOREIGN] == [FOREIGN_TAG]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500
+from helpers.venvs import path_with, venv_with
 from rich.console import Console
-from test_environment_lock import PROBE, PROBE_VERSION, _path_with, build_wheel, run_and_publish
+from test_environment_lock import PROBE, PROBE_VERSION, build_wheel, run_and_publish
 
 from repro500.publish import rebuild
 from repro500.publish.rebuild import watch
@@ -22,17 +23,13 @@ PROBE_WHEEL = f"{PROBE.replace('-', '_')}-{PROBE_VERSION}-py3-none-any.whl"
 @pytest.fixture(scope="module")
 def probe_publication(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     """(a publication of a command run by a venv holding the probe wheel, the folder of that wheel)."""
-    import subprocess
 
     root = tmp_path_factory.mktemp("publisher")
     wheels = root / "wheels"
     wheels.mkdir()
     build_wheel(wheels)
     venv = root / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install", "-q",
-                    "--no-index", "--find-links", str(wheels), f"{PROBE}=={PROBE_VERSION}"],
-                   check=True, timeout=300, capture_output=True)
+    venv_with(venv, wheels, f"{PROBE}=={PROBE_VERSION}")
     proj = root / "proj"
     proj.mkdir()
     (proj / "s.py").write_text("import repro500_probe_pkg as p\nprint('acc', 0.9 if p.VALUE else 0)\n")
@@ -64,7 +61,7 @@ def test_the_rebuild_says_each_step_on_stderr_as_it_happens(tmp_path, probe_publ
     out = tmp_path / "rep"
     env = {rebuild.INSTALLER_ENV: installer, "PIP_NO_INDEX": "1", "UV_NO_INDEX": "1", "PIP_FIND_LINKS": ""}
     done = repro500("reproduce", str(publication), "--run-code", "--env", "venv", "--find-links", str(wheels),
-                    "--out", str(out), cwd=tmp_path, env={**env, **_path_with(Path(sys.executable).parent)},
+                    "--out", str(out), cwd=tmp_path, env={**env, **path_with(Path(sys.executable).parent)},
                     timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stderr.splitlines()
