@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500
-from test_environment_lock import _env_differences, _path_with, run_and_publish
+from helpers.venvs import path_with
+from test_environment_lock import _env_differences, run_and_publish
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
-HERE = _path_with(Path(sys.executable).parent)  # this environment's uv, as `make` has it
+HERE = path_with(Path(sys.executable).parent)  # this environment's uv, as `make` has it
 
 PYPROJECT = """\
 [build-system]
