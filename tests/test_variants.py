@@ -89,6 +89,17 @@ def test_sampling_record_flags_duplicates_gaps_and_a_biased_draw():
     assert unknown["balance"] == {"not_measured": "no labels here"} and unknown["complete"]
 
 
+
+@pytest.mark.parametrize("drawn", [[25, 25, 25, 21], [40, 30, 20, 6], [0, 1, 90, 5]])
+def test_the_class_balance_test_is_pearsons_as_scipy_stats_computes_it(drawn):
+    from scipy import stats
+
+    observed = np.array(drawn, dtype=float)
+    expected = observed.sum() * np.array([0.25, 0.25, 0.25, 0.25])
+    theirs = stats.chisquare(observed, f_exp=expected)
+    ours = sampling.pearson_chi2(observed, expected)
+    assert ours == pytest.approx((theirs.statistic, theirs.pvalue), rel=64 * np.finfo(float).eps, abs=1e-300)
+
 @pytest.mark.slow  # two runs, verify and a report: about a minute on 2 cores
 def test_a_bf16_micro_batched_run_records_its_variant_and_verifies_against_fp32(in_tmp):
     recipe = write_recipe(in_tmp / "tiny.yaml", repeats=2)

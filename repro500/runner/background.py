@@ -73,7 +73,7 @@ class Worker:
 
 
 def warm_verify() -> None:
-    """Import the verdict's statistics (scipy.stats: 1-2 s) while the repeats run: the process
+    """Import the verdict's statistics (numpy, scipy.special: about 0.5 s) while the repeats run: the process
     mostly waits on a wrapped command or a launcher there, so the closing verify no longer pays
     for it (the wrapping-cost budget)."""
     def load() -> None:

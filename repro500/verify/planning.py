@@ -14,9 +14,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from scipy import stats as sps
-
 from repro500.errors import InvalidInput, UsageError
+from repro500.verify import distributions as dist
 from repro500.verify import sequential, sequential_plan, stats
 from repro500.verify.rundir import Criterion, load_run, parse_acceptance
 
@@ -38,7 +37,7 @@ def until_decided(effect: float, sd: float, margin: float, alpha: float, power: 
 
 def sd_upper(sd: float, n: int, confidence: float = SPREAD_CONFIDENCE) -> float:
     """The one-sided upper confidence bound of a normal standard deviation estimated from n values."""
-    return sd * math.sqrt((n - 1) / float(sps.chi2.ppf(1.0 - confidence, n - 1)))
+    return sd * math.sqrt((n - 1) / float(dist.chi2_ppf(1.0 - confidence, n - 1)))
 
 
 @dataclass

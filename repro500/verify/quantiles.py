@@ -19,7 +19,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
+
+from repro500.verify import distributions as dist
 
 
 def point(values: Sequence[float], q: float) -> float | None:
@@ -56,8 +57,8 @@ def interval(values: Sequence[float], q: float, alpha: float = 0.05) -> dict[str
         return out
     tail = alpha / 2.0
     ks = np.arange(n + 1)
-    cdf = sps.binom.cdf(ks, n, q)  # cdf[k] = P(B <= k)
-    sf = sps.binom.sf(ks - 1, n, q)  # sf[k] = P(B >= k)
+    cdf = dist.binom_cdf(ks, n, q)  # cdf[k] = P(B <= k)
+    sf = dist.binom_sf(ks - 1, n, q)  # sf[k] = P(B >= k)
     lows = [rank for rank in range(1, n + 1) if cdf[rank - 1] <= tail]
     highs = [rank for rank in range(1, n + 1) if sf[rank] <= tail]
     low_rank = max(lows) if lows else None

@@ -28,9 +28,9 @@ import math
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from repro500.statuses import FAIL, INCONCLUSIVE, NOT_REPRODUCED, PASS, REPRODUCED
+from repro500.verify import distributions as dist
 from repro500.verify import equivalence
 from repro500.verify.bands import check_bands
 
@@ -43,7 +43,7 @@ SEED = 20261124
 def spent(t: float, alpha: float, spending: str = "obrien-fleming") -> float:
     """Cumulative alpha spent by information fraction *t* (0 < t <= 1)."""
     if spending == "obrien-fleming":
-        return float(2.0 - 2.0 * sps.norm.cdf(sps.norm.isf(alpha / 2.0) / math.sqrt(t)))
+        return float(2.0 - 2.0 * dist.norm_cdf(dist.norm_isf(alpha / 2.0) / math.sqrt(t)))
     if spending == "pocock":
         return float(alpha * math.log(1.0 + (math.e - 1.0) * t))
     raise ValueError(f"unknown spending function {spending!r}; choose {' or '.join(SPENDING)}")
@@ -117,10 +117,10 @@ def nominal_levels(max_repeats: int, alpha: float, spending: str = "obrien-flemi
             se = np.sqrt(var / n + ref_var / reference_repeats)
             num, den = (var / n + ref_var / reference_repeats) ** 2, \
                 (var / n) ** 2 / (n - 1) + (ref_var / reference_repeats) ** 2 / (reference_repeats - 1)
-            p_values.append(sps.t.sf((mean - ref_mean) / se, num / den))  # Welch: each path its own df
+            p_values.append(dist.t_sf((mean - ref_mean) / se, num / den))  # Welch: each path its own df
         else:  # one df for every path: ordered by -t, and only the levels' p-values computed
             p_values.append(-mean / np.sqrt(var / n))
-            to_p.append(functools.partial(lambda score, df: sps.t.sf(-score, df), df=n - 1))
+            to_p.append(functools.partial(lambda score, df: dist.t_sf(-score, df), df=n - 1))
     top = information(max_repeats, reference_repeats)
     fractions = [information(n, reference_repeats) / top for n in counts]
     return tuple(calibrate(p_values, fractions, alpha, spending, to_p or None))

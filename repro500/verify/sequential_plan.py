@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
+from repro500.verify import distributions as dist
 from repro500.verify import equivalence, sequential, stats
 
 QUESTIONS = ("equivalence", "one-sided")  # TOST within +-margin | the sign of (mean - threshold)
@@ -134,12 +134,12 @@ def decision_chance(sums: np.ndarray, squares: np.ndarray, n: int, n_max: int, r
             df = np.where(se > 0, stats.welch_df(var, n_max, ref_var, n_ref), n_max + n_ref - 2.0)
     else:
         se, df = np.sqrt(var / n_max), np.full(diff.shape, n_max - 1.0)
-    half = sps.t.isf(last_level, df) * se
+    half = dist.t_isf(last_level, df) * se
     move = np.maximum(np.sqrt(var * (n_max - n)) / n_max, 1e-300)
     m = margin if question == "equivalence" else 0.0
 
     def below(x: np.ndarray) -> np.ndarray:  # P(the last look's difference < x)
-        return sps.norm.cdf((x - diff) / move)
+        return dist.norm_cdf((x - diff) / move)
 
     beyond = (1.0 - below(m + half)) + below(-(m + half))  # NOT REPRODUCED; a band's PASS or FAIL (m = 0)
     return beyond + np.where(m > half, below(m - half) - below(half - m), 0.0)  # + REPRODUCED
@@ -169,7 +169,7 @@ def power_cap(effect: float, margin: float, n_ref: int | None, alpha: float = 0.
     if n_ref is None or right is None:
         return 1.0 if right is not None else 0.0
     ref_mean, ref_var = reference_draws(np.random.default_rng(SEED), n_ref, draws)
-    half = sps.t.ppf(1.0 - alpha, n_ref - 1.0) * np.sqrt(ref_var / n_ref)
+    half = dist.t_ppf(1.0 - alpha, n_ref - 1.0) * np.sqrt(ref_var / n_ref)
     diff = effect - ref_mean
     m = margin if question == "equivalence" else 0.0
     if question == "equivalence":

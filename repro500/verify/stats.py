@@ -35,8 +35,7 @@ from typing import Any
 
 import numpy as np
 
-# scipy costs ~0.3 s to import; this module is only imported by verify, never by the CLI.
-from scipy import stats as sps
+from repro500.verify import distributions as dist
 
 DEFAULT_POWER = 0.8
 MAX_REPEATS = 1000  # beyond this, "repeats needed" is reported as not reachable
@@ -76,7 +75,7 @@ def t_interval(values: Sequence[float], confidence: float) -> tuple[float, float
     sem = float(x.std(ddof=1)) / math.sqrt(x.size)
     if sem == 0.0:
         return (mean, mean)
-    low, high = sps.t.interval(confidence, x.size - 1, loc=mean, scale=sem)
+    low, high = dist.t_interval(confidence, x.size - 1, loc=mean, scale=sem)
     return (float(low), float(high))
 
 
@@ -122,7 +121,7 @@ def median_interval(values: Sequence[float], alpha: float) -> dict[str, Any]:
 
 def _median_coverage(n: int, rank: int) -> float:
     # P(rank <= B <= n - rank) for B ~ Binomial(n, 1/2)
-    return float(sps.binom.cdf(n - rank, n, 0.5) - sps.binom.cdf(rank - 1, n, 0.5))
+    return float(dist.binom_cdf(n - rank, n, 0.5) - dist.binom_cdf(rank - 1, n, 0.5))
 
 
 def describe(values: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
@@ -237,8 +236,8 @@ def tost_from_stats(diff: Any, std_err: Any, df: Any, margin: float, alpha: floa
     se = np.asarray(std_err, dtype=float)
     df = np.asarray(df, dtype=float)
     low, high = tost_interval(diff, se, df, alpha)
-    p_lower = sps.t.sf((diff + margin) / se, df)  # H0: diff <= -margin
-    p_upper = sps.t.cdf((diff - margin) / se, df)  # H0: diff >= +margin
+    p_lower = dist.t_sf((diff + margin) / se, df)  # H0: diff <= -margin
+    p_upper = dist.t_cdf((diff - margin) / se, df)  # H0: diff >= +margin
     return low, high, p_lower, p_upper
 
 
@@ -247,7 +246,7 @@ def tost_interval(diff: Any, std_err: Any, df: Any, alpha: float) -> tuple[Any, 
     diff, se = np.asarray(diff, dtype=float), np.asarray(std_err, dtype=float)
     df = np.asarray(df, dtype=float)
     # one t quantile when every draw has the same degrees of freedom (a one-sample look)
-    quantile = sps.t.ppf(1.0 - alpha, df.flat[0]) if df.size and np.all(df == df.flat[0]) else sps.t.ppf(1.0 - alpha, df)
+    quantile = dist.t_ppf(1.0 - alpha, df.flat[0]) if df.size and np.all(df == df.flat[0]) else dist.t_ppf(1.0 - alpha, df)
     half = quantile * se
     return diff - half, diff + half
 
@@ -261,6 +260,18 @@ def welch_df(var_a: Any, n_a: Any, var_b: Any, n_b: Any) -> Any:
         sa, sb = va / (va + vb), vb / (va + vb)
         return 1.0 / (sa**2 / (np.asarray(n_a) - 1) + sb**2 / (np.asarray(n_b) - 1))
 
+
+
+def welch_p_less(a: Sequence[float], b: Sequence[float]) -> float:
+    """One-sided Welch t-test that ``a``'s mean is below ``b``'s: its p-value, NaN where neither
+    sample varies (``scipy.stats.ttest_ind(a, b, equal_var=False, alternative="less")``)."""
+    xa, xb = _array(a), _array(b)
+    va, vb = float(xa.var(ddof=1)), float(xb.var(ddof=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t = (xa.mean() - xb.mean()) / np.sqrt(va / xa.size + vb / xb.size)
+    df = welch_df(va, xa.size, vb, xb.size)
+    # neither varies: scipy takes 1 degree of freedom, so unequal constants give p = 0 or 1
+    return float(dist.t_cdf(t, 1.0 if math.isnan(df) else df))
 
 def _fill(result: TostResult, diff: float, se: float, df: float) -> TostResult:
     low, high, p_lo, p_hi = tost_from_stats(diff, se, df, result.margin, result.alpha)
@@ -448,13 +459,13 @@ def repeats_needed(
     if np.all(var == 0.0):
         return 2  # no spread: any interval is a point, decided exactly
     se = np.sqrt(var)
-    tq = sps.t.ppf(1.0 - alpha, df)
+    tq = dist.t_ppf(1.0 - alpha, df)
     if kind == "equivalence":
-        achieved = sps.norm.cdf((margin - diff) / se - tq) + sps.norm.cdf((margin + diff) / se - tq) - 1.0
+        achieved = dist.norm_cdf((margin - diff) / se - tq) + dist.norm_cdf((margin + diff) / se - tq) - 1.0
     elif kind == "difference":
-        achieved = sps.norm.cdf((abs(diff) - margin) / se - tq)
+        achieved = dist.norm_cdf((abs(diff) - margin) / se - tq)
     elif kind == "one-sided":
-        achieved = sps.norm.cdf(abs(diff) / se - tq)
+        achieved = dist.norm_cdf(abs(diff) / se - tq)
     else:
         raise ValueError(f"unknown kind {kind!r}")
     hits = np.nonzero(achieved >= power)[0]

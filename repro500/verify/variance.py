@@ -18,9 +18,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
-from scipy import stats as sps
 
 from repro500.tracking import names
+from repro500.verify import distributions as dist
 from repro500.verify import stats
 from repro500.verify.rundir import RunData
 
@@ -94,7 +94,7 @@ def _one(criterion: Any, by_source: dict[str, list[float]], alpha: float) -> Var
             components.append(Component(source, n, None, None, None))
             continue
         var = float(np.var(values, ddof=1))
-        ci = ((n - 1) * var / float(sps.chi2.ppf(1 - alpha / 2, n - 1)), (n - 1) * var / float(sps.chi2.ppf(alpha / 2, n - 1)))
+        ci = ((n - 1) * var / float(dist.chi2_ppf(1 - alpha / 2, n - 1)), (n - 1) * var / float(dist.chi2_ppf(alpha / 2, n - 1)))
         sd = var ** 0.5
         margin = criterion.tolerance if criterion.tolerance > 0 else None
         if margin is not None:
