@@ -83,3 +83,25 @@ def test_plan_records_every_rank_and_same_seed_reuses_repeat_zero():
     assert same[2]["ranks"][0]["torch"] == same[0]["ranks"][0]["torch"]
     assert same[2]["repeat"] == 2
     json.dumps(plan)
+
+
+def test_derived_seeds_are_numpys_seed_sequence_word_for_word():
+    """derive() computes SeedSequence's state without importing numpy; the recorded seeds must stay
+    numpy's: master seeds of every word length up to 2**128, repeats and ranks past 32 bits."""
+    import random
+
+    rng = random.Random(20261128)
+    cases = [(0, 0, 0), (500, 0, 0), (2**32 - 1, 1, 0), (2**32, 0, 1), (2**64 + 5, 3, 7), (2**128 - 1, 2**33, 2)]
+    cases += [(rng.getrandbits(rng.choice([1, 31, 32, 33, 64, 65, 96, 128])), rng.randrange(2**rng.choice([3, 31, 40])),
+               rng.randrange(64)) for _ in range(500)]
+    for master, repeat, rank in cases:
+        words = np.random.SeedSequence(entropy=master, spawn_key=(repeat, rank)).generate_state(4, dtype=np.uint64)
+        got = seeds.derive(master, repeat, rank)
+        assert [got.python, got.numpy, got.torch, got.loader] == [int(words[0]), int(words[1]) % 2**32,
+                                                                  int(words[2]), int(words[3])], (master, repeat, rank)
+
+
+def test_deriving_seeds_imports_no_numpy():
+    code = "import sys; from repro500.capture import seeds; seeds.derive(500, 2, 1); print('numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"

@@ -12,7 +12,8 @@ Formula (docs/contracts.md, "Seeds"): for master seed ``S``, repeat ``k`` and ra
 DataLoader workers are seeded by torch from the loader generator (``base_seed + worker_id``);
 :func:`seed_worker` copies that seed into ``random`` and ``numpy`` inside each worker.
 SeedSequence's mixing makes the streams of different (k, r) statistically independent.
-torch is imported only by the functions that apply seeds, never by deriving them.
+numpy and torch are imported only by the functions that apply seeds: deriving them computes
+SeedSequence's words in plain Python (the same words, :func:`_seed_sequence_state`).
 
 What every rank of a repeat must draw alike comes from *rank 0's* seeds of that repeat, as
 recorded (:meth:`Seeds.shared`): the data order (``DistributedSampler``'s permutation, seeded
@@ -72,14 +73,68 @@ class Seeds:
         return self.shared().torch % 2**31
 
 
+
+# numpy.random.SeedSequence's hash constants (O'Neill's seed_seq_fe, as numpy implements it)
+_M32 = 0xFFFFFFFF
+_INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
+_MIX_L, _MIX_R, _POOL = 0xCA01F9DD, 0x4973F715, 4
+
+
+def _words32(n: int) -> list[int]:
+    """A non-negative integer as numpy's SeedSequence reads it: its 32-bit words, least first."""
+    out = [n & _M32]
+    while n := n >> 32:
+        out.append(n & _M32)
+    return out
+
+
+def _seed_sequence_state(entropy: int, spawn_key: tuple[int, ...], n_words64: int) -> list[int]:
+    """``numpy.random.SeedSequence(entropy, spawn_key=spawn_key).generate_state(n, numpy.uint64)``
+    in plain Python.
+
+    Why not numpy's: importing numpy costs 0.2 s, and a wrapped command's run needs these seeds
+    before its first repeat starts and nothing else of numpy until the verdict (imported meanwhile
+    in the background). The recorded seeds are numpy's, word for word: tests/test_seeds.py compares
+    the two over master seeds up to 2**128, repeats and ranks."""
+    hash_a = _INIT_A
+
+    def hashmix(value: int) -> int:
+        nonlocal hash_a
+        value ^= hash_a
+        hash_a = (hash_a * _MULT_A) & _M32
+        value = (value * hash_a) & _M32
+        return value ^ (value >> 16)
+
+    def mix(x: int, y: int) -> int:
+        result = (_MIX_L * x - _MIX_R * y) & _M32
+        return result ^ (result >> 16)
+
+    run = _words32(entropy)
+    spawn = [w for key in spawn_key for w in _words32(key)]
+    if spawn and len(run) < _POOL:
+        run += [0] * (_POOL - len(run))
+    entropy_words = run + spawn
+    pool = [hashmix(entropy_words[i] if i < len(entropy_words) else 0) for i in range(_POOL)]
+    for src in range(_POOL):
+        for dst in range(_POOL):
+            if src != dst:
+                pool[dst] = mix(pool[dst], hashmix(pool[src]))
+    for src in range(_POOL, len(entropy_words)):
+        for dst in range(_POOL):
+            pool[dst] = mix(pool[dst], hashmix(entropy_words[src]))
+    hash_b, state = _INIT_B, []
+    for i in range(2 * n_words64):
+        value = pool[i % _POOL] ^ hash_b
+        hash_b = (hash_b * _MULT_B) & _M32
+        value = (value * hash_b) & _M32
+        state.append(value ^ (value >> 16))
+    return [state[2 * i] | state[2 * i + 1] << 32 for i in range(n_words64)]
+
 def derive(master_seed: int, repeat: int = 0, rank: int = 0) -> Seeds:
     """Derive the seeds of (repeat, rank) from the master seed (formula in module doc)."""
     if master_seed < 0 or repeat < 0 or rank < 0:
         raise ValueError("seeds, repeat and rank indices must be non-negative integers")
-    import numpy as np  # here, not at import: `repro500 capture` without seeds never needs numpy (0.2-0.5 s)
-
-    ss = np.random.SeedSequence(entropy=int(master_seed), spawn_key=(int(repeat), int(rank)))
-    words = [int(w) for w in ss.generate_state(4, dtype=np.uint64)]
+    words = _seed_sequence_state(int(master_seed), (int(repeat), int(rank)), 4)
     return Seeds(
         master=int(master_seed),
         repeat=int(repeat),
