@@ -67,6 +67,34 @@ def test_a_tracked_run_logs_everything_without_importing_mlflow_itself(tmp_path)
     assert [a.path for a in client.list_artifacts(parent.info.run_id, "run")] == ["run/r.tar.gz"]
 
 
+
+def test_beside_a_wrapped_command_the_logging_process_yields_the_cpu_and_the_command_does_not(tmp_path):
+    """The command's repeats run at the niceness the user started repro500 with, not at the lower
+    priority of the runner's background work; MLflow's process 10 below it."""
+    code = textwrap.dedent("""
+        import os
+        from pathlib import Path
+        def nice(pid):  # field 19 of /proc/PID/stat, after "pid (comm)"
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            return int(stat[stat.rfind(")") + 2:].split()[16])
+        parent = os.getppid()
+        logging = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                   and b"repro500.tracking.process" in (p / "cmdline").read_bytes()
+                   and f"PPid:\t{parent}" in (p / "status").read_text()]
+        print(f"Acc 0.9 own={nice(os.getpid())} runner={nice(parent)} logging={[nice(p) for p in logging]}")
+    """)
+    (tmp_path / "probe.py").write_text(code)
+    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'store.db'}")
+    env.pop("REPRO500_MLFLOW_PROCESS", None)
+    done = subprocess.run([sys.executable, "-m", "repro500.cli", "run", "--command", "-n", "1", "--run-id", "n",
+                           "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--",
+                           sys.executable, "probe.py"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode in (0, 3), done.stderr[-2000:]
+    said = (tmp_path / "runs/n/repeats/0/stdout.txt").read_text()
+    start = os.getpriority(os.PRIO_PROCESS, 0)
+    assert f"own={start} runner={start} logging=[{min(start + 10, 19)}]" in said, said
+
 def test_a_refused_run_leaves_no_logging_process_and_no_store(tmp_path, monkeypatch):
     from repro500.errors import ReproError
     from repro500.runner import RunOptions, run

@@ -1,6 +1,6 @@
 """Work the runner does beside the repeats: the manifest's facets, MLflow, hashing what a
 command read.  None of it is on the critical path of a repeat (wrapping a command
-costs at most 5 % of running it by hand), and each result is collected where it is needed.
+costs at most 2 % of running it by hand), and each result is collected where it is needed.
 
 Daemon threads, not a ``ThreadPoolExecutor``: the interpreter joins an executor's threads at
 exit, so a tracking server that hangs would hang ``repro500`` after a second Ctrl-C.  Everything
@@ -10,20 +10,45 @@ that must land is waited for explicitly (``Worker.drain``, ``Future.result``) be
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+# How far the runner's own background work steps back while the experiment runs in processes of
+# its own (a wrapped command): nice(1) 10 of 19, as the MLflow process does (tracking/process.py).
+# On two cores the manifest's facets and the verdict's imports fell on the first repeat beside
+# MLflow's start, and took CPU from the user's processes (a 5 s script ran 0.1-0.15 s longer).  Not while the experiment trains in this process:
+# a thread holding the GIL while the scheduler keeps it waiting would hold up the training loop.
+NICENESS = 10
 
-def call_in_background(name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Future[Any]:
-    """Start ``fn(*args, **kwargs)`` on a thread of its own; its outcome is the returned future's."""
+
+def yields_cpu(recipe: Any) -> bool:
+    """Whether the runner's background work steps back for this recipe's experiment: a wrapped
+    command runs in processes of its own, while the trainer's repeats run in the runner's."""
+    return bool(recipe.is_command)
+
+
+def yield_cpu(pid: int = 0) -> None:
+    """Lower the CPU priority of process *pid*, or with 0 of the calling thread (Linux schedules
+    threads one by one, and what a thread starts inherits its priority); best effort."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, pid or threading.get_native_id(), NICENESS)
+
+
+def call_in_background(name: str, fn: Callable[..., Any], *args: Any, yielding: bool = False,
+                       **kwargs: Any) -> Future[Any]:
+    """Start ``fn(*args, **kwargs)`` on a thread of its own (at a lower CPU priority when
+    *yielding*); its outcome is the returned future's."""
     future: Future[Any] = Future()
 
     def run() -> None:
         if not future.set_running_or_notify_cancel():
             return
+        if yielding:
+            yield_cpu()
         try:
             future.set_result(fn(*args, **kwargs))
         except BaseException as err:  # noqa: BLE001 - handed to whoever collects the result
@@ -72,11 +97,13 @@ class Worker:
         self._queue.put(None)
 
 
-def warm_verify() -> None:
+def warm_verify(yielding: bool = False) -> None:
     """Import the verdict's statistics (numpy, scipy.special: about 0.5 s) while the repeats run: the process
     mostly waits on a wrapped command or a launcher there, so the closing verify no longer pays
     for it (the wrapping-cost budget)."""
     def load() -> None:
+        if yielding:
+            yield_cpu()
         with contextlib.suppress(Exception):
             import repro500.verify.verdict  # noqa: F401
 

@@ -27,7 +27,7 @@ from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFaile
 from repro500.rundir import layout
 from repro500.runner import capture, decide
 from repro500.runner import summaries as aggregation
-from repro500.runner.background import call_in_background, warm_verify
+from repro500.runner.background import call_in_background, warm_verify, yields_cpu
 from repro500.runner.capture import own_outputs
 from repro500.runner.display import Display
 from repro500.runner.plan import Plan
@@ -142,7 +142,8 @@ class Session:
             not self.resumed or not self.run.manifest_path().is_file()
             or not self.run.summaries(self.recipe.repeats, finished_only=False))
         self._prepared = capture.prepare(self.plan, self.run, resumed=self.resumed)
-        self._gathered = call_in_background("repro500-capture", capture.gather, self.plan, self._prepared)
+        self._gathered = call_in_background("repro500-capture", capture.gather, self.plan, self._prepared,
+                                            yielding=yields_cpu(self.recipe))
 
     def settle(self) -> dict[str, Any]:
         """The manifest written (or the resume recorded) and the chain started: once, on the main
@@ -211,7 +212,7 @@ class Session:
         else:
             self.console.print(f"Run [bold]{shown(self.meta['run_id'])}[/] -> {shown(self.run)}")
         display = Display(self.console, planned, len(summaries))
-        warm_verify()
+        warm_verify(yielding=yields_cpu(self.recipe))
         try:
             with display.running():
                 for k in todo:
@@ -232,7 +233,8 @@ class Session:
         if observed.get("paths"):
             # one hashing thread: the next repeat is running beside it
             self._inputs[k] = call_in_background("repro500-inputs", inputs.digest, list(observed["paths"]),
-                                                 inputs.budget(observed), jobs=1, budget_s=inputs.budget_s(observed))
+                                                 inputs.budget(observed), jobs=1, budget_s=inputs.budget_s(observed),
+                                                 yielding=yields_cpu(self.recipe))
 
     def summarise(self, summaries: dict[int, dict[str, Any]], status: str) -> None:
         """The aggregate over every repeat that has a summary (killed and failed ones too, so it
