@@ -73,7 +73,6 @@ class Seeds:
         return self.shared().torch % 2**31
 
 
-
 # numpy.random.SeedSequence's hash constants (O'Neill's seed_seq_fe, as numpy implements it)
 _M32 = 0xFFFFFFFF
 _INIT_A, _MULT_A, _INIT_B, _MULT_B = 0x43B0D7E5, 0x931E8875, 0x8B51F9DD, 0x58F38DED
@@ -129,6 +128,7 @@ def _seed_sequence_state(entropy: int, spawn_key: tuple[int, ...], n_words64: in
         value = (value * hash_b) & _M32
         state.append(value ^ (value >> 16))
     return [state[2 * i] | state[2 * i + 1] << 32 for i in range(n_words64)]
+
 
 def derive(master_seed: int, repeat: int = 0, rank: int = 0) -> Seeds:
     """Derive the seeds of (repeat, rank) from the master seed (formula in module doc)."""

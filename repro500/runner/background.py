@@ -20,8 +20,9 @@ from typing import Any
 # How far the runner's own background work steps back while the experiment runs in processes of
 # its own (a wrapped command): nice(1) 10 of 19, as the MLflow process does (tracking/process.py).
 # On two cores the manifest's facets and the verdict's imports fell on the first repeat beside
-# MLflow's start, and took CPU from the user's processes (a 5 s script ran 0.1-0.15 s longer).  Not while the experiment trains in this process:
-# a thread holding the GIL while the scheduler keeps it waiting would hold up the training loop.
+# MLflow's start, and took CPU from the user's processes (a 5 s script ran 0.1-0.15 s longer).
+# Not while the experiment trains in this process: a thread holding the GIL while the scheduler
+# keeps it waiting would hold up the training loop.
 NICENESS = 10
 
 
@@ -31,11 +32,11 @@ def yields_cpu(recipe: Any) -> bool:
     return bool(recipe.is_command)
 
 
-def yield_cpu(pid: int = 0) -> None:
-    """Lower the CPU priority of process *pid*, or with 0 of the calling thread (Linux schedules
-    threads one by one, and what a thread starts inherits its priority); best effort."""
+def _step_back() -> None:
+    """Lower the calling thread's CPU priority by NICENESS (Linux schedules threads one by one, and
+    what a thread starts inherits its priority); best effort."""
     with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, pid or threading.get_native_id(), NICENESS)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
 
 
 def call_in_background(name: str, fn: Callable[..., Any], *args: Any, yielding: bool = False,
@@ -48,7 +49,7 @@ def call_in_background(name: str, fn: Callable[..., Any], *args: Any, yielding: 
         if not future.set_running_or_notify_cancel():
             return
         if yielding:
-            yield_cpu()
+            _step_back()
         try:
             future.set_result(fn(*args, **kwargs))
         except BaseException as err:  # noqa: BLE001 - handed to whoever collects the result
@@ -98,12 +99,12 @@ class Worker:
 
 
 def warm_verify(yielding: bool = False) -> None:
-    """Import the verdict's statistics (numpy, scipy.special: about 0.5 s) while the repeats run: the process
-    mostly waits on a wrapped command or a launcher there, so the closing verify no longer pays
-    for it (the wrapping-cost budget)."""
+    """Import the verdict's statistics (numpy, scipy.special: about 0.5 s) while the repeats run:
+    the process mostly waits on a wrapped command or a launcher there, so the closing verify no
+    longer pays for it (the wrapping-cost budget)."""
     def load() -> None:
         if yielding:
-            yield_cpu()
+            _step_back()
         with contextlib.suppress(Exception):
             import repro500.verify.verdict  # noqa: F401
 

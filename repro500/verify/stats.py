@@ -261,7 +261,6 @@ def welch_df(var_a: Any, n_a: Any, var_b: Any, n_b: Any) -> Any:
         return 1.0 / (sa**2 / (np.asarray(n_a) - 1) + sb**2 / (np.asarray(n_b) - 1))
 
 
-
 def welch_p_less(a: Sequence[float], b: Sequence[float]) -> float:
     """One-sided Welch t-test that ``a``'s mean is below ``b``'s: its p-value, NaN where neither
     sample varies (``scipy.stats.ttest_ind(a, b, equal_var=False, alternative="less")``)."""
@@ -272,6 +271,7 @@ def welch_p_less(a: Sequence[float], b: Sequence[float]) -> float:
     df = welch_df(va, xa.size, vb, xb.size)
     # neither varies: scipy takes 1 degree of freedom, so unequal constants give p = 0 or 1
     return float(dist.t_cdf(t, 1.0 if math.isnan(df) else df))
+
 
 def _fill(result: TostResult, diff: float, se: float, df: float) -> TostResult:
     low, high, p_lo, p_hi = tost_from_stats(diff, se, df, result.margin, result.alpha)
