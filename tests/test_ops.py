@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -343,3 +344,24 @@ def test_native_backend_fails_loudly_without_a_compiler(tmp_path):
     )
     assert proc.returncode != 0
     assert "REPRO500_OPS=native but the compiled operators could not be loaded" in proc.stderr
+
+
+def test_a_finished_build_is_loaded_as_it_is_and_was_one_translation_unit():
+    """Once built, a process loads the library without torch's JIT builder (whose ninja file names
+    the checkout's path, so a second checkout would compile again); the CPU sources were compiled
+    as one unit including them all."""
+    from repro500.ext import build
+
+    if not ops.load_native():
+        pytest.skip(f"no compiled operators here: {ops.native_error()}")
+    path = build.load_cpu_ops()
+    objects = sorted(p.name for p in path.parent.glob("*.o"))
+    assert objects == [f"{path.stem}.o"], objects
+    assert re.findall(r'#include "([^"]+)"', path.with_suffix(".cpp").read_text()) == list(build.CPU_SOURCES)
+    script = ("import sys, torch\nfrom repro500.ext import ops\nassert ops.load_native(), ops.native_error()\n"
+              "print(torch.ops.repro500.topk_threshold(torch.arange(6.0), 2)[1].tolist(),"
+              " 'torch.utils.cpp_extension' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if k != "REPRO500_OPS"}
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[4,", "5]", "False"], done.stdout

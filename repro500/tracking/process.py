@@ -38,6 +38,8 @@ from repro500.errors import ReproError
 from repro500.tracking import store as mlflow_store
 
 PROCESS_ENV = "REPRO500_MLFLOW_PROCESS"
+# how far below the run the logging process runs (nice levels)
+NICENESS = 10
 _CONNECT = "__connect__"
 
 _warm: ProcessTracker | None = None  # started by prestart(), taken by the run's first connect()
@@ -67,6 +69,13 @@ class ProcessTracker:
                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, process_group=0)
         finally:
             theirs.close()
+        # Below the run's own priority: while a repeat trains on every core, an epoch's logging waits
+        # for a gap rather than stall the training loop's threads (bench/mlflow_overhead.py). Set here,
+        # as the process starts, not by the process itself once Python is up: a wrapped command's
+        # first repeat begins while that process is still importing, and would share the CPU with it.
+        with suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, self._proc.pid,
+                           min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19))
         self._conn = Connection(ours.detach())
         # Popen.poll() answers None, "running", whenever another thread is inside poll() or wait(): the
         # run asks whether the process lives while the logging thread may be reading its exit status
@@ -240,10 +249,6 @@ def main(argv: list[str]) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, signal.SIG_IGN)
     conn = Connection(int(argv[0]))
-    # Below the run's own priority: while a repeat trains on every core, an epoch's logging waits
-    # for a gap rather than stall the training loop's threads (bench/mlflow_overhead.py).
-    with suppress(OSError):
-        os.nice(10)
     with suppress(Exception):  # a failing import is met again, and reported, by the connect
         _warm_up()
     try:
