@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -234,6 +235,52 @@ def test_a_read_error_inside_the_kernel_names_the_file(tmp_path):
     with pytest.raises(IsADirectoryError) as err:
         md5mb.md5_files([*paths, str(bad)])
     assert err.value.filename == str(bad)
+
+
+def test_a_file_cut_short_while_it_is_hashed_in_place_is_named_not_a_crash(tmp_path):
+    """Files of more than a chunk are hashed where the kernel maps them; one truncated midway faults
+    (SIGBUS), which ends the round with that file named instead of ending the process."""
+    from repro500.capture import md5mb
+
+    if not md5mb.available():
+        pytest.skip("no C compiler with GCC vector extensions here; hashlib is used instead")
+    paths = []
+    for i in range(20):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(4 * md5mb.CHUNK_BYTES + 17))
+        paths.append(str(path))
+    victim = paths[7]
+
+    def cut(_: int) -> None:  # after the first round, every file is mapped and partly hashed
+        os.truncate(victim, 100)
+
+    with pytest.raises(md5mb.ChangedWhileHashing) as err:
+        md5mb.md5_files(paths, on_bytes=cut)
+    assert err.value.filename == victim
+    # the process goes on hashing, the truncated file as it is now included
+    assert md5mb.md5_files(paths) == {p: hashlib.md5(Path(p).read_bytes()).hexdigest() for p in paths}
+
+
+def test_a_sigbus_that_is_no_hashing_round_still_ends_the_process(tmp_path):
+    script = ("import os, signal\nfrom repro500.capture import md5mb\nassert md5mb.available()\n"
+              "os.kill(os.getpid(), signal.SIGBUS)\nprint('survived')\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -signal.SIGBUS and "survived" not in done.stdout, (done.returncode, done.stderr)
+
+
+def test_a_changed_file_is_one_sentence_about_the_change(tmp_path, monkeypatch):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    for i in range(data.MULTIBUFFER_MIN_FILES):
+        (ds / f"{i}.bin").write_bytes(b"x")
+
+    def changed(paths, on_bytes=None, stop=None):
+        raise data.md5mb.ChangedWhileHashing(14, "it changed while it was being hashed", paths[0])
+
+    monkeypatch.setattr(data.md5mb, "available", lambda: True)
+    monkeypatch.setattr(data.md5mb, "md5_files", changed)
+    with pytest.raises(InvalidInput, match=r"^data file '.*\.bin' changed while it was being hashed: hash it once"):
+        data.digest_paths([ds], use_cache=False, jobs=1)
 
 
 @pytest.mark.parametrize("compiler", ["false", "/no/such/cc"])

@@ -232,6 +232,9 @@ def _hash_all(files: list[_File], jobs: int, progress: bool, deadline: float | N
             if len(order) >= MULTIBUFFER_MIN_FILES and md5mb.available():
                 return _hash_multibuffer([f.abspath for f in order], jobs, on_bytes)
             return _hash_threads([f.abspath for f in order], jobs, on_bytes)
+        except md5mb.ChangedWhileHashing as err:
+            raise InvalidInput(f"data file '{err.filename}' changed while it was being hashed: hash it "
+                               "once nothing writes to it") from None
         except OSError as err:
             raise InvalidInput(f"cannot read data file '{err.filename}' ({err.strerror}): "
                                "fix its permissions or leave it out") from None
