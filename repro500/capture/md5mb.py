@@ -459,20 +459,10 @@ def _hash_files(lib: ctypes.CDLL, paths: Sequence[str], chunk_bytes: int = CHUNK
     try:
         while stop is None or not stop.is_set():
             while queue and free:
-                path = queue.pop()
-                fd = os.open(path, os.O_RDONLY)
-                slot = free.pop()
-                fds[slot], lengths[slot], done[slot] = fd, 0, 0
-                states[4 * slot: 4 * slot + 4] = _INIT
+                path, slot = queue.pop(), free.pop()
+                fds[slot], sizes[slot], maps[slot], map_sizes[slot] = _open(lib, path, chunk_bytes)
+                lengths[slot], done[slot], states[4 * slot: 4 * slot + 4] = 0, 0, _INIT
                 open_paths[slot] = path
-                st = os.fstat(fd)
-                sizes[slot] = st.st_size  # read: a priority only, the end is where reads stop
-                # mapped: the size hashed (a file that grows is hashed as it was when opened)
-                maps[slot], map_sizes[slot] = None, 0
-                if stat.S_ISREG(st.st_mode) and st.st_size > chunk_bytes:
-                    where = lib.md5_map(fd, st.st_size)  # NULL (not mappable here): read
-                    if where:
-                        maps[slot], map_sizes[slot] = where, st.st_size
             if not open_paths:
                 break
             lanes = (heapq.nlargest(LANES, open_paths, key=lambda k: sizes[k] - lengths[k])
@@ -495,6 +485,19 @@ def _hash_files(lib: ctypes.CDLL, paths: Sequence[str], chunk_bytes: int = CHUNK
         for slot in open_paths:
             _close(lib, slot, fds, maps, map_sizes)
     return results
+
+
+def _open(lib: ctypes.CDLL, path: str, chunk_bytes: int) -> tuple[int, int, int | None, int]:
+    """(fd, size, mapping, size mapped) of a file opened for hashing.  Read, its size is a priority
+    only (the end is where reads stop); mapped, the size hashed (a file that grows is hashed as it
+    was when opened).  A regular file of more than a chunk is mapped, unless it cannot be (NULL)."""
+    fd = os.open(path, os.O_RDONLY)
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_size > chunk_bytes:
+        where = lib.md5_map(fd, st.st_size)
+        if where:
+            return fd, st.st_size, where, st.st_size
+    return fd, st.st_size, None, 0
 
 
 class ChangedWhileHashing(OSError):
