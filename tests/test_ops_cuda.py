@@ -29,8 +29,8 @@ def test_cuda_sources_compile_from_a_fresh_cache(tmp_path):
         timeout=1500,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "repro500: compiling C++ operators (first use, ~1 min)..." in proc.stderr
-    assert "repro500: compiling CUDA operators" in proc.stderr
+    assert build.COMPILING_MESSAGE in proc.stderr
+    assert build.COMPILING_CUDA_MESSAGE in proc.stderr
     cpu_lib, cuda_lib = (Path(line) for line in proc.stdout.split())
     assert cpu_lib.is_file() and cuda_lib.is_file()
     assert str(tmp_path) in str(cuda_lib)
