@@ -18,6 +18,7 @@ import pytest
 from helpers.keys import make_key, ssh_keygen, trust_line, write_trust
 from helpers.rundirs import edit_json, make_run
 from helpers.runs import invoke
+from helpers.stores import mlflow_store
 
 from repro500 import cli
 from repro500.attest import chain, keys, sshsig
@@ -472,7 +473,7 @@ def test_check_tracking_compares_each_repeat_with_mlflow(tmp_path, monkeypatch):
     from repro500.attest.tracking_check import check_tracking
     from repro500.tracking import client as tracking
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_store(tmp_path / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     root = chained_run(tmp_path)
     tracker = tracking.Tracker("repro500/test")  # logs as the runner does

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.stores import mlflow_store
 
 from repro500.capture.seeds import derive
 from repro500.errors import InvalidInput
@@ -365,7 +366,7 @@ def test_a_scripts_own_mlflow_runs_are_tagged_and_its_metrics_read_back(tmp_path
 
     monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
     monkeypatch.setenv("MLFLOW_RUN_ID", "f" * 32)  # a leftover in the user's shell: never handed on
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_store(tmp_path / "mlflow.db")
     MlflowClient(uri).search_experiments()  # the store exists, as the runner's background thread makes it
     spec = make(tmp_path, SCRIPT_WITH_MLFLOW_HABITS,
                 metrics={"accuracy": "mlflow", "loss": {"source": "mlflow"}, "worst_loss": {"key": "loss", "take": "max"}})

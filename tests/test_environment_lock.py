@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500
+from helpers.stores import mlflow_store
 from helpers.venvs import path_with, venv_with
 
 from repro500.capture import lock
@@ -267,7 +268,7 @@ def test_reproduce_a_run_by_its_mlflow_id(tmp_path):
 
     store = tmp_path / "store"
     store.mkdir()
-    uri = f"sqlite:///{store / 'mlflow.db'}"
+    uri = mlflow_store(store / "mlflow.db")
     proj = tmp_path / "proj"
     proj.mkdir()
     (proj / "s.py").write_text(NUMPY_SCRIPT)

@@ -16,6 +16,7 @@ import pytest
 import torch
 from helpers.rundirs import make_run
 from helpers.runs import repro500, write_recipe
+from helpers.stores import mlflow_store
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from repro500.verify import divergence as dv
@@ -243,7 +244,7 @@ def noisy(tmp_path_factory) -> tuple[Path, Path]:
     cwd = tmp_path_factory.mktemp("noisy")
     (cwd / "noisy.py").write_text(textwrap.dedent(NOISY))
     write_recipe(cwd / "noisy.yaml", fixed__model="noisy:build", fixed__model_options={"noise_from": 6}, **SMALL)
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{cwd / 'mlflow.db'}"}
+    env = {"MLFLOW_TRACKING_URI": mlflow_store(cwd / "mlflow.db")}
     return cwd, _run(cwd, "noisy.yaml", "--deterministic", "--same-seed", "--repeats", "2", "--run-id", "noisy",
                      env=env, tracking=True)
 

@@ -7,6 +7,7 @@ import math
 import re
 
 import pytest
+from helpers.stores import mlflow_store
 
 from repro500.errors import InvalidInput
 from repro500.workloads.command import metric_sources as ms
@@ -145,7 +146,7 @@ def mlflow_run(tmp_path):
     one of repro500's own (untagged as a script's, so never read)."""
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = mlflow_store(tmp_path / "mlflow.db")
     client = MlflowClient(uri)
     experiment = client.create_experiment("t")
     tags = {"repro500.run_id": "r", "repro500.repeat": "0", "repro500.script": "true"}

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500
+from helpers.stores import mlflow_store
 
 from repro500.tracking.names import is_history, verdict_metrics
 
@@ -40,7 +41,7 @@ def logged(tmp_path_factory):
     (project / "train.py").write_text(textwrap.dedent(TRAIN))
     (project / "helper.py").write_text(textwrap.dedent(HELPER))
     (data / "rows.txt").write_text("1 2 3 4\n")
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{store / 'mlflow.db'}"}
+    env = {"MLFLOW_TRACKING_URI": mlflow_store(store / "mlflow.db")}
     done = repro500("run", "--repeats", "2", "--run-id", "c", "--metric", "accuracy=regex:Acc ([0-9.]+)",
                     "--accept", "accuracy>=0.5", "--command", "--", "python", "train.py", str(data / "rows.txt"),
                     cwd=project, env=env, timeout=300)
@@ -140,7 +141,7 @@ def test_verify_mlflow_refuses_in_one_sentence(logged, tmp_path):
 
 
 def test_artifacts_option_and_its_refusal(tmp_path):
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     refused = repro500("run", "--no-tracking", "--artifacts", str(tmp_path / "a"), "--metric", "accuracy=regex:Acc ([0-9.]+)",
                        "--accept", "accuracy>=0.5", "--command", "--", "python", "-c", "print('Acc 1')", cwd=tmp_path, env=env)
     assert refused.returncode == 2 and "does not go with --no-tracking" in refused.stderr
@@ -187,7 +188,7 @@ def test_check_tracking_against_a_refusing_database_fails_fast_without_the_passw
 
 
 def test_a_run_over_the_size_limit_is_not_copied_into_the_store_and_verify_says_why(tmp_path):
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "REPRO500_MLFLOW_SEALED_MAX_MB": "0.000001"}
+    env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db"), "REPRO500_MLFLOW_SEALED_MAX_MB": "0.000001"}
     done = repro500("run", "--repeats", "1", "--run-id", "big", "--metric", "accuracy=regex:Acc ([0-9.]+)",
                     "--accept", "accuracy>=0.5", "--command", "--", "python", "-c", "print('Acc 1')", cwd=tmp_path, env=env)
     assert done.returncode in (0, 3), done.stderr[-2000:]
@@ -202,7 +203,7 @@ def test_the_outcome_is_the_latest_value_even_when_it_differs_from_the_last_eval
 
     from repro500.tracking.client import Tracker
 
-    tracker = Tracker("t", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    tracker = Tracker("t", mlflow_store(tmp_path / "mlflow.db"))
     tracker.start_parent("p", {}, {})
     run_id = tracker.start_repeat(0, {"repro500.run_id": "p"})
     steps = [{"step": 1, "loss": 1.0}, {"step": 2, "loss": 0.5}]
@@ -216,7 +217,7 @@ def test_the_outcome_is_the_latest_value_even_when_it_differs_from_the_last_eval
 
 
 def test_check_tracking_with_metrics_named_like_histories_or_old_outcomes(tmp_path):
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     done = repro500("run", "--repeats", "1", "--run-id", "n", "--metric", "final_score=regex:S ([0-9.]+)",
                     "--metric", "epoch_time=regex:T ([0-9.]+)", "--accept", "final_score>=0.5", "--command", "--",
                     "python", "-c", "print('S 0.9'); print('T 3.5')", cwd=tmp_path, env=env)
@@ -227,7 +228,7 @@ def test_check_tracking_with_metrics_named_like_histories_or_old_outcomes(tmp_pa
 
 
 def test_a_resumed_run_keeps_logging_into_its_own_experiment(tmp_path):
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     code = ("import os, sys\nif os.environ['REPRO500_REPEAT'] == '1' and not os.path.exists(sys.argv[1]):\n"
             "    open(sys.argv[1], 'w').close(); sys.exit(3)\nprint('Acc 0.9')")
     first = repro500("run", "-n", "3", "--run-id", "r", "--experiment", "mine", "--metric", "accuracy=regex:Acc ([0-9.]+)",

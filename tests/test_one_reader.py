@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from helpers.rundirs import make_run
 from helpers.runs import repro500
+from helpers.stores import mlflow_store
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput
@@ -303,7 +304,7 @@ def test_a_store_sending_more_than_it_listed_is_cut_off_while_streaming(tmp_path
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a sparse file of gigabytes needs a file system that has them")
 def test_verify_mlflow_refuses_a_sealed_run_of_30_gb_before_downloading_it(tmp_path: Path) -> None:
-    env = {"MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     done = repro500("run", "--repeats", "1", "--run-id", "big", "--metric", "accuracy=regex:Acc ([0-9.]+)",
                     "--accept", "accuracy>=0.5", "--command", "--", sys.executable, "-c", "print('Acc 1')",
                     cwd=tmp_path, env=env, timeout=300)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers.runs import repro500, write_recipe
+from helpers.stores import mlflow_store
 
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, UsageError
 from repro500.rundir import sums as bundle
@@ -19,7 +20,7 @@ from repro500.runner import RunOptions, run
 
 @pytest.fixture
 def sqlite_store(in_tmp, monkeypatch):
-    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    uri = mlflow_store(in_tmp / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
 
@@ -241,7 +242,7 @@ def test_cli_bad_input_one_line_and_exit_code(in_tmp):
 def test_sigint_keeps_finished_repeats_and_resume_completes(in_tmp):
     from mlflow.tracking import MlflowClient
 
-    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    uri = mlflow_store(in_tmp / "mlflow.db")
     write_recipe(in_tmp / "tiny.yaml", repeats=3, fixed__epochs=3)
     proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "tiny.yaml", "--run-id", "r1"],
                             cwd=in_tmp, env={**__import__("os").environ, "MLFLOW_TRACKING_URI": uri},

@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.stores import mlflow_store
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,7 +50,7 @@ def test_a_tracked_run_logs_everything_without_importing_mlflow_itself(tmp_path)
         outcome = run(RunOptions(adhoc=recipe, run_id="r"))
         print(json.dumps({{"exit": outcome.exit_code, "mlflow": sorted(m for m in sys.modules if m.split(".")[0] == "mlflow")}}))
     """)
-    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'store.db'}")
+    env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_store(tmp_path / "store.db"))
     env.pop("REPRO500_MLFLOW_PROCESS", None)
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -84,7 +85,7 @@ def test_beside_a_wrapped_command_the_logging_process_yields_the_cpu_and_the_com
         print(f"Acc 0.9 own={nice(os.getpid())} runner={nice(parent)} logging={[nice(p) for p in logging]}")
     """)
     (tmp_path / "probe.py").write_text(code)
-    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'store.db'}")
+    env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_store(tmp_path / "store.db"))
     env.pop("REPRO500_MLFLOW_PROCESS", None)
     done = subprocess.run([sys.executable, "-m", "repro500.cli", "run", "--command", "-n", "1", "--run-id", "n",
                            "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--",
@@ -136,7 +137,7 @@ def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tm
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("REPRO500_MLFLOW_PROCESS", raising=False)
-    uri = f"sqlite:///{tmp_path / 'store.db'}"
+    uri = mlflow_store(tmp_path / "store.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     # repeat 0 kills its sibling, the MLflow process (as the OOM killer would), once its run exists
     kill = textwrap.dedent("""
@@ -175,7 +176,7 @@ def test_an_error_in_the_logging_process_comes_back_as_one_sentence(tmp_path, mo
     from repro500.tracking.process import ProcessTracker, TrackingProcessError
 
     monkeypatch.chdir(tmp_path)
-    tracker = ProcessTracker().connect("e", f"sqlite:///{tmp_path / 'store.db'}", None)
+    tracker = ProcessTracker().connect("e", mlflow_store(tmp_path / "store.db"), None)
     try:
         assert tracker.experiment_id and tracker.notes == []
         with pytest.raises(TrackingProcessError, match="'Tracker' object has no attribute 'nosuch'"):
@@ -194,7 +195,7 @@ def test_a_batch_systems_term_leaves_the_logging_to_the_run(tmp_path, monkeypatc
     from repro500.tracking.process import ProcessTracker, TrackingProcessError
 
     monkeypatch.chdir(tmp_path)
-    tracker = ProcessTracker().connect("e", f"sqlite:///{tmp_path / 'store.db'}", None)
+    tracker = ProcessTracker().connect("e", mlflow_store(tmp_path / "store.db"), None)
     try:
         for sig in (signal.SIGTERM, signal.SIGINT):
             os.kill(tracker.pid, sig)
@@ -223,7 +224,7 @@ def test_ctrl_c_while_the_last_records_land_ends_the_parent_killed_not_running(t
         outcome = run(RunOptions(adhoc={_command("print('Acc 0.9')", repeats=1)!r}, run_id="r"))
         print(json.dumps({{"exit": outcome.exit_code}}))
     """)
-    env = dict(os.environ, MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'store.db'}")
+    env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_store(tmp_path / "store.db"))
     env.pop("REPRO500_MLFLOW_PROCESS", None)
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
@@ -268,7 +269,7 @@ def test_a_resume_into_another_store_holds_every_repeat(tmp_path, monkeypatch):
     count = tmp_path / "attempts"
     code = (f"import pathlib, sys; p = pathlib.Path({str(count)!r}); n = int(p.read_text()) if p.exists() else 0; "
             "p.write_text(str(n + 1)); print('Acc 0.%d' % (9 - n)); sys.exit(1 if n == 1 else 0)")
-    first, second = f"sqlite:///{tmp_path / 'a.db'}", f"sqlite:///{tmp_path / 'b.db'}"
+    first, second = mlflow_store(tmp_path / "a.db"), mlflow_store(tmp_path / "b.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", first)
     with pytest.raises(ReproError):
         run(RunOptions(adhoc=_command(code), run_id="r"))

@@ -7,6 +7,7 @@ import statistics
 
 import pytest
 from helpers.runs import write_recipe
+from helpers.stores import mlflow_store
 
 from repro500.runner import SUMMARY_METRICS, RunOptions, run
 from repro500.tracking.client import STEP_METRIC_KEYS
@@ -23,7 +24,7 @@ PER_STEP = {  # summary metric -> the step-record field it averages
 
 @pytest.fixture
 def sqlite_store(in_tmp, monkeypatch):
-    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    uri = mlflow_store(in_tmp / "mlflow.db")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
 

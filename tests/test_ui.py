@@ -11,6 +11,7 @@ import urllib.request
 
 import pytest
 from helpers.runs import write_recipe
+from helpers.stores import mlflow_store
 
 from repro500.errors import InvalidInput
 from repro500.runner import RunOptions, run
@@ -149,7 +150,7 @@ def test_repro500s_experiments_carry_the_kind_that_opens_the_runs_table(in_tmp, 
     from repro500.tracking import process as tracking_process
     from repro500.tracking.names import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
 
-    uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
+    uri = mlflow_store(in_tmp / "mlflow.db")
     # one logging process answers every connect (each makes a new Tracker there): one MLflow import
     process = tracking_process.ProcessTracker() if where == "logging process" else None
     monkeypatch.setenv(tracking_process.PROCESS_ENV, "0")

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from helpers.rundirs import make_run
 from helpers.runs import repro500, write_recipe
+from helpers.stores import mlflow_store
 from scipy import stats as sps
 
 from repro500.capture import seeds as seeding
@@ -61,7 +62,7 @@ def test_share_intervals_are_proper_and_reproducible():
 
 
 def test_vary_runs_one_cell_per_source_and_verify_attributes_the_variance(in_tmp, monkeypatch):
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{in_tmp / 'mlflow.db'}")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(in_tmp / "mlflow.db"))
     recipe = write_recipe(in_tmp / "tiny.yaml", fixed__epochs=1)
     outcome = run(RunOptions(recipe=str(recipe), tracking=True, run_id="f", vary=["init", "data_order", "kernels"],
                              repeats_per_cell=2))
