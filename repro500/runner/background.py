@@ -10,20 +10,20 @@ that must land is waited for explicitly (``Worker.drain``, ``Future.result``) be
 from __future__ import annotations
 
 import contextlib
-import os
 import queue
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-# How far the runner's own background work steps back while the experiment runs in processes of
-# its own (a wrapped command): nice(1) 10 of 19, as the MLflow process does (tracking/process.py).
-# On two cores the manifest's facets and the verdict's imports fell on the first repeat beside
-# MLflow's start, and took CPU from the user's processes (a 5 s script ran 0.1-0.15 s longer).
-# Not while the experiment trains in this process: a thread holding the GIL while the scheduler
-# keeps it waiting would hold up the training loop.
-NICENESS = 10
+from repro500 import priority
+
+# The runner's own background work steps back (repro500/priority.py) while the experiment runs in
+# processes of its own (a wrapped command), as the MLflow process does: on two cores the manifest's
+# facets and the verdict's imports fell on the first repeat beside MLflow's start, and took CPU
+# from the user's processes (a 5 s script ran 0.1-0.15 s longer). Not while the experiment trains
+# in this process: a thread holding the GIL while the scheduler keeps it waiting would hold up the
+# training loop.
 
 
 def yields_cpu(recipe: Any) -> bool:
@@ -33,10 +33,9 @@ def yields_cpu(recipe: Any) -> bool:
 
 
 def _step_back() -> None:
-    """Lower the calling thread's CPU priority by NICENESS (Linux schedules threads one by one, and
-    what a thread starts inherits its priority); best effort."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+    """Lower the calling thread's CPU priority (Linux schedules threads one by one, and what a
+    thread starts inherits its priority)."""
+    priority.step_back(threading.get_native_id())
 
 
 def call_in_background(name: str, fn: Callable[..., Any], *args: Any, yielding: bool = False,

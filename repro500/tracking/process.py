@@ -34,12 +34,11 @@ from contextlib import suppress
 from multiprocessing.connection import Connection
 from typing import Any
 
+from repro500 import priority
 from repro500.errors import ReproError
 from repro500.tracking import store as mlflow_store
 
 PROCESS_ENV = "REPRO500_MLFLOW_PROCESS"
-# how far below the run the logging process runs (nice levels)
-NICENESS = 10
 _CONNECT = "__connect__"
 
 _warm: ProcessTracker | None = None  # started by prestart(), taken by the run's first connect()
@@ -73,9 +72,7 @@ class ProcessTracker:
         # for a gap rather than stall the training loop's threads (bench/mlflow_overhead.py). Set here,
         # as the process starts, not by the process itself once Python is up: a wrapped command's
         # first repeat begins while that process is still importing, and would share the CPU with it.
-        with suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, self._proc.pid,
-                           min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19))
+        priority.step_back(self._proc.pid)
         self._conn = Connection(ours.detach())
         # Popen.poll() answers None, "running", whenever another thread is inside poll() or wait(): the
         # run asks whether the process lives while the logging thread may be reading its exit status
