@@ -11,13 +11,9 @@ from contextlib import suppress
 NICENESS = 10  # of nice(1)'s 19 levels: helpers wait for a gap, the experiment's threads do not
 
 
-def below_me() -> int:
-    """The nice level NICENESS below the calling thread's own (Linux keeps one per thread)."""
-    return min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19)
-
-
 def step_back(pid: int) -> None:
-    """Put process or thread *pid* (a thread's native id) NICENESS levels below the caller; best
-    effort: where priorities cannot be set, everything still runs, only sooner."""
+    """Put process or thread *pid* (a thread's native id) NICENESS levels below the caller's own
+    level (Linux keeps one per thread); best effort: where priorities cannot be set, everything
+    still runs, only sooner."""
     with suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, pid, below_me())
+        os.setpriority(os.PRIO_PROCESS, pid, min(os.getpriority(os.PRIO_PROCESS, 0) + NICENESS, 19))

@@ -12,24 +12,22 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import shutil
 import sqlite3
 import tempfile
 from pathlib import Path
 
-_TEMPLATE: list[Path] = []
 
-
+@functools.cache
 def _template() -> Path:
-    if not _TEMPLATE:
-        from repro500.tracking.store import default_artifacts, open_store
+    from repro500.tracking.store import default_artifacts, open_store
 
-        folder = Path(tempfile.mkdtemp(prefix="repro500-test-store-"))
-        atexit.register(shutil.rmtree, folder, True)
-        uri = f"sqlite:///{folder / 'mlflow.db'}"
-        open_store(uri, default_artifacts(uri))
-        _TEMPLATE.append(folder / "mlflow.db")
-    return _TEMPLATE[0]
+    folder = Path(tempfile.mkdtemp(prefix="repro500-test-store-"))
+    atexit.register(shutil.rmtree, folder, True)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    open_store(uri, default_artifacts(uri))
+    return folder / "mlflow.db"
 
 
 def mlflow_store(path: Path) -> str:
