@@ -391,6 +391,37 @@ def test_synthetic_classification_matches_the_generated_file(tmp_path):
     assert open_dataset("synthetic-classification", "eval").samples == 512
 
 
+def test_synthetic_images_are_drawn_once_per_process_up_to_the_kept_bytes(monkeypatch):
+    from repro500.data import synthetic
+    from repro500.data.classification import ClassificationGenerator
+
+    drawn = []
+    sample = ClassificationGenerator.sample
+    monkeypatch.setattr(ClassificationGenerator, "sample", lambda self, i: drawn.append((self.split, i)) or sample(self, i))
+    monkeypatch.setattr(synthetic, "KEPT_BYTES", 10 * 3 * 8 * 8)  # ten 8x8 images a split
+    synthetic._drawn.cache_clear()
+    synthetic._normalisation.cache_clear()
+    params = {"samples": 24, "size": "8x8"}
+    first = open_dataset("synthetic-classification", "train", seed=5, params=params)
+    assert drawn == [("train", i) for i in range(synthetic.STATS_SAMPLES)]  # the normalisation's
+    epoch = [first[i][0] for i in range(24)]
+    assert len(drawn) == synthetic.STATS_SAMPLES + 14  # 0..9 kept from the statistics, 10..23 drawn
+    drawn.clear()
+    # the next repeat's data set (a new object, as each repeat makes) and its next epoch read the kept
+    # ten, draw the others again, and give the same tensors
+    again = open_dataset("synthetic-classification", "train", seed=5, params=params)
+    assert all(torch.equal(again[i][0], epoch[i]) for i in range(24))
+    assert drawn == [("train", i) for i in range(10, 24)]
+    drawn.clear()
+    evaluation = open_dataset("synthetic-classification", "eval", seed=5, params=params)
+    evaluation[0], evaluation[0]
+    assert drawn == [("eval", 0)]  # its normalisation is the train split's, already made
+    # another seed is other images
+    assert not torch.equal(open_dataset("synthetic-classification", "train", seed=6, params=params)[0][0], epoch[0])
+    synthetic._drawn.cache_clear()
+    synthetic._normalisation.cache_clear()
+
+
 def test_bad_dataset_requests_are_one_clear_error(tmp_path):
     generate("cosmo", tmp_path / "c.h5", samples=1, size="8")
     cases = [
