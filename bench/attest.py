@@ -33,7 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from repro500.attest import ATTESTATION_NAMES, chain  # noqa: E402
+from repro500.attest import chain  # noqa: E402
+from repro500.attest.attestation import ATTESTATION_NAMES  # noqa: E402
 from repro500.rundir import sums as bundle  # noqa: E402
 
 QUICKSTART_RUN_S = 60.0

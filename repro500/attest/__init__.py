@@ -9,21 +9,7 @@
 * :mod:`repro500.attest.tracking_check`: a run's repeats against what MLflow recorded;
 * :mod:`repro500.attest.check`: the checks ``repro500 verify --trust / --check-tracking`` adds.
 
-Heavy imports (securesystemslib, mlflow) happen inside the functions that need them.
+Heavy imports (securesystemslib, mlflow) happen inside the functions that need them, and the package
+itself imports none of its modules: every run writes its chain, and importing ``chain`` should not
+bring ``cryptography`` into a run that signs nothing (40-80 ms before its first repeat).
 """
-
-from __future__ import annotations
-
-from repro500.attest.attestation import (
-    ATTESTATION_NAMES,
-    ENVELOPE_NAME,
-    PREDICATE_TYPE,
-    SSHSIG_NAME,
-    SignatureResult,
-    verify_signature,
-)
-from repro500.attest.chain import CHAIN_NAME
-from repro500.attest.signing import sign_intact
-
-__all__ = ["ATTESTATION_NAMES", "CHAIN_NAME", "ENVELOPE_NAME", "PREDICATE_TYPE", "SSHSIG_NAME",
-           "SignatureResult", "sign_intact", "verify_signature"]
