@@ -57,8 +57,8 @@ def experiment_facet(plan: Plan) -> dict[str, Any]:
             imported.append({"path": path, "sha256": file_digest(path)})
         except OSError as err:
             imported.append({"path": path, "sha256": None, "skipped": err.strerror or type(err).__name__})
-    facet = {"workload": describe, "repository": repository, "imported_sources": imported,
-             "repro500": {"version": __version__, "source_sha256": package_digest(Path(__file__).resolve().parents[1])}}
+    # repro500's own source digest is taken beside the first repeat (gather): no run writes into it
+    facet = {"workload": describe, "repository": repository, "imported_sources": imported}
     if plan.recipe.is_command:
         from repro500.capture.source import python_path
 
@@ -185,8 +185,11 @@ def command_environment(run: layout.RunDir, manifest: dict[str, Any]) -> dict[st
 def gather(plan: Plan, prepared: Prepared) -> tuple[dict[str, Any], dict[str, bytes]]:
     """Every registered facet (code, environment, hardware, toolchain, data digests, seeds): the
     slow part, run beside the first repeat.  Reads only; nothing is written into the run here."""
+    experiment = {**prepared.facets["experiment"], "repro500": {
+        "version": __version__, "source_sha256": package_digest(Path(__file__).resolve().parents[1])}}
     return build_manifest(
-        plan.workload.data_paths(), extra_facets=prepared.facets, progress=False, seed=plan.recipe.seed,
+        plan.workload.data_paths(), extra_facets={**prepared.facets, "experiment": experiment}, progress=False,
+        seed=plan.recipe.seed,
         repeats=plan.recipe.repeats, world_size=plan.world_size, same_seed=plan.same_seed,
         input_paths=plan.workload.input_paths(), environ=prepared.environ,
         jobs=1, ahead=prepared.ahead)  # one core: a repeat runs beside it, and its timings are results
