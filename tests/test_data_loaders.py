@@ -416,6 +416,10 @@ def test_synthetic_images_are_drawn_once_per_process_up_to_the_kept_bytes(monkey
     evaluation = open_dataset("synthetic-classification", "eval", seed=5, params=params)
     evaluation[0], evaluation[0]
     assert drawn == [("eval", 0)]  # its normalisation is the train split's, already made
+    import pickle
+
+    sent = pickle.loads(pickle.dumps(again))  # what a loader worker started by spawn receives
+    assert not sent._drawn._images and torch.equal(sent[3][0], epoch[3])
     # another seed is other images
     assert not torch.equal(open_dataset("synthetic-classification", "train", seed=6, params=params)[0][0], epoch[0])
     synthetic._drawn.cache_clear()

@@ -42,6 +42,10 @@ class _Drawn:
         self._images: dict[int, np.ndarray] = {}
         self._room = KEPT_BYTES // (params.channels * params.height * params.width)
 
+    def __getstate__(self) -> dict[str, Any]:
+        # a loader worker started by spawn gets the generator, not the kept images: it keeps its own
+        return {**self.__dict__, "_images": {}}
+
     def image(self, index: int) -> np.ndarray:
         image = self._images.get(index)
         if image is None:
