@@ -14,6 +14,7 @@ from helpers.runs import repro500, write_recipe
 from helpers.stores import mlflow_store
 
 import repro500 as repro500_pkg
+from repro500.capture.source import package_digest
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, UsageError
 from repro500.rundir import sums as bundle
 from repro500.runner import RunOptions, run
@@ -73,8 +74,6 @@ def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store)
     manifest = json.loads((run_dir / "manifest.json").read_text())
     assert parent.info.status == "FINISHED"
     assert parent.data.tags["repro500.manifest_digest"] == manifest["digest"]["value"]
-    from repro500.capture.source import package_digest
-
     own = Path(repro500_pkg.__file__).parent  # taken beside the first repeat, sealed with the rest
     assert manifest["facets"]["experiment"]["repro500"]["source_sha256"] == package_digest(own)
     assert parent.data.tags["repro500.run_id"] == run_dir.name
