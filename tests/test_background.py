@@ -1,5 +1,6 @@
 """The runner's background work (runner/background.py) steps back for a wrapped command's
-processes and not for a trainer that runs in the runner's own process."""
+processes and not for a trainer that runs in the runner's own process; a wrapped command's waits
+until the command's process has started."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from types import SimpleNamespace
 
 from repro500 import priority
 from repro500.runner import background
+from repro500.runner import capture as runner_capture
+from repro500.workloads.command import process
+from tests.helpers.runs import invoke
 
 
 def _niceness_inside(**options: bool) -> int:
@@ -40,3 +44,57 @@ def test_a_run_that_nice_already_lowered_keeps_its_helpers_below_it():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == min(os.getpriority(os.PRIO_PROCESS, 0) + 12 + priority.NICENESS, 19)
+
+
+def test_work_given_an_event_waits_for_it():
+    gate = threading.Event()
+    future = background.call_in_background("probe", lambda: "ran", after=gate)
+    assert not gate.wait(0.2) and not future.done()
+    gate.set()
+    assert future.result(timeout=30) == "ran"
+
+
+def _record_order(monkeypatch) -> list[str]:
+    events: list[str] = []
+    real_gather, real_start = runner_capture.gather, process.Child.start.__func__
+
+    def gather(*args, **kwargs):
+        events.append("capture")
+        return real_gather(*args, **kwargs)
+
+    def start(cls, *args, **kwargs):
+        child = real_start(cls, *args, **kwargs)
+        events.append("process")
+        return child
+
+    monkeypatch.setattr(runner_capture, "gather", gather)
+    monkeypatch.setattr(process.Child, "start", classmethod(start))
+    return events
+
+
+def _run_command(*program: str):
+    return invoke("run", "--command", "-n", "2", "--no-tracking", "--metric", "accuracy=regex:Acc ([0-9]+)",
+                  "--accept", "accuracy>=0", "--", *program)
+
+
+def test_a_wrapped_commands_capture_starts_once_its_process_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    events = _record_order(monkeypatch)
+    result = _run_command(sys.executable, "-c", "print('Acc 90')")
+    assert result.exit_code in (0, 3), result.output
+    assert events[:2] == ["process", "capture"], events
+    assert len(list(tmp_path.glob("runs/*/manifest.json"))) == 1
+
+
+def test_a_command_that_cannot_start_still_gets_its_manifest(tmp_path, monkeypatch):
+    # no process ever runs: the capture must not wait for one (the run would hang at its manifest)
+    monkeypatch.chdir(tmp_path)
+    events = _record_order(monkeypatch)
+    program = tmp_path / "prog"  # passes the check before the run (it exists, may be run); exec fails
+    program.write_text("#!/no-such-interpreter\nprint('Acc 90')\n")
+    program.chmod(0o755)
+    result = _run_command(str(program))
+    assert result.exit_code == 1 and "repeat 0 failed" in result.text
+    assert "the interpreter its #! line names (/no-such-interpreter) was not found" in result.text
+    assert events == ["capture"]
+    assert len(list(tmp_path.glob("runs/*/manifest.json"))) == 1

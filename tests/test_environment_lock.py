@@ -289,3 +289,31 @@ def test_reproduce_a_run_by_its_mlflow_id(tmp_path):
         assert "fetching the sealed run of" in done.stdout
         verdict = json.loads((tmp_path / f"rep{n}" / "verdict.json").read_text())
         assert verdict["status"] == "REPRODUCED"
+
+
+def test_a_repeats_distributions_are_read_again_only_where_they_changed(tmp_path, monkeypatch):
+    from repro500.capture import env as env_facet
+    from repro500.capture import interpreters
+
+    site, hooks = tmp_path / "site-packages", tmp_path / "hooks"
+    hooks.mkdir()
+    info = site / "probe-1.0.dist-info"
+    info.mkdir(parents=True)
+
+    def metadata(version: str) -> None:
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: probe\nVersion: {version}\n\nA description.\n")
+
+    def recorded() -> list[dict]:
+        (hooks / "python-1.txt").write_text(f"executable\t{sys.executable}\npath\t{site}\ndist\t{info}\nend\t\n")
+        return interpreters.read_hook_records(hooks)[0]["distributions"]
+
+    reads = []
+    real = env_facet.name_version
+    monkeypatch.setattr(env_facet, "name_version", lambda dist: reads.append(dist) or real(dist))
+    metadata("1.0")
+    assert recorded() == [{"name": "probe", "version": "1.0"}] and len(reads) == 1
+    assert recorded() == [{"name": "probe", "version": "1.0"}] and len(reads) == 1  # nothing changed: not read
+    metadata("2.0.1")  # rewritten in place
+    assert recorded() == [{"name": "probe", "version": "2.0.1"}] and len(reads) == 2
+    (info / "direct_url.json").write_text(json.dumps({"url": "file:///src/probe", "dir_info": {"editable": True}}))
+    assert recorded()[0]["source"] == {"kind": "local", "url": "file:///src/probe", "editable": True}

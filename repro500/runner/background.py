@@ -32,6 +32,13 @@ def yields_cpu(recipe: Any) -> bool:
     return bool(recipe.is_command)
 
 
+# Stepping back is not enough before the experiment's process exists: on two cores the runner's
+# main thread (starting that process) and a background thread each have a core, and share the GIL
+# (the background work is Python: hashing files, reading 200 distributions' metadata, importing
+# numpy), so the main thread ran at about half speed until the first repeat started. A wrapped
+# command's background work therefore waits for that start (``after``, set by the session).
+
+
 def _step_back() -> None:
     """Lower the calling thread's CPU priority (Linux schedules threads one by one, and what a
     thread starts inherits its priority)."""
@@ -39,12 +46,14 @@ def _step_back() -> None:
 
 
 def call_in_background(name: str, fn: Callable[..., Any], *args: Any, yielding: bool = False,
-                       **kwargs: Any) -> Future[Any]:
+                       after: threading.Event | None = None, **kwargs: Any) -> Future[Any]:
     """Start ``fn(*args, **kwargs)`` on a thread of its own (at a lower CPU priority when
-    *yielding*); its outcome is the returned future's."""
+    *yielding*, once *after* is set when given); its outcome is the returned future's."""
     future: Future[Any] = Future()
 
     def run() -> None:
+        if after is not None:
+            after.wait()
         if not future.set_running_or_notify_cancel():
             return
         if yielding:
@@ -97,11 +106,13 @@ class Worker:
         self._queue.put(None)
 
 
-def warm_verify(yielding: bool = False) -> None:
-    """Import the verdict's statistics (numpy, scipy.special: about 0.5 s) while the repeats run:
-    the process mostly waits on a wrapped command or a launcher there, so the closing verify no
-    longer pays for it (the wrapping-cost budget)."""
+def warm_verify(yielding: bool = False, after: threading.Event | None = None) -> None:
+    """Import the verdict's statistics (numpy, scipy.special: about 0.5 s) while the repeats run
+    (once *after* is set when given): the process mostly waits on a wrapped command or a launcher
+    there, so the closing verify no longer pays for it (the wrapping-cost budget)."""
     def load() -> None:
+        if after is not None:
+            after.wait()
         if yielding:
             _step_back()
         with contextlib.suppress(Exception):

@@ -12,6 +12,7 @@ reruns exactly the missing repeats with the same seeds.
 
 from __future__ import annotations
 
+import threading
 import traceback
 from concurrent.futures import Future
 from contextlib import suppress
@@ -71,6 +72,9 @@ class Session:
         # written, and the chain started, at the first point the runner needs them.
         self._prepared: Any = None
         self._gathered: Future[Any] | None = None
+        # A wrapped command's background work waits until its first process runs (background.py:
+        # it would share the GIL with the thread starting it); the trainer's starts at once.
+        self._launched = threading.Event()
         # the reproduce command this run is the rerun of (REPRODUCTION_ENV), or None
         self.reproduction: str | None = None
         self._settled: Future[dict[str, Any]] = Future()
@@ -142,8 +146,10 @@ class Session:
             not self.resumed or not self.run.manifest_path().is_file()
             or not self.run.summaries(self.recipe.repeats, finished_only=False))
         self._prepared = capture.prepare(self.plan, self.run, resumed=self.resumed)
+        if not yields_cpu(self.recipe):
+            self._launched.set()
         self._gathered = call_in_background("repro500-capture", capture.gather, self.plan, self._prepared,
-                                            yielding=yields_cpu(self.recipe))
+                                            yielding=yields_cpu(self.recipe), after=self._launched)
 
     def settle(self) -> dict[str, Any]:
         """The manifest written (or the resume recorded) and the chain started: once, on the main
@@ -153,6 +159,7 @@ class Session:
         if self._settled.done():
             return self._settled.result()
         assert self._gathered is not None
+        self._launched.set()  # a command that never started a process: the capture goes on regardless
         if not self._gathered.done():
             self.console.print("waiting for the capture (hashing data, reading the environment) to finish ...")
         try:
@@ -212,7 +219,7 @@ class Session:
         else:
             self.console.print(f"Run [bold]{shown(self.meta['run_id'])}[/] -> {shown(self.run)}")
         display = Display(self.console, planned, len(summaries))
-        warm_verify(yielding=yields_cpu(self.recipe))
+        warm_verify(yielding=yields_cpu(self.recipe), after=self._launched)
         try:
             with display.running():
                 for k in todo:
@@ -300,6 +307,7 @@ class Session:
         seeds = self.plan.seeds(k)
         tracked = self.tracking is not None
         with display.repeat(k, self.recipe.fixed.get("epochs")) as hooks:
+            hooks.on_started = self._launched.set
             try:
                 if tracked:
                     self.tracking.start_repeat(k, seeds.torch, self.meta["run_id"], self.recipe.flat_params())

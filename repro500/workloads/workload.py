@@ -51,6 +51,7 @@ class Progress:
     on_step: Callable[[dict[str, Any]], None] | None = None
     on_epoch_end: Callable[[dict[str, Any], list[dict[str, Any]]], None] | None = None
     on_line: Callable[[str, str], None] | None = None  # a command's (stream, line)
+    on_started: Callable[[], None] | None = None  # the repeat's own process is running (a command's)
 
 
 @dataclass

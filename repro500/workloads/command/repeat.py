@@ -70,6 +70,7 @@ class RepeatContext:
     exclude: list[Path] = field(default_factory=list)  # repro500's own outputs: never inputs
     source_files: frozenset[str] = frozenset()  # the experiment's files kept in source/: its code, not inputs
     echo: Callable[[str, str], None] | None = None
+    started: Callable[[], None] | None = None  # called once the command's process is running
 
 
 # ----- redaction ------------------------------------------------------------------------------
@@ -200,7 +201,9 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
             child = Child.start(watch.argv(argv), cwd=spec.workdir, env=watch.env(env), stdout=out_dir / STDOUT,
                                 stderr=out_dir / STDERR, echo=context.echo)
         except OSError as err:
-            return finish(REPEAT_FAILED, _start_error(err, argv[0], spec.workdir))
+            return finish(REPEAT_FAILED, _start_error(err, argv[0], spec.workdir, env.get("PATH")))
+        if context.started is not None:
+            context.started()
         try:
             child.wait(spec.timeout_s, grace_s)
         except KeyboardInterrupt:
@@ -233,10 +236,16 @@ def _initial_summary(repeat: int, seeds: Seeds, command: list[str]) -> dict[str,
     }
 
 
-def _start_error(err: OSError, program: str, workdir: Path) -> str:
+def _start_error(err: OSError, program: str, workdir: Path, path_env: str | None) -> str:
     """The sentence for a command that could not be started at all."""
-    reason = "was not found" if isinstance(err, FileNotFoundError) else f"could not be started ({err.strerror or err})"
-    return f"program {program} {reason} (workdir {workdir})"
+    if isinstance(err, FileNotFoundError):
+        # the program exists (the run checked it) when its #! line names an interpreter that does not
+        shebang = interpreters.program_record(program, Path(workdir), path_env).get("shebang")
+        if shebang:
+            return (f"program {program} could not be started: the interpreter its #! line names "
+                    f"({shebang}) was not found (workdir {workdir})")
+        return f"program {program} was not found (workdir {workdir})"
+    return f"program {program} could not be started ({err.strerror or err}) (workdir {workdir})"
 
 
 def _observed_inputs(watch: Watch, spec: CommandSpec, program: str, env: Mapping[str, str], out_dir: Path,

@@ -42,7 +42,8 @@ class CommandWorkload:
     def run_repeat(self, repeat: Repeat) -> dict[str, Any]:
         context = command_repeat.RepeatContext(
             run_id=repeat.run_id, deterministic=bool(self.recipe.mutable.get("deterministic")), mlflow=repeat.mlflow,
-            exclude=list(repeat.own_outputs), source_files=repeat.source_files, echo=repeat.progress.on_line)
+            exclude=list(repeat.own_outputs), source_files=repeat.source_files, echo=repeat.progress.on_line,
+            started=repeat.progress.on_started)
         summary = command_repeat.run_repeat(self.spec, repeat.k, repeat.seeds, Path(repeat.out_dir), context)
         self._warn_implausible(summary.get("metrics") or {})
         return summary
