@@ -317,3 +317,20 @@ def test_a_repeats_distributions_are_read_again_only_where_they_changed(tmp_path
     assert recorded() == [{"name": "probe", "version": "2.0.1"}] and len(reads) == 2
     (info / "direct_url.json").write_text(json.dumps({"url": "file:///src/probe", "dir_info": {"editable": True}}))
     assert recorded()[0]["source"] == {"kind": "local", "url": "file:///src/probe", "editable": True}
+
+
+def test_the_runs_own_environment_and_a_commands_interpreter_share_one_reader(tmp_path, monkeypatch):
+    # the run reads its own environment beside the first repeat; a command run by the same Python
+    # then costs the repeat a few stats, not its distributions' metadata again
+    from repro500.capture import env as env_facet
+    from repro500.capture import interpreters
+
+    own = env_facet.distributions()
+    reads = []
+    real = env_facet.name_version
+    monkeypatch.setattr(env_facet, "name_version", lambda dist: reads.append(dist) or real(dist))
+    dists = env_facet.distribution_paths(sys.path)
+    (tmp_path / "python-1.txt").write_text(
+        f"executable\t{sys.executable}\n" + "".join(f"dist\t{d}\n" for d in dists) + "end\t\n")
+    assert interpreters.read_hook_records(tmp_path)[0]["distributions"] == own
+    assert reads == []

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -58,62 +57,6 @@ def _parse_hook_file(path: Path) -> dict[str, Any] | None:
     return {"fields": fields, "paths": paths, "dists": dists, "started": started}
 
 
-# What each distribution directory said, by path, with the fingerprint it had then: a run's
-# repeats record their interpreters one after another, and reading ~200 distributions' metadata
-# again after every repeat held the next one back by 20-35 ms on two cores; a few stats say
-# whether anything changed (pip replaces a distribution's directory, or its files, when it
-# installs, upgrades or removes one).
-_read: dict[str, tuple[tuple[Any, ...], tuple[str | None, str | None, dict[str, Any] | None]]] = {}
-_FINGERPRINTED = ("", "METADATA", "PKG-INFO", "direct_url.json")
-
-
-def _fingerprint(path: Path) -> tuple[Any, ...]:
-    out: list[Any] = []
-    for name in _FINGERPRINTED:
-        try:
-            st = os.stat(path / name)
-        except OSError:
-            out.append(None)
-        else:
-            out.append((st.st_ino, st.st_size, st.st_mtime_ns))
-    return tuple(out)
-
-
-def _distribution(raw: str) -> tuple[str | None, str | None, dict[str, Any] | None]:
-    """(name, version, install source) of the distribution directory *raw*."""
-    path = Path(raw)
-    fingerprint = _fingerprint(path)
-    known = _read.get(raw)
-    if known is not None and known[0] == fingerprint:
-        return known[1]
-    dist = metadata.PathDistribution(path)
-    name, version = env_facet.name_version(dist)
-    found = (name, version, env_facet.install_source(dist) if name else None)
-    _read[raw] = (fingerprint, found)
-    return found
-
-
-def _distributions(dist_dirs: list[str]) -> list[dict[str, Any]]:
-    """The distributions in *dist_dirs* (in ``sys.path`` order: the first of a name wins, as for
-    import), read as :func:`repro500.capture.env.distributions` reads this interpreter's."""
-    seen: dict[str, dict[str, Any]] = {}
-    for raw in dist_dirs:
-        name, version, source = _distribution(raw)
-        if not name:
-            continue
-        key = env_facet.normalize(name)
-        entry = seen.get(key)
-        if entry is not None:
-            if "source" not in entry and entry["version"] == version and source:
-                entry["source"] = source
-            continue
-        entry = {"name": name, "version": version}
-        if source:
-            entry["source"] = source
-        seen[key] = entry
-    return [seen[k] for k in sorted(seen)]
-
-
 def read_hook_records(directory: Path) -> list[dict[str, Any]]:
     """Every interpreter the hook recorded in *directory*, first started first."""
     parsed = [p for p in (_parse_hook_file(f) for f in sorted(Path(directory).glob(_HOOK_FILE_GLOB))) if p]
@@ -130,7 +73,7 @@ def read_hook_records(directory: Path) -> list[dict[str, Any]]:
             "virtualenv": bool(prefix and base and prefix != base),
             "platform": fields.get("platform"),
             "sys_path": item["paths"],
-            "distributions": _distributions(item["dists"]),
+            "distributions": env_facet.read_distributions(item["dists"]),
         })
     return out
 
