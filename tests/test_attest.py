@@ -31,6 +31,7 @@ from repro500.attest.attestation import (
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
 from repro500.rundir import sums as bundle
+from repro500.verify.integrity import check_run
 from repro500.verify.vouching import sign_run
 
 
@@ -292,6 +293,18 @@ def test_unsigned_run(tmp_path):
     key = make_key(tmp_path)
     result = verify_signature(root, write_trust(tmp_path, trust_line(key)))
     assert result.problems == ["the run is not signed: attestation.intoto.jsonl is missing (sign it with `repro500 sign`)"]
+
+
+def test_an_unsigned_runs_verdict_needs_no_signature_machinery_and_a_lone_signature_is_still_caught(tmp_path):
+    root = chained_run(tmp_path)
+    probe = ("import sys; from repro500.verify.judge import verdict_for; verdict_for(sys.argv[1]); "
+             "print(sorted({'cryptography', 'securesystemslib'} & set(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", probe, str(root)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]
+    (root / "attestation.sig").write_text("-----BEGIN SSH SIGNATURE-----\n")  # half a signature is still looked at
+    result, _ = check_run(root)
+    assert result.problems == ["attestation.intoto.jsonl is missing beside attestation.sig: the attestation is incomplete"]
 
 
 # ---------------------------------------------------------------------------- keys

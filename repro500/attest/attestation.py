@@ -160,7 +160,7 @@ def attestation_problems(run_dir: str | Path) -> list[str]:
 
     root = Path(run_dir)
     envelope_path, sig_path = root / ENVELOPE_NAME, root / SSHSIG_NAME
-    if not (envelope_path.exists() or envelope_path.is_symlink() or sig_path.exists() or sig_path.is_symlink()):
+    if not layout.carries_attestation(root):
         return []
     try:
         envelopes = _parse_envelopes(untrusted.read_text(envelope_path, "the run's attestation"))

@@ -85,6 +85,13 @@ def node_launcher_log(node_rank: int) -> str:
 FINISHED_STATUSES = REPEAT_FINISHED
 
 
+def carries_attestation(run_dir: str | Path) -> bool:
+    """Whether the run (or what claims to be one) holds a signature's files, even a link to nothing:
+    an unsigned run needs none of the signature machinery (cryptography: 0.1 s to import)."""
+    root = Path(run_dir)
+    return any((root / name).exists() or (root / name).is_symlink() for name in (ATTESTATION, ATTESTATION_SIG))
+
+
 def read_json(path: Path, what: str) -> dict[str, Any]:
     """A JSON object the run must have (``what`` names it); InvalidInput naming the file when it
     is missing or malformed.  verify, the runner and every other reader share this rule."""
