@@ -251,3 +251,25 @@ def test_a_resumed_run_keeps_logging_into_its_own_experiment(tmp_path):
     for run_id in [meta["parent_run_id"], *meta["repeat_run_ids"].values()]:
         assert client.get_run(run_id).info.experiment_id == mine.experiment_id
     assert client.get_experiment_by_name("repro500/r") is None and client.get_experiment_by_name("repro500/command") is None
+
+
+def test_artifacts_go_one_after_another_into_a_local_store_and_side_by_side_to_a_remote_one(tmp_path, monkeypatch):
+    import threading
+
+    from repro500.tracking import client as tracking
+
+    tracker = tracking.Tracker("t", mlflow_store(tmp_path / "mlflow.db"))
+    run_id = tracker.start_repeat(0, {"repro500.run_id": "p"})
+    files = []
+    for name in ("stdout.txt", "stderr.txt", "summary.json"):
+        files.append(tmp_path / name)
+        files[-1].write_text(name)
+    threads = []
+    real = tracker.client.log_artifact
+    monkeypatch.setattr(tracker.client, "log_artifact",
+                        lambda *a, **k: threads.append(threading.current_thread()) or real(*a, **k))
+    tracker.log_artifacts(run_id, files)
+    assert threads == [threading.current_thread()] * 3  # a local directory: no thread pool to wait on
+    assert sorted(a.path for a in tracker.client.list_artifacts(run_id)) == sorted(f.name for f in files)
+    assert tracking._is_local(str(tmp_path)) and tracking._is_local(f"file://{tmp_path}")
+    assert not tracking._is_local("mlflow-artifacts:/1") and not tracking._is_local("s3://bucket/runs")
