@@ -159,7 +159,7 @@ def attestation_problems(run_dir: str | Path) -> list[str]:
 
 
     root = Path(run_dir)
-    envelope_path, sig_path = root / ENVELOPE_NAME, root / SSHSIG_NAME
+    envelope_path = root / ENVELOPE_NAME
     if not layout.carries_attestation(root):
         return []
     try:
