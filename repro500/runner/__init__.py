@@ -178,11 +178,10 @@ def _prepare_tracking(options: RunOptions) -> None:
     # here, not through the trainer, so that a wrapped command's run never imports torch (2-3 s).
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if options.tracking:
-        from repro500.tracking import client as tracking
         from repro500.tracking import store as mlflow_store
 
         mlflow_store.check_usable()  # MLflow itself is imported beside the first repeat
-        tracking.sealed_limit_mb()  # a bad REPRO500_MLFLOW_SEALED_MAX_MB is said now, not after the repeats
+        mlflow_store.sealed_limit_mb()  # a bad REPRO500_MLFLOW_SEALED_MAX_MB is said now, not after the repeats
 
 
 def run(options: RunOptions, console: Console | None = None) -> RunOutcome:

@@ -1,7 +1,8 @@
 """What a run is verified against, and a sequential run's looks (``--until-decided``).
 
-The verifier's modules (scipy) are imported only when a run has something to decide here: a
-wrapped command's run must not wait for them (docs/command.md, "What wrapping costs").
+The verifier's modules (scipy; the reference and history readers) are imported only when a run
+has something to decide here: a wrapped command's run must not wait for them (docs/command.md,
+"What it costs").
 
 Checked before anything is written: the reference is readable, there is something to decide
 (an acceptance band, or a margin for the reference), and the design fits.  run.json records the
@@ -17,9 +18,6 @@ from typing import Any
 from repro500.errors import UsageError
 from repro500.runner.plan import DEFAULT_MAX_REPEATS
 from repro500.statuses import REPEAT_COMPLETED
-from repro500.verify import history
-from repro500.verify.reference import Benchmark, benchmark_difference, load_reference, refuse_across
-from repro500.verify.rundir import parse_acceptance
 
 
 def _same_benchmark(recipe: Any, loaded: Any, against: str) -> None:
@@ -27,6 +25,8 @@ def _same_benchmark(recipe: Any, loaded: Any, against: str) -> None:
     run (the verdict at the end would refuse it: verify's rule, verify/reference.py)."""
     if getattr(loaded, "benchmark", None) is None:
         return
+    from repro500.verify.reference import Benchmark, benchmark_difference, refuse_across
+
     overridden = {str(k): v for k, v in (recipe.overrides or {}).items() if str(k).startswith("fixed.")}
     mine = Benchmark(recipe=recipe.name, fixed=recipe.fixed, overridden=overridden)
     difference = benchmark_difference(mine, loaded.benchmark)
@@ -50,6 +50,7 @@ def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str,
         _same_benchmark(recipe, loaded, str(options.against))
         return None, reference, loaded
     from repro500.verify import sequential
+    from repro500.verify.rundir import parse_acceptance
 
     criteria = parse_acceptance(recipe.acceptance, f"{recipe.source}: acceptance")
     # every recipe has an acceptance band (recipe.py): without a reference, the bands decide
@@ -79,6 +80,8 @@ def history_reference(options: Any) -> dict[str, Any]:
     """``--against history:SOURCE``: the run is verified against its history once it ends (which
     earlier runs count depends on this run's own system and recipe, known only then).  The source
     must exist now; a directory is recorded by its absolute path, so a resume finds it."""
+    from repro500.verify import history
+
     spec = str(options.against)[len(history.PREFIX):]
     if options.until_decided:
         raise UsageError(f"--until-decided looks at a fixed reference (a run, a packed run or a published file), but "
@@ -151,6 +154,7 @@ def reload(meta: dict[str, Any]) -> Any:
     record = meta.get("reference") or {}
     if not record.get("against") or str(record["against"]).startswith("history:"):
         return None  # a history is read once the run ends (verify_run), never at a look
+    from repro500.verify.reference import load_reference
 
     return load_reference(record["against"])
 

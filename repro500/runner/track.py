@@ -19,7 +19,6 @@ from repro500.tracking import names
 from repro500.tracking import process as tracking_process
 from repro500.tracking import store as mlflow_store
 from repro500.tracking.names import verdict_metrics
-from repro500.verify.divergence import mlflow_records
 
 
 def parent_tags(plan: Plan, run_id: str, source_name: str, run_dir: str = "") -> dict[str, str]:
@@ -296,6 +295,7 @@ class Tracking:
         (repro500.tracking.names), the data a command was seen reading as dataset inputs, the
         summary, verdict and inputs files, and the whole sealed run as one archive (``run/<run-id>.tar.gz``:
         ``repro500 verify mlflow:RUN_ID`` verifies it from the store alone)."""
+        from repro500.verify.divergence import mlflow_records
         from repro500.verify.variance import design_tags, mlflow_metrics, mlflow_tags
 
         metrics, tags = verdict_metrics(verdict.to_dict())

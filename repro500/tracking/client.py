@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from repro500.errors import ReproError, UsageError
+from repro500.errors import ReproError
 from repro500.redact import redact_text, scrub
 from repro500.rundir import archive as archives
 from repro500.rundir.archive import packed_files
@@ -57,13 +57,7 @@ STEP_METRIC_KEYS = (
 )
 
 
-# The tags repro500's run-context provider (repro500.tracking.context) puts on every run a wrapped
-# script starts inside a repeat, from the variables the repeat's environment carries.
-RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
-# a file that exists once the repeat's own run does, holding {"run_id", "experiment_id"} (runner/track.py)
-READY_ENV = "REPRO500_MLFLOW_READY"
 SEALED_PATH = "run"  # the parent's artifact folder holding the sealed run as one archive
-SEALED_MAX_ENV, SEALED_MAX_MB = "REPRO500_MLFLOW_SEALED_MAX_MB", 2048
 
 
 def _chunks(items: list[Any], size: int) -> Iterable[list[Any]]:
@@ -258,12 +252,12 @@ class Tracker:
         import tempfile
 
 
-        limit_mb = sealed_limit_mb()
+        limit_mb = mlflow_store.sealed_limit_mb()
         try:
             size = sum((Path(run_dir) / rel).stat().st_size for rel in packed_files(Path(run_dir)))
             if size > limit_mb * 2**20:
                 self.set_tags(run_id, {SEALED_TAG: f"not logged: the run holds {size / 2**20:,.0f} MiB, over "
-                                                   f"{SEALED_MAX_ENV}={limit_mb:g}; publish or pack it instead"})
+                                                   f"{mlflow_store.SEALED_MAX_ENV}={limit_mb:g}; publish or pack it instead"})
                 return
             with tempfile.TemporaryDirectory(prefix="repro500-sealed-") as tmp:
                 packed = archives.pack(run_dir, tmp)
@@ -336,22 +330,6 @@ def _is_local(location: str | None) -> bool:
     from urllib.parse import urlparse
 
     return urlparse(location or "").scheme in ("", "file")
-
-
-def sealed_limit_mb() -> float:
-    """``REPRO500_MLFLOW_SEALED_MAX_MB`` (default 2048): checked before a run starts."""
-    import math
-    import os
-
-
-    text = os.environ.get(SEALED_MAX_ENV) or str(SEALED_MAX_MB)
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise UsageError(f"{SEALED_MAX_ENV}={text!r} is not a size in MiB (a number >= 0, e.g. 2048)")
-    return value
 
 
 def script_runs(client: Any, run_id: str, repeat: int) -> list[Any]:

@@ -28,8 +28,16 @@ import sys
 
 from mlflow.tracking.context.abstract_context import RunContextProvider
 
-from repro500.tracking.client import READY_ENV, REPEAT_ENV, RUN_ID_ENV
-from repro500.tracking.names import PARENT_TAG, REPEAT_RUN_TAG, REPEAT_TAG, RUN_ID_TAG, SCRIPT_TAG
+from repro500.tracking.names import (
+    PARENT_TAG,
+    READY_ENV,
+    REPEAT_ENV,
+    REPEAT_RUN_TAG,
+    REPEAT_TAG,
+    RUN_ID_ENV,
+    RUN_ID_TAG,
+    SCRIPT_TAG,
+)
 
 _FRAMES = 6  # tags() <- resolve_tags() <- start_run(): a few frames up, never the whole stack
 

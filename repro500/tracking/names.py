@@ -24,6 +24,11 @@ from repro500.rundir.dvcmetrics import verdict_metrics as dvc_view
 # with no traces opens on the GenAI overview instead of the runs table. MLflow exports no constant
 # for it (its UI's ExperimentKind enum holds the values); "custom_model_development" is the runs table.
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+# The tags repro500's run-context provider (repro500.tracking.context) puts on every run a wrapped
+# script starts inside a repeat, from the variables the repeat's environment carries.
+RUN_ID_ENV, REPEAT_ENV = "REPRO500_RUN_ID", "REPRO500_REPEAT"
+# a file that exists once the repeat's own run does, holding {"run_id", "experiment_id"} (runner/track.py)
+READY_ENV = "REPRO500_MLFLOW_READY"
 STEP_PREFIX = "train/"
 EPOCH_METRIC = "epoch"
 # repro500's own tags (docs/contracts.md, "MLflow"): one owner, as MLflow's mlflow_tags.py holds its own.

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from repro500.errors import InvalidInput
+from repro500.errors import InvalidInput, UsageError
 from repro500.redact import redact_text, redact_url
 
 DEFAULT_STORE = "mlflow.db"
@@ -128,6 +128,24 @@ def store_lock(uri: str, timeout_s: float = 300.0) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing the descriptor releases the lock
+
+
+# The largest sealed run copied into the store as one archive (tracking.client.log_sealed)
+SEALED_MAX_ENV, SEALED_MAX_MB = "REPRO500_MLFLOW_SEALED_MAX_MB", 2048
+
+
+def sealed_limit_mb() -> float:
+    """``REPRO500_MLFLOW_SEALED_MAX_MB`` (default 2048): checked before a run starts."""
+    import math
+
+    text = os.environ.get(SEALED_MAX_ENV) or str(SEALED_MAX_MB)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"{SEALED_MAX_ENV}={text!r} is not a size in MiB (a number >= 0, e.g. 2048)")
+    return value
 
 
 def default_artifacts(uri: str) -> str | None:

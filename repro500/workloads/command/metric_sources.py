@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from repro500.errors import InvalidInput, RunFailed
-from repro500.tracking.client import script_runs
 
 SOURCES = ("auto", "mlflow", "mllog", "regex", "json")
 # The order of preference for a declaration without a source: what the script logs to
@@ -273,6 +272,7 @@ def script_run_metrics(runs: ScriptRuns) -> list[tuple[str, dict[str, float]]]:
     """(MLflow run id, latest value of every metric) of each run the script started, oldest first."""
     from mlflow.tracking import MlflowClient
 
+    from repro500.tracking.client import script_runs
 
     if runs.wait is not None:
         runs.wait()

@@ -28,7 +28,7 @@ from repro500.redact import REDACTED, is_secret_name, redact_text, scrub
 from repro500.rundir import layout
 from repro500.rundir.atomic import write_json
 from repro500.statuses import REPEAT_COMPLETED, REPEAT_FAILED, REPEAT_KILLED
-from repro500.tracking.client import REPEAT_ENV, RUN_ID_ENV
+from repro500.tracking.names import REPEAT_ENV, RUN_ID_ENV
 from repro500.workloads.command.metric_sources import (
     MetricMissing,
     Produced,
