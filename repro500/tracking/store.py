@@ -268,8 +268,6 @@ def check_usable(uri: str | None = None) -> str:
     that answers MLflow's ``/health``.  Other stores get the full check (a database server: one
     quick connection first).  Returns the URI."""
     import importlib.util
-    import urllib.error
-    import urllib.request
 
     if importlib.util.find_spec("mlflow") is None:  # found, not imported: the logging process imports it
         raise InvalidInput(f"MLflow is not installed in this Python ({sys.executable}): pip install mlflow, "
@@ -293,6 +291,9 @@ def check_usable(uri: str | None = None) -> str:
         return uri
     # A URL with credentials in it (user:password@host) is MLflow's to open: urllib takes them for a port.
     if uri.startswith(("http://", "https://")) and "@" not in uri.split("/", 3)[2]:
+        import urllib.error  # not before a local store's run: urllib.request brings http, ssl and email
+        import urllib.request
+
         try:
             with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as answer:  # noqa: S310 - the user's server
                 if answer.status == 200:
