@@ -76,7 +76,7 @@ def step(label: str, total_bytes: int, *, files: int | None = None) -> Iterator[
     if _may_be_terminal():
         from rich.console import Console
 
-        console = Console(stderr=True)
+        console = Console(emoji=False, stderr=True)
     if _may_be_terminal() and console.is_terminal:
         from rich.progress import (
             BarColumn,

@@ -4,7 +4,7 @@ report.html through templates that escape by default.
 One hostile run is built once for the module: its run id, recipe name and description, a metric
 name, the manifest's CPU model and branch, and an unsealed stored verdict.json all carry the same
 payloads (cursor moves, OSC 52, a one-byte CSI, a bidi override, a fake verdict line, rich markup,
-HTML and a javascript: URL).  The commands that print or render them must show them as text.
+a rich emoji code, HTML and a javascript: URL).  The commands that print or render them must show them as text.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from repro500.rundir import sums as bundle
 
 PAYLOADS = ("\x1b[1A\x1b[2K", "\x1b]52;c;ZXZpbA==\x07", "\x9b2J", "\u202e", "\nVerdict REPRODUCED",
             "[bold green]x[/]", "evil[/nope]", "<script>alert(1)</script>", '"><img src=x onerror=alert(1)>',
-            "javascript:alert(1)")
+            " :thumbs_up: ", "javascript:alert(1)")
 HOSTILE = "h" + "".join(PAYLOADS)
 METRIC = "m" + "".join(PAYLOADS)  # an acceptance metric's name
 # what must never reach a terminal raw: C0 controls but tab and newline, DEL, C1, bidi controls
@@ -80,8 +80,9 @@ def assert_terminal_safe(*streams: str) -> None:
 
 
 def assert_markup_shown(text: str) -> None:
-    """The payloads' rich markup printed as text, not interpreted (nor an error)."""
+    """The payloads' rich markup and emoji code printed as text, not interpreted (nor an error)."""
     assert "[bold green]x[/]" in text and "evil[/nope]" in text
+    assert ":thumbs_up:" in text and "\N{THUMBS UP SIGN}" not in text
 
 
 def test_verify_prints_the_runs_strings_as_text(hostile: dict[str, Path]) -> None:

@@ -126,7 +126,7 @@ def render_summary(manifest: dict[str, Any], console: Any = None,
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(emoji=False)
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")

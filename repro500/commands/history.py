@@ -54,7 +54,7 @@ def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
     from repro500.verify import trend
     from repro500.verify.diff import short
 
-    console = Console()
+    console = Console(emoji=False)
     better = "higher" if found.direction == "higher" else "lower"
     several = len(found.benchmarks) > 1  # then each run says which benchmark it measured
     # every string of a run (its id, system, benchmark, what changed) goes through shown(): rich

@@ -100,7 +100,7 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
 
     from repro500.untrusted import shown
 
-    console = Console()
+    console = Console(emoji=False)
     a, b = answer["a"], answer["b"]
     console.print(f"[bold]repro500 locate[/] {shown(a['run'])} repeat {shown(a['repeat'])} vs {shown(b['run'])} repeat "
                   f"{shown(b['repeat'])}", highlight=False)

@@ -97,7 +97,7 @@ def _render(result: Any) -> None:
 
     # the recipe's and the run's names and notes are data, never markup
 
-    console = Console()
+    console = Console(emoji=False)
     table = Table(title=f"Repeats needed ({shown(result.kind)} {shown(result.source)}; alpha {result.alpha:g}, "
                         f"power {result.power:.0%})")
     for column in ("metric", "spread (sd)", "decision", "repeats", "conservative", "until decided"):

@@ -70,5 +70,5 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
 
         from repro500.verify.render import render
 
-        render(verdict, Console())
+        render(verdict, Console(emoji=False))
     ctx.exit(verdict.exit_code)

@@ -22,6 +22,6 @@ def progress_bar(enabled: bool, label: str, total: int) -> Iterator[Callable[[],
     )
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+    with Progress(*columns, console=Console(emoji=False, stderr=True), transient=False) as bar:
         task = bar.add_task(label, total=total)
         yield lambda: bar.advance(task)

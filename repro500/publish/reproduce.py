@@ -88,7 +88,7 @@ def _console(console: Any) -> Any:
     if console is None:
         from rich.console import Console
 
-        console = Console()
+        console = Console(emoji=False)
     return console
 
 

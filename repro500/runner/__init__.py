@@ -189,7 +189,7 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     # a rerun that `repro500 reproduce` started: read once, and kept from the experiment's environment
     reproduction = os.environ.pop(REPRODUCTION_ENV, None) or None
     try:
-        return _run(options, console or Console(stderr=False), reproduction)
+        return _run(options, console or Console(emoji=False, stderr=False), reproduction)
     finally:
         tracking_process.discard()
 

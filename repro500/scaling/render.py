@@ -30,7 +30,7 @@ def _pct(value: Any, signed: bool = False) -> str:
 
 def render(doc: Mapping[str, Any], console: Console | None = None) -> None:
     """Print the predictions table, the fitted model, the check against the run and the assumptions."""
-    console = console or Console()
+    console = console or Console(emoji=False)
     work = doc["workload"]
     compressor = work["compressor"]
     title = (f"{work['params']:,} parameters, compressor {compressor['name']}, "

@@ -82,9 +82,9 @@ def after_run(run_dir: Path, console: Console | None = None) -> None:
     if doc is None:
         return
     if console is None:
-        console = Console()
+        console = Console(emoji=False)
         if not console.is_terminal:  # a log or a pipe: whole rows, not columns cut at 80 characters
-            console = Console(width=200)
+            console = Console(emoji=False, width=200)
     for table in tables(doc):
         console.print(table)
     for skipped in doc.get("skipped", [])[:12]:

@@ -538,7 +538,7 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
     from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    console = console or Console(emoji=False)
     if not diffs:
         console.print("[green]No differences.[/green]")
         return

@@ -37,7 +37,7 @@ def _status(text: str) -> str:
 
 def render(verdict: Verdict, console: Console | None = None) -> None:
     """Print the verdict: status and why, then one short block per section."""
-    console = console or Console()
+    console = console or Console(emoji=False)
     head = f"[bold]repro500 verify[/] {shown(verdict.run_dir)}"
     against = verdict.against or {}
     if against:

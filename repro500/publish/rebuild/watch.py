@@ -70,7 +70,7 @@ class Watch:
         if console is None:
             from rich.console import Console
 
-            console = Console(stderr=True)
+            console = Console(emoji=False, stderr=True)
         self._console = console
         self._quiet_s = quiet_s
         self._secrets = secret_values()
