@@ -9,7 +9,7 @@ that must land is waited for explicitly (``Worker.drain``, ``Future.result``) be
 
 from __future__ import annotations
 
-import contextlib
+import importlib
 import queue
 import threading
 from collections.abc import Callable
@@ -109,13 +109,7 @@ class Worker:
 def warm_verify(yielding: bool = False, after: threading.Event | None = None) -> None:
     """Import the verdict's statistics (numpy, scipy.special: about 0.5 s) while the repeats run
     (once *after* is set when given): the process mostly waits on a wrapped command or a launcher
-    there, so the closing verify no longer pays for it (the wrapping-cost budget)."""
-    def load() -> None:
-        if after is not None:
-            after.wait()
-        if yielding:
-            _step_back()
-        with contextlib.suppress(Exception):
-            import repro500.verify.verdict  # noqa: F401
-
-    threading.Thread(target=load, name="repro500-warm-verify", daemon=True).start()
+    there, so the closing verify no longer pays for it (the wrapping-cost budget).  A failed
+    import is met again, and reported, by the verify itself."""
+    call_in_background("repro500-warm-verify", importlib.import_module, "repro500.verify.verdict",
+                       yielding=yielding, after=after)
