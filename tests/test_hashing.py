@@ -323,13 +323,17 @@ def _cpu_flags() -> set[str]:
     return set(next((line for line in text.splitlines() if line.startswith("flags")), "").split())
 
 
-@pytest.mark.skipif("avx2" not in _cpu_flags() or "avx512f" not in _cpu_flags(),
-                    reason="needs an AVX-512 CPU, to build the AVX2 library beside this CPU's own")
-def test_the_avx2_build_hashes_32_lanes_as_two_groups_with_the_same_digests(tmp_path, monkeypatch):
+@pytest.mark.parametrize(("march", "flag"), [("x86-64-v3", "avx2"), ("x86-64-v2", "sse4_2")])
+def test_builds_for_narrower_vectors_hash_32_lanes_as_two_groups_with_the_same_digests(tmp_path, monkeypatch,
+                                                                                      march, flag):
+    """AVX2 and SSE4 hold a 16-lane group in 2 and 4 registers: no md5x32, and the block is transposed
+    in 8 x 8 pieces (transpose8), a path an AVX-512 CPU's own build never takes."""
     from repro500.capture import md5mb
 
+    if flag not in _cpu_flags():
+        pytest.skip(f"this CPU has no {flag} to run a {march} build")
     monkeypatch.setenv("REPRO500_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(md5mb, "_MARCH", "x86-64-v3")  # AVX2, no AVX-512: md5x32 is not used
+    monkeypatch.setattr(md5mb, "_MARCH", march)
     monkeypatch.setattr(md5mb, "_lib", None)
     monkeypatch.setattr(md5mb, "_lib_failed", False)
     if not md5mb.available():
