@@ -69,13 +69,11 @@ def _steps(word: Callable[[int, int], str], groups: int = 1) -> str:
     return "\n".join(lines)
 
 
-def _vector_kernel(name: str, groups: int) -> str:
-    """C for ``name``: 16 * ``groups`` lanes, each group of 16 one vector register wide.
-
-    Why groups: each MD5 step waits on the one before (add, rotate, add), so one group of
-    16 lanes leaves the vector units idle most cycles.  Two groups interleaved fill those
-    cycles: on a 2-core AMD EPYC (Zen 5) one core hashed 7.4 GB/s with one group, 12.4 GB/s
-    with two and 12.1 GB/s with three (registers run out)."""
+def _fill(groups: int) -> str:
+    """C that puts block ``blk`` of each lane into r0, r1, ... (row k: word k of the group's 16
+    lanes) and marks the lanes still hashing in live0, live1, ...: with AVX-512 one register
+    holds a row, and 16-word shuffles transpose the block in place; narrower, four 8 x 8
+    transposes of 32-byte rows (``transpose8``)."""
     transpose = []
     for h in (8, 4, 2, 1):
         m1 = ", ".join(str(16 + c - h if c & h else c) for c in range(16))
@@ -85,16 +83,12 @@ def _vector_kernel(name: str, groups: int) -> str:
                          f"r{g}[j + {h}] = __builtin_shuffle(x, y, m2); }}" for g in range(groups))
         transpose.append(f"    {{ const vu m1 = {{{m1}}}, m2 = {{{m2}}};\n"
                          f"      for (int j = 0; j < 16; j++) if (!(j & {h})) {{\n{body}\n      }} }}")
-    regs = [(g, j, x) for g in range(groups) for j, x in enumerate("abcd")]
-    load = "\n".join(f"  memcpy(&s{x}{g}, state + {(4 * g + j) * 16}, 64);" for g, j, x in regs)
-    store = "\n".join(f"  memcpy(state + {(4 * g + j) * 16}, &s{x}{g}, 64);" for g, j, x in regs)
     fill = "\n".join(
         f"    for (int l = 0; l < 16; l++) {{\n"
         f"      int on = blk < nblocks[{16 * g} + l];\n"
         f"      memcpy(&r{g}[l], on ? ptrs[{16 * g} + l] + blk * 64 : zero, 64);\n"
         f"      live{g}[l] = on ? 0xffffffffu : 0u;\n"
         f"    }}" for g in range(groups))
-    # narrower registers: the block as four 8 x 8 transposes of 32-byte rows (see transpose8)
     fill8 = "\n".join(
         f"    {{ const uint8_t *src[16];\n"
         f"      for (int l = 0; l < 16; l++) {{\n"
@@ -105,6 +99,19 @@ def _vector_kernel(name: str, groups: int) -> str:
         f"      transpose8(src, 0, (uint8_t *)r{g}, 0); transpose8(src, 8, (uint8_t *)r{g}, 0);\n"
         f"      transpose8(src + 8, 0, (uint8_t *)r{g}, 8); transpose8(src + 8, 8, (uint8_t *)r{g}, 8); }}"
         for g in range(groups))
+    return f"#if defined(__AVX512F__)\n{fill}\n{chr(10).join(transpose)}\n#else\n{fill8}\n#endif"
+
+
+def _vector_kernel(name: str, groups: int) -> str:
+    """C for ``name``: 16 * ``groups`` lanes, each group of 16 one vector register wide.
+
+    Why groups: each MD5 step waits on the one before (add, rotate, add), so one group of
+    16 lanes leaves the vector units idle most cycles.  Two groups interleaved fill those
+    cycles: on a 2-core AMD EPYC (Zen 5) one core hashed 7.4 GB/s with one group, 12.4 GB/s
+    with two and 12.1 GB/s with three (registers run out)."""
+    regs = [(g, j, x) for g in range(groups) for j, x in enumerate("abcd")]
+    load = "\n".join(f"  memcpy(&s{x}{g}, state + {(4 * g + j) * 16}, 64);" for g, j, x in regs)
+    store = "\n".join(f"  memcpy(state + {(4 * g + j) * 16}, &s{x}{g}, 64);" for g, j, x in regs)
     start = " ".join(f"v a{g} = sa{g}, b{g} = sb{g}, c{g} = sc{g}, d{g} = sd{g};" for g in range(groups))
     add = "\n".join(f"    s{x}{g} = (live{g} & (s{x}{g} + {x}{g})) | (~live{g} & s{x}{g});" for g, _, x in regs)
     return f"""
@@ -117,12 +124,7 @@ void {name}(uint32_t *state, const uint8_t *const *ptrs, const int64_t *nblocks)
   for (int l = 0; l < {16 * groups}; l++) if (nblocks[l] > most) most = nblocks[l];
   for (int64_t blk = 0; blk < most; blk++) {{
     v {", ".join(f"r{g}[16], live{g}" for g in range(groups))};
-#if defined(__AVX512F__)
-{fill}
-{chr(10).join(transpose)}
-#else
-{fill8}
-#endif
+{_fill(groups)}
     {start}
 {_steps(lambda g, k: f"r{g}[{k}]", groups)}
 {add}
