@@ -13,10 +13,12 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from helpers.runs import COSMO, repro500, write_recipe
 
+from repro500.capture.source import package_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.runner.plan import RunOptions, check_options
 from repro500.workloads.engines import nodes
@@ -116,6 +118,11 @@ def test_the_fingerprint_names_the_design_torch_and_the_plugin_distributions(in_
     finally:
         plugins.registered.cache_clear()
     assert fp["code.plugin.labnets"] == "0.3" and fp["code.torch"].startswith(torch.__version__)
+    # the nodes compare the digest of repro500's code that the manifest records
+    package = sys.modules["repro500"]
+    version, digest = fp["code.repro500"].split("+")
+    assert version == package.__version__
+    assert package_digest(Path(package.__file__).parent).startswith(digest) and len(digest) == 16
     assert (fp["design.vary"], fp["design.repeats_per_cell"], fp["repeats"]) == ("init,data_order", "2", "4")
     assert fp["design.until_decided"] == "false" and multinode.fingerprint(plan, "x", True)["design.until_decided"] == "true"
     assert isinstance(recipes.load(in_tmp / "c.yaml").repeats, int)

@@ -171,7 +171,7 @@ def tree_digest(pairs: Iterable[tuple[str | None, str]]) -> str:
 def package_digest(root: Path) -> str:
     """:func:`tree_digest` over a Python package's own source files (repro500's, in the manifest):
     two runs with the same one ran the same repro500, from a git checkout or not."""
-    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.suffix in (".py", ".cpp", ".h", ".cu", ".yaml", ".json")
+    files = [p for p in sorted(root.rglob("*")) if p.is_file() and p.suffix in (".py", ".cpp", ".h", ".cu", ".cuh", ".yaml", ".json")
              and "__pycache__" not in p.parts]
     return tree_digest((file_digest(p), p.relative_to(root).as_posix()) for p in files)
 

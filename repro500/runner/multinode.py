@@ -10,13 +10,14 @@ result.
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Any
 
 import repro500
 from repro500 import redact
 from repro500.capture.data import digest_paths
+from repro500.capture.source import package_digest, tree_digest
+from repro500.digest import file_digest
 from repro500.errors import UsageError
 from repro500.runner.plan import Plan, RunOptions
 from repro500.workloads.engines import nodes
@@ -35,7 +36,8 @@ def fingerprint(plan: Plan, run_id: str, sequential: bool = False) -> dict[str, 
            "device": plan.device, "same_seed": str(plan.same_seed).lower(),
            "design.vary": ",".join(plan.vary or []) or "-", "design.repeats_per_cell": str(plan.per_cell or "-"),
            "design.until_decided": str(sequential).lower(),
-           "code.repro500": _package_digest(), "code.torch": f"{torch.__version__} (cuda {torch.version.cuda})"}
+           "code.repro500": f"{repro500.__version__}+{package_digest(Path(repro500.__file__).parent)[:16]}",
+           "code.torch": f"{torch.__version__} (cuda {torch.version.cuda})"}
     describe = getattr(plan.workload, "describe", None)
     plugins = (describe() if callable(describe) else {}).get("plugins") or {}
     out.update({f"code.plugin.{name}": str(version) for name, version in plugins.items()})
@@ -45,28 +47,12 @@ def fingerprint(plan: Plan, run_id: str, sequential: bool = False) -> dict[str, 
     described = plan.workload.source([])
     if described is not None:
         root, files = described
-        out["code.experiment"] = _files_digest(root, files)
+        out["code.experiment"] = tree_digest((file_digest(root / rel), rel) for rel in sorted(files)
+                                             if (root / rel).is_file())[:16]
 
     for entry in digest_paths(plan.workload.data_paths()):
         out[f"data:{entry['path']}"] = entry["md5"]
     return out
-
-
-def _files_digest(root: Path, files: list[str]) -> str:
-    h = hashlib.sha256()
-    for rel in sorted(files):
-        path = root / rel
-        if path.is_file():
-            h.update(rel.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
-    return h.hexdigest()[:16]
-
-
-def _package_digest() -> str:
-    """repro500's own code on this node (its Python, C++ and CUDA sources)."""
-    root = Path(repro500.__file__).parent
-    files = [str(p.relative_to(root)) for p in root.rglob("*")
-             if p.suffix in (".py", ".cpp", ".cu", ".h", ".cuh") and "__pycache__" not in p.parts]
-    return f"{repro500.__version__}+{_files_digest(root, files)}"
 
 
 def agree(plan: Plan, run_id: str, todo: list[int] | None = None, run_dir: str | None = None,
