@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     verdict = "OK" if ratio >= TARGET else "MISSED"
     print(f"fp32 GEMM {args.n}^3 on {threads} thread(s): repro500 ops / numpy = {ratio:.3f} (target >= {TARGET}) {verdict}")
     print(f"harness cost: repro500 ops / bare torch.matmul = {med['ops'] / med['torch']:.3f}")
-    return 0
+    return 0 if ratio >= TARGET else 1  # make bench names a benchmark that missed by its exit status
 
 
 if __name__ == "__main__":
