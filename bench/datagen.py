@@ -12,7 +12,7 @@ figure is the median MB/s.  Target: ewa >= 0.5 x noise.
 Peak memory: the generator runs in a fresh process for each N of ``--rss-samples`` and
 reports its peak resident set size (getrusage ru_maxrss).  Targets: peak at the largest N
 < 2 GB, and no larger than at the smallest N (streaming: memory does not grow with N;
-a 5% allowance covers allocator noise).  Always exits 0; a missed target prints MISSED.
+a 5% allowance covers allocator noise).  A missed target prints MISSED and exits 1.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def peak_rss_bytes(directory: Path, samples: int, size: str) -> int:
     return int(proc.stdout.strip().splitlines()[-1])
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=8, help="samples per throughput run")
     parser.add_argument("--runs", type=int, default=3, help="throughput runs of each writer")
@@ -106,7 +106,8 @@ def main() -> None:
         ok = rss[large] < TARGET_RSS_BYTES and grow <= RSS_ALLOWANCE
         print(f"peak RSS N={large} / N={small} = {grow:.3f} (target <= 1 within {RSS_ALLOWANCE - 1:.0%}, "
               f"and < {TARGET_RSS_BYTES / 1024**3:.0f} GiB): {'PASS' if ok else 'MISSED'}")
+    return 0 if ratio >= TARGET_RATIO and ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
