@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     meter.stop()
     print(f"one sample takes {per_sample_s * 1e6:.1f} us: {per_sample_s / args.interval_s:.2e} of the time at one "
           f"sample every {args.interval_s:g} s")
-    return 0
+    return 0 if ratio <= TARGET else 1
 
 
 if __name__ == "__main__":

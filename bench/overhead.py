@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"per-round ratios: {', '.join(f'{r:.3f}' for r in per_round)} "
           f"(min {min(per_round):.3f}, max {max(per_round):.3f})")
     print(f"step-time ratio repro500/plain = {ratio:.4f} (target <= {TARGET}) {verdict}")
-    return 0
+    return 0 if ratio <= TARGET else 1
 
 
 if __name__ == "__main__":

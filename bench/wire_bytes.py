@@ -14,8 +14,8 @@ per rank:
 
 Targets, printed side by side at the end: top-k's bytes on TCP <= 1/100 of the dense
 allreduce's, and the CPU top-k selection of a 25.6M-element gradient <= 2.5x one read pass
-over it (bench/compress.py's measurement, repeated here so one run shows both).  Always
-exits 0; a miss prints MISSED.
+over it (bench/compress.py's measurement, repeated here so one run shows both).  A miss
+prints MISSED and exits 1.
 """
 
 from __future__ import annotations
@@ -29,7 +29,11 @@ import tempfile
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from compress import floor_verdict, selection_vs_floor  # bench/compress.py, beside this file
+from compress import (  # bench/compress.py, beside this file
+    TARGET_FLOOR_RATIO,
+    floor_verdict,
+    selection_vs_floor,
+)
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -132,9 +136,11 @@ def main() -> int:
     ratio = rows[1][0] / rows[0][0]
     print(f"  top-k / dense bytes (model)    = {ratio:.4f} = 1/{1 / ratio:.1f}")
     tcp_text = "(ss not available: no TCP measurement) MISSED"
+    met = False
     if rows[0][1] and rows[1][1]:
         tcp_ratio = rows[1][1] / rows[0][1]
-        tcp_verdict = "met" if tcp_ratio <= TARGET_RATIO else "MISSED"
+        met = tcp_ratio <= TARGET_RATIO
+        tcp_verdict = "met" if met else "MISSED"
         tcp_text = f"1/{1 / tcp_ratio:.1f} (target <= 1/100: {tcp_verdict})"
         print(f"  top-k / dense bytes (TCP)      = {tcp_ratio:.4f} = {tcp_text}")
         print(
@@ -150,7 +156,7 @@ def main() -> int:
         f"({times['custom top-k'] * 1e3:.2f} / {times['read floor'] * 1e3:.2f} ms) = "
         f"{floor_verdict(times)}"
     )
-    return 0
+    return 0 if met and times["custom top-k"] / times["read floor"] <= TARGET_FLOOR_RATIO else 1
 
 
 if __name__ == "__main__":
