@@ -13,7 +13,8 @@ a warm rehash (hash cache hit, nothing re-read) <= 5 % of the cold time.
 
 Rounds are interleaved; medians are reported.  Everything runs from the page cache (the
 files were just written), so this compares hashing and overhead, not the disk.  The
-gigabyte is deleted at the end.  Run: ``python bench/hashing.py [ROUNDS]``; exits 1 when a target is missed.
+gigabyte is deleted at the end.  Run: ``python bench/hashing.py [ROUNDS]``; exits 1 when a
+target is missed.
 """
 
 from __future__ import annotations
@@ -128,7 +129,8 @@ def main() -> int:
               f"{warm_ratio:.3%}  target <= {WARM_TARGET:.0%}: "
               f"{'met' if warm_ratio <= WARM_TARGET else 'MISSED'} ({warm_ratio:.3%})")
         # in-process rounds take a quarter of a second: nine of them steady the medians that the
-        # estimate subtracts and adds (with three, the AVX2 median moved from 0.125 to 0.163 s between sittings)
+        # estimate subtracts and adds (with three, the AVX2 median moved from 0.125 to 0.163 s
+        # between sittings)
         avx2 = avx2_figures(ds, work, max(rounds, 9), digests["dvc"])
         if avx2 is not None:
             native_s, avx2_s = avx2
@@ -145,8 +147,9 @@ def main() -> int:
 
 def avx2_figures(ds: Path, work: Path, rounds: int, dvc_md5: str) -> tuple[float, float] | None:
     """(this CPU's build, the AVX2 build): in-process cold hashing medians, interleaved, on a CPU
-    with AVX-512 (where the two builds differ), each digest checked against ``dvc add``'s; None elsewhere.  The AVX2 build hashes 32 files
-    as two groups of 16 lanes one after the other, where AVX-512 takes them in one group of 32."""
+    with AVX-512 (where the two builds differ), each digest checked against ``dvc add``'s; None
+    elsewhere.  The AVX2 build hashes 32 files as two groups of 16 lanes one after the other, where
+    AVX-512 takes them in one group of 32."""
     from repro500.capture import md5mb
 
     flags = next((line for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("flags")), "")

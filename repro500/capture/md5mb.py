@@ -155,8 +155,9 @@ typedef uint32_t vu __attribute__((vector_size(64)));
    16 words (the AVX-512 path's vpermt2d) to scalar moves there, about 500 a block, and the kernel
    spent more time on them than on MD5 (one core of a Zen 4 EPYC, lanes in cache: AVX2 2.15 GB/s with
    them, 5.0 GB/s with these; SSE4 1.5 and 2.9 GB/s); the three steps below are each a single
-   instruction on AVX2 (vpunpck[lh]dq, vpunpck[lh]qdq, vperm2i128/vinserti128), SSE and NEON.  Words [word, word + 8) of rows[0..7] go to columns [col, col + 8) of out's
-   64-byte rows word..word + 7. */
+   instruction on AVX2 (vpunpck[lh]dq, vpunpck[lh]qdq, vperm2i128/vinserti128), SSE and NEON.
+   Words [word, word + 8) of rows[0..7] go to columns [col, col + 8) of out's 64-byte rows
+   word..word + 7. */
 typedef uint32_t h __attribute__((vector_size(32)));
 static inline void transpose8(const uint8_t *const *rows, int word, uint8_t *out, int col) {
   h x[8], t[8], u[8];
