@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 from helpers.rundirs import GAMMA, LATENCY_S
@@ -16,6 +17,13 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+
+# A shell that starts the suite in the background (`nohup make test &`, some CI runners) hands it
+# SIGINT ignored, and an ignored signal stays ignored across exec: the Ctrl-C an interrupt test sends
+# would reach no repro500 it started.  A handled signal is reset to its default by exec, so with
+# Python's own handler here every child starts as it would from a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture
