@@ -18,6 +18,7 @@ import importlib
 import io
 import os
 import sys
+from pathlib import Path
 
 import click
 
@@ -73,7 +74,7 @@ class LazyGroup(click.Group):
             raise _one_line(err) from None
 
     def invoke(self, ctx: click.Context):  # noqa: ANN201 - click's signature
-        from repro500.errors import EXIT_INTERRUPTED, EXIT_INVALID, ReproError
+        from repro500.errors import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_INVALID, ReproError
 
         try:
             return super().invoke(ctx)
@@ -87,10 +88,11 @@ class LazyGroup(click.Group):
         except KeyboardInterrupt:
             click.echo("repro500: interrupted; finished work is kept on disk.", err=True)
             ctx.exit(EXIT_INTERRUPTED)
-        except OSError as err:
-            sentence = _os_error_sentence(err)
+        except Exception as err:  # noqa: BLE001 - the last resort: one line and a code of its own
+            sentence = _os_error_sentence(err) if isinstance(err, OSError) else None
             if sentence is None:
-                raise
+                _internal_error(err)
+                ctx.exit(EXIT_INTERNAL)
             _error(sentence)
             ctx.exit(EXIT_INVALID)
 
@@ -102,6 +104,32 @@ def _error(text: str) -> None:
     # a sentence may quote what a run chose (a tag, a name): no control or bidi character of it reaches the terminal
     sentence = untrusted.plain(" ".join(redact_text(text).split()))
     click.echo(f"repro500: error: {sentence}", err=True)
+
+
+def _internal_error(err: Exception) -> None:
+    """A bug: one line saying so, and the traceback in a file (redacted) for the bug report.
+
+    Its own exit code (70), not 1: a CI job reads 1 as a failed verdict and would take a crash for one."""
+    import datetime
+    import tempfile
+    import traceback
+
+    from repro500.capture.cache import cache_dir
+    from repro500.redact import redact_text
+
+    text = redact_text("".join(traceback.format_exception(err)))
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    where = None
+    for folder in (lambda: cache_dir("crashes"), lambda: Path(tempfile.gettempdir())):
+        try:
+            path = folder() / f"repro500-crash-{stamp}-{os.getpid()}.txt"
+            path.write_text(text, encoding="utf-8")
+            where = path
+            break
+        except OSError:
+            continue
+    said = f"traceback in {where}" if where else "its traceback could not be written anywhere"
+    _error(f"internal error (a bug in repro500, please report it): {type(err).__name__}: {err}; {said}")
 
 
 class _OneLineError(click.ClickException):
@@ -212,7 +240,8 @@ def cli() -> None:
       repro500 report runs/<run-id>                  # report.html
 
     Exit codes: 0 pass/reproduced, 1 fail/not reproduced, 2 usage error,
-    3 inconclusive, 4 invalid input (missing, corrupt, tampered), 130 interrupted
+    3 inconclusive, 4 invalid input (missing, corrupt, tampered), 5 not completed
+    (a repeat crashed, a measurement failed), 70 internal error (a bug), 130 interrupted
     (Ctrl-C; a run keeps its finished repeats: repro500 run --resume).
     """
 

@@ -12,6 +12,8 @@ EXIT_FAIL = 1  # failed / not reproduced / result-relevant difference
 EXIT_USAGE = 2  # usage error (click's own code)
 EXIT_INCONCLUSIVE = 3  # too few repeats, or the interval straddles the band
 EXIT_INVALID = 4  # invalid input: missing, corrupt, tampered, unreadable
+EXIT_NOT_COMPLETED = 5  # the work did not complete: a repeat crashed, a measurement failed, a service stopped
+EXIT_INTERNAL = 70  # a bug in repro500 (sysexits' EX_SOFTWARE): an exception nothing caught
 EXIT_INTERRUPTED = 130  # Ctrl-C: what finished is kept, the rest can be resumed
 # Set by `repro500 reproduce` for the rerun it starts, to the reproduce command that continues it: that
 # command, not `run --resume`, completes the reproduction (the rerun alone never writes its verdict),
@@ -49,6 +51,8 @@ class UsageError(ReproError):
 
 
 class RunFailed(ReproError):
-    """The work itself failed in a way that is the run's result, not a bug (exit 1)."""
+    """The work did not complete: a repeat crashed, a measurement or a service failed (exit 5).
 
-    exit_code = EXIT_FAIL
+    Not exit 1: a CI job reads 1 as a failed verdict, and a crash is no verdict."""
+
+    exit_code = EXIT_NOT_COMPLETED

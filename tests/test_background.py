@@ -94,7 +94,7 @@ def test_a_command_that_cannot_start_still_gets_its_manifest(tmp_path, monkeypat
     program.write_text("#!/no-such-interpreter\nprint('Acc 90')\n")
     program.chmod(0o755)
     result = _run_command(str(program))
-    assert result.exit_code == 1 and "repeat 0 failed" in result.text
+    assert result.exit_code == 5 and "repeat 0 failed" in result.text
     assert "the interpreter its #! line names (/no-such-interpreter) was not found" in result.text
     assert events == ["capture"]
     assert len(list(tmp_path.glob("runs/*/manifest.json"))) == 1

@@ -204,3 +204,40 @@ def test_report_and_publication_never_show_a_secret_value(tmp_path):
     for name in ("published.yaml", "recipe.yaml", "README.md", "params.yaml", "dvc.yaml"):
         assert "quickstart" not in (tmp_path / "pub" / name).read_text(), name
     assert "quickstart" not in published.stdout + published.stderr
+
+
+PLANTED_BUG = """
+import sys
+from repro500 import cli
+
+cli.COMMANDS["plan"] = ("planted_bug", "boom", "a command with a bug in it")
+sys.argv = ["repro500", "plan"]
+cli.main()
+"""
+
+
+def test_a_bug_in_a_command_exits_70_with_one_line_and_the_traceback_in_a_file(tmp_path):
+    (tmp_path / "planted_bug.py").write_text(
+        "import click\n\n@click.command()\ndef boom():\n"
+        "    token = 'ghp_' + 'x' * 36\n"
+        "    raise RuntimeError('the planted bug ' + token)\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "REPRO500_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", PLANTED_BUG], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)
+    assert done.returncode == 70, done.stderr
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert line.startswith("repro500: error: internal error (a bug in repro500, please report it): RuntimeError: the planted bug")
+    [written] = (tmp_path / "cache" / "crashes").iterdir()
+    assert str(written) in line
+    traceback = written.read_text()
+    assert "Traceback" in traceback and "planted_bug.py" in traceback and "raise RuntimeError" in traceback
+    assert "ghp_" + "x" * 36 not in traceback + line  # redacted in the line and in the file
+
+
+def test_a_crashed_repeat_is_not_a_failed_verdict(tmp_path):
+    (tmp_path / "crash.py").write_text("import sys\nsys.exit(3)\n")
+    done = repro500("run", "--no-tracking", "--run-id", "c", "-n", "1", "--command", "--metric",
+                    "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.5", "--", sys.executable, "crash.py", cwd=tmp_path)
+    assert done.returncode == 5, done.stderr
+    assert "repeat 0 failed" in done.stderr and "Traceback" not in done.stderr

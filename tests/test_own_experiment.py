@@ -129,7 +129,7 @@ def test_a_failed_command_keeps_finished_repeats_and_resume_completes_it(in_tmp)
     command_recipe(in_tmp)
     env = {"FAIL_MARK": str(in_tmp / "failed-once")}
     first = repro500("run", "script.yaml", "--no-tracking", "--run-id", "r", cwd=in_tmp, env=env)
-    assert first.returncode == 1, first.stderr
+    assert first.returncode == 5, first.stderr
     assert "repeat 1 failed: " in first.stderr and "boom: out of disk" in first.stderr
     assert "Traceback" not in first.stderr
     run = in_tmp / "runs" / "r"
@@ -161,7 +161,7 @@ def test_adhoc_command_writes_its_recipe_and_a_missing_metric_is_a_failed_repeat
     missing = repro500("run", "--no-tracking", "--run-id", "m", "-n", "2", "--command",
                        "--metric", "accuracy=regex:Top1 ([0-9.]+)", "--accept", "accuracy>=85",
                        "--", sys.executable, "train.py", "--lr", "0.1", cwd=in_tmp)
-    assert missing.returncode == 1 and "Traceback" not in missing.stderr
+    assert missing.returncode == 5 and "Traceback" not in missing.stderr
     assert "no line of stdout matched" in missing.stderr, missing.stderr
 
 

@@ -132,7 +132,7 @@ def test_a_json_metric_command_runs_and_resumes_from_its_own_recipe(in_tmp):
                      "--metric", "f1=json:scores.f1", "--metric", "acc=mllog:eval_accuracy",
                      "--metric", "top1=regex:Acc@1 ([0-9.]+)", "--scale", "top1=0.01",
                      "--accept", "f1>=0.8±0.01", "--", sys.executable, "s.py", cwd=in_tmp, env=env)
-    assert first.returncode == 1 and "boom" in first.stderr, first.stdout + first.stderr
+    assert first.returncode == 5 and "boom" in first.stderr, first.stdout + first.stderr
     run = in_tmp / "runs" / "j"
     written = yaml.safe_load((run / "recipe.yaml").read_text())
     assert written["metrics"] == {"f1": {"source": "json", "key": "scores.f1"},

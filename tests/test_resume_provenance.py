@@ -56,7 +56,7 @@ def first_attempt(tmp: Path) -> tuple[Path, dict[str, str]]:
     recipe = command_experiment(tmp / "exp")
     env = {"FAIL_MARK": str(tmp / "failed-once"), "MLFLOW_TRACKING_URI": f"sqlite:///{tmp / 'mlflow.db'}"}
     first = repro500("run", str(recipe), "--no-tracking", "--run-id", "r", "--out", str(tmp / "runs"), cwd=tmp, env=env)
-    assert first.returncode == 1 and "boom: out of disk" in first.stderr, first.stdout + first.stderr
+    assert first.returncode == 5 and "boom: out of disk" in first.stderr, first.stdout + first.stderr
     run = tmp / "runs" / "r"
     assert [f["path"] for f in json.loads((run / "source.json").read_text())["files"]] == ["script.yaml", "train.py"]
     assert (tmp / "exp" / "out-0.log").is_file()  # the first attempt wrote into the experiment's tree

@@ -210,7 +210,7 @@ def test_a_failing_measurement_is_one_line_exit_1(monkeypatch, tmp_path):
 
     monkeypatch.setattr(torch.multiprocessing, "spawn", broken_spawn)
     result = invoke("--params", "1000", "--compute-s", "0.1")
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 5, result.output
     assert "timing Gloo collectives on 2 processes failed (RuntimeError: Connection refused)" in result.output
     assert "Traceback" not in result.output
     assert not measure.cache_path().exists()

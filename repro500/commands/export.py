@@ -59,4 +59,6 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
     rejected = [o.tool for o in outcomes if o.tool != "rcp_checker" and o.passed is False]
     if rejected:
         click.echo(f"not accepted by {' and '.join(rejected)}; the tree is kept in {plain(tree.path)}", err=True)
-        ctx.exit(1)
+        from repro500.errors import EXIT_FAIL
+
+        ctx.exit(EXIT_FAIL)  # the checkers' verdict: the tree is not accepted

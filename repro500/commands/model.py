@@ -88,8 +88,8 @@ def model(run_dir: Path | None, params: int | None, model_name: str | None, comp
       repro500 model --model resnet50 --compute-s 0.25 --compressor '{name: topk, ratio: 0.01}'
 
     \b
-    Exit codes: 0 predicted, 1 the collectives could not be timed (or, with --check, the
-                check is OUTSIDE tolerance), 2 usage error (unknown compressor, missing
+    Exit codes: 0 predicted, 1 with --check, the check is OUTSIDE tolerance,
+                5 the collectives could not be timed, 2 usage error (unknown compressor, missing
                 size or compute time, --check without a check to make), 4 invalid input
                 (no such run directory, a run without step records).
     """
