@@ -89,10 +89,12 @@ test: $(STAMP)
 # Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict, two-rank runs, the examples end to end,
 # a team's PostgreSQL-backed MLflow server with four runs at once (tests/test_team_postgres.py: needs Debian's postgresql),
 # examples/slurm_ddp.sbatch on a real two-node SLURM started by the test (tests/test_slurm.py: Debian's slurm-wlm and munge, root).
-# One at a time: several measure this machine (bandwidth, energy, Gloo collectives' timings) and
-# would measure each other.
+# Those that measure this machine (marked `measures`: bandwidth, energy, Gloo collectives' timings) run
+# first and one at a time, since they would measure each other; the rest in TEST_WORKERS workers as
+# make test does (one at a time they took 22 of CI's minutes on a Zen 4, most of it waiting on children).
 test-slow: $(STAMP)
-	$(PY) -m pytest -q -m slow
+	$(PY) -m pytest -q -m "slow and measures"
+	$(PY) -m pytest -q -m "slow and not measures" -n $(TEST_WORKERS) --dist loadfile
 
 # Horovod 0.28.1 built from its sdist with the C++20 fix (docs/distributed.md), then its tests:
 # the adapter's inside 2 horovodrun ranks, then `repro500 run --set engine=horovod` end to end

@@ -74,6 +74,7 @@ def test_real_gloo_measurement_fits_positive_latency_and_gamma(cache):
     assert again.cached and again.points == result.points
 
 
+@pytest.mark.measures
 @pytest.mark.slow  # a real two-rank run (about 45 s): make test-slow
 def test_two_rank_run_is_compared_with_the_prediction_at_p2(cache, tmp_path):
     root, _ = cache

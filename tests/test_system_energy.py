@@ -186,6 +186,7 @@ def test_arithmetic_intensity_of_a_linear_layer_is_counted_exactly():
     assert model.weight.grad is None  # counted on a copy
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_a_training_run_records_energy_utilization_data_wait_and_intensity(tmp_path):
     from helpers.runs import repro500, write_recipe

@@ -34,6 +34,7 @@ def test_without_sysbench_the_bandwidth_cross_check_is_not_measured_and_not_acce
     assert list(roofline.acceptance(config)) == ["cross_check.gemm_fp32_disagreement"]
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_the_roofline_measures_gemm_and_stream_kernels_and_checks_them_with_numpy(monkeypatch):
     monkeypatch.setattr(roofline.shutil, "which", lambda name: None)  # the sysbench part is tested above
@@ -169,6 +170,7 @@ def test_a_system_recipe_is_a_recipe_and_its_keys_are_checked(tmp_path):
 
 
 # ----- end to end ---------------------------------------------------------------------------------------
+@pytest.mark.measures
 @pytest.mark.slow
 def test_roofline_run_and_a_training_run_placed_on_it_in_the_report(tmp_path):
     done = repro500("roofline", "--sizes", "tiny", "--dtype", "fp32", "--dtype", "bf16", "--budget-s", "0.05",
@@ -191,6 +193,7 @@ def test_roofline_run_and_a_training_run_placed_on_it_in_the_report(tmp_path):
     assert wrong.returncode == 4 and "is not a repro500 roofline run" in wrong.stderr
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_inference_latency_of_a_recipes_model(tmp_path):
     write_recipe(tmp_path / "tiny.yaml")
@@ -206,6 +209,7 @@ def test_inference_latency_of_a_recipes_model(tmp_path):
     assert any("368 values would" in note for note in record["notes"])
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_io_run_compares_layouts_with_the_raw_read(tmp_path):
     done = repro500("io", "--samples", "64", "--image-size", "16x16", "--formats", "chunked,gzip", "--files", "1,2",

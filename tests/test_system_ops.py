@@ -162,6 +162,7 @@ def test_an_operator_beyond_its_tolerance_fails_the_verdict_by_name(tmp_path):
     assert row.split()[-1] == "FAIL" and row.split()[-2] == "0.001"  # named in the table with its error figures
 
 
+@pytest.mark.measures
 @pytest.mark.slow
 def test_the_all_reduce_runs_on_two_gloo_ranks(tmp_path):
     done = repro500("ops", "--op", "allreduce", "--sizes", "tiny", "--nproc", "2", "--budget-s", "0.01", "-n", "2",
