@@ -114,11 +114,10 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check repro500 tests bench
 	$(VENV)/bin/lint-imports --no-cache  # the layers in .importlinter (docs/contracts.md, "Layers")
 
-# Every benchmark runs and prints its own PASS/MISS, even after one misses; the target fails at
-# the end, naming those that missed.
-BENCHES := capture.py hashing.py datagen.py loader.py overhead.py "overhead.py --plugin" command_overhead.py \
-	observe_inputs.py attest.py compress.py wire_bytes.py verdict_calibration.py variance_attribution.py quickstart.py \
-	ops_gemm.py roofline_bandwidth.py energy_overhead.py variants.py mlflow_overhead.py team_postgres.py
+# Every benchmark in bench/ runs (a new one joins by being there) and prints its own PASS/MISS, even
+# after one misses; the target fails at the end, naming those that missed. `make bench BENCHES="a.py b.py"`
+# runs a few.
+BENCHES ?= $(sort $(filter-out _%,$(notdir $(wildcard bench/*.py)))) "overhead.py --plugin"
 bench: $(STAMP)
 	@missed=""; for b in $(BENCHES); do \
 		echo "== bench/$$b"; $(PY) bench/$$b || missed="$$missed; $$b (exit $$?)"; \
