@@ -36,18 +36,6 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def parse_cpulist(text: str | None) -> list[int]:
-    """``"0-3,8,10-11"`` -> ``[0, 1, 2, 3, 8, 10, 11]``."""
-    cpus: list[int] = []
-    for part in (text or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        cpus.extend(range(int(lo), int(hi or lo) + 1))
-    return cpus
-
-
 def _size_bytes(text: str | None) -> int | None:
     """``"48K"`` / ``"2048K"`` / ``"32M"`` (sysfs cache sizes) -> bytes."""
     if not text:

@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -122,11 +121,6 @@ def _compile_and_load(
     )
     _finished_marker(path).touch()
     return path
-
-
-def compiler_available() -> bool:
-    """True when a C++ compiler that torch's JIT build would use is on PATH."""
-    return shutil.which(os.environ.get("CXX", "c++")) is not None
 
 
 def load_cpu_ops(verbose: bool = False) -> Path:

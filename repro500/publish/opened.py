@@ -83,11 +83,6 @@ def _load_yaml(path: Path) -> Any:
         raise InvalidInput(f"{path} is missing: obtain a complete copy of the publication") from None
 
 
-def publication_files(root: Path) -> list[str]:
-    """The files a publication's SHA256SUMS lists (the publication itself, not what ran in it)."""
-    return sorted(bundle.read_sums(root))
-
-
 def read_index(root: Path) -> dict[str, Any]:
     path = root / INDEX
     try:

@@ -146,12 +146,6 @@ def _not_regular(rel: str) -> str:
     return f"{rel} is not a regular file (a device, pipe or socket)"
 
 
-def covered_files(run_dir: str | Path) -> list[str]:
-    """Relative POSIX paths of every entry the digest list covers (files and links), sorted."""
-    entries = scan(run_dir)
-    return sorted([*entries.files, *entries.links])
-
-
 def _link_line(rel: str, target: str) -> str:
     return LINK_PREFIX + json.dumps({"path": rel, "target": target}, sort_keys=True, ensure_ascii=True) + "\n"
 

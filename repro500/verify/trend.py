@@ -23,7 +23,6 @@ from typing import Any
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify import compare, history, stats
-from repro500.verify.diff import flatten
 from repro500.verify.reference import Benchmark, benchmark_difference, benchmark_of_run
 
 MAX_CHANGES = 3  # differences shown per row; the JSON has them all (result-relevant ones)
@@ -131,32 +130,6 @@ def _described(bench: Benchmark, first: Benchmark) -> str:
             " set in the open division"
     difference = benchmark_difference(bench, first) if bench is not first else None
     return f"{text} (differs from B1: {difference})" if difference else text
-
-
-def recipe_changes(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
-    """The recipe keys (fixed, then mutable) whose resolved values differ from ``before`` to ``after``,
-    each with how ``after`` set it: a --set (or params file) override, or its recipe file."""
-    def resolved(entry: history.Entry) -> dict[str, Any]:
-        recipe = entry.run.recipe or {}
-        return flatten({part: recipe.get(part) or {} for part in ("fixed", "mutable")})
-
-    old, new = resolved(before), resolved(after)
-    overrides = (after.run.recipe or {}).get("overrides")
-    overrides = overrides if isinstance(overrides, dict) else {}
-    out = []
-    for key in sorted(set(old) | set(new), key=lambda k: (not k.startswith("fixed."), k)):
-        if old.get(key) == new.get(key):
-            continue
-        set_by = next((k for k in overrides if key == k or key.startswith(f"{k}.")), None)
-        if set_by is None:
-            reason = "the recipe itself differs"
-        elif key.startswith("fixed."):
-            reason = f"set with --set {set_by}=... in the open division: another benchmark"
-        else:
-            reason = f"set with --set {set_by}=..."
-        out.append({"key": f"recipe {key}", "before": old.get(key, "<absent>"), "after": new.get(key, "<absent>"),
-                    "impact": 100, "reason": reason})
-    return out
 
 
 def changes_between(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
