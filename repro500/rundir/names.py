@@ -41,7 +41,7 @@ INTERPRETERS = "interpreters.json"  # a command's: the Pythons its processes ran
 LAUNCHER_LOG = "launcher.log"  # a failed distributed repeat's launcher output (node 0's, or the only node's)
 SYSTEM_RECORD = "system.json"  # a system workload's full record of the repeat (repro500.system, docs/system.md)
 SYSTEM_EPOCHS = "system.jsonl"  # a trained repeat's energy, utilization and data wait, one line per epoch
-COMMAND_METRICS = "metrics.json"  # a command's own metrics file ($REPRO500_METRICS, docs/own-experiment.md)
+COMMAND_METRICS = "metrics.json"  # a command's own metrics file ($REPRO500_METRICS, docs/command.md)
 
 # ----- derived views: rewritten by verify, report, sign and model, so the digest list leaves them out
 VERDICT = "verdict.json"
