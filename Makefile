@@ -113,6 +113,7 @@ ops: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check repro500 tests bench
 	$(VENV)/bin/lint-imports --no-cache  # the layers in .importlinter (docs/contracts.md, "Layers")
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_owners.py tests/test_dead_code.py tests/test_docs_map.py  # one owner per name, no dead code, the map matches the tree
 
 # Every benchmark in bench/ runs (a new one joins by being there) and prints its own PASS/MISS, even
 # after one misses; the target fails at the end, naming those that missed. `make bench BENCHES="a.py b.py"`

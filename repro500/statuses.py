@@ -38,6 +38,10 @@ INCONCLUSIVE = "INCONCLUSIVE"  # too few repeats, or the interval straddles the 
 INVALID = "INVALID"  # missing, corrupt, tampered or unreadable input
 SKIPPED = "SKIPPED"  # a check that could not run: neutral, it neither passes nor fails the verdict
 VERDICT_STATUSES = (PASS, FAIL, REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, INVALID)
+# A check that informs without deciding (sampling, MLPerf compliance, where two runs part): its words
+OK = "OK"
+WARN = "WARN"
+FOUND = "FOUND"  # where the runs part: a first differing step was found
 # What ``repro500 verify`` exits with for each (docs/contracts.md, "Exit codes").
 EXIT_CODES = {
     PASS: EXIT_OK, REPRODUCED: EXIT_OK, FAIL: EXIT_FAIL, NOT_REPRODUCED: EXIT_FAIL,

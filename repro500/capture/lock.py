@@ -42,8 +42,9 @@ from packaging.utils import canonicalize_version
 
 from repro500.capture.env import normalize
 from repro500.redact import REDACTED, redact_url
+from repro500.rundir.names import LOCK_SCHEMA
 
-SCHEMA = "repro500/environment-lock/v1"
+SCHEMA = LOCK_SCHEMA
 PYPI = "https://pypi.org/simple"
 PYTORCH_INDEX = "https://download.pytorch.org/whl/"
 # torch's own builds: their local version tag names the PyTorch index directory that serves them

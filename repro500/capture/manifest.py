@@ -34,8 +34,9 @@ from repro500.digest import CANONICALIZATION, canonical_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.redact import redact_text, scrub
 from repro500.rundir import atomic, layout
+from repro500.rundir.names import MANIFEST_SCHEMA
 
-SCHEMA = "repro500/manifest/v1"
+SCHEMA = MANIFEST_SCHEMA
 MANIFEST_NAME = layout.MANIFEST
 
 

@@ -172,7 +172,7 @@ def packed_run(path: Path) -> bool:
                     break
                 top, _, rest = member.name.partition("/")
                 tops.add(top)
-                sums = sums or rest == "SHA256SUMS"
+                sums = sums or rest == layout.SUMS_NAME
             return sums and len(tops) == 1
     except (OSError, tarfile.TarError, EOFError):
         return False

@@ -28,6 +28,8 @@ from typing import Any
 
 import torch
 
+from repro500.statuses import FAIL, PASS
+
 
 @dataclass
 class InputReport:
@@ -50,12 +52,12 @@ class GradcheckReport:
         return bool(self.inputs) and all(item.passed for item in self.inputs)
 
     def summary(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
+        verdict = PASS if self.passed else FAIL
         lines = [f"gradcheck atol={self.atol:g} rtol={self.rtol:g} eps={self.eps:g}: {verdict}"]
         for item in self.inputs:
             lines.append(
                 f"  input {item.index} {list(item.shape)}: max abs error {item.max_abs_error:.3g}, "
-                f"max rel error {item.max_rel_error:.3g} {'ok' if item.passed else 'FAIL'}"
+                f"max rel error {item.max_rel_error:.3g} {'ok' if item.passed else FAIL}"
             )
         return "\n".join(lines)
 

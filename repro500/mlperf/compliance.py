@@ -14,7 +14,7 @@ from repro500.capture.hardware import usable_cpus
 from repro500.errors import ReproError
 from repro500.mlperf.check import check_compliance, logged_benchmark, problems, resolve_rules
 from repro500.rundir import layout
-from repro500.statuses import SKIPPED
+from repro500.statuses import OK, SKIPPED, WARN
 
 
 @dataclass
@@ -59,7 +59,7 @@ def check_mlperf(run: Any) -> MlperfResult | None:
     failed = {k: v for k, v in judged.items() if not v["passed"]}
     if failed:
         k, first = next(iter(failed.items()))
-        return MlperfResult("WARN", f"{len(failed)} of {len(judged)} repeat log(s) fail {rules}'s compliance checker; "
+        return MlperfResult(WARN, f"{len(failed)} of {len(judged)} repeat log(s) fail {rules}'s compliance checker; "
                                     f"repeat {k}: {first['problems']}", usage, ruleset, benchmark, judged)
-    return MlperfResult("OK", f"all {len(judged)} repeat log(s) pass {rules}'s compliance checker",
+    return MlperfResult(OK, f"all {len(judged)} repeat log(s) pass {rules}'s compliance checker",
                         usage, ruleset, benchmark, judged)

@@ -52,6 +52,7 @@ from repro500.rundir import archive as archives
 from repro500.rundir import atomic, excluded
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
+from repro500.rundir.names import PUBLISHED_SCHEMA
 from repro500.rundir.writable import writing
 from repro500.verify.integrity import require_intact
 from repro500.verify.rundir import load_run
@@ -484,7 +485,7 @@ def _published_doc(run: Any, recipe: dict[str, Any], metrics: dict[str, Any], be
                    citation: str | None, url: str | None) -> dict[str, Any]:
     """published.yaml: what the run claims, in the form ``repro500 verify --against`` reads."""
     published: dict[str, Any] = {
-        "schema": "repro500/published/v1",
+        "schema": PUBLISHED_SCHEMA,
         "benchmark": benchmark or f"repro500 {recipe.get('name', run.run_id)} (run {run.run_id})",
         "recipe": str(recipe.get("name", "")) or None,
         "source": {"citation": citation or f"repro500 run {run.run_id}, published {_utc()[:10]}"},

@@ -15,8 +15,9 @@ import yaml
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput
+from repro500.rundir.names import RECIPE_SCHEMA
 
-SCHEMA = "repro500/recipe/v1"
+SCHEMA = RECIPE_SCHEMA
 
 # The trained tasks (the built-in trainer computes their loss and evaluates them), ``command``:
 # any program, run once per repeat, whose metrics are read from what it produces (docs/command.md),

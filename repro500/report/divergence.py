@@ -15,6 +15,7 @@ from repro500.report import plots
 from repro500.report.html import Markup, bullet_list, image, para, section
 from repro500.report.load import RunView
 from repro500.report.verdict_source import VerdictView
+from repro500.statuses import SKIPPED
 from repro500.verify.divergence import read_records, readable_root
 from repro500.verify.reference import load_reference
 
@@ -67,7 +68,7 @@ def plot(curves: list[tuple[str, list[tuple[int, float]], int | None]]) -> str:
 
 def divergence_section(view: RunView, verdict: VerdictView, reference_root: Path | None = None) -> Markup:
     doc = verdict.doc.get("divergence") if isinstance(verdict.doc.get("divergence"), dict) else None
-    if not doc or doc.get("status") == "SKIPPED":
+    if not doc or doc.get("status") == SKIPPED:
         why = (doc or {}).get("reason") or "the verdict compared no pair step by step"
         return section("divergence", TITLE, para(why, "note"))
     pairs = [p for p in doc.get("pairs") or [] if isinstance(p, dict)]

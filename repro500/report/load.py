@@ -19,9 +19,9 @@ from repro500 import untrusted
 from repro500.errors import InvalidInput
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
+from repro500.rundir.names import SCALING_SCHEMA
 from repro500.verify.rundir import RunData, load_run
 
-SCALING_SCHEMA = "repro500/scaling/v1"
 SCALING_PATH = Path(layout.SCALING)
 
 

@@ -15,6 +15,12 @@ from pathlib import PurePosixPath
 RUN_SCHEMA = "repro500/run/v1"
 SUMMARY_SCHEMA = "repro500/summary/v1"
 REPEAT_SUMMARY_SCHEMA = "repro500/repeat-summary/v1"
+# documents that one module writes and another (often another layer) checks: each id spelt once, here
+MANIFEST_SCHEMA = "repro500/manifest/v1"
+LOCK_SCHEMA = "repro500/environment-lock/v1"
+RECIPE_SCHEMA = "repro500/recipe/v1"
+PUBLISHED_SCHEMA = "repro500/published/v1"
+SCALING_SCHEMA = "repro500/scaling/v1"
 
 RUN_JSON = "run.json"
 RECIPE = "recipe.yaml"

@@ -18,13 +18,14 @@ from repro500 import __version__
 from repro500.errors import UsageError
 from repro500.ext import specs
 from repro500.rundir import atomic, layout
+from repro500.rundir.names import SCALING_SCHEMA
 from repro500.rundir.writable import writing
 from repro500.scaling import fit as fitting
 from repro500.scaling import measure, predict, sizes, wire
 from repro500.scaling.alphabeta import FORMULAS
 from repro500.scaling.rundir import RunTimings, read_run
 
-SCHEMA = "repro500/scaling/v1"
+SCHEMA = SCALING_SCHEMA
 PATH = Path(layout.SCALING)
 # The check at the run's P compares the communication cost of a step, measured and predicted.
 # The alpha-beta fits on a shared loopback leave relative residuals of 17-35 % (docs/scaling.md);

@@ -57,6 +57,7 @@ from repro500 import untrusted
 from repro500.rundir import archive as archives
 from repro500.rundir import layout
 from repro500.rundir.excluded import publication_of
+from repro500.statuses import FOUND, SKIPPED
 from repro500.tracking import names
 from repro500.verify import compare as comparison
 from repro500.verify.determinism import (
@@ -556,7 +557,7 @@ def readable_root(reference: Any) -> Iterator[Path | None]:
 
 def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> DivergenceResult:
     """Where the pairs the verdict compares part (see the module docstring)."""
-    result = DivergenceResult(status="SKIPPED", reason="", rtol=rtol)
+    result = DivergenceResult(status=SKIPPED, reason="", rtol=rtol)
     within = pairs_within(run)
     cache: dict[tuple[str, int], Records] = {}
 
@@ -595,7 +596,7 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
         result.reason = (f"{compared} pair(s) of same-seed repeats agree bitwise at every recorded step, evaluation, "
                          "parameter digest and declared output")
     else:
-        result.status = "FOUND"
+        result.status = FOUND
         result.reason = first.detail
     if unrecorded:
         result.notes.append(f"{len(unrecorded)} pair(s) without per-step records were not compared")
@@ -604,7 +605,7 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
 
 def mlflow_records(section: DivergenceResult | None) -> tuple[dict[str, float], dict[str, str]]:
     """The parent run's metric (the first step where a pair parts) and tag (where, in words)."""
-    if section is None or section.status == "SKIPPED":
+    if section is None or section.status == SKIPPED:
         return {}, {TAG: "not compared"} if section is not None else {}
     first = section.first
     if first is None:

@@ -33,6 +33,7 @@ from typing import Any
 from repro500.digest import canonical_digest
 from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError, UsageError
 from repro500.rundir import layout
+from repro500.statuses import FAIL, INCONCLUSIVE, PASS
 from repro500.tracking import names
 from repro500.tracking import store as mlflow_store
 from repro500.verify import integrity
@@ -149,10 +150,10 @@ def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
         return _from_mlflow(spec)
     source = Path(spec)
     if source.is_dir():
-        if (source / layout.RUN_JSON).is_file() or (source / "SHA256SUMS").is_file():
+        if (source / layout.RUN_JSON).is_file() or (source / layout.SUMS_NAME).is_file():
             raise InvalidInput(f"history:{spec} is one run directory: give the directory that holds the runs "
                                f"(e.g. history:{source.parent}) or an MLflow experiment's name")
-        return sorted(p for p in source.iterdir() if p.is_dir() and (p / "SHA256SUMS").is_file()), []
+        return sorted(p for p in source.iterdir() if p.is_dir() and (p / layout.SUMS_NAME).is_file()), []
     return _from_mlflow(spec)
 
 
@@ -200,7 +201,7 @@ def _from_mlflow(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
         if not run_dir:
             skipped.append({"run": tags[names.RUN_ID_TAG], "why": "its MLflow run records no run directory "
                             "(made before repro500 recorded one); give the directory that holds it instead"})
-        elif not Path(run_dir, "SHA256SUMS").is_file():
+        elif not Path(run_dir, layout.SUMS_NAME).is_file():
             skipped.append({"run": tags[names.RUN_ID_TAG], "why": f"its run directory {run_dir} is not here"})
         else:
             paths.append(Path(run_dir))
@@ -326,7 +327,7 @@ def _pooled_field(entries: list[Entry], name: str) -> list[float]:
 PERFORMANCE = {"throughput_samples_per_s": "higher", "time_to_quality_s": "lower"}
 RELATIVE_MARGIN = 0.05
 LOWER_IS_BETTER_WORDS = ("loss", "error", "latency", "time")
-CHANGE_OUTCOME = {"regression": "FAIL", "inconclusive": "INCONCLUSIVE", "equivalent": "PASS", "improvement": "PASS"}
+CHANGE_OUTCOME = {"regression": FAIL, "inconclusive": INCONCLUSIVE, "equivalent": PASS, "improvement": PASS}
 
 
 def direction_of(metric: str, run: RunData) -> str:

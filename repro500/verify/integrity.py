@@ -43,10 +43,9 @@ from repro500.errors import InvalidInput
 from repro500.progress import human_bytes
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
+from repro500.rundir.names import MANIFEST_SCHEMA
 from repro500.statuses import REPEAT_STATUSES, RUN_UNFINISHED
 from repro500.verify.rundir import RunData, load_run
-
-MANIFEST_SCHEMA = "repro500/manifest/v1"
 
 
 @dataclass

@@ -32,9 +32,10 @@ from typing import Any
 from repro500 import untrusted
 from repro500.errors import InvalidInput
 from repro500.rundir import layout
+from repro500.rundir.names import PUBLISHED_SCHEMA
 from repro500.verify.rundir import number
 
-SCHEMA = "repro500/published/v1"
+SCHEMA = PUBLISHED_SCHEMA
 TESTS = ("equivalence", "non_inferiority")
 _TOP_KEYS = {"schema", "benchmark", "recipe", "source", "metrics", "epochs_to_quality", "manifest", "notes"}
 _SOURCE_KEYS = {"citation", "url", "doi", "table", "note"}

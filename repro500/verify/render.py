@@ -10,15 +10,27 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
+from repro500.statuses import (
+    FAIL,
+    FOUND,
+    INCONCLUSIVE,
+    INVALID,
+    NOT_REPRODUCED,
+    OK,
+    PASS,
+    REPRODUCED,
+    SKIPPED,
+    WARN,
+)
 from repro500.untrusted import shown
 
 if TYPE_CHECKING:  # the verdict module imports this one
     from repro500.verify.verdict import Verdict
 
 STYLES = {
-    "PASS": "bold green", "REPRODUCED": "bold green", "FAIL": "bold red",
-    "NOT REPRODUCED": "bold red", "INCONCLUSIVE": "bold yellow", "INVALID": "bold magenta",
-    "SKIPPED": "dim", "OK": "green", "WARN": "bold yellow", "REGRESSION": "bold red", "IMPROVEMENT": "bold green", "EQUIVALENT": "bold green",
+    PASS: "bold green", REPRODUCED: "bold green", FAIL: "bold red",
+    NOT_REPRODUCED: "bold red", INCONCLUSIVE: "bold yellow", INVALID: "bold magenta",
+    SKIPPED: "dim", OK: "green", WARN: "bold yellow", "REGRESSION": "bold red", "IMPROVEMENT": "bold green", "EQUIVALENT": "bold green",
 }
 MAX_STAT_ROWS = 8
 
@@ -54,7 +66,7 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
     for reason in verdict.reasons[:6]:
         console.print(f"  {shown(reason)}", highlight=False)
     _integrity(verdict, console)
-    if verdict.status == "INVALID":
+    if verdict.status == INVALID:
         _advice(verdict, console)
         return
     _design(verdict, console)
@@ -110,7 +122,7 @@ def _integrity(verdict: Verdict, console: Console) -> None:
             line = f"ok: {check.files_checked} files match SHA256SUMS (digest {shown((check.sums_digest or '')[:16])})"
         else:
             line = f"[magenta]{len(check.problems)} problem(s)[/]" + (
-                " (listed above)" if verdict.status == "INVALID" else ": " + "; ".join(map(shown, check.problems[:3])))
+                " (listed above)" if verdict.status == INVALID else ": " + "; ".join(map(shown, check.problems[:3])))
         console.print(f"[bold]{label}[/]  {line}", highlight=False)
         for text in (check.warnings[:3] + check.notes[:2]):
             console.print(f"  [dim]{shown(text)}[/]", highlight=False)
@@ -126,7 +138,7 @@ def _bands(verdict: Verdict, console: Console) -> None:
         higher = b.direction == "higher"
         sign = ">=" if higher else "<="
         # the bound that decided, named: a PASS rests on the near bound, a FAIL on the far one
-        far = b.status == "FAIL"
+        far = b.status == FAIL
         which = ("upper" if higher else "lower") if far else ("lower" if higher else "upper")
         bound = b.upper_bound if which == "upper" else b.lower_bound
         decided = f"{which} {_g(bound)}" if bound is not None else "-"
@@ -243,11 +255,11 @@ def _determinism(verdict: Verdict, console: Console) -> None:
 
 def _divergence(verdict: Verdict, console: Console) -> None:
     v = verdict.divergence
-    if v is None or v.status == "SKIPPED":
+    if v is None or v.status == SKIPPED:
         return
-    state = "[yellow]parted[/]" if v.status == "FOUND" else "[green]no divergence[/]"
+    state = "[yellow]parted[/]" if v.status == FOUND else "[green]no divergence[/]"
     console.print(f"[bold]Where the runs part[/]  {state} {shown(v.reason)}", highlight=False)
-    if v.status == "FOUND" and v.first is not None and v.first.shape != "final state":  # nothing to replay there
+    if v.status == FOUND and v.first is not None and v.first.shape != "final state":  # nothing to replay there
         console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
                       highlight=False)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from repro500.statuses import OK, WARN
+
 
 @dataclass
 class SamplingResult:
@@ -34,14 +36,14 @@ def check_sampling(repeats: dict[Any, dict[str, Any]]) -> SamplingResult | None:
             problems.append(f"repeat {k}: epoch(s) {_epochs(s['biased_epochs'])} drew classes unlike the data set "
                             f"(chi-square p = {s['min_p_value']:.3g})")
     if problems:
-        return SamplingResult("WARN", "; ".join(problems), recorded)
+        return SamplingResult(WARN, "; ".join(problems), recorded)
     epochs = sum(s["epochs"] for s in recorded.values())
     balance = next((s["not_measured"] for s in recorded.values() if s.get("not_measured")), None)
     p_values = [s["min_p_value"] for s in recorded.values() if s.get("min_p_value") is not None]
     detail = (f"class balance not measured: {balance}" if balance else
               f"class histograms agree with the data set's (smallest chi-square p = {min(p_values):.3g})"
               if p_values else "class balance not tested")
-    return SamplingResult("OK", f"{epochs} epoch(s) in {len(recorded)} repeat(s) drew every sample once "
+    return SamplingResult(OK, f"{epochs} epoch(s) in {len(recorded)} repeat(s) drew every sample once "
                                 f"(drop_last's remainder aside); {detail}", recorded)
 
 

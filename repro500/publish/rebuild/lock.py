@@ -22,8 +22,9 @@ from repro500.capture.lock import PYPI
 from repro500.errors import InvalidInput
 from repro500.publish.datafiles import safe_relpath
 from repro500.rundir import layout
+from repro500.rundir.names import LOCK_SCHEMA
 
-SCHEMA = "repro500/environment-lock/v1"
+SCHEMA = LOCK_SCHEMA
 HASHES_SCHEMA = "repro500/release-hashes/v1"
 _NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,200}[A-Za-z0-9])?$")
 _VERSION = re.compile(r"^[A-Za-z0-9.+!_-]{1,100}$")

@@ -11,6 +11,7 @@ import re
 from typing import Any
 
 from repro500.errors import UsageError
+from repro500.rundir.names import RECIPE_SCHEMA
 
 SOURCES = ("regex", "mlflow", "mllog", "json", "auto")
 _ACCEPT = re.compile(r"^\s*([A-Za-z_][\w.-]*)\s*(>=|<=)\s*([-+0-9.eE]+)\s*(?:(?:±|\+-|~)\s*([0-9.eE+-]+))?\s*$")
@@ -82,7 +83,7 @@ def recipe_data(argv: list[str], *, metrics: list[str], accept: list[str], name:
         fixed["timeout_s"] = timeout_s
     if inputs:
         fixed["inputs"] = list(inputs)
-    return {"schema": "repro500/recipe/v1", "name": name or run_name(argv),
+    return {"schema": RECIPE_SCHEMA, "name": name or run_name(argv),
             "description": "written by repro500 run --command", "fixed": fixed, "mutable": {},
             "acceptance": acceptance, "metrics": declared, "repeats": repeats, "seed": seed}
 
