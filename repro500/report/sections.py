@@ -28,7 +28,7 @@ from repro500.report.verdict_source import VerdictView
 from repro500.statuses import REPEAT_COMPLETED
 from repro500.verify import stats
 from repro500.verify.compare import compare_manifests
-from repro500.verify.diff import is_result_relevant, short
+from repro500.verify.diff import RELEVANT_IMPACT, is_result_relevant, short
 
 MAX_EVAL_PANELS = 3
 MAX_DIST_PANELS = 6
@@ -352,7 +352,7 @@ def _provenance_diff(manifest: dict[str, Any], verdict: VerdictView, reference: 
                  else as_dict(r).get("facet"), short(as_dict(r).get("run"), 60), short(as_dict(r).get("reference"), 60),
                  as_dict(r).get("reason")] for r in as_list(stored.get("rows"))]
         head = para(f"{num(stored.get('total'))} difference(s), {num(stored.get('result_relevant'))} result-relevant "
-                    "(impact ≥ 50); repro500 diff shows all.")
+                    f"(impact ≥ {RELEVANT_IMPACT}); repro500 diff shows all.")
         if not rows:
             return subsection(title, para("No differences: the run and the reference recorded the same provenance."))
         return subsection(title, head, table(["impact", "key", "this run", "reference", "why it matters"], rows))
@@ -362,7 +362,7 @@ def _provenance_diff(manifest: dict[str, Any], verdict: VerdictView, reference: 
         rows = [[d.impact, f"{d.facet}.{d.key}" if d.key else d.facet, short(d.a, 60), short(d.b, 60), d.reason]
                 for d in diffs[:MAX_DIFF_ROWS]]
         more = f"; the first {MAX_DIFF_ROWS} are listed (repro500 diff shows all)" if len(diffs) > MAX_DIFF_ROWS else ""
-        head = para(f"{len(diffs)} difference(s), {relevant} result-relevant (impact ≥ 50){more}.")
+        head = para(f"{len(diffs)} difference(s), {relevant} result-relevant (impact ≥ {RELEVANT_IMPACT}){more}.")
         if not diffs:
             return subsection(title, para("No differences: the run and the reference recorded the same provenance."))
         return subsection(title, head, table(["impact", "key", "this run", reference.label, "why it matters"], rows))
