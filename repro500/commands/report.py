@@ -43,16 +43,12 @@ def report(ctx: click.Context, run_dir: Path, against: Path | None, out: Path | 
     Exit codes: 0 written, 2 usage error, 4 RUN or REF missing or unreadable
                 (a run failing its integrity check still gets a report, with exit 4).
     """
-    from repro500.errors import EXIT_OK, UsageError
+    from repro500.errors import EXIT_OK
     from repro500.report import write_report
     from repro500.untrusted import plain
+    from repro500.verify import check_comparison_options
 
-    if margins and against is None:
-        raise UsageError(f"--margin {next(iter(margins))}=... is an equivalence margin against a reference: "
-                         "give --against REF as well, or drop --margin")
-    if across_benchmarks and against is None:
-        raise UsageError("--across-benchmarks needs --against: it lets a run be compared with a reference of "
-                         "another benchmark")
+    check_comparison_options(margins, against, across_benchmarks)
     result = write_report(run_dir, out=out, against=against, alpha=alpha, margins=margins or None, roofline=roofline,
                           across_benchmarks=across_benchmarks)
     click.echo(plain(result.path))

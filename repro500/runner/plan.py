@@ -19,6 +19,7 @@ from repro500.errors import InvalidInput, UsageError
 from repro500.ext import specs
 from repro500.recipe import load as recipes
 from repro500.runner import kinds
+from repro500.verify import check_comparison_options
 from repro500.workloads import workload as workloads
 
 ENGINES = ("local", "ddp", "horovod", "command")
@@ -165,8 +166,7 @@ def check_options(options: RunOptions) -> None:
         raise UsageError("--repeats-per-cell goes with --vary (a factorial run); a fixed design takes --repeats")
     if options.vary is not None:
         check_factorial(options)
-    if options.margins and not options.against:
-        raise UsageError("--margin needs --against: margins are for comparing with a reference")
+    check_comparison_options(options.margins, options.against)
     if options.nproc is not None and options.nproc < 1:
         raise UsageError("--nproc must be at least 1")
     if options.sign_key:

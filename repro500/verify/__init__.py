@@ -33,3 +33,18 @@ One module per job (docs/verify.md):
 Nothing here imports the training code: a verdict needs no trainer.  MLPerf's compliance section
 is :mod:`repro500.mlperf.compliance`'s (MLPerf's rules live together in :mod:`repro500.mlperf`).
 """
+
+from repro500.errors import UsageError
+
+
+def check_comparison_options(margins: object, against: object, across_benchmarks: bool = False) -> None:
+    """The one rule for options that compare with a reference (verify, report, run): they need one.
+
+    Here, not in the verdict's module, so that a run checks its options before it pays for scipy."""
+    if margins and not against:
+        name = next(iter(margins)) if isinstance(margins, dict) else "METRIC"
+        raise UsageError(f"--margin needs --against: --margin {name}=... is an equivalence margin against a "
+                         "reference; give --against REF as well, or drop --margin")
+    if across_benchmarks and not against:
+        raise UsageError("--across-benchmarks needs --against: it lets a run be compared with a reference of "
+                         "another benchmark")

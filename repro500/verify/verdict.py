@@ -65,7 +65,15 @@ from repro500.statuses import (
     REPRODUCED,
     RUN_COMPLETED,
 )
-from repro500.verify import divergence, equivalence, history, integrity, sequential, variance
+from repro500.verify import (
+    check_comparison_options,
+    divergence,
+    equivalence,
+    history,
+    integrity,
+    sequential,
+    variance,
+)
 from repro500.verify.bands import BandResult, check_bands
 from repro500.verify.determinism import (
     DeterminismResult,
@@ -206,11 +214,7 @@ def verify_run(
     """
     if not (isinstance(alpha, (int, float)) and 0.0 < alpha < 0.5):
         raise UsageError(f"alpha {alpha!r} is outside (0, 0.5): use e.g. 0.05")
-    if margins and against is None:
-        raise UsageError("--margin needs --against: margins are for comparing with a reference")
-    if across_benchmarks and against is None:
-        raise UsageError("--across-benchmarks needs --against: it lets a run be compared with a reference of "
-                         "another benchmark")
+    check_comparison_options(margins, against, across_benchmarks)
     path = Path(run_dir)
     # a publication (its directory, or its archive where it lies): what it left out is not carried
     packed = publication_of(path)
