@@ -30,12 +30,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from repro500.capture.seeds import SEED_NAMES, pair_repeats
 from repro500.ext import specs
 from repro500.rundir import layout
 from repro500.verify import diff as manifest_diff
 from repro500.verify.diff import Difference, counted, is_result_relevant, relevance
 
-SEED_NAMES = ("python", "numpy", "torch", "loader")
 # recipe keys that are no recorded difference: the number of repeats and the master seed (the
 # seeds section compares the seeds themselves), the recipe's prose, and how values were set
 # (said in the reason of the key they set)
@@ -206,21 +206,6 @@ def _lock(run: Any) -> Mapping[str, Any] | None:
     return lock or None
 
 
-def seed_pairs(a: Any, b: Any) -> list[tuple[int, int]]:
-    """Each completed repeat of *a* with *b*'s completed repeat of its torch seed (the same index first)."""
-    by_seed: dict[Any, list[int]] = {}
-    for j in b.completed:
-        seed = (b.repeats[j].get("seeds") or {}).get("torch")
-        if seed is not None:
-            by_seed.setdefault(seed, []).append(j)
-    out = []
-    for k in a.completed:
-        found = by_seed.get((a.repeats[k].get("seeds") or {}).get("torch"))
-        if found:
-            out.append((k, k if k in found else found[0]))
-    return out
-
-
 def _outputs(run: Any, k: int | None) -> dict[str, Any] | None:
     if k is None or k not in run.repeats:
         return None
@@ -247,7 +232,7 @@ def compare_runs(a: Any, b: Any, *, repeat: int | None = None, other_repeat: int
     compare (a reference's, with what its command read)."""
     pair = repeat is not None and other_repeat is not None
     if not pair:
-        pairs = seed_pairs(a, b)
+        pairs, _ = pair_repeats(a, b)
         differing = [(k, j) for k, j in pairs if _outputs(a, k) != _outputs(b, j)]
         repeat, other_repeat = (differing or pairs or [(None, None)])[0]
     side_a = recorded(a, repeat, pair=pair)

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.seeds import pair_repeats
 from repro500.rundir import archive as archives
 from repro500.rundir import layout
 from repro500.rundir.excluded import publication_of
@@ -570,7 +571,7 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
         result.pairs.append(compare_pair(run, k, None, j, records(run.path, k, run.recipe),
                                          records(run.path, j, run.recipe), rtol=rtol))
     ref_run = getattr(reference, "run", None)
-    against = comparison.seed_pairs(run, ref_run) if ref_run is not None else []
+    against = pair_repeats(run, ref_run)[0] if ref_run is not None else []
     if against:  # a packed reference is unpacked again only when some repeat shares a seed with it
         with readable_root(reference) as root:
             if root is None:

@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.seeds import pair_repeats
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
 from repro500.rundir.excluded import publication_of
 from repro500.verify import integrity
-from repro500.verify.determinism import seed_pairs
 from repro500.verify.published import Published, load_published
 from repro500.verify.rundir import RunData
 
@@ -248,7 +248,7 @@ def pair_by_seed(run: RunData, reference: RunData, metric: str) -> Pairing:
     least MIN_PAIRS pairs exist (rerun repeats without a partner are left out, and named), else the
     unpaired one, with why."""
     mine, theirs = dict(run.indexed_values(metric)), dict(reference.indexed_values(metric))
-    found, _ = seed_pairs(run, reference, list(mine), list(theirs))
+    found, _ = pair_repeats(run, reference, list(mine), list(theirs))
     pairs = [{"repeat": k, "reference_repeat": j, "seed": (run.repeats[k].get("seeds") or {}).get("torch"),
               "value": float(mine[k]), "reference_value": float(theirs[j])} for k, j in found]
     if len(pairs) < MIN_PAIRS:
