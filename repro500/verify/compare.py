@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -174,8 +175,35 @@ def compare(a: Recorded, b: Recorded) -> Comparison:
                 where = " in the open division" if d.key.startswith("fixed.") else ""
                 d = Difference(d.facet, d.key, d.a, d.b, d.impact, f"{d.reason} (set with --set {by}=...{where})")
         out.append(d)
+    out = _recipe_paths_moved(out)
     out.sort(key=manifest_diff.order)
     return Comparison(out)
+
+
+def _recipe_paths_moved(diffs: list[Difference]) -> list[Difference]:
+    """A recipe key that names a data path (``fixed.dataset.path``) whose bytes the data facet found
+    moved (:func:`repro500.verify.diff.is_moved`) is that move, not another data set: its row is
+    folded into the moved row, which then says which key named the new place (one row, not two)."""
+    moved = {(_norm(d.a["path"]), _norm(d.b["path"])): i for i, d in enumerate(diffs) if manifest_diff.is_moved(d)}
+    if not moved:
+        return diffs
+    out = list(diffs)
+    folded = set()
+    for i, d in enumerate(diffs):
+        if d.facet != "recipe" or not (isinstance(d.a, str) and isinstance(d.b, str)):
+            continue
+        where = moved.get((_norm(d.a), _norm(d.b)))
+        if where is None:
+            continue
+        m = out[where]
+        by = d.reason[d.reason.index(" (set with"):] if " (set with" in d.reason else ""
+        out[where] = Difference(m.facet, m.key, m.a, m.b, m.impact, f"{m.reason}; the recipe's {d.key} names it{by}")
+        folded.add(i)
+    return [d for i, d in enumerate(out) if i not in folded]
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath(path.replace("\\", "/"))
 
 
 def _versions_differ(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> set[str]:
