@@ -6,7 +6,8 @@ with a plug-in model, data set and evaluator for the changes that need one.  For
 script asks ``verify RERUN --against REF`` (its Provenance section and "where the runs part"),
 ``diff REF RERUN`` and ``history`` (the two runs as a history) what they name first, and prints one
 row per change.  Target: every planted change named first by all three; the controls (identical
-reruns) 0 result-relevant.
+reruns, and one whose training file was copied to another name that the recipe then names) 0
+result-relevant, the moved file listed once, as moved.
 
 All runs use one frozen copy of repro500's source (other work on the checkout must not show up as
 "repro500's own source differs").  The package version is planted as an installed distribution's
@@ -98,6 +99,7 @@ CHANGES: list[tuple[str, str, list[str]]] = [
     ("batch size", "quick", ["recipe.mutable.batch_size"]),
     ("epochs", "quick", ["recipe.fixed.epochs"]),
     ("one data value", "quick", ["data.entries.data/quickstart-train.h5*"]),
+    ("rows shuffled", "quick", ["data.entries.data/quickstart-train.h5*"]),
     ("data file replaced", "quick", ["data.entries.data/quickstart-train.h5*"]),
     ("model code constant", "plugin", ["experiment.source.*"]),
     ("seed", "quick", ["seeds.*"]),
@@ -108,7 +110,11 @@ CHANGES: list[tuple[str, str, list[str]]] = [
     ("evaluator", "plugin", ["recipe.fixed.evaluate", "experiment.workload.evaluate"]),
     ("control (quickstart)", "quick", []),
     ("control (plug-in)", "plugin", []),
+    # the training file copied to another name and the recipe pointed at it: the same bytes, so the
+    # same data (one moved row, below the threshold), not a change of the result
+    ("control (data moved)", "quick", []),
 ]
+MOVED = "control (data moved)"
 
 
 def cli(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 1800) -> subprocess.CompletedProcess:
@@ -159,6 +165,18 @@ def change_one_value(path: Path) -> None:
         data[index] = (int(value) + 1) % 256 if data.dtype.kind in "iu" else value + 0.5  # images are uint8
 
 
+def shuffle_rows(path: Path) -> None:
+    """The same samples in another order: every per-sample data set of the file permuted alike."""
+    import h5py
+    import numpy
+
+    with h5py.File(path, "r+") as f:
+        n = len(f["labels"])
+        order = numpy.random.default_rng(7).permutation(n)
+        for name in [k for k in f if getattr(f[k], "shape", ())[:1] == (n,)]:
+            f[name][...] = f[name][...][order]
+
+
 def shadow_numpy(work: Path) -> Path:
     """A numpy-<version>.dist-info first on the path: what a run records of numpy's version."""
     import numpy
@@ -205,6 +223,7 @@ def ask(ref: Path, rerun: Path, cwd: Path, env: dict[str, str], work: Path) -> d
     rows = d["differences"]
     out["diff"] = [f"{r['facet']}.{r['key']}" if r.get("key") else r["facet"] for r in rows]
     out["diff_relevant"] = sum(1 for r in rows if r["result_relevant"])
+    out["diff_moved"] = sum(1 for r in rows if str(r.get("reason", "")).startswith("moved"))
     hist = work / "hist" / rerun.name
     hist.mkdir(parents=True, exist_ok=True)
     for run in (ref, rerun):
@@ -215,7 +234,7 @@ def ask(ref: Path, rerun: Path, cwd: Path, env: dict[str, str], work: Path) -> d
     shown = cli(["history", str(hist), metric, "--json"], cwd, env)
     h = json.loads(shown.stdout) if shown.stdout.strip().startswith("{") else {"runs": []}
     last = next((r for r in h["runs"] if r["run_id"] == json.loads((rerun / "run.json").read_text())["run_id"]), {})
-    out["history"] = [c["key"] for c in last.get("changes") or []]
+    out["history"] = [c["key"] for c in last.get("changes") or [] if not c.get("moved")]  # moved data: listed, not a change
     return out
 
 
@@ -266,6 +285,17 @@ def main() -> int:
                 change_one_value(where / "data" / "quickstart-train.h5")
             rerun = run(where, "quickstart.yaml", slug)
             cwd = where
+        elif name == "rows shuffled":
+            where = work / slug
+            if not where.exists():
+                shutil.copytree(quick, where)
+                shuffle_rows(where / "data" / "quickstart-train.h5")
+            rerun = run(where, "quickstart.yaml", slug)
+            cwd = where
+        elif name == MOVED:
+            if not (quick / "data" / "renamed.h5").exists():
+                shutil.copyfile(quick / "data" / "quickstart-train.h5", quick / "data" / "renamed.h5")
+            rerun = run(quick, "quickstart.yaml", slug, "--open-division", "--set", "fixed.dataset.path=data/renamed.h5")
         elif name == "data file replaced":
             where = work / slug if (work / slug).exists() else quick_dir(work, slug, env, data_seed=501)
             rerun = run(where, "quickstart.yaml", slug)
@@ -303,6 +333,9 @@ def main() -> int:
         else:
             ok = {"verify": got["verify_relevant"] == 0, "diff": got["diff_relevant"] == 0,
                   "history": not got["history"], "divergence": got["parts"] == "no"}
+            if name == MOVED:  # listed once, as moved
+                ok["diff"] = ok["diff"] and got["diff_moved"] == 1
+                note = f"{got['diff_moved']} moved row(s)"
         rows.append((name, note, (got, ok)))
     print(f"{'change':22} {'verify names first':44} {'ok':4} {'diff':5} {'hist':5} {'parts':8} {'why':5}  "
           "relevant v/d")

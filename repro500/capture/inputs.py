@@ -72,6 +72,7 @@ class Opened:
     read_dirs: set[str] = field(default_factory=set)
     code: set[str] = field(default_factory=set)  # source files a Python opened to import or show them
     processes: int = 0
+    relative: set[str] = field(default_factory=set)  # paths read that the command gave relative to its cwd
 
 
 def read_hook_logs(directory: Path) -> Opened:
@@ -87,6 +88,9 @@ def read_hook_logs(directory: Path) -> Opened:
             kind, _, path = line.partition("\t")
             if not path:
                 continue
+            if kind == "r" and path.endswith("\trel"):  # the hook's mark of a relative open
+                path = path[: -len("\trel")]
+                opened.relative.add(os.path.abspath(path))
             if kind == "prefix":
                 opened.trees.add(os.path.abspath(path))
             elif kind == "r":
@@ -293,8 +297,31 @@ def budget_s(observed: Mapping[str, Any]) -> float:
     return BUDGET_S if value is None else float(value)
 
 
-def document(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The run's ``inputs.json`` from its repeats' ``observed_inputs``; None when no repeat has them."""
+def relative_of(paths: Iterable[str], relative: set[str]) -> list[str]:
+    """Those of the selected *paths* the command gave relative to its working directory (a
+    directory entry when any file read in it was)."""
+    return [p for p in paths if p in relative or any(r.startswith(p.rstrip(os.sep) + os.sep) for r in relative)]
+
+
+# The fields that say how a command addressed an input: how it is found again, not what it is (the
+# comparison of two runs compares the bytes and the path, never these)
+ADDRESSED = ("opened", "experiment", "resolved")
+
+
+def addressed(path: str, *, cwd: str | None, relative: bool, root: str | None) -> dict[str, str | None]:
+    """How the command addressed the input at (absolute) *path*: ``opened``, the path as it opened
+    it (relative to its working directory *cwd* when it gave a relative path, else absolute: a
+    cluster's ``/data/imagenet`` stays what it is); ``experiment``, the path relative to the
+    experiment's directory *root* (None when unknown); ``resolved``, with every link followed."""
+    return {"opened": os.path.relpath(path, cwd) if relative and cwd else path,
+            "experiment": os.path.relpath(path, root) if root else None,
+            "resolved": os.path.realpath(path)}
+
+
+def document(summaries: Mapping[int, Mapping[str, Any]], root: str | None = None) -> dict[str, Any] | None:
+    """The run's ``inputs.json`` from its repeats' ``observed_inputs``; None when no repeat has them.
+    Each input keeps how the command addressed it (:func:`addressed`; *root*: the experiment's
+    directory), its size and its digest."""
     observed = {k: s["observed_inputs"] for k, s in sorted(summaries.items()) if s.get("observed_inputs")}
     if not observed:
         return None
@@ -305,8 +332,11 @@ def document(summaries: Mapping[int, Mapping[str, Any]]) -> dict[str, Any] | Non
         for path in seen.get("paths") or []:
             by_path.setdefault(path, []).append(k)
     entries, skipped = digest(sorted(by_path), budget_bytes, budget_s=seconds)
+    relative = {p for seen in observed.values() for p in seen.get("relative") or []}
+    cwd = next((seen["cwd"] for seen in observed.values() if seen.get("cwd")), None)
     for entry in (*entries, *skipped):
         entry["repeats"] = by_path.get(entry["path"], [])
+        entry.update(addressed(entry["path"], cwd=cwd, relative=entry["path"] in relative, root=root))
     methods = sorted({s.get("method") for s in observed.values() if s.get("method")})
     notes = sorted({s["note"] for s in observed.values() if s.get("note")})
     return {"schema": SCHEMA, "method": methods[0] if len(methods) == 1 else (methods or None),
@@ -320,6 +350,7 @@ def comparable(manifest: Mapping[str, Any] | None, inputs: Mapping[str, Any] | N
         return None if manifest is None else dict(manifest)
     facets = dict(manifest.get("facets") or {})
     data = dict(facets.get("data") or {})
-    data["observed"] = [{k: v for k, v in e.items() if k != "repeats"} for e in inputs.get("observed") or []]
+    data["observed"] = [{k: v for k, v in e.items() if k != "repeats" and k not in ADDRESSED}
+                        for e in inputs.get("observed") or []]
     facets["data"] = data
     return {**manifest, "facets": facets}

@@ -25,8 +25,13 @@ repeat index's, so the data order changes exactly when the recorded ``loader`` s
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
+
+# The seeds one repeat records (its summary's ``seeds``, rank 0's), in the order every table and
+# comparison shows them; the one spelling of the list (pairing, provenance, report, replay).
+SEED_NAMES = ("python", "numpy", "torch", "loader")
 
 FORMULA = (
     "SeedSequence(entropy=master_seed, spawn_key=(repeat, rank)).generate_state(4, uint64) "
@@ -183,7 +188,7 @@ def seed_worker(worker_id: int) -> None:
 # and the DataLoader's worker seeds), ``seed`` all of them;
 # ``kernels`` holds every seed and lets torch choose non-deterministic algorithms.
 SOURCES: dict[str, tuple[str, ...]] = {
-    "seed": ("python", "numpy", "torch", "loader"),
+    "seed": SEED_NAMES,
     "init": ("torch",),
     "data_order": ("loader",),
     "kernels": (),
@@ -219,3 +224,61 @@ def plan(master_seed: int, repeats: int, world_size: int = 1, same_seed: bool = 
             }
         )
     return out
+
+
+# ----- pairing recorded repeats by their seeds ------------------------------------------------------
+class RecordedRepeats(Protocol):
+    """What pairing reads of a run (a ``repro500.verify.rundir.RunData``): its completed repeats and
+    each repeat's summary."""
+
+    @property
+    def completed(self) -> list[int]: ...
+
+    repeats: Mapping[int, Mapping[str, Any]]
+
+
+def seed_key(doc: Mapping[str, Any]) -> tuple[Any, ...] | None:
+    """A repeat's seeds as pairs compare them (every one of :data:`SEED_NAMES`, from a repeat
+    summary); None when the repeat records no torch seed."""
+    seeds = doc.get("seeds") if isinstance(doc.get("seeds"), Mapping) else {}
+    if seeds.get("torch") is None:
+        return None
+    return tuple(seeds.get(name) for name in SEED_NAMES)
+
+
+def pair_repeats(run: RecordedRepeats, reference: RecordedRepeats, repeats: Sequence[int] | None = None,
+                 reference_repeats: Sequence[int] | None = None) -> tuple[list[tuple[int, int]], list[str]]:
+    """([(repeat of *run*, repeat of *reference*)], gaps): the one rule that pairs repeats of two runs.
+
+    A pair is two repeats that received the same seeds -- *all* of them -- each repeat used once,
+    the one of the same index first.  Why all: a repeat whose torch seed matches but whose loader
+    seed does not (a factorial run's data-order cell, a rerun with another loader) saw the data in
+    another order, so its records are expected to differ and calling that a divergence would be
+    wrong.  Why once: a reference repeat paired with two rerun repeats enters a paired test twice
+    (its own noise counted twice, the pairs no longer independent), and the divergence check would
+    compare pairs the equivalence test does not.  The equivalence test, the exact replay, the
+    divergence check, locate and the provenance comparison all pair with this function.
+
+    *repeats* and *reference_repeats* restrict the candidates (default: the completed repeats); a gap
+    says, in words, why a repeat of *run* has no partner."""
+    repeats = run.completed if repeats is None else repeats
+    reference_repeats = reference.completed if reference_repeats is None else reference_repeats
+    free: dict[tuple[Any, ...], list[int]] = {}
+    for j in reference_repeats:
+        key = seed_key(reference.repeats[j])
+        if key is not None:
+            free.setdefault(key, []).append(j)
+    pairs, gaps = [], []
+    for k in repeats:
+        key = seed_key(run.repeats[k])
+        if key is None:
+            gaps.append(f"repeat {k} records no torch seed")
+            continue
+        partners = free.get(key) or []
+        if not partners:
+            gaps.append(f"no reference repeat shares repeat {k}'s seed {key[2]}")
+            continue
+        j = k if k in partners else partners[0]
+        partners.remove(j)
+        pairs.append((k, j))
+    return pairs, gaps

@@ -74,7 +74,8 @@ def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
             moved = f"[{'green' if r.moved == 'better' else 'red'}]{r.moved}[/] (p={r.p_value:.2g})"
         else:
             moved = "same" if r.p_value is not None else "untested (n<2)"
-        changes = "; ".join(shown(f"{c['key']}: {short(c['before'], 20)} -> {short(c['after'], 20)}")
+        changes = "; ".join(shown(f"{c['key']}: {short(c['before'], 20)} -> {short(c['after'], 20)}"
+                                  + (" (moved: the same bytes)" if c.get("moved") else ""))
                             for c in r.changes[:trend.MAX_CHANGES]) or ("-" if r.previous or r.other_benchmark else "")
         if len(r.changes) > trend.MAX_CHANGES:
             changes += f"; +{len(r.changes) - trend.MAX_CHANGES} more (--json)"

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro500.capture.seeds import pair_repeats
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import archive as archives
 from repro500.rundir.excluded import publication_of
-from repro500.verify import compare as comparison
 from repro500.verify import integrity
 from repro500.verify.divergence import (
     REL_TOL,
@@ -45,8 +45,8 @@ class LocatePlan:
 
 
 def choose_pair(a: RunData, b: RunData, same_run: bool, repeat: int | None, other_repeat: int | None) -> tuple[int, int]:
-    """The repeats to compare: as given, else the first pair sharing a torch seed (a same-seed
-    pair of one run when A and B are one run)."""
+    """The repeats to compare: as given, else the first pair that received the same seeds
+    (:func:`~repro500.capture.seeds.pair_repeats`; a same-seed pair of one run when A and B are one run)."""
     for name, value, run in (("--repeat", repeat, a), ("--other-repeat", other_repeat, b)):
         if value is not None and value not in run.completed:
             raise UsageError(f"{name} {value}: {run.path} has no completed repeat {value} (completed: "
@@ -55,7 +55,7 @@ def choose_pair(a: RunData, b: RunData, same_run: bool, repeat: int | None, othe
         if same_run and repeat == other_repeat:
             raise UsageError("--repeat and --other-repeat name the same repeat of one run: give two repeats")
         return repeat, other_repeat
-    pairs = pairs_within(a) if same_run else comparison.seed_pairs(a, b)
+    pairs = pairs_within(a) if same_run else pair_repeats(a, b)[0]
     pairs = [(k, j) for k, j in pairs if (repeat is None or k == repeat) and (other_repeat is None or j == other_repeat)]
     if not pairs:
         which = "two of its repeats" if same_run else "a repeat of each"

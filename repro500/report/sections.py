@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from repro500.capture.seeds import SEED_NAMES
 from repro500.report import html, plots, plots_distributed, series
 from repro500.report.html import (
     Markup,
@@ -336,10 +337,10 @@ def provenance(view: RunView, verdict: VerdictView, reference: ReferenceData | N
     seed_rows = []
     for k in sorted(view.data.repeats if view.data else {}):
         s = as_dict(view.data.repeats[k].get("seeds"))
-        seed_rows.append([k, s.get("python"), s.get("numpy"), s.get("torch"), s.get("loader")])
+        seed_rows.append([k, *(s.get(name) for name in SEED_NAMES)])
     if seed_rows:
         parts.append(subsection("Seeds per repeat (rank 0)", table(
-            ["repeat", "python", "numpy", "torch", "loader"], [["-" if x is None else str(x) for x in r] for r in seed_rows])))
+            ["repeat", *SEED_NAMES], [["-" if x is None else str(x) for x in r] for r in seed_rows])))
     parts.append(_provenance_diff(manifest, verdict, reference))
     return section("provenance", "Provenance", *parts)
 

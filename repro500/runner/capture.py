@@ -12,7 +12,7 @@ from typing import Any
 
 from rich.console import Console
 
-from repro500 import __version__
+from repro500 import __version__, untrusted
 from repro500.capture import env as env_facet
 from repro500.capture import lock, source
 from repro500.capture import source as source_index
@@ -35,7 +35,7 @@ from repro500.rundir import atomic, layout
 from repro500.runner.plan import Plan
 from repro500.runner.summaries import utc
 from repro500.tracking import store as mlflow_store
-from repro500.verify.diff import diff_manifests, is_result_relevant
+from repro500.verify.diff import diff_manifests, is_result_relevant, short
 from repro500.workloads.command.launchenv import user_environ
 from repro500.workloads.engines.ranks import rank_plan
 
@@ -228,11 +228,11 @@ def _record_resume(run: layout.RunDir, meta: dict[str, Any], manifest: dict[str,
     original = load_manifest(run.manifest_path())
     relevant = [d for d in diff_manifests(original, manifest) if is_result_relevant(d)]
     if relevant:
-        shown = "; ".join(f"{d.facet}.{d.key}: {d.a!r} -> {d.b!r}" for d in relevant[:3])
+        shown = "; ".join(f"{d.facet}.{d.key}: {short(d.a, 60)} -> {short(d.b, 60)}" for d in relevant[:3])
         if source_changed:  # a digest alone does not say which file to look at
             more = f" and {len(source_changed) - 5} more" if len(source_changed) > 5 else ""
             shown += f" (the experiment's files changed: {', '.join(source_changed[:5])}{more})"
-        console.print(f"[yellow]warning:[/] the environment changed since the run started: {shown}")
+        console.print(f"[yellow]warning:[/] the environment changed since the run started: {untrusted.shown(shown)}")
     meta.setdefault("resumes", []).append({
         "utc": utc(), "manifest_digest": manifest["digest"]["value"],
         "result_relevant_differences": [f"{d.facet}.{d.key}" for d in relevant],

@@ -252,7 +252,8 @@ class Session:
             for pending in self._inputs.values():
                 with suppress(Exception):
                     pending.result()  # only warms the cache; the document below decides
-            observed = inputs.document(every)
+            index = layout.read_optional_json(self.run.file(source.INDEX))  # the experiment's directory
+            observed = inputs.document(every, root=index.get("root"))
             if observed is not None:
                 self.run.write_inputs(observed)
                 said = inputs.skipped_line(observed["skipped"])

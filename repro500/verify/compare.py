@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from repro500.capture.seeds import SEED_NAMES, pair_repeats
 from repro500.ext import specs
 from repro500.rundir import layout
 from repro500.verify import diff as manifest_diff
 from repro500.verify.diff import Difference, counted, is_result_relevant, relevance
 
-SEED_NAMES = ("python", "numpy", "torch", "loader")
 # recipe keys that are no recorded difference: the number of repeats and the master seed (the
 # seeds section compares the seeds themselves), the recipe's prose, and how values were set
 # (said in the reason of the key they set)
@@ -174,8 +175,35 @@ def compare(a: Recorded, b: Recorded) -> Comparison:
                 where = " in the open division" if d.key.startswith("fixed.") else ""
                 d = Difference(d.facet, d.key, d.a, d.b, d.impact, f"{d.reason} (set with --set {by}=...{where})")
         out.append(d)
+    out = _recipe_paths_moved(out)
     out.sort(key=manifest_diff.order)
     return Comparison(out)
+
+
+def _recipe_paths_moved(diffs: list[Difference]) -> list[Difference]:
+    """A recipe key that names a data path (``fixed.dataset.path``) whose bytes the data facet found
+    moved (:func:`repro500.verify.diff.is_moved`) is that move, not another data set: its row is
+    folded into the moved row, which then says which key named the new place (one row, not two)."""
+    moved = {(_norm(d.a["path"]), _norm(d.b["path"])): i for i, d in enumerate(diffs) if manifest_diff.is_moved(d)}
+    if not moved:
+        return diffs
+    out = list(diffs)
+    folded = set()
+    for i, d in enumerate(diffs):
+        if d.facet != "recipe" or not (isinstance(d.a, str) and isinstance(d.b, str)):
+            continue
+        where = moved.get((_norm(d.a), _norm(d.b)))
+        if where is None:
+            continue
+        m = out[where]
+        by = d.reason[d.reason.index(" (set with"):] if " (set with" in d.reason else ""
+        out[where] = Difference(m.facet, m.key, m.a, m.b, m.impact, f"{m.reason}; the recipe's {d.key} names it{by}")
+        folded.add(i)
+    return [d for i, d in enumerate(out) if i not in folded]
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath(path.replace("\\", "/"))
 
 
 def _versions_differ(a: Mapping[str, Any] | None, b: Mapping[str, Any] | None) -> set[str]:
@@ -206,21 +234,6 @@ def _lock(run: Any) -> Mapping[str, Any] | None:
     return lock or None
 
 
-def seed_pairs(a: Any, b: Any) -> list[tuple[int, int]]:
-    """Each completed repeat of *a* with *b*'s completed repeat of its torch seed (the same index first)."""
-    by_seed: dict[Any, list[int]] = {}
-    for j in b.completed:
-        seed = (b.repeats[j].get("seeds") or {}).get("torch")
-        if seed is not None:
-            by_seed.setdefault(seed, []).append(j)
-    out = []
-    for k in a.completed:
-        found = by_seed.get((a.repeats[k].get("seeds") or {}).get("torch"))
-        if found:
-            out.append((k, k if k in found else found[0]))
-    return out
-
-
 def _outputs(run: Any, k: int | None) -> dict[str, Any] | None:
     if k is None or k not in run.repeats:
         return None
@@ -247,7 +260,7 @@ def compare_runs(a: Any, b: Any, *, repeat: int | None = None, other_repeat: int
     compare (a reference's, with what its command read)."""
     pair = repeat is not None and other_repeat is not None
     if not pair:
-        pairs = seed_pairs(a, b)
+        pairs, _ = pair_repeats(a, b)
         differing = [(k, j) for k, j in pairs if _outputs(a, k) != _outputs(b, j)]
         repeat, other_repeat = (differing or pairs or [(None, None)])[0]
     side_a = recorded(a, repeat, pair=pair)

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.seeds import SEED_NAMES, pair_repeats
 from repro500.rundir import layout
 from repro500.statuses import FAIL, PASS, SKIPPED
 from repro500.verify.rundir import RunData
-
-_SEED_NAMES = ("python", "numpy", "torch", "loader")
 
 
 @dataclass
@@ -120,7 +119,7 @@ def seed_groups(run: RunData) -> tuple[dict[Any, list[int]], list[int], list[int
         if seeds.get("torch") is None:
             unseeded.append(k)
         else:  # every seed the repeat records: a factorial run holds some and varies others
-            groups.setdefault(tuple(seeds.get(n) for n in _SEED_NAMES), []).append(k)
+            groups.setdefault(tuple(seeds.get(n) for n in SEED_NAMES), []).append(k)
     return groups, unseeded, chosen
 
 
@@ -164,20 +163,13 @@ def check_determinism(run: RunData) -> DeterminismResult:
 
 
 def compare_with_reference(run: RunData, reference: RunData) -> list[dict[str, Any]]:
-    """Pairs of (run repeat, reference repeat) with the same torch seed, and digest equality."""
-    by_seed: dict[Any, int] = {}
-    for j in reference.completed:
-        seed = (reference.repeats[j].get("seeds") or {}).get("torch")
-        if seed is not None:
-            by_seed.setdefault(seed, j)
+    """Pairs of (run repeat, reference repeat) that received the same seeds
+    (:func:`~repro500.capture.seeds.pair_repeats`), and whether their final parameters are identical."""
+    found, _ = pair_repeats(run, reference)
     pairs = []
-    for k in run.completed:
-        seed = (run.repeats[k].get("seeds") or {}).get("torch")
-        j = by_seed.get(seed) if seed is not None else None
-        if j is None:
-            continue
+    for k, j in found:
         mine, theirs = run.repeats[k].get("final_param_digest"), reference.repeats[j].get("final_param_digest")
-        pairs.append({"repeat": k, "reference_repeat": j, "seed": seed,
+        pairs.append({"repeat": k, "reference_repeat": j, "seed": (run.repeats[k].get("seeds") or {}).get("torch"),
                       "identical": mine is not None and mine == theirs})
     return pairs
 
@@ -262,45 +254,8 @@ def _name_differences(differences: list[dict[str, Any]]) -> str:
     return "; ".join(parts)
 
 
-def seed_key(doc: dict[str, Any]) -> tuple[Any, ...] | None:
-    """What a repeat's seeds are, as pairs compare them: every seed the determinism check groups by
-    (:func:`seed_groups`); None when the repeat records no torch seed."""
-    seeds = doc.get("seeds") if isinstance(doc.get("seeds"), dict) else {}
-    if seeds.get("torch") is None:
-        return None
-    return tuple(seeds.get(name) for name in _SEED_NAMES)
-
-
-def seed_pairs(run: RunData, reference: RunData, repeats: list[int] | None = None,
-               reference_repeats: list[int] | None = None) -> tuple[list[tuple[int, int]], list[str]]:
-    """([(rerun repeat, reference repeat)], gaps): each rerun repeat (of *repeats*, default the
-    completed ones) with a reference repeat (of *reference_repeats*) of the same seeds, each
-    reference repeat used once, the one of the same index first; a gap says why a repeat has none."""
-    repeats = run.completed if repeats is None else repeats
-    reference_repeats = reference.completed if reference_repeats is None else reference_repeats
-    by_seed: dict[Any, list[int]] = {}
-    for j in reference_repeats:
-        key = seed_key(reference.repeats[j])
-        if key is not None:
-            by_seed.setdefault(key, []).append(j)
-    pairs, gaps = [], []
-    for k in repeats:
-        key = seed_key(run.repeats[k])
-        if key is None:
-            gaps.append(f"repeat {k} records no torch seed")
-            continue
-        free = by_seed.get(key) or []
-        if not free:
-            gaps.append(f"no reference repeat shares repeat {k}'s seed {key[2]}")
-            continue
-        j = k if k in free else free[0]
-        free.remove(j)
-        pairs.append((k, j))
-    return pairs, gaps
-
-
 def replay_by_seed(run: RunData, reference: RunData) -> ExactReplay:
-    """Whether the rerun replays the reference exactly, pair by pair (:func:`seed_pairs`): a
+    """Whether the rerun replays the reference exactly, pair by pair (:func:`~repro500.capture.seeds.pair_repeats`): a
     :class:`ExactReplay`.
 
     Exact when every rerun repeat completed and has a partner, and in every pair the recorded
@@ -313,7 +268,7 @@ def replay_by_seed(run: RunData, reference: RunData) -> ExactReplay:
     if run.unsuccessful:
         shown = ", ".join(f"{k} ({state})" for k, state in run.unsuccessful.items())
         return ExactReplay(False, f"not every repeat completed: {shown}")
-    found, gaps = seed_pairs(run, reference)
+    found, gaps = pair_repeats(run, reference)
     pairs, differences, compared, ignored = _compare_pairs(run, reference, found, gaps)
     result = ExactReplay(False, "", pairs, metric_differences=differences, ignored_metrics=sorted(ignored))
     result.params_identical, result.exact, result.reason = _replay_words(run, pairs, gaps, differences, compared,

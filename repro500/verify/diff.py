@@ -26,11 +26,18 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from repro500.ext import specs
-from repro500.untrusted import shown  # what a diff prints, one of the two runs recorded
+from repro500.progress import human_bytes
+from repro500.untrusted import plain, shown  # what a diff prints, one of the two runs recorded
 
 SCHEMA = "repro500/diff/v1"
 RELEVANT_IMPACT = 50
 _MISSING = "<absent>"
+# A data record (a digested data set, an input a command read) whose bytes one side has at another
+# path: the same data, moved.  Listed once, below the result-relevant threshold: a path is where the
+# bytes were found, not what they are (docs/verify.md, "Moved data").
+MOVED_IMPACT = 10
+MOVED_REASON = "moved: the same bytes at another path (same digest and size), so not a difference of the result"
+_DATA_LISTS = ("entries", "inputs", "observed")  # the data facet's lists of records keyed by path
 
 # (pattern over "facet.key", impact 0-100, why it matters). First match wins.
 RULES: list[tuple[str, int, str]] = [
@@ -366,7 +373,7 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
     """Every difference between two manifests, most result-relevant first."""
     sa, sb = _sections(a), _sections(b)
     _common_seed_plans(sa, sb)
-    diffs: list[Difference] = []
+    diffs: list[Difference] = _moved_data(sa, sb)
     for facet in sorted(set(sa) | set(sb)):
         if facet not in sa or facet not in sb:
             impact, reason = _impact(facet, ("<facet>",))
@@ -379,6 +386,51 @@ def diff_manifests(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[Differenc
     diffs = [_capability_only(d) for d in _own_packages(a, b, _by_content(a, b, diffs)) if not_a_difference(d) is None]
     diffs.sort(key=order)
     return diffs
+
+
+def _content(entry: Any) -> tuple[Any, ...] | None:
+    """What a data record's bytes are (digest, kind, size, files), or None when it records no digest."""
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("path"), str):
+        return None
+    digest = entry.get("md5") or entry.get("sha256")
+    return (digest, entry.get("kind"), entry.get("size"), entry.get("nfiles")) if digest else None
+
+
+def _moved_data(sa: dict[str, Any], sb: dict[str, Any]) -> list[Difference]:
+    """The data records one side has at a path the other lacks, whose bytes the other side has at a
+    path the first lacks: one ``moved`` row each (:data:`MOVED_IMPACT`), taken out of both sides'
+    data facets so that no absent/present pair of rows is left for them.  Records are matched in
+    the same list first (``entries`` with ``entries``), then across (a declared data set the other
+    side's command was seen to read)."""
+    da, db = sa.get("data"), sb.get("data")
+    if not isinstance(da, Mapping) or not isinstance(db, Mapping):
+        return []
+    lone: list[dict[tuple[str, str], Mapping[str, Any]]] = []
+    for mine, theirs in ((da, db), (db, da)):
+        theirs_paths = {e.get("path") for name in _DATA_LISTS for e in theirs.get(name) or [] if isinstance(e, Mapping)}
+        lone.append({(name, e["path"]): e for name in _DATA_LISTS for e in mine.get(name) or []
+                     if _content(e) is not None and e["path"] not in theirs_paths})
+    moved: list[Difference] = []
+    for same_list in (True, False):
+        for (list_a, path_a), ea in list(lone[0].items()):
+            match = next(((list_b, path_b) for (list_b, path_b), eb in lone[1].items()
+                          if (list_b == list_a) == same_list and _content(eb) == _content(ea)), None)
+            if match is None:
+                continue
+            eb = lone[1].pop(match)
+            del lone[0][(list_a, path_a)]
+            moved.append(Difference("data", f"{list_a}.{path_a}", dict(ea), dict(eb), MOVED_IMPACT, MOVED_REASON))
+    for side, data, gone in ((sa, da, {m.a["path"] for m in moved}), (sb, db, {m.b["path"] for m in moved})):
+        if gone:  # a path listed twice (declared and seen read) is one place of the same bytes
+            side["data"] = {k: ([e for e in v if not (isinstance(e, Mapping) and e.get("path") in gone)]
+                                if k in _DATA_LISTS and isinstance(v, list) else v) for k, v in data.items()}
+    return moved
+
+
+def is_moved(d: Difference) -> bool:
+    """Whether a row is a moved data record (:func:`_moved_data`): its two sides are the records."""
+    return (d.facet == "data" and d.reason.startswith(MOVED_REASON) and isinstance(d.a, Mapping)
+            and isinstance(d.b, Mapping))
 
 
 def _capability_only(d: Difference) -> Difference:
@@ -511,10 +563,38 @@ def _changed_list(va: Any, vb: Any) -> str | None:
 
 
 def short(value: Any, width: int = 48) -> str:
-    """A one-line rendering of a value for the table."""
-    text = value if isinstance(value, str) else repr(value)
-    text = re.sub(r"\s+", " ", text)
+    """The one rendering of a recorded value on one line, cut to *width*, for every command and the
+    report: text as it is; a data record by its digest, size and path (the path cut at its start,
+    so the file's name stays); a mapping as ``key=value`` pairs and a list as its items -- never
+    Python's repr of either.  What a run recorded is escaped as :func:`repro500.untrusted.plain`
+    escapes it, so the text can drive no terminal."""
+    if _content(value) is not None:
+        digest = str(value.get("md5") or value.get("sha256"))
+        head = f"{'md5' if value.get('md5') else 'sha256'} {digest[:12]} {_size(value)} "
+        path = plain(value["path"])
+        room = max(width - len(head), 8)
+        return head + (path if len(path) <= room else "…" + path[len(path) - room + 1:])
+    text = plain(re.sub(r"\s+", " ", _text(value)))
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _size(entry: Mapping[str, Any]) -> str:
+    size = entry.get("size")
+    files = f", {entry['nfiles']} files" if isinstance(entry.get("nfiles"), int) else ""
+    return (human_bytes(size) if isinstance(size, int) and not isinstance(size, bool) else "size unknown") + files
+
+
+def _text(value: Any) -> str:
+    """A value in words, nested values included (the part of :func:`short` before the cut)."""
+    if isinstance(value, str):
+        return value
+    if _content(value) is not None:
+        return short(value, 10**6)
+    if isinstance(value, Mapping):
+        return ", ".join(f"{k}={_text(v)}" for k, v in value.items()) or "(empty)"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return ", ".join(_text(v) for v in value) or "(none)"
+    return str(value)
 
 
 def to_json(diffs: list[Difference], a_label: str = "A", b_label: str = "B") -> dict[str, Any]:

@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.seeds import pair_repeats, seed_key
 from repro500.rundir import archive as archives
 from repro500.rundir import layout
 from repro500.rundir.excluded import publication_of
@@ -512,6 +513,9 @@ class DivergenceResult:
     rtol: float = REL_TOL
     pairs: list[PairDivergence] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # a reference was given and no repeat of the rerun received a reference repeat's seeds: the two
+    # runs part from their first step by design, whatever the pairs within the rerun say
+    seeds_differ: bool = False
 
     @property
     def first(self) -> PairDivergence | None:
@@ -571,7 +575,7 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
         result.pairs.append(compare_pair(run, k, None, j, records(run.path, k, run.recipe),
                                          records(run.path, j, run.recipe), rtol=rtol))
     ref_run = getattr(reference, "run", None)
-    against = comparison.seed_pairs(run, ref_run) if ref_run is not None else []
+    against = pair_repeats(run, ref_run)[0] if ref_run is not None else []
     if against:  # a packed reference is unpacked again only when some repeat shares a seed with it
         with readable_root(reference) as root:
             if root is None:
@@ -581,16 +585,33 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
                     result.pairs.append(compare_pair(run, k, ref_run, j, records(run.path, k, run.recipe),
                                                      records(root, j, ref_run.recipe or run.recipe),
                                                      reference_manifest=reference.manifest, rtol=rtol))
+    result.seeds_differ = ref_run is not None and not against and _both_seeded(run, ref_run)
+    _judge(result)
+    return result
+
+
+# what "Where the runs part" says of a rerun whose seeds no reference repeat received
+SEEDS_DIFFER = "the seeds differ, so the runs part from the first step by design"
+
+
+def _both_seeded(run: RunData, reference: RunData) -> bool:
+    """Whether both runs have a completed repeat that records its seeds (else there is no seed to differ)."""
+    return all(any(seed_key(r.repeats[k]) is not None for k in r.completed) for r in (run, reference))
+
+
+def _judge(result: DivergenceResult) -> None:
+    """The status and reason of the pairs compared; where the seeds differ from the reference's, that
+    is said first, and what the pairs within the rerun say follows as theirs."""
     if not result.pairs:
-        result.reason = ("no two repeats share a seed, and no reference repeat shares one: nothing to compare step "
-                         "by step (repro500 run --same-seed)")
-        return result
+        result.reason = SEEDS_DIFFER if result.seeds_differ else (
+            "no two repeats share a seed, and no reference repeat shares one: nothing to compare step "
+            "by step (repro500 run --same-seed)")
+        return
     unrecorded = [p for p in result.pairs if p.shape == "unrecorded"]
+    first = result.first
     if len(unrecorded) == len(result.pairs):
         result.reason = "the repeats keep no per-step records: nothing to compare step by step"
-        return result
-    first = result.first
-    if first is None:
+    elif first is None:
         compared = len(result.pairs) - len(unrecorded)
         result.status = "NONE"
         result.reason = (f"{compared} pair(s) of same-seed repeats agree bitwise at every recorded step, evaluation, "
@@ -598,13 +619,16 @@ def check(run: RunData, reference: Any = None, rtol: float = REL_TOL) -> Diverge
     else:
         result.status = FOUND
         result.reason = first.detail
-    if unrecorded:
+    if unrecorded and len(unrecorded) < len(result.pairs):
         result.notes.append(f"{len(unrecorded)} pair(s) without per-step records were not compared")
-    return result
+    if result.seeds_differ:  # every pair compared lies within the rerun
+        result.reason = f"{SEEDS_DIFFER}; within the rerun, {result.reason}"
 
 
 def mlflow_records(section: DivergenceResult | None) -> tuple[dict[str, float], dict[str, str]]:
     """The parent run's metric (the first step where a pair parts) and tag (where, in words)."""
+    if section is not None and section.seeds_differ and section.first is None:
+        return {}, {TAG: "seeds differ from the reference"}
     if section is None or section.status == SKIPPED:
         return {}, {TAG: "not compared"} if section is not None else {}
     first = section.first

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from repro500.verify import compare
+from repro500.verify.diff import short
 
 TOP = 5
 ROWS = 40  # the rows the report shows (repro500 diff shows all)
@@ -31,10 +32,11 @@ class ProvenanceResult:
 
 
 def _short(value: Any) -> Any:
+    """A row's value as the verdict keeps it: numbers as they are, anything else in the one
+    formatter's words (a data record by digest, size and path; never a Python repr)."""
     if isinstance(value, (int, float, bool)) or value is None:
         return value
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 3] + "..."
+    return short(value, _MAX_TEXT)
 
 
 def provenance_diff(manifest: dict[str, Any] | None, reference: dict[str, Any] | None, top: int = TOP, *,

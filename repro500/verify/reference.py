@@ -19,18 +19,19 @@ beside it, whose per-repeat values it lists (``Reference.packed``).
 
 from __future__ import annotations
 
+import posixpath
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro500 import untrusted
+from repro500.capture.seeds import pair_repeats
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
 from repro500.rundir.excluded import publication_of
 from repro500.verify import integrity
-from repro500.verify.determinism import seed_pairs
 from repro500.verify.published import Published, load_published
 from repro500.verify.rundir import RunData
 
@@ -112,6 +113,9 @@ class Benchmark:
     fixed: dict[str, Any] | None = None
     overridden: dict[str, Any] = field(default_factory=dict)
     workload: dict[str, Any] | None = None
+    # what the data paths the run recorded hold: path -> digest (the manifest's data facet); a fixed
+    # key naming a path whose bytes the other side has under another name is the same data set
+    data: dict[str, str] = field(default_factory=dict)
 
     def definition(self) -> dict[str, Any] | None:
         """The fixed part as compared: flattened, operational keys left out."""
@@ -145,7 +149,31 @@ def benchmark_of_run(run: RunData) -> Benchmark:
     overridden = {str(k): v for k, v in (overrides or {}).items() if str(k).startswith("fixed.")}
     fixed = recipe.get("fixed") if isinstance(recipe.get("fixed"), dict) else None
     return Benchmark(recipe=str(name) if name else None, fixed=fixed, overridden=overridden,
-                     workload=_workload(run.manifest))
+                     workload=_workload(run.manifest), data=data_digests(run.provenance_manifest))
+
+
+def data_digests(manifest: dict[str, Any] | None) -> dict[str, str]:
+    """path -> digest of every data record a manifest holds (declared data sets, and the inputs a
+    command was seen to read), paths normalised as the recipe would name them."""
+    facets = (manifest or {}).get("facets") if isinstance(manifest, dict) else None
+    data = facets.get("data") if isinstance(facets, dict) else None
+    out: dict[str, str] = {}
+    for name in ("entries", "inputs", "observed"):
+        for entry in (data.get(name) if isinstance(data, dict) else None) or []:
+            digest = entry.get("md5") or entry.get("sha256") if isinstance(entry, dict) else None
+            if isinstance(digest, str) and isinstance(entry.get("path"), str):
+                out[posixpath.normpath(entry["path"])] = digest
+    return out
+
+
+def _same_bytes(mine: Any, theirs: Any, run: Benchmark, reference: Benchmark) -> bool:
+    """Whether a fixed key's two values are data paths whose recorded bytes are the same (moved data:
+    the same benchmark).  A path with other bytes, or one either side did not digest, is what the
+    values say."""
+    if not (isinstance(mine, str) and isinstance(theirs, str)):
+        return False
+    digest = run.data.get(posixpath.normpath(mine))
+    return digest is not None and digest == reference.data.get(posixpath.normpath(theirs))
 
 
 def _workload(manifest: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -176,7 +204,8 @@ def benchmark_difference(run: Benchmark, reference: Benchmark) -> str | None:
         names = f"recipe {_shown(run.recipe)!r} vs {_shown(reference.recipe)!r}"
     mine, theirs = run.definition(), reference.definition()
     if mine is not None and theirs is not None:
-        differing = [k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k)]
+        differing = [k for k in set(mine) | set(theirs)
+                     if mine.get(k) != theirs.get(k) and not _same_bytes(mine.get(k), theirs.get(k), run, reference)]
         if not differing:
             return None
         first = min(differing, key=_telling)
@@ -248,7 +277,7 @@ def pair_by_seed(run: RunData, reference: RunData, metric: str) -> Pairing:
     least MIN_PAIRS pairs exist (rerun repeats without a partner are left out, and named), else the
     unpaired one, with why."""
     mine, theirs = dict(run.indexed_values(metric)), dict(reference.indexed_values(metric))
-    found, _ = seed_pairs(run, reference, list(mine), list(theirs))
+    found, _ = pair_repeats(run, reference, list(mine), list(theirs))
     pairs = [{"repeat": k, "reference_repeat": j, "seed": (run.repeats[k].get("seeds") or {}).get("torch"),
               "value": float(mine[k]), "reference_value": float(theirs[j])} for k, j in found]
     if len(pairs) < MIN_PAIRS:
@@ -346,5 +375,6 @@ def _from_published(pub: Published) -> Reference:
         kind="published", path=str(pub.path), label=f"{pub.benchmark} ({pub.citation})",
         values={name: list(m.values) for name, m in pub.metrics.items()}, published=pub,
         manifest=pub.manifest, epochs_to_quality=pub.epochs_to_quality,
-        benchmark=Benchmark(recipe=pub.recipe, fixed=pub.fixed, workload=_workload(pub.manifest)),
+        benchmark=Benchmark(recipe=pub.recipe, fixed=pub.fixed, workload=_workload(pub.manifest),
+                            data=data_digests(pub.manifest)),
     )

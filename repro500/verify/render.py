@@ -255,10 +255,11 @@ def _determinism(verdict: Verdict, console: Console) -> None:
 
 def _divergence(verdict: Verdict, console: Console) -> None:
     v = verdict.divergence
-    if v is None or v.status == SKIPPED:
+    if v is None or (v.status == SKIPPED and not v.seeds_differ):
         return
-    state = "[yellow]parted[/]" if v.status == FOUND else "[green]no divergence[/]"
-    console.print(f"[bold]Where the runs part[/]  {state} {shown(v.reason)}", highlight=False)
+    # where the seeds differ from the reference's the reason says so first: no word before it
+    state = ("[yellow]parted[/] " if v.status == FOUND else "" if v.seeds_differ else "[green]no divergence[/] ")
+    console.print(f"[bold]Where the runs part[/]  {state}{shown(v.reason)}", highlight=False)
     if v.status == FOUND and v.first is not None and v.first.shape != "final state":  # nothing to replay there
         console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
                       highlight=False)

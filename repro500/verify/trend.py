@@ -23,6 +23,7 @@ from typing import Any
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.verify import compare, history, stats
+from repro500.verify.diff import is_moved
 from repro500.verify.reference import Benchmark, benchmark_difference, benchmark_of_run
 
 MAX_CHANGES = 3  # differences shown per row; the JSON has them all (result-relevant ones)
@@ -102,11 +103,12 @@ def build(source: str, metric: str, alpha: float = 0.05, recipe: str | None = No
         label = labels.setdefault(digest, f"S{len(labels) + 1}")
         systems[label] = key
         bench = benchmark_of_run(entry.run)
-        if bench.key() not in measured:
+        key = _series(bench, measured)
+        if key not in measured:
             mark = f"B{len(measured) + 1}"
-            measured[bench.key()] = (mark, bench)
+            measured[key] = (mark, bench)
             benchmarks[mark] = _described(bench, next(iter(measured.values()))[1])
-        mark = measured[bench.key()][0]
+        mark = measured[key][0]
         row = _row(entry, label, last_on.get((label, mark)), metric, direction, alpha)
         row.benchmark = mark
         before = last_system.get(label)
@@ -119,6 +121,16 @@ def build(source: str, metric: str, alpha: float = 0.05, recipe: str | None = No
         last_system[label] = entry
     return Trend(source=source, metric=metric, recipe=entries[-1].recipe_name, direction=direction,
                  alpha=alpha, rows=rows, systems=systems, skipped=skipped, benchmarks=benchmarks)
+
+
+def _series(bench: Benchmark, measured: dict[str, tuple[str, Benchmark]]) -> str:
+    """The key of the benchmark series *bench* belongs to: its own, or that of a benchmark measured
+    before that differs from it only in data paths holding the same bytes (moved data)."""
+    key = bench.key()
+    if key in measured or bench.fixed is None:
+        return key
+    return next((k for k, (_, other) in measured.items()
+                 if other.fixed is not None and benchmark_difference(bench, other) is None), key)
 
 
 def _described(bench: Benchmark, first: Benchmark) -> str:
@@ -134,10 +146,13 @@ def _described(bench: Benchmark, first: Benchmark) -> str:
 
 def changes_between(before: history.Entry, after: history.Entry) -> list[dict[str, Any]]:
     """What changed from ``before`` to ``after``: the result-relevant differences of the one
-    comparison of two runs (repro500.verify.compare), in its order and words."""
+    comparison of two runs (repro500.verify.compare), in its order and words, then the data that
+    moved (the same bytes at another path: below the threshold, listed once, ``moved`` true)."""
     found = compare.compare_runs(before.run, after.run)
-    return [{"key": compare.key_of(d), "before": d.a, "after": d.b, "impact": d.impact, "reason": d.reason}
-            for d in found.relevant]
+    out: list[dict[str, Any]] = [{"key": compare.key_of(d), "before": d.a, "after": d.b, "impact": d.impact,
+                                  "reason": d.reason} for d in found.relevant]
+    return out + [{"key": compare.key_of(d), "before": d.a["path"], "after": d.b["path"], "impact": d.impact,
+                   "reason": d.reason, "moved": True} for d in found.differences if is_moved(d)]
 
 
 def _row(entry: history.Entry, label: str, previous: history.Entry | None, metric: str, direction: str,
@@ -187,7 +202,7 @@ def plot(trend: Trend, path: Path) -> Path:
         ax.errorbar(idx, means, yerr=[low, high], marker="o", capsize=3, label=label)
     for i, r in enumerate(trend.rows):
         if r.moved:
-            first = r.changes[0]["key"] if r.changes else "no recorded change"
+            first = next((c["key"] for c in r.changes if not c.get("moved")), "no recorded change")
             ax.annotate(f"{r.moved}: {first}", (i, r.mean), textcoords="offset points", xytext=(4, 8), fontsize=7,
                         color="green" if r.moved == "better" else "red")
     ax.set_xticks(range(len(trend.rows)), [r.run_id for r in trend.rows], rotation=45, ha="right", fontsize=7)

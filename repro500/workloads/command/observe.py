@@ -76,9 +76,11 @@ class Watch:
                 "-o", str(self.dir / _STRACE_LOG), "--", *argv]
 
     def result(self, exclude: list[Path], exclude_files: frozenset[str] = frozenset(),
-               budget_mb: float = inputs.BUDGET_MB, budget_s: float = inputs.BUDGET_S) -> dict[str, Any] | None:
-        """``observed_inputs`` for the repeat's summary: method, the input paths, a note, and the
-        hashing budgets they are held to (capture.inputs.document)."""
+               budget_mb: float = inputs.BUDGET_MB, budget_s: float = inputs.BUDGET_S,
+               cwd: Path | None = None) -> dict[str, Any] | None:
+        """``observed_inputs`` for the repeat's summary: method, the input paths, a note, the
+        hashing budgets they are held to, the command's working directory *cwd* and the paths it
+        gave relative to it (capture.inputs.document)."""
         if self.dir is None:
             return None
         try:
@@ -98,7 +100,9 @@ class Watch:
                     "python -I/-E): declare its inputs with --input, or trace it with --trace-inputs")
             paths = inputs.select(opened, [*exclude, CHILD_SITE], exclude_files=exclude_files)
             return {"method": method, "processes": opened.processes, "paths": paths, "note": note,
-                    "budget_mb": budget_mb, "budget_s": budget_s}
+                    "budget_mb": budget_mb, "budget_s": budget_s,
+                    "cwd": str(Path(cwd).resolve()) if cwd is not None else None,
+                    "relative": inputs.relative_of(paths, opened.relative)}
         finally:
             self.close()
 

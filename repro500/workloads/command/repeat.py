@@ -255,7 +255,7 @@ def _observed_inputs(watch: Watch, spec: CommandSpec, program: str, env: Mapping
     ready = [context.mlflow.ready_file] if context.mlflow and context.mlflow.ready_file else []
     _record_interpreters(watch, program, spec.workdir, env.get("PATH"), out_dir)
     return watch.result([out_dir.parent.parent, *context.exclude, *ready],
-                        context.source_files, spec.inputs_budget_mb, spec.inputs_budget_s)
+                        context.source_files, spec.inputs_budget_mb, spec.inputs_budget_s, cwd=spec.workdir)
 
 
 def _collect_results(spec: CommandSpec, repeat: int, out_dir: Path, context: RepeatContext,

@@ -371,7 +371,7 @@ def _spec_and_seeds(run_dir: Path, k: int) -> tuple[Any, Any]:
     recorded = summary.get("seeds") or {}
     try:
         seeds = seeding.Seeds(**{name: int(recorded[name]) for name in
-                                 ("master", "repeat", "rank", "python", "numpy", "torch", "loader")})
+                                 ("master", "repeat", "rank", *seeding.SEED_NAMES)})
     except (KeyError, TypeError, ValueError):
         raise InvalidInput(f"{run_dir}: repeat {k}'s summary records no complete seeds: it cannot be replayed") from None
     device = recipe.mutable.get("device", "cpu")

@@ -83,9 +83,10 @@ def _never_data(path, trees):
             or path.startswith(trees) or _PACKAGE_DIRS[0] in path or _PACKAGE_DIRS[1] in path)
 
 
-def _log_line(state, kind, path):
+def _log_line(state, kind, path, relative=False):
     """The line to log for this open, or None for one already logged (its path, or past the
-    per-process budget its directory)."""
+    per-process budget its directory); a path the command gave relative to its working directory
+    gets a third field, ``rel``."""
     key = kind + path
     if key in state["seen"]:
         return None
@@ -99,7 +100,7 @@ def _log_line(state, kind, path):
         return "D\t%s\n" % folder
     state["seen"].add(key)
     state["reads"] += kind == "r"
-    return "%s\t%s\n" % (kind, path)
+    return "%s\t%s%s\n" % (kind, path, "\trel" if relative else "")
 
 
 def _observer(directory):
@@ -110,7 +111,8 @@ def _observer(directory):
             return
         try:
             path = os.fsdecode(os.fspath(path))
-            if not os.path.isabs(path):
+            relative = not os.path.isabs(path)  # the command addressed it from where it ran
+            if relative:
                 path = os.path.join(os.getcwd(), path)  # now: the script may change directory later
         except (TypeError, OSError):
             return
@@ -123,7 +125,7 @@ def _observer(directory):
             # called from here, not from a helper: it counts the frames above it
             if path.endswith(_SOURCE_SUFFIXES) and _read_as_code():
                 kind = "c"
-        line = _log_line(state, kind, path)
+        line = _log_line(state, kind, path, relative)
         if line is not None and state["fd"] >= 0:
             try:
                 os.write(state["fd"], line.encode("utf-8", "surrogateescape"))
