@@ -72,3 +72,46 @@ def test_a_fail_names_one_bound_in_the_terminal_verdict_json_dvc_and_mlflow(fail
     assert metrics["accuracy_band_bound"] == pytest.approx(band["bound"])
     assert metrics["accuracy_band_margin"] == pytest.approx(band["margin"])
     assert tags["repro500.verdict.accuracy.band.bound_side"] == "upper"
+
+
+def test_runs_carry_their_real_start_and_end(failed):
+    parent = failed["parent"].info
+    wall_s = failed["ended"] - failed["started"]  # the whole `repro500 run` process, as the user waited
+    duration_s = (parent.end_time - parent.start_time) / 1000
+    assert abs(duration_s - wall_s) <= 0.1 * wall_s, (duration_s, wall_s)
+    assert failed["started"] * 1000 <= parent.start_time and parent.end_time <= failed["ended"] * 1000
+    previous_end = parent.start_time
+    for k, run in sorted(failed["repeats"].items()):
+        written = failed["run_dir"] / f"repeats/{k}/summary.json"
+        summary = json.loads(written.read_text())
+        took_s = (run.info.end_time - run.info.start_time) / 1000
+        # the repeat's run spans its command (which sleeps SLEEP_S) and repro500's bookkeeping of it
+        # (reading its metrics and what it read), ending as its summary is written
+        assert summary["total_time_s"] >= SLEEP_S and took_s >= summary["total_time_s"] - 0.01, (k, took_s)
+        assert took_s <= summary["total_time_s"] + 2.0, (k, took_s, summary["total_time_s"])
+        assert abs(run.info.end_time / 1000 - written.stat().st_mtime) < 1.0
+        assert previous_end <= run.info.start_time and run.info.end_time <= parent.end_time
+        previous_end = run.info.end_time
+
+
+def test_a_repeat_names_the_seed_its_program_received_and_the_torch_seed_apart(failed):
+    for k, run in failed["repeats"].items():
+        out = (failed["run_dir"] / f"repeats/{k}/stdout.txt").read_text()
+        given, in_env = re.search(r"seed (\d+) env (\d+)", out).groups()
+        summary = json.loads((failed["run_dir"] / f"repeats/{k}/summary.json").read_text())
+        tags = run.data.tags
+        assert tags["repro500.seed.program"] == given == in_env
+        assert tags["repro500.seed.torch"] == str(summary["seeds"]["torch"]) != given
+        assert "repro500.seed" not in tags  # the old name said neither
+
+
+def test_the_declared_input_of_a_command_is_every_runs_dataset(failed):
+    import hashlib
+
+    path = failed["project"] / "data/rows.txt"
+    md5 = hashlib.md5(path.read_bytes()).hexdigest()  # noqa: S324 - DVC's digest
+    for run in (failed["parent"], *failed["repeats"].values()):
+        got = failed["client"].get_run(run.info.run_id).inputs.dataset_inputs
+        assert [(d.dataset.name, d.dataset.digest) for d in got] == [("rows.txt", md5)], run.info.run_name
+        assert [t.value for t in got[0].tags if t.key == "mlflow.data.context"] == ["input"]
+
