@@ -241,6 +241,27 @@ def test_exit_and_signal_recorded(tmp_path):
     assert (summary["exit_status"], summary["signal"]) == (None, "SIGSEGV")
 
 
+def test_a_repeats_time_starts_before_its_child_is_launched(tmp_path, monkeypatch):
+    # A parent descheduled right after the launch (a loaded machine) must not lose the child's
+    # first part: here the child sleeps a known time before doing anything and is done before
+    # the parent runs again. Timed from after the launch, the repeat took ~0 s.
+    from repro500.workloads.command import process
+
+    launch = process.subprocess.Popen
+    child_sleep_s, parent_pause_s = 0.4, 0.8
+
+    def launch_then_pause(*args, **kwargs):
+        proc = launch(*args, **kwargs)
+        time.sleep(parent_pause_s)
+        return proc
+
+    monkeypatch.setattr(process.subprocess, "Popen", launch_then_pause)
+    spec = make(tmp_path, f"import time; time.sleep({child_sleep_s}); print('Acc@1 90')", metrics=ACC)
+    summary = run(spec, tmp_path)
+    assert summary["status"] == "completed", summary["error"]
+    assert summary["total_time_s"] >= parent_pause_s > child_sleep_s
+
+
 def test_program_not_found_at_run_time(tmp_path):
     spec = CommandSpec.from_recipe({"command": ["no-such-program-xyz"]}, None, None, source="r", base=tmp_path)
     summary = run(spec, tmp_path)

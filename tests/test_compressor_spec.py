@@ -77,12 +77,12 @@ def test_the_mlflow_parent_gets_the_spec_as_params_and_the_name_as_tag(tmp_path)
     started = {}
 
     class Tracker:
-        def start_parent(self, run_id, params, tags):
-            started.update(params=params, tags=tags)
+        def start_parent(self, run_id, params, tags, start_ms=None):
+            started.update(params=params, tags=tags, start_ms=start_ms)
             return "parent-1"
 
     fake = type("T", (), {"tracker": Tracker(), "_inherited": {}, "_contexts": {}})()
-    track.Tracking._open(fake, plan, {}, "run-1", "tiny.yaml", str(tmp_path / "runs" / "run-1"))
+    track.Tracking._open(fake, plan, {}, "run-1", "tiny.yaml", str(tmp_path / "runs" / "run-1"), 1_700_000_000_000)
     params = started["params"]
     assert {k: v for k, v in params.items() if k.startswith("compressor.")} == {
         "compressor.name": "terngrad", "compressor.clip_sigmas": "null", "compressor.bucket_size": "4096",
@@ -90,6 +90,7 @@ def test_the_mlflow_parent_gets_the_spec_as_params_and_the_name_as_tag(tmp_path)
     assert params["fixed.model"] == "resnet20"  # the recipe's params are still there
     assert started["tags"]["repro500.compressor"] == "terngrad"
     assert started["tags"]["repro500.run_dir"] == str(tmp_path / "runs" / "run-1")
+    assert started["start_ms"] == 1_700_000_000_000  # the run's start, not when the record lands
 
 
 def test_powersgd_too_short_to_compress_is_said_before_training(tmp_path, capsys):

@@ -60,14 +60,16 @@ def test_verdict_figures_are_named_as_in_dvc_with_underscores():
            "statistics": {"accuracy": {"n": 3, "mean": 0.9, "std": 0.01, "cv": 0.011, "ci_low": 0.88, "ci_high": 0.92},
                           "throughput_samples_per_s": {"n": 3, "mean": 400.0, "cv": 0.02, "std": 8.0}},
            "bands": [{"metric": "accuracy", "direction": "higher", "threshold": 0.85, "lower_bound": 0.885,
+                      "upper_bound": 0.915, "bound": 0.885, "bound_side": "lower", "margin": 0.035,
                       "status": "PASS"}],
            "time_to_train": {"status": "SKIPPED"}}
     metrics, tags = verdict_metrics(doc)
     assert metrics == {"exit_code": 0.0, "alpha": 0.05, "accuracy_n": 3.0, "accuracy_mean": 0.9, "accuracy_std": 0.01,
                        "accuracy_cv": 0.011, "accuracy_ci_low": 0.88, "accuracy_ci_high": 0.92,
-                       "accuracy_band_threshold": 0.85, "accuracy_band_bound": 0.885,
+                       "accuracy_band_threshold": 0.85, "accuracy_band_bound": 0.885, "accuracy_band_margin": 0.035,
                        "throughput_samples_per_s_mean": 400.0, "throughput_samples_per_s_cv": 0.02}
     assert tags == {"repro500.verdict": "PASS", "repro500.verdict.accuracy.band.status": "PASS",
+                    "repro500.verdict.accuracy.band.bound_side": "lower",
                     "repro500.verdict.time_to_train.status": "SKIPPED"}
 
 

@@ -84,6 +84,11 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
     option or --set value), 4 for invalid input (recipe, data, metric names, device, an
     unwritable --out), 130 when interrupted (finished repeats are kept; complete with --resume).
     """
+    import time
+
+    # the MLflow parent's start: when the user's command reached repro500, not when the run's
+    # records land (they are queued behind the run, docs/contracts.md "MLflow")
+    started_ms = int(time.time() * 1000)
     from repro500.runner import RunOptions
     from repro500.runner import run as run_recipe
 
@@ -107,7 +112,8 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,
                          until_decided=until_decided, max_repeats=max_repeats, spending=spending, against=against,
                          margins=margins, repeats_per_cell=repeats_per_cell,
-                         vary=[name.strip() for name in vary.split(",")] if vary is not None else None)
+                         vary=[name.strip() for name in vary.split(",")] if vary is not None else None,
+                         started_ms=started_ms)
     outcome = run_recipe(options)
     sys.exit(outcome.exit_code)
 

@@ -64,9 +64,10 @@ def _bands(doc: dict[str, Any]) -> Markup:
     rows = []
     for b in bands:
         higher = b.get("direction") == "higher"
-        bound = b.get("lower_bound") if higher else b.get("upper_bound")
+        # the bound the verdict decided on, as it named it (a verdict.json older than the field: "-")
+        bound = f"{b.get('bound_side')} {num(b.get('bound'))}" if b.get("bound") is not None else "-"
         rows.append([b.get("metric"), f"{'≥' if higher else '≤'} {num(b.get('threshold'))}", num(b.get("target")),
-                     num(b.get("tolerance")), b.get("n"), num(b.get("mean")), num(bound),
+                     num(b.get("tolerance")), b.get("n"), num(b.get("mean")), bound,
                      badge(b.get("status")), b.get("reason")])
     conf = pct(as_dict(bands[0]).get("bound_confidence"), 0)
     return subsection(f"Acceptance bands (one-sided {conf} bound across repeats)", table(

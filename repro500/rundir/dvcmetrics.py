@@ -7,7 +7,8 @@ keyed by metric name (docs/dvc.md, "metrics/verdict.json")::
 
     {"status": "PASS", "exit_code": 0, "alpha": 0.05,
      "accuracy": {"n": 3, "mean": 0.93, "std": 0.004, "cv": 0.0043, "ci_low": 0.92, "ci_high": 0.94,
-                  "band": {"threshold": 0.92, "bound": 0.923, "status": "PASS"},
+                  "band": {"threshold": 0.92, "bound": 0.923, "bound_side": "lower", "margin": 0.003,
+                           "status": "PASS"},
                   "reproduced": {"diff": 0.001, "ci_low": -0.004, "ci_high": 0.006,
                                  "margin": 0.03, "p_value": 0.001, "status": "REPRODUCED"}},
      "throughput_samples_per_s": {"mean": 480.2, "cv": 0.034}, ...,
@@ -30,6 +31,7 @@ from repro500.rundir import atomic
 
 DECIDED_KEYS = ("n", "mean", "std", "cv", "ci_low", "ci_high")  # metrics with a band or an equivalence test
 OTHER_KEYS = ("mean", "cv")
+BAND_KEYS = ("threshold", "bound", "bound_side", "margin", "status")
 
 
 def _numbers(source: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
@@ -43,10 +45,9 @@ def verdict_metrics(doc: dict[str, Any]) -> dict[str, Any]:
     for name, stats in sorted((doc.get("statistics") or {}).items()):
         out[name] = _numbers(stats, DECIDED_KEYS if name in decided else OTHER_KEYS)
     for band in doc.get("bands") or []:
-        bound = band.get("lower_bound") if band.get("direction") == "higher" else band.get("upper_bound")
+        # the bound the verdict decided on, as it named it (verify/bands.py), never re-derived here
         entry = out.setdefault(band["metric"], {})
-        entry["band"] = _numbers({"threshold": band.get("threshold"), "bound": bound, "status": band.get("status")},
-                                 ("threshold", "bound", "status"))
+        entry["band"] = _numbers(band, BAND_KEYS)
     for item in doc.get("equivalence") or []:
         tost = item.get("tost") or {}
         entry = out.setdefault(item["metric"], {})

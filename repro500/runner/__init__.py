@@ -94,7 +94,8 @@ def _new(options: RunOptions, console: Console) -> Session:
     run.create(_recipe_yaml(recipe), meta)
     session = Session(plan, run, meta, console, resumed=False, tracking=options.tracking,
                       experiment=options.experiment, artifacts=options.artifacts,
-                      source_name=str(options.recipe or options.adhoc_source), sign=_signing(options))
+                      source_name=str(options.recipe or options.adhoc_source), sign=_signing(options),
+                      started_ms=options.started_ms)
     session.reference = loaded
     return session
 

@@ -60,6 +60,7 @@ class RunOptions:
     margins: dict[str, float] = field(default_factory=dict)
     vary: list[str] | None = None  # a factorial run over these sources of randomness (capture/seeds.py)
     repeats_per_cell: int | None = None  # None: DEFAULT_PER_CELL
+    started_ms: int | None = None  # when the user started the run (epoch ms; None: when its session is made)
 
 
 @dataclass

@@ -32,7 +32,7 @@ from repro500.runner.background import call_in_background, warm_verify, yields_c
 from repro500.runner.capture import own_outputs
 from repro500.runner.display import Display
 from repro500.runner.plan import Plan
-from repro500.runner.track import Tracking
+from repro500.runner.track import Tracking, now_ms
 from repro500.statuses import (
     REPEAT_FAILED,
     REPEAT_KILLED,
@@ -61,8 +61,11 @@ class Session:
 
     def __init__(self, plan: Plan, run: layout.RunDir, meta: dict[str, Any], console: Console, *,
                  resumed: bool, tracking: bool, experiment: str | None, source_name: str,
-                 sign: tuple[str, str | None] | None = None, artifacts: str | None = None) -> None:
+                 sign: tuple[str, str | None] | None = None, artifacts: str | None = None,
+                 started_ms: int | None = None) -> None:
         self.plan, self.run, self.meta, self.console = plan, run, meta, console
+        # the MLflow parent's start: the run's (as its user started it), not when its record lands
+        self.started_ms = started_ms or now_ms()
         self.resumed, self.tracking_on, self.experiment, self.source_name = resumed, tracking, experiment, source_name
         self.tracking: Any = None
         self.artifacts = artifacts
@@ -192,7 +195,8 @@ class Session:
         recorded = (self.meta.get("mlflow") or {}).get("experiment")
         self.tracking = Tracking(self.experiment or recorded or f"repro500/{self.recipe.name}",
                                  mlflow_store.tracking_uri(), self.artifacts)
-        if self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name, str(self.run.path.resolve())):
+        if self.tracking.open(self.plan, self.meta, self.run.path.name, self.source_name, str(self.run.path.resolve()),
+                              started_ms=self.started_ms):
             self.tracking.replay(self.run, self.recipe.repeats, self.meta["run_id"], self.recipe.flat_params())
 
     def _sync(self, k: int) -> None:
@@ -311,7 +315,7 @@ class Session:
             hooks.on_started = self._launched.set
             try:
                 if tracked:
-                    self.tracking.start_repeat(k, seeds.torch, self.meta["run_id"], self.recipe.flat_params())
+                    self.tracking.start_repeat(k, seeds.as_dict(), self.meta["run_id"], self.recipe.flat_params())
                     tracking, show = self.tracking, hooks.on_epoch_end
 
                     def on_epoch_end(record: dict[str, Any], steps: list[dict[str, Any]]) -> None:

@@ -5,6 +5,7 @@ The run directory is the source of truth; MLflow mirrors it (docs/contracts.md, 
 
 from __future__ import annotations
 
+import time
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,21 @@ def data_contexts(dataset: Any) -> dict[str, str]:
             if dataset.get(key)}
 
 
+def now_ms() -> int:
+    """The moment of a call on the run's side, for MLflow's start and end times: the call itself lands
+    later, through the queue (client.Tracker)."""
+    return int(time.time() * 1000)
+
+
+def seed_tags(seeds: dict[str, Any], program_seed: int | None) -> dict[str, str]:
+    """A repeat's seeds as tags named for what received them: ``repro500.seed.program`` the one seed
+    a wrapped command gets (``{seed}``, ``$REPRO500_SEED``), ``repro500.seed.torch`` torch's."""
+    tags = {names.TORCH_SEED_TAG: str(seeds["torch"])} if seeds.get("torch") is not None else {}
+    if program_seed is not None:
+        tags[names.PROGRAM_SEED_TAG] = str(program_seed)
+    return tags
+
+
 class Tracking:
     """The parent run of one ``repro500 run`` and its nested repeat runs, written off the critical
     path: every call is queued, in order, to one background thread (:mod:`repro500.runner.background`),
@@ -122,6 +138,7 @@ class Tracking:
         self._inherited: dict[str, str] = {}
         self._data: list[dict[str, Any]] = []
         self._contexts: dict[str, str] = {}
+        self._is_command = False  # a wrapped command's repeats are tagged with the seed it receives
         self._connected = self._queue(self._connect)
 
     # ----- the queue ------------------------------------------------------------------------------
@@ -167,15 +184,19 @@ class Tracking:
         self.check()
 
     # ----- what the runner records ----------------------------------------------------------------
-    def open(self, plan: Plan, meta: dict[str, Any], run_id: str, source_name: str, run_dir: str = "") -> bool:
+    def open(self, plan: Plan, meta: dict[str, Any], run_id: str, source_name: str, run_dir: str = "",
+             started_ms: int | None = None) -> bool:
         r"""Resume the recorded parent when the run is resumed against the same store; else start one
-        (its manifest-derived tags and artifacts follow with :meth:`describe`).  True when an earlier
-        attempt logged to another store: its finished repeats are then :meth:`replay`\ ed here."""
+        (its manifest-derived tags and artifacts follow with :meth:`describe`), begun at *started_ms*
+        (the run's start; default now).  True when an earlier attempt logged to another store: its
+        finished repeats are then :meth:`replay`\ ed here."""
         previous = dict(meta.get("mlflow") or {})
-        self._queue(self._open, plan, previous, run_id, source_name, run_dir)
+        self._is_command = bool(plan.recipe.is_command)
+        self._queue(self._open, plan, previous, run_id, source_name, run_dir, started_ms or now_ms())
         return bool(previous.get("parent_run_id")) and previous.get("tracking_uri") != mlflow_store.safe_uri(self.uri)
 
-    def _open(self, plan: Plan, previous: dict[str, Any], run_id: str, source_name: str, run_dir: str) -> None:
+    def _open(self, plan: Plan, previous: dict[str, Any], run_id: str, source_name: str, run_dir: str,
+              started_ms: int) -> None:
         tags = parent_tags(plan, run_id, source_name, run_dir)
         self._inherited.update({k: v for k, v in tags.items() if k.startswith(INHERITED_PREFIXES)})
         self._contexts = data_contexts(plan.recipe.fixed.get("dataset"))
@@ -189,13 +210,17 @@ class Tracking:
         params = plan.recipe.flat_params()
         if plan.engine != "command":  # a command exchanges no gradients of repro500's
             params.update(compressor_params(plan.compressor))
-        self.parent_id = self.tracker.start_parent(run_id, params, tags)
+        self.parent_id = self.tracker.start_parent(run_id, params, tags, start_ms=started_ms)
 
     def replay(self, run: Any, planned: int, run_id: str, params: dict[str, str]) -> None:
         """The repeats an earlier attempt finished, from their files, into this store: the records
         their own runs would have got, so a resume into another store holds every repeat."""
         for k, summary in sorted(run.summaries(planned, finished_only=True).items()):
-            self.start_repeat(k, int((summary.get("seeds") or {}).get("torch") or 0), run_id, params)
+            # the times the repeat ran: its summary was written last, after its total_time_s
+            ended_ms = int(run.repeat(k).joinpath(layout.REPEAT_SUMMARY).stat().st_mtime * 1000)
+            started_ms = ended_ms - int(1000 * float(summary.get("total_time_s") or 0.0))
+            seeds = summary.get("seeds") or {}
+            self.start_repeat(k, seeds, run_id, params, started_ms=started_ms)
             steps: list[dict[str, Any]] = []
             for record in layout.metric_records(run.repeat(k) / layout.METRICS)[0]:
                 if record.get("kind") == "step":
@@ -204,7 +229,7 @@ class Tracking:
                     self.log_epoch(k, record, steps)
                     steps = []
             self.end_repeat(k, summary, run.repeat_artifacts(k), "FINISHED" if summary.get("status") != REPEAT_FAILED
-                            else "FAILED")
+                            else "FAILED", ended_ms=ended_ms)
 
     def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:
         """The parent's manifest tags and artifacts, once the manifest is written (beside repeat 0)."""
@@ -212,7 +237,9 @@ class Tracking:
             tags = manifest_tags(manifest)
             self.tracker.set_tags(self.parent_id, tags)
             self._inherited.update({k: v for k, v in tags.items() if k.startswith(INHERITED_PREFIXES)})
-            self._data = list((manifest.get("facets", {}).get("data") or {}).get("entries") or [])
+            data = manifest.get("facets", {}).get("data") or {}
+            # the recipe's data sets and a wrapped command's declared inputs (--input, fixed.inputs)
+            self._data = [*(data.get("entries") or []), *(data.get("inputs") or [])]
             for run_id in [self.parent_id, *self.repeat_ids.values()]:  # the repeats started before it
                 if run_id != self.parent_id:
                     self.tracker.set_tags(run_id, self._inherited)
@@ -237,12 +264,26 @@ class Tracking:
         script's runs their parent when they start (repro500.tracking.context)."""
         return self._scratch / f"repeat-{k}.json"
 
-    def start_repeat(self, k: int, seed: int, run_id: str, params: dict[str, str]) -> None:
+    def program_seed(self, seeds: dict[str, Any]) -> int | None:
+        """The seed a wrapped command receives in a repeat with *seeds* (None for a trained workload)."""
+        from repro500.capture.seeds import Seeds
+        from repro500.workloads.command.recipe import child_seed
+
+        if not self._is_command or not seeds:
+            return None
+        return child_seed(Seeds(**seeds))
+
+    def start_repeat(self, k: int, seeds: dict[str, Any], run_id: str, params: dict[str, str],
+                     started_ms: int | None = None) -> None:
+        """Open repeat *k*'s run, begun now (or at *started_ms*), tagged with its seeds (``Seeds.as_dict()``)."""
+        started_ms = started_ms or now_ms()
+        tags = {**seed_tags(seeds, self.program_seed(seeds)), names.RUN_ID_TAG: run_id}
+
         def start() -> None:
             try:
                 if self.error is None:  # everything after a failure would fail alike
-                    self.repeat_ids[k] = self.tracker.start_repeat(
-                        k, {**self._inherited, names.SEED_TAG: str(seed), names.RUN_ID_TAG: run_id}, params=params)
+                    self.repeat_ids[k] = self.tracker.start_repeat(k, {**self._inherited, **tags}, params=params,
+                                                                   start_ms=started_ms)
                     self.tracker.log_datasets(self.repeat_ids[k], self._data, self._contexts)
             except BaseException as err:  # noqa: BLE001 - reported by check() on the main thread
                 self.error = err
@@ -265,28 +306,32 @@ class Tracking:
         self._queue(lambda: self.tracker.log_epoch(self.repeat_ids[k], record, steps))
 
     def end_repeat(self, k: int, summary: dict[str, Any], files: list[Path], status: str,
-                   script_runs_of: str | None = None) -> None:
-        """Close repeat *k*'s run; with *script_runs_of* (the repro500 run id), nest the runs a
-        wrapped script started in the repeat under it first."""
+                   script_runs_of: str | None = None, ended_ms: int | None = None) -> None:
+        """Close repeat *k*'s run, ended now (or at *ended_ms*); with *script_runs_of* (the repro500
+        run id), nest the runs a wrapped script started in the repeat under it first."""
+        ended_ms = ended_ms or now_ms()
+
         def end() -> None:
             mlflow_id = self.repeat_ids[k]
             try:
                 if script_runs_of:
                     self.tracker.adopt_script_runs(script_runs_of, k, mlflow_id)
-                self.tracker.end_repeat(mlflow_id, summary, files, status)
+                self.tracker.end_repeat(mlflow_id, summary, files, status, end_ms=ended_ms)
                 self._closed_repeats.add(k)
             except BaseException:
                 # the repeat is complete on disk: whatever stopped the logging, MLflow must not keep
                 # it RUNNING
                 with suppress(Exception):
-                    self.tracker.terminate(mlflow_id, status)
+                    self.tracker.terminate(mlflow_id, status, end_ms=ended_ms)
                 raise
         self._queue(end)
 
     def kill(self, k: int, reason: str) -> None:
+        ended_ms = now_ms()
+
         def kill() -> None:
             if k in self.repeat_ids:
-                self.tracker.kill(self.repeat_ids[k], reason)
+                self.tracker.kill(self.repeat_ids[k], reason, end_ms=ended_ms)
                 self._closed_repeats.add(k)
         self._queue(kill)
 
@@ -325,6 +370,8 @@ class Tracking:
         self.ended = True
         drained = interrupted = False
         try:  # from here on, a Ctrl-C still ends the parent (below)
+            # no end time given: the parent ends when this, the last record, lands, and the run waits
+            # for that (the drain), so its end is the run's end as its user saw it
             self._queue(lambda: self.tracker.end_parent(status, **logged))
             drained = self._worker.drain(timeout_s)
             if drained and self.error is not None:

@@ -118,8 +118,12 @@ class Tracker:
         return experiment.experiment_id
 
     # ----- parent ---------------------------------------------------------------------------
-    def start_parent(self, name: str, params: dict[str, str], tags: dict[str, str]) -> str:
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tags(tags))
+    # A time given here (``start_ms``, ``end_ms``: epoch milliseconds) is when it happened in the run;
+    # without one, MLflow takes the moment the call lands, which is late: the calls are queued and
+    # answered by a process of lower priority (runner/track.py, tracking/process.py), so on a busy
+    # machine a 48 s run showed a duration of 1 s and a start at its end.
+    def start_parent(self, name: str, params: dict[str, str], tags: dict[str, str], start_ms: int | None = None) -> str:
+        run = self.client.create_run(self.experiment_id, start_time=start_ms, run_name=name, tags=self._tags(tags))
         self.parent_id = run.info.run_id
         self.log_params(self.parent_id, params)
         return self.parent_id
@@ -136,20 +140,22 @@ class Tracker:
         self.parent_id = parent_id
         self.client.update_run(parent_id, status="RUNNING")
 
-    def end_parent(self, status: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None) -> None:
+    def end_parent(self, status: str, metrics: dict[str, float] | None = None, tags: dict[str, str] | None = None,
+                   end_ms: int | None = None) -> None:
         if self.parent_id is None:
             return
         if metrics or tags:
             self.log_metrics(self.parent_id, metrics or {}, tags=tags)
-        self.client.set_terminated(self.parent_id, status=status)
+        self.client.set_terminated(self.parent_id, status=status, end_time=end_ms)
 
     # ----- repeats --------------------------------------------------------------------------
-    def start_repeat(self, repeat: int, tags: dict[str, str], params: dict[str, str] | None = None) -> str:
+    def start_repeat(self, repeat: int, tags: dict[str, str], params: dict[str, str] | None = None,
+                     start_ms: int | None = None) -> str:
         run_tags = {PARENT_TAG: self.parent_id or "", **tags, REPEAT_TAG: str(repeat),
                     NAMES_TAG: NAMES_VERSION}
         # unique across the store and readable in the runs table: the parent's name is the run's id
         name = f"{tags.get(RUN_ID_TAG) or 'run'}-repeat-{repeat}"
-        run = self.client.create_run(self.experiment_id, run_name=name, tags=self._tags(run_tags))
+        run = self.client.create_run(self.experiment_id, start_time=start_ms, run_name=name, tags=self._tags(run_tags))
         if params:  # the recipe on every repeat too: repeats and reruns compare side by side in the UI
             self.log_params(run.info.run_id, params)
         return run.info.run_id
@@ -187,7 +193,8 @@ class Tracker:
             self.client.log_batch(run_id, metrics=chunk)
         self._last[run_id] = (step, evaluation, now)
 
-    def end_repeat(self, run_id: str, summary: dict[str, Any], files: Iterable[Path], status: str) -> None:
+    def end_repeat(self, run_id: str, summary: dict[str, Any], files: Iterable[Path], status: str,
+                   end_ms: int | None = None) -> None:
         """The repeat's outcome (its summary's numbers) under their own names at its last step,
         after its history, so they are the run's latest values; those the last evaluation already
         logged with the same value are not logged twice."""
@@ -200,7 +207,7 @@ class Tracker:
         self._batch(run_id, items, {STATUS_TAG: summary.get("status", "unknown"),
                                     FINAL_PARAM_DIGEST_TAG: summary.get("final_param_digest") or ""})
         self.log_artifacts(run_id, files)
-        self.client.set_terminated(run_id, status=status)
+        self.client.set_terminated(run_id, status=status, end_time=end_ms)
 
     def log_datasets(self, run_id: str, entries: list[dict[str, Any]], contexts: dict[str, str]) -> None:
         """The data a run read, as MLflow dataset inputs (the runs table's Dataset column): named by
@@ -265,12 +272,12 @@ class Tracker:
         except (ReproError, OSError) as err:  # the run is complete on disk: say why the store lacks it
             self.set_tags(run_id, {SEALED_TAG: f"not logged: {err}"})
 
-    def terminate(self, run_id: str, status: str) -> None:
-        self.client.set_terminated(run_id, status=status)
+    def terminate(self, run_id: str, status: str, end_ms: int | None = None) -> None:
+        self.client.set_terminated(run_id, status=status, end_time=end_ms)
 
-    def kill(self, run_id: str, reason: str) -> None:
+    def kill(self, run_id: str, reason: str, end_ms: int | None = None) -> None:
         self.set_tags(run_id, {STATUS_TAG: REPEAT_KILLED, ERROR_TAG: reason})
-        self.client.set_terminated(run_id, status="KILLED")
+        self.client.set_terminated(run_id, status="KILLED", end_time=end_ms)
 
     # ----- plumbing -------------------------------------------------------------------------
     def log_metrics(self, run_id: str, metrics: dict[str, float], step: int = 0,

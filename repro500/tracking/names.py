@@ -50,7 +50,10 @@ DESIGN_TAG = "repro500.design"  # and repro500.design.<key>: a sequential or fac
 SEALED_TAG = "repro500.sealed"  # why the sealed run is not among the parent's artifacts, where it is not
 # On each repeat's run:
 REPEAT_TAG = "repro500.repeat"
-SEED_TAG = "repro500.seed"
+# the seeds named for what received them (runner/track.py seed_tags): the one a wrapped command
+# gets ({seed}, $REPRO500_SEED) and torch's; a bare "repro500.seed" said neither
+PROGRAM_SEED_TAG = "repro500.seed.program"
+TORCH_SEED_TAG = "repro500.seed.torch"
 STATUS_TAG = "repro500.status"
 ERROR_TAG = "repro500.error"
 FINAL_PARAM_DIGEST_TAG = "repro500.final_param_digest"

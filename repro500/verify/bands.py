@@ -42,6 +42,11 @@ class BandResult:
     reason: str
     repeats_needed: int | None = None
     advice: list[str] = field(default_factory=list)
+    # The one bound the status rests on, named, and its distance from the threshold (positive on
+    # the band's side): every record (terminal, verdict.json, DVC's view, MLflow) reads these.
+    bound: float | None = None
+    bound_side: str | None = None  # "lower" | "upper"
+    margin: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -58,7 +63,21 @@ def check_band(
     res = _decide(criterion, values, alpha, len(unsuccessful or {}))
     if unsuccessful and res.status == PASS:
         _block_pass(res, unsuccessful)
+    _name_the_bound(res)
     return res
+
+
+def _name_the_bound(res: BandResult) -> None:
+    """Record the bound the status rests on: a miss on the far bound (FAIL: the upper bound of a
+    higher-is-better band is below the threshold), a pass on the near one; a band not decided is
+    shown with the near bound, the one that would have to cross the threshold to pass."""
+    if res.lower_bound is None or res.upper_bound is None:
+        return
+    higher = res.direction == "higher"
+    far = res.status == FAIL
+    res.bound_side = ("upper" if higher else "lower") if far else ("lower" if higher else "upper")
+    res.bound = res.upper_bound if res.bound_side == "upper" else res.lower_bound
+    res.margin = res.bound - res.threshold if higher else res.threshold - res.bound
 
 
 def _block_pass(res: BandResult, unsuccessful: dict[int, str]) -> None:

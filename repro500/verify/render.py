@@ -137,11 +137,8 @@ def _bands(verdict: Verdict, console: Console) -> None:
     for b in verdict.bands:
         higher = b.direction == "higher"
         sign = ">=" if higher else "<="
-        # the bound that decided, named: a PASS rests on the near bound, a FAIL on the far one
-        far = b.status == FAIL
-        which = ("upper" if higher else "lower") if far else ("lower" if higher else "upper")
-        bound = b.upper_bound if which == "upper" else b.lower_bound
-        decided = f"{which} {_g(bound)}" if bound is not None else "-"
+        # the bound that decided, as the verdict names it (bands.py): the same number in every record
+        decided = f"{b.bound_side} {_g(b.bound)}" if b.bound is not None else "-"
         table.add_row(shown(b.metric), f"{sign} {_g(b.threshold)}", _g(b.n), _g(b.mean), decided, _status(b.status))
     console.print(table)
 
