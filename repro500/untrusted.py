@@ -16,6 +16,10 @@ reader of such files goes through this module, so that a new reader cannot forge
   (rich) or :func:`plain` (click), one line with control characters (ESC, CSI, OSC, C1, newlines)
   and bidi overrides escaped and rich markup shown as text, so a metric named with an OSC 52
   sequence cannot write the clipboard, and a run id cannot move the cursor or print a fake verdict.
+* **Patterns**: a regular expression a record carries (a command run's ``regex:`` metric, replayed
+  by verify over every line of its output) is compiled by :func:`pattern` with RE2, whose matching
+  time is linear in the line; Python's ``re`` backtracks, and ``(a|a)*b`` over a line of 4,000
+  ``a`` would never end.  A pattern RE2 cannot compile (a backreference, a lookaround) is refused.
 * **Code**: whether code a publication or a packed run chose may run is :func:`consent`'s one
   decision (``--run-code``), asked by every path that would run it: reproduce's rerun, the
   environment ``reproduce --env venv`` builds, locate's replays.  Without it, the child starts
@@ -35,6 +39,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
+
+import re2
 
 from repro500.errors import InvalidInput, UsageError
 
@@ -65,6 +71,11 @@ MAX_LINE_CHARS = 4096  # a command's output line longer than this is cut before 
 MAX_HOOK_BYTES = 8 * 2**20  # a command's interpreter record: a sys.path of thousands of packages is far below
 MAX_WHEEL_TAGS = 256  # a wheel's Tag lines: a handful, a few dozen for a wide manylinux/macOS build
 MAX_INDEX_PAGE_BYTES = 64 * 2**20  # a package index page (torch's, every release's files with hashes, is a few MB)
+# Repeats a record may say a run planned (run.json, summary.json, chain.jsonl, recipe.yaml, a
+# sequential design's max_repeats): a recipe asks for a handful, --until-decided for tens, a --vary
+# grid for hundreds.  Readers build sets and lists of that many indices (and verify lists the
+# missing ones), so a count of 10^9 in a record must stop here, not in a MemoryError.
+MAX_REPEATS = 100_000
 UNPACK_ENV = "REPRO500_MAX_UNPACK_BYTES"  # raises (or lowers) MAX_UNPACK_BYTES
 CODE_ENV = "REPRO500_FOREIGN_CODE"  # "refuse": no import path, no search path (reproduce without --run-code)
 
@@ -99,10 +110,22 @@ def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> 
 def read_bytes(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
     with open_regular(path, what, cap) as handle:
-        data = handle.read(cap + 1)
+        data = _read_upto(handle, cap + 1)
     if len(data) > cap:  # grew while being read
         raise InvalidInput(f"{path} is over the {cap:,}-byte cap for {what}: refused")
     return data
+
+
+def _read_upto(handle: BinaryIO, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``handle``, buffers sized by what the file holds: ``read(limit)``
+    allocates ``limit`` bytes before it reads one (4 GiB for a log's cap, whatever the file's size)."""
+    size = os.fstat(handle.fileno()).st_size
+    parts = [handle.read(min(size, limit - 1) + 1)]  # one read for a file that does not grow
+    total = len(parts[0])
+    while total < limit and len(parts[-1]) > 0 and total > size:  # it grew while being read
+        parts.append(handle.read(min(2**20, limit - total)))
+        total += len(parts[-1])
+    return b"".join(parts)
 
 
 def read_text(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> str:
@@ -240,6 +263,58 @@ def load_json(text: str | bytes, where: str) -> Any:
         raise InvalidInput(f"{where} is not UTF-8 JSON: the file is corrupt") from None
     except RecursionError:
         raise InvalidInput(f"{where} is nested too deeply to be read: refused") from None
+
+
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would write its own line to stderr; the refusal is ours
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+
+
+def pattern(text: Any, where: str) -> re2._Regexp:
+    """A regular expression somebody else wrote (a record's or a recipe's ``regex``), compiled by
+    RE2 (google-re2): matching runs in time linear in the text whatever the pattern, where Python's
+    ``re`` backtracks without end on ``(a|a)*b``.  The one place such a pattern is compiled; the
+    project's own fixed patterns stay with ``re``.  What RE2 cannot compile (a backreference, a
+    lookaround, a possessive quantifier) is InvalidInput naming ``where`` (the field and its file)."""
+    if not isinstance(text, str) or not text:
+        raise InvalidInput(f"{where}: regex must be a non-empty string")
+    try:
+        return re2.compile(text, options=_RE2_OPTIONS)
+    except re2.error as err:
+        detail = err.args[0].decode("utf-8", "replace") if err.args and isinstance(err.args[0], bytes) else str(err)
+        raise InvalidInput(f"{where}: regex {plain(text)[:200]!r} does not compile with RE2 ({plain(detail)}); "
+                           "repro500 matches a recorded pattern with RE2, in linear time, which has no "
+                           "backreferences or lookarounds: refused") from None
+
+
+def count(value: Any, what: str, cap: int = MAX_REPEATS, least: int = 0) -> int:
+    """A count a record states (planned repeats, a design's maximum, steps, files, members) as a
+    number this process may allocate from: an int (not a bool) from ``least`` to ``cap``.  Anything
+    else is InvalidInput naming ``what`` (the field and its file), raised before a reader builds a
+    range, a set or a list from it; a reader that collects problems (verify) keeps the sentence."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidInput(f"{what} is {plain(repr(value))[:60]}, not a count of at least {least}")
+    if value > cap:
+        raise InvalidInput(f"{what} is {value:,}, over the {cap:,} repro500 accepts from a record: refused")
+    return value
+
+
+def indices(ks: list[int]) -> str:
+    """Indices (repeats a record planned) as a short list: consecutive ones as a range ("3-99999"),
+    at most 20 spans, so that a sentence stays short however large a count a record states."""
+    spans: list[list[int]] = []
+    for k in sorted(ks):
+        if spans and k == spans[-1][1] + 1:
+            spans[-1][1] = k
+        else:
+            spans.append([k, k])
+    shown_spans = [str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in spans]
+    more = f" and {len(spans) - 20} more spans" if len(spans) > 20 else ""
+    return ", ".join(shown_spans[:20]) + more
 
 
 def path_depth_ok(parts: tuple[str, ...] | list[str]) -> bool:
