@@ -21,6 +21,16 @@ from repro500.statuses import REPEAT_COMPLETED
 DIRECTIONS = ("higher", "lower")
 
 
+def counted(value: Any, where: str) -> bool:
+    """Whether a count of repeats a record states may be used: at least 1 and within the bound of
+    :func:`repro500.untrusted.count` (integrity reports one that is not, once)."""
+    try:
+        untrusted.count(value, where, least=1)
+    except InvalidInput:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Criterion:
     """One acceptance criterion: ``metric`` must reach ``target`` within ``tolerance``."""
@@ -81,8 +91,8 @@ class RunData:
     @property
     def planned(self) -> int | None:
         """The planned number of repeats (integrity checks that every record agrees)."""
-        for value in self.planned_counts().values():
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        for where, value in self.planned_counts().items():
+            if counted(value, where):
                 return value
         return None
 
@@ -93,7 +103,7 @@ class RunData:
         (verify/sequential.py re-derives the stopping point)."""
         design = (self.run or {}).get("design")
         stopped = design.get("stopped_at") if isinstance(design, dict) and design.get("kind") == "sequential" else None
-        limit = stopped if isinstance(stopped, int) and not isinstance(stopped, bool) and stopped >= 1 else self.planned
+        limit = stopped if counted(stopped, "run.json design.stopped_at") else self.planned
         return [k for k in range(limit or 0) if k not in self.repeats]
 
     @property
