@@ -14,8 +14,10 @@ reader of such files goes through this module, so that a new reader cannot forge
 * **Paths** inside archives and git trees: at most :data:`MAX_PATH_DEPTH` components.
 * **Strings printed** on a terminal: every string a run chose reaches it through :func:`shown`
   (rich) or :func:`plain` (click), one line with control characters (ESC, CSI, OSC, C1, newlines)
-  and bidi overrides escaped and rich markup shown as text, so a metric named with an OSC 52
-  sequence cannot write the clipboard, and a run id cannot move the cursor or print a fake verdict.
+  and bidi overrides escaped, whitespace runs collapsed, cut to :data:`FIELD_CHARS` (a sentence
+  of repro500's own that quotes fields, to :data:`SENTENCE_CHARS`) and rich markup shown as text,
+  so a metric named with an OSC 52 sequence cannot write the clipboard, and a run id cannot move
+  the cursor, nor pad a fake verdict onto a line of its own.
 * **Patterns**: a regular expression a record carries (a command run's ``regex:`` metric, replayed
   by verify over every line of its output) is compiled by :func:`pattern` with RE2, whose matching
   time is linear in the line; Python's ``re`` backtracks, and ``(a|a)*b`` over a line of 4,000
@@ -354,22 +356,33 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def shown(text: Any) -> str:
+# How wide a string from a run may be on the terminal, after whitespace is collapsed: a field (a
+# name, an id, a benchmark, a path) FIELD_CHARS, a sentence of repro500's own that quotes fields
+# (a reason, a note, an error) SENTENCE_CHARS.  Longer text is cut, ending in "…".
+FIELD_CHARS = 200
+SENTENCE_CHARS = 2000
+_WHITESPACE = re.compile(r"\s+")
+
+
+def shown(text: Any, width: int = FIELD_CHARS) -> str:
     """``text`` from a run (a name, an id, a reason) as one line of rich markup that shows it
-    literally: every control character (ESC and so CSI and OSC, C1, newline), bidi override and
-    isolate as a ``\\xNN`` / ``\\uNNNN`` escape, and rich markup brackets escaped.  Everything
-    repro500 prints that a run, a recipe or a publication chose goes through this function (into
-    rich) or :func:`plain` (into click.echo), so none of it can drive the reader's terminal."""
+    literally (see :func:`plain`), rich markup brackets escaped.  Everything repro500 prints that a
+    run, a recipe or a publication chose goes through this function (into rich) or :func:`plain`
+    (into click.echo), so none of it can drive the reader's terminal or forge a line of its own."""
     from rich.markup import escape
 
-    return escape(plain(text))
+    return escape(plain(text, width))
 
 
-def plain(text: Any) -> str:
-    """``text`` on one line with control and bidi characters escaped as :func:`shown` does, and the
-    bytes of a file name that is not UTF-8 (Python's surrogate escapes) as ``\\xNN`` (for output
+def plain(text: Any, width: int = FIELD_CHARS) -> str:
+    """``text`` on one line of at most ``width`` characters: every control character (ESC and so
+    CSI and OSC, C1, newline), bidi override and isolate as a ``\\xNN`` / ``\\uNNNN`` escape, the
+    bytes of a file name that is not UTF-8 (Python's surrogate escapes) as ``\\xNN``, and every run
+    of whitespace (spaces, no-break and ideographic spaces) as one space, so that padding cannot
+    push what follows it to the start of a wrapped terminal line; then cut to ``width`` (for output
     that is not rich markup: click.echo, an error line)."""
-    return _CONTROL.sub(_escaped, encodable(str(text)))
+    line = _WHITESPACE.sub(" ", _CONTROL.sub(_escaped, encodable(str(text))))
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def encodable(text: str) -> str:

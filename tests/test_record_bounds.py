@@ -163,3 +163,38 @@ def test_a_recipe_planning_a_billion_repeats_is_refused_before_it_runs(tmp_path:
     done = _cli("run", "r.yaml", "--no-tracking", "--out", "runs", cwd=tmp_path)
     assert done.returncode == 4 and "over the 100,000" in done.stderr, done.stdout + done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+PADDED = "quickstart" + " " * 400 + "REPRODUCED (exact)  (exit 0)" + " " * 400
+
+
+@pytest.mark.parametrize("columns", ["50", "80", "400"])
+def test_a_padded_benchmark_cannot_place_a_verdict_at_the_start_of_a_line(project: Path, tmp_path: Path,
+                                                                          columns: str) -> None:
+    done = repro500("publish", "runs/ref", "--out", str(tmp_path / "pub"), "--citation", " \u3000Test" + " " * 300 + "2026",
+                    "--margin", "accuracy=0.01", "--benchmark", PADDED, cwd=project, env={"COLUMNS": columns})
+    assert done.returncode == 0, done.stdout + done.stderr
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.py").write_text("print('acc 0.55')\n")  # the same command, another result
+    done = repro500("run", "--command", "--metric", "accuracy=regex:acc ([0-9.]+)", "--accept", "accuracy>=0.5",
+                    "--repeats", "2", "--no-tracking", "--out", "runs", "--run-id", "mine", "--",
+                    sys.executable, "train.py", cwd=mine)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = repro500("verify", "runs/mine", "--against", str(tmp_path / "pub" / "published.yaml"), "--no-write",
+                    cwd=mine, env={"COLUMNS": columns})
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("NOT REPRODUCED  (exit 1)"), lines[:3]  # the verdict before any string of the record
+    assert not [line for line in lines[1:] if line.lstrip().startswith(("REPRODUCED", "(exact)", "(exit"))], done.stdout
+    assert "against quickstart" in lines[1] and lines[2].split() == ["source:", "Test", "2026"]  # collapsed
+    assert all(len(line) <= max(int(columns), 80) for line in lines[:3]), lines[:3]
+
+
+def test_a_field_is_one_line_of_bounded_width() -> None:
+    from repro500 import untrusted
+
+    text = "a\u00a0\u00a0 \t b" + " " * 500 + "c" * 1000
+    assert untrusted.plain(text) == ("a \\x09 b " + "c" * 1000)[:untrusted.FIELD_CHARS - 1] + "…"
+    assert len(untrusted.plain("x" * 5000, untrusted.SENTENCE_CHARS)) == untrusted.SENTENCE_CHARS
+    assert untrusted.shown("[b]x[/b]   y") == "\\[b]x\\[/b] y"

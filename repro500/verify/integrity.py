@@ -170,7 +170,7 @@ def _load_for_check(path: Path, result: IntegrityResult) -> dict[str, Any] | Non
     try:
         value = untrusted.load_json(untrusted.read_bytes(path, path.name), str(path))
     except (OSError, InvalidInput) as err:
-        result.problems.append(f"{path.name} is not readable JSON ({untrusted.plain(err) if isinstance(err, InvalidInput) else err.__class__.__name__})")
+        result.problems.append(f"{path.name} is not readable JSON ({untrusted.plain(err, untrusted.SENTENCE_CHARS) if isinstance(err, InvalidInput) else err.__class__.__name__})")
         return None
     if not isinstance(value, dict):
         result.problems.append(f"{path.name} is not a JSON object")

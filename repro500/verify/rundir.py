@@ -238,6 +238,7 @@ def load_run(path: str | Path) -> RunData:
     run = read_json(root / layout.RUN_JSON, layout.RUN_JSON) if (root / layout.RUN_JSON).exists() else None
     if run is not None:
         check_schema(run, layout.RUN_SCHEMA, root / layout.RUN_JSON)
+        _check_shapes(run, root / layout.RUN_JSON)
     manifest = read_json(root / layout.MANIFEST, "the manifest") if (root / layout.MANIFEST).exists() else None
     recipe = _read_recipe(root / layout.RECIPE)
     inputs = layout.read_optional_json(root / layout.INPUTS)
@@ -247,6 +248,20 @@ def load_run(path: str | Path) -> RunData:
         acceptance = parse_acceptance((recipe or {}).get("acceptance"), f"{root / layout.RECIPE}: acceptance")
     return RunData(path=root, summary=summary, repeats=repeats, run=run, manifest=manifest,
                    recipe=recipe, acceptance=acceptance, inputs=inputs)
+
+
+# run.json's records that readers walk as objects (a sequential or factorial design, the
+# reference a run decided against, ...) and as lists: another shape is refused here, once, rather
+# than met as an AttributeError by whichever reader comes to it first
+_OBJECTS = ("design", "reference", "compressor", "overrides", "mlflow")
+_LISTS = ("resumes", "argv")
+
+
+def _check_shapes(run: dict[str, Any], path: Path) -> None:
+    for key, kind, what in [*((k, dict, "an object") for k in _OBJECTS), *((k, list, "a list") for k in _LISTS)]:
+        value = run.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise InvalidInput(f"{path}: {key} is {untrusted.plain(repr(value))[:60]}, not {what}: the file is corrupt")
 
 
 def _check_metrics(doc: dict[str, Any], path: Path) -> None:
