@@ -198,3 +198,33 @@ def test_a_field_is_one_line_of_bounded_width() -> None:
     assert untrusted.plain(text) == ("a \\x09 b " + "c" * 1000)[:untrusted.FIELD_CHARS - 1] + "…"
     assert len(untrusted.plain("x" * 5000, untrusted.SENTENCE_CHARS)) == untrusted.SENTENCE_CHARS
     assert untrusted.shown("[b]x[/b]   y") == "\\[b]x\\[/b] y"
+
+
+# repro500's own patterns built from its own values (a /proc key, a rank, a pid, secrets escaped
+# with re.escape, its character classes): every other pattern given to `re` is a string literal.
+OWN_PATTERNS = {("repro500/capture/hardware.py", "f'^(?:Node"), ("repro500/redact.py", "'|'.join((re.escape(v)"),
+                ("repro500/untrusted.py", "f'[\\\\x00-"), ("repro500/untrusted.py", "f'\\\\x1b(?!"),
+                ("repro500/workloads/engines/launch.py", "f'Process {rank}"),
+                ("repro500/workloads/engines/wire.py", "f'\\\\bpid={pid}")}
+
+
+def test_no_module_gives_python_re_a_pattern_it_did_not_write() -> None:
+    """A pattern from a record is compiled by untrusted.pattern (RE2, linear time) and nowhere
+    else: a call of re.compile/search/match/... whose pattern is not a literal fails here, unless
+    it is one of repro500's own above."""
+    import ast
+
+    root = Path(__file__).resolve().parents[1]
+    calls = ("compile", "search", "match", "fullmatch", "finditer", "findall", "sub", "subn", "split")
+    found = []
+    for path in sorted((root / "repro500").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in calls
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id == "re" and node.args):
+                pattern = node.args[0]
+                text = ast.unparse(pattern)
+                literal = isinstance(pattern, ast.Constant) and isinstance(pattern.value, (str, bytes))
+                if not literal and not any(rel == f and text.startswith(p) for f, p in OWN_PATTERNS):
+                    found.append(f"{rel}:{node.lineno}: re.{node.func.attr}({text[:60]})")
+    assert not found, "compile a pattern a record carries with repro500.untrusted.pattern (RE2): " + "; ".join(found)
