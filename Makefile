@@ -13,7 +13,7 @@ export DO_NOT_TRACK := 1
 # (1.2-1.5 s more per process here), so the bytecode cache is written as Python normally does.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install demo test test-slow test-horovod install-horovod ops lint bench clean
+.PHONY: install demo test fuzz test-slow test-horovod install-horovod ops lint bench clean
 
 # The install: uv where it is on PATH, else bootstrapped into the new venv with pip (it is a test
 # dependency anyway); pip where uv cannot be had or fails. REPRO500_INSTALLER=pip forces pip.
@@ -85,6 +85,12 @@ TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n + 1)); [ $$n 
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
+# The record fuzzer for longer than make test's fixed-seed slice (docs/trust.md, "The record
+# fuzzer"): FUZZ_EXAMPLES cases, a fresh random seed, each case printed as it is tried.
+FUZZ_EXAMPLES ?= 200
+fuzz: $(STAMP)
+	REPRO500_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(PY) -m pytest -q -s -p no:cacheprovider --timeout 0 tests/test_fuzz_records.py
 
 # Long tests: the CUDA sources' compile, top-k on the full quickstart, the quickstart's verdict, two-rank runs, the examples end to end,
 # a team's PostgreSQL-backed MLflow server with four runs at once (tests/test_team_postgres.py: needs Debian's postgresql),

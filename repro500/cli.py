@@ -102,7 +102,7 @@ def _error(text: str) -> None:
     from repro500.redact import redact_text
 
     # a sentence may quote what a run chose (a tag, a name): no control or bidi character of it reaches the terminal
-    sentence = untrusted.plain(" ".join(redact_text(text).split()))
+    sentence = untrusted.plain(" ".join(redact_text(text).split()), untrusted.SENTENCE_CHARS)
     click.echo(f"repro500: error: {sentence}", err=True)
 
 

@@ -14,8 +14,14 @@ reader of such files goes through this module, so that a new reader cannot forge
 * **Paths** inside archives and git trees: at most :data:`MAX_PATH_DEPTH` components.
 * **Strings printed** on a terminal: every string a run chose reaches it through :func:`shown`
   (rich) or :func:`plain` (click), one line with control characters (ESC, CSI, OSC, C1, newlines)
-  and bidi overrides escaped and rich markup shown as text, so a metric named with an OSC 52
-  sequence cannot write the clipboard, and a run id cannot move the cursor or print a fake verdict.
+  and bidi overrides escaped, whitespace runs collapsed, cut to :data:`FIELD_CHARS` (a sentence
+  of repro500's own that quotes fields, to :data:`SENTENCE_CHARS`) and rich markup shown as text,
+  so a metric named with an OSC 52 sequence cannot write the clipboard, and a run id cannot move
+  the cursor, nor pad a fake verdict onto a line of its own.
+* **Patterns**: a regular expression a record carries (a command run's ``regex:`` metric, replayed
+  by verify over every line of its output) is compiled by :func:`pattern` with RE2, whose matching
+  time is linear in the line; Python's ``re`` backtracks, and ``(a|a)*b`` over a line of 4,000
+  ``a`` would never end.  A pattern RE2 cannot compile (a backreference, a lookaround) is refused.
 * **Code**: whether code a publication or a packed run chose may run is :func:`consent`'s one
   decision (``--run-code``), asked by every path that would run it: reproduce's rerun, the
   environment ``reproduce --env venv`` builds, locate's replays.  Without it, the child starts
@@ -35,6 +41,8 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
+
+import re2
 
 from repro500.errors import InvalidInput, UsageError
 
@@ -65,6 +73,11 @@ MAX_LINE_CHARS = 4096  # a command's output line longer than this is cut before 
 MAX_HOOK_BYTES = 8 * 2**20  # a command's interpreter record: a sys.path of thousands of packages is far below
 MAX_WHEEL_TAGS = 256  # a wheel's Tag lines: a handful, a few dozen for a wide manylinux/macOS build
 MAX_INDEX_PAGE_BYTES = 64 * 2**20  # a package index page (torch's, every release's files with hashes, is a few MB)
+# Repeats a record may say a run planned (run.json, summary.json, chain.jsonl, recipe.yaml, a
+# sequential design's max_repeats): a recipe asks for a handful, --until-decided for tens, a --vary
+# grid for hundreds.  Readers build sets and lists of that many indices (and verify lists the
+# missing ones), so a count of 10^9 in a record must stop here, not in a MemoryError.
+MAX_REPEATS = 100_000
 UNPACK_ENV = "REPRO500_MAX_UNPACK_BYTES"  # raises (or lowers) MAX_UNPACK_BYTES
 CODE_ENV = "REPRO500_FOREIGN_CODE"  # "refuse": no import path, no search path (reproduce without --run-code)
 
@@ -99,10 +112,22 @@ def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> 
 def read_bytes(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
     with open_regular(path, what, cap) as handle:
-        data = handle.read(cap + 1)
+        data = _read_upto(handle, cap + 1)
     if len(data) > cap:  # grew while being read
         raise InvalidInput(f"{path} is over the {cap:,}-byte cap for {what}: refused")
     return data
+
+
+def _read_upto(handle: BinaryIO, limit: int) -> bytes:
+    """At most ``limit`` bytes of ``handle``, buffers sized by what the file holds: ``read(limit)``
+    allocates ``limit`` bytes before it reads one (4 GiB for a log's cap, whatever the file's size)."""
+    size = os.fstat(handle.fileno()).st_size
+    parts = [handle.read(min(size, limit - 1) + 1)]  # one read for a file that does not grow
+    total = len(parts[0])
+    while total < limit and len(parts[-1]) > 0 and total > size:  # it grew while being read
+        parts.append(handle.read(min(2**20, limit - total)))
+        total += len(parts[-1])
+    return b"".join(parts)
 
 
 def read_text(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> str:
@@ -242,6 +267,58 @@ def load_json(text: str | bytes, where: str) -> Any:
         raise InvalidInput(f"{where} is nested too deeply to be read: refused") from None
 
 
+def _re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would write its own line to stderr; the refusal is ours
+    return options
+
+
+_RE2_OPTIONS = _re2_options()
+
+
+def pattern(text: Any, where: str) -> re2._Regexp:
+    """A regular expression somebody else wrote (a record's or a recipe's ``regex``), compiled by
+    RE2 (google-re2): matching runs in time linear in the text whatever the pattern, where Python's
+    ``re`` backtracks without end on ``(a|a)*b``.  The one place such a pattern is compiled; the
+    project's own fixed patterns stay with ``re``.  What RE2 cannot compile (a backreference, a
+    lookaround, a possessive quantifier) is InvalidInput naming ``where`` (the field and its file)."""
+    if not isinstance(text, str) or not text:
+        raise InvalidInput(f"{where}: regex must be a non-empty string")
+    try:
+        return re2.compile(text, options=_RE2_OPTIONS)
+    except re2.error as err:
+        detail = err.args[0].decode("utf-8", "replace") if err.args and isinstance(err.args[0], bytes) else str(err)
+        raise InvalidInput(f"{where}: regex {plain(text)[:200]!r} does not compile with RE2 ({plain(detail)}); "
+                           "repro500 matches a recorded pattern with RE2, in linear time, which has no "
+                           "backreferences or lookarounds: refused") from None
+
+
+def count(value: Any, what: str, cap: int = MAX_REPEATS, least: int = 0) -> int:
+    """A count a record states (planned repeats, a design's maximum, steps, files, members) as a
+    number this process may allocate from: an int (not a bool) from ``least`` to ``cap``.  Anything
+    else is InvalidInput naming ``what`` (the field and its file), raised before a reader builds a
+    range, a set or a list from it; a reader that collects problems (verify) keeps the sentence."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidInput(f"{what} is {plain(repr(value))[:60]}, not a count of at least {least}")
+    if value > cap:
+        raise InvalidInput(f"{what} is {value:,}, over the {cap:,} repro500 accepts from a record: refused")
+    return value
+
+
+def indices(ks: list[int]) -> str:
+    """Indices (repeats a record planned) as a short list: consecutive ones as a range ("3-99999"),
+    at most 20 spans, so that a sentence stays short however large a count a record states."""
+    spans: list[list[int]] = []
+    for k in sorted(ks):
+        if spans and k == spans[-1][1] + 1:
+            spans[-1][1] = k
+        else:
+            spans.append([k, k])
+    shown_spans = [str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in spans]
+    more = f" and {len(spans) - 20} more spans" if len(spans) > 20 else ""
+    return ", ".join(shown_spans[:20]) + more
+
+
 def path_depth_ok(parts: tuple[str, ...] | list[str]) -> bool:
     return len(parts) <= MAX_PATH_DEPTH
 
@@ -279,22 +356,33 @@ def _escaped(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def shown(text: Any) -> str:
+# How wide a string from a run may be on the terminal, after whitespace is collapsed: a field (a
+# name, an id, a benchmark, a path) FIELD_CHARS, a sentence of repro500's own that quotes fields
+# (a reason, a note, an error) SENTENCE_CHARS.  Longer text is cut, ending in "…".
+FIELD_CHARS = 200
+SENTENCE_CHARS = 2000
+_WHITESPACE = re.compile(r"\s+")
+
+
+def shown(text: Any, width: int = FIELD_CHARS) -> str:
     """``text`` from a run (a name, an id, a reason) as one line of rich markup that shows it
-    literally: every control character (ESC and so CSI and OSC, C1, newline), bidi override and
-    isolate as a ``\\xNN`` / ``\\uNNNN`` escape, and rich markup brackets escaped.  Everything
-    repro500 prints that a run, a recipe or a publication chose goes through this function (into
-    rich) or :func:`plain` (into click.echo), so none of it can drive the reader's terminal."""
+    literally (see :func:`plain`), rich markup brackets escaped.  Everything repro500 prints that a
+    run, a recipe or a publication chose goes through this function (into rich) or :func:`plain`
+    (into click.echo), so none of it can drive the reader's terminal or forge a line of its own."""
     from rich.markup import escape
 
-    return escape(plain(text))
+    return escape(plain(text, width))
 
 
-def plain(text: Any) -> str:
-    """``text`` on one line with control and bidi characters escaped as :func:`shown` does, and the
-    bytes of a file name that is not UTF-8 (Python's surrogate escapes) as ``\\xNN`` (for output
+def plain(text: Any, width: int = FIELD_CHARS) -> str:
+    """``text`` on one line of at most ``width`` characters: every control character (ESC and so
+    CSI and OSC, C1, newline), bidi override and isolate as a ``\\xNN`` / ``\\uNNNN`` escape, the
+    bytes of a file name that is not UTF-8 (Python's surrogate escapes) as ``\\xNN``, and every run
+    of whitespace (spaces, no-break and ideographic spaces) as one space, so that padding cannot
+    push what follows it to the start of a wrapped terminal line; then cut to ``width`` (for output
     that is not rich markup: click.echo, an error line)."""
-    return _CONTROL.sub(_escaped, encodable(str(text)))
+    line = _WHITESPACE.sub(" ", _CONTROL.sub(_escaped, encodable(str(text))))
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def encodable(text: str) -> str:

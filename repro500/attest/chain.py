@@ -131,6 +131,10 @@ def check(run_dir: str | Path) -> list[str]:
     planned = records[0].get("planned")
     if not isinstance(planned, int) or planned < 1:
         return [*problems, f"{CHAIN_NAME} does not say how many repeats were planned"]
+    try:  # before a set of that many repeat indices is built
+        untrusted.count(planned, f"{CHAIN_NAME}'s planned repeats")
+    except InvalidInput as err:
+        return [*problems, str(err)]
     run = _json(root / layout.RUN_JSON) or {}
     return problems + _plan_problems(root, run, planned) + _repeat_problems(root, run, planned, latest)
 
@@ -179,7 +183,8 @@ def _plan_problems(root: Path, run: dict[str, Any], planned: int) -> list[str]:
 
 def _repeat_problems(root: Path, run: dict[str, Any], planned: int, latest: dict[int, dict[str, Any]]) -> list[str]:
     """Each repeat planned, chained or on disk against the others: extra, unchained, missing or replaced."""
-    problems = []
+    problems: list[str] = []
+    unaccounted: list[int] = []
     on_disk = {int(p.parent.name) for p in (root / "repeats").glob("*/summary.json") if p.parent.name.isdigit()}
     # a sequential run stops once decided (verify re-derives where: verify/sequential.py)
     design = run.get("design") if isinstance(run.get("design"), dict) else {}
@@ -193,10 +198,15 @@ def _repeat_problems(root: Path, run: dict[str, Any], planned: int, latest: dict
             problems.append(f"repeat {k} has a summary.json but no link in {CHAIN_NAME}: it was added or replaced after it ran")
         elif link is None:
             if run.get("status") not in _OPEN_STATES and not (isinstance(stopped, int) and k >= stopped):
-                problems.append(f"repeat {k} was planned but is not accounted for: no link in {CHAIN_NAME} and no summary")
+                unaccounted.append(k)
         elif not summary.is_file():
             problems.append(f"repeat {k} is missing: {CHAIN_NAME} records it ({link.get('status')}) "
                             f"but repeats/{k}/summary.json is gone")
         elif file_digest(summary) != link.get("summary_sha256"):
             problems.append(f"repeat {k} was replaced: repeats/{k}/summary.json is not the summary chained when it finished")
+    if unaccounted:  # one sentence, however many repeats the chain planned
+        which = (f"repeat {unaccounted[0]} was" if len(unaccounted) == 1
+                 else f"repeats {untrusted.indices(unaccounted)} were")
+        problems.append(f"{which} planned but {'is' if len(unaccounted) == 1 else 'are'} not accounted for: "
+                        f"no link in {CHAIN_NAME} and no summary")
     return problems

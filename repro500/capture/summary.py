@@ -5,7 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from repro500.capture.hardware import gpu_model
-from repro500.untrusted import shown  # a manifest may be somebody else's: its strings are data
+from repro500.untrusted import (  # a manifest may be somebody else's: its strings are data
+    SENTENCE_CHARS,
+    shown,
+)
 
 
 def _size(n_bytes: int | None) -> str:
@@ -132,7 +135,7 @@ def render_summary(manifest: dict[str, Any], console: Any = None,
     table.add_column(overflow="fold")
     for name, text in summary_lines(manifest):
         style = "red" if text.startswith("NOT CAPTURED") else None
-        table.add_row(shown(name), shown(text), style=style)
+        table.add_row(shown(name), shown(text, SENTENCE_CHARS), style=style)
     console.print(f"[bold]repro500 manifest[/bold] {shown(str(manifest['digest']['value'])[:16])}… "
                   f"({shown(manifest['schema'])}, {shown(manifest['created_utc'])})", highlight=False)
     console.print(table)

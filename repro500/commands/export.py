@@ -39,12 +39,12 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
                 without rules for the benchmark, a bad name); 4 RUN is not an untouched
                 repro500 run (or packed run) with MLPerf logs, or --out is not empty.
     """
-    from repro500.untrusted import plain
+    from repro500.untrusted import SENTENCE_CHARS, plain
     from repro500.verify.vouching import export_mlperf
 
     # each line may quote the run (a path, a benchmark, what a checker said of its logs): one line, no controls
     def progress(line: str) -> None:
-        click.echo(plain(line), err=True)
+        click.echo(plain(line, SENTENCE_CHARS), err=True)
 
     tree = export_mlperf(run_dir, out, submitter=submitter, system=system, ruleset=ruleset, progress=progress)
     click.echo(f"exported {len(tree.results)} results of {plain(tree.benchmark)} ({plain(tree.division)} division, "
@@ -55,7 +55,7 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
 
     outcomes = check_tree(tree, progress)
     for outcome in outcomes:
-        click.echo(plain(outcome.line))
+        click.echo(plain(outcome.line, SENTENCE_CHARS))
     rejected = [o.tool for o in outcomes if o.tool != "rcp_checker" and o.passed is False]
     if rejected:
         click.echo(f"not accepted by {' and '.join(rejected)}; the tree is kept in {plain(tree.path)}", err=True)

@@ -50,7 +50,7 @@ def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
     from rich.console import Console
     from rich.table import Table
 
-    from repro500.untrusted import shown
+    from repro500.untrusted import SENTENCE_CHARS, shown
     from repro500.verify import trend
     from repro500.verify.diff import short
 
@@ -85,10 +85,10 @@ def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
     console.print(table)
     for label, key in found.systems.items():
         described = ", ".join(f"{k.split('.', 1)[1]}={v}" for k, v in key.items() if v is not None)
-        console.print(f"  [dim]{shown(label)}: {shown(described)}[/]", highlight=False)
+        console.print(f"  [dim]{shown(label)}: {shown(described, SENTENCE_CHARS)}[/]", highlight=False)
     if several:
         for label, described in found.benchmarks.items():
-            console.print(f"  [dim]{shown(label)}: {shown(described)}[/]", highlight=False)
+            console.print(f"  [dim]{shown(label)}: {shown(described, SENTENCE_CHARS)}[/]", highlight=False)
     if found.skipped:
         console.print(f"  [dim]{len(found.skipped)} run(s) left out: "
-                      + "; ".join(shown(f"{s['run']}: {s['why']}") for s in found.skipped[:3]) + "[/]", highlight=False)
+                      + "; ".join(shown(f"{s['run']}: {s['why']}", SENTENCE_CHARS) for s in found.skipped[:3]) + "[/]", highlight=False)

@@ -69,9 +69,9 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
 
 def _progress(text: str) -> None:
     """A step as it happens, on stderr: stdout stays the answer."""
-    from repro500.untrusted import plain
+    from repro500.untrusted import SENTENCE_CHARS, plain
 
-    click.echo(f"repro500 locate: {plain(text)}", err=True)
+    click.echo(f"repro500 locate: {plain(text, SENTENCE_CHARS)}", err=True)
 
 
 def _g(value: Any) -> str:
@@ -98,7 +98,7 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
         return
     from rich.console import Console
 
-    from repro500.untrusted import shown
+    from repro500.untrusted import SENTENCE_CHARS, shown
 
     console = Console(emoji=False)
     a, b = answer["a"], answer["b"]
@@ -114,7 +114,7 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
                "nothing to replay step by step" if plan.pair.shape == "final state" else
                "the training steps agree: locate replays training steps, and these runs part after them "
                "(give --steps N to replay anyway)")
-        console.print(f"  {shown(why)}", highlight=False)  # an output's name is the run's word
+        console.print(f"  {shown(why, SENTENCE_CHARS)}", highlight=False)  # an output's name is the run's word
         return
     finding = answer["operator"]
     replays = finding["replays"]

@@ -50,12 +50,12 @@ def unpack(ctx: click.Context, archive: Path, dest: Path) -> None:
     from repro500.errors import EXIT_INVALID
     from repro500.rundir import archive as archives
     from repro500.rundir import sums as bundle
-    from repro500.untrusted import plain
+    from repro500.untrusted import SENTENCE_CHARS, plain
 
     target = archives.unpack(archive, dest)  # DEST/<run id>: the id is the archive's
     report = bundle.check_sums(target)
     click.echo(f"unpacked {plain(archive)} -> {plain(target)}")
     if not report.ok:
-        click.echo(f"repro500: error: {plain(target)} does not match its SHA256SUMS ({plain(report.describe())})", err=True)
+        click.echo(f"repro500: error: {plain(target)} does not match its SHA256SUMS ({plain(report.describe(), SENTENCE_CHARS)})", err=True)
         ctx.exit(EXIT_INVALID)
     click.echo(f"all {len(bundle.read_sums(target))} files match SHA256SUMS; next: repro500 verify {plain(target)}")

@@ -93,7 +93,7 @@ def _render(result: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from repro500.untrusted import shown
+    from repro500.untrusted import SENTENCE_CHARS, shown
 
     # the recipe's and the run's names and notes are data, never markup
 
@@ -122,7 +122,7 @@ def _render(result: Any) -> None:
         for what, found in (("band", (m.band or {}).get("until_decided")),
                             ("vs this run", (m.equivalence or {}).get("until_decided"))):
             if found and found.get("max_repeats") is None and found.get("reason"):
-                console.print(f"[yellow]until decided, {shown(m.metric)} {what}:[/] {shown(found['reason'])}")
+                console.print(f"[yellow]until decided, {shown(m.metric)} {what}:[/] {shown(found['reason'], SENTENCE_CHARS)}")
     for m in result.metrics:
         where = f"spread of {shown(m.metric)}: {shown(m.spread_from)}"
         if m.equivalence:
@@ -134,7 +134,7 @@ def _render(result: Any) -> None:
                   "and E\\[n], the repeats it is expected to stop after.")
     for m in result.metrics:
         for note in m.notes:
-            console.print(f"[yellow]note:[/] {shown(note)}")
+            console.print(f"[yellow]note:[/] {shown(note, SENTENCE_CHARS)}")
     console.print("Assumptions:")
     for line in result.assumptions:
-        console.print(f"  - {shown(line)}")
+        console.print(f"  - {shown(line, SENTENCE_CHARS)}")

@@ -41,7 +41,7 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
                 (without --force).
     """
     from repro500.publish.publication import publish as write_publication
-    from repro500.untrusted import plain
+    from repro500.untrusted import SENTENCE_CHARS, plain
 
     # the run's names, notes and the --benchmark/--citation text are printed through plain(): one line each
 
@@ -50,7 +50,7 @@ def publish(run_dir: Path, out: Path, benchmark: str | None, citation: str | Non
     click.echo(f"published {plain(run_dir)} -> {plain(result.path)} (metrics: {plain(', '.join(result.metrics))}; "
                f"the run's own verdict: {plain(result.status)})")
     for note in result.notes:
-        click.echo(f"note: {plain(note)}")
+        click.echo(f"note: {plain(note, SENTENCE_CHARS)}")
     # Three digests, each checked a different way: only the run's own goes to --expect-sums.
     click.echo(f"run SHA256SUMS sha256: {result.sums_digest} "
                f"(repro500 verify {result.archive.name} --expect-sums {result.sums_digest})")

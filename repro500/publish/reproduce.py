@@ -180,13 +180,13 @@ def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow
     if problems and not allow:
         # one line per difference (the error itself is one line), beside the error on stderr
         for line in problems:
-            print(f"  {untrusted.plain(line)}", file=sys.stderr)
+            print(f"  {untrusted.plain(line, untrusted.SENTENCE_CHARS)}", file=sys.stderr)
         raise InvalidInput(f"the data this experiment read is not the same here ({len(problems)} difference(s), one "
                            "a line above): put the published data in place (an input of the experiment's own "
                            "directory goes under OUT/source, or give --data-root holding a copy), or rerun anyway "
                            "with --allow-data-differences (the verdict then names each difference)")
     for line in problems:
-        console.print(f"[yellow]warning:[/] {untrusted.shown(line)}", highlight=False, soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {untrusted.shown(line, untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
     if recorded and not problems:
         console.print(f"  {len(recorded)} input(s) the command read match the published digests", highlight=False)
     return problems
@@ -523,7 +523,7 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
                   f"seed {untrusted.shown(pub.seed)}; archive sha256 {untrusted.shown(str(pub.index['archive']['sha256'])[:16])}",
                   highlight=False, soft_wrap=True)
     if pub.not_carried:  # publish --exclude: sealed digests, files left out of the archive
-        console.print(f"  {untrusted.shown(pub.integrity.notes[0])}", highlight=False, soft_wrap=True)
+        console.print(f"  {untrusted.shown(pub.integrity.notes[0], untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
     return src, (pub, checked), workdir
 
 
@@ -587,10 +587,10 @@ def _put_data(pub: opened.Publication, workdir: Path, src: sources.Source, data_
     for entry in pub.data:
         line, warning = _data(entry, workdir, src, data_root, tmp)
         lines.append(line)
-        console.print(f"  {untrusted.shown(line)}", highlight=False, soft_wrap=True)
+        console.print(f"  {untrusted.shown(line, untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
         if warning:
             warnings.append(warning)
-            console.print(f"[yellow]warning:[/] {untrusted.shown(warning)}", highlight=False, soft_wrap=True)
+            console.print(f"[yellow]warning:[/] {untrusted.shown(warning, untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
     return lines, warnings
 
 

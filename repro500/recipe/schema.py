@@ -281,6 +281,7 @@ def validate(data: Any, loc: Located) -> None:
             _check_value(data[key], int, key, loc)
     if data.get("repeats", 1) < 1:
         raise InvalidInput(f"{loc.where('repeats')}: repeats must be at least 1")
+    untrusted.count(data.get("repeats", 1), loc.where("repeats"))  # a publication's recipe plans seeds for each
     if data.get("seed", 0) < 0:
         raise InvalidInput(f"{loc.where('seed')}: seed must be a non-negative integer")
 

@@ -182,7 +182,7 @@ class RunDir:
         """Repeat summaries of 0..planned-1: the finished ones (completed or diverged: kept by
         ``--resume``), or every one that exists (failed and killed too, for the aggregate)."""
         out = {}
-        for k in range(planned):
+        for k in range(untrusted.count(planned, f"{self.file(RUN_JSON)}'s planned repeats")):
             doc = self.repeat_summary(k)
             if doc is not None and (not finished_only or doc.get("status") in FINISHED_STATUSES):
                 out[k] = doc

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from repro500.untrusted import shown, terminal_safe
+from repro500.untrusted import SENTENCE_CHARS, shown, terminal_safe
 from repro500.workloads.workload import Progress as Hooks
 
 
@@ -82,7 +82,7 @@ class Display:
 
     def finished(self, k: int, summary: dict[str, Any]) -> None:
         if not self.live:
-            error = f": {shown(summary['error'])}" if summary.get("error") else ""
+            error = f": {shown(summary['error'], SENTENCE_CHARS)}" if summary.get("error") else ""
             self.say(f"repeat {k} ({k + 1} of {self.planned}): {shown(summary.get('status'))}{error}")
 
     def table(self, name: str, summaries: dict[int, dict[str, Any]], metrics: list[str], *, trained: bool) -> None:

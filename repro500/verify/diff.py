@@ -27,7 +27,11 @@ from typing import Any
 
 from repro500.ext import specs
 from repro500.progress import human_bytes
-from repro500.untrusted import plain, shown  # what a diff prints, one of the two runs recorded
+from repro500.untrusted import (  # what a diff prints, one of the two runs recorded
+    SENTENCE_CHARS,
+    plain,
+    shown,
+)
 
 SCHEMA = "repro500/diff/v1"
 RELEVANT_IMPACT = 50
@@ -643,7 +647,7 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
             delta = _changed_list(d.a, d.b)
             table.add_row(shown(d.impact), shown(d.key or "(whole facet)"),
                           shown(short(d.a) if delta is None else f"{len(d.a)} items"),
-                          shown(short(d.b) if delta is None else delta), shown(d.reason), style=style)
+                          shown(short(d.b) if delta is None else delta), shown(d.reason, SENTENCE_CHARS), style=style)
         if low_shown > 15 and not show_all:
             table.caption = f"{low_shown - 15} more low-impact differences (use --all)"
         console.print(table)

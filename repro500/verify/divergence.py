@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import math
-import re
 import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -183,10 +182,9 @@ def _command_series(repeat: Path, declared: dict[str, Any]) -> tuple[list[dict[s
     for name, decl in declared.items():
         if not isinstance(decl, dict) or not isinstance(decl.get("regex"), str):
             continue
-        try:
-            pattern = re.compile(decl["regex"])
-        except re.error:
-            continue
+        # RE2 (linear time): the pattern and the output are the run's, and a publisher's pattern
+        # that backtracks would hang verify; one that RE2 refuses is a sentence (exit 4)
+        pattern = untrusted.pattern(decl["regex"], f"{repeat.parent.parent / layout.RECIPE} metrics.{name}.regex")
         group: int | str = "value" if "value" in pattern.groupindex else 1
         if group == 1 and pattern.groups != 1:
             continue

@@ -169,7 +169,7 @@ def _load_for_check(path: Path, result: IntegrityResult) -> dict[str, Any] | Non
     try:
         value = untrusted.load_json(untrusted.read_bytes(path, path.name), str(path))
     except (OSError, InvalidInput) as err:
-        result.problems.append(f"{path.name} is not readable JSON ({untrusted.plain(err) if isinstance(err, InvalidInput) else err.__class__.__name__})")
+        result.problems.append(f"{path.name} is not readable JSON ({untrusted.plain(err, untrusted.SENTENCE_CHARS) if isinstance(err, InvalidInput) else err.__class__.__name__})")
         return None
     if not isinstance(value, dict):
         result.problems.append(f"{path.name} is not a JSON object")
@@ -228,10 +228,10 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
     counts = run.planned_counts()
     valid = {}
     for where, value in counts.items():
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            valid[where] = value
-        else:
-            result.problems.append(f"{where} is {value!r}, not a number of repeats")
+        try:  # a count of 10^9 is a sentence here, before anything lists that many repeats
+            valid[where] = untrusted.count(value, where, least=1)
+        except InvalidInput as err:
+            result.problems.append(str(err))
     if len(set(valid.values())) > 1:
         shown = ", ".join(f"{where} {value}" for where, value in valid.items())
         result.problems.append(f"the planned number of repeats disagrees ({shown}): a repeat may have been dropped")
@@ -313,7 +313,7 @@ def _planned_torch_seed(plan: Any, k: int) -> Any:
 
 
 def _ks(ks: list[int]) -> str:
-    return ", ".join(str(k) for k in ks)
+    return untrusted.indices(ks)
 
 
 def check_aggregate(run: RunData, result: IntegrityResult) -> None:

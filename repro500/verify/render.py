@@ -22,7 +22,7 @@ from repro500.statuses import (
     SKIPPED,
     WARN,
 )
-from repro500.untrusted import shown
+from repro500.untrusted import SENTENCE_CHARS, shown
 
 if TYPE_CHECKING:  # the verdict module imports this one
     from repro500.verify.verdict import Verdict
@@ -44,27 +44,29 @@ def _g(value: Any, digits: int = 4) -> str:
 
 
 def _status(text: str) -> str:
-    return f"[{STYLES.get(text, 'bold')}]{shown(text)}[/]"
+    return f"[{STYLES.get(text, 'bold')}]{shown(text, SENTENCE_CHARS)}[/]"
 
 
 def render(verdict: Verdict, console: Console | None = None) -> None:
     """Print the verdict: status and why, then one short block per section."""
     console = console or Console(emoji=False)
+    headline = _status(verdict.status) + (" [bold green](exact)[/]" if verdict.exact else "")
+    if verdict.different_benchmark:  # never a bare REPRODUCED across benchmarks
+        headline += f" [bold yellow](different benchmark: {shown(verdict.different_benchmark)})[/]"
+    # The verdict's own line comes first, before any string the record chose, and the lines that
+    # name the run and the reference are cut at the terminal's width rather than wrapped: whatever a
+    # benchmark or a citation holds, it cannot start a line that reads as a verdict.
+    console.print(f"{headline}  (exit {verdict.exit_code})", no_wrap=True, overflow="ellipsis")
     head = f"[bold]repro500 verify[/] {shown(verdict.run_dir)}"
     against = verdict.against or {}
     if against:
         head += f"  against {shown(against.get('benchmark') or against.get('label') or against.get('path'))}"
-    console.print(f"{head}  (alpha = {verdict.alpha:g})", highlight=False)
+    console.print(f"{head}  (alpha = {verdict.alpha:g})", highlight=False, no_wrap=True, overflow="ellipsis")
     if against.get("source"):
-        citation = " ".join(str(against["source"].get("citation", "")).split())
-        citation = citation if len(citation) <= 110 else citation[:107] + "..."
-        console.print(f"  [dim]source: {shown(citation)}[/]", highlight=False)
-    headline = _status(verdict.status) + (" [bold green](exact)[/]" if verdict.exact else "")
-    if verdict.different_benchmark:  # never a bare REPRODUCED across benchmarks
-        headline += f" [bold yellow](different benchmark: {shown(verdict.different_benchmark)})[/]"
-    console.print(f"{headline}  (exit {verdict.exit_code})")
+        citation = shown(against["source"].get("citation", ""), 110)
+        console.print(f"  [dim]source: {citation}[/]", highlight=False, no_wrap=True, overflow="ellipsis")
     for reason in verdict.reasons[:6]:
-        console.print(f"  {shown(reason)}", highlight=False)
+        console.print(f"  {shown(reason, SENTENCE_CHARS)}", highlight=False)
     _integrity(verdict, console)
     if verdict.status == INVALID:
         _advice(verdict, console)
@@ -87,7 +89,7 @@ def _design(verdict: Verdict, console: Console) -> None:
     console.print(f"[bold]Sequential design[/]  {stopped} of up to {_g(d.get('max_repeats'))} repeats; decisions at {level} "
                   f"({_g(d.get('spending'))} spending of alpha {verdict.alpha:g}; docs/verify.md)", highlight=False)
     if d.get("stop_check"):
-        console.print(f"  stopping point: {shown(d['stop_check'])}", highlight=False)
+        console.print(f"  stopping point: {shown(d['stop_check'], SENTENCE_CHARS)}", highlight=False)
 
 
 def _variance(verdict: Verdict, console: Console) -> None:
@@ -111,7 +113,7 @@ def _variance(verdict: Verdict, console: Console) -> None:
         if result.dominant:
             console.print(f"  dominant source: {shown(result.dominant)}", highlight=False)
         for note in result.notes:
-            console.print(f"  [dim]{shown(note)}[/]", highlight=False)
+            console.print(f"  [dim]{shown(note, SENTENCE_CHARS)}[/]", highlight=False)
 
 
 def _integrity(verdict: Verdict, console: Console) -> None:
@@ -125,7 +127,7 @@ def _integrity(verdict: Verdict, console: Console) -> None:
                 " (listed above)" if verdict.status == INVALID else ": " + "; ".join(map(shown, check.problems[:3])))
         console.print(f"[bold]{label}[/]  {line}", highlight=False)
         for text in (check.warnings[:3] + check.notes[:2]):
-            console.print(f"  [dim]{shown(text)}[/]", highlight=False)
+            console.print(f"  [dim]{shown(text, SENTENCE_CHARS)}[/]", highlight=False)
 
 
 def _bands(verdict: Verdict, console: Console) -> None:
@@ -169,7 +171,7 @@ def _equivalence(verdict: Verdict, console: Console) -> None:
         console.print(f"    [dim]run {_g(t.get('mean_a'))} (n={_g(t.get('n_a'))}) vs reference {ref}; "
                       f"{shown(t.get('method'))}; margin from {shown(e.margin_source)}[/]", highlight=False)
         if t.get("design_reason"):  # which design decided, and why: paired by seed or not
-            console.print(f"    [dim]{shown(t['design_reason'])}[/]", highlight=False)
+            console.print(f"    [dim]{shown(t['design_reason'], SENTENCE_CHARS)}[/]", highlight=False)
 
 
 def _statistics(verdict: Verdict, console: Console) -> None:
@@ -221,7 +223,7 @@ def _other_sections(verdict: Verdict, console: Console) -> None:
 def _one_line(section: Any, title: str, console: Console) -> None:
     """A section told by its status and reason alone."""
     if section is not None:
-        console.print(f"[bold]{title}[/]  {_status(section.status)} {shown(section.reason)}", highlight=False)
+        console.print(f"[bold]{title}[/]  {_status(section.status)} {shown(section.reason, SENTENCE_CHARS)}", highlight=False)
 
 
 def _time_to_train(verdict: Verdict, console: Console) -> None:
@@ -234,16 +236,16 @@ def _time_to_train(verdict: Verdict, console: Console) -> None:
         om = ttq.get("olympic_mean")
         line = f"time_to_quality_s olympic mean {_g(om)}" if om is not None else f"time_to_quality_s mean {_g(ttq.get('mean'))}"
         line += f" (n={_g(ttq['n'])}); "
-    console.print(f"[bold]Time-to-train[/]  {line}{_status(t.status)} {shown(t.reason)}", highlight=False)
+    console.print(f"[bold]Time-to-train[/]  {line}{_status(t.status)} {shown(t.reason, SENTENCE_CHARS)}", highlight=False)
 
 
 def _determinism(verdict: Verdict, console: Console) -> None:
     d = verdict.determinism
     if d is None:
         return
-    console.print(f"[bold]Determinism[/]  {_status(d.status)} {shown(d.reason)}", highlight=False)
+    console.print(f"[bold]Determinism[/]  {_status(d.status)} {shown(d.reason, SENTENCE_CHARS)}", highlight=False)
     for text in d.notes[:2]:
-        console.print(f"  [dim]{shown(text)}[/]", highlight=False)
+        console.print(f"  [dim]{shown(text, SENTENCE_CHARS)}[/]", highlight=False)
     if d.cross_run:
         same = sum(1 for pair in d.cross_run if pair["identical"])
         console.print(f"  {same} of {len(d.cross_run)} repeat(s) sharing a seed with the reference end "
@@ -256,7 +258,7 @@ def _divergence(verdict: Verdict, console: Console) -> None:
         return
     # where the seeds differ from the reference's the reason says so first: no word before it
     state = ("[yellow]parted[/] " if v.status == FOUND else "" if v.seeds_differ else "[green]no divergence[/] ")
-    console.print(f"[bold]Where the runs part[/]  {state}{shown(v.reason)}", highlight=False)
+    console.print(f"[bold]Where the runs part[/]  {state}{shown(v.reason, SENTENCE_CHARS)}", highlight=False)
     if v.status == FOUND and v.first is not None and v.first.shape != "final state":  # nothing to replay there
         console.print("  [dim]repro500 locate names the first operator (docs/verify.md, \"Where two runs part\")[/]",
                       highlight=False)
@@ -276,7 +278,7 @@ def _exact_replay(verdict: Verdict, console: Console) -> None:
         return
     state = ("[bold green]exact[/]" if r.exact else
              "[yellow]not exact[/]" if r.metric_differences else "[dim]not exact[/]")
-    console.print(f"[bold]Exact replay[/]  {state} {shown(r.reason)}", highlight=False)
+    console.print(f"[bold]Exact replay[/]  {state} {shown(r.reason, SENTENCE_CHARS)}", highlight=False)
 
 
 def _provenance(verdict: Verdict, console: Console) -> None:
@@ -284,7 +286,7 @@ def _provenance(verdict: Verdict, console: Console) -> None:
     if p is None:
         return
     if not p.available:
-        console.print(f"[bold]Provenance[/]  {shown(p.note)}", highlight=False)
+        console.print(f"[bold]Provenance[/]  {shown(p.note, SENTENCE_CHARS)}", highlight=False)
         return
     relevant = f", {p.result_relevant} result-relevant" if p.result_relevant is not None else ""
     console.print(f"[bold]Provenance[/]  {p.total} difference(s) from the reference{relevant}", highlight=False)
@@ -294,7 +296,7 @@ def _provenance(verdict: Verdict, console: Console) -> None:
         key = f"{row['facet']}.{row['key']}" if row.get("key") else row["facet"]
         words = relevance(row["impact"]) if isinstance(row.get("impact"), int) else "impact"
         console.print(f"  {shown(key)}: {_g(row['run'])} vs {_g(row['reference'])}  [dim](impact "
-                      f"{_g(row['impact'])}, {shown(words)}: {shown(row['reason'])})[/]", highlight=False)
+                      f"{_g(row['impact'])}, {shown(words)}: {shown(row['reason'], SENTENCE_CHARS)})[/]", highlight=False)
 
 
 def _valid_flops(verdict: Verdict, console: Console) -> None:
@@ -310,9 +312,9 @@ def _valid_flops(verdict: Verdict, console: Console) -> None:
         f"repeat {_g(first['repeat'])}: {_g(first['flops_per_s'])} FLOP/s x ({_g(ratio[0])} / "
         f"{_g(ratio[1])})^{_g(first['exponent'])} = {_g(first['recomputed'])}", highlight=False)
     for text in f.mismatches[:2]:
-        console.print(f"  [yellow]{shown(text)}[/]", highlight=False)
+        console.print(f"  [yellow]{shown(text, SENTENCE_CHARS)}[/]", highlight=False)
 
 
 def _advice(verdict: Verdict, console: Console) -> None:
     for text in verdict.advice[:5]:
-        console.print(f"[cyan]advice[/]  {shown(text)}", highlight=False)
+        console.print(f"[cyan]advice[/]  {shown(text, SENTENCE_CHARS)}", highlight=False)

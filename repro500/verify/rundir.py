@@ -21,6 +21,16 @@ from repro500.statuses import REPEAT_COMPLETED
 DIRECTIONS = ("higher", "lower")
 
 
+def counted(value: Any, where: str) -> bool:
+    """Whether a count of repeats a record states may be used: at least 1 and within the bound of
+    :func:`repro500.untrusted.count` (integrity reports one that is not, once)."""
+    try:
+        untrusted.count(value, where, least=1)
+    except InvalidInput:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Criterion:
     """One acceptance criterion: ``metric`` must reach ``target`` within ``tolerance``."""
@@ -81,8 +91,8 @@ class RunData:
     @property
     def planned(self) -> int | None:
         """The planned number of repeats (integrity checks that every record agrees)."""
-        for value in self.planned_counts().values():
-            if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        for where, value in self.planned_counts().items():
+            if counted(value, where):
                 return value
         return None
 
@@ -93,7 +103,7 @@ class RunData:
         (verify/sequential.py re-derives the stopping point)."""
         design = (self.run or {}).get("design")
         stopped = design.get("stopped_at") if isinstance(design, dict) and design.get("kind") == "sequential" else None
-        limit = stopped if isinstance(stopped, int) and not isinstance(stopped, bool) and stopped >= 1 else self.planned
+        limit = stopped if counted(stopped, "run.json design.stopped_at") else self.planned
         return [k for k in range(limit or 0) if k not in self.repeats]
 
     @property
@@ -228,6 +238,7 @@ def load_run(path: str | Path) -> RunData:
     run = read_json(root / layout.RUN_JSON, layout.RUN_JSON) if (root / layout.RUN_JSON).exists() else None
     if run is not None:
         check_schema(run, layout.RUN_SCHEMA, root / layout.RUN_JSON)
+        _check_shapes(run, root / layout.RUN_JSON)
     manifest = read_json(root / layout.MANIFEST, "the manifest") if (root / layout.MANIFEST).exists() else None
     recipe = _read_recipe(root / layout.RECIPE)
     inputs = layout.read_optional_json(root / layout.INPUTS)
@@ -237,6 +248,20 @@ def load_run(path: str | Path) -> RunData:
         acceptance = parse_acceptance((recipe or {}).get("acceptance"), f"{root / layout.RECIPE}: acceptance")
     return RunData(path=root, summary=summary, repeats=repeats, run=run, manifest=manifest,
                    recipe=recipe, acceptance=acceptance, inputs=inputs)
+
+
+# run.json's records that readers walk as objects (a sequential or factorial design, the
+# reference a run decided against, ...) and as lists: another shape is refused here, once, rather
+# than met as an AttributeError by whichever reader comes to it first
+_OBJECTS = ("design", "reference", "compressor", "overrides", "mlflow")
+_LISTS = ("resumes", "argv")
+
+
+def _check_shapes(run: dict[str, Any], path: Path) -> None:
+    for key, kind, what in [*((k, dict, "an object") for k in _OBJECTS), *((k, list, "a list") for k in _LISTS)]:
+        value = run.get(key)
+        if value is not None and not isinstance(value, kind):
+            raise InvalidInput(f"{path}: {key} is {untrusted.plain(repr(value))[:60]}, not {what}: the file is corrupt")
 
 
 def _check_metrics(doc: dict[str, Any], path: Path) -> None:

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from repro500 import untrusted
 from repro500.statuses import FAIL, INCONCLUSIVE, NOT_REPRODUCED, PASS, REPRODUCED
 from repro500.verify import distributions as dist
 from repro500.verify import equivalence
@@ -38,6 +39,10 @@ MIN_REPEATS = 3  # the first look: the verdict's advice never trusts a spread fr
 SPENDING = ("obrien-fleming", "pocock")
 SIMULATED_PATHS = 200_000  # the calibration's Monte-Carlo error on alpha is about 0.0005
 SEED = 20261124
+# The most repeats a sequential design may plan: its levels are simulated as SIMULATED_PATHS rows of
+# one draw per repeat (1.6 GB of float64 at this bound), so a recorded max_repeats above it is refused
+# where it is read (and --until-decided --max-repeats above it where it is given).
+MAX_DESIGN_REPEATS = 1_000
 
 
 def spent(t: float, alpha: float, spending: str = "obrien-fleming") -> float:
@@ -135,15 +140,22 @@ def level_at(n: int, max_repeats: int, alpha: float, spending: str = "obrien-fle
     return nominal_levels(max_repeats, alpha, spending, MIN_REPEATS, reference_repeats)[counts.index(n)]
 
 
+def bounds(design_doc: dict[str, Any]) -> tuple[int, int]:
+    """(max_repeats, min_repeats) of a recorded design, each a count within untrusted's bound:
+    the looks and the simulated levels allocate a row per repeat (InvalidInput otherwise)."""
+    top = untrusted.count(design_doc.get("max_repeats"), "run.json design.max_repeats", MAX_DESIGN_REPEATS, least=1)
+    return top, untrusted.count(design_doc.get("min_repeats", MIN_REPEATS), "run.json design.min_repeats", top, least=1)
+
+
 def level_of(design_doc: dict[str, Any], n: int, alpha: float | None = None) -> float | None:
     """The nominal level of the look after *n* repeats of a recorded design: the levels run.json
     recorded, or (another alpha) computed for it."""
-    counts = looks(int(design_doc["max_repeats"]), int(design_doc.get("min_repeats", MIN_REPEATS)))
+    counts = looks(*bounds(design_doc))
     recorded_levels = design_doc.get("nominal_levels")
     if (alpha is None or alpha == design_doc.get("alpha")) and isinstance(recorded_levels, list) \
             and len(recorded_levels) == len(counts):
         return float(recorded_levels[counts.index(n)]) if n in counts else None
-    return level_at(n, int(design_doc["max_repeats"]), float(design_doc["alpha"] if alpha is None else alpha),
+    return level_at(n, bounds(design_doc)[0], float(design_doc["alpha"] if alpha is None else alpha),
                     str(design_doc.get("spending", "obrien-fleming")), design_doc.get("reference_repeats"))
 
 
@@ -183,9 +195,9 @@ def stop_check(run: Any, design_doc: dict[str, Any], alpha: float, ref: Any = No
     must have stopped at the first look that decided (or at its maximum), or a repeat was
     dropped or added after the fact."""
     values = {k: run.repeats[k] for k in sorted(run.repeats)}
-    stopped, top = design_doc.get("stopped_at"), int(design_doc["max_repeats"])
+    stopped, (top, least) = design_doc.get("stopped_at"), bounds(design_doc)
     first = None
-    for n in looks(top, int(design_doc.get("min_repeats", MIN_REPEATS))):
+    for n in looks(top, least):
         if n > len(values):
             break
         partial = type(run)(path=run.path, summary={}, repeats=dict(list(values.items())[:n]),

@@ -319,6 +319,10 @@ def _decision_level(verdict: Verdict, run: RunData, given: Reference | None, alp
     design = sequential.recorded(run.run)
     if design is None:
         return alpha, []
+    try:  # its counts, before a look or a level is computed from them
+        sequential.bounds(design)
+    except InvalidInput as err:
+        return alpha, [str(err)]
     problems, checked = _check_stop(run, design, given)
     if problems:
         return alpha, problems

@@ -77,7 +77,7 @@ class Watch:
 
     def say(self, text: str) -> None:
         """A line of its own: a step that starts or ends.  *text* may hold the publication's names."""
-        self._console.print(PREFIX + untrusted.shown(text), highlight=False, soft_wrap=True)
+        self._console.print(PREFIX + untrusted.shown(text, untrusted.SENTENCE_CHARS), highlight=False, soft_wrap=True)
 
     def run(self, cmd: list[str], *, doing: str, done: str, waiting: str, tool: str | None = None,
             total: int | None = None) -> subprocess.CompletedProcess[str]:
@@ -135,12 +135,12 @@ class Watch:
                     continue
                 text = relayed(line, self._secrets) if tool and line else None
                 taken_up += bool(text and _TAKEN_UP.match(text))
-                last_text = f" - {tool}: {untrusted.shown(text)}" if text else last_text
+                last_text = f" - {tool}: {untrusted.shown(text, untrusted.SENTENCE_CHARS)}" if text else last_text
                 so_far = f", {taken_up} of {total} distributions taken up" if total and taken_up else ""
                 if status is not None:  # one line, redrawn: the time, and what the installer said last
                     status.update(f"{waiting}: {seconds(now - started)}{so_far}{last_text}")
                 elif text:
-                    self._console.print(f"  {tool}: {untrusted.shown(text)}", highlight=False, soft_wrap=True)
+                    self._console.print(f"  {tool}: {untrusted.shown(text, untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
                     last_said = now
                 elif now - last_said >= self._quiet_s:
                     self._console.print(f"  still {waiting}: {seconds(now - started)}{so_far}", highlight=False,

@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import statistics
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.errors import InvalidInput, RunFailed
+
+Regex = Any  # what untrusted.pattern compiles: an RE2 pattern, with re.Pattern's methods
 
 SOURCES = ("auto", "mlflow", "mllog", "regex", "json")
 # The order of preference for a declaration without a source: what the script logs to
@@ -105,14 +107,11 @@ class MetricDecl:
             compile_regex(self.regex, where)
 
 
-def compile_regex(pattern: Any, where: str) -> re.Pattern[str]:
-    """A metric regex: it compiles and has exactly one group, or a named group ``value``."""
-    if not isinstance(pattern, str) or not pattern:
-        raise InvalidInput(f"{where}: regex must be a non-empty string")
-    try:
-        compiled = re.compile(pattern)
-    except re.error as err:
-        raise InvalidInput(f"{where}: regex {pattern!r} does not compile ({err})") from None
+def compile_regex(pattern: Any, where: str) -> Regex:
+    """A metric regex: it compiles (with RE2, :func:`repro500.untrusted.pattern`: a recipe may come
+    from a publication, and verify replays it over every line of the output) and has exactly one
+    group, or a named group ``value``."""
+    compiled = untrusted.pattern(pattern, where)
     if "value" not in compiled.groupindex and compiled.groups != 1:
         raise InvalidInput(
             f"{where}: regex {pattern!r} has {compiled.groups} groups; it needs exactly one group "
@@ -144,7 +143,7 @@ def _number(text: Any) -> float | None:
 
 
 # ----- regular expressions over stdout / stderr -----------------------------------------------
-def regex_values(lines: Iterable[str], pattern: re.Pattern[str]) -> tuple[list[float], list[str]]:
+def regex_values(lines: Iterable[str], pattern: Regex) -> tuple[list[float], list[str]]:
     """Every match on every line: (numbers, captured texts that are not numbers)."""
     values: list[float] = []
     bad: list[str] = []
