@@ -74,16 +74,20 @@ _IMPORT_KEYS = (("fixed", "model"), ("fixed", "dataset", "entry"), ("fixed", "da
                 ("fixed", "system", "dataset", "name"))
 
 
-def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> BinaryIO:
+def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES, *, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading when it is a regular file of at most ``cap`` bytes (``what``
-    names it in errors); FileNotFoundError passes through, anything else is InvalidInput."""
+    names it in errors); FileNotFoundError passes through, anything else is InvalidInput.  With
+    ``follow=False`` a link is refused too (a publication's own file is a file, never a link)."""
     path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
     try:
         # O_NONBLOCK: opening a FIFO for reading must not wait for a writer; checked just below
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as err:
+        if not follow and os.path.islink(path):
+            raise InvalidInput(f"{path} is a link, not a file: {what} is refused") from None
         raise InvalidInput(f"{path} cannot be read ({err.strerror or err.__class__.__name__}): {what}") from None
     handle = os.fdopen(fd, "rb")
     info = os.fstat(handle.fileno())
