@@ -18,8 +18,9 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from helpers.rundirs import make_manifest, make_run
-from helpers.runs import repro500
+from helpers.runs import PLUGIN, repro500
 
 from repro500 import recorded_paths
 from repro500.errors import InvalidInput
@@ -234,3 +235,99 @@ def test_the_structural_check_finds_what_it_looks_for() -> None:
                 'PurePosixPath(item.get("out"))'):
         assert _unresolved(ast.parse(bad)), bad
     assert not _unresolved(ast.parse('Path(recorded_paths.resolve(entry["path"], field="f", file="r", root=root))'))
+
+
+# ----- trust follows the run -----------------------------------------------------------------------
+MARKER_ENV = "CONSENT_MARKER"
+EVIL = ("import os\nos.environ.get('CONSENT_MARKER') and open(os.environ['CONSENT_MARKER'], 'w').write('ran')\n"
+        + PLUGIN)
+
+
+@pytest.fixture(scope="module")
+def packed_plugin_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A publisher's packed run of a plug-in model whose module writes the marker when imported,
+    made on the publisher's machine (their own repro500 state directory)."""
+    proj = tmp_path_factory.mktemp("publisher")
+    (proj / "evilmod.py").write_text(EVIL)
+    recipe = {
+        "schema": "repro500/recipe/v1", "name": "evil",
+        "fixed": {"workload": "classification", "model": "evilmod:build", "model_options": {"width": 8},
+                  "dataset": {"entry": "evilmod:make", "params": {"samples": 32, "seed": 1}},
+                  "target": {"metric": "accuracy", "value": 0.999}, "epochs": 1},
+        "mutable": {"batch_size": 16, "eval_batch_size": 32, "optimizer": {"name": "sgd", "lr": 0.1}, "threads": 1},
+        "acceptance": {"accuracy": {"target": 0.5, "tolerance": 0.5}}, "repeats": 2, "seed": 5,
+    }
+    (proj / "evil.yaml").write_text(yaml.safe_dump(recipe))
+    env = {"REPRO500_STATE_DIR": str(proj / "publisher-state")}
+    ran = repro500("run", "evil.yaml", "--same-seed", "--no-tracking", "--run-id", "r", cwd=proj, env=env)
+    assert ran.returncode in (0, 1, 3), ran.stdout + ran.stderr
+    assert list((proj / "publisher-state" / "own-runs").iterdir())  # the publisher's machine knows it as its own
+    packed = repro500("pack", "runs/r", "-o", str(proj / "r.tar.gz"), cwd=proj, env=env)
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    return proj / "r.tar.gz"
+
+
+def _victim(tmp_path: Path, packed: Path) -> tuple[Path, dict[str, str]]:
+    env = {"REPRO500_STATE_DIR": str(tmp_path / "victim-state"), MARKER_ENV: str(tmp_path / "MARKER")}
+    done = repro500("unpack", str(packed), "--dest", "u", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return tmp_path / "u" / "r", env
+
+
+def test_an_unpacked_run_stays_foreign_locate_asks_the_same_consent(tmp_path: Path, packed_plugin_run: Path) -> None:
+    run, env = _victim(tmp_path, packed_plugin_run)
+    done = repro500("locate", str(run), "--steps", "1", cwd=tmp_path, env=env)
+    text = _said(done)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, text
+    assert "did not make" in text and "evilmod.py" in text and "--run-code" in text, text
+    assert not (tmp_path / "MARKER").exists()
+
+
+def test_resuming_an_unpacked_run_asks_the_consent_before_anything_runs(tmp_path: Path, packed_plugin_run: Path) -> None:
+    run, env = _victim(tmp_path, packed_plugin_run)
+    meta = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**meta, "status": "interrupted"}))  # as a publisher may ship it
+    before = (run / "run.json").read_text()
+    done = repro500("run", "--resume", str(run), "--no-tracking", cwd=tmp_path, env=env)
+    text = _said(done)
+    assert done.returncode == 2 and "did not make" in text and "--run-code" in text, text
+    assert not (tmp_path / "MARKER").exists() and (run / "run.json").read_text() == before
+
+
+def test_a_run_is_ones_own_only_as_this_machine_sealed_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro500 import untrusted
+    from repro500.rundir import layout
+
+    monkeypatch.setenv("REPRO500_STATE_DIR", str(tmp_path / "state"))
+    run = make_run(tmp_path / "runs", "mine")
+    (run / "source").mkdir()
+    (run / "source" / "nets.py").write_text("WIDTH = 8\n")
+    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN  # sealed by a helper, not by repro500 run
+    layout.RunDir(run).seal()
+    assert untrusted.origin_of(run) == untrusted.OWN_RUN
+    (run / "source" / "nets.py").write_text("import os\n")  # the code changed since the seal
+    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    (run / "source" / "nets.py").write_text("WIDTH = 8\n")
+    (run / "source" / "extra.py").write_text("import os\n")  # a module added beside it
+    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    (run / "source" / "extra.py").unlink()
+    assert untrusted.origin_of(run) == untrusted.OWN_RUN
+    monkeypatch.setenv("REPRO500_STATE_DIR", str(tmp_path / "elsewhere"))  # another machine
+    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+
+
+def test_a_run_killed_before_its_seal_is_still_ones_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from repro500 import untrusted
+
+    monkeypatch.setenv("REPRO500_STATE_DIR", str(tmp_path / "state"))
+    run = make_run(tmp_path / "runs", "mine")
+    (run / "SHA256SUMS").unlink()  # killed before the runner sealed it
+    (run / "source").mkdir()
+    (run / "source" / "nets.py").write_text("WIDTH = 8\n")
+    digest = hashlib.sha256(b"WIDTH = 8\n").hexdigest()
+    (run / "source.json").write_text(json.dumps({"files": [{"path": "nets.py", "sha256": digest, "copied": True}]}))
+    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    untrusted.record_own_run(run)  # what the runner does once the manifest is written
+    assert untrusted.origin_of(run) == untrusted.OWN_RUN
+    (run / "source" / "nets.py").write_text("import os\n")
+    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
