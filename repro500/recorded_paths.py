@@ -85,9 +85,9 @@ def resolve(text: Any, *, field: str, file: Any, root: str | Path | None = None,
     A relative path is taken under ``root`` (default: the working directory) and must resolve
     there, links followed; with ``anywhere`` (a recorded input or data path read where the run read
     it, never written) an absolute path or one through ``..`` is allowed too, and is then checked
-    as resolved like any other.  Refused
-    (InvalidInput, one sentence naming ``field`` and ``file``): see the module docstring.  The
-    path returned is the one to use (``root / text``, not resolved), so messages show it as named."""
+    as resolved like any other.  What is refused (InvalidInput, one sentence naming ``field`` and
+    ``file``) is in the module docstring.  The path returned is the one to use (``root / text``,
+    not resolved), so that messages show it as the record named it."""
     path = _lexical(text, field, file, anywhere)
     base = Path(root) if root is not None else Path(".")
     candidate = Path(path) if path.is_absolute() else base / path

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -331,3 +332,48 @@ def test_a_run_killed_before_its_seal_is_still_ones_own(tmp_path: Path, monkeypa
     assert untrusted.origin_of(run) == untrusted.OWN_RUN
     (run / "source" / "nets.py").write_text("import os\n")
     assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+
+
+def test_from_git_a_dvc_remote_inside_the_repository_cannot_replace_the_checked_recipe(tmp_path: Path) -> None:
+    """The same attack from a git source: the forged recipe arrives by dvc pull from a remote the
+    repository itself holds."""
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@e.org", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@e.org", DVC_NO_ANALYTICS="1")
+
+    def sh(*args: str) -> None:
+        done = subprocess.run(list(args), cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"{args}: {done.stdout}{done.stderr}"
+
+    repo = tmp_path / "repo"
+    (repo / "publication").mkdir(parents=True)
+    forged = FORGED.encode()
+    (repo / "publication" / "recipe.yaml").write_bytes(forged)
+    sh("git", "init", "-q")
+    for args in (["init", "-q"], ["remote", "add", "-d", "store", "dvcstore"], ["add", "-q", "publication/recipe.yaml"],
+                 ["push", "-q"]):
+        sh(sys.executable, "-m", "dvc", *args)
+    _publication(repo, [_entry("publication/recipe.yaml", forged)], name="pubs/ref")
+    (repo / ".gitignore").write_text("/runs/\n")
+    sh("git", "add", "-A")
+    sh("git", "commit", "-qm", "publication and its data remote")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    done = repro500("reproduce", f"file://{repo}", "--path", "pubs/ref", "--out", "OUT", cwd=victim, timeout=180)
+    text = _said(done)
+    assert done.returncode == 4 and "publication/recipe.yaml" in text and "publication's own files" in text, text
+    assert not list(victim.rglob("PUBLISHER-CODE-RAN"))
+    if (victim / "OUT" / "publication" / "recipe.yaml").exists():
+        assert (victim / "OUT" / "publication" / "recipe.yaml").read_bytes() == (repo / "pubs/ref/recipe.yaml").read_bytes()
+
+
+def test_a_data_root_holding_the_publication_never_serves_its_own_files_as_data(tmp_path: Path) -> None:
+    """Standing in the publication (the default --data-root . is then the publication itself), a
+    data path naming one of its own files is refused, not copied from there."""
+    first = _publication(tmp_path / "dry", [])
+    recipe = (first / "recipe.yaml").read_bytes()  # what publish will write again for the same run
+    pub = _publication(tmp_path / "publisher", [_entry("recipe.yaml", recipe)])
+    assert (pub / "recipe.yaml").read_bytes() == recipe
+    done = repro500("reproduce", ".", "--out", str(tmp_path / "OUT"), cwd=pub, timeout=120)
+    text = _said(done)
+    assert done.returncode == 4 and "publication's own files" in text, text
+    assert not (tmp_path / "OUT" / "recipe.yaml").exists()

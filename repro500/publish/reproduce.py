@@ -535,6 +535,7 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     if src.kind == "bundle":
         pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
     index = opened.read_index(pub_dir)
+    opened.own_files(pub_dir, index)  # a link among them is refused before published.yaml is read for --margin
     _check_margins(pub_dir, margins)
     workdir = Path(out) if out is not None else Path("reproductions") / untrusted.path_name(index.get("run_id"), "run id")
     made = [d for d in (workdir, *workdir.parents) if not d.exists()]
