@@ -87,16 +87,20 @@ _IMPORT_KEYS = (("fixed", "model"), ("fixed", "dataset", "entry"), ("fixed", "da
                 ("fixed", "system", "dataset", "name"))
 
 
-def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> BinaryIO:
+def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES, *, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading when it is a regular file of at most ``cap`` bytes (``what``
-    names it in errors); FileNotFoundError passes through, anything else is InvalidInput."""
+    names it in errors); FileNotFoundError passes through, anything else is InvalidInput.  With
+    ``follow=False`` a link is refused too (a publication's own file is a file, never a link)."""
     path = Path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else os.O_NOFOLLOW)
     try:
         # O_NONBLOCK: opening a FIFO for reading must not wait for a writer; checked just below
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as err:
+        if not follow and os.path.islink(path):
+            raise InvalidInput(f"{path} is a link, not a file: {what} is refused") from None
         raise InvalidInput(f"{path} cannot be read ({err.strerror or err.__class__.__name__}): {what}") from None
     handle = os.fdopen(fd, "rb")
     info = os.fstat(handle.fileno())
@@ -109,9 +113,9 @@ def open_regular(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> 
     return handle
 
 
-def read_bytes(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES) -> bytes:
+def read_bytes(path: str | Path, what: str, cap: int = MAX_DOCUMENT_BYTES, *, follow: bool = True) -> bytes:
     """The bytes of the regular file ``path`` (see :func:`open_regular`)."""
-    with open_regular(path, what, cap) as handle:
+    with open_regular(path, what, cap, follow=follow) as handle:
         data = _read_upto(handle, cap + 1)
     if len(data) > cap:  # grew while being read
         raise InvalidInput(f"{path} is over the {cap:,}-byte cap for {what}: refused")
@@ -414,11 +418,107 @@ def terminal_safe(text: str) -> str:
 
 
 # ----- code: whether code that somebody else's run chose may run here (the consent) ---------------
-# Where a run came from.  A run directory of this machine is the user's own; a publication and a
-# packed run are somebody else's, and what they chose to run runs only with --run-code.
-OWN_RUN, PACKED_RUN, PUBLICATION = "run", "bundle", "publication"
-FOREIGN = frozenset({PACKED_RUN, PUBLICATION})
-_WHOSE = {PACKED_RUN: "this packed run", PUBLICATION: "this publication"}
+# Where a run came from.  A run directory this machine's repro500 sealed is the user's own; a
+# publication, a packed run and any other run directory (unpacked, extracted, downloaded, copied)
+# are somebody else's, and what they chose to run runs only with --run-code.
+OWN_RUN, PACKED_RUN, PUBLICATION, FOREIGN_RUN = "run", "bundle", "publication", "foreign run"
+FOREIGN = frozenset({PACKED_RUN, PUBLICATION, FOREIGN_RUN})
+_WHOSE = {PACKED_RUN: "this packed run", PUBLICATION: "this publication",
+          FOREIGN_RUN: "this run directory, which repro500 on this machine did not make (unpacked, extracted, "
+                       "downloaded or copied),"}
+STATE_ENV = "REPRO500_STATE_DIR"  # where repro500 keeps what it knows of this machine (its own runs)
+_OWN_RUNS = "own-runs"
+_SUMS, _SOURCE, _RECIPE, _SOURCE_INDEX = "SHA256SUMS", "source", "recipe.yaml", "source.json"
+
+
+def state_dir(*parts: str) -> Path:
+    """``$REPRO500_STATE_DIR``, else ``$XDG_STATE_HOME/repro500``, else ``~/.local/state/repro500``
+    (not the cache: deleting it only makes one's own runs ask for consent again)."""
+    base = os.environ.get(STATE_ENV)
+    if base:
+        return Path(base).joinpath(*parts)
+    xdg = os.environ.get("XDG_STATE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "state").joinpath("repro500", *parts)
+
+
+def _identity(root: Path) -> tuple[str, dict[str, str]] | None:
+    """(a key for the run directory as this machine's repro500 would have recorded it, the SHA-256
+    of each file of its code that key vouches for), or None when it cannot be read.  A sealed run:
+    its digest list's SHA-256, and what that list says of ``recipe.yaml`` and ``source/``.  A run
+    not sealed yet (killed before its seal): its manifest, recipe and ``source.json`` together, and
+    what ``source.json`` says of each file copied into ``source/``."""
+    import hashlib
+
+    try:
+        data = read_bytes(root / _SUMS, "the digest list", follow=False)
+    except FileNotFoundError:
+        data = None
+    except (OSError, InvalidInput):
+        return None
+    if data is not None:
+        lines = {}
+        for line in data.decode("utf-8", "replace").splitlines():
+            digest, sep, rel = line.partition("  ")
+            if sep and not line.startswith("#") and (rel == _RECIPE or rel.startswith(_SOURCE + "/")):
+                lines[rel] = digest
+        return "sealed-" + hashlib.sha256(data).hexdigest(), lines
+    try:
+        parts = [read_bytes(root / name, name, follow=False) for name in ("manifest.json", _RECIPE)]
+        index = read_bytes(root / _SOURCE_INDEX, _SOURCE_INDEX, follow=False) \
+            if os.path.lexists(root / _SOURCE_INDEX) else b""
+    except (OSError, InvalidInput):
+        return None
+    key = hashlib.sha256(b"\0".join([*parts, index])).hexdigest()
+    files = (load_json(index, _SOURCE_INDEX) if index else {}) or {}
+    lines = {_RECIPE: hashlib.sha256(parts[1]).hexdigest()}
+    for entry in files.get("files") or [] if isinstance(files, dict) else []:
+        if isinstance(entry, dict) and entry.get("copied") and isinstance(entry.get("path"), str):
+            lines[f"{_SOURCE}/{entry['path']}"] = str(entry.get("sha256"))
+    return "started-" + key, lines
+
+
+def record_own_run(run_dir: str | Path) -> None:
+    """Remember that this machine's repro500 made ``run_dir`` as it now is (the runner calls it
+    once the manifest is written and after every seal): a record in the user's state directory,
+    keyed by the run's identity (:func:`_identity`), which no archive, publication or download can
+    write.  Best effort: without it the run is only asked consent for, as somebody else's."""
+    identity = _identity(Path(run_dir))
+    if identity is None:
+        return
+    try:
+        folder = state_dir(_OWN_RUNS)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / identity[0]).write_text(str(Path(run_dir).resolve()) + "\n", encoding="utf-8")
+    except OSError:
+        pass
+
+
+def origin_of(run_dir: str | Path) -> str:
+    """:data:`OWN_RUN` when this machine's repro500 made the run directory as it is (its identity
+    recorded by :func:`record_own_run`, and its code, ``recipe.yaml`` and every file under
+    ``source/``, exactly the files that identity vouches for), else :data:`FOREIGN_RUN`.  A run
+    unpacked from an archive, extracted from a publication, downloaded from MLflow or copied from
+    elsewhere stays foreign, whatever its files say; one's own run packed and unpacked is one's own."""
+    import hashlib
+
+    root = Path(run_dir)
+    identity = _identity(root)
+    if identity is None or not state_dir(_OWN_RUNS, identity[0]).is_file():
+        return FOREIGN_RUN
+    lines = identity[1]
+    present = [_RECIPE] if os.path.lexists(root / _RECIPE) else []
+    for dirpath, dirnames, filenames in os.walk(root / _SOURCE):
+        links = [name for name in dirnames if os.path.islink(os.path.join(dirpath, name))]  # never vouched for
+        present += [Path(dirpath, name).relative_to(root).as_posix() for name in (*filenames, *links)]
+    if sorted(present) != sorted(lines):
+        return FOREIGN_RUN  # code added or taken away since this machine recorded the run
+    for rel in present:
+        try:
+            if hashlib.sha256(read_bytes(root / rel, rel, follow=False)).hexdigest() != lines[rel]:
+                return FOREIGN_RUN
+        except (OSError, InvalidInput):
+            return FOREIGN_RUN
+    return OWN_RUN
 
 
 def consent(run_code: bool, runs: str | None, *, origin: str = PUBLICATION, review: str = "it",

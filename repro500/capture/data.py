@@ -19,6 +19,7 @@ entries as JSON.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from repro500 import progress as shown
+from repro500 import recorded_paths
 from repro500.capture import md5mb
 from repro500.capture.cache import cache_dir
 from repro500.capture.hardware import usable_cpus
@@ -61,14 +63,19 @@ class _File:
 
 
 def md5_file(path: str | os.PathLike[str], on_bytes: Callable[[int], None] | None = None,
-             stop: threading.Event | None = None) -> str:
-    """Plain MD5 of a file's bytes (DVC 3's file hash), read in 1 MiB chunks."""
+             stop: threading.Event | None = None, limit: int | None = None) -> str:
+    """Plain MD5 of a file's bytes (DVC 3's file hash), read in 1 MiB chunks.  With ``limit`` (the
+    size the file was listed with), reading stops as soon as it yields more: a file that streams
+    past its stated size (a kernel file, one being written) is never read without end."""
     digest = hashlib.md5()
     buf = bytearray(_CHUNK_BYTES)
     view = memoryview(buf)
-    pending = 0
+    pending = total = 0
     with open(path, "rb", buffering=0) as fh:
         while n := fh.readinto(buf):
+            total += n
+            if limit is not None and total > limit:
+                raise md5mb.ChangedWhileHashing(errno.EFBIG, "grew past its listed size", os.fspath(path))
             digest.update(view[:n])
             pending += n
             if stop is not None and stop.is_set():
@@ -231,7 +238,7 @@ def _hash_all(files: list[_File], jobs: int, progress: bool, deadline: float | N
         try:
             if len(order) >= MULTIBUFFER_MIN_FILES and md5mb.available():
                 return _hash_multibuffer([f.abspath for f in order], jobs, on_bytes)
-            return _hash_threads([f.abspath for f in order], jobs, on_bytes)
+            return _hash_threads([f.abspath for f in order], jobs, on_bytes, {f.abspath: f.size for f in order})
         except md5mb.ChangedWhileHashing as err:
             raise InvalidInput(f"data file '{err.filename}' changed while it was being hashed: hash it "
                                "once nothing writes to it") from None
@@ -273,12 +280,13 @@ def _parallel(func: Callable[..., Any], items: list[Any], workers: int) -> list[
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _hash_threads(paths: list[str], jobs: int,
-                  on_bytes: Callable[[int], None] | None) -> dict[str, str]:
-    """hashlib, one file per thread (few or huge files)."""
+def _hash_threads(paths: list[str], jobs: int, on_bytes: Callable[[int], None] | None,
+                  sizes: dict[str, int] | None = None) -> dict[str, str]:
+    """hashlib, one file per thread (few or huge files), each read no further than its listed size."""
+    sizes = sizes or {}
     if jobs <= 1 or len(paths) == 1:
-        return {p: md5_file(p, on_bytes) for p in paths}
-    digests = _parallel(lambda p, stop: md5_file(p, on_bytes, stop), paths, min(jobs, len(paths)))
+        return {p: md5_file(p, on_bytes, limit=sizes.get(p)) for p in paths}
+    digests = _parallel(lambda p, stop: md5_file(p, on_bytes, stop, sizes.get(p)), paths, min(jobs, len(paths)))
     return dict(zip(paths, digests, strict=True))
 
 
@@ -345,6 +353,11 @@ def digest_paths(
     return entries
 
 
+def size_of(path: str | os.PathLike[str]) -> int:
+    """The bytes of a file, or of a directory's files, from the listing alone (nothing is read)."""
+    return sum(f.size for f in _list_files(os.fspath(path))[1])
+
+
 def digest_path(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The digest entry of one file or directory (see :func:`digest_paths`)."""
     return digest_paths([path])[0]
@@ -358,7 +371,12 @@ def compare(entries: Iterable[dict[str, Any]]) -> list[str]:
     """
     problems = []
     for entry in entries:
-        path = str(entry["path"])
+        try:  # someone else's record may name /proc/self/pagemap, ".", a FIFO: refused, never read
+            path = str(recorded_paths.resolve(entry.get("path"), field="data path", file="the manifest",
+                                              anywhere=True))
+        except InvalidInput as err:
+            problems.append(str(err))
+            continue
         if not os.path.exists(path):
             problems.append(f"data path '{path}' recorded in the manifest is missing here")
             continue

@@ -44,6 +44,9 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
 @click.option("--rdzv-endpoint", metavar="HOST:PORT", help="torchrun rendezvous endpoint for --nnodes > 1 (usually node 0).")
 @click.option("--resume", type=click.Path(file_okay=False, exists=False), metavar="RUN_DIR",
               help="Complete an interrupted run: rerun only its missing repeats, with the same seeds.")
+@click.option("--run-code", is_flag=True,
+              help="With --resume: consent to run the code of a run this machine's repro500 did not make (unpacked, "
+                   "extracted, downloaded or copied; docs/trust.md). Read its recipe.yaml and source/ first.")
 @click.option("--tracking/--no-tracking", default=None,
               help="Log to MLflow (MLFLOW_TRACKING_URI, default sqlite:///mlflow.db). Default: on, or the --params file's "
                    "run.tracking; a resumed run keeps its own choice (a contrary flag is refused).")
@@ -71,7 +74,8 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
-        nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, tracking: bool | None,
+        nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, run_code: bool,
+        tracking: bool | None,
         experiment: str | None, artifacts: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
         max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float], vary: str | None,
         repeats_per_cell: int | None) -> None:
@@ -104,9 +108,13 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
     if resume:
         _refuse_with_resume(ctx)
+    elif run_code:
+        raise UsageError("--run-code goes with --resume: it consents to a run directory that this machine's repro500 "
+                         "did not make (your own recipe needs no consent)")
     options = RunOptions(recipe=recipe_path, adhoc=adhoc, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
-                         open_division=open_division, resume=resume, nproc=nproc, tracking=tracking,
+                         open_division=open_division, resume=resume, run_code=run_code, nproc=nproc,
+                         tracking=tracking,
                          experiment=experiment, artifacts=artifacts, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
                          rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
                          sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro500 import untrusted
 from repro500.capture.seeds import pair_repeats
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import archive as archives
@@ -106,4 +107,6 @@ def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[
     if run is None or not check.ok:
         shown = "; ".join(check.problems[:2]).replace(str(root), str(given))
         raise InvalidInput(f"{what} {given} is not what its run wrote: {shown}")
-    return run, kind
+    # a run directory is one's own only when this machine's repro500 sealed it: one unpacked from
+    # an archive (repro500 unpack), extracted or downloaded stays somebody else's
+    return run, untrusted.origin_of(root) if kind == "run" else kind

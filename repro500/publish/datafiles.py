@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import untrusted
-from repro500.capture.data import digest_path
+from repro500 import recorded_paths, untrusted
+from repro500.capture.data import digest_path, size_of
 from repro500.data.layout import GENERATOR_PREFIX
 from repro500.errors import InvalidInput, ReproError
 from repro500.rundir import atomic
@@ -94,18 +95,6 @@ class DataPlan:
     @property
     def regenerable(self) -> bool:
         return all(e.generate for e in self.entries)
-
-
-def safe_relpath(text: Any, what: str) -> PurePosixPath:
-    """A relative POSIX path without ``..``: anything else could write outside the work directory."""
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput(f"{what} is {text!r}: expected a relative path")
-    path = PurePosixPath(text)
-    if path.is_absolute() or text.startswith("\\") or (len(text) > 1 and text[1] == ":"):
-        raise InvalidInput(f"{what} {text!r} is an absolute path: a reproduction only writes inside its directory")
-    if ".." in path.parts:
-        raise InvalidInput(f"{what} {text!r} leaves its directory with '..': refusing it")
-    return path
 
 
 def _attr(h5: Any, name: str) -> Any:
@@ -182,11 +171,11 @@ def describe(manifest: dict[str, Any], data_root: str | Path, *, recorded: dict[
             entry.generate, entry.note = recorded[entry.path].generate, recorded[entry.path].note
             continue
         try:
-            rel = safe_relpath(entry.path, "data path")
+            local = recorded_paths.resolve(entry.path, field="data path", file="the run's manifest", root=root)
         except InvalidInput as err:
             entry.note = str(err)
             continue
-        local = root / rel
+        rel = PurePosixPath(entry.path)
         if not local.exists():
             entry.note = f"{entry.path} is not under {root}: its generator parameters could not be read"
             continue
@@ -314,7 +303,7 @@ def check_spec(spec: Any, where: str) -> dict[str, Any]:
     """Validate a spec read from a publication (it comes from someone else)."""
     if not isinstance(spec, dict) or set(spec) - set(SPEC_KEYS):
         raise InvalidInput(f"{where} must be a mapping with keys {', '.join(SPEC_KEYS)}")
-    safe_relpath(spec.get("out"), f"{where}.out")
+    recorded_paths.relative(spec.get("out"), field="out", file=where)
     for key, kind in (("kind", str), ("seed", int), ("split", str), ("samples", int), ("shard", str),
                       ("compression", str)):
         if not isinstance(spec.get(key), kind) or isinstance(spec.get(key), bool):
@@ -336,15 +325,17 @@ def check_spec(spec: Any, where: str) -> dict[str, Any]:
     return CheckedSpec(spec)
 
 
-def regenerate(spec: dict[str, Any], root: str | Path) -> Path:
-    """Write the file of ``spec`` under ``root`` (replacing one that is there); returns its path.
+def regenerate(spec: dict[str, Any], root: str | Path, never: Sequence[Path] = ()) -> Path:
+    """Write the file of ``spec`` under ``root`` (replacing one that is there), never into the
+    places ``never`` names (a publication's snapshot); returns its path.
 
     A spec read from someone else's file (:class:`CheckedSpec`) writes at most what is left of the
     size recorded for its data path (InvalidInput before a sample is drawn when it cannot fit, or
     as soon as the file grows past it); any spec needs its file's room free before it starts."""
     from repro500.data.generate import generate, most_file_bytes, parse_shard
 
-    out = Path(root) / safe_relpath(spec["out"], "data path")
+    out = recorded_paths.resolve(spec["out"], field="generate.out", file="a generation spec", root=root,
+                                 never=never)
     shard = parse_shard(spec["shard"])
     budget = spec.budget if isinstance(spec, CheckedSpec) else None
     max_bytes = budget.max_bytes() if budget is not None else None
@@ -381,6 +372,11 @@ def generate_command(spec: dict[str, Any]) -> str | None:
     return " ".join(shlex.quote(a) for a in args + ["--force"])
 
 
-def md5_matches(path: Path, md5: str) -> bool:
-    """True when ``path`` exists and its DVC-compatible md5 is ``md5``."""
-    return os.path.exists(path) and digest_path(path)["md5"] == md5
+def md5_matches(path: Path, md5: str, size: Any = None) -> bool:
+    """True when ``path`` exists and its DVC-compatible md5 is ``md5``; a path whose listed size is
+    not the recorded ``size`` (when one is recorded) is not read at all."""
+    if not os.path.exists(path):
+        return False
+    if isinstance(size, int) and not isinstance(size, bool) and size_of(path) != size:
+        return False
+    return digest_path(path)["md5"] == md5

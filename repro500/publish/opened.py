@@ -8,14 +8,16 @@ says it left out accounted for, repro500.rundir.excluded), and every number of
 
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import untrusted
+from repro500 import recorded_paths, untrusted
 from repro500.digest import file_digest
 from repro500.errors import InvalidInput
-from repro500.publish.datafiles import DataEntry, check_entries, safe_relpath
+from repro500.publish.datafiles import DataEntry, check_entries
 from repro500.publish.publication import (
     INDEX,
     MANIFEST,
@@ -101,7 +103,7 @@ def own_files(root: Path, index: dict[str, Any]) -> list[str]:
     writes, as its SHA256SUMS lists them.  A listed file of another name (a module, a script) or
     one that is not a regular file is refused, before anything is copied or read."""
     try:
-        archive = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
+        archive = str(recorded_paths.relative(index["archive"]["name"], field="archive.name", file=root / INDEX))
     except (KeyError, TypeError):
         raise InvalidInput(f"{root / INDEX} lacks archive.name: not a complete publication") from None
     own = {*OWN_FILES, archive}
@@ -118,19 +120,71 @@ def own_files(root: Path, index: dict[str, Any]) -> list[str]:
     return listed
 
 
-def open_publication(root: str | Path, workdir: str | Path) -> Publication:
+def snapshot(src: Path, dest: Path) -> bool:
+    """Copy the publication at ``src`` into ``dest``, its private snapshot: each of its own files
+    (:func:`own_files`) read once through a descriptor that follows no link and is a regular file
+    under its cap, written anew and made read-only, then the directory too.  Everything after reads
+    the snapshot only (check = use): what ``src`` holds later, or holds beside its own files, is
+    never seen.  Whether a copy was made (not when ``dest`` is ``src`` itself)."""
+    index = read_index(src)
+    names = own_files(src, index)
+    if dest.resolve() == src.resolve():
+        return False  # reproducing into the directory that already holds this snapshot
+    if dest.exists() or dest.is_symlink():
+        remove_snapshot(dest)
+    dest.mkdir(parents=True)
+    archive = str(index["archive"]["name"])
+    for name in names:
+        cap = untrusted.unpack_cap() if name == archive else untrusted.MAX_DOCUMENT_BYTES
+        try:
+            handle = untrusted.open_regular(src / name, f"the publication's {name}", cap, follow=False)
+        except FileNotFoundError:
+            continue  # reported as missing when the snapshot is checked
+        with handle, open(dest / name, "xb") as out:
+            shutil.copyfileobj(handle, out, 1 << 20)
+    read_only(dest)
+    return True
+
+
+def read_only(root: Path) -> None:
+    """Make every file and directory under ``root`` read-only (what was checked stays as checked:
+    no later step of this repro500 can write into it by mistake)."""
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            if not os.path.islink(path):
+                os.chmod(path, 0o444)
+    for dirpath, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
+        os.chmod(dirpath, 0o555)
+
+
+def remove_snapshot(path: Path) -> None:
+    """Remove a snapshot made by :func:`snapshot` (its directories are read-only)."""
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    for dirpath, _, _ in os.walk(path):
+        os.chmod(dirpath, 0o755)
+    shutil.rmtree(path)
+
+
+def open_publication(root: str | Path, workdir: str | Path, snapshot_dir: str | Path | None = None) -> Publication:
     """Check the publication at ``root`` and unpack its run into ``workdir``; InvalidInput on any mismatch.
 
-    Nothing in the publication is executed: YAML is read with ``yaml.safe_load``, the archive
-    is unpacked with :func:`repro500.archives.unpack` (which refuses path escapes and links).
+    The publication is first copied into ``snapshot_dir`` (default ``workdir/publication``) by
+    :func:`snapshot`, and only the snapshot is checked and read from then on; the packed run is
+    unpacked from the snapshot's archive and made read-only too.  Nothing in the publication is
+    executed: YAML is read with ``yaml.safe_load``, the archive is unpacked with
+    :func:`repro500.archives.unpack` (which refuses path escapes and links).
     """
-    root = Path(root)
+    target = Path(snapshot_dir) if snapshot_dir is not None else Path(workdir) / "publication"
+    snapshot(Path(root), target)
+    root = target
     index = read_index(root)
     own_files(root, index)
     sums = bundle.check_sums(root)
-    if sums.modified or sums.missing:  # extra files are what ran in the directory (data/, runs/, dvc.lock)
-        changed = bundle.IntegrityReport(modified=sums.modified, missing=sums.missing).describe()
-        raise InvalidInput(f"publication {root} was changed after repro500 publish wrote it ({changed}): "
+    if not sums.ok:  # the snapshot holds its own files only: anything else is a change
+        raise InvalidInput(f"publication {root} was changed after repro500 publish wrote it ({sums.describe()}): "
                            "obtain an untouched copy")
     try:
         run_meta = index["run"]
@@ -150,6 +204,7 @@ def open_publication(root: str | Path, workdir: str | Path) -> Publication:
     design = run_design(run.run or {})
     if "design" in run_meta and run_meta["design"] != design:
         raise InvalidInput(f"{root / INDEX}: run.design differs from the packed run's design")
+    read_only(reference)
     return Publication(root=root, index=index, reference=reference, data=data, repeats=repeats, seed=seed,
                        integrity=check, not_carried=not_carried, design=design)
 
@@ -158,7 +213,7 @@ def _unpack_run(root: Path, index: dict[str, Any], workdir: str | Path) -> tuple
     """(the packed run unpacked into ``workdir``, its integrity check, the files it left out), after
     the archive's digest, its SHA256SUMS' digest and the gate publish ran are all checked."""
     try:
-        archive_name = str(safe_relpath(index["archive"]["name"], "publication.json: archive.name"))
+        archive_name = str(recorded_paths.relative(index["archive"]["name"], field="archive.name", file=root / INDEX))
         archive_sha = index["archive"]["sha256"]
     except (KeyError, TypeError):
         raise InvalidInput(f"{root / INDEX} lacks archive.name, archive.sha256 or run: not a complete publication") from None
@@ -211,7 +266,16 @@ def _check_params(path: Path, run_meta: dict[str, Any], run: Any) -> tuple[list[
         raise InvalidInput(f"{path}: run.repeats/run.seed differ from the packed run's")
     if set(params["run"]) - {"repeats", "seed"}:
         raise InvalidInput(f"{path}: run may only hold repeats and seed")
-    return check_entries(params["data"], run.manifest or {}, path), int(repeats), int(seed)
+    entries = check_entries(params["data"], run.manifest or {}, path)
+    # where the reproduction puts each data path: under OUT (the snapshot's parent), never on the
+    # snapshot itself, never the whole of OUT or of the working directory
+    for i, entry in enumerate(entries):
+        recorded_paths.resolve(entry.path, field=f"data[{i}].path", file=path, root=path.parent.parent,
+                               never=[path.parent])
+        for j, spec in enumerate(entry.generate or []):
+            recorded_paths.resolve(spec["out"], field=f"data[{i}].generate[{j}].out", file=path,
+                                   root=path.parent.parent, never=[path.parent])
+    return entries, int(repeats), int(seed)
 
 
 def _check_recipe_paths(recipe: dict[str, Any], where: Path) -> None:
@@ -220,4 +284,5 @@ def _check_recipe_paths(recipe: dict[str, Any], where: Path) -> None:
         value = dataset.get(key)
         for item in value if isinstance(value, list) else [value]:
             if item is not None:
-                safe_relpath(item, f"{where}: fixed.dataset.{key}")
+                recorded_paths.resolve(item, field=f"fixed.dataset.{key}", file=where, root=where.parent.parent,
+                                       never=[where.parent])

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from repro500 import __version__, untrusted
+from repro500 import __version__, recorded_paths, untrusted
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
@@ -376,6 +376,18 @@ def publish(
     return _publish(run_path, out, benchmark, citation, url, margins, data_root, force, exclude)
 
 
+def _check_data_paths(manifest: dict[str, Any], shown: Path, data_root: str | Path) -> None:
+    """Every data path and declared input the manifest records is one a reproduction may look for
+    (repro500.recorded_paths): a kernel file, a FIFO or the directory as a whole is refused before
+    anything reads it or anything is written."""
+    data = (manifest.get("facets") or {}).get("data") or {}
+    for key in ("entries", "inputs"):
+        for i, entry in enumerate(data.get(key) or []):
+            recorded_paths.resolve(entry.get("path") if isinstance(entry, dict) else None,
+                                   field=f"facets.data.{key}[{i}].path", file=shown / rundir.MANIFEST,
+                                   root=data_root, anywhere=True)
+
+
 def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None, url: str | None,
              margins: dict[str, float] | None, data_root: str | Path, force: bool,
              exclude: Sequence[str], shown: Path | None = None) -> PublishResult:
@@ -383,6 +395,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
 
     _check_destination(root, out, force)
     run, left_out = _publishable_run(root, exclude, shown)
+    _check_data_paths(run.manifest or {}, shown or root, data_root)
     verdict = verify_run(root)
     metrics, used, notes = published_metrics(run, margins)
     plan = describe(run.manifest, data_root, recorded=read_specs(root, run.manifest))

@@ -35,10 +35,10 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
-from repro500 import untrusted
+from repro500 import recorded_paths, untrusted
 from repro500.capture.data import compare
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
@@ -55,7 +55,7 @@ from repro500.errors import (
 from repro500.publish import opened, rebuild
 from repro500.publish import publication as pubs
 from repro500.publish import source as sources
-from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
+from repro500.publish.datafiles import DataEntry, md5_matches, regenerate
 from repro500.redact import redact_url
 from repro500.rundir import atomic
 from repro500.rundir import layout as rundir
@@ -92,91 +92,118 @@ def _console(console: Any) -> Any:
     return console
 
 
-def _copy_publication(src: Path, dest: Path) -> bool:
-    """Copy the publication's own files (those ``repro500 publish`` writes, each listed in its
-    SHA256SUMS and a regular file) into ``dest``; a listed file of any other name is refused: a
-    publication carries no module, script or data of its own beside the packed run.  Whether a
-    copy was written (not when ``dest`` is the publication itself)."""
+def _make_room(src: Path, dest: Path) -> None:
+    """Take away the snapshot an earlier reproduction of the same publication left in ``dest``
+    (:func:`opened.snapshot` makes a fresh one); the reproduction of another publication there is
+    a usage error."""
+    if not (dest.exists() or dest.is_symlink()) or dest.resolve() == src.resolve():
+        return
     index = opened.read_index(src)
-    names = opened.own_files(src, index)
-    if dest.resolve() == src.resolve():
-        return False  # reproducing into the directory that already holds this copy
-    if dest.exists():
-        try:
-            previous = opened.read_index(dest)
-        except InvalidInput:
-            previous = None
-        if previous is None or (previous.get("archive") or {}).get("sha256") != (index.get("archive") or {}).get("sha256"):
-            raise UsageError(f"{dest.parent} already holds the reproduction of another publication: choose another --out")
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    for name in names:
-        if (src / name).is_file():  # a missing one is reported by open_publication
-            shutil.copyfile(src / name, dest / name, follow_symlinks=False)
-    return True
+    try:
+        previous = opened.read_index(dest)
+    except InvalidInput:
+        previous = None
+    if previous is None or (previous.get("archive") or {}).get("sha256") != (index.get("archive") or {}).get("sha256"):
+        raise UsageError(f"{dest.parent} already holds the reproduction of another publication: choose another --out")
+    opened.remove_snapshot(dest)
 
 
-def _data(entry: DataEntry, workdir: Path, src: sources.Source, data_root: Path, tmp: Path) -> tuple[str, str | None]:
+@dataclass(frozen=True)
+class _Places:
+    """Where the paths a publication names may land (repro500.recorded_paths): the reproduction's
+    directory and the reproducer's data root, never the snapshot, and never the publication's own
+    files where the data root holds them (the default ``.`` standing in the publication)."""
+
+    workdir: Path
+    data_root: Path
+    never: tuple[Path, ...]
+
+    @classmethod
+    def of(cls, pub: opened.Publication, src: sources.Source, workdir: Path, data_root: Path) -> _Places:
+        own = [src.path / name for name in (*bundle.read_sums(pub.root), bundle.SUMS_NAME)] \
+            if src.path.is_dir() else [src.path]
+        return cls(workdir, data_root, (pub.root, *own))
+
+    def out(self, text: Any, field: str, file: Any) -> Path:
+        return recorded_paths.resolve(text, field=field, file=file, root=self.workdir, never=self.never)
+
+    def local(self, text: Any, field: str, file: Any) -> Path:
+        return recorded_paths.resolve(text, field=field, file=file, root=self.data_root, never=self.never)
+
+
+def _data(entry: DataEntry, places: _Places, src: sources.Source, tmp: Path, where: Path) -> tuple[str, str | None]:
     """Put one data path into the reproduction; (what was done, warning or None)."""
-    rel = safe_relpath(entry.path, "data path")
-    target = workdir / rel
-    if md5_matches(target, entry.md5):
+    target = places.out(entry.path, "data path", where)
+    if md5_matches(target, entry.md5, entry.size_bytes):
         return f"{entry.path}: already in place (md5 {entry.md5[:12]} matches)", None
     if entry.generate:
         for spec in entry.generate:
-            regenerate(spec, workdir)
-        if md5_matches(target, entry.md5):
+            regenerate(spec, places.workdir, never=places.never)
+        if md5_matches(target, entry.md5, entry.size_bytes):
             return f"{entry.path}: regenerated from its generator parameters (md5 {entry.md5[:12]} matches)", None
         return (f"{entry.path}: regenerated, but not byte-identical to the published data",
                 f"{entry.path} regenerated with a different md5 than the published {entry.md5}: the generator "
                 "differs here (the provenance diff shows it); the result may still reproduce")
-    local = data_root / rel
-    if local.resolve() != target.resolve() and md5_matches(local, entry.md5):
+    local = places.local(entry.path, "data path", where)
+    if local.resolve() != target.resolve() and md5_matches(local, entry.md5, entry.size_bytes):
         sources.copy_data(local, target)
         return f"{entry.path}: copied from {local} (md5 {entry.md5[:12]} matches)", None
     if src.git is not None:
+        rel = recorded_paths.relative(entry.path, field="data path", file=where)
         project = sources.dvc_pull(src.git, [rel.as_posix()], tmp)
-        if not md5_matches(project / rel, entry.md5):
+        # the pulled copy lies in the extracted commit, whose files are the publisher's: only a
+        # regular file or directory under it, never a link out of it, is taken
+        pulled = recorded_paths.resolve(entry.path, field="data path", file=where, root=project)
+        if not md5_matches(pulled, entry.md5, entry.size_bytes):
             raise InvalidInput(f"{entry.path} pulled with DVC does not have the published md5 {entry.md5}")
-        sources.copy_data(project / rel, target)
+        sources.copy_data(pulled, target)
         return f"{entry.path}: pulled with DVC from {src.git.url} (md5 {entry.md5[:12]} matches)", None
     why = f" ({entry.note})" if entry.note else ""
     raise InvalidInput(f"data {entry.path} (md5 {entry.md5}) cannot be recreated{why}: put a copy at {local} "
                        "(or pass --data-root), or reproduce from a git repository whose DVC remote holds it")
 
 
-def _recorded_inputs(pub: opened.Publication, workdir: Path) -> list[tuple[dict[str, Any], PurePosixPath | None]]:
+def _recorded_inputs(pub: opened.Publication, places: _Places) -> list[tuple[dict[str, Any], Path, Path | None]]:
     """The inputs the publisher's command read (declared in the manifest's data facet, observed
-    in inputs.json), each where this reproduction will read it, with its path inside the
-    experiment's directory (then it is read from ``OUT/source``; anywhere else, the same path)."""
+    in inputs.json), each where this reproduction will read it (repro500.recorded_paths), with
+    where a copy under ``--data-root`` would be (an input inside the experiment's directory: it is
+    read from ``OUT/source``; anywhere else, the same path): (the entry as placed, where, the copy)."""
     manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
     observed = rundir.read_optional_json(pub.reference / rundir.INPUTS)
     root = rundir.read_optional_json(pub.reference / SOURCE_INDEX).get("root")
-    entries = [*(((manifest.get("facets") or {}).get("data") or {}).get("inputs") or []),
-               *(observed.get("observed") or [])]
+    declared = (((manifest.get("facets") or {}).get("data") or {}).get("inputs") or [])
+    entries = [*((entry, rundir.MANIFEST) for entry in declared),
+               *((entry, rundir.INPUTS) for entry in observed.get("observed") or [])]
     placed = []
-    for entry in entries:
-        path, rel = Path(str(entry.get("path"))), None
-        if root and path.is_absolute() and path.is_relative_to(root):
-            rel = safe_relpath(path.relative_to(root).as_posix(), "input path")
-            path = workdir / "source" / rel
-        placed.append(({**entry, "path": str(path)}, rel))
+    for entry, file in entries:
+        text, local = entry.get("path") if isinstance(entry, dict) else None, None
+        where = f"the packed run's {file}"
+        if isinstance(root, str) and isinstance(text, str) and Path(text).is_absolute() \
+                and Path(text).is_relative_to(root):
+            rel = Path(text).relative_to(root).as_posix()
+            path = recorded_paths.resolve(rel, field="input path", file=where, root=places.workdir / "source",
+                                          never=places.never)
+            local = places.local(rel, "input path", where)
+        else:
+            path = recorded_paths.resolve(text, field="input path", file=where, anywhere=True, never=places.never)
+        placed.append(({**entry, "path": str(path)}, path, local))
     return placed
 
 
-def _check_inputs(pub: opened.Publication, workdir: Path, data_root: Path, allow: bool, console: Any) -> list[str]:
+def _check_inputs(pub: opened.Publication, places: _Places, allow: bool, console: Any) -> list[str]:
     """The reproducer's copies of the command's inputs against the published digests, before
     anything runs; one line each that differs or is missing.  An input the publisher kept inside
     the experiment's directory (gitignored data, say) but that the publication does not carry is
     copied into ``OUT/source`` from ``--data-root`` when a copy there has the published md5."""
-    recorded = _recorded_inputs(pub, workdir)
-    for entry, rel in recorded:
-        target, local = Path(entry["path"]), data_root / rel if rel is not None else None
-        if local is not None and local.resolve() != target.resolve() and not md5_matches(target, entry.get("md5", "")) \
-                and md5_matches(local, entry.get("md5", "")):
+    recorded = _recorded_inputs(pub, places)
+    for entry, target, local in recorded:
+        md5, size = entry.get("md5", ""), entry.get("size")
+        if local is not None and local.resolve() != target.resolve() and not md5_matches(target, md5, size) \
+                and md5_matches(local, md5, size):
             sources.copy_data(local, target)
-            console.print(f"  {untrusted.shown(rel)}: copied from {untrusted.shown(local)} into the experiment's directory (md5 matches)", highlight=False)
-    problems = compare([entry for entry, _ in recorded])
+            console.print(f"  {untrusted.shown(target.relative_to(places.workdir / 'source'))}: copied from "
+                          f"{untrusted.shown(local)} into the experiment's directory (md5 matches)", highlight=False)
+    problems = compare([entry for entry, _, _ in recorded])
     if problems and not allow:
         # one line per difference (the error itself is one line), beside the error on stderr
         for line in problems:
@@ -244,11 +271,15 @@ def _place_source(pub: opened.Publication, workdir: Path) -> Path | None:
     target = workdir / "source"
     # Over what is there: data the reproducer put beside the code (inputs the publication does not
     # carry) stays; every published file is written anew.
-    shutil.copytree(src, target, symlinks=False, dirs_exist_ok=True)
+    # by content, not mode: the snapshot's files are read-only, the experiment's copy is its own
+    shutil.copytree(src, target, symlinks=False, dirs_exist_ok=True, copy_function=shutil.copyfile)
+    for dirpath, _, _ in os.walk(target):
+        os.chmod(dirpath, 0o755)
     # A packed run stores every file 0644: scripts the command runs directly get their bit back.
     for entry in rundir.read_optional_json(pub.reference / SOURCE_INDEX).get("files") or []:
         if entry.get("executable") and entry.get("copied"):
-            path = target / safe_relpath(entry.get("path"), "source.json path")
+            path = recorded_paths.resolve(entry.get("path"), field="files[].path", file="the packed run's source.json",
+                                          root=target)
             if path.is_file() and not path.is_symlink():
                 path.chmod(path.stat().st_mode | 0o111)
     return target
@@ -259,8 +290,10 @@ def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, s
     directory (``src``), now inside ``OUT/source``, before the reproducer's own entries."""
     manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
     recorded = ((manifest.get("facets") or {}).get("experiment") or {}).get("pythonpath") or {}
-    inside = [str((placed / rel).resolve()) for rel in recorded.get("inside") or []
-              if (placed / safe_relpath(rel, "experiment.pythonpath")).resolve().is_relative_to(placed.resolve())]
+    # "." is the experiment's directory itself, which is on the path as a whole
+    inside = [str((placed if rel == "." else recorded_paths.resolve(
+        rel, field="experiment.pythonpath.inside", file="the packed run's manifest", root=placed)).resolve())
+        for rel in recorded.get("inside") or []]
     entries = [*inside, *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     return {"PYTHONPATH": os.pathsep.join(entries)} if entries else {}
 
@@ -502,23 +535,27 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     if src.kind == "bundle":
         pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
     index = opened.read_index(pub_dir)
+    opened.own_files(pub_dir, index)  # a link among them is refused before published.yaml is read for --margin
     _check_margins(pub_dir, margins)
     workdir = Path(out) if out is not None else Path("reproductions") / untrusted.path_name(index.get("run_id"), "run id")
     made = [d for d in (workdir, *workdir.parents) if not d.exists()]
     workdir.mkdir(parents=True, exist_ok=True)
-    copied = False
+    snapshot = workdir / "publication"
+    made_snapshot = False
     try:
-        copied = _copy_publication(pub_dir, workdir / "publication")
-        pub = opened.open_publication(workdir / "publication", tmp / "reference")
+        _make_room(pub_dir, snapshot)
+        made_snapshot = snapshot.resolve() != pub_dir.resolve()
+        pub = opened.open_publication(pub_dir, tmp / "reference", snapshot)
         checked = check(pub, workdir)
     except (InvalidInput, UsageError) as err:
-        if copied:
-            shutil.rmtree(workdir / "publication", ignore_errors=True)
+        if made_snapshot and snapshot.exists():
+            with contextlib.suppress(OSError):
+                opened.remove_snapshot(snapshot)
         for folder in made:  # deepest first: only what this command created, and only when empty
             with contextlib.suppress(OSError):
                 folder.rmdir()
         given = str(src.path) if src.kind == "publication" else src.label
-        raise type(err)(str(err).replace(str(workdir / "publication"), given)) from None
+        raise type(err)(str(err).replace(str(snapshot), given)) from None
     console.print(f"publication checked: run {untrusted.shown(pub.run_id)}, {untrusted.shown(pub.repeats)} repeats, "
                   f"seed {untrusted.shown(pub.seed)}; archive sha256 {untrusted.shown(str(pub.index['archive']['sha256'])[:16])}",
                   highlight=False, soft_wrap=True)
@@ -583,9 +620,10 @@ def _put_data(pub: opened.Publication, workdir: Path, src: sources.Source, data_
               allow_data_differences: bool, console: Any) -> tuple[list[str], list[str]]:
     """The command's inputs checked and every data path put in place: (one line each, warnings)."""
     lines, warnings = [], []
-    warnings += _check_inputs(pub, workdir, data_root, allow_data_differences, console)
+    places = _Places.of(pub, src, workdir, data_root)
+    warnings += _check_inputs(pub, places, allow_data_differences, console)
     for entry in pub.data:
-        line, warning = _data(entry, workdir, src, data_root, tmp)
+        line, warning = _data(entry, places, src, tmp, pub.params)
         lines.append(line)
         console.print(f"  {untrusted.shown(line, untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
         if warning:

@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import untrusted
+from repro500 import recorded_paths, untrusted
 from repro500.errors import InvalidInput, UsageError
-from repro500.publish.datafiles import safe_relpath
 from repro500.publish.publication import INDEX, OWN_FILES
 from repro500.rundir import archive
 from repro500.rundir import archive as archives
@@ -223,7 +222,7 @@ def _archive_of(index: Any, where: str) -> tuple[str | None, int]:
     name = meta.get("name") if isinstance(meta, dict) else None
     if not isinstance(name, str):
         return None, cap
-    rel = safe_relpath(name, f"{where}: archive.name")
+    rel = recorded_paths.relative(name, field="archive.name", file=where)
     if not untrusted.path_depth_ok(rel.parts) or any(p.lower() == ".git" for p in rel.parts):
         raise InvalidInput(f"{where}: archive.name {untrusted.plain(name[:200])!r} is not a file a publication has")
     recorded = meta.get("bytes")
@@ -286,7 +285,7 @@ def extract_all(checkout: GitCheckout, dest: Path) -> Path:
         if not _regular_blob(item) or any(p.lower() == ".git" for p in parts):
             checkout.skipped.append(rel)  # submodules and symbolic links
             continue
-        safe_relpath(rel, f"{checkout.url}: tree entry")
+        recorded_paths.relative(rel, field="tree entry", file=checkout.url)
         files.append((rel, item))
         if len(files) > MAX_TREE_FILES:
             raise InvalidInput(f"{where} holds more than {MAX_TREE_FILES:,} files: too many to extract for dvc pull, "
@@ -342,7 +341,7 @@ def resolve(source: str, tmp: Path, *, rev: str | None = None, subpath: str | No
             raise UsageError(f"{source} holds several publications ({', '.join(f or '.' for f in found)}): "
                              "choose one with --path")
         subpath = found[0]
-    subpath = "" if subpath in ("", ".") else safe_relpath(subpath.strip("/"), "--path").as_posix()
+    subpath = "" if subpath in ("", ".") else recorded_paths.relative(subpath.strip("/"), field="--path", file=source).as_posix()
     target = extract(checkout, subpath, tmp / "publication")
     if checkout.lfs_pointers:
         shown = ", ".join(checkout.lfs_pointers[:3])

@@ -141,6 +141,17 @@ def is_publication_dir(path: str | Path) -> bool:
     return (path / PUBLICATION_INDEX).is_file() and not (path / rundir.RUN_JSON).is_file()
 
 
+def _own_files_are_files(root: Path, names: list[str]) -> None:
+    """Every file the publication lists (and its index, digest list and archive) is a regular file
+    of its own: a link (``published.yaml -> ../forged.yaml``), a FIFO or a device among them is a
+    refusal, never followed nor skipped (InvalidInput)."""
+    for name in names:
+        path = root / name
+        if (path.is_symlink() or path.exists()) and not untrusted.regular_file(path):
+            raise InvalidInput(f"publication {root}: {untrusted.plain(name)} is not a regular file (a link, a FIFO "
+                               "or a device): the publication is refused")
+
+
 def publication_of(path: str | Path) -> PackedIn | None:
     """The publication ``path`` is (a directory holding ``publication.json``) or whose archive it
     is (the archive ``publication.json`` beside it names), checked as far as it vouches for the
@@ -165,6 +176,7 @@ def publication_of(path: str | Path) -> PackedIn | None:
         return None  # another archive in the same directory
     if "/" in name or name in ("", ".", ".."):
         raise InvalidInput(f"{index_path}: archive.name {name!r} is not a file beside it")
+    _own_files_are_files(root, [*bundle.read_sums(root), bundle.SUMS_NAME, PUBLICATION_INDEX, name])
     sums = bundle.check_sums(root)
     if sums.modified or sums.missing or PUBLICATION_INDEX not in bundle.read_sums(root):
         changed = bundle.IntegrityReport(modified=sums.modified, missing=sums.missing).describe() or \

@@ -209,8 +209,12 @@ class RunDir:
         return read_optional_json(self.file(INPUTS))
 
     def seal(self) -> Path:
-        """(Re)write the digest list over every covered file (repro500.rundir.sums)."""
-        return bundle.write_sums(self.path)
+        """(Re)write the digest list over every covered file (repro500.rundir.sums), and remember
+        that this machine's repro500 made the run as it now is: only such a run is one's own, whose
+        code runs without consent (repro500.untrusted.origin_of)."""
+        sums = bundle.write_sums(self.path)
+        untrusted.record_own_run(self.path)
+        return sums
 
 
 # ----- the reading rules every reader shares -------------------------------------------------------

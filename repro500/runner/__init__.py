@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from repro500 import redact
+from repro500 import redact, untrusted
 from repro500.errors import REPRODUCTION_ENV, InvalidInput, UsageError
 from repro500.recipe import load as recipes
 from repro500.recipe.fields import recipe_yaml, scrub_recipe
@@ -113,13 +113,31 @@ def _meta_or_none(run: layout.RunDir) -> dict[str, Any] | None:
         return None
 
 
-def _resumed(options: RunOptions, console: Console) -> Session:
+def _resume_consent(run: layout.RunDir, run_code: bool) -> None:
+    """A run directory that this machine's repro500 did not seal (unpacked, extracted, downloaded,
+    copied: repro500.untrusted.origin_of) is somebody else's: resuming it runs its code (a wrapped
+    command, plug-ins) only with ``--run-code``, as reproduce and locate ask for theirs."""
+    origin = untrusted.origin_of(run.path)
+    if origin == untrusted.OWN_RUN:
+        return
+    # imported here for cost: publish's imports take about a second, which a resume of one's own run skips
+    from repro500.publish.publication import own_code
+
+    code = own_code(run.path)
+    shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "") if code else ""
+    runs = f"runs its own code when resumed ({code[0]}{': ' + untrusted.plain(shown) if shown else ''})" if code else None
+    untrusted.consent(run_code, runs, origin=origin, review="it (its recipe.yaml and source/)")
+
+
+def _resumed(options: RunOptions, console: Console, reproduction: str | None = None) -> Session:
     run = layout.RunDir(options.resume or "")
     if not run.is_run():
         raise InvalidInput(f"{run} is not a repro500 run directory (no run.json); nothing to resume")
     meta = run.meta()
     recipe = recipes.from_run_dir(run.path)
     refuse_complete(run, meta, recipe.repeats)
+    if not reproduction:  # a reproduction's rerun: reproduce asked the consent for it
+        _resume_consent(run, options.run_code)
     loaded = decide.reload(meta)  # the same question goes on being decided
     # A resume keeps the run's own choice: half a run's repeats in an MLflow parent that never
     # sees the other half, or a parent whose last repeats never arrive, is a record that lies.
@@ -214,7 +232,7 @@ def _run(options: RunOptions, console: Console, reproduction: str | None = None)
     if options.resume and (options.recipe or options.adhoc):
         raise UsageError("give either a RECIPE or --resume RUN_DIR, not both")
     with launchenv.frozen():  # what a wrapped command gets: nothing repro500 sets for itself
-        session = _resumed(options, console) if options.resume else _new(options, console)
+        session = _resumed(options, console, reproduction) if options.resume else _new(options, console)
         session.reproduction = reproduction
         with _sigterm_as_interrupt():
             return session.execute()

@@ -39,6 +39,7 @@ class RunOptions:
     same_seed: bool = False
     open_division: bool = False
     resume: str | None = None
+    run_code: bool = False  # with resume: consent to a run this machine's repro500 did not make
     nproc: int | None = None
     tracking: bool | None = None  # None: the params file's run.tracking, else on (a resume: the run's own)
     experiment: str | None = None

@@ -22,7 +22,7 @@ from typing import Any
 
 from rich.console import Console
 
-from repro500 import redact
+from repro500 import redact, untrusted
 from repro500.capture import inputs, source
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
 from repro500.rundir import layout
@@ -177,6 +177,7 @@ class Session:
         if started:
             chain.start(self.run.path, manifest["digest"]["value"], self.recipe.repeats)
         self._settled.set_result(manifest)
+        untrusted.record_own_run(self.run.path)  # made here: one's own even if killed before its seal
         if started:  # the repeats that ended before the chain could start, this attempt's or earlier ones
             for k in sorted(self.run.summaries(self.recipe.repeats, finished_only=False)):
                 self._link(k)

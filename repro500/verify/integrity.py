@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from repro500 import untrusted
+from repro500 import recorded_paths, untrusted
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput
 from repro500.progress import human_bytes
@@ -414,8 +414,18 @@ def check_data(run: RunData, result: IntegrityResult) -> None:
     entries = (((run.manifest or {}).get("facets") or {}).get("data") or {}).get("entries") or []
     if not entries:
         return
-    present = [e for e in entries if isinstance(e, dict) and e.get("path") and Path(e["path"]).exists()]
-    skipped = len(entries) - len(present)
+    present, refused = [], 0
+    for entry in entries:
+        try:  # a record may name /proc/self/pagemap, ".", a FIFO: refused before anything reads it
+            path = recorded_paths.resolve(entry.get("path") if isinstance(entry, dict) else None,
+                                          field="data path", file=f"{run.path}/manifest.json", anywhere=True)
+        except InvalidInput as err:
+            result.problems.append(f"data: {err}")
+            refused += 1
+            continue
+        if path.exists():
+            present.append((entry, path))
+    skipped = len(entries) - len(present) - refused
     if skipped:
         result.notes.append(f"{skipped} recorded data path(s) are not on this machine: not re-hashed")
     if not present:
@@ -426,10 +436,10 @@ def check_data(run: RunData, result: IntegrityResult) -> None:
         result.notes.append("data not re-hashed: repro500.capture.data.compare is not available")
         return
     changed = 0
-    for entry in present:
+    for entry, path in present:
         for sentence in compare([entry]):
             changed += 1
-            if Path(entry["path"]).is_absolute():  # the very file the run read has changed since
+            if path.is_absolute():  # the very file the run read has changed since
                 result.problems.append(f"data: {sentence}")
             else:
                 # A relative path names a file beside wherever verify is run: another file at that

@@ -30,7 +30,7 @@ from repro500.capture.seeds import pair_repeats
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
-from repro500.rundir.excluded import publication_of
+from repro500.rundir.excluded import is_publication_dir, publication_of
 from repro500.verify import integrity
 from repro500.verify.published import Published, load_published
 from repro500.verify.rundir import RunData
@@ -311,6 +311,12 @@ def load_reference(against: str | Path) -> Reference:
             return _from_run_dir(unpacked, kind="publication" if packed is not None else "bundle", shown=str(path),
                                  not_carried=not_carried)
     if path.suffix.lower() in PUBLISHED_SUFFIXES:
+        if is_publication_dir(path.parent):
+            # a publication's own file: read only once the publication vouches for it, and as itself
+            # (a link there is a refusal, never followed)
+            publication_of(path.parent)
+            if not untrusted.regular_file(path):
+                raise InvalidInput(f"reference {path} is not a regular file of its publication (a link?): refused")
         ref = _from_published(load_published(path))
         ref.packed, note = _packed_beside(path)
         if note:

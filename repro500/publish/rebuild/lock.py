@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from repro500 import untrusted
+from repro500 import recorded_paths, untrusted
 from repro500.capture.lock import PYPI
 from repro500.errors import InvalidInput
-from repro500.publish.datafiles import safe_relpath
 from repro500.rundir import layout
 from repro500.rundir.names import LOCK_SCHEMA
 
@@ -171,12 +170,16 @@ def _pin_release(pins: Pins, entry: dict[str, Any], name: str, version: str) -> 
 
 def _pin_own(pins: Pins, entry: dict[str, Any], name: str, version: str, source: Path | None) -> None:
     """The experiment's own package, installed from the publication's ``source/`` and nowhere else."""
-    rel = safe_relpath(entry.get("source_path"), f"the source path of {name}")
-    if source is None or not (source / rel).resolve().is_relative_to(source.resolve()) \
-            or not (source / rel).is_dir():
+    if source is None:
         pins.unpinnable.append(f"{name} {version}: the experiment's own package, not in the publication's source/")
         return
-    pins.own.append((name, source / rel))
+    text = entry.get("source_path")
+    path = source if text == "." else recorded_paths.resolve(text, field=f"source_path of {name}",
+                                                             file="the packed run's environment lock", root=source)
+    if not path.is_dir():
+        pins.unpinnable.append(f"{name} {version}: the experiment's own package, not in the publication's source/")
+        return
+    pins.own.append((name, path))
     if entry.get("editable"):
         pins.editable.add(name)
 
