@@ -26,6 +26,7 @@ outliving the rerun (a PID namespace ending with it).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -276,10 +277,34 @@ def plan_line(grants: Grants | None, labels: Mapping[str, str] | None = None) ->
     labels = labels or {}
 
     def named(paths: Iterable[Path]) -> str:
-        return ", ".join(labels.get(str(p), str(p)) for p in paths) or "nothing more"
+        shown = _unique(Path(os.path.abspath(p)) for p in paths if os.path.lexists(p))
+        return ", ".join(labels.get(str(p), str(p)) for p in shown) or "nothing more"
 
     net = "with the network (--network)" if grants.network else "no network (--network grants it)"
     extra = f"; also read-only: {named(grants.extra)} (--sandbox-ro)" if grants.extra else ""
     return (f"sandbox: bubblewrap; the code may read the system, its interpreter and {named(grants.read)}"
             f"{extra}; write only {named(grants.write)} and a private /tmp; an empty HOME; {net}; the environment "
             "cleared to a documented list (docs/trust.md)")
+
+
+def pass_signal(pid: int, signum: int) -> None:
+    """Pass *signum* to the code a ``wrap``-ped process *pid* (bwrap) runs: bwrap's init inside holds
+    the sandbox's session and process group (``--new-session``), so the group gets it as a
+    process group of its own would (Ctrl-C reaches a rerun once, which closes its records), not
+    bwrap, whose end would kill it at once.  SIGKILL, or a sandbox not yet started, goes to *pid*'s
+    group (bwrap's end takes everything in the sandbox with it)."""
+    import signal
+
+    inner = None
+    if signum != signal.SIGKILL:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text(encoding="ascii").split()
+            inner = int(children[0]) if children else None
+        except (OSError, ValueError):
+            inner = None
+    try:
+        os.killpg(inner if inner is not None else pid, signum)
+    except ProcessLookupError:
+        if inner is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signum)

@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from repro500 import untrusted
+from repro500 import sandbox, untrusted
 from repro500.capture.data import compare
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
@@ -52,7 +52,7 @@ from repro500.errors import (
     RunFailed,
     UsageError,
 )
-from repro500.publish import opened, rebuild
+from repro500.publish import confine, opened, rebuild
 from repro500.publish import publication as pubs
 from repro500.publish import source as sources
 from repro500.publish.datafiles import DataEntry, md5_matches, regenerate, safe_relpath
@@ -268,7 +268,8 @@ def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, s
 def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
            code: tuple[str, list[str]] | None = None, placed: Path | None = None,
            sequential: list[str] | None = None, python: str | None = None, *, pending: Path | None = None,
-           again: str | None = None, console: Any = None) -> Path:
+           again: str | None = None, console: Any = None,
+           confined: tuple[sandbox.Grants | None, dict[str, Any]] = (None, {"sandboxed": False})) -> Path:
     """The rerun's directory once it finished: a new rerun, or ``pending`` (one this reproduction
     left unfinished) continued with ``run --resume``, its finished repeats kept, or taken as it is
     when it finished them all."""
@@ -314,7 +315,10 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         else:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
         cmd, cwd = [python or sys.executable, *args], workdir
-    rc = _wait_passing_signals(subprocess.Popen(cmd, cwd=cwd, env=env, process_group=0))
+    # the publisher's code runs in the sandbox its grants make (confine.py), or as it is, recorded either way
+    cmd, env = confine.command(cmd, cwd, env, *confined)
+    rc = _wait_passing_signals(subprocess.Popen(cmd, cwd=cwd, env=env, process_group=0),
+                               sandboxed=confined[0] is not None)
     rerun = workdir / "runs" / rid
     if rc == 130 or rc < 0:
         raise KeyboardInterrupt
@@ -326,7 +330,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
     return rerun
 
 
-def _wait_passing_signals(proc: subprocess.Popen[bytes]) -> int:
+def _wait_passing_signals(proc: subprocess.Popen[bytes], sandboxed: bool = False) -> int:
     """The rerun's exit status.  It runs in a process group of its own, so Ctrl-C (or SIGTERM) here
     reaches it once, passed on by this process, and is waited for: the rerun keeps its finished
     repeats and closes its run.json before it exits 130 (a third Ctrl-C kills it)."""
@@ -346,7 +350,10 @@ def _wait_passing_signals(proc: subprocess.Popen[bytes]) -> int:
             except KeyboardInterrupt:
                 passed += 1
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
+                    if sandboxed:  # to the rerun inside, not to bwrap, whose end would kill it at once
+                        sandbox.pass_signal(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
+                    else:
+                        os.killpg(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
@@ -419,6 +426,9 @@ def reproduce(
     env_mode: str = "current",
     find_links: list[str] | None = None,
     indexes: list[str] | None = None,
+    no_sandbox: bool = False,
+    network: bool = False,
+    sandbox_ro: list[str] | None = None,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     # the rerun gets the caller's environment as it was: libraries imported here while making the data
@@ -428,6 +438,7 @@ def reproduce(
     asked_tracking = tracking  # as given: the command that continues this reproduction repeats it
     _check_design(repeats, until_decided, max_repeats)
     links = rebuild.check_mode(env_mode, list(find_links or []), run_code=run_code, indexes=indexes)
+    choice = confine.choose(run_code, no_sandbox, network, sandbox_ro or [])
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
         src, (pub, pending), workdir = _open(
@@ -442,10 +453,11 @@ def reproduce(
         again = _again(source, workdir, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha, margins=margins,
                        data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,
-                       env_mode=env_mode, find_links=find_links, indexes=indexes)
+                       env_mode=env_mode, find_links=find_links, indexes=indexes, choice=choice)
+        confined = _confined(choice, pub, workdir, env, console)
         rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
-                       pending=pending, again=again, console=console)
-        verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console)
+                       pending=pending, again=again, console=console, confined=confined)
+        verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console, sandboxed=confined[1])
     return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
                            warnings=warnings)
 
@@ -453,7 +465,7 @@ def reproduce(
 def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, subpath: str | None, alpha: float,
            margins: dict[str, float] | None, data_root: str | Path, tracking: bool | None, run_code: bool,
            allow_data_differences: bool, until_decided: bool, max_repeats: int | None, env_mode: str,
-           find_links: list[str] | None, indexes: list[str] | None) -> str:
+           find_links: list[str] | None, indexes: list[str] | None, choice: confine.Choice | None = None) -> str:
     """The command that continues this reproduction where it stopped: the same options, the same
     ``--out`` (what the rerun prints when it is interrupted or a repeat fails)."""
     import shlex
@@ -472,6 +484,9 @@ def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, 
               *(["--env", env_mode] if env_mode != "current" else []),
               *[w for folder in find_links or [] for w in ("--find-links", str(folder))],
               *[w for url in indexes or [] for w in ("--index", redact_url(url))]]
+    if choice is not None:
+        words += [*(["--no-sandbox"] if choice.consent else []), *(["--network"] if choice.network else []),
+                  *[w for path in choice.extra for w in ("--sandbox-ro", str(path))]]
     return shlex.join(words)
 
 
@@ -621,8 +636,21 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     return rebuild.activated(env_python, env), None if is_command else str(env_python), used
 
 
+def _confined(choice: confine.Choice, pub: opened.Publication, workdir: Path, env: dict[str, str],
+              console: Any) -> tuple[sandbox.Grants | None, dict[str, Any]]:
+    """(the rerun's sandbox grants or None, what its manifest records of them), said in the plan line
+    when the publisher's code runs (--run-code)."""
+    if not choice.confined and choice.consent is None:
+        return None, choice.record(None, env)
+    reads = [workdir / safe_relpath(entry.path, "data path") for entry in pub.data]
+    reads += [Path(entry["path"]) for entry, _ in _recorded_inputs(pub, workdir)]
+    grants = confine.rerun_grants(choice, workdir, reads, env) if choice.confined else None
+    console.print(untrusted.shown(sandbox.plan_line(grants, confine.labels(workdir))), highlight=False, soft_wrap=True)
+    return grants, choice.record(grants, env)
+
+
 def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, margins: dict[str, float] | None,
-             used: dict[str, Any], console: Any) -> Any:
+             used: dict[str, Any], console: Any, sandboxed: dict[str, Any] | None = None) -> Any:
     """The rerun verified against the publication, with the bitwise comparison and provenance diff
     against the packed run itself; written to ``OUT/verdict.json`` and shown."""
     from repro500.verify.render import render
@@ -643,12 +671,19 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
     own = rundir.read_optional_json(rerun / rundir.VERDICT)
     rerun_own = {"status": own.get("status"), "verdict": str(rerun / rundir.VERDICT)} if own else None
     # which environment the rerun ran in, beside the verdict (its provenance diff says what differed)
-    atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used, "rerun_own": rerun_own})
+    atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used, "rerun_own": rerun_own,
+                                                 "sandbox": sandboxed or {"sandboxed": False}})
     console.rule("Verdict against the publication")
     render(verdict, console)
     if rerun_own:
         console.print(f"Rerun's own check  {untrusted.shown(rerun_own['status'])} against its recipe's acceptance "
                       f"bands ({untrusted.shown(rerun_own['verdict'])}); the verdict above is the reproduction's",
+                      highlight=False, soft_wrap=True)
+    if sandboxed and sandboxed.get("consent"):  # the reproducer's second consent, said with the verdict
+        console.print("[yellow]sandbox:[/] the rerun ran WITHOUT the sandbox (--no-sandbox): the publication's code "
+                      "had your user's rights (files, environment, network)", highlight=False, soft_wrap=True)
+    elif sandboxed and sandboxed.get("sandboxed"):
+        console.print(f"sandbox: the rerun ran in bubblewrap ({'with' if sandboxed.get('network') else 'no'} network)",
                       highlight=False, soft_wrap=True)
     console.print(f"environment: {untrusted.shown(used['mode'])} ({untrusted.shown(used['python'])})\n"
                   f"rerun: {untrusted.shown(rerun)}\nverdict: {untrusted.shown(workdir / rundir.VERDICT)}",
