@@ -12,7 +12,6 @@ elsewhere is granted its directory, a remote one needs ``--network``.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
