@@ -58,15 +58,21 @@ SYSTEM_SHOWN = tuple(p for p in SYSTEM if Path(p).is_dir() and not Path(p).is_sy
 MASKED = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/sudoers", "/etc/sudoers.d",
           "/etc/ssh", "/etc/ssl/private", "/etc/munge", "/etc/krb5.keytab", "/etc/security/opasswd",
           "/etc/machine-id", "/etc/.pwd.lock")
+# variables naming the certificate authorities a TLS client trusts: passed, and their files readable
+CA_FILES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NIX_SSL_CERT_FILE",
+            "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS")
 # the environment that reaches the sandboxed code: these names, and names with these prefixes,
 # unless secret-named or holding a URL with credentials
 ALLOWED = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES",
     "PYTHONPATH", "PYTHONSAFEPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
-    "PYTHONWARNINGS", "PYTHONIOENCODING", "VIRTUAL_ENV",
+    "PYTHONWARNINGS", "PYTHONIOENCODING", "VIRTUAL_ENV", "PYENV_ROOT", "PYENV_VERSION",
     "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_HOME", "CUDA_PATH",
     "LD_LIBRARY_PATH", "CUBLAS_WORKSPACE_CONFIG", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
     "DVC_NO_ANALYTICS", "SOURCE_DATE_EPOCH",
+    # the network, where granted, as the reproducer reaches it: its proxies and certificate authorities
+    *CA_FILES, "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "all_proxy",
 })
 ALLOWED_PREFIXES = ("REPRO500_", "LC_", "MLFLOW_", "UV_", "PIP_")
 # allowed by prefix, still kept out: a key file the publisher's code must not sign with
@@ -138,6 +144,25 @@ def interpreter_trees() -> list[Path]:
     found = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix),
              Path(sys.executable).resolve().parent.parent, Path(repro500.__file__).resolve().parent]
     return _unique(p for p in found if p.exists())
+
+
+def programs(environ: Mapping[str, str]) -> tuple[list[Path], dict[str, str]]:
+    """(trees, variables) that let code run what it names on its ``PATH`` as it would outside: every
+    directory on ``PATH`` (programs, not the rest of a home they may lie in), the tree of the Python
+    each ``python`` there is (a venv's links lead to it), and the pyenv whose shims are on ``PATH``
+    (with ``PYENV_ROOT``: its default lies in the reproducer's HOME, which the code does not get)."""
+    folders = [Path(p) for p in environ.get("PATH", "").split(os.pathsep) if p.startswith("/") and Path(p).is_dir()]
+    trees, variables = list(folders), {}
+    for folder in folders:
+        if folder.name == "shims" and (folder.parent / "libexec").is_dir() and (folder.parent / "versions").is_dir():
+            trees.append(folder.parent)
+            variables["PYENV_ROOT"] = str(folder.parent)
+    for name in ("python", "python3"):
+        found = shutil.which(name, path=os.pathsep.join(map(str, folders)))
+        prefix = Path(found).resolve().parent.parent if found else None
+        if prefix is not None and (prefix / "lib").is_dir():
+            trees.append(prefix)
+    return _unique(trees), variables
 
 
 def environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -214,6 +239,14 @@ def _binds(grants: Grants) -> list[str]:
     return args
 
 
+def effective(grants: Grants, environ: Mapping[str, str]) -> Grants:
+    """*grants* with what running programs needs of *environ*: the trees of the programs on its
+    ``PATH`` (:func:`programs`) and, with the network, the certificate authorities it names."""
+    cas = [Path(environ[name]) for name in CA_FILES if environ.get(name, "").startswith("/")] if grants.network else []
+    trees, variables = programs(environment(environ))
+    return grants.widened(read=[*trees, *cas], setenv=variables)
+
+
 def wrap(grants: Grants, environ: Mapping[str, str], cwd: Path | str | None = None) -> list[str]:
     """The argv prefix that runs a command inside bubblewrap with *grants* (the command follows it);
     *environ*: the environment the command would have had, of which only :func:`environment`
@@ -227,6 +260,7 @@ def wrap(grants: Grants, environ: Mapping[str, str], cwd: Path | str | None = No
         args += ["--dev-bind", device, device]
     for tree in gpu_trees:
         args += ["--ro-bind", tree, tree]
+    grants = effective(grants, environ)
     args += _resolver(grants.network) + _binds(grants)
     args += ["--clearenv", "--setenv", "HOME", HOME, "--setenv", "TMPDIR", "/tmp"]
     for name, value in sorted({**environment(environ), **environment(grants.setenv)}.items()):
@@ -242,9 +276,10 @@ def record(grants: Grants | None, environ: Mapping[str, str], *, consent: str | 
     if grants is None:
         return {"sandboxed": False, **({"consent": consent} if consent else {})}
     devices, gpu_trees = gpu_paths()
+    grants = effective(grants, environ)
     return {"sandboxed": True, "tool": PACKAGE, "network": grants.network,
             "read_only": sorted({*SYSTEM_SHOWN, *(str(p) for p in interpreter_trees()), *gpu_trees,
-                                 *(os.path.abspath(p) for p in (*grants.read, *grants.extra))}),
+                                 *(os.path.abspath(p) for p in (*grants.read, *grants.extra) if os.path.lexists(p))}),
             "writable": sorted(os.path.abspath(p) for p in grants.write) + ["/tmp (private, empty)"],
             "home": f"{HOME} (empty)", "devices": devices,
             "environment": sorted({*environment(environ), *environment(grants.setenv), "HOME", "TMPDIR"})}

@@ -12,13 +12,15 @@ elsewhere is granted its directory, a remote one needs ``--network``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repro500 import sandbox, untrusted
 from repro500.errors import InvalidInput, UsageError
+from repro500.publish.rebuild.install import tool_requirement
 from repro500.tracking import store as mlflow_store
 
 
@@ -75,13 +77,35 @@ def rerun_grants(choice: Choice, workdir: Path, reads: Iterable[Path], environ: 
 
 
 def install_grants(choice: Choice, env_dir: Path, reads: Iterable[Path]) -> sandbox.Grants:
-    """The installs of ``--env venv``: the network (the index), ``OUT/env`` and a cache beside it
-    writable, and *reads* (``OUT/source``, ``--find-links`` folders, the venv's Python) read-only."""
+    """The installs of ``--env venv``: the network (the index) whatever ``--network`` says, ``OUT/env``
+    and its own download cache beside it writable (never the reproducer's cache, which the build code
+    could poison), and *reads* read-only: ``OUT/source``, ``--find-links`` folders, the Python the venv
+    is made from, the local folders the reproducer's ``PIP_FIND_LINKS`` / ``UV_FIND_LINKS`` name."""
     env_dir = env_dir.absolute()
     cache = env_dir.parent / "env-cache"
     cache.mkdir(parents=True, exist_ok=True)
-    return sandbox.Grants(read=tuple(Path(p).absolute() for p in reads), write=(env_dir, cache), network=True,
-                          extra=choice.extra, setenv={"UV_CACHE_DIR": str(cache), "PIP_CACHE_DIR": str(cache)})
+    named = [Path(word) for var in ("PIP_FIND_LINKS", "UV_FIND_LINKS")
+             for word in os.environ.get(var, "").replace(",", " ").split() if word.startswith("/")]
+    return sandbox.Grants(read=tuple(Path(p).absolute() for p in (*reads, *named)), write=(env_dir, cache),
+                          network=True, extra=choice.extra,
+                          setenv={"UV_CACHE_DIR": str(cache), "PIP_CACHE_DIR": str(cache)})
+
+
+def installs(choice: Choice, workdir: Path, reads: Iterable[Path | str | None]) -> Callable[[str], list[str]] | None:
+    """For ``--env venv``: given the Python the venv is made from, the argv prefix that runs an install
+    in the sandbox (:func:`install_grants`); None when the code runs unconfined."""
+    if not choice.confined:
+        return None
+    # a built-in recipe's venv gets the repro500 running now, from its checkout when installed from one
+    tool = [Path(word) for word in tool_requirement()[0] if word.startswith("/")]
+    folders = [Path(p) for p in (*reads, *tool) if p is not None]
+
+    def prefix(python: str) -> list[str]:
+        base = Path(python).resolve().parent.parent
+        grants = install_grants(choice, workdir / "env", [*folders, base])
+        return sandbox.wrap(grants, os.environ)
+
+    return prefix
 
 
 def command(cmd: list[str], cwd: Path, env: dict[str, str], grants: sandbox.Grants | None,

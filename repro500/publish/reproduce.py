@@ -449,12 +449,13 @@ def reproduce(
         placed = _place_source(pub, workdir) if code else None
         lines, warnings = _put_data(pub, workdir, src, Path(data_root), tmp, allow_data_differences, console)
         sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
-        env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes)
+        env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes,
+                                         sandboxed=confine.installs(choice, workdir, [placed, *links]))
         again = _again(source, workdir, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha, margins=margins,
                        data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,
                        env_mode=env_mode, find_links=find_links, indexes=indexes, choice=choice)
-        confined = _confined(choice, pub, workdir, env, console)
+        confined = _confined(choice, pub, workdir, env, console, used)
         rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
                        pending=pending, again=again, console=console, confined=confined)
         verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console, sandboxed=confined[1])
@@ -618,7 +619,8 @@ def _sequential_flags(workdir: Path, max_repeats: int | None, margins: dict[str,
 
 def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, code: tuple[str, list[str]] | None,
                  workdir: Path, links: list[str], env: dict[str, str],
-                 console: Any, indexes: list[str] | None = None) -> tuple[dict[str, str], str | None, dict[str, Any]]:
+                 console: Any, indexes: list[str] | None = None,
+                 sandboxed: Callable[[str], list[str]] | None = None) -> tuple[dict[str, str], str | None, dict[str, Any]]:
     """(the rerun's environment variables, the Python repro500 reruns with or None for this one,
     what the verdict records of it): the current environment, or the publication's lock rebuilt."""
     if env_mode != "venv":
@@ -630,20 +632,22 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     # absolute, not resolved (that would follow the venv's python link out of it): the rerun runs
     # in another directory, and OUT (default reproductions/RUN_ID) may be relative
     env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console,
-                               indexes=indexes).absolute()
+                               indexes=indexes, sandboxed=sandboxed).absolute()
     used = {"mode": "venv", "python": str(env_python), "installer": rebuild.installer(),
             "lock_sha256": pins.digest, "not_rebuilt": pins.unpinnable}
     return rebuild.activated(env_python, env), None if is_command else str(env_python), used
 
 
 def _confined(choice: confine.Choice, pub: opened.Publication, workdir: Path, env: dict[str, str],
-              console: Any) -> tuple[sandbox.Grants | None, dict[str, Any]]:
+              console: Any, used: dict[str, Any]) -> tuple[sandbox.Grants | None, dict[str, Any]]:
     """(the rerun's sandbox grants or None, what its manifest records of them), said in the plan line
     when the publisher's code runs (--run-code)."""
     if not choice.confined and choice.consent is None:
         return None, choice.record(None, env)
     reads = [workdir / safe_relpath(entry.path, "data path") for entry in pub.data]
     reads += [Path(entry["path"]) for entry, _ in _recorded_inputs(pub, workdir)]
+    if used["mode"] == "venv":  # the Python the rebuilt venv was made from (its bin/python links there)
+        reads.append(Path(used["python"]).resolve().parent.parent)
     grants = confine.rerun_grants(choice, workdir, reads, env) if choice.confined else None
     console.print(untrusted.shown(sandbox.plan_line(grants, confine.labels(workdir))), highlight=False, soft_wrap=True)
     return grants, choice.record(grants, env)
