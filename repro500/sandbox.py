@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repro500.errors import InvalidInput, UsageError
 from repro500.redact import is_secret_name, redact_url
+from repro500.untrusted import shown
 
 PACKAGE = "bubblewrap"
 # the bwrap to run (tests point it at a missing one); default: bwrap on PATH
@@ -95,6 +97,46 @@ class Grants:
         return Grants(read=(*self.read, *read), write=(*self.write, *write),
                       network=self.network if network is None else network, extra=self.extra,
                       setenv={**self.setenv, **(setenv or {})})
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The reproducer's sandbox options, checked: ``grants`` None when unconfined."""
+
+    confined: bool
+    network: bool = False
+    extra: tuple[Path, ...] = ()
+    consent: str | None = None  # "--no-sandbox" when the reproducer chose to run unconfined
+
+    def record(self, grants: Grants | None, environ: Mapping[str, str]) -> dict[str, Any]:
+        return record(grants if self.confined else None, environ, consent=self.consent)
+
+
+def choose(run_code: bool, no_sandbox: bool, network: bool, read_only: Iterable[str | Path]) -> Choice:
+    """The options checked, and bwrap asked whether it can sandbox here, before anything is written:
+    UsageError for an option that needs another; InvalidInput (exit 4) naming the package to install
+    when code would run and cannot be confined, unless ``--no-sandbox``."""
+    extra = tuple(Path(p) for p in read_only)
+    if not run_code:
+        given = [flag for flag, on in (("--no-sandbox", no_sandbox), ("--network", network),
+                                       ("--sandbox-ro", bool(extra))) if on]
+        if given:
+            raise UsageError(f"{given[0]} sets the sandbox of the code a publication or a packed run chose, which "
+                             "runs only with --run-code: pass --run-code too, or leave it out")
+        return Choice(confined=False)
+    if no_sandbox:
+        if network or extra:
+            raise UsageError(f"{'--network' if network else '--sandbox-ro'} widens the sandbox, and --no-sandbox "
+                             "runs the code without one: choose one of them")
+        return Choice(confined=False, consent="--no-sandbox")
+    for path in extra:
+        if not path.exists():
+            raise UsageError(f"--sandbox-ro {shown(path)} does not exist: name a file or directory to "
+                             "grant the code read access to")
+    why = unavailable()
+    if why is not None:
+        raise InvalidInput(why)
+    return Choice(confined=True, network=network, extra=tuple(p.absolute() for p in extra))
 
 
 def bwrap() -> str | None:
@@ -263,7 +305,9 @@ def wrap(grants: Grants, environ: Mapping[str, str], cwd: Path | str | None = No
     grants = effective(grants, environ)
     args += _resolver(grants.network) + _binds(grants)
     args += ["--clearenv", "--setenv", "HOME", HOME, "--setenv", "TMPDIR", "/tmp"]
-    for name, value in sorted({**environment(environ), **environment(grants.setenv)}.items()):
+    # what the caller sets itself passes unless secret-named (a replay's recorded thread settings)
+    setenv = {name: value for name, value in grants.setenv.items() if not is_secret_name(name)}
+    for name, value in sorted({**environment(environ), **setenv}.items()):
         args += ["--setenv", name, value]
     if cwd is not None:
         args += ["--chdir", os.path.abspath(cwd)]
@@ -282,7 +326,8 @@ def record(grants: Grants | None, environ: Mapping[str, str], *, consent: str | 
                                  *(os.path.abspath(p) for p in (*grants.read, *grants.extra) if os.path.lexists(p))}),
             "writable": sorted(os.path.abspath(p) for p in grants.write) + ["/tmp (private, empty)"],
             "home": f"{HOME} (empty)", "devices": devices,
-            "environment": sorted({*environment(environ), *environment(grants.setenv), "HOME", "TMPDIR"})}
+            "environment": sorted({*environment(environ), *(n for n in grants.setenv if not is_secret_name(n)),
+                                   "HOME", "TMPDIR"})}
 
 
 def encoded(entry: Mapping[str, Any]) -> str:

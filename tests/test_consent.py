@@ -215,8 +215,9 @@ def test_locate_refuses_a_packed_runs_plugin_without_run_code(tmp_path: Path, pa
 @pytest.mark.slow  # four replays (a minute under load); the allow-list's own test stays in make test
 def test_with_run_code_the_replay_gets_no_library_loading_variable(tmp_path: Path, packed_plugin_run: Path) -> None:
     marker = tmp_path / "MARKER"
-    done = repro500("locate", str(packed_plugin_run), "--steps", "1", "--run-code", "--json", cwd=tmp_path,
-                    env={MARKER_ENV: str(marker)})
+    # --no-sandbox: the marker's variable and file lie outside what the sandbox grants (tests/test_sandbox.py)
+    done = repro500("locate", str(packed_plugin_run), "--steps", "1", "--run-code", "--no-sandbox", "--json",
+                    cwd=tmp_path, env={MARKER_ENV: str(marker)})
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads(done.stdout)
     assert marker.exists()  # consented: the plug-in ran in its replay

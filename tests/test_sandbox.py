@@ -260,3 +260,39 @@ def test_wrapped_code_sees_no_secret_of_etc_and_no_home(tmp_path):
     assert done.returncode == 0, done.stderr
     # /etc is there (programs need it), its secrets are not; the reproducer's home is not there at all
     assert done.stdout.split() == [sandbox.HOME, "[]", "0", "False", "['out']"]
+
+
+@pytest.mark.slow  # four replays, a minute under load, as the unconfined locate test in test_consent.py
+def test_a_consented_replay_in_locate_runs_confined(tmp_path):
+    """A packed run's plug-in, imported by locate's replays with --run-code, reads and writes nothing of
+    the reproducer's; the replays still answer, and the answer says they were sandboxed."""
+    import yaml
+    from helpers.runs import PLUGIN
+
+    home, lab = tmp_path / "home", tmp_path / "lab"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(SECRET_FILE)
+    lab.mkdir()
+    attempt = (f"import pathlib\ntry:\n    pathlib.Path({str(tmp_path / 'MARKER')!r}).write_text("
+               f"pathlib.Path({str(home / '.aws' / 'credentials')!r}).read_text())\nexcept OSError:\n    pass\n")
+    # the publisher's own run writes the marker too: only the replays' attempt is the test's
+    (lab / "evilmod.py").write_text(attempt + PLUGIN)
+    recipe = {"schema": "repro500/recipe/v1", "name": "evil",
+              "fixed": {"workload": "classification", "model": "evilmod:build", "model_options": {"width": 8},
+                        "dataset": {"entry": "evilmod:make", "params": {"samples": 32, "seed": 1}},
+                        "target": {"metric": "accuracy", "value": 0.999}, "epochs": 1},
+              "mutable": {"batch_size": 16, "eval_batch_size": 32, "optimizer": {"name": "sgd", "lr": 0.1},
+                          "threads": 1},
+              "acceptance": {"accuracy": {"target": 0.5, "tolerance": 0.5}}, "repeats": 2, "seed": 5}
+    (lab / "evil.yaml").write_text(yaml.safe_dump(recipe))
+    ran = repro500("run", "evil.yaml", "--same-seed", "--no-tracking", "--run-id", "r", cwd=lab)
+    assert ran.returncode in (0, 1, 3), ran.stdout + ran.stderr
+    assert repro500("pack", "runs/r", "-o", str(tmp_path / "r.tar.gz"), cwd=lab).returncode == 0
+    (tmp_path / "MARKER").unlink()
+    done = repro500("locate", str(tmp_path / "r.tar.gz"), "--steps", "1", "--run-code", "--json", cwd=tmp_path,
+                    env={"HOME": str(home)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert not (tmp_path / "MARKER").exists()
+    assert answer["sandbox"]["A"]["sandboxed"] is True and answer["sandbox"]["A"]["network"] is False
+    assert "replay of A: sandbox: bubblewrap" in done.stderr

@@ -1,6 +1,6 @@
-"""What a reproduction grants the publisher's code it runs (``--run-code``): the sandbox's options
-checked before anything is written, the grants of the rerun and of the installs of ``--env venv``,
-and the command that starts them confined.  The sandbox itself is :mod:`repro500.sandbox`'s.
+"""What a reproduction grants the publisher's code it runs (``--run-code``): the grants of the rerun
+and of the installs of ``--env venv``, and the command that starts them confined.  The sandbox and
+its options are :mod:`repro500.sandbox`'s.
 
 The rerun (``repro500 run`` of the publication's recipe, a child of ``reproduce``) runs whole in
 the sandbox: the publisher's command, plug-ins imported by the runner, and everything they start.
@@ -14,57 +14,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro500 import sandbox, untrusted
-from repro500.errors import InvalidInput, UsageError
+from repro500 import sandbox
 from repro500.publish.rebuild.install import tool_requirement
 from repro500.tracking import store as mlflow_store
 
 
-@dataclass(frozen=True)
-class Choice:
-    """The reproducer's sandbox options, checked: ``grants`` None when unconfined."""
-
-    confined: bool
-    network: bool = False
-    extra: tuple[Path, ...] = ()
-    consent: str | None = None  # "--no-sandbox" when the reproducer chose to run unconfined
-
-    def record(self, grants: sandbox.Grants | None, environ: Mapping[str, str]) -> dict[str, Any]:
-        return sandbox.record(grants if self.confined else None, environ, consent=self.consent)
-
-
-def choose(run_code: bool, no_sandbox: bool, network: bool, read_only: Iterable[str | Path]) -> Choice:
-    """The options checked, and bwrap asked whether it can sandbox here, before anything is written:
-    UsageError for an option that needs another; InvalidInput (exit 4) naming the package to install
-    when code would run and cannot be confined, unless ``--no-sandbox``."""
-    extra = tuple(Path(p) for p in read_only)
-    if not run_code:
-        given = [flag for flag, on in (("--no-sandbox", no_sandbox), ("--network", network),
-                                       ("--sandbox-ro", bool(extra))) if on]
-        if given:
-            raise UsageError(f"{given[0]} sets the sandbox of the publication's code, which runs only with "
-                             "--run-code: pass --run-code too, or leave it out")
-        return Choice(confined=False)
-    if no_sandbox:
-        if network or extra:
-            raise UsageError(f"{'--network' if network else '--sandbox-ro'} widens the sandbox, and --no-sandbox "
-                             "runs the code without one: choose one of them")
-        return Choice(confined=False, consent="--no-sandbox")
-    for path in extra:
-        if not path.exists():
-            raise UsageError(f"--sandbox-ro {untrusted.shown(path)} does not exist: name a file or directory to "
-                             "grant the code read access to")
-    why = sandbox.unavailable()
-    if why is not None:
-        raise InvalidInput(why)
-    return Choice(confined=True, network=network, extra=tuple(p.absolute() for p in extra))
-
-
-def rerun_grants(choice: Choice, workdir: Path, reads: Iterable[Path], environ: Mapping[str, str]) -> sandbox.Grants:
+def rerun_grants(choice: sandbox.Choice, workdir: Path, reads: Iterable[Path], environ: Mapping[str, str]) -> sandbox.Grants:
     """The rerun's grants: ``OUT`` writable, and read-only inside or beside it the publication, the
     source snapshot, the rebuilt environment and *reads* (the checked data, the command's inputs)."""
     out = workdir.absolute()
@@ -76,7 +34,7 @@ def rerun_grants(choice: Choice, workdir: Path, reads: Iterable[Path], environ: 
     return sandbox.Grants(read=tuple(read), write=tuple(write), network=choice.network, extra=choice.extra)
 
 
-def install_grants(choice: Choice, env_dir: Path, reads: Iterable[Path]) -> sandbox.Grants:
+def install_grants(choice: sandbox.Choice, env_dir: Path, reads: Iterable[Path]) -> sandbox.Grants:
     """The installs of ``--env venv``: the network (the index) whatever ``--network`` says, ``OUT/env``
     and its own download cache beside it writable (never the reproducer's cache, which the build code
     could poison), and *reads* read-only: ``OUT/source``, ``--find-links`` folders, the Python the venv
@@ -91,7 +49,7 @@ def install_grants(choice: Choice, env_dir: Path, reads: Iterable[Path]) -> sand
                           setenv={"UV_CACHE_DIR": str(cache), "PIP_CACHE_DIR": str(cache)})
 
 
-def installs(choice: Choice, workdir: Path, reads: Iterable[Path | str | None]) -> Callable[[str], list[str]] | None:
+def installs(choice: sandbox.Choice, workdir: Path, reads: Iterable[Path | str | None]) -> Callable[[str], list[str]] | None:
     """For ``--env venv``: given the Python the venv is made from, the argv prefix that runs an install
     in the sandbox (:func:`install_grants`); None when the code runs unconfined."""
     if not choice.confined:

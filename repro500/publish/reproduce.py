@@ -438,7 +438,7 @@ def reproduce(
     asked_tracking = tracking  # as given: the command that continues this reproduction repeats it
     _check_design(repeats, until_decided, max_repeats)
     links = rebuild.check_mode(env_mode, list(find_links or []), run_code=run_code, indexes=indexes)
-    choice = confine.choose(run_code, no_sandbox, network, sandbox_ro or [])
+    choice = sandbox.choose(run_code, no_sandbox, network, sandbox_ro or [])
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
         src, (pub, pending), workdir = _open(
@@ -466,7 +466,7 @@ def reproduce(
 def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, subpath: str | None, alpha: float,
            margins: dict[str, float] | None, data_root: str | Path, tracking: bool | None, run_code: bool,
            allow_data_differences: bool, until_decided: bool, max_repeats: int | None, env_mode: str,
-           find_links: list[str] | None, indexes: list[str] | None, choice: confine.Choice | None = None) -> str:
+           find_links: list[str] | None, indexes: list[str] | None, choice: sandbox.Choice | None = None) -> str:
     """The command that continues this reproduction where it stopped: the same options, the same
     ``--out`` (what the rerun prints when it is interrupted or a repeat fails)."""
     import shlex
@@ -638,7 +638,7 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     return rebuild.activated(env_python, env), None if is_command else str(env_python), used
 
 
-def _confined(choice: confine.Choice, pub: opened.Publication, workdir: Path, env: dict[str, str],
+def _confined(choice: sandbox.Choice, pub: opened.Publication, workdir: Path, env: dict[str, str],
               console: Any, used: dict[str, Any]) -> tuple[sandbox.Grants | None, dict[str, Any]]:
     """(the rerun's sandbox grants or None, what its manifest records of them), said in the plan line
     when the publisher's code runs (--run-code)."""
