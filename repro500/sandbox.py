@@ -129,14 +129,19 @@ def choose(run_code: bool, no_sandbox: bool, network: bool, read_only: Iterable[
             raise UsageError(f"{'--network' if network else '--sandbox-ro'} widens the sandbox, and --no-sandbox "
                              "runs the code without one: choose one of them")
         return Choice(confined=False, consent="--no-sandbox")
-    for path in extra:
-        if not path.exists():
-            raise UsageError(f"--sandbox-ro {shown(path)} does not exist: name a file or directory to "
-                             "grant the code read access to")
+    check_extra(extra)
     why = unavailable()
     if why is not None:
         raise InvalidInput(why)
     return Choice(confined=True, network=network, extra=tuple(p.absolute() for p in extra))
+
+
+def check_extra(extra: Iterable[Path]) -> None:
+    """Each ``--sandbox-ro`` path exists (a grant of nothing is a typo)."""
+    for path in extra:
+        if not os.path.lexists(path):
+            raise UsageError(f"--sandbox-ro {shown(path)} does not exist: name a file or directory to "
+                             "grant the code read access to")
 
 
 def bwrap() -> str | None:
@@ -161,20 +166,20 @@ def _probe(exe: str) -> str | None:
     return None if done.returncode == 0 else (lines[-1] if lines else f"exit {done.returncode}")
 
 
-def unavailable() -> str | None:
-    """One sentence naming why code cannot be sandboxed here and what to install, or None."""
+def unavailable(asked: str = "running a publication's code with --run-code confines it in bubblewrap",
+                otherwise: str = "pass --no-sandbox to run it unconfined with your user's rights") -> str | None:
+    """One sentence naming why code cannot be sandboxed here and what to install, or None; *asked*:
+    what needed the sandbox, *otherwise*: the way on without it."""
     exe = bwrap()
     if exe is None:
-        return (f"running a publication's code with --run-code confines it in bubblewrap, and bwrap is not installed "
-                f"here: install the {PACKAGE} package (apt-get install {PACKAGE}, dnf install {PACKAGE}), or pass "
-                "--no-sandbox to run it unconfined with your user's rights")
+        return (f"{asked}, and bwrap is not installed here: install the {PACKAGE} package (apt-get install "
+                f"{PACKAGE}, dnf install {PACKAGE}), or {otherwise}")
     why = _probe(exe)
     if why is None:
         return None
-    return (f"running a publication's code with --run-code confines it in bubblewrap, and {exe} cannot make a "
-            f"sandbox here ({why[:200]}; unprivileged user namespaces may be disabled: "
-            "sysctl kernel.unprivileged_userns_clone=1, or install the setuid {PACKAGE} package): enable them, or "
-            "pass --no-sandbox to run it unconfined with your user's rights").replace("{PACKAGE}", PACKAGE)
+    return (f"{asked}, and {exe} cannot make a sandbox here ({why[:200]}; unprivileged user namespaces may be "
+            f"disabled: sysctl kernel.unprivileged_userns_clone=1, or install the setuid {PACKAGE} package): "
+            f"enable them, or {otherwise}")
 
 
 def interpreter_trees() -> list[Path]:
@@ -266,18 +271,28 @@ def _resolver(network: bool) -> list[str]:
 
 def _binds(grants: Grants) -> list[str]:
     """The granted paths, parents before children (a read-only source inside the writable rerun
-    tree stays read-only), a path given twice taking its narrower grant."""
+    tree stays read-only), a path given twice taking its narrower grant.  A granted link is granted
+    as the file or directory it leads to, at that place, and made as the same link where no other
+    grant holds it (inside one, it is there already)."""
     wanted = [(p, False) for p in interpreter_trees()] + [(Path(p), False) for p in (*grants.read, *grants.extra)]
     wanted += [(Path(p), True) for p in grants.write]
-    binds = []
+    binds, links = {}, []
     for path, writable in wanted:
         absolute = Path(os.path.abspath(path))
-        if absolute.exists():
-            binds.append((len(absolute.parts), 0 if writable else 1, str(absolute), writable))
+        if not absolute.exists():
+            continue
+        real = absolute.resolve()
+        if real != absolute:
+            links.append(absolute)
+        key = (len(real.parts), 0 if writable else 1, str(real))
+        binds[key] = writable
     args = []
-    for _, _, path, writable in sorted(binds, key=lambda b: (b[0], b[1])):
-        # the real file behind a link: a path bound as a link would point outside the sandbox
-        args += ["--bind" if writable else "--ro-bind", str(Path(path).resolve()), path]
+    for (_, _, path), writable in sorted(binds.items()):
+        args += ["--bind" if writable else "--ro-bind", path, path]
+    held = [Path(path) for _, _, path in binds]
+    for link in links:
+        if not any(link.is_relative_to(h) for h in held) and not any(link.is_relative_to(t) for t in SYSTEM):
+            args += ["--symlink", str(link.resolve()), str(link)]
     return args
 
 

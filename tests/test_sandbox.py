@@ -296,3 +296,54 @@ def test_a_consented_replay_in_locate_runs_confined(tmp_path):
     assert not (tmp_path / "MARKER").exists()
     assert answer["sandbox"]["A"]["sandboxed"] is True and answer["sandbox"]["A"]["network"] is False
     assert "replay of A: sandbox: bubblewrap" in done.stderr
+
+
+OWN = '''
+import os, pathlib, socket, sys
+print("Acc@1 91.0")
+try:
+    print("home:", pathlib.Path(sys.argv[1]).read_text())
+except OSError as err:
+    print("home: denied", type(err).__name__)
+print("env:", os.environ.get("AWS_SECRET_ACCESS_KEY", "absent"))
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[2])), timeout=3).close()
+    print("listener: connected")
+except OSError as err:
+    print("listener: denied", type(err).__name__)
+'''
+
+
+@pytest.mark.parametrize("flags", [(), ("--sandbox",)])
+def test_an_own_run_is_confined_only_with_sandbox(tmp_path, flags):
+    home, proj, listener = tmp_path / "home", tmp_path / "proj", Listener()
+    home.mkdir()
+    proj.mkdir()
+    (home / "secret").write_text(SECRET_FILE)
+    (proj / "own.py").write_text(OWN)
+    try:
+        done = repro500("run", *flags, "--command", "-n", "2", "--run-id", "mine", "--metric",
+                        "accuracy=regex:Acc@1 ([0-9.]+)", "--accept", "accuracy>=90", "--",
+                        sys.executable, "own.py", str(home / "secret"), str(listener.port), cwd=proj,
+                        env={"HOME": str(home), "AWS_SECRET_ACCESS_KEY": SECRET_ENV,
+                             "MLFLOW_TRACKING_URI": f"sqlite:///{proj / 'mlflow.db'}"})
+    finally:
+        listener.close()
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = (proj / "runs" / "mine" / "repeats" / "0" / "stdout.txt").read_text()
+    record = json.loads((proj / "runs" / "mine" / "manifest.json").read_text())["facets"]["sandbox"]
+    if flags:
+        assert "home: denied" in said and "env: absent" in said and "listener: denied" in said
+        assert listener.accepted == 0 and record["sandboxed"] is True
+        assert str(proj / "runs") in record["writable"] and (proj / "mlflow.db").is_file()
+        assert "sandbox: bubblewrap; your code may read" in done.stderr
+    else:  # one's own code, as it always ran
+        assert "HOMEFILE-9f8e7d6c5b4a" in said and SECRET_ENV in said and "listener: connected" in said
+        assert record == {"sandboxed": False}
+
+
+def test_sandbox_widening_options_of_run_need_sandbox(tmp_path):
+    done = repro500("run", "--network", "--command", "--metric", "a=regex:a ([0-9]+)", "--accept", "a>=1", "--",
+                    "true", cwd=tmp_path)
+    assert done.returncode == 2 and "--sandbox" in done.stderr, done.stderr
+    assert not (tmp_path / "runs").exists()
