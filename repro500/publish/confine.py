@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from repro500 import sandbox
+from repro500 import sandbox, untrusted
 from repro500.publish.rebuild.install import tool_requirement
 from repro500.tracking import store as mlflow_store
 
@@ -84,3 +84,28 @@ def labels(workdir: Path) -> dict[str, str]:
     return {str(out): f"{workdir} (the reproduction's own directory)", str(out / "publication"): "the publication",
             str(out / "source"): "the source snapshot (OUT/source)", str(out / "env"): "the rebuilt environment"}
 
+
+
+def rerun(choice: sandbox.Choice, workdir: Path, reads: Iterable[Path], environ: Mapping[str, str],
+          used: Mapping[str, Any], console: Any) -> tuple[sandbox.Grants | None, dict[str, Any]]:
+    """(the rerun's grants or None, what its manifest records of them), the plan line said when the
+    publisher's code runs (``--run-code``); *reads*: the checked data and the command's inputs,
+    *used*: the environment the rerun runs in (a rebuilt venv's Python was made from another)."""
+    if not choice.confined and choice.consent is None:
+        return None, choice.record(None, environ)
+    reads = list(reads)
+    if used.get("mode") == "venv":  # the Python the rebuilt venv was made from (its bin/python links there)
+        reads.append(Path(str(used["python"])).resolve().parent.parent)
+    grants = rerun_grants(choice, workdir, reads, environ) if choice.confined else None
+    console.print(untrusted.shown(sandbox.plan_line(grants, labels(workdir))), highlight=False, soft_wrap=True)
+    return grants, choice.record(grants, environ)
+
+
+def said(record: Mapping[str, Any] | None) -> str | None:
+    """The line under the verdict: a rerun that ran without the sandbox (the second consent), or in it."""
+    if record and record.get("consent"):
+        return ("sandbox: the rerun ran WITHOUT the sandbox (--no-sandbox): the publication's code had your "
+                "user's rights (files, environment, network)")
+    if record and record.get("sandboxed"):
+        return f"sandbox: the rerun ran in bubblewrap ({'with' if record.get('network') else 'no'} network)"
+    return None

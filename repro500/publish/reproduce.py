@@ -455,7 +455,9 @@ def reproduce(
                        data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,
                        env_mode=env_mode, find_links=find_links, indexes=indexes, choice=choice)
-        confined = _confined(choice, pub, workdir, env, console, used)
+        reads = [*(workdir / safe_relpath(entry.path, "data path") for entry in pub.data),
+                 *(Path(entry["path"]) for entry, _ in _recorded_inputs(pub, workdir))]
+        confined = confine.rerun(choice, workdir, reads, env, used, console)
         rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
                        pending=pending, again=again, console=console, confined=confined)
         verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console, sandboxed=confined[1])
@@ -638,21 +640,6 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     return rebuild.activated(env_python, env), None if is_command else str(env_python), used
 
 
-def _confined(choice: sandbox.Choice, pub: opened.Publication, workdir: Path, env: dict[str, str],
-              console: Any, used: dict[str, Any]) -> tuple[sandbox.Grants | None, dict[str, Any]]:
-    """(the rerun's sandbox grants or None, what its manifest records of them), said in the plan line
-    when the publisher's code runs (--run-code)."""
-    if not choice.confined and choice.consent is None:
-        return None, choice.record(None, env)
-    reads = [workdir / safe_relpath(entry.path, "data path") for entry in pub.data]
-    reads += [Path(entry["path"]) for entry, _ in _recorded_inputs(pub, workdir)]
-    if used["mode"] == "venv":  # the Python the rebuilt venv was made from (its bin/python links there)
-        reads.append(Path(used["python"]).resolve().parent.parent)
-    grants = confine.rerun_grants(choice, workdir, reads, env) if choice.confined else None
-    console.print(untrusted.shown(sandbox.plan_line(grants, confine.labels(workdir))), highlight=False, soft_wrap=True)
-    return grants, choice.record(grants, env)
-
-
 def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, margins: dict[str, float] | None,
              used: dict[str, Any], console: Any, sandboxed: dict[str, Any] | None = None) -> Any:
     """The rerun verified against the publication, with the bitwise comparison and provenance diff
@@ -683,12 +670,8 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
         console.print(f"Rerun's own check  {untrusted.shown(rerun_own['status'])} against its recipe's acceptance "
                       f"bands ({untrusted.shown(rerun_own['verdict'])}); the verdict above is the reproduction's",
                       highlight=False, soft_wrap=True)
-    if sandboxed and sandboxed.get("consent"):  # the reproducer's second consent, said with the verdict
-        console.print("[yellow]sandbox:[/] the rerun ran WITHOUT the sandbox (--no-sandbox): the publication's code "
-                      "had your user's rights (files, environment, network)", highlight=False, soft_wrap=True)
-    elif sandboxed and sandboxed.get("sandboxed"):
-        console.print(f"sandbox: the rerun ran in bubblewrap ({'with' if sandboxed.get('network') else 'no'} network)",
-                      highlight=False, soft_wrap=True)
+    if confine.said(sandboxed):  # how the rerun was confined, or that it was not (--no-sandbox)
+        console.print(confine.said(sandboxed), highlight=False, soft_wrap=True)
     console.print(f"environment: {untrusted.shown(used['mode'])} ({untrusted.shown(used['python'])})\n"
                   f"rerun: {untrusted.shown(rerun)}\nverdict: {untrusted.shown(workdir / rundir.VERDICT)}",
                   highlight=False, soft_wrap=True)
