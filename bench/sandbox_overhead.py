@@ -4,7 +4,9 @@ A command publication whose script burns CPU for ``--seconds`` (default 10) a re
 then it is reproduced with and without the sandbox, interleaved (boxed, open, boxed, ...) so
 machine noise hits both alike, each timed from outside over the whole reproduction (opening and
 checking the publication, the rerun, the verdict).  Target: sandboxed <= 1.02 x unsandboxed;
-exits 1 when missed (and 4 when bwrap cannot sandbox here).
+exits 1 when missed (and 4 when bwrap cannot sandbox here).  Beside it, what bubblewrap adds to one
+start (``python -c pass`` as it is and in the sandbox, median of 21): the sandbox's whole fixed
+cost, since a reproduction starts it once; on a shared machine the ratio's noise is larger.
 
     python bench/sandbox_overhead.py [--seconds 10] [--repeats 3] [--rounds 2]
 """
@@ -69,6 +71,26 @@ def reproduce(work: Path, pub: Path, out: str, *flags: str) -> float:
     return elapsed
 
 
+def start_cost(n: int) -> tuple[float, float]:
+    """Median seconds to start and end ``python -c pass`` as it is and inside the rerun's sandbox (what
+    bubblewrap adds once a reproduction: its namespaces and mounts), interleaved."""
+    import os
+    import statistics
+
+    work = Path(tempfile.mkdtemp(prefix="repro500-bench-bwrap-"))
+    try:
+        prefix = sandbox.wrap(sandbox.Grants(write=(work,)), os.environ, cwd=work)
+        plain, boxed = [], []
+        for _ in range(n):
+            for argv, into in (([sys.executable, "-c", "pass"], plain), ([*prefix, sys.executable, "-c", "pass"], boxed)):
+                start = time.perf_counter()
+                subprocess.run(argv, check=True, capture_output=True)
+                into.append(time.perf_counter() - start)
+        return statistics.median(plain), statistics.median(boxed)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=10.0)
@@ -89,12 +111,16 @@ def main(argv: list[str] | None = None) -> int:
             pair = [("boxed", ()), ("open", ("--no-sandbox",))]
             for name, flags in pair if r % 2 == 0 else reversed(pair):
                 (boxed if name == "boxed" else open_).append(reproduce(work, pub, f"{name}-{r}", *flags))
+    plain, inside = start_cost(21)
     ratio = sum(boxed) / sum(open_)
     n = args.rounds * args.repeats
     print(f"reproduce --run-code, {args.rounds} round(s) of {args.repeats} repeats x {args.seconds:g} s ({n} repeats "
           "a side)")
     print(f"  sandboxed (bubblewrap): {sum(boxed):.2f} s   ({', '.join(f'{t:.2f}' for t in boxed)})")
     print(f"  --no-sandbox:           {sum(open_):.2f} s   ({', '.join(f'{t:.2f}' for t in open_)})")
+    print(f"  start of a Python, median of 21: {plain * 1000:.1f} ms as it is, {inside * 1000:.1f} ms in the sandbox "
+          f"(+{(inside - plain) * 1000:.1f} ms, {(inside - plain) / (sum(open_) / args.rounds) * 100:.3f} % of a "
+          "reproduction)")
     print(f"  ratio {ratio:.4f}x (+{(sum(boxed) - sum(open_)) / args.rounds:.2f} s a reproduction); "
           f"target <= {TARGET}x: {'PASS' if ratio <= TARGET else 'MISS'}")
     return 0 if ratio <= TARGET else 1
