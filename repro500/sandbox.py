@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.errors import InvalidInput, UsageError
-from repro500.redact import is_secret_name, redact_url
+from repro500.redact import env_value_kept, is_secret_name, redact_url
 from repro500.untrusted import shown
 
 PACKAGE = "bubblewrap"
@@ -63,8 +63,9 @@ MASKED = ("/etc/shadow", "/etc/shadow-", "/etc/gshadow", "/etc/gshadow-", "/etc/
 # variables naming the certificate authorities a TLS client trusts: passed, and their files readable
 CA_FILES = ("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NIX_SSL_CERT_FILE",
             "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS")
-# the environment that reaches the sandboxed code: these names, and names with these prefixes,
-# unless secret-named or holding a URL with credentials
+# the environment that reaches the sandboxed code: these names, names with these prefixes and those
+# whose values a manifest records (redact.env_value_kept), unless secret-named or holding a URL with
+# credentials
 ALLOWED = frozenset({
     "PATH", "LANG", "LANGUAGE", "TZ", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR", "COLUMNS", "LINES",
     "PYTHONPATH", "PYTHONSAFEPATH", "PYTHONUNBUFFERED", "PYTHONHASHSEED", "PYTHONDONTWRITEBYTECODE",
@@ -219,7 +220,9 @@ def environment(environ: Mapping[str, str]) -> dict[str, str]:
     for name, value in environ.items():
         if name in DENIED or is_secret_name(name):
             continue
-        if name in ALLOWED or name.startswith(ALLOWED_PREFIXES):
+        # the variables whose values a manifest records (they choose kernels: OMP_*, MKL_*, NCCL_*, TORCH_*,
+        # CUDA_*, ...) pass too, so a confined rerun runs and records the environment an unconfined one does
+        if name in ALLOWED or name.startswith(ALLOWED_PREFIXES) or env_value_kept(name):
             if "://" in value and redact_url(value) != value:
                 continue  # a tracking or index URL with a password in it
             kept[name] = value

@@ -234,9 +234,11 @@ def test_the_environment_that_reaches_sandboxed_code():
         "PATH": "/usr/bin", "LC_ALL": "C", "REPRO500_SEED": "1", "AWS_SECRET_ACCESS_KEY": "x" * 20,
         "GITHUB_TOKEN": "ghp_x", "REPRO500_SIGNING_KEY": "/root/.ssh/k", "REPRO500_SIGNING_KEY_PASSPHRASE": "p",
         "MLFLOW_TRACKING_URI": "https://alice:hunter22@mlflow.example.org", "MLFLOW_EXPERIMENT_NAME": "e",
-        "SSH_AUTH_SOCK": "/run/ssh", "HOME": "/root", "OMP_NUM_THREADS": "2"})
+        "SSH_AUTH_SOCK": "/run/ssh", "HOME": "/root", "OMP_NUM_THREADS": "2", "ONEDNN_MAX_CPU_ISA": "AVX2",
+        "NCCL_ALGO": "Ring", "EDITOR": "vi", "HF_TOKEN": "hf_x"})
+    # what the manifest records as choosing kernels passes (the rerun runs as it would unconfined)
     assert kept == {"PATH": "/usr/bin", "LC_ALL": "C", "REPRO500_SEED": "1", "MLFLOW_EXPERIMENT_NAME": "e",
-                    "OMP_NUM_THREADS": "2"}
+                    "OMP_NUM_THREADS": "2", "ONEDNN_MAX_CPU_ISA": "AVX2", "NCCL_ALGO": "Ring"}
 
 
 def test_wrapped_code_sees_no_secret_of_etc_and_no_home(tmp_path):
