@@ -116,7 +116,8 @@ lint: $(STAMP)
 # the end, naming those that missed.
 BENCHES := capture.py hashing.py datagen.py loader.py overhead.py "overhead.py --plugin" command_overhead.py \
 	observe_inputs.py attest.py compress.py wire_bytes.py verdict_calibration.py variance_attribution.py quickstart.py \
-	ops_gemm.py roofline_bandwidth.py energy_overhead.py variants.py mlflow_overhead.py team_postgres.py
+	ops_gemm.py roofline_bandwidth.py energy_overhead.py variants.py mlflow_overhead.py team_postgres.py \
+	sandbox_overhead.py
 bench: $(STAMP)
 	@missed=""; for b in $(BENCHES); do \
 		echo "== bench/$$b"; $(PY) bench/$$b || missed="$$missed; $$b (exit $$?)"; \
