@@ -102,7 +102,8 @@ class Grants:
 
 @dataclass(frozen=True)
 class Choice:
-    """The reproducer's sandbox options, checked: ``grants`` None when unconfined."""
+    """The sandbox options, checked: ``confined`` False when the code runs as it is (no ``--run-code``, or
+    ``--no-sandbox``, then named in ``consent``)."""
 
     confined: bool
     network: bool = False
@@ -187,10 +188,8 @@ def interpreter_trees() -> list[Path]:
     """What this Python needs to start and import repro500: its prefixes (a venv and the Python
     it was made from, which may lie in the reproducer's home: pyenv, uv) and repro500's package
     (an editable install lies in its checkout)."""
-    import repro500
-
     found = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix), Path(sys.base_exec_prefix),
-             Path(sys.executable).resolve().parent.parent, Path(repro500.__file__).resolve().parent]
+             Path(sys.executable).resolve().parent.parent, Path(__file__).resolve().parent]
     return _unique(p for p in found if p.exists())
 
 
