@@ -119,8 +119,10 @@ def test_with_run_code_the_build_asks_only_the_reproducers_index(tmp_path: Path,
     # the reproducer's own configuration: no index, the wheel from a folder of theirs
     env = {MARKER_ENV: str(marker), rebuild.INSTALLER_ENV: "pip", "PIP_NO_INDEX": "1", "PIP_INDEX_URL": "",
            "PIP_FIND_LINKS": ""}
-    done = repro500("reproduce", str(pth_publication), "--env", "venv", "--run-code", "--find-links", str(wheels),
-                    "--out", str(out), cwd=tmp_path, env=env, timeout=600)
+    # --no-sandbox: the marker lies outside what a sandbox grants, and the recipe names the publisher's
+    # own venv by its absolute path (tests/test_sandbox.py: what the sandbox denies)
+    done = repro500("reproduce", str(pth_publication), "--env", "venv", "--run-code", "--no-sandbox",
+                    "--find-links", str(wheels), "--out", str(out), cwd=tmp_path, env=env, timeout=600)
     assert done.returncode in (0, 1, 3), done.stdout + done.stderr
     plan = next(line for line in done.stdout.splitlines() if line.startswith("environment: rebuilding"))
     assert f"not asked: the lock's {PUBLISHERS_INDEX}, not an index of yours (--index URL asks it)" in plan
@@ -213,8 +215,9 @@ def test_locate_refuses_a_packed_runs_plugin_without_run_code(tmp_path: Path, pa
 @pytest.mark.slow  # four replays (a minute under load); the allow-list's own test stays in make test
 def test_with_run_code_the_replay_gets_no_library_loading_variable(tmp_path: Path, packed_plugin_run: Path) -> None:
     marker = tmp_path / "MARKER"
-    done = repro500("locate", str(packed_plugin_run), "--steps", "1", "--run-code", "--json", cwd=tmp_path,
-                    env={MARKER_ENV: str(marker)})
+    # --no-sandbox: the marker's variable and file lie outside what the sandbox grants (tests/test_sandbox.py)
+    done = repro500("locate", str(packed_plugin_run), "--steps", "1", "--run-code", "--no-sandbox", "--json",
+                    cwd=tmp_path, env={MARKER_ENV: str(marker)})
     assert done.returncode == 0, done.stdout + done.stderr
     answer = json.loads(done.stdout)
     assert marker.exists()  # consented: the plug-in ran in its replay

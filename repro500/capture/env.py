@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from repro500 import sandbox
 from repro500.capture.registry import CaptureContext, facet
 from repro500.redact import redact_env, redact_url
 
@@ -268,6 +269,13 @@ def environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
 @facet("environment")
 def environment_facet(ctx: CaptureContext) -> dict[str, Any]:
     return environment(ctx.environ)
+
+
+@facet("sandbox")
+def sandbox_facet(ctx: CaptureContext) -> dict[str, Any]:
+    """Whether this run ran confined (``reproduce --run-code``: bubblewrap) and with which grants, as
+    the process that started it said (:data:`repro500.sandbox.RECORD_ENV`); one's own run: not."""
+    return sandbox.recorded(os.environ)
 
 
 def _maybe(func: Any, *args: Any) -> Any:

@@ -34,10 +34,17 @@ import click
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1.0), default=600.0, show_default=True,
               help="Seconds one replay may take.")
 @click.option("--json", "as_json", is_flag=True, help="Print the answer as JSON.")
+@click.option("--network", is_flag=True,
+              help="With --run-code: give the sandboxed replays the network (they have none by default).")
+@click.option("--sandbox-ro", "sandbox_ro", multiple=True, metavar="PATH", type=click.Path(path_type=Path),
+              help="With --run-code: also let the sandboxed replays read PATH (read-only; repeatable).")
+@click.option("--no-sandbox", is_flag=True,
+              help="With --run-code: replay the runs' own code unconfined, with your user's rights (a second "
+                   "consent, said in the answer).")
 @click.pass_context
 def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, other_repeat: int | None,
            steps: int | None, rtol: float | None, python_a: str | None, python_b: str | None, run_code: bool,
-           timeout_s: float, as_json: bool) -> None:
+           timeout_s: float, as_json: bool, network: bool, sandbox_ro: tuple[Path, ...], no_sandbox: bool) -> None:
     """Say where runs A and B part: the first step, the first operator, and the likely cause.
 
     A and B are run directories, packed runs or publications (a rerun and its publication);
@@ -50,18 +57,21 @@ def locate(ctx: click.Context, a: Path, b: Path | None, repeat: int | None, othe
     the answer is the first operator whose inputs agree and whose output does not: its name,
     the module it ran in, forward/backward/optimizer, the step, and the largest absolute and
     relative difference. Nothing is claimed past it. The replays run the runs' training
-    code: the own code (plug-ins) of a packed run or a publication only with --run-code.
+    code: the own code (plug-ins) of a packed run or a publication only with --run-code,
+    and then in a sandbox (bubblewrap; docs/trust.md) unless --no-sandbox.
 
     \b
     Exit codes: 0 located (or the runs do not part), 2 usage error (also: a packed
                 run's or publication's own code would run without --run-code),
                 3 the replays do not part where the records do (not reproduced here),
-                4 invalid input (missing, corrupt or tampered runs, no shared seed).
+                4 invalid input (missing, corrupt or tampered runs, no shared seed; with
+                --run-code: bwrap missing or unable to sandbox here).
     """
     from repro500.locate import locate as locating
 
     found = locating(a, b, repeat=repeat, other_repeat=other_repeat, steps=steps, rtol=rtol, python_a=python_a,
-                     python_b=python_b, run_code=run_code, timeout_s=timeout_s, progress=_progress)
+                     python_b=python_b, run_code=run_code, timeout_s=timeout_s, progress=_progress,
+                     no_sandbox=no_sandbox, network=network, sandbox_ro=[str(p) for p in sandbox_ro])
     _show(found.answer, as_json, found.plan)
     if found.exit_code:
         ctx.exit(found.exit_code)

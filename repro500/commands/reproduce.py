@@ -47,11 +47,20 @@ from repro500.commands.options import parse_margins
               help="With --env venv: also install from this package index (repeatable). Packages come from your "
                    "own indexes (PIP_INDEX_URL / UV_DEFAULT_INDEX, else PyPI); an index the publication's lock "
                    "names is asked only when given here.")
+@click.option("--network", is_flag=True,
+              help="With --run-code: give the sandboxed code the network (it has none by default).")
+@click.option("--sandbox-ro", "sandbox_ro", multiple=True, metavar="PATH",
+              type=click.Path(path_type=Path),
+              help="With --run-code: also let the sandboxed code read PATH (read-only; repeatable).")
+@click.option("--no-sandbox", is_flag=True,
+              help="With --run-code: run the publication's code unconfined, with your user's rights (a second "
+                   "consent, recorded in the rerun's manifest and said with the verdict).")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
               run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None,
-              env_mode: str, find_links: tuple[str, ...], indexes: tuple[str, ...]) -> None:
+              env_mode: str, find_links: tuple[str, ...], indexes: tuple[str, ...], network: bool,
+              sandbox_ro: tuple[Path, ...], no_sandbox: bool) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -61,6 +70,11 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
     with DVC), the recipe rerun with the published seed and repeats, and the rerun verified
     against the published values; the verdict is printed with the provenance diff.
 
+    With --run-code the publication's code runs in a sandbox (bubblewrap): it reads the
+    system, its interpreter, the publication, OUT/source and the checked data; writes only
+    OUT and a private /tmp; has an empty HOME, no network (--network) and a cleared
+    environment (docs/trust.md).
+
     \b
     Exit codes: 0 REPRODUCED, 1 NOT REPRODUCED, 3 INCONCLUSIVE,
                 2 usage error (also: the publication's code would run without
@@ -69,7 +83,8 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
                 data that cannot be recreated, inputs that differ (without
                 --allow-data-differences); with --env venv: the recorded Python
                 minor version not found here, a locked distribution no index
-                serves; 130 interrupted.
+                serves; with --run-code: bwrap missing or unable to sandbox here
+                (install bubblewrap, or pass --no-sandbox); 130 interrupted.
     """
     from repro500.publish.reproduce import reproduce as run_reproduce
 
@@ -77,5 +92,6 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
                            margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
                            allow_data_differences=allow_data_differences, until_decided=until_decided,
                            max_repeats=max_repeats, env_mode=env_mode, find_links=list(find_links),
-                           indexes=list(indexes))
+                           indexes=list(indexes), no_sandbox=no_sandbox, network=network,
+                           sandbox_ro=[str(p) for p in sandbox_ro])
     ctx.exit(result.exit_code)

@@ -71,6 +71,12 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
 @click.option("--vary", metavar="SOURCES", help="A factorial run: vary each named source of randomness alone (seed, init, "
                                               "data_order, kernels; comma-separated), to attribute the variance.")
 @click.option("--repeats-per-cell", type=click.IntRange(min=2), help="With --vary: repeats per source.  [default: 3]")
+@click.option("--sandbox", "sandboxed", is_flag=True,
+              help="Run your code in bubblewrap, as reproduce --run-code runs a publication's: the working directory "
+                   "and inputs read-only, --out and the MLflow store writable, an empty HOME, no network.")
+@click.option("--network", is_flag=True, help="With --sandbox: give the run the network.")
+@click.option("--sandbox-ro", "sandbox_ro", multiple=True, metavar="PATH",
+              help="With --sandbox: also let the run read PATH (read-only; repeatable).")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
@@ -78,7 +84,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
         tracking: bool | None,
         experiment: str | None, artifacts: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
         max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float], vary: str | None,
-        repeats_per_cell: int | None) -> None:
+        repeats_per_cell: int | None, sandboxed: bool, network: bool, sandbox_ro: tuple[str, ...]) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
@@ -111,6 +117,8 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
     elif run_code:
         raise UsageError("--run-code goes with --resume: it consents to a run directory that this machine's repro500 "
                          "did not make (your own recipe needs no consent)")
+    if sandboxed or network or sandbox_ro:
+        _sandboxed(ctx, recipe_path, adhoc is not None)
     options = RunOptions(recipe=recipe_path, adhoc=adhoc, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, run_code=run_code, nproc=nproc,
@@ -157,6 +165,26 @@ def _recipe_file(recipe: tuple[str, ...], ctx: click.Context) -> str | None:
     if len(recipe) > 1:
         raise UsageError(f"give one RECIPE file, not {len(recipe)} arguments (to run a program, use --command -- PROGRAM ...)")
     return recipe[0] if recipe else None
+
+
+def _sandboxed(ctx: click.Context, recipe_path: str | None, adhoc: bool) -> None:
+    """``--sandbox``: this run started again inside bubblewrap (repro500.runner.sandboxed), unless it
+    is that run; exits with its status."""
+    from repro500.runner import sandboxed as box
+
+    p = ctx.params
+    if box.inside():
+        return
+    given = ctx.get_parameter_source("sign_key") is click.core.ParameterSource.COMMANDLINE
+    box.check(p["sandboxed"], p["network"], p["sandbox_ro"], given)
+    if p["sign_key"] and not given:
+        print("note: REPRO500_SIGNING_KEY is not passed into the sandbox: sign the run afterwards with "
+              "repro500 sign RUN", file=sys.stderr)
+    program = [p["recipe"][0]] if adhoc and p["recipe"] and "/" in p["recipe"][0] else []
+    granted = box.grants(out_dir=p["out_dir"], resume=p["resume"], tracking=p["tracking"], artifacts=p["artifacts"],
+                         reads=[recipe_path, p["params_file"], p["against"], *p["inputs"], *program],
+                         network=p["network"], extra=p["sandbox_ro"])
+    sys.exit(box.run_again_inside(granted))
 
 
 def _refuse_with_resume(ctx: click.Context) -> None:

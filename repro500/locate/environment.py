@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from repro500 import sandbox
 from repro500.rundir.names import ENV_MARKER
 from repro500.verify.rundir import RunData
 
@@ -94,3 +95,18 @@ def own_interpreter(run: RunData) -> str | None:
         return None
     path = Path(executable)
     return executable if path.is_file() and (path.parent.parent / ENV_MARKER).is_file() else None
+
+
+def replay_grants(run: RunData, side: Any, choice: sandbox.Choice) -> sandbox.Grants | None:
+    """The sandbox a consented replay of *run*'s own code runs in (None: ``--no-sandbox``): besides
+    what the replay adds (the run's directory, its output), its interpreter's trees (a rebuilt venv
+    and the Python it was made from) and the data the run's manifest recorded, read-only; its
+    recorded kernel settings set inside as outside."""
+    if not choice.confined:
+        return None
+    python = Path(side.python)
+    entries = _recorded(run, "facets", "data").get("entries")
+    data = [Path(str(e["path"])).absolute() for e in entries or [] if isinstance(e, dict) and e.get("path")]
+    return sandbox.Grants(read=(python.absolute().parent.parent, python.resolve().parent.parent, *data),
+                          network=choice.network, extra=choice.extra,
+                          setenv={name: value for name, value in side.env.items() if value is not None})

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repro500 import sandbox
 from repro500.errors import EXIT_INCONCLUSIVE, EXIT_OK
 from repro500.locate import environment
 from repro500.locate.plan import LocatePlan, open_run, plan_locate
@@ -45,12 +46,14 @@ class Located:
 def locate(a: str | Path, b: str | Path | None = None, *, repeat: int | None = None,
            other_repeat: int | None = None, steps: int | None = None, rtol: float | None = None,
            python_a: str | None = None, python_b: str | None = None, run_code: bool = False,
-           timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _line: None) -> Located:
+           timeout_s: float = 600.0, progress: Callable[[str], None] = lambda _line: None,
+           no_sandbox: bool = False, network: bool = False, sandbox_ro: list[str] | None = None) -> Located:
     """Where runs *a* and *b* (with *b* None: two same-seed repeats of *a*) part: the first step, the
     first operator, and the likely cause.  The options are ``repro500 locate``'s (docs/verify.md,
     "The first operator"); ``progress`` gets a line a step once no refusal can follow (the records'
     answer, then the replays it starts)."""
     a, b = Path(a), Path(b) if b is not None else None
+    choice = sandbox.choose(run_code, no_sandbox, network, sandbox_ro or [])
     with contextlib.ExitStack() as stack:
         run_a, kind_a = open_run(a, stack, "A")
         same = b is None or (b.exists() and a.exists() and b.resolve() == a.resolve())
@@ -78,10 +81,16 @@ def locate(a: str | Path, b: str | Path | None = None, *, repeat: int | None = N
             # a venv reproduce --env venv rebuilt runs its own replay: for a run of this machine's, or with
             # consent (a packed run's record could name one built for another publication)
             rebuilt = environment.own_interpreter(run) if kind == OWN_RUN or run_code else None
-            sides.append(replay.Side(run_dir=run.path, repeat=k, env=env, python=python or rebuilt or sys.executable,
-                                     label=label))
+            side = replay.Side(run_dir=run.path, repeat=k, env=env, python=python or rebuilt or sys.executable,
+                               label=label)
+            # the run's own code, consented to, replays in the sandbox (an own run's needs no consent)
+            side.grants = environment.replay_grants(run, side, choice) if allowed[label] and kind != OWN_RUN else None
+            if allowed[label] and kind != OWN_RUN:
+                progress(f"replay of {label}: {sandbox.plan_line(side.grants)}")
+            sides.append(side)
         finding = replay.locate_operator(sides[0], sides[1], plan.steps, timeout_s=timeout_s).to_dict()
         answer["environments"] = {s.label: {k: v for k, v in s.env.items() if k != CODE_ENV} for s in sides}
+        answer["sandbox"] = {s.label: sandbox.record(s.grants, os.environ, consent=choice.consent) for s in sides}
         answer["environments_not_set"] = {label: environment.replay_env_not_set(run)
                                           for label, _, run, *_ in pairs if environment.replay_env_not_set(run)}
         answer["interpreters"] = {}

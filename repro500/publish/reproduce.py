@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from repro500 import recorded_paths, untrusted
+from repro500 import recorded_paths, sandbox, untrusted
 from repro500.capture.data import compare
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
@@ -52,7 +52,7 @@ from repro500.errors import (
     RunFailed,
     UsageError,
 )
-from repro500.publish import opened, rebuild
+from repro500.publish import confine, opened, rebuild
 from repro500.publish import publication as pubs
 from repro500.publish import source as sources
 from repro500.publish.datafiles import DataEntry, md5_matches, regenerate
@@ -301,7 +301,8 @@ def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, s
 def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
            code: tuple[str, list[str]] | None = None, placed: Path | None = None,
            sequential: list[str] | None = None, python: str | None = None, *, pending: Path | None = None,
-           again: str | None = None, console: Any = None) -> Path:
+           again: str | None = None, console: Any = None,
+           confined: tuple[sandbox.Grants | None, dict[str, Any]] = (None, {"sandboxed": False})) -> Path:
     """The rerun's directory once it finished: a new rerun, or ``pending`` (one this reproduction
     left unfinished) continued with ``run --resume``, its finished repeats kept, or taken as it is
     when it finished them all."""
@@ -347,7 +348,10 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         else:
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(placed.resolve()), env.get("PYTHONPATH")) if p)
         cmd, cwd = [python or sys.executable, *args], workdir
-    rc = _wait_passing_signals(subprocess.Popen(cmd, cwd=cwd, env=env, process_group=0))
+    # the publisher's code runs in the sandbox its grants make (confine.py), or as it is, recorded either way
+    cmd, env = confine.command(cmd, cwd, env, *confined)
+    rc = _wait_passing_signals(subprocess.Popen(cmd, cwd=cwd, env=env, process_group=0),
+                               sandboxed=confined[0] is not None)
     rerun = workdir / "runs" / rid
     if rc == 130 or rc < 0:
         raise KeyboardInterrupt
@@ -359,7 +363,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
     return rerun
 
 
-def _wait_passing_signals(proc: subprocess.Popen[bytes]) -> int:
+def _wait_passing_signals(proc: subprocess.Popen[bytes], sandboxed: bool = False) -> int:
     """The rerun's exit status.  It runs in a process group of its own, so Ctrl-C (or SIGTERM) here
     reaches it once, passed on by this process, and is waited for: the rerun keeps its finished
     repeats and closes its run.json before it exits 130 (a third Ctrl-C kills it)."""
@@ -379,7 +383,10 @@ def _wait_passing_signals(proc: subprocess.Popen[bytes]) -> int:
             except KeyboardInterrupt:
                 passed += 1
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
+                    if sandboxed:  # to the rerun inside, not to bwrap, whose end would kill it at once
+                        sandbox.pass_signal(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
+                    else:
+                        os.killpg(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
@@ -452,6 +459,9 @@ def reproduce(
     env_mode: str = "current",
     find_links: list[str] | None = None,
     indexes: list[str] | None = None,
+    no_sandbox: bool = False,
+    network: bool = False,
+    sandbox_ro: list[str] | None = None,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     # the rerun gets the caller's environment as it was: libraries imported here while making the data
@@ -461,6 +471,7 @@ def reproduce(
     asked_tracking = tracking  # as given: the command that continues this reproduction repeats it
     _check_design(repeats, until_decided, max_repeats)
     links = rebuild.check_mode(env_mode, list(find_links or []), run_code=run_code, indexes=indexes)
+    choice = sandbox.choose(run_code, no_sandbox, network, sandbox_ro or [])
     with tempfile.TemporaryDirectory(prefix="repro500-reproduce-") as tmp_name:
         tmp = Path(tmp_name)
         src, (pub, pending), workdir = _open(
@@ -471,14 +482,17 @@ def reproduce(
         placed = _place_source(pub, workdir) if code else None
         lines, warnings = _put_data(pub, workdir, src, Path(data_root), tmp, allow_data_differences, console)
         sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
-        env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes)
+        env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes,
+                                         sandboxed=confine.installs(choice, workdir, [placed, *links]))
         again = _again(source, workdir, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha, margins=margins,
                        data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,
-                       env_mode=env_mode, find_links=find_links, indexes=indexes)
+                       env_mode=env_mode, find_links=find_links, indexes=indexes, choice=choice)
+        reads = _reads(pub, _Places.of(pub, src, workdir, Path(data_root)))
+        confined = confine.rerun(choice, workdir, reads, env, used, console)
         rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
-                       pending=pending, again=again, console=console)
-        verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console)
+                       pending=pending, again=again, console=console, confined=confined)
+        verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console, sandboxed=confined[1])
     return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
                            warnings=warnings)
 
@@ -486,7 +500,7 @@ def reproduce(
 def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, subpath: str | None, alpha: float,
            margins: dict[str, float] | None, data_root: str | Path, tracking: bool | None, run_code: bool,
            allow_data_differences: bool, until_decided: bool, max_repeats: int | None, env_mode: str,
-           find_links: list[str] | None, indexes: list[str] | None) -> str:
+           find_links: list[str] | None, indexes: list[str] | None, choice: sandbox.Choice | None = None) -> str:
     """The command that continues this reproduction where it stopped: the same options, the same
     ``--out`` (what the rerun prints when it is interrupted or a repeat fails)."""
     import shlex
@@ -505,6 +519,9 @@ def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, 
               *(["--env", env_mode] if env_mode != "current" else []),
               *[w for folder in find_links or [] for w in ("--find-links", str(folder))],
               *[w for url in indexes or [] for w in ("--index", redact_url(url))]]
+    if choice is not None:
+        words += [*(["--no-sandbox"] if choice.consent else []), *(["--network"] if choice.network else []),
+                  *[w for path in choice.extra for w in ("--sandbox-ro", str(path))]]
     return shlex.join(words)
 
 
@@ -616,6 +633,13 @@ def _consent(pub: opened.Publication, run_code: bool, console: Any) -> tuple[str
     return code
 
 
+def _reads(pub: opened.Publication, places: _Places) -> list[Path]:
+    """What the rerun reads besides its source: every data path where it was put, and every input
+    the publisher's command read where this reproduction placed it (the sandbox grants these)."""
+    return [*(places.out(entry.path, "data path", pub.params) for entry in pub.data),
+            *(where for _, where, _ in _recorded_inputs(pub, places))]
+
+
 def _put_data(pub: opened.Publication, workdir: Path, src: sources.Source, data_root: Path, tmp: Path,
               allow_data_differences: bool, console: Any) -> tuple[list[str], list[str]]:
     """The command's inputs checked and every data path put in place: (one line each, warnings)."""
@@ -641,7 +665,8 @@ def _sequential_flags(workdir: Path, max_repeats: int | None, margins: dict[str,
 
 def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, code: tuple[str, list[str]] | None,
                  workdir: Path, links: list[str], env: dict[str, str],
-                 console: Any, indexes: list[str] | None = None) -> tuple[dict[str, str], str | None, dict[str, Any]]:
+                 console: Any, indexes: list[str] | None = None,
+                 sandboxed: Callable[[str], list[str]] | None = None) -> tuple[dict[str, str], str | None, dict[str, Any]]:
     """(the rerun's environment variables, the Python repro500 reruns with or None for this one,
     what the verdict records of it): the current environment, or the publication's lock rebuilt."""
     if env_mode != "venv":
@@ -653,14 +678,14 @@ def _environment(env_mode: str, pub: opened.Publication, placed: Path | None, co
     # absolute, not resolved (that would follow the venv's python link out of it): the rerun runs
     # in another directory, and OUT (default reproductions/RUN_ID) may be relative
     env_python = rebuild.build(pins, workdir, with_tool=not is_command, find_links=links, console=console,
-                               indexes=indexes).absolute()
+                               indexes=indexes, sandboxed=sandboxed).absolute()
     used = {"mode": "venv", "python": str(env_python), "installer": rebuild.installer(),
             "lock_sha256": pins.digest, "not_rebuilt": pins.unpinnable}
     return rebuild.activated(env_python, env), None if is_command else str(env_python), used
 
 
 def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, margins: dict[str, float] | None,
-             used: dict[str, Any], console: Any) -> Any:
+             used: dict[str, Any], console: Any, sandboxed: dict[str, Any] | None = None) -> Any:
     """The rerun verified against the publication, with the bitwise comparison and provenance diff
     against the packed run itself; written to ``OUT/verdict.json`` and shown."""
     from repro500.verify.render import render
@@ -681,13 +706,16 @@ def _verdict(pub: opened.Publication, rerun: Path, workdir: Path, alpha: float, 
     own = rundir.read_optional_json(rerun / rundir.VERDICT)
     rerun_own = {"status": own.get("status"), "verdict": str(rerun / rundir.VERDICT)} if own else None
     # which environment the rerun ran in, beside the verdict (its provenance diff says what differed)
-    atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used, "rerun_own": rerun_own})
+    atomic.write_json(workdir / rundir.VERDICT, {**verdict.to_dict(), "environment": used, "rerun_own": rerun_own,
+                                                 "sandbox": sandboxed or {"sandboxed": False}})
     console.rule("Verdict against the publication")
     render(verdict, console)
     if rerun_own:
         console.print(f"Rerun's own check  {untrusted.shown(rerun_own['status'])} against its recipe's acceptance "
                       f"bands ({untrusted.shown(rerun_own['verdict'])}); the verdict above is the reproduction's",
                       highlight=False, soft_wrap=True)
+    if confine.said(sandboxed):  # how the rerun was confined, or that it was not (--no-sandbox)
+        console.print(confine.said(sandboxed), highlight=False, soft_wrap=True)
     console.print(f"environment: {untrusted.shown(used['mode'])} ({untrusted.shown(used['python'])})\n"
                   f"rerun: {untrusted.shown(rerun)}\nverdict: {untrusted.shown(workdir / rundir.VERDICT)}",
                   highlight=False, soft_wrap=True)

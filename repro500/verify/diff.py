@@ -101,6 +101,9 @@ RULES: list[tuple[str, int, str]] = [
     ("lock.distributions.*", 60, "the package is pinned from another source in the environment lock"),
     ("lock.platform*", 30, "the lock was written for another platform"),
     ("lock.*", 5, "how the environment lock was written"),
+    # how the run was confined (reproduce --run-code), not what it computed
+    ("sandbox.<facet>", 5, "one side recorded no sandbox facet (a run of its own, or repro500 before it)"),
+    ("sandbox.*", 5, "whether the run ran in the sandbox and what it was granted, not what it computes"),
     ("*.<facet>", 55, "the facet was captured on one side only; the two cannot be compared there"),
     ("environment.torch_build.path", 5, "install location only"),
     ("environment.torch_build.source", 0, "how the facts were read"),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,11 @@ _INDEX_ARG = re.compile(r"^https?://[^\s/]+(?:/\S*)?$")
 
 
 def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], console: Any,
-          indexes: list[str] | None = None) -> Path:
+          indexes: list[str] | None = None, sandboxed: Callable[[str], list[str]] | None = None) -> Path:
     """``OUT/env`` holding the locked environment; its Python.  The caller has the reproducer's
-    consent (:func:`check_mode`); *indexes*: those named with ``--index``."""
+    consent (:func:`check_mode`); *indexes*: those named with ``--index``; *sandboxed*: given the
+    Python the venv is made from, the argv prefix that runs each install in the sandbox (the
+    installs run the publication's build code), or None to run them as they are."""
     env = out / ENV_DIR
     env_python = env / "bin" / "python"
     marker = env / MARKER
@@ -65,13 +68,14 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
         shutil.rmtree(env)
     watch, started = Watch(), time.monotonic()  # the steps said on stderr as they happen: stdout stays the answer
     _create_venv(python, env, watch)
-    base = install_cmd(env_python, find_links, indexes)
+    prefix = sandboxed(python) if sandboxed is not None else []
+    base = [*prefix, *install_cmd(env_python, find_links, indexes)]
     if pins.requirements:
         install_pins(base, pins, env, served, download, watch)
     install_own(base, pins, watch)
     if with_tool:
         # repro500 itself, and the build tools its install may fetch, from the reproducer's indexes only
-        install_tool(install_cmd(env_python, find_links), tool, env, watch)
+        install_tool([*prefix, *install_cmd(env_python, find_links)], tool, env, watch)
     marker.write_text(f"{pins.digest} tool={with_tool}\n", encoding="utf-8")  # last: the rebuild is complete
     watch.say(f"{env} rebuilt in {seconds(time.monotonic() - started)}")
     return env_python

@@ -55,6 +55,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from repro500 import sandbox
 from repro500.capture import seeds as seeding
 from repro500.capture.source import DIR as SOURCE_DIR
 from repro500.errors import InvalidInput, ReproError
@@ -517,6 +518,9 @@ class Side:
     env: dict[str, str | None] = field(default_factory=dict)  # variables to set (None: unset) for its replay
     python: str = sys.executable
     label: str = "A"
+    # the sandbox a replay of code the reproducer consented to runs in (locate --run-code), None: as it is;
+    # the run's directory, the replay's own output and the log it is held against are added to it
+    grants: sandbox.Grants | None = None
 
 
 @dataclass
@@ -564,6 +568,10 @@ def _run(side: Side, steps: int, out: Path, expect: Path | None = None, save_at:
         cmd += ["--expect", str(expect)]
     if save_at is not None:
         cmd += ["--save-at", str(save_at)]
+    if side.grants is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        granted = side.grants.widened(read=[side.run_dir, *([expect] if expect is not None else [])], write=[out])
+        cmd, env = [*sandbox.wrap(granted, env), *cmd], sandbox.environment(env)
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
