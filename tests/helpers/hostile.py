@@ -77,7 +77,9 @@ RUN_FIELDS = [
     ("repeats/0/summary.json", "metrics.accuracy", "count"), ("repeats/0/summary.json", "status", "string"),
     ("repeats/0/summary.json", "repeat", "count"), ("repeats/0/summary.json", "observed_inputs.paths", "path"),
     ("repeats/0/stdout.txt", "", "pattern"), ("inputs.json", "*", "path"), ("data-specs.json", "*", "path"),
-    ("manifest.json", "facets.data.entries", "path"), ("source.json", "*", "path"),
+    ("manifest.json", "facets.data.entries.0.path", "path"), ("manifest.json", "facets.data.entries.0.size", "count"),
+    ("manifest.json", "facets.seeds.repeats", "count"), ("manifest.json", "facets.hardware.cpu.model", "string"),
+    ("source.json", "*", "path"),
 ]
 PUBLICATION_FIELDS = [
     ("published.yaml", "benchmark", "string"), ("published.yaml", "source.citation", "string"),
@@ -88,7 +90,11 @@ PUBLICATION_FIELDS = [
     ("recipe.yaml", "metrics.accuracy.regex", "pattern"), ("recipe.yaml", "repeats", "count"),
     ("recipe.yaml", "fixed.command", "path"), ("recipe.yaml", "fixed.model", "string"),
 ]
-FIELDS = (_fields("run", RUN_FIELDS) + _fields("packed", RUN_FIELDS) + _fields("publication", PUBLICATION_FIELDS))
+# the packed run inside a publication: changed, packed again, and publication.json's digest of it updated
+ARCHIVED_FIELDS = [("archive/" + file, keys, kind) for file, keys, kind in RUN_FIELDS
+                   if file in ("recipe.yaml", "run.json", "summary.json", "chain.jsonl", "repeats/0/stdout.txt")]
+FIELDS = (_fields("run", RUN_FIELDS) + _fields("packed", RUN_FIELDS)
+          + _fields("publication", PUBLICATION_FIELDS + ARCHIVED_FIELDS))
 # a link in place of a file: to the reader's own file, or to a file with the same bytes outside
 LINKS = [Field("run", "recipe.yaml", (), "link"), Field("run", "repeats/0/stdout.txt", (), "link"),
          Field("publication", "published.yaml", (), "link"), Field("publication", "recipe.yaml", (), "link"),
@@ -116,6 +122,11 @@ def _set(doc: Any, keys: tuple[Any, ...], value: Any) -> Any:
         if isinstance(doc, dict):
             return {k: _set(v, rest, value) for k, v in doc.items()} or {"x": value}
         return value
+    if isinstance(head, int):  # an entry of a list: the first, made when the list is empty
+        items = list(doc) if isinstance(doc, list) and doc else [{"path": "data.bin", "kind": "file", "hash": "md5",
+                                                                   "md5": "0" * 32, "size": 4, "nfiles": 1}]
+        items[min(head, len(items) - 1)] = _set(items[min(head, len(items) - 1)], rest, value)
+        return items
     if not isinstance(doc, dict):
         doc = {}
     return {**doc, head: _set(doc.get(head), rest, value)}
@@ -132,6 +143,20 @@ def change(root: Path, field: Field, value: Any) -> None:
         path.write_text(yaml.safe_dump(_set(yaml.safe_load(path.read_text()), field.keys, value)))
     else:
         path.write_text(json.dumps(_set(json.loads(path.read_text()), field.keys, value)))
+    if field.file == "manifest.json":
+        reseal_manifest(root)
+
+
+def reseal_manifest(root: Path) -> None:
+    """manifest.json's digest recomputed, and the chain started again from it (as a forger would)."""
+    doc = json.loads((root / "manifest.json").read_text())
+    doc["digest"] = {**doc.get("digest", {}), "value": canonical_digest({k: v for k, v in doc.items() if k != "digest"})}
+    (root / "manifest.json").write_text(json.dumps(doc))
+    if (root / "chain.jsonl").is_file():
+        records = [json.loads(line) for line in (root / "chain.jsonl").read_text().splitlines() if line.strip()]
+        records[0]["prev"] = doc["digest"]["value"]
+        (root / "chain.jsonl").write_bytes(b"".join(canonical_json(r) + b"\n" for r in records))
+        relink(root, records[0].get("planned"))
 
 
 def relink(root: Path, planned: Any) -> None:
@@ -190,10 +215,28 @@ def build(case_dir: Path, base: dict[str, Path], field: Field, value: Any) -> di
     shutil.copytree(base["pub"], pub, symlinks=True)
     if field.kind == "link":
         link_in_place(pub, field.file, case_dir / f"outside-{Path(field.file).name}")
+    elif field.file.startswith("archive/"):
+        _mutate_archived(pub, Field("run", field.file[len("archive/"):], field.keys, field.kind), value, case_dir)
     else:
         change(pub, field, value)
     reseal_publication(pub)
     return names
+
+
+def _mutate_archived(pub: Path, field: Field, value: Any, case_dir: Path) -> None:
+    """The publication's packed run unpacked, changed and re-sealed, packed again in its place."""
+    doc = json.loads((pub / "publication.json").read_text())
+    archive = pub / doc["archive"]["name"]
+    with tarfile.open(archive) as tar:
+        tar.extractall(case_dir / "archived", filter="data")
+    run = next((case_dir / "archived").iterdir())
+    _mutate(run, field, value, case_dir)
+    pack(run, archive)
+    doc["archive"].update(sha256=hashlib.sha256(archive.read_bytes()).hexdigest(), bytes=archive.stat().st_size)
+    doc["sums_digest"] = hashlib.sha256((run / "SHA256SUMS").read_bytes()).hexdigest()
+    manifest = json.loads((run / "manifest.json").read_text())
+    doc["manifest_digest"] = (manifest.get("digest") or {}).get("value")
+    (pub / "publication.json").write_text(json.dumps(doc, indent=2))
 
 
 def _mutate(run: Path, field: Field, value: Any, case_dir: Path) -> None:
