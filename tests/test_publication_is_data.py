@@ -28,7 +28,10 @@ from repro500.errors import InvalidInput
 from repro500.rundir import sums as bundle
 
 ROOT = Path(__file__).resolve().parents[1]
-FORGED = "schema: repro500/recipe/v1\nname: forged\nfixed: {workload: command, command: 'touch PUBLISHER-CODE-RAN'}\n"
+# a recipe that runs the publisher's command: what the checked (built-in) recipe would be replaced by
+FORGED = ("schema: repro500/recipe/v1\nname: forged\nfixed:\n  command: [sh, -c, 'touch PUBLISHER-CODE-RAN; echo acc 1.0']\n"
+          "metrics:\n  accuracy: {regex: 'acc ([0-9.]+)'}\nacceptance:\n  accuracy: {target: 0.5, tolerance: 0.5}\n"
+          "repeats: 1\nseed: 500\n")
 
 
 def _said(done: subprocess.CompletedProcess[str]) -> str:
@@ -262,7 +265,6 @@ def packed_plugin_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {"REPRO500_STATE_DIR": str(proj / "publisher-state")}
     ran = repro500("run", "evil.yaml", "--same-seed", "--no-tracking", "--run-id", "r", cwd=proj, env=env)
     assert ran.returncode in (0, 1, 3), ran.stdout + ran.stderr
-    assert list((proj / "publisher-state" / "own-runs").iterdir())  # the publisher's machine knows it as its own
     packed = repro500("pack", "runs/r", "-o", str(proj / "r.tar.gz"), cwd=proj, env=env)
     assert packed.returncode == 0, packed.stdout + packed.stderr
     return proj / "r.tar.gz"
@@ -273,6 +275,16 @@ def _victim(tmp_path: Path, packed: Path) -> tuple[Path, dict[str, str]]:
     done = repro500("unpack", str(packed), "--dest", "u", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
     return tmp_path / "u" / "r", env
+
+
+def test_the_runner_records_the_runs_it_makes_as_this_machines_own(packed_plugin_run: Path) -> None:
+    from repro500 import untrusted
+
+    state = packed_plugin_run.parent / "publisher-state"
+    assert list((state / "own-runs").iterdir())
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("REPRO500_STATE_DIR", str(state))
+        assert untrusted.origin_of(packed_plugin_run.parent / "runs" / "r") == untrusted.OWN_RUN
 
 
 def test_an_unpacked_run_stays_foreign_locate_asks_the_same_consent(tmp_path: Path, packed_plugin_run: Path) -> None:
