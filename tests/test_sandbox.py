@@ -47,11 +47,18 @@ def attempt(what, action):
 
 if k == 1:
     attempt("home file", lambda: Path(HOME, ".aws", "credentials").read_text())
+    # OUT/source/../../home: the reproducer's files by way of ".." from the code's own directory
+    attempt("home by ..", lambda: Path("..", "..", "home", ".aws", "credentials").read_text())
 if k == 2:
     attempt("environment", lambda: os.environ["AWS_SECRET_ACCESS_KEY"])
 if k == 3:
     attempt("beside the publication", lambda: Path(PUB, "planted.txt").write_text("x"))
     attempt("in HOME", lambda: Path(HOME, "planted.txt").write_text("x"))
+    # links planted in OUT, for repro500 to follow once the sandbox is gone (one inside the rerun's own
+    # directory makes it unsealable: exit 4, a case of its own)
+    out = os.path.join(os.environ["REPRO500_REPEAT_DIR"], "..", "..", "..", "..")
+    os.symlink(os.path.join(HOME, ".aws", "credentials"), os.path.join(out, "creds"))
+    os.symlink(os.path.join(HOME, ".aws"), os.path.join(out, "runs", "rerun-zzz"))
 if k == 4:
     def connect():
         with socket.create_connection(("127.0.0.1", PORT), timeout=3) as s:
@@ -133,7 +140,7 @@ def _everything_in(folder: Path) -> str:
 
 
 def _rerun(out: Path) -> Path:
-    return next((out / "runs").iterdir())
+    return next(p for p in (out / "runs").iterdir() if not p.is_symlink())
 
 
 def _said(out: Path, k: int) -> str:
@@ -160,7 +167,7 @@ def test_the_sandbox_denies_each_attempt_and_the_rerun_still_reaches_its_verdict
     rerun = _rerun(out)
     summaries = [json.loads((rerun / "repeats" / str(k) / "summary.json").read_text()) for k in range(REPEATS)]
     assert [s["status"] for s in summaries] == ["completed"] * REPEATS
-    assert "home file: denied" in _said(out, 1)
+    assert "home file: denied" in _said(out, 1) and "home by ..: denied" in _said(out, 1)
     assert "environment: denied (KeyError)" in _said(out, 2)
     assert "beside the publication: denied" in _said(out, 3) and "in HOME: denied" in _said(out, 3)
     assert not (root / "pub" / "planted.txt").exists() and not (root / "home" / "planted.txt").exists()
@@ -169,6 +176,7 @@ def test_the_sandbox_denies_each_attempt_and_the_rerun_still_reaches_its_verdict
     assert not _beating(out / "heartbeat"), "a process of the rerun outlived it"
     everything = _everything_in(out)
     assert SECRET_ENV not in everything and "HOMEFILE-9f8e7d6c5b4a" not in everything
+    assert (out / "creds").is_symlink() and Path(verdict["run_dir"]).name == rerun.name  # planted, not followed
     manifest = json.loads((rerun / "manifest.json").read_text())
     record = manifest["facets"]["sandbox"]
     assert record["sandboxed"] is True and record["network"] is False
@@ -349,3 +357,31 @@ def test_sandbox_widening_options_of_run_need_sandbox(tmp_path):
                     "true", cwd=tmp_path)
     assert done.returncode == 2 and "--sandbox" in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+LINKER = '''
+import os, sys
+from pathlib import Path
+print("Acc@1 90.5")
+if Path.cwd().name == "source":
+    os.symlink(sys.argv[1], os.path.join(os.environ["REPRO500_REPEAT_DIR"], "creds"))
+'''
+
+
+def test_a_link_planted_in_the_rerun_leading_out_is_refused_not_followed(tmp_path):
+    home, lab = tmp_path / "home", tmp_path / "lab"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(SECRET_FILE)
+    lab.mkdir()
+    (lab / "linker.py").write_text(LINKER)
+    write_recipe(lab / "exp.yaml", {
+        "schema": "repro500/recipe/v1", "name": "linker",
+        "fixed": {"command": [sys.executable, "linker.py", str(home / ".aws" / "credentials")]},
+        "metrics": {"accuracy": {"regex": "Acc@1 ([0-9.]+)", "scale": 0.01}},
+        "acceptance": {"accuracy": {"target": 0.9, "tolerance": 0.01}}, "repeats": 2, "seed": 1})
+    assert repro500("run", "exp.yaml", "--no-tracking", "--run-id", "orig", cwd=lab).returncode == 0
+    assert repro500("publish", str(lab / "runs" / "orig"), "--out", str(tmp_path / "pub"), cwd=tmp_path).returncode == 0
+    done = _reproduce(tmp_path, "again")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "is a link that leaves the run directory" in done.stderr and "Traceback" not in done.stderr
+    assert "HOMEFILE-9f8e7d6c5b4a" not in _everything_in(tmp_path / "again")
