@@ -213,7 +213,8 @@ def test_no_sandbox_grants_everything_and_the_records_say_so(published):
         assert _beating(beat), "the background process should outlive an unconfined rerun"
         record = json.loads((_rerun(out) / "manifest.json").read_text())["facets"]["sandbox"]
         assert record == {"sandboxed": False, "consent": "--no-sandbox"}
-        assert json.loads((out / "verdict.json").read_text())["sandbox"] == record
+        verdict = json.loads((out / "verdict.json").read_text())
+        assert verdict["sandbox"] == record and verdict["status"] == "REPRODUCED"  # the sandboxed rerun's verdict
     finally:
         pid = Path(f"{beat}.pid")
         if pid.exists():
@@ -385,3 +386,43 @@ def test_a_link_planted_in_the_rerun_leading_out_is_refused_not_followed(tmp_pat
     assert done.returncode == 4, done.stdout + done.stderr
     assert "is a link that leaves the run directory" in done.stderr and "Traceback" not in done.stderr
     assert "HOMEFILE-9f8e7d6c5b4a" not in _everything_in(tmp_path / "again")
+
+
+def _plugin_recipe() -> dict:
+    return {"schema": "repro500/recipe/v1", "name": "evil",
+            "fixed": {"workload": "classification", "model": "evilmod:build", "model_options": {"width": 8},
+                      "dataset": {"entry": "evilmod:make", "params": {"samples": 32, "seed": 1}},
+                      "target": {"metric": "accuracy", "value": 0.999}, "epochs": 1},
+            "mutable": {"batch_size": 16, "eval_batch_size": 32, "optimizer": {"name": "sgd", "lr": 0.1},
+                        "threads": 1},
+            "acceptance": {"accuracy": {"target": 0.5, "tolerance": 0.5}}, "repeats": 2, "seed": 5}
+
+
+def test_a_plugin_recipe_reproduces_sandboxed_to_the_verdict_it_reaches_unconfined(tmp_path):
+    """The trainer imports a publication's plug-in inside the sandboxed rerun: the plug-in's attempt on
+    the reproducer's HOME fails there, and the verdict is the one an unconfined rerun reaches."""
+    import yaml
+    from helpers.runs import PLUGIN
+
+    home, lab = tmp_path / "home", tmp_path / "lab"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(SECRET_FILE)
+    lab.mkdir()
+    marker = tmp_path / "MARKER"
+    attempt = (f"import pathlib\nif pathlib.Path.cwd().name != 'lab':\n    try:\n        pathlib.Path({str(marker)!r})"
+               f".write_text(pathlib.Path({str(home / '.aws' / 'credentials')!r}).read_text())\n"
+               "    except OSError:\n        pass\n")
+    (lab / "evilmod.py").write_text(attempt + PLUGIN)
+    (lab / "evil.yaml").write_text(yaml.safe_dump(_plugin_recipe()))
+    ran = repro500("run", "evil.yaml", "--no-tracking", "--run-id", "r", cwd=lab)
+    assert ran.returncode in (0, 1, 3), ran.stdout + ran.stderr
+    assert repro500("publish", "runs/r", "--out", str(tmp_path / "pub"), cwd=lab).returncode == 0
+    statuses = {}
+    for out, flags in (("boxed", ()), ("open", ("--no-sandbox",))):
+        done = _reproduce(tmp_path, out, *flags)
+        assert done.returncode in (0, 1, 3), done.stdout + done.stderr
+        statuses[out] = json.loads((tmp_path / out / "verdict.json").read_text())["status"]
+        if out == "boxed":
+            assert "sandbox: bubblewrap" in done.stdout and not marker.exists()
+    assert statuses["boxed"] == statuses["open"] == "REPRODUCED"
+    assert "HOMEFILE-9f8e7d6c5b4a" in marker.read_text()  # unconfined, the same plug-in got it
