@@ -199,7 +199,8 @@ def programs(environ: Mapping[str, str]) -> tuple[list[Path], dict[str, str]]:
     each ``python`` there is (a venv's links lead to it), and the pyenv whose shims are on ``PATH``
     (with ``PYENV_ROOT``: its default lies in the reproducer's HOME, which the code does not get)."""
     folders = [Path(p) for p in environ.get("PATH", "").split(os.pathsep) if p.startswith("/") and Path(p).is_dir()]
-    trees, variables = list(folders), {}
+    # those under the system's trees are there already
+    trees, variables = [f for f in folders if not any(f.is_relative_to(top) for top in SYSTEM)], {}
     for folder in folders:
         if folder.name == "shims" and (folder.parent / "libexec").is_dir() and (folder.parent / "versions").is_dir():
             trees.append(folder.parent)

@@ -47,11 +47,18 @@ def attempt(what, action):
 
 if k == 1:
     attempt("home file", lambda: Path(HOME, ".aws", "credentials").read_text())
+    # OUT/source/../../home: the reproducer's files by way of ".." from the code's own directory
+    attempt("home by ..", lambda: Path("..", "..", "home", ".aws", "credentials").read_text())
 if k == 2:
     attempt("environment", lambda: os.environ["AWS_SECRET_ACCESS_KEY"])
 if k == 3:
     attempt("beside the publication", lambda: Path(PUB, "planted.txt").write_text("x"))
     attempt("in HOME", lambda: Path(HOME, "planted.txt").write_text("x"))
+    # links planted in OUT, for repro500 to follow once the sandbox is gone (one inside the rerun's own
+    # directory makes it unsealable: exit 4, a case of its own)
+    out = os.path.join(os.environ["REPRO500_REPEAT_DIR"], "..", "..", "..", "..")
+    os.symlink(os.path.join(HOME, ".aws", "credentials"), os.path.join(out, "creds"))
+    os.symlink(os.path.join(HOME, ".aws"), os.path.join(out, "runs", "rerun-zzz"))
 if k == 4:
     def connect():
         with socket.create_connection(("127.0.0.1", PORT), timeout=3) as s:
@@ -133,7 +140,7 @@ def _everything_in(folder: Path) -> str:
 
 
 def _rerun(out: Path) -> Path:
-    return next((out / "runs").iterdir())
+    return next(p for p in (out / "runs").iterdir() if not p.is_symlink())
 
 
 def _said(out: Path, k: int) -> str:
@@ -160,7 +167,7 @@ def test_the_sandbox_denies_each_attempt_and_the_rerun_still_reaches_its_verdict
     rerun = _rerun(out)
     summaries = [json.loads((rerun / "repeats" / str(k) / "summary.json").read_text()) for k in range(REPEATS)]
     assert [s["status"] for s in summaries] == ["completed"] * REPEATS
-    assert "home file: denied" in _said(out, 1)
+    assert "home file: denied" in _said(out, 1) and "home by ..: denied" in _said(out, 1)
     assert "environment: denied (KeyError)" in _said(out, 2)
     assert "beside the publication: denied" in _said(out, 3) and "in HOME: denied" in _said(out, 3)
     assert not (root / "pub" / "planted.txt").exists() and not (root / "home" / "planted.txt").exists()
@@ -169,6 +176,7 @@ def test_the_sandbox_denies_each_attempt_and_the_rerun_still_reaches_its_verdict
     assert not _beating(out / "heartbeat"), "a process of the rerun outlived it"
     everything = _everything_in(out)
     assert SECRET_ENV not in everything and "HOMEFILE-9f8e7d6c5b4a" not in everything
+    assert (out / "creds").is_symlink() and Path(verdict["run_dir"]).name == rerun.name  # planted, not followed
     manifest = json.loads((rerun / "manifest.json").read_text())
     record = manifest["facets"]["sandbox"]
     assert record["sandboxed"] is True and record["network"] is False
@@ -205,7 +213,8 @@ def test_no_sandbox_grants_everything_and_the_records_say_so(published):
         assert _beating(beat), "the background process should outlive an unconfined rerun"
         record = json.loads((_rerun(out) / "manifest.json").read_text())["facets"]["sandbox"]
         assert record == {"sandboxed": False, "consent": "--no-sandbox"}
-        assert json.loads((out / "verdict.json").read_text())["sandbox"] == record
+        verdict = json.loads((out / "verdict.json").read_text())
+        assert verdict["sandbox"] == record and verdict["status"] == "REPRODUCED"  # the sandboxed rerun's verdict
     finally:
         pid = Path(f"{beat}.pid")
         if pid.exists():
@@ -349,3 +358,71 @@ def test_sandbox_widening_options_of_run_need_sandbox(tmp_path):
                     "true", cwd=tmp_path)
     assert done.returncode == 2 and "--sandbox" in done.stderr, done.stderr
     assert not (tmp_path / "runs").exists()
+
+
+LINKER = '''
+import os, sys
+from pathlib import Path
+print("Acc@1 90.5")
+if Path.cwd().name == "source":
+    os.symlink(sys.argv[1], os.path.join(os.environ["REPRO500_REPEAT_DIR"], "creds"))
+'''
+
+
+def test_a_link_planted_in_the_rerun_leading_out_is_refused_not_followed(tmp_path):
+    home, lab = tmp_path / "home", tmp_path / "lab"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(SECRET_FILE)
+    lab.mkdir()
+    (lab / "linker.py").write_text(LINKER)
+    write_recipe(lab / "exp.yaml", {
+        "schema": "repro500/recipe/v1", "name": "linker",
+        "fixed": {"command": [sys.executable, "linker.py", str(home / ".aws" / "credentials")]},
+        "metrics": {"accuracy": {"regex": "Acc@1 ([0-9.]+)", "scale": 0.01}},
+        "acceptance": {"accuracy": {"target": 0.9, "tolerance": 0.01}}, "repeats": 2, "seed": 1})
+    assert repro500("run", "exp.yaml", "--no-tracking", "--run-id", "orig", cwd=lab).returncode == 0
+    assert repro500("publish", str(lab / "runs" / "orig"), "--out", str(tmp_path / "pub"), cwd=tmp_path).returncode == 0
+    done = _reproduce(tmp_path, "again")
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "is a link that leaves the run directory" in done.stderr and "Traceback" not in done.stderr
+    assert "HOMEFILE-9f8e7d6c5b4a" not in _everything_in(tmp_path / "again")
+
+
+def _plugin_recipe() -> dict:
+    return {"schema": "repro500/recipe/v1", "name": "evil",
+            "fixed": {"workload": "classification", "model": "evilmod:build", "model_options": {"width": 8},
+                      "dataset": {"entry": "evilmod:make", "params": {"samples": 32, "seed": 1}},
+                      "target": {"metric": "accuracy", "value": 0.999}, "epochs": 1},
+            "mutable": {"batch_size": 16, "eval_batch_size": 32, "optimizer": {"name": "sgd", "lr": 0.1},
+                        "threads": 1},
+            "acceptance": {"accuracy": {"target": 0.5, "tolerance": 0.5}}, "repeats": 2, "seed": 5}
+
+
+def test_a_plugin_recipe_reproduces_sandboxed_to_the_verdict_it_reaches_unconfined(tmp_path):
+    """The trainer imports a publication's plug-in inside the sandboxed rerun: the plug-in's attempt on
+    the reproducer's HOME fails there, and the verdict is the one an unconfined rerun reaches."""
+    import yaml
+    from helpers.runs import PLUGIN
+
+    home, lab = tmp_path / "home", tmp_path / "lab"
+    (home / ".aws").mkdir(parents=True)
+    (home / ".aws" / "credentials").write_text(SECRET_FILE)
+    lab.mkdir()
+    marker = tmp_path / "MARKER"
+    attempt = (f"import pathlib\nif pathlib.Path.cwd().name != 'lab':\n    try:\n        pathlib.Path({str(marker)!r})"
+               f".write_text(pathlib.Path({str(home / '.aws' / 'credentials')!r}).read_text())\n"
+               "    except OSError:\n        pass\n")
+    (lab / "evilmod.py").write_text(attempt + PLUGIN)
+    (lab / "evil.yaml").write_text(yaml.safe_dump(_plugin_recipe()))
+    ran = repro500("run", "evil.yaml", "--no-tracking", "--run-id", "r", cwd=lab)
+    assert ran.returncode in (0, 1, 3), ran.stdout + ran.stderr
+    assert repro500("publish", "runs/r", "--out", str(tmp_path / "pub"), cwd=lab).returncode == 0
+    statuses = {}
+    for out, flags in (("boxed", ()), ("open", ("--no-sandbox",))):
+        done = _reproduce(tmp_path, out, *flags)
+        assert done.returncode in (0, 1, 3), done.stdout + done.stderr
+        statuses[out] = json.loads((tmp_path / out / "verdict.json").read_text())["status"]
+        if out == "boxed":
+            assert "sandbox: bubblewrap" in done.stdout and not marker.exists()
+    assert statuses["boxed"] == statuses["open"] == "REPRODUCED"
+    assert "HOMEFILE-9f8e7d6c5b4a" in marker.read_text()  # unconfined, the same plug-in got it
