@@ -42,6 +42,9 @@ VERDICT_STATUSES = (PASS, FAIL, REPRODUCED, NOT_REPRODUCED, INCONCLUSIVE, INVALI
 OK = "OK"
 WARN = "WARN"
 FOUND = "FOUND"  # where the runs part: a first differing step was found
+# The significance level a verdict's tests decide at unless --alpha says otherwise, and the level
+# of repro500's other screens (a biased epoch, a timing's interval): one number for all of them.
+DEFAULT_ALPHA = 0.05
 # What ``repro500 verify`` exits with for each (docs/contracts.md, "Exit codes").
 EXIT_CODES = {
     PASS: EXIT_OK, REPRODUCED: EXIT_OK, FAIL: EXIT_FAIL, NOT_REPRODUCED: EXIT_FAIL,

@@ -1,6 +1,7 @@
 """One owner per name: a status or check word, a schema id and the digest list's file name are
 spelt once, where they are defined (repro500/statuses.py, the module that owns the document,
-repro500/rundir/names.py), and imported everywhere else.  `make lint` runs this file, so a second
+repro500/rundir/names.py), and imported everywhere else; so is the default significance level
+(``statuses.DEFAULT_ALPHA``).  `make lint` runs this file, so a second
 spelling fails the lint before it can drift from the first."""
 
 from __future__ import annotations
@@ -34,11 +35,36 @@ def _strings(tree: ast.AST):
             yield node
 
 
+def _alpha_levels(tree: ast.AST):
+    """Numbers written as a significance level (None, "the stored one", is no level): an ``alpha`` parameter's default, an ``*ALPHA*``
+    constant, the default of an ``--alpha`` option."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = node.args
+            positional = args.posonlyargs + args.args
+            pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults, strict=True))
+            pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None]
+            yield from (d for a, d in pairs if a.arg == "alpha" and _number(d))
+        elif isinstance(node, ast.Assign) and _number(node.value):
+            if any(isinstance(t, ast.Name) and "ALPHA" in t.id for t in node.targets):
+                yield node.value
+        elif isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value == "--alpha" for a in node.args):
+            yield from (k.value for k in node.keywords if k.arg == "default" and _number(k.value))
+
+
+def _number(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, float)
+
+
 def second_owners(package: Path) -> list[str]:
     found, schema_ids = [], {}
     for path in sorted(package.rglob("*.py")):
         rel = path.relative_to(package.parent).as_posix()
-        for node in _strings(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if rel != WORD_OWNER:
+            found += [f"{rel}:{n.lineno} writes the significance level {n.value!r} (import DEFAULT_ALPHA from "
+                      f"{WORD_OWNER})" for n in _alpha_levels(tree)]
+        for node in _strings(tree):
             text = node.value
             if text in WORDS and rel != WORD_OWNER and (rel, text) not in ELSEWHERE:
                 found.append(f"{rel}:{node.lineno} spells the status {text!r} (import it from {WORD_OWNER})")
@@ -64,9 +90,11 @@ def test_a_planted_second_owner_is_found(tmp_path):
     (package / "verify" / "render.py").write_text(
         '"""A docstring may say FAIL."""\nSCHEMA = "repro500/manifest/v1"\n'
         'def color(status):\n    return "red" if status == "FAIL" else "green"\n'
-        'def sums(run):\n    return run / "SHA256SUMS"\n')
+        'def sums(run):\n    return run / "SHA256SUMS"\n'
+        'def judge(values, alpha=0.05):\n    return values\n')
     found = "\n".join(second_owners(package))
     assert "repro500/verify/render.py:4 spells the status 'FAIL'" in found
     assert "repro500/verify/render.py:6 spells 'SHA256SUMS'" in found
     assert "schema id 'repro500/manifest/v1' spelt in 2 places" in found
+    assert "repro500/verify/render.py:7 writes the significance level 0.05" in found
     assert "render.py:1 spells" not in found and "\nrepro500/statuses.py" not in "\n" + found  # not the docstring, not the owner

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from repro500.statuses import DEFAULT_ALPHA
+
 
 @click.command()
 @click.argument("source", metavar="SOURCE")
@@ -14,7 +16,7 @@ import click
 @click.option("--recipe", default=None, help="The recipe whose runs to show, where SOURCE holds runs of several.")
 @click.option("--plot", "plot_path", metavar="FILE.png", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also draw the metric across the runs (intervals, one colour per system, moves marked).")
-@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=DEFAULT_ALPHA,
               show_default=True, help="Level of the intervals and of the test that says the metric moved.")
 @click.option("--json", "as_json", is_flag=True, help="Print the history as JSON (schema repro500/history/v1).")
 def history(source: str, metric: str, recipe: str | None, plot_path: Path | None, alpha: float, as_json: bool) -> None:

@@ -12,6 +12,7 @@ import click
 
 from repro500.commands.options import parse_margins
 from repro500.rundir import archive as archives
+from repro500.statuses import DEFAULT_ALPHA
 
 
 def _parse_cvs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, float]:
@@ -40,7 +41,7 @@ def _parse_cvs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...
                    "needed for a recipe (repeatable).")
 @click.option("--power", type=click.FloatRange(0.5, 1.0, max_open=True), default=0.8, show_default=True,
               help="Probability that the test decides, if the assumptions hold.")
-@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=DEFAULT_ALPHA,
               show_default=True, help="Significance level, as for verify.")
 @click.option("--spending", type=click.Choice(["obrien-fleming", "pocock"]), default="obrien-fleming",
               show_default=True, help="The spending function of the run --until-decided the plan sizes.")

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from repro500.commands.options import parse_margins
+from repro500.statuses import DEFAULT_ALPHA
 
 
 @click.command()
@@ -18,7 +19,7 @@ from repro500.commands.options import parse_margins
 @click.option("--rev", help="git SOURCE: branch, tag or commit to reproduce (default: HEAD).")
 @click.option("--path", "subpath", metavar="DIR",
               help="The publication's directory inside SOURCE (needed when a repository holds several).")
-@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=DEFAULT_ALPHA,
               show_default=True, help="Significance level of the verdict.")
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Override a published equivalence margin (repeatable).")

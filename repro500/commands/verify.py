@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 
 from repro500.commands.options import parse_margins
+from repro500.statuses import DEFAULT_ALPHA
 
 
 @click.command()
 @click.argument("run_dir", metavar="RUN", type=click.Path(path_type=Path))
 @click.option("--against", "-a", metavar="REF", type=click.Path(path_type=Path), default=None,
               help="Reference: another run directory, a packed .tar.gz, a publication directory, a published-results .yaml/.json file, a run in MLflow (mlflow:RUN_ID), or history:SOURCE (earlier runs of the recipe on this system: a directory of runs or an MLflow experiment).")
-@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=0.05,
+@click.option("--alpha", type=click.FloatRange(0.0, 0.5, min_open=True, max_open=True), default=DEFAULT_ALPHA,
               show_default=True, help="Significance level: bands use (1-alpha) bounds, equivalence (1-2 alpha) intervals.")
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Equivalence margin for a metric (repeatable); overrides the published or acceptance margin.")

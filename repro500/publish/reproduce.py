@@ -60,7 +60,7 @@ from repro500.redact import redact_url
 from repro500.rundir import atomic
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
-from repro500.statuses import INVALID, RUN_COMPLETED
+from repro500.statuses import DEFAULT_ALPHA, INVALID, RUN_COMPLETED
 from repro500.tracking import store as mlflow_store
 from repro500.verify import from_mlflow
 from repro500.verify.determinism import compare_with_reference
@@ -447,7 +447,7 @@ def reproduce(
     repeats: int | None = None,
     rev: str | None = None,
     subpath: str | None = None,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     margins: dict[str, float] | None = None,
     data_root: str | Path = ".",
     tracking: bool | None = None,
@@ -510,7 +510,7 @@ def _again(source: str, workdir: Path, *, repeats: int | None, rev: str | None, 
               *(["--repeats", str(repeats)] if repeats is not None else []),
               *(["--until-decided"] if until_decided else []),
               *(["--max-repeats", str(max_repeats)] if max_repeats is not None else []),
-              *(["--alpha", f"{alpha:g}"] if alpha != 0.05 else []),
+              *(["--alpha", f"{alpha:g}"] if alpha != DEFAULT_ALPHA else []),
               *[f"--margin={name}={delta:g}" for name, delta in (margins or {}).items()],
               *(["--data-root", str(data_root)] if str(data_root) != "." else []),
               *([] if tracking is None else ["--tracking" if tracking else "--no-tracking"]),

@@ -26,7 +26,7 @@ from repro500.report.html import (
 )
 from repro500.report.load import RunView, finite
 from repro500.report.verdict_source import VerdictView
-from repro500.statuses import REPEAT_COMPLETED
+from repro500.statuses import DEFAULT_ALPHA, REPEAT_COMPLETED
 from repro500.verify import stats
 from repro500.verify.compare import compare_manifests
 from repro500.verify.diff import RELEVANT_IMPACT, is_result_relevant, short
@@ -64,7 +64,7 @@ class ReferenceData:
 
 def _confidence(verdict: VerdictView) -> float:
     alpha = finite(verdict.doc.get("alpha"))
-    return 1.0 - (alpha if alpha and 0 < alpha < 0.5 else 0.05)
+    return 1.0 - (alpha if alpha and 0 < alpha < 0.5 else DEFAULT_ALPHA)
 
 
 # ------------------------------------------------------------------------------ header

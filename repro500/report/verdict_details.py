@@ -28,7 +28,7 @@ from repro500.report.html import (
 from repro500.report.load import finite
 from repro500.report.sections import as_dict, as_list, caption, note
 from repro500.report.verdict_source import VerdictView
-from repro500.statuses import INVALID, PASS
+from repro500.statuses import DEFAULT_ALPHA, INVALID, PASS
 
 
 def verdict_sections(verdict: VerdictView) -> Markup:
@@ -78,7 +78,7 @@ def _statistics(doc: dict[str, Any]) -> Markup:
     statistics = as_dict(doc.get("statistics"))
     if not statistics:
         return Markup("")
-    conf = pct(1.0 - (finite(doc.get("alpha")) or 0.05), 0)
+    conf = pct(1.0 - (finite(doc.get("alpha")) or DEFAULT_ALPHA), 0)
     rows = []
     notes: dict[str, list[str]] = {}  # the same sentence usually applies to several metrics
     for name, s in statistics.items():

@@ -20,7 +20,7 @@ from typing import Any
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput
-from repro500.statuses import INVALID
+from repro500.statuses import DEFAULT_ALPHA, INVALID
 from repro500.verify.verdict import SCHEMA, VERDICT_NAME, verify_run
 
 
@@ -69,19 +69,19 @@ def obtain_verdict(
 ) -> VerdictView:
     """The verdict to show for the run directory ``root`` (see the module docstring)."""
     if against is not None:
-        verdict = verify_run(root, against=against, alpha=alpha or 0.05, margins=margins,
+        verdict = verify_run(root, against=against, alpha=alpha or DEFAULT_ALPHA, margins=margins,
                              across_benchmarks=across_benchmarks)
         return VerdictView(verdict.to_dict(), f"computed now against {against}")
     stored, why = read_stored(root)
     warnings = [why] if why else []
     if stored is None:
-        verdict = verify_run(root, alpha=alpha or 0.05)
+        verdict = verify_run(root, alpha=alpha or DEFAULT_ALPHA)
         source = "computed now on the run's own acceptance criteria (no verdict.json)"
         if why:
             source = "computed now on the run's own acceptance criteria"
         return VerdictView(verdict.to_dict(), source, warnings)
     stored_alpha = stored.get("alpha")
-    use_alpha = alpha or (stored_alpha if isinstance(stored_alpha, float) and 0 < stored_alpha < 0.5 else 0.05)
+    use_alpha = alpha or (stored_alpha if isinstance(stored_alpha, float) and 0 < stored_alpha < 0.5 else DEFAULT_ALPHA)
     fresh = verify_run(root, alpha=use_alpha)
     created = stored.get("created_utc") or "an unknown time"
     if not stored.get("against"):

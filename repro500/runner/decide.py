@@ -17,7 +17,7 @@ from typing import Any
 
 from repro500.errors import UsageError
 from repro500.runner.plan import DEFAULT_MAX_REPEATS
-from repro500.statuses import REPEAT_COMPLETED
+from repro500.statuses import DEFAULT_ALPHA, REPEAT_COMPLETED
 
 
 def _same_benchmark(recipe: Any, loaded: Any, against: str) -> None:
@@ -87,7 +87,7 @@ def prepare(options: Any, recipe: Any) -> tuple[dict[str, Any] | None, dict[str,
         how = {"from": "--max-repeats"}
     # the reference's own repeats bound what more run repeats can learn (sequential.nominal_levels)
     counts = [len(v) for v in (loaded.values if loaded is not None else {}).values() if len(v) > 1]
-    design = sequential.design(recipe.repeats, 0.05, options.spending, min(counts) if counts else None)
+    design = sequential.design(recipe.repeats, DEFAULT_ALPHA, options.spending, min(counts) if counts else None)
     design["decided_on"] = "against" if loaded is not None else "bands"
     design["max_repeats_from"] = how
     if loaded is not None:  # after the usage errors above: a wrong option is said first
@@ -138,7 +138,7 @@ def planned_max(loaded: Any, criteria: list[Any], margins: dict[str, float],
         values = [float(v) for v in loaded.values.get(name) or []]
         if len(values) < 2:
             return None, {**default, "why": f"the reference gives one value of {name}, no spread to plan from"}
-        sd = float(stats.describe(values, 0.05)["std"])
+        sd = float(stats.describe(values, DEFAULT_ALPHA)["std"])
         if sd == 0.0:  # zero spread: decided exactly at the first look
             needs[name] = {"max_repeats": sequential.MIN_REPEATS, "sd": 0.0, "reference_repeats": len(values)}
             continue

@@ -24,7 +24,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-ALPHA = 0.05
+from repro500.statuses import DEFAULT_ALPHA
+
+ALPHA = DEFAULT_ALPHA
 SLOW_MIN_REPS = 3
 SLOW_BUDGETS = 10
 

@@ -18,13 +18,14 @@ from pathlib import Path
 from repro500.attest import check as trust_check
 from repro500.rundir import layout
 from repro500.rundir.excluded import is_publication_dir
+from repro500.statuses import DEFAULT_ALPHA
 from repro500.tracking import store as mlflow_store
 from repro500.untrusted import plain
 from repro500.verify import from_mlflow
 from repro500.verify.verdict import Verdict, verify_run, write_verdict
 
 
-def verdict_for(run_dir: str | Path, *, against: str | Path | None = None, alpha: float = 0.05,
+def verdict_for(run_dir: str | Path, *, against: str | Path | None = None, alpha: float = DEFAULT_ALPHA,
                 margins: dict[str, float] | None = None, expect_sums_digest: str | None = None,
                 across_benchmarks: bool = False, trust: str | Path | None = None, check_tracking: bool = False,
                 store: str | None = None) -> Verdict:
@@ -47,7 +48,7 @@ def verdict_for(run_dir: str | Path, *, against: str | Path | None = None, alpha
     return verdict
 
 
-def judge(run: str | Path, *, against: str | Path | None = None, alpha: float = 0.05,
+def judge(run: str | Path, *, against: str | Path | None = None, alpha: float = DEFAULT_ALPHA,
           margins: dict[str, float] | None = None, expect_sums_digest: str | None = None,
           across_benchmarks: bool = False, trust: str | Path | None = None, check_tracking: bool = False,
           write: bool = True, metrics_path: str | Path | None = None,

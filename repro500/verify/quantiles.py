@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from repro500.statuses import DEFAULT_ALPHA
 from repro500.verify import distributions as dist
 
 
@@ -40,7 +41,7 @@ def needed(q: float, alpha: float) -> int:
     return int(math.ceil(max(math.log(tail) / math.log(q), math.log(tail) / math.log(1.0 - q))))
 
 
-def interval(values: Sequence[float], q: float, alpha: float = 0.05) -> dict[str, Any]:
+def interval(values: Sequence[float], q: float, alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
     """The (1 - alpha) order-statistic interval of the q-quantile of ``values``.
 
     Returns ``{"q", "n", "value", "low", "high", "confidence", "ranks", "note"}``; ``confidence``

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from repro500.statuses import DEFAULT_ALPHA
 from repro500.verify import distributions as dist
 from repro500.verify import equivalence, sequential, stats
 
@@ -88,7 +89,7 @@ def reference_draws(rng: np.random.Generator, n_ref: int | None, draws: int) -> 
     return ref.mean(axis=1), ref.var(axis=1, ddof=1)
 
 
-def simulate(n_max: int, effect: float, margin: float, n_ref: int | None, alpha: float = 0.05,
+def simulate(n_max: int, effect: float, margin: float, n_ref: int | None, alpha: float = DEFAULT_ALPHA,
              spending: str = "obrien-fleming", question: str = "equivalence", draws: int = POWER_DRAWS,
              rng: np.random.Generator | None = None, levels: tuple[float, ...] | None = None,
              futility: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -145,7 +146,7 @@ def decision_chance(sums: np.ndarray, squares: np.ndarray, n: int, n_max: int, r
     return beyond + np.where(m > half, below(m - half) - below(half - m), 0.0)  # + REPRODUCED
 
 
-def fixed(n: int, effect: float, margin: float, n_ref: int | None, alpha: float = 0.05,
+def fixed(n: int, effect: float, margin: float, n_ref: int | None, alpha: float = DEFAULT_ALPHA,
           question: str = "equivalence", draws: int = POWER_DRAWS,
           rng: np.random.Generator | None = None) -> np.ndarray:
     """The decisions of a fixed design of n repeats (one test at alpha)."""
@@ -161,7 +162,7 @@ def right_decision(effect: float, margin: float, question: str) -> int | None:
     return 1 if edge < 0 else -1 if edge > 0 else None
 
 
-def power_cap(effect: float, margin: float, n_ref: int | None, alpha: float = 0.05,
+def power_cap(effect: float, margin: float, n_ref: int | None, alpha: float = DEFAULT_ALPHA,
               question: str = "equivalence", draws: int = POWER_DRAWS) -> float:
     """The power a run with infinitely many repeats reaches against a reference of n_ref repeats
     (1 against an exact value): the reference's own noise is all that is left."""
@@ -180,7 +181,7 @@ def power_cap(effect: float, margin: float, n_ref: int | None, alpha: float = 0.
 
 
 def plan(effect: float, margin: float, n_ref: int | None, power: float = stats.DEFAULT_POWER,
-         alpha: float = 0.05, spending: str = "obrien-fleming", question: str = "equivalence") -> SequentialPlan:
+         alpha: float = DEFAULT_ALPHA, spending: str = "obrien-fleming", question: str = "equivalence") -> SequentialPlan:
     """The smallest ``--max-repeats`` whose sequential design takes the right decision with
     *power* if the true difference is *effect* (sd units), or why none does."""
     out = SequentialPlan(question, effect, margin if question == "equivalence" else 0.0, n_ref, power, alpha,

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from repro500.statuses import DEFAULT_ALPHA
 from repro500.verify import distributions as dist
 
 DEFAULT_POWER = 0.8
@@ -124,7 +125,7 @@ def _median_coverage(n: int, rank: int) -> float:
     return float(dist.binom_cdf(n - rank, n, 0.5) - dist.binom_cdf(rank - 1, n, 0.5))
 
 
-def describe(values: Sequence[float], alpha: float = 0.05) -> dict[str, Any]:
+def describe(values: Sequence[float], alpha: float = DEFAULT_ALPHA) -> dict[str, Any]:
     """Summary statistics of one metric across repeats (never NaN; None where undefined).
 
     Keys: n, alpha, mean, std (sample, ddof=1), cv (std / |mean|), ci_low/ci_high (two-sided
@@ -296,7 +297,7 @@ def _exact(result: TostResult, diff: float, left: float, right: float) -> TostRe
     return result
 
 
-def tost_two_sample(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05) -> TostResult:
+def tost_two_sample(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = DEFAULT_ALPHA) -> TostResult:
     """Welch two-sample TOST for ``mean(a) - mean(b)`` within +-margin."""
     xa, xb = _array(a, "run values"), _array(b, "reference values")
     _check_margin(margin, alpha)
@@ -324,7 +325,7 @@ def tost_two_sample(a: Sequence[float], b: Sequence[float], margin: float, alpha
     return _fill(res, res.diff, se, df)
 
 
-def tost_one_sample(a: Sequence[float], value: float, margin: float, alpha: float = 0.05) -> TostResult:
+def tost_one_sample(a: Sequence[float], value: float, margin: float, alpha: float = DEFAULT_ALPHA) -> TostResult:
     """One-sample TOST for ``mean(a) - value`` within +-margin (value taken as exact)."""
     xa = _array(a, "run values")
     _check_margin(margin, alpha)
@@ -348,7 +349,7 @@ def tost_one_sample(a: Sequence[float], value: float, margin: float, alpha: floa
     return _fill(res, res.diff, se, float(xa.size - 1))
 
 
-def tost_paired(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = 0.05) -> TostResult:
+def tost_paired(a: Sequence[float], b: Sequence[float], margin: float, alpha: float = DEFAULT_ALPHA) -> TostResult:
     """Paired TOST for ``mean(a - b)`` within +-margin: ``a[i]`` and ``b[i]`` are one pair (a rerun
     repeat and the reference repeat of the same seed), and the one-sample t on the differences
     decides.  All differences equal (zero variance, e.g. all 0 for an exact replay) is decided
@@ -421,7 +422,7 @@ def repeats_needed(
     diff: float,
     std_a: float,
     margin: float,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     *,
     std_b: float | None = None,
     n_b: int | None = None,

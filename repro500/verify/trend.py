@@ -22,6 +22,7 @@ from typing import Any
 
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput, UsageError
+from repro500.statuses import DEFAULT_ALPHA
 from repro500.verify import compare, history, stats
 from repro500.verify.diff import is_moved
 from repro500.verify.reference import Benchmark, benchmark_difference, benchmark_of_run
@@ -70,7 +71,7 @@ class Trend:
                 "runs": [r.to_dict() for r in self.rows], "skipped": self.skipped}
 
 
-def build(source: str, metric: str, alpha: float = 0.05, recipe: str | None = None) -> Trend:
+def build(source: str, metric: str, alpha: float = DEFAULT_ALPHA, recipe: str | None = None) -> Trend:
     """The trend of METRIC across the runs SOURCE holds (see the module docstring)."""
     paths, skipped = history.locate(source)
     entries = history.load(paths, skipped)

@@ -56,6 +56,7 @@ from repro500.rundir import archive as archives
 from repro500.rundir import atomic, layout
 from repro500.rundir.excluded import publication_of
 from repro500.statuses import (
+    DEFAULT_ALPHA,
     EXIT_CODES,
     FAIL,
     INCONCLUSIVE,
@@ -200,7 +201,7 @@ def verify_run(
     run_dir: str | Path,
     *,
     against: str | Path | None = None,
-    alpha: float = 0.05,
+    alpha: float = DEFAULT_ALPHA,
     margins: dict[str, float] | None = None,
     expect_sums_digest: str | None = None,
     across_benchmarks: bool = False,
@@ -338,7 +339,7 @@ def _check_stop(run: RunData, design: dict[str, Any], given: Reference | None) -
     """(problems, what was checked) of a sequential run's stopping point, re-derived from its
     repeats in order against what it decided on: its bands, or the reference run.json records
     (the one given with --against when it is that one; else read again, if it is still here)."""
-    alpha = float(design.get("alpha", 0.05))
+    alpha = float(design.get("alpha", DEFAULT_ALPHA))
     if design.get("stopped_at") is None:
         return [], "nothing to re-derive: no look decided the run"
     if design.get("decided_on") != "against":

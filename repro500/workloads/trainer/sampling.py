@@ -23,7 +23,9 @@ from typing import Any
 
 import numpy as np
 
-ALPHA = 0.05
+from repro500.statuses import DEFAULT_ALPHA
+
+ALPHA = DEFAULT_ALPHA
 
 
 class RecordingBatches:
