@@ -21,6 +21,7 @@ import pytest
 import yaml
 from helpers.runs import repro500
 
+from repro500.errors import InvalidInput
 from repro500.verify import compare, diff
 from repro500.verify.divergence import SEEDS_DIFFER
 from repro500.verify.reference import Benchmark, benchmark_difference
@@ -208,3 +209,25 @@ def test_a_command_whose_inputs_moved_has_no_result_relevant_difference(tmp_path
     printed = repro500("verify", "runs/b", "--against", "runs/a", *margin, "--no-write", cwd=tmp_path, env=WIDE)
     assert "<absent> vs" not in printed.stdout and not any(r in printed.stdout for r in REPR), printed.stdout
     assert "0 result-relevant" in printed.stdout
+
+
+def test_run_against_a_reference_takes_a_renamed_file_for_the_same_benchmark(runs, monkeypatch):
+    """``run --against`` refuses another benchmark before it trains: a renamed file of the same bytes
+    is none, a file of other bytes at the new name is."""
+    from types import SimpleNamespace
+
+    from repro500.runner.decide import _same_benchmark
+    from repro500.verify.reference import load_reference
+
+    monkeypatch.chdir(runs)
+    loaded = load_reference("runs/ref")
+    fixed = yaml.safe_load((runs / "runs" / "ref" / "recipe.yaml").read_text())["fixed"]
+
+    def recipe(path: str) -> SimpleNamespace:
+        return SimpleNamespace(name="quickstart", fixed={**fixed, "dataset": {**fixed["dataset"], "path": path}},
+                               overrides={"fixed.dataset.path": path})
+
+    _same_benchmark(recipe("data/renamed.h5"), loaded, "runs/ref")  # no refusal
+    (runs / "data" / "other.h5").write_bytes((runs / "data" / "quickstart-eval.h5").read_bytes())
+    with pytest.raises(InvalidInput, match=r"different benchmarks \(fixed.dataset.path data/other.h5"):
+        _same_benchmark(recipe("data/other.h5"), loaded, "runs/ref")

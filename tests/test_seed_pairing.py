@@ -129,3 +129,17 @@ def test_the_seed_names_have_one_spelling():
     owners = [p.relative_to(root).as_posix() for p in root.rglob("*.py") if spelled in p.read_text()]
     assert owners == ["capture/seeds.py"]
     assert SEED_NAMES == ("python", "numpy", "torch", "loader")
+
+
+def test_where_the_runs_part_says_the_seeds_differ_when_no_reference_repeat_shares_them(tmp_path):
+    reference = _run(tmp_path / "ref", {0: _repeat(A, "d-A", 0.9, "o-A")})
+    rerun = _run(tmp_path / "rerun", {0: _repeat(B, "d-B", 0.8, "o-B"), 1: _repeat(B, "d-B", 0.8, "o-B")})
+    found = divergence.check(rerun, SimpleNamespace(run=reference, manifest={}, path=reference.path))
+    assert found.seeds_differ and found.status == "NONE"
+    assert found.reason.startswith(f"{divergence.SEEDS_DIFFER}; within the rerun, 1 pair(s) of same-seed repeats")
+    assert divergence.mlflow_records(found)[1] == {divergence.TAG: "seeds differ from the reference"}
+    alone = divergence.check(_run(tmp_path / "one", {0: _repeat(B, "d-B", 0.8, "o-B")}),
+                             SimpleNamespace(run=reference, manifest={}, path=reference.path))
+    assert alone.status == "SKIPPED" and alone.reason == divergence.SEEDS_DIFFER
+    shared = divergence.check(rerun, None)  # no reference: nothing said of seeds
+    assert not shared.seeds_differ and divergence.SEEDS_DIFFER not in shared.reason

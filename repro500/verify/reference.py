@@ -10,8 +10,9 @@ rule that decides whether a run and a reference (or two runs of a history) measu
 benchmark; ``verify`` refuses to compare across benchmarks unless asked to, and ``history``
 never puts two benchmarks in one series (docs/verify.md, "Same benchmark").
 
-A reference run's repeats are also the partners of a rerun's: :func:`pair_by_seed` is the one rule
-that pairs a rerun repeat with the reference repeat of the same seeds.  The paired equivalence test
+A reference run's repeats are also the partners of a rerun's: :func:`pair_by_seed` pairs a rerun
+repeat's value with that of the reference repeat of the same seeds, by the one rule
+(:func:`repro500.capture.seeds.pair_repeats`).  The paired equivalence test
 (stats.tost_paired) and the exact replay (:func:`repro500.verify.determinism.replay_by_seed`) use the same pairs.  A published
 file that lies in a publication (``repro500 publish`` wrote both) is paired through the packed run
 beside it, whose per-repeat values it lists (``Reference.packed``).
