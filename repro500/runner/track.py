@@ -351,9 +351,11 @@ class Tracking:
         tags.update(parted)
         files = [run.file(n) for n in (layout.SUMMARY, layout.VERDICT, layout.INPUTS)]
         observed = list(run.inputs().get("observed") or [])
+        view = names.glance_view([band.metric for band in verdict.bands])
 
         def conclude() -> None:
             self.tracker.log_metrics(self.parent_id, metrics, tags=tags)
+            self.tracker.set_view(view)
             self.tracker.log_datasets(self.parent_id, observed, self._contexts)
             for k, run_id in self.repeat_ids.items():
                 self.tracker.log_datasets(run_id, [e for e in observed if k in (e.get("repeats") or [])], self._contexts)
