@@ -86,10 +86,16 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
     untracked = [line for line in _sh(path, "git", "status", "--porcelain", "--untracked-files=all").stdout.splitlines()
                  if line.startswith("??")]
     assert untracked == []  # the store, its lock and MLflow's artifacts are all ignored
+    # what DVC wrote (params.yaml's new lr, dvc.lock, the last verdict) is not the experiment's code:
+    # not in its source, not what makes it dirty; the change is the parameter's
+    index = json.loads((path / "runs/dvc/experiment/source.json").read_text())
+    assert "train.py" in [f["path"] for f in index["files"]]
+    assert not {"params.yaml", "dvc.lock", "metrics/verdict.json"} & {f["path"] for f in index["files"]}
 
     # MLflow itself: one parent run per DVC run, each with its verdict and the metric's mean
     parents = sorted(_parent_runs(path / "mlflow.db"), key=lambda r: r.info.start_time)
     assert [r.data.tags["repro500.verdict"] for r in parents] == ["PASS", "PASS"]
+    assert parents[1].data.tags["repro500.dirty"] == "false"  # committed code, only a parameter varied
     means = [r.data.metrics["accuracy_mean"] for r in parents]  # DVC's accuracy.mean
     assert 90.1 <= means[0] < 90.2 and 90.5 <= means[1] < 90.6
     return parents
