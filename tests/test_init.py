@@ -102,7 +102,16 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
 
 
 def test_dvc_repro_and_dvc_exp_run_of_an_init_pipeline_log_to_mlflow(in_tmp):
-    _through_dvc(in_tmp, SCRIPT, ["--metric", "accuracy=regex:Acc@1 ([0-9.]+)"])
+    parents = _through_dvc(in_tmp, SCRIPT, ["--metric", "accuracy=regex:Acc@1 ([0-9.]+)"])
+    # the two DVC runs compared from the store alone (the run directory holds only the last one)
+    a, b = (f"mlflow:{r.info.run_id}" for r in parents)
+    done = repro500("diff", a, b, "--json", cwd=in_tmp, env=ENV)
+    assert done.returncode == 1, done.stderr[-2000:]  # a parameter changed: result-relevant
+    found = json.loads(done.stdout)
+    assert (found["a"], found["b"]) == (a, b)
+    changed = [d for d in found["differences"] if d["key"] == "mutable.lr"]
+    assert len(changed) == 1, found["differences"][:6]
+    assert (changed[0]["a"], changed[0]["b"]) == (0.1, 0.5) and changed[0]["result_relevant"], changed
 
 
 @pytest.mark.slow  # about 40 s on 2 cores: the script imports mlflow in every repeat
