@@ -96,6 +96,12 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
     parents = sorted(_parent_runs(path / "mlflow.db"), key=lambda r: r.info.start_time)
     assert [r.data.tags["repro500.verdict"] for r in parents] == ["PASS", "PASS"]
     assert parents[1].data.tags["repro500.dirty"] == "false"  # committed code, only a parameter varied
+    # which DVC experiment each parent is: dvc repro's none, dvc exp run's its name and baseline
+    head = _sh(path, "git", "rev-parse", "HEAD").stdout.strip()
+    named = _sh(path, dvc, "exp", "list", "--name-only").stdout.split()
+    assert "repro500.dvc.experiment" not in parents[0].data.tags
+    assert parents[1].data.tags["repro500.dvc.experiment"] in named
+    assert parents[1].data.tags["repro500.dvc.baseline_rev"] == head
     means = [r.data.metrics["accuracy_mean"] for r in parents]  # DVC's accuracy.mean
     assert 90.1 <= means[0] < 90.2 and 90.5 <= means[1] < 90.6
     return parents
