@@ -131,3 +131,16 @@ def test_the_experiment_opens_on_the_verdict_and_the_headline_metric(failed):
         kind, key = column.split(".", 1)
         key = key.strip("`")
         assert key in getattr(parent.data, kind) or key in getattr(repeat.data, kind), column
+
+
+def test_report_of_a_run_named_in_mlflow(failed):
+    elsewhere = failed["root"] / "report-here"
+    elsewhere.mkdir()
+    done = repro500("report", f"mlflow:{failed['parent'].info.run_id}", cwd=elsewhere, env=failed["env"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = elsewhere / "f.report.html"
+    assert done.stdout.strip().endswith("f.report.html") and written.is_file()
+    assert "FAIL" in written.read_text(encoding="utf-8") and sorted(elsewhere.iterdir()) == [written]
+    missing = repro500("report", "mlflow:0123456789abcdef0123456789abcdef", cwd=elsewhere, env=failed["env"])
+    assert missing.returncode == 4 and "there is no MLflow run" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr
