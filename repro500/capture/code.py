@@ -112,7 +112,7 @@ def _not_code(start: Path, root: Path) -> list[str]:
     from repro500.capture import dvcowned
 
     top = root.resolve()
-    return [f":(top,exclude){path.relative_to(top).as_posix()}" for path in dvcowned.owned(start, top)
+    return [f":(top,exclude,literal){path.relative_to(top).as_posix()}" for path in dvcowned.owned(start, top)
             if path.is_relative_to(top) and path != top]
 
 
