@@ -86,17 +86,38 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
     untracked = [line for line in _sh(path, "git", "status", "--porcelain", "--untracked-files=all").stdout.splitlines()
                  if line.startswith("??")]
     assert untracked == []  # the store, its lock and MLflow's artifacts are all ignored
+    # what DVC wrote (params.yaml's new lr, dvc.lock, the last verdict) is not the experiment's code:
+    # not in its source, not what makes it dirty; the change is the parameter's
+    index = json.loads((path / "runs/dvc/experiment/source.json").read_text())
+    assert "train.py" in [f["path"] for f in index["files"]]
+    assert not {"params.yaml", "dvc.lock", "metrics/verdict.json"} & {f["path"] for f in index["files"]}
 
     # MLflow itself: one parent run per DVC run, each with its verdict and the metric's mean
     parents = sorted(_parent_runs(path / "mlflow.db"), key=lambda r: r.info.start_time)
     assert [r.data.tags["repro500.verdict"] for r in parents] == ["PASS", "PASS"]
+    assert parents[1].data.tags["repro500.dirty"] == "false"  # committed code, only a parameter varied
+    # which DVC experiment each parent is: dvc repro's none, dvc exp run's its name and baseline
+    head = _sh(path, "git", "rev-parse", "HEAD").stdout.strip()
+    named = _sh(path, dvc, "exp", "list", "--name-only").stdout.split()
+    assert "repro500.dvc.experiment" not in parents[0].data.tags
+    assert parents[1].data.tags["repro500.dvc.experiment"] in named
+    assert parents[1].data.tags["repro500.dvc.baseline_rev"] == head
     means = [r.data.metrics["accuracy_mean"] for r in parents]  # DVC's accuracy.mean
     assert 90.1 <= means[0] < 90.2 and 90.5 <= means[1] < 90.6
     return parents
 
 
 def test_dvc_repro_and_dvc_exp_run_of_an_init_pipeline_log_to_mlflow(in_tmp):
-    _through_dvc(in_tmp, SCRIPT, ["--metric", "accuracy=regex:Acc@1 ([0-9.]+)"])
+    parents = _through_dvc(in_tmp, SCRIPT, ["--metric", "accuracy=regex:Acc@1 ([0-9.]+)"])
+    # the two DVC runs compared from the store alone (the run directory holds only the last one)
+    a, b = (f"mlflow:{r.info.run_id}" for r in parents)
+    done = repro500("diff", a, b, "--json", cwd=in_tmp, env=ENV)
+    assert done.returncode == 1, done.stderr[-2000:]  # a parameter changed: result-relevant
+    found = json.loads(done.stdout)
+    assert (found["a"], found["b"]) == (a, b)
+    changed = [d for d in found["differences"] if d["key"] == "mutable.lr"]
+    assert len(changed) == 1, found["differences"][:6]
+    assert (changed[0]["a"], changed[0]["b"]) == (0.1, 0.5) and changed[0]["result_relevant"], changed
 
 
 @pytest.mark.slow  # about 40 s on 2 cores: the script imports mlflow in every repeat

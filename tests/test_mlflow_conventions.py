@@ -68,7 +68,7 @@ def test_verdict_figures_are_named_as_in_dvc_with_underscores():
                        "accuracy_cv": 0.011, "accuracy_ci_low": 0.88, "accuracy_ci_high": 0.92,
                        "accuracy_band_threshold": 0.85, "accuracy_band_bound": 0.885, "accuracy_band_margin": 0.035,
                        "throughput_samples_per_s_mean": 400.0, "throughput_samples_per_s_cv": 0.02}
-    assert tags == {"repro500.verdict": "PASS", "repro500.verdict.accuracy.band.status": "PASS",
+    assert tags == {"repro500.verdict": "PASS", "verdict": "PASS", "repro500.verdict.accuracy.band.status": "PASS",
                     "repro500.verdict.accuracy.band.bound_side": "lower",
                     "repro500.verdict.time_to_train.status": "SKIPPED"}
 

@@ -115,3 +115,32 @@ def test_the_declared_input_of_a_command_is_every_runs_dataset(failed):
         assert [(d.dataset.name, d.dataset.digest) for d in got] == [("rows.txt", md5)], run.info.run_name
         assert [t.value for t in got[0].tags if t.key == "mlflow.data.context"] == ["input"]
 
+
+
+def test_the_experiment_opens_on_the_verdict_and_the_headline_metric(failed):
+    parent = failed["parent"]
+    assert parent.data.tags["verdict"] == parent.data.tags["repro500.verdict"] == "FAIL"
+    experiment = failed["client"].get_experiment(parent.info.experiment_id)
+    view = json.loads(experiment.tags["mlflow.sharedViewState.repro500"])  # what `repro500 ui`'s address opens
+    assert view["selectedColumns"] == [
+        "attributes.`Duration`", "attributes.`Dataset`", "tags.`verdict`", "metrics.`accuracy`",
+        "metrics.`accuracy_mean`", "metrics.`accuracy_band_bound`", "metrics.`accuracy_band_margin`"]
+    # every column it names is one the parent or a repeat has
+    repeat = failed["repeats"][0]
+    for column in view["selectedColumns"][2:]:
+        kind, key = column.split(".", 1)
+        key = key.strip("`")
+        assert key in getattr(parent.data, kind) or key in getattr(repeat.data, kind), column
+
+
+def test_report_of_a_run_named_in_mlflow(failed):
+    elsewhere = failed["root"] / "report-here"
+    elsewhere.mkdir()
+    done = repro500("report", f"mlflow:{failed['parent'].info.run_id}", cwd=elsewhere, env=failed["env"])
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = elsewhere / "f.report.html"
+    assert done.stdout.strip().endswith("f.report.html") and written.is_file()
+    assert "FAIL" in written.read_text(encoding="utf-8") and sorted(elsewhere.iterdir()) == [written]
+    missing = repro500("report", "mlflow:0123456789abcdef0123456789abcdef", cwd=elsewhere, env=failed["env"])
+    assert missing.returncode == 4 and "there is no MLflow run" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1, missing.stderr

@@ -192,6 +192,12 @@ def test_the_printed_address_opens_the_latest_runs_table_in_the_model_training_v
     assert ui.runs_page(base) == f"{base}/#/experiments/7/runs?workflowType=machine_learning"
     assert calls[1][1]["experiment_ids"] == ["0", "7"]
     assert calls[1][1]["filter"] == "tags.`repro500.run_id` LIKE '%'"  # repro500's runs, not another tool's
+    # an experiment a run has given the reader's view opens on it (the verdict, the headline metrics)
+    calls.clear()
+    monkeypatch.setattr(ui, "_api", lambda url, method, payload: api(url, method, payload) if method != "experiments/search"
+                        else {"experiments": [{"experiment_id": "0"}, {"experiment_id": "7", "tags": [
+                            {"key": "mlflow.sharedViewState.repro500", "value": "{}"}]}]})
+    assert ui.runs_page(base) == f"{base}/#/experiments/7/runs?workflowType=machine_learning&viewStateShareKey=repro500"
     monkeypatch.setattr(ui, "_api", lambda url, method, payload: {})
     assert ui.runs_page(base) == f"{base}/#/experiments?workflowType=machine_learning"
 

@@ -39,7 +39,8 @@ def _chromium() -> str:
 
 def _page_text(binary: str, profile: Path, url: str) -> str:
     """The text Chromium shows at *url* once MLflow's single-page app has rendered."""
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    # wide: the runs table renders only the columns that fit its window
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--window-size=3000,1200",
              "--disable-background-networking", "--disable-component-update", "--disable-sync",
              f"--user-data-dir={profile}",
              # the app renders from its API's answers; 20 s of page time lets every fetch land
@@ -79,25 +80,38 @@ def test_the_printed_address_renders_the_runs_table_in_chromium(in_tmp, monkeypa
     binary = _chromium()
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    run(RunOptions(recipe=str(write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1))))
+    started = time.time()
+    # two repeats: a band needs two for its confidence bound, the column the reader looks for
+    run(RunOptions(recipe=str(write_recipe(in_tmp / "tiny.yaml", repeats=2, fixed__epochs=1))))
+    wall_s = time.time() - started
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("repro500/tiny")
     assert experiment.tags.get(EXPERIMENT_KIND_TAG) == EXPERIMENT_KIND
     (parent,) = client.search_runs([experiment.experiment_id], "tags.`mlflow.parentRunId` IS NULL")
     run_name = parent.info.run_name
     assert run_name == parent.data.tags[RUN_ID_TAG]
+    duration_s = (parent.info.end_time - parent.info.start_time) / 1000  # the UI's Duration column
+    assert abs(duration_s - wall_s) <= 0.1 * wall_s, (duration_s, wall_s)
+    verdict = parent.data.tags["verdict"]
 
     port = ui.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "ui", "--port", str(port)], cwd=in_tmp,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         line = _ready_line(proc, READY_S)
-        page = f"http://127.0.0.1:{port}/#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
+        page = (f"http://127.0.0.1:{port}/#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning"
+                "&viewStateShareKey=repro500")
         assert page in line, line
         text = _page_text(binary, in_tmp / "chrome-profile", page)
         # the runs table, holding the run: not the empty GenAI overview a bare address opens on
         assert "Run Name" in text and run_name in text, text[:3000]
         assert "Token Usage" not in text and "Traces 0" not in text, text[:3000]
+        # and, with no column picked, what a reader wants first: the verdict, the headline metric,
+        # its bound and margin, beside the run's duration
+        header = text[text.index("Run Name"):text.index(run_name)]
+        for column in ("Duration", "verdict", "accuracy_mean", "accuracy_band_bound", "accuracy_band_margin"):
+            assert re.search(rf"(^| ){column}( |$)", header), (column, header)
+        assert f" {verdict} " in text[text.index(run_name):], text[:3000]
     finally:
         proc.send_signal(signal.SIGINT)  # repro500 ui passes it to MLflow's whole process group
         try:

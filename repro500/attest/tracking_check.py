@@ -24,7 +24,7 @@ from repro500.errors import InvalidInput
 from repro500.rundir import layout
 from repro500.rundir import sums as bundle
 from repro500.tracking import names
-from repro500.tracking.names import NAMES_TAG, is_history
+from repro500.tracking.names import LEGACY_NAMES_TAG, NAMES_TAG, is_history
 from repro500.tracking.store import check_readable, fast_failing_http, reason, safe_uri
 
 _REL_TOL = 1e-12
@@ -129,7 +129,7 @@ def _compare(client: Any, root: Path, k: int, run_id: str) -> list[str]:
     metrics = {name: v for name, v in (summary.get("metrics") or {}).items()
                if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
-    if NAMES_TAG in tags:  # docs/contracts.md, "MLflow names": each outcome under its own name
+    if NAMES_TAG in tags or LEGACY_NAMES_TAG in tags:  # docs/contracts.md, "MLflow names": each outcome under its own name
         finals = {name: logged[name] for name in metrics if name in logged}
         # the other way round, every key no history has alone (a user's metric named like one is
         # still compared above; it only escapes this reverse check)

@@ -106,6 +106,16 @@ def _untracked(root: Path) -> tuple[list[dict[str, Any]], int]:
     return out, max(0, len(names) - UNTRACKED_LIST_LIMIT)
 
 
+def _not_code(start: Path, root: Path) -> list[str]:
+    """Pathspecs leaving out what DVC writes for the pipelines covering *start* (capture/dvcowned.py):
+    a ``dvc exp run -S`` changes params.yaml and dvc.lock, and that is a parameter change, not dirty code."""
+    from repro500.capture import dvcowned
+
+    top = root.resolve()
+    return [f":(top,exclude,literal){path.relative_to(top).as_posix()}" for path in dvcowned.owned(start, top)
+            if path.is_relative_to(top) and path != top]
+
+
 def describe_repo(path: str | Path | None = None) -> tuple[dict[str, Any], bytes]:
     """The code facet for the work tree containing ``path`` and the (redacted) diff bytes."""
     start = Path(path) if path is not None else Path.cwd()
@@ -124,7 +134,8 @@ def describe_repo(path: str | Path | None = None) -> tuple[dict[str, Any], bytes
         key, _, url = item.partition("\n")
         remotes.append({"name": key[len("remote."):-len(".url")], "url": redact_url(url)})
     # --no-ext-diff/--no-color/--no-textconv: the user's git config must not change the bytes
-    raw = git(root, "diff", commit or _EMPTY_TREE, "--binary", "--no-ext-diff", "--no-color", "--no-textconv") or b""
+    raw = git(root, "diff", commit or _EMPTY_TREE, "--binary", "--no-ext-diff", "--no-color", "--no-textconv",
+              "--", ".", *_not_code(start, root)) or b""
     diff, redactions = redact_diff(raw)
     untracked, untracked_omitted = _untracked(root)
     facet_data: dict[str, Any] = {

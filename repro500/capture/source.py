@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from repro500.capture import dvcowned
 from repro500.capture.code import GitError, git, work_tree
 from repro500.capture.outputs import OwnOutputs
 from repro500.digest import file_digest
@@ -77,12 +78,21 @@ def _walk_files(root: Path, own: OwnOutputs) -> list[str]:
     return names
 
 
+def _top(root: Path) -> Path:
+    """The git work tree's root above *root*, where pipelines covering it may sit (else *root*)."""
+    try:
+        return work_tree(root) or root
+    except GitError:
+        return root
+
+
 def candidates(root: Path, exclude: list[Path] = ()) -> list[str]:
     """The files of the experiment under ``root``, sorted, outside ``exclude`` (the run's output)
     and outside every other output of repro500's, recognised by what it holds
     (:mod:`repro500.capture.outputs`)."""
     root = root.resolve()
-    skip = [p.resolve() for p in exclude]
+    # what DVC writes (params.yaml, dvc.lock, stage outputs and metrics) is not the experiment's code
+    skip = [p.resolve() for p in exclude] + dvcowned.owned(root, _top(root))
     own = OwnOutputs(root, [p for p in skip if p.is_dir()])
     names = _git_files(root)
     if names is None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -9,16 +10,18 @@ import click
 
 
 @click.command("diff")
-@click.argument("a", type=click.Path(path_type=Path))
-@click.argument("b", type=click.Path(path_type=Path))
+@click.argument("a")
+@click.argument("b")
 @click.option("--json", "as_json", is_flag=True, help="Print the differences as JSON.")
 @click.option("--all", "show_all", is_flag=True, help="Show every low-impact difference too.")
 @click.pass_context
-def diff(ctx: click.Context, a: Path, b: Path, as_json: bool, show_all: bool) -> None:
+def diff(ctx: click.Context, a: str, b: str, as_json: bool, show_all: bool) -> None:
     """Compare two runs (or manifests), most result-relevant first.
 
     Run directories are compared as every command compares them: manifests, recipes, plan,
     seeds, environment lock and declared outputs (docs/verify.md, "One comparison of two runs").
+    A run in the MLflow store (MLFLOW_TRACKING_URI) is named mlflow:RUN_ID or runs:/RUN_ID, as
+    for verify: its sealed run is downloaded for the comparison.
 
     \b
     Exit codes: 0 no result-relevant difference; 1 at least one;
@@ -28,7 +31,7 @@ def diff(ctx: click.Context, a: Path, b: Path, as_json: bool, show_all: bool) ->
     from repro500.capture.manifest import load_manifest
     from repro500.errors import EXIT_FAIL, EXIT_OK, ReproError
     from repro500.rundir import layout as rundir
-    from repro500.verify import compare
+    from repro500.verify import compare, from_mlflow
     from repro500.verify.diff import render, to_json
     from repro500.verify.rundir import load_run
 
@@ -45,10 +48,14 @@ def diff(ctx: click.Context, a: Path, b: Path, as_json: bool, show_all: bool) ->
         except ReproError:
             return None  # a directory with a manifest alone: its manifest is compared
 
-    manifests = view(a), view(b)  # checked first: a missing, corrupt or edited manifest is exit 4
-    runs = run_of(a), run_of(b)
-    found = (compare.compare_runs(runs[0], runs[1], manifest_b=manifests[1]) if runs[0] and runs[1]
-             else compare.compare_manifests(*manifests))
+    with contextlib.ExitStack() as stack:
+        # a run in MLflow (mlflow:ID) is its sealed run, downloaded and unpacked for the comparison
+        paths = [stack.enter_context(from_mlflow.opened(ref)) if from_mlflow.is_reference(ref) else Path(ref)
+                 for ref in (a, b)]
+        manifests = view(paths[0]), view(paths[1])  # checked first: a missing, corrupt or edited manifest is exit 4
+        runs = run_of(paths[0]), run_of(paths[1])
+        found = (compare.compare_runs(runs[0], runs[1], manifest_b=manifests[1]) if runs[0] and runs[1]
+                 else compare.compare_manifests(*manifests))
     diffs = found.differences
     if as_json:
         click.echo(json.dumps(to_json(diffs, str(a), str(b)), indent=2, default=str))

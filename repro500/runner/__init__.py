@@ -34,6 +34,7 @@ from repro500.runner.plan import (
 )
 from repro500.runner.session import RunOutcome, Session
 from repro500.runner.summaries import aggregate, new_run_id, utc
+from repro500.runner.track import now_ms
 from repro500.statuses import RUN_COMPLETED, RUN_RUNNING
 from repro500.tracking import process as tracking_process
 from repro500.workloads.command import launchenv
@@ -207,6 +208,8 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     """Run a recipe (or resume a run); the library entry point behind ``repro500 run``."""
     # a rerun that `repro500 reproduce` started: read once, and kept from the experiment's environment
     reproduction = os.environ.pop(REPRODUCTION_ENV, None) or None
+    if options.started_ms is None:  # the MLflow parent starts here: planning (torch's import) is the run's too
+        options = replace(options, started_ms=now_ms())
     try:
         return _run(options, console or Console(emoji=False, stderr=False), reproduction)
     finally:

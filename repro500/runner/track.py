@@ -40,7 +40,17 @@ def parent_tags(plan: Plan, run_id: str, source_name: str, run_dir: str = "") ->
         names.REPEATS_TAG: str(recipe.repeats),
         "mlflow.source.name": source_name,
         "mlflow.source.type": "LOCAL",
+        **dvc_experiment_tags(),
     }
+
+
+def dvc_experiment_tags() -> dict[str, str]:
+    """The DVC experiment this run is, where ``dvc exp run`` started it (its name as DVC gave it)."""
+    import os
+
+    given = {names.DVC_EXPERIMENT_TAG: os.environ.get("DVC_EXP_NAME"),
+             names.DVC_BASELINE_TAG: os.environ.get("DVC_EXP_BASELINE_REV")}
+    return {key: value for key, value in given.items() if value}
 
 
 def compressor_params(compressor: Any) -> dict[str, str]:
@@ -351,9 +361,11 @@ class Tracking:
         tags.update(parted)
         files = [run.file(n) for n in (layout.SUMMARY, layout.VERDICT, layout.INPUTS)]
         observed = list(run.inputs().get("observed") or [])
+        view = names.glance_view([band.metric for band in verdict.bands])
 
         def conclude() -> None:
             self.tracker.log_metrics(self.parent_id, metrics, tags=tags)
+            self.tracker.set_view(view)
             self.tracker.log_datasets(self.parent_id, observed, self._contexts)
             for k, run_id in self.repeat_ids.items():
                 self.tracker.log_datasets(run_id, [e for e in observed if k in (e.get("repeats") or [])], self._contexts)

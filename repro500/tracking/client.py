@@ -37,6 +37,7 @@ from repro500.tracking.names import (
     SCRIPT_TAG,
     SEALED_TAG,
     STATUS_TAG,
+    VIEW_TAG,
     is_number,
     step_metric,
 )
@@ -271,6 +272,12 @@ class Tracker:
                 self.client.log_artifact(run_id, str(packed), artifact_path=SEALED_PATH)
         except (ReproError, OSError) as err:  # the run is complete on disk: say why the store lacks it
             self.set_tags(run_id, {SEALED_TAG: f"not logged: {err}"})
+
+    def set_view(self, state: dict[str, Any]) -> None:
+        """The experiment's reader view (names.glance_view), which ``repro500 ui``'s address opens."""
+        import json
+
+        self.client.set_experiment_tag(self.experiment_id, VIEW_TAG, json.dumps(state, sort_keys=True))
 
     def terminate(self, run_id: str, status: str, end_ms: int | None = None) -> None:
         self.client.set_terminated(run_id, status=status, end_time=end_ms)

@@ -47,6 +47,10 @@ MANIFEST_DIGEST_TAG = "repro500.manifest_digest"
 DIRTY_TAG = "repro500.dirty"
 GPU_MODEL_TAG = "repro500.gpu_model"
 DESIGN_TAG = "repro500.design"  # and repro500.design.<key>: a sequential or factorial design
+# the DVC experiment a run is (`dvc exp run` gives its stages DVC_EXP_NAME and DVC_EXP_BASELINE_REV):
+# every run of one pipeline shares the stage's run id, the experiment's name tells them apart
+DVC_EXPERIMENT_TAG = "repro500.dvc.experiment"
+DVC_BASELINE_TAG = "repro500.dvc.baseline_rev"
 SEALED_TAG = "repro500.sealed"  # why the sealed run is not among the parent's artifacts, where it is not
 # On each repeat's run:
 REPEAT_TAG = "repro500.repeat"
@@ -62,10 +66,22 @@ SCRIPT_TAG = "repro500.script"  # "true": a run the script started, not one of r
 REPEAT_RUN_TAG = "repro500.repeat_run_id"  # the repeat's own MLflow run: the way back from any experiment
 PARENT_TAG = "mlflow.parentRunId"  # MLflow's UI nests a run under this one, within one experiment
 VERDICT_TAG = "repro500.verdict"
+# What a reader of the runs table wants first, named plainly: the verdict's status (as VERDICT_TAG,
+# which filters and `history:` read), and a view of the experiment that shows it beside the headline
+# metrics, their bound and margin (glance_view). MLflow's UI (3.x) shows only Run Name, Created,
+# Dataset, Duration, Source and Models until a reader picks columns, and opens a view kept as the
+# experiment tag mlflow.sharedViewState.<key> when its address carries viewStateShareKey=<key>.
+PLAIN_VERDICT_TAG = "verdict"
+VIEW_KEY = "repro500"
+VIEW_TAG = "mlflow.sharedViewState." + VIEW_KEY
+VIEW_PARAM = "viewStateShareKey=" + VIEW_KEY
+HEADLINE_METRICS = 3  # the acceptance metrics a view shows, at most
 DIVERGENCE_TAG = VERDICT_TAG + ".divergence"  # where same-seed repeats (or a rerun and its reference) part
 DIVERGENCE_METRIC = "divergence_first_step"  # on the parent: the first step at which they part
-# On every repeat run logged under these names (runs logged before have `final_<name>` outcomes).
-NAMES_TAG, NAMES_VERSION = "repro500.mlflow_names", "1"
+# On every repeat run logged under these names (runs logged before have `final_<name>` outcomes),
+# saying so in words; runs logged before it was named so carry LEGACY_NAMES_TAG = "1".
+NAMES_TAG, NAMES_VERSION = "repro500.metric_names", "each metric under its own name (v1)"
+LEGACY_NAMES_TAG = "repro500.mlflow_names"
 # The keys of a repeat's run that only a history has (the steps', the epochs'), besides the
 # evaluation's, which the repeat's outcome shares: `verify --check-tracking` tells the outcome by them.
 EPOCH_PREFIX = "epoch_"  # the epoch's own figures: epoch_train_time_s, epoch_energy_j, ... (system.epochs)
@@ -88,14 +104,27 @@ def is_history(key: str) -> bool:
             or _WIRE_PER_RANK.fullmatch(key) is not None)
 
 
+def glance_view(headline: list[str]) -> dict[str, Any]:
+    """The runs table's columns for a reader (MLflow's shared view state): how long each run took, the
+    data it read, its verdict, then per headline metric its value on each repeat, its mean across
+    repeats, and the band's bound and margin on the parent (the names verdict_metrics gives)."""
+    def column(kind: str, key: str) -> str:
+        return f"{kind}.`{key}`"  # MLflow's UI's canonical column key
+
+    columns = [column("attributes", "Duration"), column("attributes", "Dataset"), column("tags", PLAIN_VERDICT_TAG)]
+    for name in headline[:HEADLINE_METRICS]:
+        columns += [column("metrics", key) for key in (name, f"{name}_mean", f"{name}_band_bound", f"{name}_band_margin")]
+    return {"selectedColumns": columns}
+
+
 def verdict_metrics(doc: dict[str, Any]) -> tuple[dict[str, float], dict[str, str]]:
     """The verdict's numbers as the parent's metrics and its statuses as tags.
 
     Built from the DVC view (:func:`repro500.rundir.dvcmetrics.verdict_metrics`), so both tools
     carry the same figures under the same names: ``accuracy.ci_low`` there is ``accuracy_ci_low``
     here, ``accuracy.band.bound`` is ``accuracy_band_bound``.  A status is a tag:
-    ``repro500.verdict`` for the verdict, ``repro500.verdict.<dotted key>`` for one of its parts
-    (``repro500.verdict.accuracy.band.status``)."""
+    ``repro500.verdict`` (and plainly ``verdict``) for the verdict, ``repro500.verdict.<dotted key>``
+    for one of its parts (``repro500.verdict.accuracy.band.status``)."""
     metrics: dict[str, float] = {}
     tags: dict[str, str] = {}
 
@@ -109,4 +138,6 @@ def verdict_metrics(doc: dict[str, Any]) -> tuple[dict[str, float], dict[str, st
             tags[VERDICT_TAG if path == ["status"] else ".".join([VERDICT_TAG, *path])] = value
 
     walk([], dvc_view(doc))
+    if VERDICT_TAG in tags:
+        tags[PLAIN_VERDICT_TAG] = tags[VERDICT_TAG]
     return metrics, tags

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.redact import redact_url
-from repro500.tracking.names import RUN_ID_TAG
+from repro500.tracking.names import RUN_ID_TAG, VIEW_PARAM, VIEW_TAG
 
 HEALTH_TIMEOUT_S = 120.0
 # MLflow's UI (3.17) lays an experiment's page out by its GenAI / Model training switch, kept in the
@@ -108,7 +108,11 @@ def runs_page(url: str) -> str:
                 "filter": f"tags.`{RUN_ID_TAG}` LIKE '%'",
                 "order_by": ["attributes.start_time DESC"], "max_results": 1}).get("runs", [])
             if runs:
-                return f"{url}/#/experiments/{runs[0]['info']['experiment_id']}/runs?{RUNS_VIEW}"
+                experiment_id = runs[0]["info"]["experiment_id"]
+                tags = next((e.get("tags") or [] for e in experiments if e["experiment_id"] == experiment_id), [])
+                # the reader's columns (verdict, headline metrics) where a run has set them
+                view = f"&{VIEW_PARAM}" if any(t.get("key") == VIEW_TAG for t in tags) else ""
+                return f"{url}/#/experiments/{experiment_id}/runs?{RUNS_VIEW}{view}"
     except (OSError, ValueError, KeyError, TypeError):
         pass  # the list is a fine page to land on; the server answered /health
     return f"{url}/#/experiments?{RUNS_VIEW}"

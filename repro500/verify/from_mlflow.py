@@ -115,6 +115,20 @@ def download(reference: str, dest: Path) -> Path:
     return Path(local)
 
 
+@contextlib.contextmanager
+def opened(reference: str) -> Iterator[Path]:
+    """The run directory of the sealed run behind *reference* (``mlflow:ID``, ``runs:/ID``): downloaded
+    and unpacked (checked as any packed run is) into a temporary directory removed when the block
+    ends. For the commands that read a run directory (``diff``, ``report``) as ``verify`` reads the store."""
+    import tempfile
+
+    from repro500.rundir import archive
+
+    with tempfile.TemporaryDirectory(prefix="repro500-mlflow-") as tmp:
+        packed = download(reference, Path(tmp) / "download")
+        yield archive.unpack(packed, Path(tmp) / "run")
+
+
 def _checked_size(artifact: Any, parent_id: str, name: str) -> int:
     """The size the store lists for the sealed run, refused before a byte is downloaded when it is
     unknown or over the unpack cap (a store holding a 30 GB archive would otherwise fill the disk)."""
