@@ -285,7 +285,7 @@ def _hash_threads(paths: list[str], jobs: int, on_bytes: Callable[[int], None] |
     """hashlib, one file per thread (few or huge files), each read no further than its listed size."""
     sizes = sizes or {}
     if jobs <= 1 or len(paths) == 1:
-        return {p: md5_file(p, on_bytes, limit=sizes.get(p)) for p in paths}
+        return {p: md5_file(p, on_bytes, None, sizes.get(p)) for p in paths}
     digests = _parallel(lambda p, stop: md5_file(p, on_bytes, stop, sizes.get(p)), paths, min(jobs, len(paths)))
     return dict(zip(paths, digests, strict=True))
 

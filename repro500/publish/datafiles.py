@@ -29,7 +29,7 @@ import os
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from repro500 import recorded_paths, untrusted
@@ -171,11 +171,14 @@ def describe(manifest: dict[str, Any], data_root: str | Path, *, recorded: dict[
             entry.generate, entry.note = recorded[entry.path].generate, recorded[entry.path].note
             continue
         try:
-            local = recorded_paths.resolve(entry.path, field="data path", file="the run's manifest", root=root)
+            # a path under the data root, as a reproduction places it; read where it is (a data
+            # directory that links to another disk is the user's own), never a kernel file or a FIFO
+            rel = recorded_paths.relative(entry.path, field="data path", file="the run's manifest")
+            local = recorded_paths.resolve(entry.path, field="data path", file="the run's manifest", root=root,
+                                           anywhere=True)
         except InvalidInput as err:
             entry.note = str(err)
             continue
-        rel = PurePosixPath(entry.path)
         if not local.exists():
             entry.note = f"{entry.path} is not under {root}: its generator parameters could not be read"
             continue

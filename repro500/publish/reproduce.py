@@ -128,7 +128,11 @@ class _Places:
         return recorded_paths.resolve(text, field=field, file=file, root=self.workdir, never=self.never)
 
     def local(self, text: Any, field: str, file: Any) -> Path:
-        return recorded_paths.resolve(text, field=field, file=file, root=self.data_root, never=self.never)
+        # a path under the data root by its text; the reproducer's own links there are followed
+        # (a data directory on another disk), never onto the publication's files or a kernel file
+        recorded_paths.relative(text, field=field, file=file)
+        return recorded_paths.resolve(text, field=field, file=file, root=self.data_root, anywhere=True,
+                                      never=self.never)
 
 
 def _data(entry: DataEntry, places: _Places, src: sources.Source, tmp: Path, where: Path) -> tuple[str, str | None]:
