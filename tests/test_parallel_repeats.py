@@ -111,3 +111,33 @@ def test_launcher_slurm_without_sbatch_is_refused(in_tmp):
     assert result.exit_code == 4, result.output
     assert "--launcher slurm submits the repeats with sbatch, which is not on PATH here" in result.text
     assert not (in_tmp / "runs").exists()
+
+
+@TWO_CORES
+def test_reproduce_reruns_the_publications_repeats_side_by_side(tmp_path):
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "work.py").write_text(SCRIPT)
+    (lab / "exp.yaml").write_text(json.dumps({
+        "schema": "repro500/recipe/v1", "name": "lab", "fixed": {"command": [sys.executable, "work.py"]},
+        "metrics": {"score": {"regex": "score ([0-9.]+)"}},
+        "acceptance": {"score": {"target": 0.5, "tolerance": 0.05}}, "repeats": 3, "seed": 4}))
+    ran = repro500("run", "exp.yaml", "--no-tracking", "--run-id", "orig", cwd=lab)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    published = repro500("publish", str(lab / "runs" / "orig"), "--out", str(tmp_path / "pub"), cwd=tmp_path)
+    assert published.returncode == 0, published.stderr
+
+    done = repro500("reproduce", "pub", "--out", "again", "--run-code", "--launcher", "local", "--parallel", "2",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "again" / "verdict.json").read_text())["status"] == "REPRODUCED"
+    (rerun,) = (tmp_path / "again" / "runs").iterdir()
+    assert json.loads((rerun / "run.json").read_text())["launcher"]["parallel"] == 2
+    assert all(json.loads((rerun / "repeats" / str(k) / "summary.json").read_text())["placement"]["threads"] >= 1
+               for k in range(3))
+
+
+def test_reproduce_refuses_parallel_without_a_launcher_before_anything_is_written(in_tmp):
+    result = invoke("reproduce", "pub", "--out", "again", "--parallel", "2")
+    assert result.exit_code == 2, result.output
+    assert "--parallel 2 needs a launcher" in result.text and not (in_tmp / "again").exists()

@@ -47,11 +47,15 @@ from repro500.commands.options import parse_margins
               help="With --env venv: also install from this package index (repeatable). Packages come from your "
                    "own indexes (PIP_INDEX_URL / UV_DEFAULT_INDEX, else PyPI); an index the publication's lock "
                    "names is asked only when given here.")
+@click.option("--launcher", type=click.Choice(["local", "slurm"]),
+              help="Run the rerun's repeats side by side, as repro500 run --launcher does.")
+@click.option("--parallel", type=int, metavar="K", help="With --launcher: the rerun's repeats at once.")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
               run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None,
-              env_mode: str, find_links: tuple[str, ...], indexes: tuple[str, ...]) -> None:
+              env_mode: str, find_links: tuple[str, ...], indexes: tuple[str, ...], launcher: str | None,
+              parallel: int | None) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -72,10 +76,13 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
                 serves; 130 interrupted.
     """
     from repro500.publish.reproduce import reproduce as run_reproduce
+    from repro500.runner.plan import RunOptions, check_launcher
 
+    check_launcher(RunOptions(launcher=launcher, parallel=parallel, until_decided=until_decided))  # before anything is written
+    launch = [*(["--launcher", launcher] if launcher else []), *(["--parallel", str(parallel)] if parallel else [])]
     result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
                            margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
                            allow_data_differences=allow_data_differences, until_decided=until_decided,
                            max_repeats=max_repeats, env_mode=env_mode, find_links=list(find_links),
-                           indexes=list(indexes))
+                           indexes=list(indexes), launch=launch)
     ctx.exit(result.exit_code)
