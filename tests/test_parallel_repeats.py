@@ -141,3 +141,44 @@ def test_reproduce_refuses_parallel_without_a_launcher_before_anything_is_writte
     result = invoke("reproduce", "pub", "--out", "again", "--parallel", "2")
     assert result.exit_code == 2, result.output
     assert "--parallel 2 needs a launcher" in result.text and not (in_tmp / "again").exists()
+
+
+# Repeats 2 and 3 wait until a file "go" exists: the run is interrupted while they run.
+WAITING = """\
+import os, time
+k = int(os.environ["REPRO500_REPEAT"])
+while k >= 2 and not os.path.exists("go"):
+    time.sleep(0.1)
+print("score 0.5")
+"""
+
+
+@TWO_CORES
+def test_ctrl_c_stops_the_running_tasks_keeps_finished_repeats_and_resume_completes_the_run(tmp_path):
+    import signal
+    import time
+
+    (tmp_path / "work.py").write_text(WAITING)
+    args = ["--run-id", "cut", "--repeats", "4", "--no-tracking", "--launcher", "local", "--parallel", "2",
+            *COMMAND, sys.executable, "work.py"]
+    # a session of its own, as a terminal's foreground job: Ctrl-C reaches every process of the group
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", *args], cwd=tmp_path, env=tool_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = tmp_path / "runs" / "cut"
+    deadline = time.monotonic() + 300
+    while not all((run / "repeats" / str(k) / "stdout.txt").exists() for k in (2, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "complete the run with: repro500 run --resume runs/cut" in " ".join(out.split())
+    statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
+    assert statuses == ["completed", "completed", "killed", "killed"]
+
+    (tmp_path / "go").write_text("")
+    resumed = repro500("run", "--resume", "runs/cut", "--launcher", "local", "--parallel", "2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    checked = repro500("verify", "runs/cut", cwd=tmp_path)
+    assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
