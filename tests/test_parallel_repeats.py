@@ -182,3 +182,16 @@ def test_ctrl_c_stops_the_running_tasks_keeps_finished_repeats_and_resume_comple
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     checked = repro500("verify", "runs/cut", cwd=tmp_path)
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+def test_launcher_slurm_where_sbatch_exists_is_refused_until_it_is_built(in_tmp):
+    bare = in_tmp / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    (bare / "sbatch").write_text("#!/bin/sh\nexit 0\n")
+    (bare / "sbatch").chmod(0o755)
+    result = invoke("run", "--launcher", "slurm", "--no-tracking", *COMMAND, "python", "-c", "print('score 1')",
+                    env={"PATH": str(bare)})
+    assert result.exit_code == 2, result.output
+    assert "--launcher slurm (the repeats as a SLURM job array) is not available" in result.text
+    assert not (in_tmp / "runs").exists()

@@ -206,6 +206,8 @@ def check_launcher(options: RunOptions) -> None:
         if shutil.which("sbatch") is None:
             raise InvalidInput("--launcher slurm submits the repeats with sbatch, which is not on PATH here; "
                                "run on a SLURM login node, or use --launcher local")
+        raise UsageError("--launcher slurm (the repeats as a SLURM job array) is not available in this version; "
+                         "use --launcher local, or one job per run (examples/slurm_ddp.sbatch)")
 
 
 def recorded_plan(recipe: recipes.Recipe, meta: dict[str, Any], *, tracking: bool, nnodes: int = 1,
