@@ -269,10 +269,11 @@ class Session:
                     if summaries[k]["status"] == REPEAT_FAILED:
                         queue.clear()
                 time.sleep(0.1)
-        except KeyboardInterrupt:
+        except BaseException as err:  # Ctrl-C, or the run stopping (MLflow failed): no task outlives the head
+            reason = "interrupted by the user" if isinstance(err, KeyboardInterrupt) else "the run stopped"
             for k in tasks.stop():
                 self._in_flight.discard(k)
-                self._mark_killed(k, self.plan.seeds(k), "interrupted by the user")
+                self._mark_killed(k, self.plan.seeds(k), reason)
             raise
         finally:
             tasks.close()
