@@ -305,7 +305,7 @@ def _rerooted_pythonpath(pub: opened.Publication, placed: Path, env: dict[str, s
 def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking: bool, env: dict[str, str],
            code: tuple[str, list[str]] | None = None, placed: Path | None = None,
            sequential: list[str] | None = None, python: str | None = None, *, pending: Path | None = None,
-           again: str | None = None, console: Any = None,
+           again: str | None = None, console: Any = None, launch: list[str] | None = None,
            confined: tuple[sandbox.Grants | None, dict[str, Any]] = (None, {"sandboxed": False})) -> Path:
     """The rerun's directory once it finished: a new rerun, or ``pending`` (one this reproduction
     left unfinished) continued with ``run --resume``, its finished repeats kept, or taken as it is
@@ -318,7 +318,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
     rid = pending.name if pending is not None else _rerun_id(workdir)
     root = pub.root.resolve()
     if pending is not None:  # recorded seeds, design and MLflow parent: `run --resume` takes nothing else
-        args = ["-m", "repro500.cli", "run", "--resume", str(pending.resolve())]
+        args = ["-m", "repro500.cli", "run", "--resume", str(pending.resolve()), *(launch or [])]
         console.print(f"continuing the rerun {pending}: {_progress(pending)}; finished repeats are kept",
                       highlight=False, soft_wrap=True)
     else:
@@ -327,7 +327,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
                 *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
         if repeats is not None:
             args += ["--repeats", str(repeats)]
-        args += sequential or []
+        args += [*(sequential or []), *(launch or [])]  # launch: --launcher/--parallel, the repeats side by side
         # the child imports the workload and captures the environment before its first line
         console.print(f"starting the rerun {workdir / 'runs' / rid} (loading the workload and capturing "
                       "the environment)", highlight=False, soft_wrap=True)
@@ -466,6 +466,7 @@ def reproduce(
     no_sandbox: bool = False,
     network: bool = False,
     sandbox_ro: list[str] | None = None,
+    launch: list[str] | None = None,
 ) -> ReproduceResult:
     """Rerun the publication SOURCE and verify the rerun against it (see the module docstring)."""
     # the rerun gets the caller's environment as it was: libraries imported here while making the data
@@ -491,11 +492,12 @@ def reproduce(
         again = _again(source, workdir, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha, margins=margins,
                        data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,
-                       env_mode=env_mode, find_links=find_links, indexes=indexes, choice=choice)
+                       env_mode=env_mode, find_links=find_links, indexes=indexes, choice=choice) + "".join(
+                           f" {word}" for word in launch or [])
         reads = _reads(pub, _Places.of(pub, src, workdir, Path(data_root)))
         confined = confine.rerun(choice, workdir, reads, env, used, console)
         rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
-                       pending=pending, again=again, console=console, confined=confined)
+                       pending=pending, again=again, console=console, launch=launch, confined=confined)
         verdict = _verdict(pub, rerun, workdir, alpha, margins, used, console, sandboxed=confined[1])
     return ReproduceResult(workdir=workdir, rerun=rerun, verdict=verdict, source=src.label, data=lines,
                            warnings=warnings)

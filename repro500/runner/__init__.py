@@ -22,7 +22,7 @@ from repro500.errors import REPRODUCTION_ENV, InvalidInput, UsageError
 from repro500.recipe import load as recipes
 from repro500.recipe.fields import recipe_yaml, scrub_recipe
 from repro500.rundir import layout
-from repro500.runner import decide, multinode
+from repro500.runner import decide, fanout, multinode
 from repro500.runner.plan import (
     RunOptions,
     check_options,
@@ -30,6 +30,7 @@ from repro500.runner.plan import (
     load_recipe,
     make_plan,
     preflight,
+    recorded_plan,
     tracking_choice,
 )
 from repro500.runner.session import RunOutcome, Session
@@ -91,13 +92,14 @@ def _new(options: RunOptions, console: Console) -> Session:
         design = {"kind": "factorial", "sources": plan.vary, "per_cell": plan.per_cell,
                   "cells": [plan.cell(k) for k in range(recipe.repeats)]}
     meta.update({key: value for key, value in (("design", design), ("reference", reference)) if value})
+    launch = fanout.prepare(options, plan, recipe.repeats)
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
     session = Session(plan, run, meta, console, resumed=False, tracking=options.tracking,
                       experiment=options.experiment, artifacts=options.artifacts,
                       source_name=str(options.recipe or options.adhoc_source), sign=_signing(options),
                       started_ms=options.started_ms)
-    session.reference = loaded
+    session.reference, session.launch = loaded, launch
     return session
 
 
@@ -149,15 +151,13 @@ def _resumed(options: RunOptions, console: Console, reproduction: str | None = N
                          f"--{'' if options.tracking else 'no-'}tracking (or start a new run)")
     options = replace(options, tracking=recorded)
     _prestart_tracking(options)
-    nodes = dict(nnodes=options.nnodes, node_rank=0, rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
-    factorial = meta.get("design") if (meta.get("design") or {}).get("kind") == "factorial" else {}
-    plan = make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=options.tracking,
-                                        vary=factorial.get("sources"), repeats_per_cell=factorial.get("per_cell"),
-                                        **nodes))
+    plan = recorded_plan(recipe, meta, tracking=bool(options.tracking), nnodes=options.nnodes,
+                         rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
     multinode.check_resume(run, meta, options, plan)
     finished = run.summaries(recipe.repeats, finished_only=True)
     multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished],
                     str(run.path.resolve()), (meta.get("design") or {}).get("kind") == "sequential")
+    launch = fanout.prepare(options, plan, recipe.repeats - len(finished))
     meta["status"] = RUN_RUNNING
     _prepare_tracking(options)
     try:
@@ -167,7 +167,7 @@ def _resumed(options: RunOptions, console: Console, reproduction: str | None = N
     session = Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
                       artifacts=options.artifacts,
                       source_name=str(meta.get("recipe_path") or "--command"), sign=_signing(options))
-    session.reference = loaded
+    session.reference, session.launch = loaded, launch
     return session
 
 

@@ -25,6 +25,7 @@ class Display:
         self.done = done
         self._bars: Progress | None = None
         self._repeats_task: Any = None
+        self._states: dict[int, Any] = {}  # repeat -> its line, when repeats run side by side
 
     @contextmanager
     def running(self) -> Iterator[Display]:
@@ -79,6 +80,30 @@ class Display:
             if bars is not None:
                 bars.remove_task(task)
                 bars.advance(self._repeats_task)
+
+    # ----- repeats side by side (runner/fanout.py): a line per repeat with its state and time --
+    def queued(self, ks: list[int]) -> None:
+        if self._bars is None:
+            self.say(f"repeats {', '.join(map(str, ks))}: queued")
+            return
+        self._states = {k: self._bars.add_task(f"repeat {k}: queued", total=None, start=False) for k in ks}
+
+    def started(self, k: int, where: str) -> None:
+        if self._bars is None:
+            self.say(f"repeat {k} ({k + 1} of {self.planned}): running on {where}")
+            return
+        self._bars.start_task(self._states[k])
+        self._bars.update(self._states[k], description=f"repeat {k}: running on {where}")
+
+    def ended(self, k: int, summary: dict[str, Any], elapsed_s: float) -> None:
+        status = shown(summary.get("status"))
+        if self._bars is None:
+            error = f": {shown(summary['error'])}" if summary.get("error") else ""
+            self.say(f"repeat {k} ({k + 1} of {self.planned}): {status} after {elapsed_s:.1f} s{error}")
+            return
+        self._bars.stop_task(self._states[k])
+        self._bars.update(self._states[k], description=f"repeat {k}: {status}", total=1, completed=1)
+        self._bars.advance(self._repeats_task)
 
     def finished(self, k: int, summary: dict[str, Any]) -> None:
         if not self.live:

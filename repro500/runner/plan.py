@@ -62,6 +62,8 @@ class RunOptions:
     vary: list[str] | None = None  # a factorial run over these sources of randomness (capture/seeds.py)
     repeats_per_cell: int | None = None  # None: DEFAULT_PER_CELL
     started_ms: int | None = None  # when the user started the run (epoch ms; None: when its session is made)
+    launcher: str | None = None  # where repeats run side by side: local (this node) | slurm (runner/fanout.py)
+    parallel: int | None = None  # repeats at once (None with a launcher: one per CPU set or GPU)
 
 
 @dataclass
@@ -174,10 +176,53 @@ def check_options(options: RunOptions) -> None:
     check_comparison_options(options.margins, options.against)
     if options.nproc is not None and options.nproc < 1:
         raise UsageError("--nproc must be at least 1")
+    check_launcher(options)
     if options.sign_key:
         from repro500.attest import keys
 
         keys.load_private_key(options.sign_key)  # a wrong passphrase fails now, not after training
+
+
+LAUNCHERS = ("local", "slurm")
+
+
+def check_launcher(options: RunOptions) -> None:
+    """``--launcher``/``--parallel``: refused before anything is written (one sentence each)."""
+    if options.parallel is not None and options.launcher is None:
+        raise UsageError(f"--parallel {options.parallel} needs a launcher to run the repeats side by side: "
+                         "add --launcher local (this node) or --launcher slurm")
+    if options.launcher is None:
+        return
+    if options.launcher not in LAUNCHERS:
+        raise UsageError(f"--launcher {options.launcher} is not one of {', '.join(LAUNCHERS)}")
+    if options.parallel is not None and options.parallel < 1:
+        raise UsageError(f"--parallel must be a whole number of repeats of at least 1, not {options.parallel}")
+    if options.until_decided:
+        raise UsageError("--until-decided looks after every repeat, one at a time; give a fixed --repeats N "
+                         "to run repeats side by side")
+    if options.nnodes > 1 or options.node_rank > 0:
+        raise UsageError(f"--launcher {options.launcher} places the repeats itself; it does not go with --nnodes")
+    if options.nproc is not None and options.nproc > 1:
+        raise UsageError(f"--launcher {options.launcher} runs each repeat as one process on its share of the node; "
+                         "a repeat of several ranks (--nproc) runs without it")
+    if options.launcher == "slurm":
+        import shutil
+
+        if shutil.which("sbatch") is None:
+            raise InvalidInput("--launcher slurm submits the repeats with sbatch, which is not on PATH here; "
+                               "run on a SLURM login node, or use --launcher local")
+        raise UsageError("--launcher slurm (the repeats as a SLURM job array) is not available in this version; "
+                         "use --launcher local, or one job per run (examples/slurm_ddp.sbatch)")
+
+
+def recorded_plan(recipe: recipes.Recipe, meta: dict[str, Any], *, tracking: bool, nnodes: int = 1,
+                  rdzv_endpoint: str | None = None, run_id: str | None = None) -> Plan:
+    """The plan of a run as run.json recorded it: what ``--resume`` and a fanned-out repeat's task
+    run (the same seeds, design and world size as the attempt that started the run)."""
+    factorial = meta.get("design") if (meta.get("design") or {}).get("kind") == "factorial" else {}
+    return make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=tracking,
+                                        vary=factorial.get("sources"), repeats_per_cell=factorial.get("per_cell"),
+                                        nnodes=nnodes, node_rank=0, rdzv_endpoint=rdzv_endpoint, run_id=run_id))
 
 
 def check_factorial(options: RunOptions) -> None:

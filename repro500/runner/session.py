@@ -13,6 +13,7 @@ reruns exactly the missing repeats with the same seeds.
 from __future__ import annotations
 
 import threading
+import time
 import traceback
 from concurrent.futures import Future
 from contextlib import suppress
@@ -26,12 +27,12 @@ from repro500 import redact, untrusted
 from repro500.capture import inputs, source
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
 from repro500.rundir import layout
-from repro500.runner import capture, decide
+from repro500.runner import capture, decide, fanout
 from repro500.runner import summaries as aggregation
 from repro500.runner.background import call_in_background, warm_verify, yields_cpu
-from repro500.runner.capture import own_outputs
 from repro500.runner.display import Display
 from repro500.runner.plan import Plan
+from repro500.runner.repeat import run_one
 from repro500.runner.track import Tracking, now_ms
 from repro500.statuses import (
     REPEAT_FAILED,
@@ -43,9 +44,9 @@ from repro500.statuses import (
 )
 from repro500.tracking import store as mlflow_store
 from repro500.untrusted import shown
+from repro500.workloads.command import launchenv
 from repro500.workloads.command.repeat import MlflowTarget
 from repro500.workloads.engines.ranks import record_rank_map
-from repro500.workloads.workload import Repeat
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Session:
         self._settled: Future[dict[str, Any]] = Future()
         self._inputs: dict[int, Future[Any]] = {}  # hashing what repeat k's command read, beside the next
         self.reference: Any = None  # what the run is verified against (runner/decide.py)
+        self.launch: fanout.Launch | None = None  # the repeats side by side (--launcher), or in turn
+        self._in_flight: set[int] = set()  # repeats whose tasks are running (side by side)
 
     @property
     def recipe(self) -> Any:
@@ -180,7 +183,8 @@ class Session:
         untrusted.record_own_run(self.run.path)  # made here: one's own even if killed before its seal
         if started:  # the repeats that ended before the chain could start, this attempt's or earlier ones
             for k in sorted(self.run.summaries(self.recipe.repeats, finished_only=False)):
-                self._link(k)
+                if k not in self._in_flight:  # a task's summary on disk is linked once the task has landed
+                    self._link(k)
         return manifest
 
     def _link(self, k: int) -> None:
@@ -227,6 +231,9 @@ class Session:
         warm_verify(yielding=yields_cpu(self.recipe), after=self._launched)
         try:
             with display.running():
+                if self.launch is not None:
+                    self._fan_out(todo, summaries, display)
+                    return summaries, False
                 for k in todo:
                     summaries[k] = self._repeat(k, display)
                     self._prefetch_inputs(k, summaries[k])
@@ -237,6 +244,60 @@ class Session:
         except KeyboardInterrupt:
             return summaries, True
         return summaries, False
+
+    def _fan_out(self, todo: list[int], summaries: dict[int, dict[str, Any]], display: Display) -> None:
+        """The repeats as tasks, ``launch.parallel`` at a time (runner/fanout.py); each is linked,
+        logged and shown as it lands.  After a failed repeat no new one starts (the rest would fail
+        alike); Ctrl-C stops the running ones and keeps what finished."""
+        assert self.launch is not None
+        tasks = fanout.Local(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
+        self.meta["launcher"] = self.launch.record()
+        self.run.write_meta(self.meta)
+        queue = list(todo)
+        display.queued(queue)
+        try:
+            while queue or tasks.jobs:
+                while queue and tasks.free:
+                    k = queue.pop(0)
+                    if self.tracking:
+                        self.tracking.start_repeat(k, self.plan.seeds(k).as_dict(), self.meta["run_id"],
+                                                   self.recipe.flat_params())
+                    self._in_flight.add(k)
+                    display.started(k, tasks.submit(k, self._mlflow_target(k, waits=False)).where)
+                    self._launched.set()
+                for k, landed, elapsed in tasks.landed():
+                    self._in_flight.discard(k)
+                    summaries[k] = self._landed(k, landed)
+                    self._prefetch_inputs(k, summaries[k])
+                    self._sync(k)
+                    display.ended(k, summaries[k], elapsed)
+                    if summaries[k]["status"] == REPEAT_FAILED:
+                        queue.clear()
+                time.sleep(0.1)
+        except BaseException as err:  # Ctrl-C, or the run stopping (MLflow failed): no task outlives the head
+            reason = "interrupted by the user" if isinstance(err, KeyboardInterrupt) else "the run stopped"
+            for k in tasks.stop():
+                self._in_flight.discard(k)
+                self._mark_killed(k, self.plan.seeds(k), reason)
+            raise
+        finally:
+            tasks.close()
+
+    def _landed(self, k: int, landed: fanout.Landed) -> dict[str, Any]:
+        """Record a task's outcome as the serial loop records its repeat's."""
+        if landed.interrupted:  # stopped from outside the head (its task was signalled): not this run's choice
+            landed = fanout.Landed(error=RuntimeError("the repeat's task was stopped by a signal"))
+        if landed.summary is None:
+            return self._record_failure(k, self.plan.seeds(k), self.run.repeat(k), landed.error or RuntimeError(),
+                                        landed.traceback)
+        summary = landed.summary
+        self._record_rank_map(k, self.run.repeat(k))
+        if self.tracking:
+            self.tracking.log_epochs(self.run, k)
+            status = "FINISHED" if summary.get("status") != REPEAT_FAILED else "FAILED"
+            self.tracking.end_repeat(k, summary, self.run.repeat_artifacts(k), status,
+                                     script_runs_of=self.meta["run_id"] if self.recipe.is_command else None)
+        return summary
 
     def _prefetch_inputs(self, k: int, summary: dict[str, Any]) -> None:
         """Hash what repeat k's command read while the next repeat runs (the digest cache makes
@@ -309,7 +370,7 @@ class Session:
 
     # ----- one repeat ---------------------------------------------------------------------------
     def _repeat(self, k: int, display: Display) -> dict[str, Any]:
-        out = self.run.fresh_repeat(k)
+        out = self.run.repeat(k)
         seeds = self.plan.seeds(k)
         tracked = self.tracking is not None
         with display.repeat(k, self.recipe.fixed.get("epochs")) as hooks:
@@ -325,10 +386,7 @@ class Session:
                             show(record, steps)
 
                     hooks.on_epoch_end = on_epoch_end
-                summary = self.plan.workload.run_repeat(Repeat(
-                    k, seeds, out, hooks, run_id=self.meta["run_id"], mlflow=self._mlflow_target(k),
-                    own_outputs=self._own_outputs(), source_files=source.copied_files(self.run.path),
-                    deterministic=self.plan.deterministic_at(k), varied=self.plan.varied(k)))
+                summary = run_one(self.plan, self.run, k, self.meta["run_id"], hooks, self._mlflow_target(k))
             except KeyboardInterrupt:
                 self._mark_killed(k, seeds, "interrupted by the user")
                 raise
@@ -341,23 +399,24 @@ class Session:
                                      script_runs_of=self.meta["run_id"] if self.recipe.is_command else None)
         return summary
 
-    def _mlflow_target(self, k: int) -> Any:
+    def _mlflow_target(self, k: int, waits: bool = True) -> Any:
         """Where repeat *k*'s wrapped script's own MLflow runs go (none for a trained workload or
-        untracked), and the file naming the repeat's own run once it exists (track.py)."""
+        untracked), and the file naming the repeat's own run once it exists (track.py).  A task in
+        another process cannot wait on this one's store (*waits* false): it waits for the file."""
         if self.tracking is None or not self.recipe.is_command:
             return None
 
         return MlflowTarget(self.tracking.uri, self.tracking.experiment, self.tracking.repeat_file(k),
-                            self.tracking.wait_ready)
+                            self.tracking.wait_ready if waits else None)
 
-    def _own_outputs(self) -> list[Path]:
-        return own_outputs(self.run)
-
-    def _record_failure(self, k: int, seeds: Any, out: Path, err: Exception) -> dict[str, Any]:
+    def _record_failure(self, k: int, seeds: Any, out: Path, err: BaseException,
+                        trace: str | None = None) -> dict[str, Any]:
+        """A crashed repeat's summary (failed); *trace*: a task's traceback, taken where it crashed."""
+        out.mkdir(parents=True, exist_ok=True)
         if isinstance(err, ReproError):
             self.repeat_errors[k] = err  # re-raised with its own exit code once the run is closed
         else:
-            (out / layout.ERROR_LOG).write_text(redact.redact_text(traceback.format_exc()), encoding="utf-8")
+            (out / layout.ERROR_LOG).write_text(trace or redact.redact_text(traceback.format_exc()), encoding="utf-8")
         summary = {"schema": layout.REPEAT_SUMMARY_SCHEMA, "repeat": k, "status": REPEAT_FAILED,
                    "seeds": seeds.as_dict(), "metrics": {}, "error": redact.redact_text(f"{type(err).__name__}: {err}")}
         self.run.write_repeat_summary(k, summary)

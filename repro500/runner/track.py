@@ -231,15 +231,20 @@ class Tracking:
             started_ms = ended_ms - int(1000 * float(summary.get("total_time_s") or 0.0))
             seeds = summary.get("seeds") or {}
             self.start_repeat(k, seeds, run_id, params, started_ms=started_ms)
-            steps: list[dict[str, Any]] = []
-            for record in layout.metric_records(run.repeat(k) / layout.METRICS)[0]:
-                if record.get("kind") == "step":
-                    steps.append(record)
-                elif record.get("kind") == "epoch" and record.get("epoch") is not None:
-                    self.log_epoch(k, record, steps)
-                    steps = []
+            self.log_epochs(run, k)
             self.end_repeat(k, summary, run.repeat_artifacts(k), "FINISHED" if summary.get("status") != REPEAT_FAILED
                             else "FAILED", ended_ms=ended_ms)
+
+    def log_epochs(self, run: Any, k: int) -> None:
+        """Repeat *k*'s epochs from its metrics.jsonl: for a repeat that ran where no hook could log
+        them as they came (an earlier attempt, a task of its own)."""
+        steps: list[dict[str, Any]] = []
+        for record in layout.metric_records(run.repeat(k) / layout.METRICS)[0]:
+            if record.get("kind") == "step":
+                steps.append(record)
+            elif record.get("kind") == "epoch" and record.get("epoch") is not None:
+                self.log_epoch(k, record, steps)
+                steps = []
 
     def describe(self, manifest: dict[str, Any], artifacts: list[Path]) -> None:
         """The parent's manifest tags and artifacts, once the manifest is written (beside repeat 0)."""

@@ -19,13 +19,14 @@ _frozen: dict[str, str] | None = None
 
 
 @contextmanager
-def frozen() -> Iterator[None]:
-    """Freeze ``os.environ`` as it is now for everything the ``with`` block starts (nested
+def frozen(environ: dict[str, str] | None = None) -> Iterator[None]:
+    """Freeze ``os.environ`` as it is now (or *environ*: the one a run's head process froze, in
+    the process of a repeat it fanned out) for everything the ``with`` block starts (nested
     blocks keep the outermost freeze)."""
     global _frozen
     previous = _frozen
     if previous is None:
-        _frozen = dict(os.environ)
+        _frozen = dict(os.environ if environ is None else environ)
     try:
         yield
     finally:

@@ -1,0 +1,197 @@
+"""A run's repeats side by side (``--launcher local --parallel K``): one run, one chain, the serial verdict."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers.runs import invoke, tool_env
+
+# A deterministic seeded workload: its score depends on REPRO500_SEED only, and it reports the CPU
+# set and thread count it ran with, so the test sees the pinning from inside the program.
+SCRIPT = """\
+import os, random
+rng = random.Random(int(os.environ["REPRO500_SEED"]))
+x = sum(rng.random() for _ in range(20000)) / 20000
+print(f"score {x:.9f}")
+print("where", sorted(os.sched_getaffinity(0)), os.environ.get("OMP_NUM_THREADS"))
+if os.environ.get("FAIL_REPEAT") == os.environ["REPRO500_REPEAT"]:
+    raise SystemExit("boom")
+"""
+COMMAND = ("--command", "--metric", "score=regex:score ([0-9.]+)", "--accept", "score>=0.4", "--")
+TWO_CORES = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="two repeats at once need two CPU cores")
+
+
+def repro500(*args: str, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "repro500.cli", *args], cwd=cwd, env=tool_env(**env),
+                          capture_output=True, text=True, timeout=600)
+
+
+def _run(tmp_path: Path, run_id: str, *options: str, **env: str):
+    return repro500("run", "--run-id", run_id, "--repeats", "4", *options, *COMMAND, sys.executable, "work.py",
+                    cwd=tmp_path, **env)
+
+
+def _repeats(run: Path) -> dict[int, dict]:
+    return {k: json.loads((run / "repeats" / str(k) / "summary.json").read_text()) for k in range(4)}
+
+
+@TWO_CORES
+def test_four_repeats_two_at_a_time_make_the_serial_runs_verdict(tmp_path):
+    (tmp_path / "work.py").write_text(SCRIPT)
+    fanned = _run(tmp_path, "fanned", "--launcher", "local", "--parallel", "2")
+    assert fanned.returncode == 0, fanned.stdout + fanned.stderr
+    serial = _run(tmp_path, "serial", "--no-tracking")
+    assert serial.returncode == 0, serial.stdout + serial.stderr
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["fanned", "serial"]
+    run = tmp_path / "runs" / "fanned"
+    assert "running on cpu" in fanned.stdout and "completed after" in fanned.stdout
+
+    checked = repro500("verify", str(run), cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "repeat chain intact" in " ".join(checked.stdout.split())
+    chain = [json.loads(line) for line in (run / "chain.jsonl").read_text().splitlines()]
+    assert sorted(r["repeat"] for r in chain[1:]) == [0, 1, 2, 3]  # one link each, in the order they landed
+
+    mine, theirs = _repeats(run), _repeats(tmp_path / "runs" / "serial")
+    assert [mine[k]["metrics"]["score"] for k in range(4)] == [theirs[k]["metrics"]["score"] for k in range(4)]
+    verdicts = [json.loads((tmp_path / "runs" / r / "verdict.json").read_text()) for r in ("fanned", "serial")]
+    assert verdicts[0]["status"] == verdicts[1]["status"] == "PASS"
+    assert verdicts[0]["exit_code"] == verdicts[1]["exit_code"]
+
+    sets = {}
+    for k, summary in mine.items():
+        place = summary["placement"]
+        assert place["launcher"] == "local" and place["threads"] == len(place["cpus"]) >= 1
+        seen = (run / "repeats" / str(k) / "stdout.txt").read_text()
+        assert f"where {sorted(place['cpus'])} {place['threads']}" in seen  # what the program itself saw
+        sets[place["slot"]] = set(place["cpus"])
+    assert sets.keys() == {0, 1} and not sets[0] & sets[1]  # disjoint shares of the node
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["launcher"]["parallel"] == 2
+    assert sorted(meta["mlflow"]["repeat_run_ids"]) == ["0", "1", "2", "3"]  # the parent got its four children
+
+
+@TWO_CORES
+def test_a_failed_task_is_a_failed_repeat_named_as_in_a_serial_run(tmp_path):
+    (tmp_path / "work.py").write_text(SCRIPT)
+    done = _run(tmp_path, "broken", "--no-tracking", "--launcher", "local", "--parallel", "2", FAIL_REPEAT="1")
+    assert done.returncode == 5, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert "repeat 1 failed: the command exited with status 1: boom" in said
+    assert "repro500 run --resume runs/broken" in said and "Traceback" not in said
+    assert json.loads((tmp_path / "runs/broken/repeats/1/summary.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize(("options", "code", "sentence"), [
+    (["--launcher", "local", "--parallel", "0"], 2, "--parallel must be a whole number of repeats of at least 1, not 0"),
+    (["--launcher", "local", "--parallel", "-3"], 2, "--parallel must be a whole number of repeats of at least 1, not -3"),
+    (["--launcher", "local", "--parallel", "two"], 2, "'two' is not a valid integer"),
+    (["--parallel", "2"], 2, "--parallel 2 needs a launcher to run the repeats side by side"),
+    (["--launcher", "local", "--parallel", str(len(os.sched_getaffinity(0)) + 1)], 2, "needs a CPU core per repeat"),
+    (["--launcher", "local", "--parallel", "2", "--until-decided"], 2, "--until-decided looks after every repeat"),
+])
+def test_bad_launcher_options_are_refused_before_anything_is_written(in_tmp, options, code, sentence):
+    result = invoke("run", *options, "--no-tracking", *COMMAND, sys.executable, "-c", "print('score 1')")
+    assert result.exit_code == code, result.output
+    assert sentence in result.text and "Traceback" not in result.output
+    assert not (in_tmp / "runs").exists()
+
+
+def test_launcher_slurm_without_sbatch_is_refused(in_tmp):
+    bare = in_tmp / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    result = invoke("run", "--launcher", "slurm", "--no-tracking", *COMMAND, "python", "-c", "print('score 1')",
+                    env={"PATH": str(bare)})
+    assert result.exit_code == 4, result.output
+    assert "--launcher slurm submits the repeats with sbatch, which is not on PATH here" in result.text
+    assert not (in_tmp / "runs").exists()
+
+
+@TWO_CORES
+def test_reproduce_reruns_the_publications_repeats_side_by_side(tmp_path):
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    (lab / "work.py").write_text(SCRIPT)
+    (lab / "exp.yaml").write_text(json.dumps({
+        "schema": "repro500/recipe/v1", "name": "lab", "fixed": {"command": [sys.executable, "work.py"]},
+        "metrics": {"score": {"regex": "score ([0-9.]+)"}},
+        "acceptance": {"score": {"target": 0.5, "tolerance": 0.05}}, "repeats": 3, "seed": 4}))
+    ran = repro500("run", "exp.yaml", "--no-tracking", "--run-id", "orig", cwd=lab)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    published = repro500("publish", str(lab / "runs" / "orig"), "--out", str(tmp_path / "pub"), cwd=tmp_path)
+    assert published.returncode == 0, published.stderr
+
+    done = repro500("reproduce", "pub", "--out", "again", "--run-code", "--launcher", "local", "--parallel", "2",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "again" / "verdict.json").read_text())["status"] == "REPRODUCED"
+    (rerun,) = (tmp_path / "again" / "runs").iterdir()
+    assert json.loads((rerun / "run.json").read_text())["launcher"]["parallel"] == 2
+    assert all(json.loads((rerun / "repeats" / str(k) / "summary.json").read_text())["placement"]["threads"] >= 1
+               for k in range(3))
+
+
+def test_reproduce_refuses_parallel_without_a_launcher_before_anything_is_written(in_tmp):
+    result = invoke("reproduce", "pub", "--out", "again", "--parallel", "2")
+    assert result.exit_code == 2, result.output
+    assert "--parallel 2 needs a launcher" in result.text and not (in_tmp / "again").exists()
+
+
+# Repeats 2 and 3 wait until a file "go" exists: the run is interrupted while they run.
+WAITING = """\
+import os, time
+k = int(os.environ["REPRO500_REPEAT"])
+while k >= 2 and not os.path.exists("go"):
+    time.sleep(0.1)
+print("score 0.5")
+"""
+
+
+@TWO_CORES
+def test_ctrl_c_stops_the_running_tasks_keeps_finished_repeats_and_resume_completes_the_run(tmp_path):
+    import signal
+    import time
+
+    (tmp_path / "work.py").write_text(WAITING)
+    args = ["--run-id", "cut", "--repeats", "4", "--no-tracking", "--launcher", "local", "--parallel", "2",
+            *COMMAND, sys.executable, "work.py"]
+    # a session of its own, as a terminal's foreground job: Ctrl-C reaches every process of the group
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", *args], cwd=tmp_path, env=tool_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = tmp_path / "runs" / "cut"
+    deadline = time.monotonic() + 300
+    while not all((run / "repeats" / str(k) / "stdout.txt").exists() for k in (2, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, out + err
+    assert "complete the run with: repro500 run --resume runs/cut" in " ".join(out.split())
+    statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
+    assert statuses == ["completed", "completed", "killed", "killed"]
+
+    (tmp_path / "go").write_text("")
+    resumed = repro500("run", "--resume", "runs/cut", "--launcher", "local", "--parallel", "2", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    checked = repro500("verify", "runs/cut", cwd=tmp_path)
+    assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+def test_launcher_slurm_where_sbatch_exists_is_refused_until_it_is_built(in_tmp):
+    bare = in_tmp / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    (bare / "sbatch").write_text("#!/bin/sh\nexit 0\n")
+    (bare / "sbatch").chmod(0o755)
+    result = invoke("run", "--launcher", "slurm", "--no-tracking", *COMMAND, "python", "-c", "print('score 1')",
+                    env={"PATH": str(bare)})
+    assert result.exit_code == 2, result.output
+    assert "--launcher slurm (the repeats as a SLURM job array) is not available" in result.text
+    assert not (in_tmp / "runs").exists()
