@@ -103,12 +103,14 @@ def test_no_hostile_field_breaks_an_invariant(base: dict[str, Path], case: tuple
 
 
 # The known attacks, one case each, whatever the slice draws (test_record_bounds.py has the rest):
-# a catastrophic pattern in a packed run, a design of another shape (the fuzzer's first find),
-# terminal escapes in a run id, a planted plug-in named by a publication's recipe.
+# a catastrophic pattern in a packed run, records of another shape (the fuzzer's finds: run.json's
+# design, inputs.json's observed), terminal escapes in a run id, a planted plug-in named by a
+# publication's recipe.
 KNOWN = [
     (hostile.Field("packed", "recipe.yaml", ("metrics", "accuracy", "regex"), "pattern"), hostile.PATTERNS[0],
      ["verify", "{packed}"]),
     (hostile.Field("run", "run.json", ("design",), "count"), 10**9, ["verify", "{run}", "--no-write"]),
+    (hostile.Field("run", "inputs.json", ("*",), "path"), "/etc/hostname", ["diff", "{run}", "{ref}"]),
     (hostile.Field("run", "run.json", ("run_id",), "string"), hostile.STRINGS[1], ["history", "{runs}", "accuracy"]),
     (hostile.Field("publication", "recipe.yaml", ("fixed", "model"), "string"), "evil:build",
      ["reproduce", "{pub}", "--out", "rerun"]),

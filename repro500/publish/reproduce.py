@@ -150,7 +150,7 @@ def _recorded_inputs(pub: opened.Publication, workdir: Path) -> list[tuple[dict[
     in inputs.json), each where this reproduction will read it, with its path inside the
     experiment's directory (then it is read from ``OUT/source``; anywhere else, the same path)."""
     manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
-    observed = rundir.read_optional_json(pub.reference / rundir.INPUTS)
+    observed = rundir.read_inputs(pub.reference / rundir.INPUTS)
     root = rundir.read_optional_json(pub.reference / SOURCE_INDEX).get("root")
     entries = [*(((manifest.get("facets") or {}).get("data") or {}).get("inputs") or []),
                *(observed.get("observed") or [])]
