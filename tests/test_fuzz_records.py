@@ -27,11 +27,7 @@ from hypothesis import strategies as st
 
 EXAMPLES = int(os.environ.get("REPRO500_FUZZ_EXAMPLES", "6"))
 LONG = "REPRO500_FUZZ_EXAMPLES" in os.environ  # make fuzz: a random seed, every case printed
-# Resolving a path a record names (data entries, inputs, outputs, a link in place of a file) is
-# the path resolver's (issue "a publication is data", part 2), built beside this fuzzer: cases
-# that reach it are skipped by name below, not dropped, until it lands.
-OTHER_AREA: dict[str, str] = {}
-FUZZED = [f for f in hostile.FIELDS + hostile.LINKS if str(f) not in OTHER_AREA]
+FUZZED = hostile.FIELDS + hostile.LINKS
 ALL_VALUES = [v for values in hostile.KINDS.values() for v in values]
 PLANTED = "from pathlib import Path\nPath({marker!r}).write_text('ran')\ndef build(*a, **k):\n    raise SystemExit(9)\n"
 _counter = itertools.count()
@@ -126,7 +122,3 @@ def test_the_known_attacks_keep_every_invariant(base: dict[str, Path], field: ho
                                                argv: list[str]) -> None:
     _check(base, field, value, argv)
 
-
-@pytest.mark.parametrize("field", sorted(OTHER_AREA))
-def test_fields_left_to_the_path_resolver(field: str) -> None:
-    pytest.skip(f"{field}: {OTHER_AREA[field]}")
