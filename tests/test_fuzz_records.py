@@ -104,13 +104,15 @@ def test_no_hostile_field_breaks_an_invariant(base: dict[str, Path], case: tuple
 
 # The known attacks, one case each, whatever the slice draws (test_record_bounds.py has the rest):
 # a catastrophic pattern in a packed run, records of another shape (the fuzzer's finds: run.json's
-# design, inputs.json's observed), terminal escapes in a run id, a planted plug-in named by a
+# design, inputs.json's observed, a data entry's path), terminal escapes in a run id, a planted plug-in named by a
 # publication's recipe.
 KNOWN = [
     (hostile.Field("packed", "recipe.yaml", ("metrics", "accuracy", "regex"), "pattern"), hostile.PATTERNS[0],
      ["verify", "{packed}"]),
     (hostile.Field("run", "run.json", ("design",), "count"), 10**9, ["verify", "{run}", "--no-write"]),
     (hostile.Field("run", "inputs.json", ("*",), "path"), "/etc/hostname", ["diff", "{run}", "{ref}"]),
+    (hostile.Field("packed", "manifest.json", ("facets", "data", "entries", 0, "path"), "path"),
+     [sys.executable, "evil.py"], ["report", "{packed}"]),
     (hostile.Field("run", "run.json", ("run_id",), "string"), hostile.STRINGS[1], ["history", "{runs}", "accuracy"]),
     (hostile.Field("publication", "recipe.yaml", ("fixed", "model"), "string"), "evil:build",
      ["reproduce", "{pub}", "--out", "rerun"]),

@@ -415,7 +415,11 @@ def check_data(run: RunData, result: IntegrityResult) -> None:
     entries = (((run.manifest or {}).get("facets") or {}).get("data") or {}).get("entries") or []
     if not entries:
         return
-    present = [e for e in entries if isinstance(e, dict) and e.get("path") and Path(e["path"]).exists()]
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries):
+        result.problems.append("manifest.json facets.data.entries is not a list of entries each with a path: "
+                               "the record is corrupt")
+        return
+    present = [e for e in entries if e["path"] and Path(e["path"]).exists()]
     skipped = len(entries) - len(present)
     if skipped:
         result.notes.append(f"{skipped} recorded data path(s) are not on this machine: not re-hashed")
