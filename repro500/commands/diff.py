@@ -37,7 +37,7 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool, show_all: bool) -> N
 
     def view(path: Path) -> dict:
         # a run directory's manifest with what its command was seen to read (inputs.json)
-        observed = rundir.read_optional_json(path / rundir.INPUTS) if path.is_dir() else {}
+        observed = rundir.read_inputs(path / rundir.INPUTS) if path.is_dir() else {}
         return comparable(load_manifest(path), observed) or {}
 
     def run_of(path: Path):  # noqa: ANN202 - RunData, or None for a bare manifest

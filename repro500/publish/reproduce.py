@@ -173,7 +173,7 @@ def _recorded_inputs(pub: opened.Publication, places: _Places) -> list[tuple[dic
     where a copy under ``--data-root`` would be (an input inside the experiment's directory: it is
     read from ``OUT/source``; anywhere else, the same path): (the entry as placed, where, the copy)."""
     manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
-    observed = rundir.read_optional_json(pub.reference / rundir.INPUTS)
+    observed = rundir.read_inputs(pub.reference / rundir.INPUTS)
     root = rundir.read_optional_json(pub.reference / SOURCE_INDEX).get("root")
     declared = (((manifest.get("facets") or {}).get("data") or {}).get("inputs") or [])
     entries = [*((entry, rundir.MANIFEST) for entry in declared),

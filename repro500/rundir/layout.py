@@ -206,7 +206,7 @@ class RunDir:
 
     def inputs(self) -> dict[str, Any]:
         """The observed inputs ({} for a run that has none: a trained one, or older)."""
-        return read_optional_json(self.file(INPUTS))
+        return read_inputs(self.file(INPUTS))
 
     def seal(self) -> Path:
         """(Re)write the digest list over every covered file (repro500.rundir.sums), and remember
@@ -227,6 +227,18 @@ def read_optional_json(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def read_inputs(path: Path) -> dict[str, Any]:
+    """inputs.json ({} when absent), its lists checked to be lists of objects: every reader walks
+    ``observed`` and ``skipped`` entry by entry, and a string there is walked character by character."""
+    doc = read_optional_json(path)
+    for key in ("observed", "skipped"):
+        value = doc.get(key)
+        if value is not None and not (isinstance(value, list) and all(isinstance(e, dict) for e in value)):
+            raise InvalidInput(f"{path}: {key} is {untrusted.plain(repr(value))[:60]}, not a list of objects: "
+                               "the file is corrupt")
+    return doc
 
 
 def read_optional_yaml(path: Path) -> dict[str, Any]:

@@ -414,6 +414,10 @@ def check_data(run: RunData, result: IntegrityResult) -> None:
     entries = (((run.manifest or {}).get("facets") or {}).get("data") or {}).get("entries") or []
     if not entries:
         return
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and isinstance(e.get("path"), str) for e in entries):
+        result.problems.append("manifest.json facets.data.entries is not a list of entries each with a path: "
+                               "the record is corrupt")
+        return
     present, refused = [], 0
     for entry in entries:
         try:  # a record may name /proc/self/pagemap, ".", a FIFO: refused before anything reads it

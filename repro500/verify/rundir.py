@@ -241,7 +241,7 @@ def load_run(path: str | Path) -> RunData:
         _check_shapes(run, root / layout.RUN_JSON)
     manifest = read_json(root / layout.MANIFEST, "the manifest") if (root / layout.MANIFEST).exists() else None
     recipe = _read_recipe(root / layout.RECIPE)
-    inputs = layout.read_optional_json(root / layout.INPUTS)
+    inputs = layout.read_inputs(root / layout.INPUTS)
     if summary.get("acceptance") is not None:
         acceptance = parse_acceptance(summary["acceptance"], f"{root / layout.SUMMARY}: acceptance")
     else:

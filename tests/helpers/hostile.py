@@ -277,7 +277,8 @@ def broken(done: subprocess.CompletedProcess[str] | None, marker: Path, verdict:
     if done.returncode not in EXIT_CODES:
         return f"exit code {done.returncode} (CPU {CPU_S} s / memory {MEMORY >> 30} GiB limits, or a crash)"
     if "Traceback" in text or "MemoryError" in text:
-        return "a traceback: " + text[text.find("Traceback"):][-600:]
+        where = [line.strip() for line in text[text.find("Traceback"):].splitlines() if line.strip(" ^\n")]
+        return "a traceback: " + " / ".join(where[-3:])[:600]
     if found := RAW.search(text):
         return f"a raw control character {found.group()!r} reached the terminal"
     first = done.stdout.splitlines()[0] if verdict and done.stdout.strip() else ""
