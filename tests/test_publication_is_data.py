@@ -25,6 +25,7 @@ from helpers.runs import PLUGIN, repro500
 
 from repro500 import recorded_paths
 from repro500.errors import InvalidInput
+from repro500.rundir import ownership
 from repro500.rundir import sums as bundle
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -284,7 +285,7 @@ def test_the_runner_records_the_runs_it_makes_as_this_machines_own(packed_plugin
     assert list((state / "own-runs").iterdir())
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("REPRO500_STATE_DIR", str(state))
-        assert untrusted.origin_of(packed_plugin_run.parent / "runs" / "r") == untrusted.OWN_RUN
+        assert ownership.origin_of(packed_plugin_run.parent / "runs" / "r") == untrusted.OWN_RUN
 
 
 def test_an_unpacked_run_stays_foreign_locate_asks_the_same_consent(tmp_path: Path, packed_plugin_run: Path) -> None:
@@ -315,18 +316,18 @@ def test_a_run_is_ones_own_only_as_this_machine_sealed_it(tmp_path: Path, monkey
     run = make_run(tmp_path / "runs", "mine")
     (run / "source").mkdir()
     (run / "source" / "nets.py").write_text("WIDTH = 8\n")
-    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN  # sealed by a helper, not by repro500 run
+    assert ownership.origin_of(run) == untrusted.FOREIGN_RUN  # sealed by a helper, not by repro500 run
     layout.RunDir(run).seal()
-    assert untrusted.origin_of(run) == untrusted.OWN_RUN
+    assert ownership.origin_of(run) == untrusted.OWN_RUN
     (run / "source" / "nets.py").write_text("import os\n")  # the code changed since the seal
-    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    assert ownership.origin_of(run) == untrusted.FOREIGN_RUN
     (run / "source" / "nets.py").write_text("WIDTH = 8\n")
     (run / "source" / "extra.py").write_text("import os\n")  # a module added beside it
-    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    assert ownership.origin_of(run) == untrusted.FOREIGN_RUN
     (run / "source" / "extra.py").unlink()
-    assert untrusted.origin_of(run) == untrusted.OWN_RUN
+    assert ownership.origin_of(run) == untrusted.OWN_RUN
     monkeypatch.setenv("REPRO500_STATE_DIR", str(tmp_path / "elsewhere"))  # another machine
-    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    assert ownership.origin_of(run) == untrusted.FOREIGN_RUN
 
 
 def test_a_run_killed_before_its_seal_is_still_ones_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -339,11 +340,11 @@ def test_a_run_killed_before_its_seal_is_still_ones_own(tmp_path: Path, monkeypa
     (run / "source" / "nets.py").write_text("WIDTH = 8\n")
     digest = hashlib.sha256(b"WIDTH = 8\n").hexdigest()
     (run / "source.json").write_text(json.dumps({"files": [{"path": "nets.py", "sha256": digest, "copied": True}]}))
-    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    assert ownership.origin_of(run) == untrusted.FOREIGN_RUN
     untrusted.record_own_run(run)  # what the runner does once the manifest is written
-    assert untrusted.origin_of(run) == untrusted.OWN_RUN
+    assert ownership.origin_of(run) == untrusted.OWN_RUN
     (run / "source" / "nets.py").write_text("import os\n")
-    assert untrusted.origin_of(run) == untrusted.FOREIGN_RUN
+    assert ownership.origin_of(run) == untrusted.FOREIGN_RUN
 
 
 def test_from_git_a_dvc_remote_inside_the_repository_cannot_replace_the_checked_recipe(tmp_path: Path) -> None:

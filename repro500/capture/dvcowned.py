@@ -20,9 +20,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-DVC_FILE = "dvc.yaml"
+from repro500.rundir import names
+
+DVC_FILE = names.DVC_FILE
 LOCK_FILE = "dvc.lock"
-DEFAULT_PARAMS = "params.yaml"
+DEFAULT_PARAMS = names.PUBLICATION_PARAMS  # DVC's default params file, the name repro500 init writes
 
 
 def _paths(entries: Any) -> Iterable[str]:

@@ -33,10 +33,11 @@ from repro500.capture.code import GitError, git, work_tree
 from repro500.capture.outputs import OwnOutputs
 from repro500.digest import file_digest
 from repro500.rundir import atomic
+from repro500.rundir.names import SOURCE_DIR, SOURCE_INDEX
 
 SCHEMA = "repro500/source/v1"
-DIR = "source"
-INDEX = "source.json"
+DIR = SOURCE_DIR
+INDEX = SOURCE_INDEX
 FILE_LIMIT_BYTES = 16 * 1024 * 1024  # one larger file is data, not source: listed, not copied
 TOTAL_LIMIT_BYTES = 128 * 1024 * 1024
 COUNT_LIMIT = 5000

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro500 import untrusted
 from repro500.capture.seeds import pair_repeats
 from repro500.errors import InvalidInput, UsageError
 from repro500.rundir import archive as archives
+from repro500.rundir import ownership
 from repro500.rundir.excluded import publication_of
 from repro500.verify import integrity
 from repro500.verify.divergence import (
@@ -109,4 +109,4 @@ def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[
         raise InvalidInput(f"{what} {given} is not what its run wrote: {shown}")
     # a run directory is one's own only when this machine's repro500 sealed it: one unpacked from
     # an archive (repro500 unpack), extracted or downloaded stays somebody else's
-    return run, untrusted.origin_of(root) if kind == "run" else kind
+    return run, ownership.origin_of(root) if kind == "run" else kind

@@ -316,21 +316,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
                       highlight=False, soft_wrap=True)
         return pending
     rid = pending.name if pending is not None else _rerun_id(workdir)
-    root = pub.root.resolve()
-    if pending is not None:  # recorded seeds, design and MLflow parent: `run --resume` takes nothing else
-        args = ["-m", "repro500.cli", "run", "--resume", str(pending.resolve()), *(launch or [])]
-        console.print(f"continuing the rerun {pending}: {_progress(pending)}; finished repeats are kept",
-                      highlight=False, soft_wrap=True)
-    else:
-        args = ["-m", "repro500.cli", "run", str(root / pubs.RECIPE),
-                "--params", str(root / pubs.PARAMS), "--out", str((workdir / "runs").resolve()), "--run-id", rid,
-                *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
-        if repeats is not None:
-            args += ["--repeats", str(repeats)]
-        args += [*(sequential or []), *(launch or [])]  # launch: --launcher/--parallel, the repeats side by side
-        # the child imports the workload and captures the environment before its first line
-        console.print(f"starting the rerun {workdir / 'runs' / rid} (loading the workload and capturing "
-                      "the environment)", highlight=False, soft_wrap=True)
+    args = _rerun_args(pub, workdir, rid, repeats, tracking, sequential, pending, launch, console)
     if again:
         env = {**env, REPRODUCTION_ENV: again}
     if placed is not None and code and code[0] == "command":
@@ -365,6 +351,27 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         # the rerun's own reason decides the code: invalid input stays 4, a usage error 2
         raise {EXIT_INVALID: InvalidInput, EXIT_USAGE: UsageError}.get(rc, RunFailed)(message)
     return rerun
+
+
+def _rerun_args(pub: opened.Publication, workdir: Path, rid: str, repeats: int | None, tracking: bool,
+                sequential: list[str] | None, pending: Path | None, launch: list[str] | None, console: Any) -> list[str]:
+    """The `repro500 run` arguments of the rerun: a new one, or ``pending`` continued (its recorded
+    seeds, design and MLflow parent: `run --resume` takes nothing else)."""
+    if pending is not None:
+        console.print(f"continuing the rerun {pending}: {_progress(pending)}; finished repeats are kept",
+                      highlight=False, soft_wrap=True)
+        return ["-m", "repro500.cli", "run", "--resume", str(pending.resolve()), *(launch or [])]
+    root = pub.root.resolve()
+    args = ["-m", "repro500.cli", "run", str(root / pubs.RECIPE),
+            "--params", str(root / pubs.PARAMS), "--out", str((workdir / "runs").resolve()), "--run-id", rid,
+            *pub.rerun_flags, "--tracking" if tracking else "--no-tracking"]
+    if repeats is not None:
+        args += ["--repeats", str(repeats)]
+    args += [*(sequential or []), *(launch or [])]  # launch: --launcher/--parallel, the repeats side by side
+    # the child imports the workload and captures the environment before its first line
+    console.print(f"starting the rerun {workdir / 'runs' / rid} (loading the workload and capturing "
+                  "the environment)", highlight=False, soft_wrap=True)
+    return args
 
 
 def _wait_passing_signals(proc: subprocess.Popen[bytes], sandboxed: bool = False) -> int:

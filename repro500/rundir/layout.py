@@ -30,7 +30,7 @@ from typing import Any
 
 from repro500 import untrusted
 from repro500.errors import InvalidInput
-from repro500.rundir import atomic
+from repro500.rundir import atomic, ownership
 from repro500.rundir import sums as bundle
 
 # Every name is :mod:`repro500.rundir.names`'s (which ``sums`` reads too), handed on from here:
@@ -211,9 +211,9 @@ class RunDir:
     def seal(self) -> Path:
         """(Re)write the digest list over every covered file (repro500.rundir.sums), and remember
         that this machine's repro500 made the run as it now is: only such a run is one's own, whose
-        code runs without consent (repro500.untrusted.origin_of)."""
+        code runs without consent (repro500.rundir.ownership.origin_of)."""
         sums = bundle.write_sums(self.path)
-        untrusted.record_own_run(self.path)
+        ownership.record_own_run(self.path)
         return sums
 
 

@@ -33,6 +33,8 @@ SUMMARY = "summary.json"
 CODE_DIFF = "code.diff"
 REPEATS = "repeats"
 SUMS_NAME = "SHA256SUMS"
+SOURCE_DIR = "source"  # the experiment's files as the run found them (capture/source.py)
+SOURCE_INDEX = "source.json"  # what source/ holds: each file's path and digest
 
 # ----- per repeat: what the trainer writes, and what the repeat's MLflow run gets as artifacts -----
 REPEAT_SUMMARY = "summary.json"

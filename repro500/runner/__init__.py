@@ -21,7 +21,7 @@ from repro500 import redact, untrusted
 from repro500.errors import REPRODUCTION_ENV, InvalidInput, UsageError
 from repro500.recipe import load as recipes
 from repro500.recipe.fields import recipe_yaml, scrub_recipe
-from repro500.rundir import layout
+from repro500.rundir import layout, ownership
 from repro500.runner import decide, fanout, multinode
 from repro500.runner.plan import (
     RunOptions,
@@ -118,9 +118,9 @@ def _meta_or_none(run: layout.RunDir) -> dict[str, Any] | None:
 
 def _resume_consent(run: layout.RunDir, run_code: bool) -> None:
     """A run directory that this machine's repro500 did not seal (unpacked, extracted, downloaded,
-    copied: repro500.untrusted.origin_of) is somebody else's: resuming it runs its code (a wrapped
+    copied: repro500.rundir.ownership.origin_of) is somebody else's: resuming it runs its code (a wrapped
     command, plug-ins) only with ``--run-code``, as reproduce and locate ask for theirs."""
-    origin = untrusted.origin_of(run.path)
+    origin = ownership.origin_of(run.path)
     if origin == untrusted.OWN_RUN:
         return
     # imported here for cost: publish's imports take about a second, which a resume of one's own run skips

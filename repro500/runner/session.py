@@ -23,10 +23,10 @@ from typing import Any
 
 from rich.console import Console
 
-from repro500 import redact, untrusted
+from repro500 import redact
 from repro500.capture import inputs, source
 from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
-from repro500.rundir import layout
+from repro500.rundir import layout, ownership
 from repro500.runner import capture, decide, fanout
 from repro500.runner import summaries as aggregation
 from repro500.runner.background import call_in_background, warm_verify, yields_cpu
@@ -180,7 +180,7 @@ class Session:
         if started:
             chain.start(self.run.path, manifest["digest"]["value"], self.recipe.repeats)
         self._settled.set_result(manifest)
-        untrusted.record_own_run(self.run.path)  # made here: one's own even if killed before its seal
+        ownership.record_own_run(self.run.path)  # made here: one's own even if killed before its seal
         if started:  # the repeats that ended before the chain could start, this attempt's or earlier ones
             for k in sorted(self.run.summaries(self.recipe.repeats, finished_only=False)):
                 if k not in self._in_flight:  # a task's summary on disk is linked once the task has landed
