@@ -26,7 +26,7 @@ from typing import Any
 
 from repro500.capture import seeds as seeding
 from repro500.capture.hardware import usable_cpus
-from repro500.errors import ReproError, UsageError
+from repro500.errors import RunFailed, UsageError
 from repro500.rundir import layout
 from repro500.workloads.engines import nodes
 from repro500.workloads.trainer.train import TrainSpec
@@ -36,10 +36,8 @@ POLL_S = 0.5
 COLLECTIVE_TIMEOUT_S = 300
 
 
-class RankFailed(ReproError):
-    """A rank of a distributed repeat exited with an error."""
-
-    exit_code = 1
+class RankFailed(RunFailed):
+    """A rank of a distributed repeat exited with an error: the repeat did not complete (exit 5)."""
 
 
 def launcher_command(engine: str, nproc: int, job_path: Path, rendezvous: dict[str, Any] | None = None) -> list[str]:
