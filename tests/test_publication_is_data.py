@@ -341,7 +341,7 @@ def test_a_run_killed_before_its_seal_is_still_ones_own(tmp_path: Path, monkeypa
     digest = hashlib.sha256(b"WIDTH = 8\n").hexdigest()
     (run / "source.json").write_text(json.dumps({"files": [{"path": "nets.py", "sha256": digest, "copied": True}]}))
     assert ownership.origin_of(run) == untrusted.FOREIGN_RUN
-    untrusted.record_own_run(run)  # what the runner does once the manifest is written
+    ownership.record_own_run(run)  # what the runner does once the manifest is written
     assert ownership.origin_of(run) == untrusted.OWN_RUN
     (run / "source" / "nets.py").write_text("import os\n")
     assert ownership.origin_of(run) == untrusted.FOREIGN_RUN

@@ -300,11 +300,11 @@ def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sql
 
     original = tracking.Tracker.end_repeat
 
-    def interrupted(self, run_id, summary, files, status):
+    def interrupted(self, run_id, summary, files, status, end_ms=None):
         if summary["repeat"] == 0:  # Ctrl-C while the finished repeat's artifacts are uploading beside repeat 1
             _thread.interrupt_main()
             time.sleep(1.0)
-        original(self, run_id, summary, files, status)
+        original(self, run_id, summary, files, status, end_ms=end_ms)
 
     monkeypatch.setattr(tracking.Tracker, "end_repeat", interrupted)
     monkeypatch.setenv("REPRO500_MLFLOW_PROCESS", "0")  # the patch is this process's: MLflow stays in it

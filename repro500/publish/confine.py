@@ -97,7 +97,8 @@ def rerun(choice: sandbox.Choice, workdir: Path, reads: Iterable[Path], environ:
     if used.get("mode") == "venv":  # the Python the rebuilt venv was made from (its bin/python links there)
         reads.append(Path(str(used["python"])).resolve().parent.parent)
     grants = rerun_grants(choice, workdir, reads, environ) if choice.confined else None
-    console.print(untrusted.shown(sandbox.plan_line(grants, labels(workdir))), highlight=False, soft_wrap=True)
+    console.print(untrusted.shown(sandbox.plan_line(grants, labels(workdir)), untrusted.SENTENCE_CHARS), highlight=False,
+                  soft_wrap=True)
     return grants, choice.record(grants, environ)
 
 

@@ -63,7 +63,9 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
     served = serving(pins, indexes)
     download = download_size(pins, tags, find_links, served) if pins.requirements else Download()
     # names and versions from the publication's lock: shown, never markup
-    console.print(untrusted.shown(_plan(pins, env, python, served, download, tool[1])), highlight=False, soft_wrap=True)
+    # repro500's own sentence (the paths and index in it are shown whole): the width of a sentence, not a field
+    console.print(untrusted.shown(_plan(pins, env, python, served, download, tool[1]), untrusted.SENTENCE_CHARS),
+                  highlight=False, soft_wrap=True)
     if env.exists():  # an unfinished or another lock's rebuild is never taken for this one
         shutil.rmtree(env)
     watch, started = Watch(), time.monotonic()  # the steps said on stderr as they happen: stdout stays the answer
