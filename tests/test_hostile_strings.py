@@ -115,10 +115,8 @@ def test_plan_and_publish(hostile: dict[str, Path], tmp_path: Path) -> None:
                       "--citation", HOSTILE)
     assert_terminal_safe(out, err)
     assert (tmp_path / "pub").is_dir(), err
+    # as sealed: an edit of published.yaml after publishing is tampering, refused before it is read
     published = tmp_path / "pub" / "published.yaml"
-    doc = yaml.safe_load(published.read_text())
-    doc["notes"] = [HOSTILE]
-    published.write_text(yaml.safe_dump(doc))
     out, err = invoke("verify", hostile["ref"], "--against", published, "--no-write")
     assert_terminal_safe(out, err)
     assert_markup_shown(out)  # the benchmark and the source's citation, named in the head lines
