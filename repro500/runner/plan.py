@@ -19,7 +19,7 @@ from repro500.errors import InvalidInput, UsageError
 from repro500.ext import specs
 from repro500.recipe import load as recipes
 from repro500.runner import kinds
-from repro500.verify import check_comparison_options, sequential
+from repro500.verify import check_comparison_options
 from repro500.workloads import workload as workloads
 
 ENGINES = ("local", "ddp", "horovod", "command")
@@ -161,6 +161,8 @@ def check_options(options: RunOptions) -> None:
     if options.max_repeats is not None and not (options.until_decided or options.vary is not None):
         raise UsageError("--max-repeats caps a sequential run (--until-decided) or a factorial one (--vary); "
                          "a fixed design takes --repeats")
+    if options.until_decided:
+        from repro500.verify import sequential  # numpy and scipy: not before a wrapped command's first repeat
     if options.until_decided and (options.max_repeats or 0) > sequential.MAX_DESIGN_REPEATS:
         raise UsageError(f"--max-repeats {options.max_repeats} is over the {sequential.MAX_DESIGN_REPEATS:,} a "
                          "sequential design may plan (its levels are simulated for every repeat)")
