@@ -162,7 +162,9 @@ def check_options(options: RunOptions) -> None:
         raise UsageError("--max-repeats caps a sequential run (--until-decided) or a factorial one (--vary); "
                          "a fixed design takes --repeats")
     if options.until_decided:
-        from repro500.verify import sequential  # numpy and scipy: not before a wrapped command's first repeat
+        from repro500.verify import (
+            sequential,  # numpy and scipy: not before a wrapped command's first repeat
+        )
     if options.until_decided and (options.max_repeats or 0) > sequential.MAX_DESIGN_REPEATS:
         raise UsageError(f"--max-repeats {options.max_repeats} is over the {sequential.MAX_DESIGN_REPEATS:,} a "
                          "sequential design may plan (its levels are simulated for every repeat)")
