@@ -147,8 +147,10 @@ def test_four_runs_at_once_on_a_postgres_backed_server_all_land(team, tmp_path):
     elsewhere.mkdir()
     for run_dir in run_dirs:
         parent_id = json.loads((run_dir / "run.json").read_text())["mlflow"]["parent_run_id"]
+        # a wide terminal: the head line naming the run is cut at the terminal's width, never wrapped
         done = subprocess.run(["bash", "-c", teamserver.localise(verify_stored, {"PARENT_RUN_ID": parent_id})],
-                              cwd=elsewhere, env=env, capture_output=True, text=True, timeout=300)
+                              cwd=elsewhere, env={**env, "COLUMNS": "200"}, capture_output=True, text=True,
+                              timeout=300)
         assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-2000:])
         assert run_dir.name in done.stdout
     assert list(elsewhere.iterdir()) == []  # nothing left behind
