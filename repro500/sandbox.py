@@ -406,3 +406,32 @@ def pass_signal(pid: int, signum: int) -> None:
         if inner is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signum)
+
+
+def wait_passing_signals(proc: subprocess.Popen[bytes], sandboxed: bool = False) -> int:
+    """The rerun's exit status.  It runs in a process group of its own, so Ctrl-C (or SIGTERM) here
+    reaches it once, passed on by this process, and is waited for: the rerun keeps its finished
+    repeats and closes its run.json before it exits 130 (a third Ctrl-C kills it)."""
+    import signal
+    import threading
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
+    passed = 0
+    try:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                passed += 1
+                with contextlib.suppress(ProcessLookupError):
+                    if sandboxed:  # to the rerun inside, not to bwrap, whose end would kill it at once
+                        pass_signal(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
+                    else:
+                        os.killpg(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)

@@ -340,7 +340,7 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         cmd, cwd = [python or sys.executable, *args], workdir
     # the publisher's code runs in the sandbox its grants make (confine.py), or as it is, recorded either way
     cmd, env = confine.command(cmd, cwd, env, *confined)
-    rc = _wait_passing_signals(subprocess.Popen(cmd, cwd=cwd, env=env, process_group=0),
+    rc = sandbox.wait_passing_signals(subprocess.Popen(cmd, cwd=cwd, env=env, process_group=0),
                                sandboxed=confined[0] is not None)
     rerun = workdir / "runs" / rid
     if rc == 130 or rc < 0:
@@ -372,35 +372,6 @@ def _rerun_args(pub: opened.Publication, workdir: Path, rid: str, repeats: int |
     console.print(f"starting the rerun {workdir / 'runs' / rid} (loading the workload and capturing "
                   "the environment)", highlight=False, soft_wrap=True)
     return args
-
-
-def _wait_passing_signals(proc: subprocess.Popen[bytes], sandboxed: bool = False) -> int:
-    """The rerun's exit status.  It runs in a process group of its own, so Ctrl-C (or SIGTERM) here
-    reaches it once, passed on by this process, and is waited for: the rerun keeps its finished
-    repeats and closes its run.json before it exits 130 (a third Ctrl-C kills it)."""
-    import signal
-    import threading
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
-    passed = 0
-    try:
-        while True:
-            try:
-                return proc.wait()
-            except KeyboardInterrupt:
-                passed += 1
-                with contextlib.suppress(ProcessLookupError):
-                    if sandboxed:  # to the rerun inside, not to bwrap, whose end would kill it at once
-                        sandbox.pass_signal(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
-                    else:
-                        os.killpg(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def _finished(run: Path) -> bool:

@@ -61,25 +61,7 @@ def run_again_inside(granted: sandbox.Grants, console: Any = None) -> int:
 def wait(proc: subprocess.Popen[bytes]) -> int:
     """*proc*'s exit status; Ctrl-C (or SIGTERM) here is passed to the run inside once, which closes
     its records (a third kills it), as ``repro500 run`` itself would take it."""
-    import signal
-    import threading
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, interrupt) if main else None
-    passed = 0
-    try:
-        while True:
-            try:
-                return proc.wait()
-            except KeyboardInterrupt:
-                passed += 1
-                sandbox.pass_signal(proc.pid, signal.SIGKILL if passed > 2 else signal.SIGINT)
-    finally:
-        if main:
-            signal.signal(signal.SIGTERM, previous)
+    return sandbox.wait_passing_signals(proc, sandboxed=True)
 
 
 def check(sandboxed: bool, network: bool, extra: Iterable[str], sign_key_given: bool) -> None:
