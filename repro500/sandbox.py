@@ -92,12 +92,17 @@ class Grants:
     extra: tuple[Path, ...] = ()  # read-only, named by the reproducer (--sandbox-ro)
     # variables set inside besides the allowed ones of the environment given to wrap()
     setenv: Mapping[str, str] = field(default_factory=dict)
+    # (path, copy): the path looks writable inside, but what is written lands in the copy, a throwaway
+    # made by the caller; the original is never written.  A build backend that writes beside the
+    # sources it builds (setuptools' egg-info) builds a read-only tree this way; bubblewrap 0.8, the
+    # Debian release, has no overlay mounts.
+    scratch: tuple[tuple[Path, Path], ...] = ()
 
     def widened(self, *, read: Iterable[Path] = (), write: Iterable[Path] = (), network: bool | None = None,
                 setenv: Mapping[str, str] | None = None) -> Grants:
         return Grants(read=(*self.read, *read), write=(*self.write, *write),
                       network=self.network if network is None else network, extra=self.extra,
-                      setenv={**self.setenv, **(setenv or {})})
+                      setenv={**self.setenv, **(setenv or {})}, scratch=self.scratch)
 
 
 @dataclass(frozen=True)
@@ -277,21 +282,24 @@ def _binds(grants: Grants) -> list[str]:
     tree stays read-only), a path given twice taking its narrower grant.  A granted link is granted
     as the file or directory it leads to, at that place, and made as the same link where no other
     grant holds it (inside one, it is there already)."""
-    wanted = [(p, False) for p in interpreter_trees()] + [(Path(p), False) for p in (*grants.read, *grants.extra)]
-    wanted += [(Path(p), True) for p in grants.write]
+    wanted = [(p, False, None) for p in interpreter_trees()]
+    wanted += [(Path(p), False, None) for p in (*grants.read, *grants.extra)]
+    wanted += [(Path(p), True, None) for p in grants.write]
+    wanted += [(Path(at), True, Path(copy)) for at, copy in grants.scratch]
     binds, links = {}, []
-    for path, writable in wanted:
+    for path, writable, copy in wanted:
         absolute = Path(os.path.abspath(path))
         if not absolute.exists():
             continue
         real = absolute.resolve()
         if real != absolute:
             links.append(absolute)
-        key = (len(real.parts), 0 if writable else 1, str(real))
-        binds[key] = writable
+        # a scratch copy is mounted last at its depth: it stands in for the path whatever else grants it
+        key = (len(real.parts), 0 if copy is None and writable else 1 if copy is None else 2, str(real))
+        binds[key] = (writable, os.path.abspath(copy) if copy is not None else str(real))
     args = []
-    for (_, _, path), writable in sorted(binds.items()):
-        args += ["--bind" if writable else "--ro-bind", path, path]
+    for (_, _, path), (writable, source) in sorted(binds.items()):
+        args += ["--bind" if writable else "--ro-bind", source, path]
     held = [Path(path) for _, _, path in binds]
     for link in links:
         if not any(link.is_relative_to(h) for h in held) and not any(link.is_relative_to(t) for t in SYSTEM):
@@ -342,7 +350,8 @@ def record(grants: Grants | None, environ: Mapping[str, str], *, consent: str | 
     return {"sandboxed": True, "tool": PACKAGE, "network": grants.network,
             "read_only": sorted({*SYSTEM_SHOWN, *(str(p) for p in interpreter_trees()), *gpu_trees,
                                  *(os.path.abspath(p) for p in (*grants.read, *grants.extra) if os.path.lexists(p))}),
-            "writable": sorted(os.path.abspath(p) for p in grants.write) + ["/tmp (private, empty)"],
+            "writable": sorted(os.path.abspath(p) for p in grants.write) + ["/tmp (private, empty)"]
+            + [f"{os.path.abspath(at)} (writes go to a throwaway copy)" for at, _ in grants.scratch],
             "home": f"{HOME} (empty)", "devices": devices,
             "environment": sorted({*environment(environ), *(n for n in grants.setenv if not is_secret_name(n)),
                                    "HOME", "TMPDIR"})}

@@ -26,6 +26,19 @@ if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+@pytest.fixture(autouse=True)
+def _environment_as_it_was():
+    """Each test starts with the suite's environment.  A library a test imports in this process can
+    set variables for itself (threadpoolctl sets KMP_DUPLICATE_LIB_OK when imported), and every later
+    test on the same worker would hand them to the repro500 it starts, which records them: a test
+    would then see what ran before it."""
+    before = dict(os.environ)
+    yield
+    if os.environ != before:
+        os.environ.clear()
+        os.environ.update(before)
+
+
 @pytest.fixture
 def in_tmp(tmp_path, monkeypatch):
     """Run the test with the working directory set to a fresh temporary directory."""

@@ -273,6 +273,27 @@ def test_wrapped_code_sees_no_secret_of_etc_and_no_home(tmp_path):
     assert done.stdout.split() == [sandbox.HOME, "[]", "0", "False", "['out']"]
 
 
+def test_a_scratch_grant_takes_the_writes_and_the_checked_tree_stays_as_it_was(tmp_path):
+    """A build backend writes beside the sources it builds (setuptools' egg-info): the installs of
+    --env venv see OUT/source through a copy that takes the writes."""
+    import subprocess
+
+    out, source, copy = tmp_path / "out", tmp_path / "out" / "source", tmp_path / "copy"
+    source.mkdir(parents=True)
+    (source / "mod.py").write_text("x = 1\n")
+    copy.mkdir()
+    (copy / "mod.py").write_text("x = 1\n")
+    # OUT writable, OUT/source read-only, as the rerun has them; the scratch copy wins over both
+    grants = sandbox.Grants(read=(source,), write=(out,), scratch=((source, copy),))
+    argv = sandbox.wrap(grants, {"PATH": os.environ["PATH"]}, cwd=source)
+    probe = "import pathlib; pathlib.Path('pkg.egg-info').mkdir(); print(pathlib.Path('mod.py').read_text().strip())"
+    done = subprocess.run([*argv, sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "x = 1"
+    assert (copy / "pkg.egg-info").is_dir() and sorted(p.name for p in source.iterdir()) == ["mod.py"]
+    assert any("throwaway copy" in w for w in sandbox.record(grants, {})["writable"])
+
+
 @pytest.mark.slow  # four replays, a minute under load, as the unconfined locate test in test_consent.py
 def test_a_consented_replay_in_locate_runs_confined(tmp_path):
     """A packed run's plug-in, imported by locate's replays with --run-code, reads and writes nothing of

@@ -13,12 +13,13 @@ elsewhere is granted its directory, a remote one needs ``--network``.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from repro500 import sandbox, untrusted
-from repro500.publish.rebuild.install import tool_requirement
+from repro500.publish.rebuild.install import CACHE_DIR
 from repro500.tracking import store as mlflow_store
 
 
@@ -34,33 +35,45 @@ def rerun_grants(choice: sandbox.Choice, workdir: Path, reads: Iterable[Path], e
     return sandbox.Grants(read=tuple(read), write=tuple(write), network=choice.network, extra=choice.extra)
 
 
-def install_grants(choice: sandbox.Choice, env_dir: Path, reads: Iterable[Path]) -> sandbox.Grants:
+def install_grants(choice: sandbox.Choice, env_dir: Path, reads: Iterable[Path],
+                   scratch: Iterable[tuple[Path, Path]] = ()) -> sandbox.Grants:
     """The installs of ``--env venv``: the network (the index) whatever ``--network`` says, ``OUT/env``
     and its own download cache beside it writable (never the reproducer's cache, which the build code
-    could poison), and *reads* read-only: ``OUT/source``, ``--find-links`` folders, the Python the venv
-    is made from, the local folders the reproducer's ``PIP_FIND_LINKS`` / ``UV_FIND_LINKS`` name."""
+    could poison), *reads* read-only (``--find-links`` folders, the Python the venv is made from, the
+    local folders the reproducer's ``PIP_FIND_LINKS`` / ``UV_FIND_LINKS`` name) and *scratch*:
+    (path, copy) pairs, ``OUT/source`` seen through a throwaway copy."""
     env_dir = env_dir.absolute()
-    cache = env_dir.parent / "env-cache"
+    cache = env_dir.parent / CACHE_DIR
     cache.mkdir(parents=True, exist_ok=True)
     named = [Path(word) for var in ("PIP_FIND_LINKS", "UV_FIND_LINKS")
              for word in os.environ.get(var, "").replace(",", " ").split() if word.startswith("/")]
     return sandbox.Grants(read=tuple(Path(p).absolute() for p in (*reads, *named)), write=(env_dir, cache),
-                          network=True, extra=choice.extra,
+                          network=True, extra=choice.extra, scratch=tuple(scratch),
                           setenv={"UV_CACHE_DIR": str(cache), "PIP_CACHE_DIR": str(cache)})
 
 
-def installs(choice: sandbox.Choice, workdir: Path, reads: Iterable[Path | str | None]) -> Callable[[str], list[str]] | None:
+def installs(choice: sandbox.Choice, workdir: Path, source: Path | None,
+             reads: Iterable[Path | str]) -> Callable[[str], list[str]] | None:
     """For ``--env venv``: given the Python the venv is made from, the argv prefix that runs an install
-    in the sandbox (:func:`install_grants`); None when the code runs unconfined."""
+    in the sandbox (:func:`install_grants`); None when the code runs unconfined.  The experiment's own
+    package is built from *source* (``OUT/source``), which must stay as it was checked; a build
+    backend writes beside the sources it builds (setuptools' egg-info), so the installs see a copy
+    of it there instead (``OUT/env-cache/source-scratch``, made afresh for each rebuild), which takes
+    what they write: an editable install still points at ``OUT/source``, where the same bytes are."""
     if not choice.confined:
         return None
-    # a built-in recipe's venv gets the repro500 running now, from its checkout when installed from one
-    tool = [Path(word) for word in tool_requirement()[0] if word.startswith("/")]
-    folders = [Path(p) for p in (*reads, *tool) if p is not None]
+    folders = [Path(p) for p in reads]
 
     def prefix(python: str) -> list[str]:
         base = Path(python).resolve().parent.parent
-        grants = install_grants(choice, workdir / "env", [*folders, base])
+        scratch = []
+        if source is not None:
+            copy = workdir.absolute() / CACHE_DIR / "source-scratch"
+            if copy.exists():
+                shutil.rmtree(copy)
+            shutil.copytree(source, copy, symlinks=True)
+            scratch.append((source.absolute(), copy))
+        grants = install_grants(choice, workdir / "env", [*folders, base], scratch)
         return sandbox.wrap(grants, os.environ)
 
     return prefix

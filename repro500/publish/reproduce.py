@@ -466,7 +466,7 @@ def reproduce(
         lines, warnings = _put_data(pub, workdir, src, Path(data_root), tmp, allow_data_differences, console)
         sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
         env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes,
-                                         sandboxed=confine.installs(choice, workdir, [placed, *links]))
+                                         sandboxed=confine.installs(choice, workdir, placed, links))
         again = _again(source, workdir, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha, margins=margins,
                        data_root=data_root, tracking=asked_tracking, run_code=run_code, until_decided=until_decided,
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,

@@ -20,10 +20,12 @@ from repro500 import untrusted
 from repro500.errors import InvalidInput, UsageError
 from repro500.publish.rebuild.fit import check_fit, target_tags
 from repro500.publish.rebuild.install import (
+    CACHE_DIR,
     install_own,
     install_pins,
     install_tool,
     tool_requirement,
+    tool_wheel,
 )
 from repro500.publish.rebuild.installer import install_cmd, installer
 from repro500.publish.rebuild.interpreter import find_python
@@ -77,6 +79,8 @@ def build(pins: Pins, out: Path, *, with_tool: bool, find_links: list[Path], con
     install_own(base, pins, watch)
     if with_tool:
         # repro500 itself, and the build tools its install may fetch, from the reproducer's indexes only
+        if sandboxed is not None:
+            tool = tool_wheel(tool, out / CACHE_DIR / "tool", watch)
         install_tool([*prefix, *install_cmd(env_python, find_links)], tool, env, watch)
     marker.write_text(f"{pins.digest} tool={with_tool}\n", encoding="utf-8")  # last: the rebuild is complete
     watch.say(f"{env} rebuilt in {seconds(time.monotonic() - started)}")

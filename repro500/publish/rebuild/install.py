@@ -9,18 +9,22 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
 from importlib import metadata
 from pathlib import Path
 
 from repro500.capture.env import DIRECT_URL
 from repro500.errors import InvalidInput
-from repro500.publish.rebuild.installer import installer
+from repro500.publish.rebuild.installer import installer, uv_binary
 from repro500.publish.rebuild.lock import Pins
 from repro500.publish.rebuild.serving import Serving
 from repro500.publish.rebuild.sizing import Download
 from repro500.publish.rebuild.watch import Watch
 from repro500.redact import redact_url
 
+# beside OUT/env: the installs' own download cache, the wheel of the repro500 running now, and the
+# sandboxed installs' scratch copy of the source snapshot
+CACHE_DIR = "env-cache"
 _MISSING = re.compile(r"(?:No matching distribution found for|Because|because)\s+([A-Za-z0-9._-]+)\s*(?:==|was not found)")
 _HASH_MISMATCH = re.compile(r"do not match the hashes|hash mismatch", re.IGNORECASE)
 
@@ -112,3 +116,26 @@ def install_tool(base: list[str], tool: tuple[list[str], str], env: Path, watch:
                      waiting=f"installing {label}")
     if done.returncode != 0:
         raise InvalidInput(f"installing {label} into {env} failed: {done.stderr.strip()[-300:]}")
+
+
+def tool_wheel(tool: tuple[list[str], str], out: Path, watch: Watch) -> tuple[list[str], str]:
+    """*tool* (:func:`tool_requirement`) as a wheel built in *out*, when it is a checkout's folder.
+    The installs run in the sandbox, where the checkout is read-only, and its build backend
+    (setuptools) writes beside the sources it builds; the checkout is the reproducer's own code, so
+    its wheel is built here, outside, and the sandboxed install takes the wheel."""
+    args, label = tool
+    folder = next((a for a in args if a.startswith("/")), None)
+    if folder is None:  # a release from the index: nothing is built here
+        return tool
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    cmd = ([uv_binary() or "uv", "build", "--wheel", "--quiet", "--python", sys.executable, "--out-dir", str(out), folder]
+           if installer() == "uv" else
+           [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check", "-q", "-w", str(out), folder])
+    done = watch.run(cmd, tool=installer(), doing=f"building the wheel of {label}", done=f"built {label}",
+                     waiting=f"building {label}")
+    wheels = sorted(out.glob("repro500-*.whl"))
+    if done.returncode != 0 or not wheels:
+        raise InvalidInput(f"building the wheel of {label} failed: {done.stderr.strip()[-300:] or 'no wheel made'}")
+    return [str(wheels[0])], label
