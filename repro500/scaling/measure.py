@@ -21,7 +21,6 @@ import re
 import socket
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -31,14 +30,14 @@ from typing import Any
 
 from repro500.capture.cache import cache_dir
 from repro500.capture.hardware import usable_cpus
-from repro500.errors import RunFailed, UsageError
+from repro500.errors import UsageError
 from repro500.rundir import atomic
+from repro500.scaling import group
 from repro500.scaling.alphabeta import COLLECTIVES
 from repro500.scaling.fit import Point
 
 SCHEMA = "repro500/collectives/v1"
 MiB = 1 << 20
-TIMEOUT_S = 120  # a collective that hangs this long means the group is broken
 MAX_REPS = 50
 
 
@@ -127,63 +126,29 @@ def cache_path() -> Path:
     return cache_dir("scaling") / f"collectives-{safe}.json"
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _time_once(collective: str, send: Any, recv: Any, all_gather: Any) -> float:
-    """Seconds one collective takes on this rank, started right after a barrier."""
-    import torch.distributed as dist
-
-    dist.barrier()
-    start = time.perf_counter()
-    if collective == "allreduce":
-        dist.all_reduce(send)
-    else:
-        all_gather(recv, send)
-    return time.perf_counter() - start
-
-
-def _worker(rank: int, world_size: int, port: int, settings: Settings, out_path: str) -> None:
-    """One process of the measurement (top level so that spawn can pickle it)."""
-    from datetime import timedelta
-
+def _points(rank: int, world_size: int, device: Any, settings: Settings) -> list[dict[str, Any]]:
+    """One rank's part of the measurement: every collective at every size (group.run calls it)."""
     import torch
     import torch.distributed as dist
 
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=TIMEOUT_S))
     # torch 2.14 renamed all_gather_into_tensor (now deprecated) to all_gather_single.
     all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
     results = []
-    try:
-        for collective in COLLECTIVES:
-            for nbytes in settings.sizes_bytes():
-                send = torch.ones(nbytes // 4, dtype=torch.float32)
-                recv = torch.empty(send.numel() * world_size, dtype=torch.float32)
-                args = (collective, send, recv, all_gather)
-                warm = torch.tensor([max(_time_once(*args) for _ in range(settings.warmup))])
-                dist.all_reduce(warm, op=dist.ReduceOp.MAX)  # every rank must run the same count
-                reps = settings.reps
-                if warm.item() > 0:
-                    reps = max(reps, min(MAX_REPS, int(settings.budget_s / warm.item())))
-                times = [_time_once(*args) for _ in range(reps)]
-                slowest = torch.tensor(times, dtype=torch.float64)
-                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-                results.append(Point(collective, world_size, nbytes, statistics.median(slowest.tolist())))
-        if rank == 0:
-            atomic.write_json(out_path, [pt.as_dict() for pt in results])
-    finally:
-        dist.destroy_process_group()
+    for collective in COLLECTIVES:
+        for nbytes in settings.sizes_bytes():
+            send = torch.ones(nbytes // 4, dtype=torch.float32)
+            recv = torch.empty(send.numel() * world_size, dtype=torch.float32)
+            call = (lambda send=send: dist.all_reduce(send)) if collective == "allreduce" else \
+                (lambda send=send, recv=recv: all_gather(recv, send))
+            times = group.slowest_times(lambda call=call: group.timed(call), warmup=settings.warmup,
+                                        min_reps=settings.reps, max_reps=max(MAX_REPS, settings.reps),
+                                        budget_s=settings.budget_s)
+            results.append(Point(collective, world_size, nbytes, statistics.median(times)).as_dict())
+    return results
 
 
 def measure(settings: Settings | None = None) -> Measurement:
     """Time the collectives now (no cache); takes seconds to a minute."""
-    import torch.multiprocessing as mp
-
     settings = settings or Settings()
     settings.check()
     cores = usable_cpus()
@@ -193,17 +158,8 @@ def measure(settings: Settings | None = None) -> Measurement:
     host, torch_version = host_key()
     started = time.perf_counter()
     points: list[Point] = []
-    with tempfile.TemporaryDirectory(prefix="repro500-collectives-") as tmp:
-        for p in settings.p_values:
-            out_path = Path(tmp) / f"p{p}.json"
-            try:
-                mp.spawn(_worker, args=(p, _free_port(), settings, str(out_path)), nprocs=p, join=True)
-                raw = json.loads(out_path.read_text(encoding="utf-8"))
-            except Exception as err:  # a failing child surfaces as ProcessRaisedException
-                detail = str(err).strip().splitlines()[-1] if str(err).strip() else type(err).__name__
-                raise RunFailed(f"timing Gloo collectives on {p} processes failed ({detail}); "
-                                 "check that 127.0.0.1 accepts local TCP connections") from None
-            points.extend(Point.from_dict(r) for r in raw)
+    for p in settings.p_values:
+        points.extend(Point.from_dict(r) for r in group.run(_points, p, (settings,), what="Gloo collectives"))
     return Measurement(host=host, torch_version=torch_version,
                        measured_utc=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                        settings=settings, points=points, wall_time_s=time.perf_counter() - started)
