@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +37,10 @@ def file_digest(path: str | Path, algorithm: str = "sha256") -> str:
         for chunk in iter(lambda: fh.read(_CHUNK), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def tree_digest(pairs: Iterable[tuple[str | None, str]]) -> str:
+    """One SHA-256 over (file digest, relative path) pairs in ``sha256sum`` line form: the same
+    files with the same contents give the same digest wherever they lie.  The one formula for a
+    digest over many files (a source snapshot, repro500's own package, a command's outputs)."""
+    return hashlib.sha256("".join(f"{digest}  {path}\n" for digest, path in pairs).encode()).hexdigest()

@@ -199,7 +199,7 @@ def test_outputs_are_hashed_and_json_digest_wins(tmp_path):
     summary = run(spec, tmp_path)
     sha = {"model.pt": hashlib.sha256(b"weights").hexdigest(), "vocab.txt": hashlib.sha256(b"a b").hexdigest()}
     assert summary["outputs"] == sha
-    lines = "".join(f"{k}\0{v}\n" for k, v in sorted(sha.items()))
+    lines = "".join(f"{v}  {k}\n" for k, v in sorted(sha.items()))  # as sha256sum writes them
     assert summary["final_param_digest"] == hashlib.sha256(lines.encode()).hexdigest()
     assert run(make(tmp_path, code, args=["digest"], outputs=["model.pt"]), tmp_path)["final_param_digest"] == "cafe"
     missing = run(make(tmp_path, code, outputs=["ckpt.pt"], metrics={"loss": {"regex": "loss ([0-9.]+)"}}), tmp_path)

@@ -20,18 +20,16 @@ listed with its digest but not copied, and ``complete`` says so.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from repro500.capture import dvcowned
 from repro500.capture.code import GitError, git, work_tree
 from repro500.capture.outputs import OwnOutputs
-from repro500.digest import file_digest
+from repro500.digest import file_digest, tree_digest
 from repro500.rundir import atomic
 from repro500.rundir.names import SOURCE_DIR, SOURCE_INDEX
 
@@ -171,12 +169,6 @@ def recheck(root: Path, run_dir: Path) -> tuple[str, list[str]] | None:
         if now != recorded:
             changed.append(rel)
     return tree_digest(pairs), changed
-
-
-def tree_digest(pairs: Iterable[tuple[str | None, str]]) -> str:
-    """One SHA-256 over (file digest, relative path) pairs in ``sha256sum`` line form: the same
-    files with the same contents give the same digest wherever they lie."""
-    return hashlib.sha256("".join(f"{digest}  {path}\n" for digest, path in pairs).encode()).hexdigest()
 
 
 def package_digest(root: Path) -> str:

@@ -16,8 +16,8 @@ from typing import Any
 import repro500
 from repro500 import redact
 from repro500.capture.data import digest_paths
-from repro500.capture.source import package_digest, tree_digest
-from repro500.digest import file_digest
+from repro500.capture.source import package_digest
+from repro500.digest import file_digest, tree_digest
 from repro500.errors import UsageError
 from repro500.runner.plan import Plan, RunOptions
 from repro500.workloads.engines import nodes

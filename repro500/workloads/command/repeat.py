@@ -11,7 +11,6 @@ is the user's and is kept as is.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 import time
@@ -22,7 +21,7 @@ from typing import Any
 
 from repro500.capture import interpreters
 from repro500.capture.seeds import Seeds
-from repro500.digest import file_digest
+from repro500.digest import file_digest, tree_digest
 from repro500.errors import InvalidInput
 from repro500.redact import REDACTED, is_secret_name, redact_text, scrub
 from repro500.rundir import layout
@@ -145,10 +144,8 @@ def _outputs(spec: CommandSpec, out_dir: Path) -> dict[str, str]:
 
 
 def _outputs_digest(digests: Mapping[str, str]) -> str | None:
-    if not digests:
-        return None
-    lines = "".join(f"{name}\0{digest}\n" for name, digest in sorted(digests.items()))
-    return hashlib.sha256(lines.encode("utf-8")).hexdigest()
+    """The declared outputs as one digest, by the formula the source snapshot's digest uses."""
+    return tree_digest((digest, name) for name, digest in sorted(digests.items())) if digests else None
 
 
 def _exit_error(child: Child, timeout_s: float | None, last_stderr: str) -> str | None:
