@@ -523,7 +523,7 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
           check: Callable[[opened.Publication, Path], Any]) -> tuple[sources.Source, tuple[opened.Publication, Any], Path]:
     """(where it came from, (the checked publication, what ``check`` said of it and the options), the
     reproduction's directory): found, copied into ``OUT/publication`` and checked before anything
-    runs.  The margins are checked against published.yaml before anything is written; a publication
+    runs.  The margins are checked against the checked copy's published.yaml; a publication
     or an option refused after the copy takes the copy (and an ``OUT`` made for it) away again, and
     is reported under the path given, not the copy's."""
     if from_mlflow.is_reference(source):  # a teammate's run by its MLflow id: the sealed run its parent holds
@@ -536,8 +536,7 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     if src.kind == "bundle":
         pub_dir = pubs.publish(src.path, tmp / "publication", margins=margins, data_root=data_root).path
     index = opened.read_index(pub_dir)
-    opened.own_files(pub_dir, index)  # a link among them is refused before published.yaml is read for --margin
-    _check_margins(pub_dir, margins)
+    opened.own_files(pub_dir, index)
     workdir = Path(out) if out is not None else Path("reproductions") / untrusted.path_name(index.get("run_id"), "run id")
     made = [d for d in (workdir, *workdir.parents) if not d.exists()]
     workdir.mkdir(parents=True, exist_ok=True)
@@ -547,6 +546,7 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
         _make_room(pub_dir, snapshot)
         made_snapshot = snapshot.resolve() != pub_dir.resolve()
         pub = opened.open_publication(pub_dir, tmp / "reference", snapshot)
+        _check_margins(pub.published, margins)  # the copy that was checked, never the source's file again
         checked = check(pub, workdir)
     except (InvalidInput, UsageError) as err:
         if made_snapshot and snapshot.exists():
@@ -565,15 +565,15 @@ def _open(source: str, tmp: Path, out: str | Path | None, rev: str | None, subpa
     return src, (pub, checked), workdir
 
 
-def _check_margins(pub_dir: Path, margins: dict[str, float] | None) -> None:
-    """Each ``--margin`` names a metric published.yaml publishes, with a margin > 0: known before the
-    rerun, not after it (open_publication checks the file itself against the packed run)."""
+def _check_margins(published_yaml: Path, margins: dict[str, float] | None) -> None:
+    """Each ``--margin`` names a metric *published_yaml* (the checked publication's) publishes, with
+    a margin > 0: known before the rerun, not after it."""
     if not margins:
         return
     for name, value in margins.items():
         if not value > 0:
             raise UsageError(f"--margin {name}={value}: an equivalence margin must be > 0")
-    published = load_published(pub_dir / pubs.PUBLISHED)
+    published = load_published(published_yaml)
     unknown = sorted(set(margins) - set(published.metrics))
     if unknown:
         raise UsageError(f"--margin names {untrusted.shown(unknown[0])!r}, which {pubs.PUBLISHED} does not publish "
