@@ -4,7 +4,7 @@ Three shapes real repositories have, each reading a small data file outside its 
 each run exactly as its author runs it: a script importing a module beside it, a ``src/`` package
 run with ``python -m`` and ``PYTHONPATH=src``, and a shell script that calls Python.  Each goes
 run -> publish -> reproduce --run-code in a fresh directory; then its data changes, and the
-reproduction refuses (one line naming the input) until --allow-data-differences, whose verdict
+reproduction refuses (one sentence naming the input) until --allow-data-differences, whose verdict
 names the difference.  Also here: two runs of an unchanged directory have one source digest
 while MLflow's store grows beside them, and a script keeps its MLflow habits under repro500.
 """
@@ -78,14 +78,17 @@ def test_an_experiment_as_it_is_runs_publishes_and_reproduces_in_a_fresh_directo
     # the reproducer's shell has no PYTHONPATH=src: the recorded entry is re-rooted into OUT/source
     done = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "again", cwd=fresh, env=VENV)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "1 input(s) the command read match the published digests" in done.stdout
+    assert "1 input(s) the command will read match the published digests" in done.stdout
+    assert f"{data}: read at {data} (at its recorded path, md5" in " ".join(done.stdout.split())
     verdict = json.loads((fresh / "again" / "verdict.json").read_text())
     assert verdict["status"] == "REPRODUCED" and verdict["provenance"]["result_relevant"] == 0, verdict["provenance"]
 
     data.write_text("6\n7\n9\n")
     refused = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "changed", cwd=fresh, env=VENV)
     assert refused.returncode == 4, refused.stdout + refused.stderr
-    assert f"data path '{data}' changed" in refused.stderr and "--allow-data-differences" in refused.stderr
+    error = " ".join(refused.stderr.split())
+    assert f"the command will open {data} at {data}, which holds other bytes than the recorded data" in error
+    assert "--allow-data-differences" in error
     assert "Traceback" not in refused.stderr and not (fresh / "changed" / "runs").exists()
     allowed = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--allow-data-differences", "--out", "changed",
                        cwd=fresh, env=VENV)
@@ -247,12 +250,15 @@ def test_data_kept_inside_a_repository_is_asked_for_and_taken_from_data_root(tmp
     assert repro500("publish", str(proj / "runs" / "orig"), "--out", str(tmp_path / "pub"), cwd=tmp_path).returncode == 0
     fresh = tmp_path / "reproducer"
     fresh.mkdir()
+    copy = tmp_path / "my-copy"  # and nothing at the publisher's path, where it would be found
+    shutil.move(proj / "data", copy / "data")
     missing = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "again", cwd=fresh, env=VENV)
-    assert missing.returncode == 4 and "again/source/data/values.csv' recorded in the manifest is missing here" in missing.stderr
-    copy = tmp_path / "my-copy"
-    shutil.copytree(proj / "data", copy / "data")
+    assert missing.returncode == 4, missing.stdout + missing.stderr
+    assert ("the command will open data/values.csv at again/source/data/values.csv, which lacks the recorded data"
+            in " ".join(missing.stderr.split())) and not (fresh / "again" / "runs").exists()
     done = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "again", "--data-root", str(copy),
                     cwd=fresh, env=VENV)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "data/values.csv: copied from" in done.stdout
+    assert (f"data/values.csv: read at again/source/data/values.csv (linked from {copy / 'data' / 'values.csv'}"
+            in " ".join(done.stdout.split()))
     assert json.loads((fresh / "again" / "verdict.json").read_text())["status"] == "REPRODUCED"

@@ -114,13 +114,20 @@ def test_a_place_outside_the_rerun_or_claimed_twice_is_refused(tmp_path):
     out = tmp_path / "out"
     (out / "source").mkdir(parents=True)
     outside = {"opened": "../../elsewhere/x.csv", "md5": "a" * 32, "size": 1, "kind": "file", "path": "/x"}
-    with pytest.raises(InvalidInput, match="outside the rerun's directory"):
+    with pytest.raises(InvalidInput, match=r"\.\./\.\./elsewhere/x\.csv: read from the rerun's directory as "
+                                            r"'\.\./elsewhere/x\.csv' leaves its directory"):
         placing.place_inputs([outside], cwd=out / "source", tree=out)
     same = [{"opened": "../data/x.csv", "md5": "a" * 32, "path": "/a/x.csv"},
             {"opened": "../data/./x.csv", "md5": "b" * 32, "path": "/b/x.csv"}]
     with pytest.raises(InvalidInput, match="two recorded inputs claim .* with different digests"):
         placing.place_inputs(same, cwd=out / "source", tree=out)
-    with pytest.raises(InvalidInput, match="inside the publication's own files"):
+    with pytest.raises(InvalidInput, match="the publication's own files"):
         placing.place_inputs([{"opened": "pub/x", "md5": "c" * 32, "path": "/x"}], cwd=out, tree=out,
                              protected=[out / "pub"])
     assert not (out / "data").exists()
+    # the same rule as every path a record names: a link out of the tree, a kernel file
+    (out / "data").symlink_to(tmp_path)
+    with pytest.raises(InvalidInput, match=r"outside .* \(through a link\)"):
+        placing.place_inputs([{"opened": "../data/x.csv", "md5": "a" * 32, "path": "/x"}], cwd=out / "source", tree=out)
+    with pytest.raises(InvalidInput, match="a kernel file"):
+        placing.place_inputs([{"opened": "/proc/self/status", "md5": "a" * 32}], cwd=out / "source", tree=out)

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from repro500 import untrusted
+from repro500 import recorded_paths, untrusted
 from repro500.capture.data import digest_path
 from repro500.errors import InvalidInput
 
@@ -70,11 +70,6 @@ def _md5(path: Path) -> str | None:
         return None
 
 
-def _inside(path: Path, roots: Iterable[Path]) -> bool:
-    resolved = path.resolve()
-    return any(resolved == r.resolve() or resolved.is_relative_to(r.resolve()) for r in roots)
-
-
 def _within(relative: str) -> str | None:
     """*relative* with the parts that climb out of its directory left off (``../data/x`` -> ``data/x``);
     None when nothing is left."""
@@ -82,35 +77,55 @@ def _within(relative: str) -> str | None:
     return os.path.join(*parts) if parts else None
 
 
-def _candidates(entry: Mapping[str, Any], data_root: Path | None) -> list[Path]:
+def _allowed(text: str, protected: list[Path], root: Path | None = None) -> Path | None:
+    """*text* (under *root*, or absolute) where the one path rule lets it be read, else None.  A
+    candidate is only where the bytes may be: one the rule refuses (a kernel file, the publication's
+    own files in a data root that holds the publication) is not looked at, rather than the whole
+    reproduction refused for a place the command never reads."""
+    try:
+        return recorded_paths.resolve(text, field="input path", file="the recorded inputs", root=root,
+                                      anywhere=True, never=protected)
+    except InvalidInput:
+        return None
+
+
+def _candidates(entry: Mapping[str, Any], data_root: Path | None, protected: list[Path]) -> list[Path]:
     """Where the bytes may be, in order: under the data root at the path relative to the experiment
     (and as opened), then the recorded absolute path."""
-    out: list[Path] = []
+    texts: list[tuple[str, Path | None]] = []
     if data_root is not None:
         for relative in (entry.get("experiment"), entry.get("opened")):
             inner = _within(relative) if isinstance(relative, str) and not os.path.isabs(relative) else None
-            if inner and (data_root / inner) not in out:
-                out.append(data_root / inner)
+            if inner:
+                texts.append((inner, data_root))
     for recorded in (entry.get("resolved"), entry.get("path")):
-        if isinstance(recorded, str) and os.path.isabs(recorded) and Path(recorded) not in out:
-            out.append(Path(recorded))
+        if isinstance(recorded, str) and os.path.isabs(recorded):
+            texts.append((recorded, None))
+    out: list[Path] = []
+    for text, root in texts:
+        path = _allowed(text, protected, root)
+        if path is not None and path not in out:
+            out.append(path)
     return out
 
 
-def _by_digest(md5: str, size: Any, data_root: Path | None) -> Path | None:
-    """A file of the data root with these bytes (same size first, then the digest)."""
+def _by_digest(md5: str, size: Any, data_root: Path | None, protected: list[Path]) -> Path | None:
+    """A file of the data root with these bytes (same size first, then the digest), never one of
+    the publication's own files (the default data root, the working directory, may hold them)."""
     if data_root is None or not data_root.is_dir() or not isinstance(size, int):
         return None
+    kept = [p.resolve() for p in protected]
     scanned = 0
     for folder, dirs, files in os.walk(data_root):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and (Path(folder) / d).resolve() not in kept)
         for name in sorted(files):
             path = Path(folder) / name
             scanned += 1
             if scanned > MAX_SCANNED:
                 return None
             try:
-                if path.is_file() and path.stat().st_size == size and _md5(path) == md5:
+                if path.is_file() and path.stat().st_size == size and path.resolve() not in kept \
+                        and _md5(path) == md5:
                     return path
             except OSError:
                 continue
@@ -131,21 +146,23 @@ def _put(source: Path, target: Path) -> str:
         return "copied"
 
 
-def _target(entry: Mapping[str, Any], cwd: Path, tree: Path, protected: Iterable[Path]) -> tuple[str, Path, bool]:
-    """(as opened, where the rerun's command reads it, whether it may be written); InvalidInput for a
-    place outside the rerun's tree or inside the publication's files."""
-    opened = str(entry.get("opened") or entry.get("path") or "")
-    if not opened:
+def _target(entry: Mapping[str, Any], cwd: Path, tree: Path, protected: list[Path]) -> tuple[str, Path, bool]:
+    """(as opened, where the rerun's command reads it, whether it may be written), by the one path
+    rule (:func:`repro500.recorded_paths.resolve`): a relative path lands in the rerun's tree (never
+    out of it, through ``..`` or a link, nor on the publication's files); an absolute one is read
+    where it is, never a kernel file nor the publication's files.  InvalidInput otherwise."""
+    opened = entry.get("opened") or entry.get("path")
+    if not isinstance(opened, str) or not opened:
         raise InvalidInput("a recorded input has no path: the record is not what repro500 writes")
+    file = f"the recorded input {untrusted.plain(opened)}"
     if os.path.isabs(opened):
-        return opened, Path(opened), False
-    target = Path(os.path.normpath(cwd / opened))
-    if not _inside(target, [tree]):
-        raise InvalidInput(f"the recorded input {untrusted.plain(opened)} would be read at {untrusted.plain(target)}, "
-                           f"outside the rerun's directory {untrusted.plain(tree)}: refused")
-    if _inside(target, protected):
-        raise InvalidInput(f"the recorded input {untrusted.plain(opened)} would be read at {untrusted.plain(target)}, "
-                           "inside the publication's own files: refused")
+        return opened, recorded_paths.resolve(opened, field="read at its recorded path", file=file, anywhere=True,
+                                              never=protected), False
+    # the command climbs out of its working directory (``../data``) but stays in the rerun's tree:
+    # the rule is applied to the place relative to the tree, where ``..`` means outside it
+    inside = os.path.relpath(os.path.normpath(cwd / opened), tree)
+    target = recorded_paths.resolve(inside, field="read from the rerun's directory as", file=file, root=tree,
+                                    never=protected)
     return opened, target, True
 
 
@@ -165,7 +182,8 @@ def place_inputs(entries: Iterable[Mapping[str, Any]], *, cwd: Path, tree: Path,
     inside the rerun's directory *tree*) will read it: one :class:`Placed` each, in order.  Nothing
     is written until every input's place is known to be allowed and unclaimed by another."""
     entries = [e for e in entries if isinstance(e, Mapping) and e.get("md5")]
-    resolved = [_target(e, Path(cwd), Path(tree), [Path(p) for p in protected]) for e in entries]
+    kept = [Path(p) for p in protected]
+    resolved = [_target(e, Path(cwd), Path(tree), kept) for e in entries]
     _conflicts(entries, [target for _, target, _ in resolved])
     placed: list[Placed] = []
     done: dict[Path, Placed] = {}
@@ -181,9 +199,9 @@ def place_inputs(entries: Iterable[Mapping[str, Any]], *, cwd: Path, tree: Path,
         elif not writable:
             placed.append(Placed(opened, target, md5, "missing"))
         else:
-            source = next((c for c in _candidates(entry, data_root) if _md5(c) == md5), None)
+            source = next((c for c in _candidates(entry, data_root, kept) if _md5(c) == md5), None)
             if source is None and entry.get("kind", "file") == "file":
-                source = _by_digest(md5, entry.get("size"), data_root)
+                source = _by_digest(md5, entry.get("size"), data_root, kept)
             how = _put(source, target) if source is not None else "missing"
             placed.append(Placed(opened, target, md5, how, source))
         done[target] = placed[-1]
@@ -201,4 +219,5 @@ def missing_error(placed: list[Placed]) -> InvalidInput | None:
     return InvalidInput(f"the command will open {untrusted.plain(first.opened)} at {untrusted.plain(first.target)}, "
                         f"which {'holds other bytes than' if first.how == 'differs' else 'lacks'} the recorded data "
                         f"(md5 {first.md5}){more}: put a copy there, or pass --data-root DIR holding it (at its path "
-                        "relative to the experiment, or anywhere under DIR: it is found by digest)")
+                        "relative to the experiment, or anywhere under DIR: it is found by digest), or rerun anyway "
+                        "with --allow-data-differences (the verdict then names each difference)")

@@ -7,9 +7,13 @@
 2. **Copy and check**: the publication is copied into ``OUT/publication`` and checked
    (:func:`open_publication`): digest list, archive, and every published number, the recipe,
    the seed and the data digests against the packed run.  Nothing runs before this passes.
-3. **Data** into ``OUT``: kept when already there with the recorded md5; else regenerated
-   from its generator parameters; else copied from ``--data-root`` when the md5 matches;
-   else ``dvc pull``-ed from the git source's DVC remote.
+3. **Data** into ``OUT``: each input the publisher's command read is placed where the rerun's
+   command (working directory ``OUT/source``) will open it (:mod:`repro500.capture.placing`: found
+   under ``--data-root`` by its path relative to the experiment or by digest, or at its recorded
+   path), one plan line each, and a missing one is refused before anything runs.  Each data path
+   is kept when already there with the recorded md5; else regenerated from its generator
+   parameters; else copied from ``--data-root`` when the md5 matches; else ``dvc pull``-ed from
+   the git source's DVC remote.
 4. **Rerun**: ``repro500 run publication/recipe.yaml --params publication/params.yaml`` in
    ``OUT`` (a child process), with the published seed and repeats (or ``--repeats``).
 5. **Verify** the rerun against ``published.yaml`` (its manifest is the packed run's, so the
@@ -39,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import recorded_paths, sandbox, untrusted
-from repro500.capture.data import compare
+from repro500.capture import placing
 from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.errors import (
     EXIT_FAIL,
@@ -167,60 +171,67 @@ def _data(entry: DataEntry, places: _Places, src: sources.Source, tmp: Path, whe
                        "(or pass --data-root), or reproduce from a git repository whose DVC remote holds it")
 
 
-def _recorded_inputs(pub: opened.Publication, places: _Places) -> list[tuple[dict[str, Any], Path, Path | None]]:
-    """The inputs the publisher's command read (declared in the manifest's data facet, observed
-    in inputs.json), each where this reproduction will read it (repro500.recorded_paths), with
-    where a copy under ``--data-root`` would be (an input inside the experiment's directory: it is
-    read from ``OUT/source``; anywhere else, the same path): (the entry as placed, where, the copy)."""
+def _recorded_inputs(pub: opened.Publication) -> list[dict[str, Any]]:
+    """The inputs the publisher's command read: observed (inputs.json, each as the command addressed
+    it) and declared in the manifest's data facet.  A declared input the command was also seen to
+    open is that observed entry (which says how it was opened); one it was not is addressed as the
+    recipe declares it (:func:`_as_opened`)."""
     manifest = rundir.read_optional_json(pub.reference / rundir.MANIFEST)
-    observed = rundir.read_inputs(pub.reference / rundir.INPUTS)
+    observed = [e for e in rundir.read_inputs(pub.reference / rundir.INPUTS).get("observed") or []
+                if isinstance(e, dict)]
+    declared = [e for e in ((manifest.get("facets") or {}).get("data") or {}).get("inputs") or []
+                if isinstance(e, dict)]
+    seen = {e.get("path") for e in observed}
     root = rundir.read_optional_json(pub.reference / SOURCE_INDEX).get("root")
-    declared = (((manifest.get("facets") or {}).get("data") or {}).get("inputs") or [])
-    entries = [*((entry, rundir.MANIFEST) for entry in declared),
-               *((entry, rundir.INPUTS) for entry in observed.get("observed") or [])]
-    placed = []
-    for entry, file in entries:
-        text, local = entry.get("path") if isinstance(entry, dict) else None, None
-        where = f"the packed run's {file}"
-        if isinstance(root, str) and isinstance(text, str) and Path(text).is_absolute() \
-                and Path(text).is_relative_to(root):
-            rel = Path(text).relative_to(root).as_posix()
-            path = recorded_paths.resolve(rel, field="input path", file=where, root=places.workdir / "source",
-                                          never=places.never)
-            local = places.local(rel, "input path", where)
-        else:
-            path = recorded_paths.resolve(text, field="input path", file=where, anywhere=True, never=places.never)
-        placed.append(({**entry, "path": str(path)}, path, local))
-    return placed
+    fixed = rundir.read_optional_yaml(pub.reference / rundir.RECIPE).get("fixed") or {}
+    return [_as_opened(e, root, fixed)
+            for e in (*observed, *(e for e in declared if e.get("opened") or e.get("path") not in seen))]
 
 
-def _check_inputs(pub: opened.Publication, places: _Places, allow: bool, console: Any) -> list[str]:
-    """The reproducer's copies of the command's inputs against the published digests, before
-    anything runs; one line each that differs or is missing.  An input the publisher kept inside
-    the experiment's directory (gitignored data, say) but that the publication does not carry is
-    copied into ``OUT/source`` from ``--data-root`` when a copy there has the published md5."""
-    recorded = _recorded_inputs(pub, places)
-    for entry, target, local in recorded:
-        md5, size = entry.get("md5", ""), entry.get("size")
-        if local is not None and local.resolve() != target.resolve() and not md5_matches(target, md5, size) \
-                and md5_matches(local, md5, size):
-            sources.copy_data(local, target)
-            console.print(f"  {untrusted.shown(target.relative_to(places.workdir / 'source'))}: copied from "
-                          f"{untrusted.shown(local)} into the experiment's directory (md5 matches)", highlight=False)
-    problems = compare([entry for entry, _, _ in recorded])
-    if problems and not allow:
-        # one line per difference (the error itself is one line), beside the error on stderr
-        for line in problems:
-            print(f"  {untrusted.plain(line, untrusted.SENTENCE_CHARS)}", file=sys.stderr)
-        raise InvalidInput(f"the data this experiment read is not the same here ({len(problems)} difference(s), one "
-                           "a line above): put the published data in place (an input of the experiment's own "
-                           "directory goes under OUT/source, or give --data-root holding a copy), or rerun anyway "
-                           "with --allow-data-differences (the verdict then names each difference)")
-    for line in problems:
-        console.print(f"[yellow]warning:[/] {untrusted.shown(line, untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
-    if recorded and not problems:
-        console.print(f"  {len(recorded)} input(s) the command read match the published digests", highlight=False)
-    return problems
+def _as_opened(entry: dict[str, Any], root: Any, fixed: Any) -> dict[str, Any]:
+    """*entry* with how the command addresses it, where the record does not say (a declared input,
+    or a run recorded before inputs kept that): a relative ``fixed.inputs`` path naming it is
+    opened as written from the experiment's directory *root* (``../data/x``: ``OUT/data/x`` for the
+    rerun, whose capture reads it there); else one inside *root* is at the same place in
+    ``OUT/source`` (gitignored data beside the code); else it is read at its recorded path."""
+    path = entry.get("path")
+    if entry.get("opened") or not isinstance(root, str) or not isinstance(path, str) or not os.path.isabs(path) \
+            or not os.path.isabs(root):
+        return entry
+    path, root = os.path.normpath(path), os.path.normpath(root)
+    workdir = fixed.get("workdir") if isinstance(fixed, dict) and isinstance(fixed.get("workdir"), str) else "."
+    texts = fixed.get("inputs") if isinstance(fixed, dict) and isinstance(fixed.get("inputs"), list) else []
+    for text in texts:  # placeholders ({mutable.KEY}) were filled by the run: only literal paths match
+        if isinstance(text, str) and text and "{" not in text and not os.path.isabs(os.path.expanduser(text)) \
+                and os.path.normpath(os.path.join(root, workdir, text)) == path:
+            # as the rerun's command opens it from OUT/source, where the recipe's workdir is
+            return {**entry, "opened": os.path.normpath(os.path.join(workdir, text)),
+                    "experiment": os.path.relpath(path, root)}
+    if not Path(path).is_relative_to(root):
+        return entry
+    return {**entry, "opened": os.path.relpath(path, root), "experiment": os.path.relpath(path, root)}
+
+
+def _place_inputs(pub: opened.Publication, places: _Places, allow: bool,
+                  console: Any) -> tuple[list[placing.Placed], list[str]]:
+    """Each input the publisher's command read, put where the rerun's command (in ``OUT/source``)
+    will read it, before anything runs: one plan line each.  One not there (or other bytes there)
+    is refused, naming the path the command will open, unless ``--allow-data-differences``: then
+    it is a warning and the verdict names the difference.  (the inputs as placed, the warnings)"""
+    placed = placing.place_inputs(_recorded_inputs(pub), cwd=places.workdir / "source", tree=places.workdir,
+                                  data_root=places.data_root, protected=places.never)
+    for item in placed:
+        console.print(f"  {untrusted.shown(item.line(), untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
+    error = placing.missing_error(placed)
+    if error is not None and not allow:
+        raise error
+    warnings = [item.line() for item in placed if not item.ok]
+    for line in warnings:
+        console.print(f"[yellow]warning:[/] {untrusted.shown(line, untrusted.SENTENCE_CHARS)} (rerun anyway: "
+                      "--allow-data-differences)", highlight=False, soft_wrap=True)
+    if placed and not warnings:  # said only of the bytes at the places the command opens
+        console.print(f"  {len(placed)} input(s) the command will read match the published digests", highlight=False)
+    return placed, warnings
 
 
 def _mlflow_metrics(pub: opened.Publication) -> list[str]:
@@ -463,7 +474,8 @@ def reproduce(
         code = _consent(pub, run_code, console)
         tracking = _tracking(pub, tracking, workdir, env, console)
         placed = _place_source(pub, workdir) if code else None
-        lines, warnings = _put_data(pub, workdir, src, Path(data_root), tmp, allow_data_differences, console)
+        places = _Places.of(pub, src, workdir, Path(data_root))
+        lines, warnings, inputs = _put_data(pub, places, src, tmp, allow_data_differences, console)
         sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
         env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes,
                                          sandboxed=confine.installs(choice, workdir, placed, links))
@@ -472,7 +484,7 @@ def reproduce(
                        allow_data_differences=allow_data_differences, max_repeats=max_repeats,
                        env_mode=env_mode, find_links=find_links, indexes=indexes, choice=choice) + "".join(
                            f" {word}" for word in launch or [])
-        reads = _reads(pub, _Places.of(pub, src, workdir, Path(data_root)))
+        reads = _reads(pub, places, inputs)
         confined = confine.rerun(choice, workdir, reads, env, used, console)
         rerun = _rerun(pub, workdir, repeats, tracking, env, code, placed, sequential, python,
                        pending=pending, again=again, console=console, launch=launch, confined=confined)
@@ -617,19 +629,20 @@ def _consent(pub: opened.Publication, run_code: bool, console: Any) -> tuple[str
     return code
 
 
-def _reads(pub: opened.Publication, places: _Places) -> list[Path]:
+def _reads(pub: opened.Publication, places: _Places, inputs: list[placing.Placed]) -> list[Path]:
     """What the rerun reads besides its source: every data path where it was put, and every input
-    the publisher's command read where this reproduction placed it (the sandbox grants these)."""
+    the publisher's command read where this reproduction placed it (the sandbox grants these; read
+    only, also inside the writable ``OUT``: a linked input shares its bytes with the reproducer's copy)."""
     return [*(places.out(entry.path, "data path", pub.params) for entry in pub.data),
-            *(where for _, where, _ in _recorded_inputs(pub, places))]
+            *(item.target for item in inputs)]
 
 
-def _put_data(pub: opened.Publication, workdir: Path, src: sources.Source, data_root: Path, tmp: Path,
-              allow_data_differences: bool, console: Any) -> tuple[list[str], list[str]]:
-    """The command's inputs checked and every data path put in place: (one line each, warnings)."""
-    lines, warnings = [], []
-    places = _Places.of(pub, src, workdir, data_root)
-    warnings += _check_inputs(pub, places, allow_data_differences, console)
+def _put_data(pub: opened.Publication, places: _Places, src: sources.Source, tmp: Path,
+              allow_data_differences: bool, console: Any) -> tuple[list[str], list[str], list[placing.Placed]]:
+    """The command's inputs placed and every data path put in place: (one line each, warnings, the
+    inputs as placed)."""
+    lines: list[str] = []
+    inputs, warnings = _place_inputs(pub, places, allow_data_differences, console)
     for entry in pub.data:
         line, warning = _data(entry, places, src, tmp, pub.params)
         lines.append(line)
@@ -637,7 +650,7 @@ def _put_data(pub: opened.Publication, workdir: Path, src: sources.Source, data_
         if warning:
             warnings.append(warning)
             console.print(f"[yellow]warning:[/] {untrusted.shown(warning, untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
-    return lines, warnings
+    return lines, warnings, inputs
 
 
 def _sequential_flags(workdir: Path, max_repeats: int | None, margins: dict[str, float] | None) -> list[str]:
