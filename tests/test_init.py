@@ -46,6 +46,11 @@ def _repo(path: Path) -> None:
     _sh(path, str(BIN / "dvc"), "init", "-q")
 
 
+def _commit(path: Path, message: str) -> None:
+    _sh(path, "git", "add", "-A")
+    _sh(path, "git", "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", message)
+
+
 def _parent_runs(store: Path) -> list:
     from mlflow.tracking import MlflowClient
 
@@ -54,8 +59,9 @@ def _parent_runs(store: Path) -> list:
     return [r for r in runs if "mlflow.parentRunId" not in r.data.tags and "repro500.verdict" in r.data.tags]
 
 
-def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
-    """init, dvc repro, git commit -a, dvc exp run -S run.mutable.lr=0.5; the parent runs MLflow holds."""
+def _through_dvc(path: Path, script: str, metric: list[str], *, name: str | None = None) -> list:
+    """init, dvc repro, git commit -a, dvc exp run -S run.mutable.lr=0.5 (named *name* if given);
+    the parent runs MLflow holds."""
     (path / "train.py").write_text(script)
     (path / ".gitignore").write_text("/mlflow.db\n*.log")  # the user's own lines, one already covering the store
     _repo(path)
@@ -72,15 +78,15 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
     assert yaml.safe_load((path / "params.yaml").read_text())["run"]["tracking"] is True
 
     dvc = str(BIN / "dvc")
+    _commit(path, "the experiment")  # a user's code committed first: what DVC writes next must not make it dirty
     _sh(path, dvc, "repro")
     first = json.loads((path / "metrics" / "verdict.json").read_text())
     assert first["status"] == "PASS" and 90.1 <= first["accuracy"]["mean"] < 90.2
     assert (path / "mlflow.db").is_file()
-    _sh(path, "git", "add", "-A")  # what a user does: the store must not go into git
-    _sh(path, "git", "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-qm", "experiment")
+    _commit(path, "its first results")  # what a user does: the store must not go into git
     committed = _sh(path, "git", "ls-files").stdout.split()
     assert "train.py" in committed and not [f for f in committed if f.startswith(("mlflow.db", "mlruns"))]
-    _sh(path, dvc, "exp", "run", "-S", "run.mutable.lr=0.5")
+    _sh(path, dvc, "exp", "run", "-S", "run.mutable.lr=0.5", *(("-n", name) if name else ()))
     varied = json.loads((path / "metrics" / "verdict.json").read_text())
     assert varied["status"] == "PASS" and 90.5 <= varied["accuracy"]["mean"] < 90.6
     untracked = [line for line in _sh(path, "git", "status", "--porcelain", "--untracked-files=all").stdout.splitlines()
@@ -88,7 +94,9 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
     assert untracked == []  # the store, its lock and MLflow's artifacts are all ignored
     # what DVC wrote (params.yaml's new lr, dvc.lock, the last verdict) is not the experiment's code:
     # not in its source, not what makes it dirty; the change is the parameter's
-    index = json.loads((path / "runs/dvc/experiment/source.json").read_text())
+    dvc_names = _sh(path, dvc, "exp", "list", "--name-only").stdout.split()
+    assert len(dvc_names) == 1 and (name is None or dvc_names == [name])
+    index = json.loads((path / "runs/dvc" / _normal(dvc_names[0]) / "source.json").read_text())
     assert "train.py" in [f["path"] for f in index["files"]]
     assert not {"params.yaml", "dvc.lock", "metrics/verdict.json"} & {f["path"] for f in index["files"]}
 
@@ -98,18 +106,43 @@ def _through_dvc(path: Path, script: str, metric: list[str]) -> list:
     assert parents[1].data.tags["repro500.dirty"] == "false"  # committed code, only a parameter varied
     # which DVC experiment each parent is: dvc repro's none, dvc exp run's its name and baseline
     head = _sh(path, "git", "rev-parse", "HEAD").stdout.strip()
-    named = _sh(path, dvc, "exp", "list", "--name-only").stdout.split()
     assert "repro500.dvc.experiment" not in parents[0].data.tags
-    assert parents[1].data.tags["repro500.dvc.experiment"] in named
+    assert parents[1].data.tags["repro500.dvc.experiment"] == dvc_names[0]  # as DVC gave it
     assert parents[1].data.tags["repro500.dvc.baseline_rev"] == head
+    # each DVC run is a run of its own, side by side, where the MLflow parent says it is
+    run_dirs = [Path(r.data.tags["repro500.run_dir"]) for r in parents]
+    assert run_dirs[1] == (path / "runs/dvc" / _normal(dvc_names[0])).resolve() and run_dirs[0] != run_dirs[1]
+    assert all((d / "SHA256SUMS").is_file() for d in run_dirs)
     means = [r.data.metrics["accuracy_mean"] for r in parents]  # DVC's accuracy.mean
     assert 90.1 <= means[0] < 90.2 and 90.5 <= means[1] < 90.6
     return parents
 
 
+def _normal(name: str) -> str:
+    """The run id repro500 gives DVC experiment *name* (runner/dvcexp.py)."""
+    from repro500.runner.dvcexp import Experiment, run_id
+
+    return run_id(Experiment(name, None))
+
+
+def _history(path: Path, source: str) -> dict:
+    done = repro500("history", source, "accuracy", "--json", cwd=path, env=ENV)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
 def test_dvc_repro_and_dvc_exp_run_of_an_init_pipeline_log_to_mlflow(in_tmp):
     parents = _through_dvc(in_tmp, SCRIPT, ["--metric", "accuracy=regex:Acc@1 ([0-9.]+)"])
-    # the two DVC runs compared from the store alone (the run directory holds only the last one)
+    # both DVC runs kept: history reads them from the stage's runs directory
+    found = _history(in_tmp, "runs/dvc")
+    assert [r["run_id"] for r in found["runs"]] == [r.data.tags["repro500.run_id"] for r in parents]
+    # and from MLflow alone: a parent whose run directory is gone is read from the sealed run it holds
+    gone = Path(parents[1].data.tags["repro500.run_dir"])
+    gone.rename(in_tmp / "elsewhere")
+    found = _history(in_tmp, "repro500/train")
+    assert [r["run_id"] for r in found["runs"]] == [r.data.tags["repro500.run_id"] for r in parents]
+    assert found["skipped"] == [] and not gone.exists()
+    # the two DVC runs compared from the store alone
     a, b = (f"mlflow:{r.info.run_id}" for r in parents)
     done = repro500("diff", a, b, "--json", cwd=in_tmp, env=ENV)
     assert done.returncode == 1, done.stderr[-2000:]  # a parameter changed: result-relevant
@@ -118,6 +151,85 @@ def test_dvc_repro_and_dvc_exp_run_of_an_init_pipeline_log_to_mlflow(in_tmp):
     changed = [d for d in found["differences"] if d["key"] == "mutable.lr"]
     assert len(changed) == 1, found["differences"][:6]
     assert (changed[0]["a"], changed[0]["b"]) == (0.1, 0.5) and changed[0]["result_relevant"], changed
+
+
+@pytest.mark.slow  # about 100 s on 2 cores: dvc repro, three dvc exp run, history, diffs
+def test_every_dvc_experiment_is_a_run_of_its_own_that_history_and_diff_read(in_tmp):
+    # dvc repro and a named dvc exp run (a name a run id cannot hold as given), then one more
+    parents = _through_dvc(in_tmp, SCRIPT, ["--metric", "accuracy=regex:Acc@1 ([0-9.]+)"], name="lr@0.5")
+    dvc = str(BIN / "dvc")
+    _sh(in_tmp, dvc, "exp", "run", "-S", "run.mutable.lr=0.7")
+    # a third experiment whose name normalises to the first one's run id is refused, and that run kept
+    kept = (in_tmp / "runs/dvc/lr-0.5/SHA256SUMS").read_bytes()
+    clash = subprocess.run([dvc, "exp", "run", "-S", "run.mutable.lr=0.9", "-n", "lr-0.5"], cwd=in_tmp, env=tool_env(),
+                           capture_output=True, text=True, timeout=300)
+    assert clash.returncode != 0 and "Traceback" not in clash.stdout + clash.stderr
+    assert ("DVC experiment 'lr-0.5' would be run lr-0.5, but runs/dvc/lr-0.5 already holds the run of DVC "
+            "experiment 'lr@0.5'") in clash.stdout + clash.stderr
+    assert (in_tmp / "runs/dvc/lr-0.5/SHA256SUMS").read_bytes() == kept
+
+    # history lists all three, from the runs directory and from MLflow, oldest first, the
+    # parameter named where the metric moved
+    from_dir, from_store = _history(in_tmp, "runs/dvc"), _history(in_tmp, "repro500/train")
+    assert [r["run_id"] for r in from_dir["runs"]] == [r["run_id"] for r in from_store["runs"]]
+    ids = [r["run_id"] for r in from_dir["runs"]]
+    assert len(ids) == 3 and ids[1] == "lr-0.5", ids
+    assert [c["key"] for c in from_dir["runs"][2]["changes"]][:1] == ["recipe.mutable.lr"]
+    # diff of two runs names the parameter first (not params.yaml, dvc.lock or the verdict as code)
+    done = repro500("diff", f"runs/dvc/{ids[1]}", f"runs/dvc/{ids[2]}", "--json", cwd=in_tmp, env=ENV)
+    assert done.returncode == 1, done.stderr[-2000:]
+    first = json.loads(done.stdout)["differences"][0]
+    assert (first["key"], first["a"], first["b"]) == ("mutable.lr", 0.5, 0.7), first
+    # MLflow: three parents, none dirty, each pointing at its own run directory; diff from the store alone
+    parents = sorted(_parent_runs(in_tmp / "mlflow.db"), key=lambda r: r.info.start_time)
+    assert [r.data.tags["repro500.run_id"] for r in parents] == ids
+    assert [r.data.tags["repro500.dirty"] for r in parents] == ["false"] * 3
+    assert [r.data.tags.get("repro500.dvc.experiment") for r in parents][:2] == [None, "lr@0.5"]
+    assert len({r.data.tags["repro500.run_dir"] for r in parents}) == 3
+    done = repro500("diff", f"mlflow:{parents[1].info.run_id}", f"mlflow:{parents[2].info.run_id}", "--json",
+                    cwd=in_tmp, env=ENV)
+    assert done.returncode == 1, done.stderr[-2000:]
+    first = json.loads(done.stdout)["differences"][0]
+    assert (first["key"], first["a"], first["b"]) == ("mutable.lr", 0.5, 0.7), first
+    # DVC itself kept the two experiments that ran, not the refused one
+    listed = _sh(in_tmp, dvc, "exp", "list", "--name-only").stdout.split()
+    assert len(listed) == 2 and "lr@0.5" in listed and "lr-0.5" not in listed, listed
+
+
+def test_a_dvc_experiment_name_is_normalised_recorded_as_given_and_never_overwritten(in_tmp):
+    (in_tmp / "train.py").write_text(SCRIPT)
+    made = repro500("init", "--no-tracking", *REGEX, "-n", "1", "--", "python", "train.py", "--lr", "0.1",
+                    cwd=in_tmp, env=ENV)
+    assert made.returncode == 0, made.stderr
+    cmd = yaml.safe_load((in_tmp / "dvc.yaml").read_text())["stages"]["run"]["cmd"]
+    as_dvc = {"DVC_EXP_NAME": "lr@0.7-ü", "DVC_EXP_BASELINE_REV": "0" * 40}  # what dvc exp run gives the stage
+    subprocess.run(["sh", "-c", cmd], cwd=in_tmp, env=tool_env(**as_dvc), capture_output=True, text=True, timeout=120,
+                   check=True)
+    run = in_tmp / "runs/dvc/lr-0.7-u"
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["run_id"] == "lr-0.7-u" and meta["dvc"] == {"experiment": "lr@0.7-ü", "baseline_rev": "0" * 40}
+    kept = (run / "SHA256SUMS").read_bytes()
+    # another experiment whose name normalises alike: one sentence, exit 4, the first run as it was
+    again = ["run", "repro500.yaml", "--params", "params.yaml", "--out", "runs/dvc", "--run-id-from-dvc"]
+    refused = repro500(*again, cwd=in_tmp, env={**ENV, "DVC_EXP_NAME": "lr-0.7-u"})
+    assert refused.returncode == 4 and "Traceback" not in refused.stderr
+    assert ("DVC experiment 'lr-0.7-u' would be run lr-0.7-u, but runs/dvc/lr-0.7-u already holds the run of DVC "
+            "experiment 'lr@0.7-ü', which is kept as it is; name this experiment otherwise (dvc exp run -n NAME)"
+            ) in " ".join(refused.stderr.split())
+    assert (run / "SHA256SUMS").read_bytes() == kept and len(list((in_tmp / "runs/dvc").iterdir())) == 1
+    # a name with nothing a run id can hold, and two ways of naming one run
+    empty = repro500(*again, cwd=in_tmp, env={**ENV, "DVC_EXP_NAME": "@@"})
+    assert empty.returncode == 4 and "has no letter or digit a run id can hold" in empty.stderr
+    both = repro500(*again, "--run-id", "x", cwd=in_tmp, env=ENV)
+    assert both.returncode == 2 and "give --run-id or --run-id-from-dvc, not both" in both.stderr
+
+
+@pytest.mark.parametrize(("name", "normal"), [
+    ("raspy-magi", "raspy-magi"), ("lr@0.5", "lr-0.5"), ("ü-x", "u-x"), (".hidden", "hidden"), ("-x-", "x"),
+    ("a" * 150, "a" * 100), ("a/b c", "a-b-c"),
+])
+def test_a_dvc_experiment_name_becomes_a_run_id(name, normal):
+    assert _normal(name) == normal
 
 
 @pytest.mark.slow  # about 40 s on 2 cores: the script imports mlflow in every repeat
@@ -150,7 +262,12 @@ def test_the_run_stage_of_a_no_tracking_init_does_not_log_to_mlflow(in_tmp):
     # the stage's own command, as DVC runs it (sh -c in the stage's directory)
     subprocess.run(["sh", "-c", stage["cmd"]], cwd=in_tmp, env=tool_env(), capture_output=True, text=True, timeout=120,
                    check=True)
-    assert (in_tmp / "runs" / "dvc" / "experiment" / "summary.json").is_file()
+    # outside `dvc exp run` the run gets the default dated id, and a second one does not overwrite it
+    subprocess.run(["sh", "-c", stage["cmd"]], cwd=in_tmp, env=tool_env(), capture_output=True, text=True, timeout=120,
+                   check=True)
+    assert len(list((in_tmp / "runs" / "dvc").glob("*/summary.json"))) == 2
+    # the same stage writes DVC's metrics: one repeat cannot decide a band, a result all the same
+    assert json.loads((in_tmp / "metrics" / "verdict.json").read_text())["status"] == "INCONCLUSIVE"
     # the runner reads params.yaml's run.tracking (Recipe.tracking) when the command line does not say
     assert not (in_tmp / "mlflow.db").exists()
 

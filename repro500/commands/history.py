@@ -22,8 +22,11 @@ from repro500.statuses import DEFAULT_ALPHA
 def history(source: str, metric: str, recipe: str | None, plot_path: Path | None, alpha: float, as_json: bool) -> None:
     """Show METRIC across the runs SOURCE holds, oldest first, and what changed where it moved.
 
-    SOURCE is a directory of run directories (runs) or an MLflow experiment's name
-    (repro500/<recipe> by default). Each run is compared with the previous run on the same
+    SOURCE is a directory of run directories (runs, runs/dvc), an MLflow experiment's name
+    (repro500/<recipe> by default) or mlflow:FILTER (MLflow's search syntax, every experiment of
+    the store; MLFLOW_TRACKING_URI selects it). A run in MLflow whose run directory is not here
+    (or holds another run now) is read from the sealed run the store keeps, as verify reads
+    mlflow:RUN_ID. Each run is compared with the previous run on the same
     system of the same benchmark: "better"/"worse" when Welch's t-test says the metric moved at
     --alpha, and what changed between the two: the recipe's keys first (--set overrides), then
     the result-relevant provenance differences (packages, driver, commit, data). A run with other

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -35,6 +36,11 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
               help="A DVC params.yaml whose 'run' section (repeats, seed, mutable) overrides the recipe.")
 @click.option("--out", "out_dir", default="runs", type=click.Path(file_okay=False), help="Where run directories are created.")
 @click.option("--run-id", help="Name of the run directory (default: UTC time, recipe name and a random suffix).")
+@click.option("--run-id-from-dvc", is_flag=True,
+              help="Name the run directory after the DVC experiment that runs it (dvc exp run's DVC_EXP_NAME, "
+                   "normalised; refused if that run exists), else the default id: what repro500 init's stage passes.")
+@click.option("--metrics", "metrics_path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the verdict's numbers as flat JSON for `dvc metrics show/diff` (as verify --metrics).")
 @click.option("--deterministic", is_flag=True, help="Use torch's deterministic algorithms (recorded in the manifest).")
 @click.option("--same-seed", is_flag=True, help="Give every repeat repeat 0's seeds: a determinism check.")
 @click.option("--open-division", is_flag=True, help="Allow overriding fixed keys; recorded with the results.")
@@ -84,7 +90,7 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
               help="With --launcher: repeats at once.  [default: one per GPU, else per CPU core, at most the repeats]")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
-        run_id: str | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
+        run_id: str | None, run_id_from_dvc: bool, metrics_path: Path | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, run_code: bool,
         tracking: bool | None,
         experiment: str | None, artifacts: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
@@ -129,7 +135,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, run_code=run_code, nproc=nproc,
                          tracking=tracking,
-                         experiment=experiment, artifacts=artifacts, run_id=run_id, nnodes=nnodes, node_rank=node_rank,
+                         experiment=experiment, artifacts=artifacts, run_id=run_id, run_id_from_dvc=run_id_from_dvc, nnodes=nnodes, node_rank=node_rank,
                          rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
                          sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,
                          until_decided=until_decided, max_repeats=max_repeats, spending=spending, against=against,
@@ -137,6 +143,10 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          vary=[name.strip() for name in vary.split(",")] if vary is not None else None,
                          started_ms=started_ms)
     outcome = run_recipe(options)
+    if metrics_path is not None and outcome.verdict is not None:
+        from repro500.rundir.dvcmetrics import write_metrics
+
+        write_metrics(outcome.verdict.to_dict(), metrics_path)
     sys.exit(outcome.exit_code)
 
 
@@ -147,7 +157,7 @@ _COMMAND_ONLY = (("--metric", "metrics"), ("--scale", "scales"), ("--accept", "a
 _RECORDED_IN_THE_RUN = (
     ("--set", "overrides"), ("--params", "params_file"), ("--repeats", "repeats"), ("--nproc", "nproc"),
     ("--deterministic", "deterministic"), ("--same-seed", "same_seed"), ("--open-division", "open_division"),
-    ("--run-id", "run_id"), ("--experiment", "experiment"), ("--trace-inputs", "trace_inputs"),
+    ("--run-id", "run_id"), ("--run-id-from-dvc", "run_id_from_dvc"), ("--experiment", "experiment"), ("--trace-inputs", "trace_inputs"),
     ("--until-decided", "until_decided"), ("--max-repeats", "max_repeats"), ("--against", "against"),
     ("--margin", "margins"), ("--vary", "vary"), ("--repeats-per-cell", "repeats_per_cell"),
 )

@@ -49,7 +49,7 @@ from repro500.publish.datafiles import (
 )
 from repro500.redact import redact_values
 from repro500.rundir import archive as archives
-from repro500.rundir import atomic, excluded
+from repro500.rundir import atomic, dvcfile, excluded
 from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
 from repro500.rundir.names import PUBLISHED_SCHEMA
@@ -208,28 +208,27 @@ def _dvc_yaml(entries: list[DataEntry], flags: list[str]) -> str:
     if commands:
         stages["generate"] = {"desc": "Recreate the run's synthetic data from its generator parameters",
                               "cmd": commands, "outs": outs}
-    tolerate = " || test $? -eq 1 -o $? -eq 3"
     stages["run"] = {
         "desc": "Rerun the published recipe with the published seed and repeats",
         "cmd": " ".join(["repro500 run", RECIPE, "--params", PARAMS, "--out runs --run-id", RERUN_ID,
-                         *flags, "--no-tracking"]) + tolerate,
+                         *flags, "--no-tracking", dvcfile.RESULT_OK]),
         "deps": [RECIPE, *[e.path for e in entries]],
         "params": ["run"],
         "outs": [f"runs/{RERUN_ID}"],
     }
     stages["verify"] = {
         "desc": "Verify the rerun against the published results",
-        "cmd": f"repro500 verify runs/{RERUN_ID} --against {PUBLISHED} --no-write --metrics metrics/verdict.json"
-               + tolerate,
+        "cmd": f"repro500 verify runs/{RERUN_ID} --against {PUBLISHED} --no-write --metrics {dvcfile.VERDICT_METRICS} "
+               + dvcfile.RESULT_OK,
         "deps": [f"runs/{RERUN_ID}", PUBLISHED, MANIFEST],
-        "metrics": [{"metrics/verdict.json": {"cache": False}}],
+        "metrics": [dvcfile.metrics_entry()],
     }
-    head = ["# Written by repro500 publish (docs/publish.md). Inside a DVC project (or after",
-            "# `dvc init --no-scm` here): dvc repro. `repro500 reproduce` does the same without DVC.",
-            "# A FAIL (1) or INCONCLUSIVE (3) verdict is recorded in metrics/verdict.json, not an error."]
+    head = ["Written by repro500 publish (docs/publish.md). Inside a DVC project (or after",
+            "`dvc init --no-scm` here): dvc repro. `repro500 reproduce` does the same without DVC.",
+            "A FAIL (1) or INCONCLUSIVE (3) verdict is recorded in metrics/verdict.json, not an error."]
     if skipped:
-        head.append(f"# Not generated here (use repro500 reproduce, dvc pull or a copy): {', '.join(skipped)}")
-    return "\n".join(head) + "\n" + yaml.safe_dump({"stages": stages}, sort_keys=False, width=1000)
+        head.append(f"Not generated here (use repro500 reproduce, dvc pull or a copy): {', '.join(skipped)}")
+    return dvcfile.render(head, stages)
 
 
 def _readme(index: dict[str, Any], published: dict[str, Any], entries: list[DataEntry], flags: list[str],

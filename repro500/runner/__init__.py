@@ -22,7 +22,7 @@ from repro500.errors import REPRODUCTION_ENV, InvalidInput, UsageError
 from repro500.recipe import load as recipes
 from repro500.recipe.fields import recipe_yaml, scrub_recipe
 from repro500.rundir import layout, ownership
-from repro500.runner import decide, fanout, multinode
+from repro500.runner import decide, dvcexp, fanout, multinode
 from repro500.runner.plan import (
     RunOptions,
     check_options,
@@ -66,8 +66,13 @@ def _new(options: RunOptions, console: Console) -> Session:
     design, reference, loaded = decide.prepare(options, recipe)
     if design is not None:
         console.print(decide.describe_max(design))
-    run_id = options.run_id or new_run_id(recipe.name)
+    experiment = dvcexp.current()
+    named = experiment if options.run_id_from_dvc else None  # None under a plain `dvc repro`
+    run_id = options.run_id or (dvcexp.run_id(named) if named else new_run_id(recipe.name))
     run = layout.RunDir(Path(options.out_dir) / run_id)
+    if run.exists() and named:  # another experiment's name normalised alike (or the same name again)
+        held = (_meta_or_none(run) or {}).get("dvc")
+        raise dvcexp.taken(named, str(run), held.get("experiment") if isinstance(held, dict) else None)
     if run.exists():
         resume = ""
         if run.is_run():
@@ -88,6 +93,8 @@ def _new(options: RunOptions, console: Console) -> Session:
         "engine": plan.engine, "world_size": plan.world_size, "nnodes": plan.nnodes,
         "compressor": plan.compressor, "tracking": options.tracking, "mlflow": None, "resumes": [],
     }
+    if experiment:  # which DVC experiment this run is, its name as DVC gave it (the run id may normalise it)
+        meta["dvc"] = experiment.record()
     if plan.vary:
         design = {"kind": "factorial", "sources": plan.vary, "per_cell": plan.per_cell,
                   "cells": [plan.cell(k) for k in range(recipe.repeats)]}

@@ -45,6 +45,8 @@ class RunOptions:
     experiment: str | None = None
     artifacts: str | None = None  # where a new MLflow experiment keeps its artifacts (default: beside the store)
     run_id: str | None = None
+    # the run named after the DVC experiment that runs it (runner/dvcexp.py); outside one, the default id
+    run_id_from_dvc: bool = False
     nnodes: int = 1
     node_rank: int = 0
     rdzv_endpoint: str | None = None
@@ -147,6 +149,8 @@ def rendezvous(options: RunOptions) -> dict[str, Any] | None:
 
 
 def check_options(options: RunOptions) -> None:
+    if options.run_id_from_dvc and options.run_id:
+        raise UsageError("give --run-id or --run-id-from-dvc, not both: each names the run directory")
     if options.nnodes > 1:
         if not options.rdzv_endpoint or not (options.run_id or options.resume):
             raise UsageError("a multi-node run needs --rdzv-endpoint HOST:PORT and the same --run-id on every node")

@@ -13,6 +13,7 @@ from typing import Any
 from repro500.capture.hardware import gpu_model
 from repro500.errors import InvalidInput, ReproError
 from repro500.rundir import atomic, layout
+from repro500.runner import dvcexp
 from repro500.runner.background import Worker
 from repro500.runner.plan import Plan
 from repro500.statuses import REPEAT_FAILED
@@ -46,11 +47,8 @@ def parent_tags(plan: Plan, run_id: str, source_name: str, run_dir: str = "") ->
 
 def dvc_experiment_tags() -> dict[str, str]:
     """The DVC experiment this run is, where ``dvc exp run`` started it (its name as DVC gave it)."""
-    import os
-
-    given = {names.DVC_EXPERIMENT_TAG: os.environ.get("DVC_EXP_NAME"),
-             names.DVC_BASELINE_TAG: os.environ.get("DVC_EXP_BASELINE_REV")}
-    return {key: value for key, value in given.items() if value}
+    experiment = dvcexp.current()
+    return experiment.tags() if experiment else {}
 
 
 def compressor_params(compressor: Any) -> dict[str, str]:

@@ -47,8 +47,8 @@ MANIFEST_DIGEST_TAG = "repro500.manifest_digest"
 DIRTY_TAG = "repro500.dirty"
 GPU_MODEL_TAG = "repro500.gpu_model"
 DESIGN_TAG = "repro500.design"  # and repro500.design.<key>: a sequential or factorial design
-# the DVC experiment a run is (`dvc exp run` gives its stages DVC_EXP_NAME and DVC_EXP_BASELINE_REV):
-# every run of one pipeline shares the stage's run id, the experiment's name tells them apart
+# the DVC experiment a run is (`dvc exp run` gives its stages DVC_EXP_NAME and DVC_EXP_BASELINE_REV),
+# as DVC spelt it: the run id repro500 init's stage derives from it may be normalised (runner/dvcexp.py)
 DVC_EXPERIMENT_TAG = "repro500.dvc.experiment"
 DVC_BASELINE_TAG = "repro500.dvc.baseline_rev"
 SEALED_TAG = "repro500.sealed"  # why the sealed run is not among the parent's artifacts, where it is not

@@ -25,6 +25,7 @@ one observation: pooling then would understate the spread a new run meets.
 from __future__ import annotations
 
 import math
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,11 +33,11 @@ from typing import Any
 
 from repro500.digest import canonical_digest
 from repro500.errors import EXIT_INCONCLUSIVE, InvalidInput, ReproError, UsageError
-from repro500.rundir import layout
+from repro500.rundir import archive, layout
 from repro500.statuses import FAIL, INCONCLUSIVE, PASS
 from repro500.tracking import names
 from repro500.tracking import store as mlflow_store
-from repro500.verify import integrity
+from repro500.verify import from_mlflow, integrity
 from repro500.verify.diff import flatten
 from repro500.verify.reference import (
     Reference,
@@ -144,20 +145,24 @@ def system_difference(a: RunData, b: RunData) -> str | None:
 
 
 # ----- finding the runs -------------------------------------------------------------------------------
-def locate(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
-    """The run directories SOURCE names, and the runs it names that cannot be read (with why)."""
+def locate(spec: str, downloads: Path | None = None) -> tuple[list[Path], list[dict[str, str]]]:
+    """The run directories SOURCE names, and the runs it names that cannot be read (with why).
+
+    With *downloads* (a directory the caller removes when done), an MLflow parent whose run
+    directory is not here, or holds another run now, is read from the sealed run the store keeps
+    (as ``verify mlflow:RUN_ID`` reads it); without, such a run is left out and said so."""
     if spec.startswith(MLFLOW_FILTER):
-        return _from_mlflow(spec)
+        return _from_mlflow(spec, downloads)
     source = Path(spec)
     if source.is_dir():
         if (source / layout.RUN_JSON).is_file() or (source / layout.SUMS_NAME).is_file():
             raise InvalidInput(f"history:{spec} is one run directory: give the directory that holds the runs "
                                f"(e.g. history:{source.parent}) or an MLflow experiment's name")
         return sorted(p for p in source.iterdir() if p.is_dir() and (p / layout.SUMS_NAME).is_file()), []
-    return _from_mlflow(spec)
+    return _from_mlflow(spec, downloads)
 
 
-def _from_mlflow(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
+def _from_mlflow(spec: str, downloads: Path | None = None) -> tuple[list[Path], list[dict[str, str]]]:
     """The parent runs of an MLflow experiment (SOURCE is its name), or of every experiment in the
     store that match an MLflow search filter (SOURCE is ``mlflow:FILTER``)."""
     uri = mlflow_store.tracking_uri()
@@ -198,14 +203,41 @@ def _from_mlflow(spec: str) -> tuple[list[Path], list[dict[str, str]]]:
         if names.RUN_ID_TAG not in tags or names.PARENT_TAG in tags:
             continue  # a repeat's nested run, or a run repro500 did not make
         run_dir = tags.get(names.RUN_DIR_TAG)
-        if not run_dir:
-            skipped.append({"run": tags[names.RUN_ID_TAG], "why": "its MLflow run records no run directory "
-                            "(made before repro500 recorded one); give the directory that holds it instead"})
-        elif not Path(run_dir, layout.SUMS_NAME).is_file():
-            skipped.append({"run": tags[names.RUN_ID_TAG], "why": f"its run directory {run_dir} is not here"})
-        else:
+        if run_dir and _holds(Path(run_dir), tags.get(names.MANIFEST_DIGEST_TAG)):
             paths.append(Path(run_dir))
+            continue
+        where = (f"its run directory {run_dir} is not here" if run_dir and not Path(run_dir, layout.SUMS_NAME).is_file()
+                 else f"its run directory {run_dir} holds another run now" if run_dir
+                 else "its MLflow run records no run directory")
+        if downloads is None:
+            skipped.append({"run": tags[names.RUN_ID_TAG], "why": where})
+            continue
+        try:  # the sealed run the parent holds, checked against its SHA256SUMS as any packed run is
+            paths.append(_sealed(found.info.run_id, downloads / found.info.run_id))
+        except InvalidInput as err:
+            skipped.append({"run": tags[names.RUN_ID_TAG], "why": f"{where}, and the store's copy cannot be read ({err})"})
     return sorted(set(paths)), skipped
+
+
+def _holds(run_dir: Path, digest: str | None) -> bool:
+    """Whether *run_dir* is still the run an MLflow parent recorded: sealed, with the manifest
+    whose digest the parent was tagged with (a later run of the same id may have replaced it)."""
+    if not (run_dir / layout.SUMS_NAME).is_file():
+        return False
+    if not digest:
+        return True  # a parent logged before the manifest's digest was tagged: the directory is all there is
+    try:
+        manifest = layout.read_json(run_dir / layout.MANIFEST, "the run's manifest")
+    except InvalidInput:
+        return True  # unreadable: load() says why, as for a run directory named directly
+    recorded = manifest.get("digest")
+    return not isinstance(recorded, dict) or recorded.get("value") == digest
+
+
+def _sealed(parent_id: str, dest: Path) -> Path:
+    """The run directory of the sealed run MLflow parent *parent_id* holds, unpacked under *dest*."""
+    packed = from_mlflow.download(f"{from_mlflow.PREFIXES[0]}{parent_id}", dest / "download")
+    return archive.unpack(packed, dest / "run")
 
 
 def load(paths: list[Path], skipped: list[dict[str, str]]) -> list[Entry]:
@@ -233,7 +265,11 @@ def reference(spec: str, run: RunData, alpha: float) -> Reference:
     if not spec:
         raise InvalidInput("--against history: names no history: give history:DIR (a directory of runs) or "
                            "history:EXPERIMENT (an MLflow experiment)")
-    paths, skipped = locate(spec)
+    with tempfile.TemporaryDirectory(prefix="repro500-history-") as downloads:  # runs the store alone keeps
+        return _reference(spec, run, alpha, *locate(spec, Path(downloads)))
+
+
+def _reference(spec: str, run: RunData, alpha: float, paths: list[Path], skipped: list[dict[str, str]]) -> Reference:
     here = run.path.resolve()
     paths = [p for p in paths if p.resolve() != here]
     matched: list[Entry] = []

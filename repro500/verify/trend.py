@@ -15,6 +15,7 @@ system is not compared with the runs before it; its changes say how it differs f
 from __future__ import annotations
 
 import math
+import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,7 +74,14 @@ class Trend:
 
 def build(source: str, metric: str, alpha: float = DEFAULT_ALPHA, recipe: str | None = None) -> Trend:
     """The trend of METRIC across the runs SOURCE holds (see the module docstring)."""
-    paths, skipped = history.locate(source)
+    # an MLflow parent whose run directory is not here is read from the sealed run the store keeps,
+    # unpacked for as long as the trend is built (the comparisons read its files)
+    with tempfile.TemporaryDirectory(prefix="repro500-history-") as downloads:
+        return _build(source, metric, alpha, recipe, *history.locate(source, Path(downloads)))
+
+
+def _build(source: str, metric: str, alpha: float, recipe: str | None, paths: list[Path],
+           skipped: list[dict[str, str]]) -> Trend:
     entries = history.load(paths, skipped)
     names = sorted({e.recipe_name for e in entries})
     if recipe is not None:

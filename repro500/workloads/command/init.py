@@ -6,8 +6,9 @@ Writes three files next to the experiment (docs/dvc.md, "Your own experiment"):
   ``--accept`` and ``--input`` declarations and the ``--set`` mutable values it was given;
 - ``params.yaml``: the ``run`` section ``repro500 run --params`` applies (repeats, seed,
   tracking and the mutable values), which ``dvc exp run -S run.mutable.KEY=VALUE`` varies;
-- ``dvc.yaml``: stages ``run`` (``repro500 run``; the experiment's source files and its declared
-  inputs as dependencies) and ``verify`` (the verdict as a DVC metric).
+- ``dvc.yaml``: stage ``run`` (``repro500 run``; the experiment's source files and its declared
+  inputs as dependencies; each DVC experiment a run of its own under ``runs/dvc/``, the verdict
+  as a DVC metric).
 
 With tracking (the default) the runs log to MLflow, whose local store (``mlflow.db``) appears
 beside them: it is neither source nor a DVC output, so the lines that keep it out of git are
@@ -31,14 +32,10 @@ import yaml
 from repro500.capture import source
 from repro500.errors import InvalidInput
 from repro500.recipe import load as recipes
-from repro500.rundir import atomic, layout
+from repro500.rundir import atomic, dvcfile, layout
 from repro500.workloads.command import recipe as command
 
 FILES = ("repro500.yaml", layout.PUBLICATION_PARAMS, layout.DVC_FILE)
-RUN_DIR = "runs/dvc/experiment"
-METRICS = "metrics/verdict.json"
-# A FAIL (1) or INCONCLUSIVE (3) verdict is a result: the stage succeeds and the verdict is the metric.
-_RESULT_OK = "|| test $? -eq 1 -o $? -eq 3"
 # MLflow's default local store (repro500.tracking.client: sqlite:///mlflow.db in the working directory,
 # which is the stage's directory under DVC), SQLite's files beside it while it is written,
 # repro500's lock, the artifacts beside the store (repro500.tracking.store.default_artifacts) and
@@ -80,23 +77,26 @@ class Started:
 def _dvc_yaml(deps: list[str]) -> str:
     stages = {
         "run": {
-            "desc": "Repeated runs of the experiment with full provenance (repro500 run)",
-            # no --tracking flag: params.yaml's run.tracking decides, so dvc exp run -S can change it
-            "cmd": f"repro500 run repro500.yaml --params params.yaml --out runs/dvc --run-id experiment {_RESULT_OK}",
+            "desc": "Repeated runs of the experiment with full provenance (repro500 run), and its verdict",
+            # no --tracking flag: params.yaml's run.tracking decides, so dvc exp run -S can change it.
+            # --run-id-from-dvc: each `dvc exp run` is a run of its own, named after the DVC experiment
+            # (a plain `dvc repro` gets a new dated id), so none overwrites another.
+            "cmd": f"repro500 run repro500.yaml --params params.yaml --out {dvcfile.RUNS} --run-id-from-dvc "
+                   f"--metrics {dvcfile.VERDICT_METRICS} {dvcfile.RESULT_OK}",
             "deps": ["repro500.yaml", *deps],
             "params": ["run"],
-            "outs": [RUN_DIR],
-        },
-        "verify": {
-            "desc": "Statistical verdict on the recipe's acceptance criteria, as DVC metrics",
-            "cmd": f"repro500 verify {RUN_DIR} --no-write --metrics {METRICS} {_RESULT_OK}",
-            "deps": [RUN_DIR],
-            "metrics": [{METRICS: {"cache": False}}],
+            # DVC deletes a stage's outputs before running it: the runs directory persists, so the
+            # runs of earlier experiments stay beside the new one (and DVC still caches them all).
+            # The verdict is written by the same stage: a second stage could not tell which of the
+            # runs side by side is this experiment's.
+            "outs": [dvcfile.persistent(dvcfile.RUNS)],
+            "metrics": [dvcfile.metrics_entry()],
         },
     }
-    head = ("# Written by repro500 init (docs/dvc.md). dvc repro runs the experiment through repro500;\n"
-            "# dvc exp run -S run.mutable.KEY=VALUE varies a mutable value; dvc metrics show prints the verdict.\n")
-    return head + yaml.safe_dump({"stages": stages}, sort_keys=False, width=110)
+    head = ["Written by repro500 init (docs/dvc.md). dvc repro runs the experiment through repro500;",
+            "dvc exp run -S run.mutable.KEY=VALUE varies a mutable value (each experiment is a run of its own",
+            f"in {dvcfile.RUNS}/); dvc metrics show prints the verdict."]
+    return dvcfile.render(head, stages)
 
 
 def input_dep(raw: str, mutable: dict[str, Any]) -> tuple[str | None, str]:
