@@ -224,17 +224,11 @@ def _calibrate(tmp_path: Path, runs: int) -> list[dict]:
 
 
 def test_deterministic_same_seed_runs_never_part(tmp_path):
-    # one run of 3 repeats (3 pairs, 8 steps each) here; the calibration proper, ten runs, is the
-    # slow test below (each run with its verify and locate is about 9 s of CPU on 2 cores)
+    # one run of 3 repeats here; the calibration proper, ten runs, is bench/locate_calibration.py
+    # (each run with its verify and locate is about 9 s of CPU on 2 cores)
     sections = _calibrate(tmp_path, runs=1)
     assert [s["status"] for s in sections] == ["NONE"]
     assert all(p["shape"] == "none" and p["steps_compared"] == 8 for s in sections for p in s["pairs"])
-
-
-@pytest.mark.slow
-def test_deterministic_same_seed_runs_never_part_in_ten(tmp_path):
-    sections = _calibrate(tmp_path, runs=10)
-    assert [s["status"] for s in sections] == ["NONE"] * 10
 
 
 # ----- a planted divergence: noise from an unseeded generator from step 6 on -----------------------
