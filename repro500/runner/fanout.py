@@ -1,4 +1,5 @@
-"""A run's repeats side by side: tasks of submitit's local executor, each on its own share of the node.
+"""A run's repeats side by side: tasks of submitit's local executor, each on its own share of the
+node, or the tasks of one SLURM job array, each on whatever node SLURM gives it.
 
 The head process (``repro500 run``) plans, captures, chains, logs to MLflow and verifies, as
 in a serial run; only the repeats move into tasks.  A task rebuilds the run's plan from the run
@@ -8,26 +9,29 @@ runs :func:`repro500.runner.repeat.run_one`, the serial loop's own function, int
 directory.  What it returns is the repeat's summary or the error it met; the head links and
 logs each one as it lands, in whatever order they finish.
 
-submitit rather than a pool of our own: it is how these repeats reach a SLURM array as well, and
-it runs each task in a fresh interpreter (no state shared with the head, as on a cluster node).
+submitit rather than a pool of our own: one task function and one head loop for both launchers
+(only :class:`Local` and :class:`Slurm` differ), and each task in a fresh interpreter (no state
+shared with the head, as on a cluster node).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
+import subprocess
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro500 import redact
-from repro500.errors import ReproError, UsageError
+from repro500.errors import InvalidInput, ReproError, UsageError
 from repro500.rundir import layout
 from repro500.runner.plan import Plan, RunOptions
 from repro500.workloads.workload import Progress
@@ -48,6 +52,7 @@ class Slot:
     index: int
     cpus: tuple[int, ...]
     gpu: int | None
+    threads: int | None = None  # None: one per CPU; a SLURM task: the CPUs SLURM gave it (its CPU set may be wider)
 
     @property
     def where(self) -> str:
@@ -61,10 +66,12 @@ class Launch:
 
     launcher: str
     parallel: int
-    slots: tuple[Slot, ...]
+    slots: tuple[Slot, ...]  # local: this node's shares; slurm: none (SLURM places each task)
+    resources: dict[str, Any] = field(default_factory=dict)  # slurm: a task's (plan.slurm_resources)
 
     def record(self) -> dict[str, Any]:
-        return {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots]}
+        recorded = {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots]}
+        return {**recorded, "slurm": dict(self.resources)} if self.launcher == "slurm" else recorded
 
 
 def _gpu_count() -> int:
@@ -75,8 +82,12 @@ def _gpu_count() -> int:
 
 def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
     """The slots of ``--launcher local --parallel K`` on this node (None: the repeats run in turn)."""
-    if options.launcher is None:  # check_launcher has refused any other launcher than local
+    if options.launcher is None:  # check_launcher has refused any other launcher
         return None
+    if options.launcher == "slurm":  # every repeat at once unless --parallel says fewer: SLURM queues the rest
+        from repro500.runner.plan import slurm_resources
+
+        return Launch("slurm", min(options.parallel or todo, max(todo, 1)), (), slurm_resources(options.slurm))
     cpus = sorted(os.sched_getaffinity(0))
     gpus = _gpu_count()
     parallel = options.parallel or max(1, min(todo, gpus or len(cpus)))
@@ -95,7 +106,7 @@ def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
 def placement_env(slot: Slot, environ: dict[str, str]) -> dict[str, str]:
     """The variables a task's repeat runs with on top of the run's environment: its thread count
     (a count the user exported is kept, as under SLURM) and its GPU."""
-    env = {name: str(len(slot.cpus)) for name in THREAD_VARIABLES if name not in environ}
+    env = {name: str(slot.threads or len(slot.cpus)) for name in THREAD_VARIABLES if name not in environ}
     if slot.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(slot.gpu)
     return env
@@ -105,8 +116,29 @@ def placement(slot: Slot, environ: dict[str, str], launcher: str) -> dict[str, A
     """What a repeat's summary records of where it ran."""
     env = {**environ, **placement_env(slot, environ)}
     threads = env.get("OMP_NUM_THREADS")
-    return {"launcher": launcher, "slot": slot.index, "host": socket.gethostname(), "cpus": list(slot.cpus),
-            "threads": int(threads) if threads and threads.isdigit() else len(slot.cpus), "gpu": slot.gpu}
+    where = {"launcher": launcher, "slot": slot.index, "host": socket.gethostname(), "cpus": list(slot.cpus),
+             "threads": int(threads) if threads and threads.isdigit() else slot.threads or len(slot.cpus),
+             "gpu": slot.gpu}
+    if launcher == "slurm":  # the node by SLURM's name (several may share a host name), the task, what it was given
+        where.update(node=environ.get("SLURMD_NODENAME"), partition=environ.get("SLURM_JOB_PARTITION"),
+                     job_id=f"{environ.get('SLURM_ARRAY_JOB_ID')}_{environ.get('SLURM_ARRAY_TASK_ID')}",
+                     gpus=environ.get("CUDA_VISIBLE_DEVICES"))
+    return where
+
+
+def slurm_slot(environ: dict[str, str]) -> tuple[Slot, dict[str, str]]:
+    """A SLURM task's own share, as SLURM gave it, and the environment its repeat runs with: the
+    head's, with the head's own SLURM variables (an allocation it may run in) replaced by the
+    task's, and the GPUs SLURM gave the task."""
+    own = {name: value for name, value in os.environ.items()
+           if name.startswith(("SLURM_", "SLURMD_")) or name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
+    env = {name: value for name, value in environ.items()
+           if not name.startswith(("SLURM_", "SLURMD_")) and name not in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
+    env.update(own)
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    given = env.get("SLURM_CPUS_PER_TASK", "")
+    threads = int(given) if given.isdigit() and int(given) > 0 else len(cpus)
+    return Slot(int(env.get("SLURM_ARRAY_TASK_ID") or 0), cpus, None, threads), env
 
 
 @dataclass
@@ -133,10 +165,11 @@ def _stop_on_signal(interruptible: bool) -> None:
         signal.signal(signal.SIGINT, handler)
 
 
-def run_task(run_dir: str, k: int, slot: Slot, environ: dict[str, str], tracking: bool, mlflow: Any,
+def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], tracking: bool, mlflow: Any,
              launcher: str, pid_file: str, interruptible: bool = True) -> Landed:
-    """One repeat in a task's process: pinned, its plan rebuilt from the run directory, run by the
-    serial loop's own function.  Never raises: the head records what it returns."""
+    """One repeat in a task's process: pinned (by the head's *slot*, or by SLURM where it is None),
+    its plan rebuilt from the run directory, run by the serial loop's own function.  Never raises:
+    the head records what it returns."""
     from repro500.recipe import load as recipes
     from repro500.runner.plan import recorded_plan
     from repro500.runner.repeat import run_one
@@ -144,15 +177,22 @@ def run_task(run_dir: str, k: int, slot: Slot, environ: dict[str, str], tracking
 
     _stop_on_signal(interruptible)
     Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")  # for the head, should it have to kill it
-    os.sched_setaffinity(0, slot.cpus)
+    if slot is None:  # a SLURM task: SLURM chose its CPUs and GPUs
+        slot, environ = slurm_slot(environ)
+    else:
+        os.sched_setaffinity(0, slot.cpus)
     env = {**environ, **placement_env(slot, environ)}
     os.environ.update(placement_env(slot, environ))  # before torch reads them (a trained repeat)
-    if slot.gpu is None:  # the run's own setting, not the empty one submitit gives a task without GPUs
+    if slot.gpu is None and launcher == "local":  # the run's own setting, not the empty one submitit gives a task without GPUs
         if "CUDA_VISIBLE_DEVICES" in environ:
             os.environ["CUDA_VISIBLE_DEVICES"] = environ["CUDA_VISIBLE_DEVICES"]
         else:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     run = layout.RunDir(run_dir)
+    if not run.is_run():  # a node that does not see the head's filesystem: said, and nothing written there
+        return Landed(error=InvalidInput(f"the run directory {run_dir} does not exist on node "
+                                         f"{environ.get('SLURMD_NODENAME') or socket.gethostname()}: the "
+                                         "repeats' tasks need a filesystem every node sees"))
     try:
         with launchenv.frozen(env):
             meta = run.meta()
@@ -183,7 +223,19 @@ class Local:
         self.free = list(launch.slots)
         self.jobs: dict[int, tuple[Any, Slot, float]] = {}  # repeat -> (job, slot, start time)
 
-    def submit(self, k: int, mlflow: Any) -> Slot:
+    def room(self) -> int:
+        """How many more repeats may start now."""
+        return len(self.free)
+
+    def submit(self, batch: dict[int, Any]) -> list[tuple[int, str, str]]:
+        """Start each repeat of *batch* (repeat -> its MLflow target): (repeat, state, where)."""
+        return [(k, "running", self._submit(k, mlflow).where) for k, mlflow in batch.items()]
+
+    def progress(self) -> list[tuple[int, str, str]]:
+        """Repeats whose state changed since they were submitted: none here, a task runs at once."""
+        return []
+
+    def _submit(self, k: int, mlflow: Any) -> Slot:
         slot = self.free.pop(0)
         # The controller starts with SIGINT ignored (inherited): a terminal's Ctrl-C reaches every
         # process of its group, and a controller that gets it SIGKILLs its task a second later, before
@@ -239,3 +291,133 @@ class Local:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# squeue's states of a task that has not ended (anything else, or no line: it has)
+_ALIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED")
+_POLL_S = 1.0  # squeue at most this often: the controller serves every user of the cluster
+_MISSED_POLLS = 3  # a task gone from squeue without a result for this many polls ended without one
+_CANCEL_WAIT_S = 120.0  # after scancel: SLURM's KillWait (30 s by default) plus the repeat's own grace
+
+
+class Slurm:
+    """The repeats as one SLURM job array (submitit's executor, ``slurm_array_parallelism`` at a
+    time), each task on the node SLURM gives it; the head follows them with ``squeue``, which
+    needs no accounting database (submitit's own states come from ``sacct``)."""
+
+    def __init__(self, launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool) -> None:
+        import submitit
+
+        self.launch, self.run, self.environ, self.tracking = launch, run, environ, tracking
+        # Beside the run directory, on the filesystem the tasks must share with it, but not in it:
+        # the pickled tasks hold the run's environment (secrets included); removed when the head ends.
+        self.folder = run.path.resolve().parent / ".tasks" / f"{run.path.name}-{secrets.token_hex(4)}"
+        self.folder.mkdir(parents=True, mode=0o700)
+        self.executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm")
+        r = launch.resources
+        self.executor.update_parameters(
+            slurm_array_parallelism=launch.parallel, slurm_partition=r["partition"], slurm_time=r["time"],
+            slurm_cpus_per_task=r.get("cpus", 1), slurm_gpus_per_task=r.get("gpus") or None,
+            slurm_mem=r.get("mem"), slurm_account=r.get("account"), slurm_qos=r.get("qos"),
+            slurm_job_name=f"repro500-{run.path.name}")
+        self.jobs: dict[int, Any] = {}  # repeat -> its task (a submitit job)
+        self._since: dict[int, float] = {}  # repeat -> when it was submitted, then when it was seen running
+        self._node: dict[int, str] = {}  # repeat -> the node it runs on, once seen running
+        self._missed: dict[int, int] = {}
+        self._queue: dict[str, tuple[str, str]] = {}  # task id -> (state, node), as squeue said last
+        self._polled = 0.0
+        self._submitted = False
+
+    def room(self) -> int:
+        return 0 if self._submitted else 1 << 30  # the whole array, once
+
+    def submit(self, batch: dict[int, Any]) -> list[tuple[int, str, str]]:
+        """The repeats of *batch* as one job array (one sbatch: it is queued whole or not at all)."""
+        self._submitted = True
+        run_dir = str(self.run.path.resolve())
+        try:
+            with self.executor.batch():
+                pending = [(k, self.executor.submit(run_task, run_dir, k, None, self.environ, self.tracking, mlflow,
+                                                    "slurm", str(self.folder / f"task-{k}.pid")))
+                           for k, mlflow in batch.items()]
+        except Exception as err:  # noqa: BLE001 - sbatch's refusal, said in its own words
+            said = [line.strip() for line in str(err).splitlines() if line.strip()]
+            raise InvalidInput(f"sbatch refused the repeats' job array: {said[-1] if said else type(err).__name__}"
+                               ) from None
+        now = time.monotonic()
+        for k, job in pending:
+            self.jobs[k], self._since[k] = job, now
+        return [(k, "queued", f"SLURM job {job.job_id}") for k, job in pending]
+
+    def _poll(self) -> None:
+        if time.monotonic() - self._polled < _POLL_S or not self.jobs:
+            return
+        arrays = sorted({job.job_id.split("_")[0] for job in self.jobs.values()})
+        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%N", "-j", ",".join(arrays)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        self._polled = time.monotonic()
+        if done.returncode != 0:  # the controller busy or restarting: the tasks keep their last states
+            return
+        self._queue = {}
+        for line in done.stdout.splitlines():
+            task, state, node = (line.strip().split("|") + ["", ""])[:3]
+            self._queue[task] = (state, node)
+
+    def progress(self) -> list[tuple[int, str, str]]:
+        """Repeats SLURM has started since the last call: (repeat, "running", node and task)."""
+        self._poll()
+        out = []
+        for k, job in self.jobs.items():
+            state, node = self._queue.get(job.job_id, ("", ""))
+            if k not in self._node and state == "RUNNING" and node:
+                self._node[k], self._since[k] = node, time.monotonic()
+                out.append((k, "running", f"{node} (SLURM job {job.job_id})"))
+        return out
+
+    def landed(self) -> list[tuple[int, Landed, float]]:
+        """The tasks that ended since the last call: (repeat, outcome, seconds it ran)."""
+        self._poll()
+        out = []
+        for k, job in list(self.jobs.items()):
+            if job.paths.result_pickle.exists():
+                outcome = Local._outcome(job)
+            elif self._queue.get(job.job_id, ("",))[0] in _ALIVE or self._polled < self._since[k]:
+                continue
+            else:  # gone from the queue: its result may still be on its way over a network filesystem
+                self._missed[k] = self._missed.get(k, 0) + 1
+                if self._missed[k] < _MISSED_POLLS:
+                    continue
+                on = f" on {self._node[k]}" if k in self._node else ""
+                outcome = Landed(error=RuntimeError(
+                    f"SLURM task {job.job_id}{on} ended without a result (cancelled, out of time or memory, or its "
+                    f"node failed; scontrol show job {job.job_id} says which, while SLURM remembers it)"))
+            del self.jobs[k]
+            out.append((k, outcome, time.monotonic() - self._since[k]))
+        return out
+
+    def stop(self) -> list[int]:
+        """scancel the array (its queued tasks never start; a running one stops its repeat as on
+        Ctrl-C), wait (bounded) until SLURM has ended them, and say which repeats were submitted."""
+        submitted = list(self.jobs)
+        arrays = sorted({job.job_id.split("_")[0] for job in self.jobs.values()})
+        if arrays:
+            subprocess.run(["scancel", *arrays], capture_output=True, timeout=60, check=False)
+        deadline = time.monotonic() + _CANCEL_WAIT_S
+        while arrays and time.monotonic() < deadline:
+            self._polled = 0.0
+            self._poll()
+            if not any(state in _ALIVE for state, _ in self._queue.values()):
+                break
+            time.sleep(_POLL_S)
+        self.jobs.clear()
+        return submitted
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the other runs' tasks may be there
+            self.folder.parent.rmdir()
+
+
+def tasks(launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool) -> Local | Slurm:
+    """The launcher's tasks, behind one interface (room, submit, progress, landed, stop, close)."""
+    return (Slurm if launch.launcher == "slurm" else Local)(launch, run, environ, tracking)

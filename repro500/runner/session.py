@@ -94,7 +94,12 @@ class Session:
     @property
     def resume_command(self) -> str:
         """What completes this run: ``run --resume``, or the reproduction it is the rerun of."""
-        return self.reproduction or f"repro500 run --resume {self.run}"
+        if self.reproduction:
+            return self.reproduction
+        again = "" if self.launch is None else f" --launcher {self.launch.launcher} --parallel {self.launch.parallel}"
+        # the resources as they were asked for, so that the rest of the repeats fan out as the first did
+        again += "".join(f" --slurm {key}={value}" for key, value in (self.launch.resources if self.launch else {}).items())
+        return f"repro500 run --resume {self.run}{again}"
 
     # ----- the stages -----------------------------------------------------------------------
     def execute(self) -> RunOutcome:
@@ -250,20 +255,27 @@ class Session:
         logged and shown as it lands.  After a failed repeat no new one starts (the rest would fail
         alike); Ctrl-C stops the running ones and keeps what finished."""
         assert self.launch is not None
-        tasks = fanout.Local(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
         self.meta["launcher"] = self.launch.record()
         self.run.write_meta(self.meta)
+        tasks = fanout.tasks(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
         queue = list(todo)
         display.queued(queue)
         try:
             while queue or tasks.jobs:
-                while queue and tasks.free:
-                    k = queue.pop(0)
+                room = tasks.room()
+                starting, queue = queue[:room], queue[room:]
+                for k in starting:
                     if self.tracking:
                         self.tracking.start_repeat(k, self.plan.seeds(k).as_dict(), self.meta["run_id"],
                                                    self.recipe.flat_params())
                     self._in_flight.add(k)
-                    display.started(k, tasks.submit(k, self._mlflow_target(k, waits=False)).where)
+                batch = {k: self._mlflow_target(k, waits=False) for k in starting}
+                for k, state, where in [*(tasks.submit(batch) if batch else []), *tasks.progress()]:
+                    if state == "running":
+                        display.started(k, where)
+                    else:
+                        display.waiting(k, f"{state} as {where}")
+                if starting:
                     self._launched.set()
                 for k, landed, elapsed in tasks.landed():
                     self._in_flight.discard(k)
