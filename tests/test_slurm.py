@@ -398,3 +398,75 @@ def test_a_node_without_the_venv_or_the_recipe_or_with_other_data_stops_the_job_
     sentence = f"repro500: error: the nodes disagree before the first step: data:{slurm.scratch / 'cosmo-eval.h5'} is "
     assert said.count(sentence) == 2 and " on node 0 but " in said and f"; data:{slurm.scratch / 'cosmo.h5'} is " in said, said
     assert not (checkout / "runs").exists() and not (checkout / "mlflow.db").exists()
+
+
+# A deterministic seeded 1-thread workload: its score depends on REPRO500_SEED only.
+SEEDED = """\
+import os, random
+rng = random.Random(int(os.environ["REPRO500_SEED"]))
+print(f"score {sum(rng.random() for _ in range(20000)) / 20000:.9f}")
+"""
+SEEDED_RUN = ("--repeats", "4", "--no-tracking", "--command", "--metric", "score=regex:score ([0-9.]+)",
+              "--accept", "score>=0.4", "--")
+
+
+def _tool_env(slurm: Cluster) -> dict[str, str]:
+    """The cluster's environment with this interpreter first on PATH (repro500 passes PYTHONUNBUFFERED itself)."""
+    import sys
+
+    env = {k: v for k, v in slurm.env.items() if k != "PYTHONUNBUFFERED"}
+    return dict(env, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+
+
+def test_four_repeats_as_a_job_array_on_two_nodes_make_the_serial_runs_verdict_with_each_node_recorded(slurm,
+                                                                                                      checkout):
+    import sys
+
+    (checkout / "work.py").write_text(SEEDED)
+    env = _tool_env(slurm)
+    array = repro500("run", "--run-id", "array", "--launcher", "slurm", "--slurm", "time=5", *SEEDED_RUN,
+                     sys.executable, "work.py", cwd=checkout, env=env, timeout=300)
+    said = array.stdout + array.stderr
+    assert array.returncode == 0, said
+    serial = repro500("run", "--run-id", "serial", *SEEDED_RUN, sys.executable, "work.py", cwd=checkout, env=env)
+    assert serial.returncode == 0, serial.stdout + serial.stderr
+    assert sorted(p.name for p in (checkout / "runs").iterdir()) == ["array", "serial"]  # no task folder left
+    flat = " ".join(said.split())
+    assert "queued as SLURM job " in flat and "running on n1 (SLURM job " in flat and "running on n2" in flat, said
+
+    run = checkout / "runs" / "array"
+    checked = repro500("verify", str(run), cwd=checkout, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "repeat chain intact" in " ".join(checked.stdout.split())
+    chain = [json.loads(line) for line in (run / "chain.jsonl").read_text().splitlines()]
+    assert sorted(r["repeat"] for r in chain[1:]) == [0, 1, 2, 3]  # one link each
+
+    mine, theirs = ({k: json.loads((checkout / "runs" / r / f"repeats/{k}/summary.json").read_text())
+                     for k in range(4)} for r in ("array", "serial"))
+    assert [mine[k]["metrics"]["score"] for k in range(4)] == [theirs[k]["metrics"]["score"] for k in range(4)]
+    verdicts = [json.loads((checkout / "runs" / r / "verdict.json").read_text()) for r in ("array", "serial")]
+    assert verdicts[0]["status"] == verdicts[1]["status"] == "PASS"
+    places = [mine[k]["placement"] for k in range(4)]
+    assert {p["node"] for p in places} == {"n1", "n2"}  # one CPU each: the array filled both nodes
+    assert all(p["launcher"] == "slurm" and p["partition"] == slurm.partition and p["threads"] == 1
+               and re.fullmatch(r"\d+_[0-3]", p["job_id"]) and p["host"] for p in places), places
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["launcher"]["kind"] == "slurm" and meta["launcher"]["parallel"] == 4
+    assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5}
+
+
+def test_launcher_slurm_refuses_an_unknown_partition_and_parallel_0_before_anything_is_submitted(slurm, checkout):
+    import sys
+
+    env = _tool_env(slurm)
+    for options, sentence in (
+            (["--slurm", "partition=gpu"], f"SLURM has no partition gpu (partitions: {slurm.partition})"),
+            (["--parallel", "0"], "--parallel must be a whole number of repeats of at least 1, not 0"),
+            (["--slurm", "time=soon"], "--slurm time= takes a whole number of minutes of at least 1, not soon"),
+            (["--slurm", "nodes=2"], "--slurm nodes is not one of partition, time, cpus, gpus, mem, account, qos")):
+        done = repro500("run", "--launcher", "slurm", *options, *SEEDED_RUN, sys.executable, "-c", "print(1)",
+                        cwd=checkout, env=env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert sentence in " ".join(done.stderr.split()) and "Traceback" not in done.stderr, done.stderr
+        assert not (checkout / "runs").exists()
+        assert slurm.run("squeue", "-h").stdout.strip() == ""
