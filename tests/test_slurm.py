@@ -7,7 +7,8 @@ accounting. Two nodes on this one machine: both slurmd listen on 127.0.0.1 on po
 where its node-local scratch directory holds its own files, as another host's disk would. The test
 submits examples/slurm_ddp.sbatch itself, with sbatch's own options for the CPU sizes, and checks
 what a user would: the job's exit code and output, the run directory, `repro500 verify`, the
-manifest's SLURM facts and MLflow.
+manifest's SLURM facts and MLflow.  The same cluster runs `repro500 run --launcher slurm`: a run's
+repeats as one job array, on both nodes at once.
 
 Where slurm, munge or root are missing the tests skip saying why, except under CI
 (.ci/run sets REPRO500_REQUIRE_SLURM=1 where it can install them), where they fail.
@@ -470,3 +471,49 @@ def test_launcher_slurm_refuses_an_unknown_partition_and_parallel_0_before_anyth
         assert sentence in " ".join(done.stderr.split()) and "Traceback" not in done.stderr, done.stderr
         assert not (checkout / "runs").exists()
         assert slurm.run("squeue", "-h").stdout.strip() == ""
+
+
+# Repeats 2 and 3 wait until a file "go" exists: the run is interrupted while they run.
+WAITING = """\
+import os, time
+k = int(os.environ["REPRO500_REPEAT"])
+while k >= 2 and not os.path.exists("go"):
+    time.sleep(0.1)
+print("score 0.5")
+"""
+
+
+def test_ctrl_c_scancels_the_array_keeps_finished_repeats_and_resume_completes_the_run(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(WAITING)
+    env = _tool_env(slurm)
+    # a session of its own, as a terminal's foreground job: Ctrl-C reaches every process of the group
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "--run-id", "cut", "--launcher", "slurm",
+                             "--slurm", "time=5", *SEEDED_RUN, sys.executable, "work.py"], cwd=checkout, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = checkout / "runs" / "cut"
+    deadline = time.monotonic() + 120
+    while not all((run / "repeats" / str(k) / "stdout.txt").exists() for k in (2, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out + err
+    said = " ".join(out.split())
+    assert "complete the run with: repro500 run --resume runs/cut --launcher slurm --parallel 4 --slurm " \
+           f"partition={slurm.partition} --slurm time=5" in said, out + err
+    assert slurm.run("squeue", "-h").stdout.strip() == ""  # nothing of the array left queued or running
+    statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
+    assert statuses == ["completed", "completed", "killed", "killed"]
+    assert not (checkout / "runs" / ".tasks").exists()  # the pickled tasks (the run's environment) are gone
+
+    (checkout / "go").write_text("")
+    resumed = repro500("run", "--resume", "runs/cut", "--launcher", "slurm", "--slurm", "time=5", cwd=checkout,
+                       env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    places = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["placement"] for k in (2, 3)]
+    assert all(p["node"] in ("n1", "n2") for p in places), places
+    checked = repro500("verify", "runs/cut", cwd=checkout, env=env)
+    assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout

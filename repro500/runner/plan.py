@@ -255,7 +255,7 @@ def slurm_resources(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     resources["partition"] = partition
     # without a time sbatch would get submitit's default of 5 minutes: the partition's own limit instead
     resources.setdefault("time", limits[partition] or _NO_LIMIT_MIN)
-    return resources
+    return {key: resources[key] for key in SLURM_KEYS if key in resources}  # one order: run.json, the resume line
 
 
 _NO_LIMIT_MIN = 7 * 24 * 60  # a task's time where its partition sets no limit
