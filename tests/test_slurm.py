@@ -425,7 +425,8 @@ def test_four_repeats_as_a_job_array_on_two_nodes_make_the_serial_runs_verdict_w
 
     (checkout / "work.py").write_text(SEEDED)
     env = _tool_env(slurm)
-    array = repro500("run", "--run-id", "array", "--launcher", "slurm", "--slurm", "time=5", *SEEDED_RUN,
+    array = repro500("run", "--run-id", "array", "--launcher", "slurm", "--slurm", "time=5", "--slurm", "mem=500M",
+                     "--slurm", "cpus=1", *SEEDED_RUN,
                      sys.executable, "work.py", cwd=checkout, env=env, timeout=300)
     said = array.stdout + array.stderr
     assert array.returncode == 0, said
@@ -453,7 +454,7 @@ def test_four_repeats_as_a_job_array_on_two_nodes_make_the_serial_runs_verdict_w
                and re.fullmatch(r"\d+_[0-3]", p["job_id"]) and p["host"] for p in places), places
     meta = json.loads((run / "run.json").read_text())
     assert meta["launcher"]["kind"] == "slurm" and meta["launcher"]["parallel"] == 4
-    assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5}
+    assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5, "cpus": 1, "mem": "500M"}
 
 
 def test_launcher_slurm_refuses_an_unknown_partition_and_parallel_0_before_anything_is_submitted(slurm, checkout):

@@ -318,8 +318,9 @@ class Slurm:
         self.executor.update_parameters(
             slurm_array_parallelism=launch.parallel, slurm_partition=r["partition"], slurm_time=r["time"],
             slurm_cpus_per_task=r.get("cpus", 1), slurm_gpus_per_task=r.get("gpus") or None,
-            slurm_mem=r.get("mem"), slurm_account=r.get("account"), slurm_qos=r.get("qos"),
-            slurm_job_name=f"repro500-{run.path.name}")
+            slurm_account=r.get("account"), slurm_qos=r.get("qos"), slurm_job_name=f"repro500-{run.path.name}",
+            # as given (8G, 500M): submitit's own mem parameter reads a number of GB
+            slurm_additional_parameters={"mem": r["mem"]} if r.get("mem") else None)
         self.jobs: dict[int, Any] = {}  # repeat -> its task (a submitit job)
         self._since: dict[int, float] = {}  # repeat -> when it was submitted, then when it was seen running
         self._node: dict[int, str] = {}  # repeat -> the node it runs on, once seen running
