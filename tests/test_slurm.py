@@ -518,3 +518,37 @@ def test_ctrl_c_scancels_the_array_keeps_finished_repeats_and_resume_completes_t
     assert all(p["node"] in ("n1", "n2") for p in places), places
     checked = repro500("verify", "runs/cut", cwd=checkout, env=env)
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(WAITING)
+    env = _tool_env(slurm)
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "--run-id", "lost", "--launcher", "slurm",
+                             "--parallel", "2", "--slurm", "time=5", *SEEDED_RUN, sys.executable, "work.py"],
+                            cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = checkout / "runs" / "lost"
+    deadline = time.monotonic() + 120
+    while not (run / "repeats/2/stdout.txt").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    meta = json.loads((run / "run.json").read_text())
+    array_id = slurm.run("squeue", "-h", "-r", "-o", "%i").stdout.split()[0].split("_")[0]
+    assert slurm.run("scancel", f"{array_id}_2").returncode == 0
+    (checkout / "go").write_text("")  # repeat 3 finishes
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 5, out + err
+    said = " ".join(err.split())
+    assert "repeat 2 failed: RuntimeError: the repeat's task was stopped by a signal" in said, out + err
+    assert "repro500 run --resume runs/lost" in said and "Traceback" not in said, err
+    statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
+    assert statuses == ["completed", "completed", "failed", "completed"]
+    assert meta["launcher"]["parallel"] == 2  # --array=0-3%2
+
+    resumed = repro500("run", "--resume", "runs/lost", "--launcher", "slurm", "--slurm", "time=5", cwd=checkout,
+                       env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "repeat 2 (3 of 4): running on n" in " ".join(resumed.stdout.split())
+    checked = repro500("verify", "runs/lost", cwd=checkout, env=env)
+    assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
