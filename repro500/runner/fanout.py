@@ -84,13 +84,17 @@ def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
     """The slots of ``--launcher local --parallel K`` on this node (None: the repeats run in turn)."""
     if options.launcher is None:  # check_launcher has refused any other launcher
         return None
+    # the recipe's launcher section under the command line's choices (a later --slurm pair wins)
+    section = plan.recipe.launcher
+    wanted = options.parallel or section.get("parallel")
     if options.launcher == "slurm":  # every repeat at once unless --parallel says fewer: SLURM queues the rest
         from repro500.runner.plan import slurm_resources
 
-        return Launch("slurm", min(options.parallel or todo, max(todo, 1)), (), slurm_resources(options.slurm))
+        pairs = [f"{key}={value}" for key, value in (section.get("slurm") or {}).items()] + list(options.slurm)
+        return Launch("slurm", min(wanted or todo, max(todo, 1)), (), slurm_resources(pairs))
     cpus = sorted(os.sched_getaffinity(0))
     gpus = _gpu_count()
-    parallel = options.parallel or max(1, min(todo, gpus or len(cpus)))
+    parallel = wanted or max(1, min(todo, gpus or len(cpus)))
     if parallel > len(cpus):
         raise UsageError(f"--parallel {parallel} needs a CPU core per repeat, but this process may use {len(cpus)}; "
                          f"give --parallel {len(cpus)} or fewer")

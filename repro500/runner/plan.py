@@ -218,18 +218,37 @@ def check_launcher(options: RunOptions) -> None:
         if shutil.which("sbatch") is None:
             raise InvalidInput("--launcher slurm submits the repeats with sbatch, which is not on PATH here; "
                                "run on a SLURM login node, or use --launcher local")
-        slurm_resources(options.slurm)
+        if "partition" in slurm_pairs(options.slurm):  # the default one may come from the recipe's launcher section
+            slurm_resources(options.slurm)
 
 
-# --slurm KEY=VALUE: what each key asks of SLURM for one repeat's task, and how its value reads.
+# --slurm KEY=VALUE: what each key asks of SLURM for one repeat's task, and how its value reads
+# (the keys of a recipe's launcher.slurm, recipe.schema.SLURM_SCHEMA).
 SLURM_KEYS = {"partition": "a partition name", "time": "minutes", "cpus": "CPUs", "gpus": "GPUs",
               "mem": "memory (SLURM's --mem: 8G, 500M)", "account": "an account", "qos": "a QOS"}
 _SLURM_COUNTS = {"time": 1, "cpus": 1, "gpus": 0}  # the smallest whole number each count may be
 
 
 def slurm_resources(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """The resources ``--slurm KEY=VALUE`` asks for each repeat's task, checked (one sentence for a
-    bad pair), and the partition checked against the ones SLURM knows: nothing is submitted before."""
+    """The resources ``--slurm KEY=VALUE`` asks for each repeat's task (a later pair wins), checked
+    (one sentence for a bad pair), with the partition checked against the ones SLURM knows and the
+    time defaulted to its limit: nothing is submitted before."""
+    resources = slurm_pairs(pairs)
+    limits, default = slurm_partitions()
+    partition = resources.get("partition") or default
+    if partition is None:
+        raise UsageError("SLURM has no default partition here: give one with --slurm partition=NAME "
+                         f"(partitions: {', '.join(sorted(limits)) or 'none'})")
+    if partition not in limits:
+        raise UsageError(f"SLURM has no partition {partition} (partitions: {', '.join(sorted(limits)) or 'none'})")
+    resources["partition"] = partition
+    # without a time sbatch would get submitit's default of 5 minutes: the partition's own limit instead
+    resources.setdefault("time", limits[partition] or _NO_LIMIT_MIN)
+    return {key: resources[key] for key in SLURM_KEYS if key in resources}  # one order: run.json, the resume line
+
+
+def slurm_pairs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``--slurm KEY=VALUE`` pairs as resources, each checked (a later pair wins); SLURM not asked."""
     resources: dict[str, Any] = {}
     for pair in pairs:
         key, eq, value = pair.partition("=")
@@ -245,17 +264,7 @@ def slurm_resources(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
             resources[key] = int(value)
         else:
             resources[key] = value
-    limits, default = slurm_partitions()
-    partition = resources.get("partition") or default
-    if partition is None:
-        raise UsageError("SLURM has no default partition here: give one with --slurm partition=NAME "
-                         f"(partitions: {', '.join(sorted(limits)) or 'none'})")
-    if partition not in limits:
-        raise UsageError(f"SLURM has no partition {partition} (partitions: {', '.join(sorted(limits)) or 'none'})")
-    resources["partition"] = partition
-    # without a time sbatch would get submitit's default of 5 minutes: the partition's own limit instead
-    resources.setdefault("time", limits[partition] or _NO_LIMIT_MIN)
-    return {key: resources[key] for key in SLURM_KEYS if key in resources}  # one order: run.json, the resume line
+    return resources
 
 
 _NO_LIMIT_MIN = 7 * 24 * 60  # a task's time where its partition sets no limit
