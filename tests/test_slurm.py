@@ -411,6 +411,17 @@ SEEDED_RUN = ("--repeats", "4", "--no-tracking", "--command", "--metric", "score
               "--accept", "score>=0.4", "--")
 
 
+def _command_recipe(path: Path, **launcher: object) -> Path:
+    """A recipe running work.py four times, with the launcher section given."""
+    import sys
+
+    path.write_text(json.dumps({
+        "schema": "repro500/recipe/v1", "name": "seeded", "fixed": {"command": [sys.executable, "work.py"]},
+        "metrics": {"score": {"regex": "score ([0-9.]+)"}}, "acceptance": {"score": {"target": 0.5, "tolerance": 0.1}},
+        "repeats": 4, "seed": 4, "launcher": launcher}))
+    return path
+
+
 def _tool_env(slurm: Cluster) -> dict[str, str]:
     """The cluster's environment with this interpreter first on PATH (repro500 passes PYTHONUNBUFFERED itself)."""
     import sys
@@ -472,6 +483,12 @@ def test_launcher_slurm_refuses_an_unknown_partition_and_parallel_0_before_anyth
         assert sentence in " ".join(done.stderr.split()) and "Traceback" not in done.stderr, done.stderr
         assert not (checkout / "runs").exists()
         assert slurm.run("squeue", "-h").stdout.strip() == ""
+    # a recipe's partition is checked as --slurm's is
+    (checkout / "work.py").write_text(SEEDED)
+    _command_recipe(checkout / "exp.yaml", slurm={"partition": "nope"})
+    done = repro500("run", "exp.yaml", "--no-tracking", "--launcher", "slurm", cwd=checkout, env=env)
+    assert done.returncode == 2 and "SLURM has no partition nope (partitions: debug)" in done.stderr, done.stderr
+    assert not (checkout / "runs").exists() and slurm.run("squeue", "-h").stdout.strip() == ""
 
 
 # Repeats 2 and 3 wait until a file "go" exists: the run is interrupted while they run.
@@ -525,8 +542,10 @@ def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(
 
     (checkout / "work.py").write_text(WAITING)
     env = _tool_env(slurm)
-    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "--run-id", "lost", "--launcher", "slurm",
-                             "--parallel", "2", "--slurm", "time=5", *SEEDED_RUN, sys.executable, "work.py"],
+    # the resources from the recipe's launcher section this time
+    _command_recipe(checkout / "exp.yaml", parallel=2, slurm={"partition": slurm.partition, "time": 5})
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "exp.yaml", "--run-id", "lost",
+                             "--no-tracking", "--launcher", "slurm"],
                             cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = checkout / "runs" / "lost"
     deadline = time.monotonic() + 120
@@ -545,6 +564,8 @@ def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(
     statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
     assert statuses == ["completed", "completed", "failed", "completed"]
     assert meta["launcher"]["parallel"] == 2  # --array=0-3%2
+    assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5}
+    assert "launcher" not in (run / "recipe.yaml").read_text()  # how it ran, not what the benchmark is
 
     resumed = repro500("run", "--resume", "runs/lost", "--launcher", "slurm", "--slurm", "time=5", cwd=checkout,
                        env=env, timeout=300)
