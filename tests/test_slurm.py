@@ -573,3 +573,24 @@ def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(
     assert "repeat 2 (3 of 4): running on n" in " ".join(resumed.stdout.split())
     checked = repro500("verify", "runs/lost", cwd=checkout, env=env)
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+def test_a_node_with_other_data_is_refused_with_its_name_before_its_repeat(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(SEEDED)
+    (slurm.scratch / "input.txt").write_text("the head's data\n")
+    (slurm.scratch_n2 / "input.txt").write_text("n2's own data!!\n")  # the same path, another disk's file
+    env = _tool_env(slurm)
+    done = repro500("run", "--run-id", "split", "--launcher", "slurm", "--slurm", "time=5", "--repeats", "2",
+                    "--no-tracking", "--command", "--input", str(slurm.scratch / "input.txt"), "--metric",
+                    "score=regex:score ([0-9.]+)", "--accept", "score>=0.4", "--", sys.executable, "work.py",
+                    cwd=checkout, env=env, timeout=300)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"node n2 does not run what the head planned: data:{slurm.scratch / 'input.txt'} is " in said, said
+    assert " on node n2 but " in said and " on the head; every node needs the same code, environment and data" in said
+    assert "Traceback" not in done.stderr
+    run = checkout / "runs" / "split"
+    statuses = {json.loads((run / f"repeats/{k}/summary.json").read_text())["status"] for k in (0, 1)}
+    assert statuses == {"completed", "failed"}  # n1's repeat ran and is kept

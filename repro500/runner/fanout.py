@@ -169,8 +169,39 @@ def _stop_on_signal(interruptible: bool) -> None:
         signal.signal(signal.SIGINT, handler)
 
 
+def node_fingerprint(plan: Plan, run_id: str) -> dict[str, str]:
+    """What a SLURM task checks against the head before its repeat: the recipe, the code (repro500,
+    the experiment's files, plug-ins, torch for a trained workload) and the data digests, a
+    command's declared inputs included (multinode.fingerprint, as the nodes of one repeat compare)."""
+    from repro500.capture.data import digest_paths
+    from repro500.runner import multinode
+
+    out = multinode.fingerprint(plan, run_id, with_torch=plan.recipe.kind == "trained")
+    inputs = getattr(plan.workload, "input_paths", None)
+    for entry in digest_paths(inputs() if callable(inputs) else []):
+        out[f"data:{entry['path']}"] = entry["md5"]
+    return out
+
+
+def _differs(expected: dict[str, str], plan: Plan, run_id: str, node: str) -> InvalidInput | None:
+    """The sentence refusing this node, when it would not run what the head planned."""
+    try:
+        mine = node_fingerprint(plan, run_id)
+    except ReproError as err:  # an input or data file missing here
+        return InvalidInput(f"node {node} cannot run what the head planned: {err}")
+    keys = sorted(key for key in set(expected) | set(mine) if expected.get(key) != mine.get(key))
+    if not keys:
+        return None
+    shown = "; ".join(f"{key} is {mine.get(key, 'absent')} on node {node} but {expected.get(key, 'absent')} on "
+                      f"the head" for key in keys[:3])
+    more = f" (and {len(keys) - 3} more)" if len(keys) > 3 else ""
+    return InvalidInput(f"node {node} does not run what the head planned: {shown}{more}; every node needs the same "
+                        "code, environment and data")
+
+
 def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], tracking: bool, mlflow: Any,
-             launcher: str, pid_file: str, interruptible: bool = True) -> Landed:
+             launcher: str, pid_file: str, interruptible: bool = True,
+             expected: dict[str, str] | None = None) -> Landed:
     """One repeat in a task's process: pinned (by the head's *slot*, or by SLURM where it is None),
     its plan rebuilt from the run directory, run by the serial loop's own function.  Never raises:
     the head records what it returns."""
@@ -201,6 +232,11 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
         with launchenv.frozen(env):
             meta = run.meta()
             plan = recorded_plan(recipes.from_run_dir(run.path), meta, tracking=tracking, run_id=meta.get("run_id"))
+            if expected is not None:  # before anything of the repeat is written
+                refused = _differs(expected, plan, str(meta["run_id"]), environ.get("SLURMD_NODENAME")
+                                   or socket.gethostname())
+                if refused is not None:
+                    return Landed(error=refused)
             summary = run_one(plan, run, k, str(meta["run_id"]), Progress(), mlflow)
     except KeyboardInterrupt:
         return Landed(interrupted=True)
@@ -319,6 +355,7 @@ class Slurm:
         self.folder.mkdir(parents=True, mode=0o700)
         self.executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm")
         r = launch.resources
+        self.expected: dict[str, str] | None = None  # the head's fingerprint (set by the session before submit)
         self.executor.update_parameters(
             slurm_array_parallelism=launch.parallel, slurm_partition=r["partition"], slurm_time=r["time"],
             slurm_cpus_per_task=r.get("cpus", 1), slurm_gpus_per_task=r.get("gpus") or None,
@@ -343,7 +380,8 @@ class Slurm:
         try:
             with self.executor.batch():
                 pending = [(k, self.executor.submit(run_task, run_dir, k, None, self.environ, self.tracking, mlflow,
-                                                    "slurm", str(self.folder / f"task-{k}.pid")))
+                                                    "slurm", str(self.folder / f"task-{k}.pid"), True,
+                                                    self.expected))
                            for k, mlflow in batch.items()]
         except Exception as err:  # noqa: BLE001 - sbatch's refusal, said in its own words
             said = [line.strip() for line in str(err).splitlines() if line.strip()]

@@ -258,6 +258,8 @@ class Session:
         self.meta["launcher"] = self.launch.record()
         self.run.write_meta(self.meta)
         tasks = fanout.tasks(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
+        if isinstance(tasks, fanout.Slurm):  # each node checks it runs what this one planned, before its repeat
+            tasks.expected = fanout.node_fingerprint(self.plan, str(self.meta["run_id"]))
         queue = list(todo)
         display.queued(queue)
         try:
