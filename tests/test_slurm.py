@@ -476,13 +476,23 @@ def test_launcher_slurm_refuses_an_unknown_partition_and_parallel_0_before_anyth
             (["--slurm", "partition=gpu"], f"SLURM has no partition gpu (partitions: {slurm.partition})"),
             (["--parallel", "0"], "--parallel must be a whole number of repeats of at least 1, not 0"),
             (["--slurm", "time=soon"], "--slurm time= takes a whole number of minutes of at least 1, not soon"),
-            (["--slurm", "nodes=2"], "--slurm nodes is not one of partition, time, cpus, gpus, mem, account, qos")):
+            (["--slurm", "nodes=2"], "--slurm nodes is not one of partition, time, cpus, gpus, mem, account, qos"),
+            (["--slurm", "time=61"], f"--slurm time=61 is more than partition {slurm.partition} allows (60 minutes)")):
         done = repro500("run", "--launcher", "slurm", *options, *SEEDED_RUN, sys.executable, "-c", "print(1)",
                         cwd=checkout, env=env)
         assert done.returncode == 2, done.stdout + done.stderr
         assert sentence in " ".join(done.stderr.split()) and "Traceback" not in done.stderr, done.stderr
         assert not (checkout / "runs").exists()
         assert slurm.run("squeue", "-h").stdout.strip() == ""
+    # what only sbatch can refuse (more memory than any node has): said in sbatch's words, nothing queued
+    done = repro500("run", "--run-id", "big", "--launcher", "slurm", "--slurm", "mem=999999G", *SEEDED_RUN,
+                    sys.executable, "-c", "print('score 1')", cwd=checkout, env=env)
+    assert done.returncode == 4, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert said == ("repro500: error: sbatch refused the repeats' job array: Memory specification can not be "
+                    "satisfied; Batch job submission failed: Requested node configuration is not available"), said
+    assert slurm.run("squeue", "-h").stdout.strip() == ""
+    shutil.rmtree(checkout / "runs")
     # a recipe's partition is checked as --slurm's is
     (checkout / "work.py").write_text(SEEDED)
     _command_recipe(checkout / "exp.yaml", slurm={"partition": "nope"})

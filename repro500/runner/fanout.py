@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import traceback
@@ -340,6 +341,28 @@ _MISSED_POLLS = 3  # a task gone from squeue without a result for this many poll
 _CANCEL_WAIT_S = 120.0  # after scancel: SLURM's KillWait (30 s by default) plus the repeat's own grace
 
 
+@dataclass
+class _Kept:
+    text: str = ""
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Any:
+    """Keep what a child writes on our stderr (submitit runs sbatch with ours): sbatch's refusal
+    reaches the user once, in the head's sentence, not as its own lines before it."""
+    kept = _Kept()
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield kept
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept.text = sink.read().decode("utf-8", "replace")
+
+
 class Slurm:
     """The repeats as one SLURM job array (submitit's executor, ``slurm_array_parallelism`` at a
     time), each task on the node SLURM gives it; the head follows them with ``squeue``, which
@@ -377,19 +400,30 @@ class Slurm:
         """The repeats of *batch* as one job array (one sbatch: it is queued whole or not at all)."""
         self._submitted = True
         run_dir = str(self.run.path.resolve())
+        # Ctrl-C waits until sbatch has answered: an array queued but not yet known here could not
+        # be cancelled (stop scancels what self.jobs holds)
+        interrupted: list[int] = []
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
         try:
-            with self.executor.batch():
+            with _stderr_kept() as said, self.executor.batch():
                 pending = [(k, self.executor.submit(run_task, run_dir, k, None, self.environ, self.tracking, mlflow,
                                                     "slurm", str(self.folder / f"task-{k}.pid"), True,
                                                     self.expected))
                            for k, mlflow in batch.items()]
         except Exception as err:  # noqa: BLE001 - sbatch's refusal, said in its own words
-            said = [line.strip() for line in str(err).splitlines() if line.strip()]
-            raise InvalidInput(f"sbatch refused the repeats' job array: {said[-1] if said else type(err).__name__}"
+            lines = [line.strip().removeprefix("sbatch: error:").strip()
+                     for line in (said.text or str(err)).splitlines() if line.strip()]
+            raise InvalidInput(f"sbatch refused the repeats' job array: {'; '.join(lines[-2:]) or type(err).__name__}"
                                ) from None
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if said.text.strip():  # sbatch's warnings on an array it queued: the user's to read
+            print(said.text.rstrip(), file=sys.stderr)
         now = time.monotonic()
         for k, job in pending:
             self.jobs[k], self._since[k] = job, now
+        if interrupted:
+            raise KeyboardInterrupt
         return [(k, "queued", f"SLURM job {job.job_id}") for k, job in pending]
 
     def _poll(self) -> None:
@@ -399,8 +433,9 @@ class Slurm:
         done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%N", "-j", ",".join(arrays)],
                               capture_output=True, text=True, timeout=60, check=False)
         self._polled = time.monotonic()
-        if done.returncode != 0:  # the controller busy or restarting: the tasks keep their last states
-            return
+        if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+            return  # the controller busy or restarting: the tasks keep their last states
+        # (an array SLURM no longer knows, past its MinJobAge, has left the queue: an empty answer)
         self._queue = {}
         for line in done.stdout.splitlines():
             task, state, node = (line.strip().split("|") + ["", ""])[:3]

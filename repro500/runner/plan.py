@@ -242,8 +242,12 @@ def slurm_resources(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
     if partition not in limits:
         raise UsageError(f"SLURM has no partition {partition} (partitions: {', '.join(sorted(limits)) or 'none'})")
     resources["partition"] = partition
+    limit = limits[partition]
+    if limit is not None and resources.get("time", 0) > limit:  # SLURM would keep such tasks pending forever
+        raise UsageError(f"--slurm time={resources['time']} is more than partition {partition} allows "
+                         f"({limit} minutes)")
     # without a time sbatch would get submitit's default of 5 minutes: the partition's own limit instead
-    resources.setdefault("time", limits[partition] or _NO_LIMIT_MIN)
+    resources.setdefault("time", limit or _NO_LIMIT_MIN)
     return {key: resources[key] for key in SLURM_KEYS if key in resources}  # one order: run.json, the resume line
 
 
