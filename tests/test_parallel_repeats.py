@@ -205,3 +205,16 @@ def test_slurm_resources_without_launcher_slurm_are_refused(in_tmp):
     assert result.exit_code == 2, result.output
     assert "--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm" in result.text
     assert not (in_tmp / "runs").exists()
+
+
+def test_nodes_whose_hardware_differs_are_named_and_alike_ones_are_not():
+    from repro500.runner.fanout import hardware_note
+
+    def at(node: str, cpu: str, gpus: list[str]) -> dict:
+        return {"placement": {"node": node, "hardware": {"cpu": cpu, "cpu_threads": 64, "gpus": gpus}}}
+
+    alike = {0: at("n1", "EPYC 7763", ["A100"]), 1: at("n2", "EPYC 7763", ["A100"]), 2: {"status": "killed"}}
+    assert hardware_note(alike) is None
+    differ = {**alike, 3: at("n3", "EPYC 7763", ["H100"])}
+    assert hardware_note(differ) == ("the repeats ran on nodes whose hardware differs: n1: EPYC 7763 (64 threads), "
+                                     "A100; n2: EPYC 7763 (64 threads), A100; n3: EPYC 7763 (64 threads), H100")

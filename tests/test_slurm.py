@@ -461,6 +461,8 @@ def test_four_repeats_as_a_job_array_on_two_nodes_make_the_serial_runs_verdict_w
     assert verdicts[0]["status"] == verdicts[1]["status"] == "PASS"
     places = [mine[k]["placement"] for k in range(4)]
     assert {p["node"] for p in places} == {"n1", "n2"}  # one CPU each: the array filled both nodes
+    assert all(p["hardware"]["cpu_threads"] >= 1 and "gpus" in p["hardware"] for p in places), places
+    assert "hardware differs" not in flat  # both nodes are this machine
     assert all(p["launcher"] == "slurm" and p["partition"] == slurm.partition and p["threads"] == 1
                and re.fullmatch(r"\d+_[0-3]", p["job_id"]) and p["host"] for p in places), places
     meta = json.loads((run / "run.json").read_text())

@@ -131,6 +131,38 @@ def placement(slot: Slot, environ: dict[str, str], launcher: str) -> dict[str, A
     return where
 
 
+def node_hardware() -> dict[str, Any]:
+    """The hardware a SLURM task's node gives its repeat, in the few facts that change results or
+    speed (the head's manifest has the head's whole hardware facet, not the nodes')."""
+    from repro500.capture.gpus import gpu_info
+    from repro500.capture.hardware import cpu_info, memory_info
+
+    cpu, gpus = cpu_info(), gpu_info()
+    return {"cpu": cpu.get("model"), "cpu_threads": cpu.get("threads"),
+            "memory_bytes": memory_info().get("total_bytes"),
+            "gpus": [g.get("name") for g in gpus.get("gpus") or []], "gpu_driver": gpus.get("driver_version")}
+
+
+def hardware_note(summaries: dict[int, dict[str, Any]]) -> str | None:
+    """A sentence naming the nodes when the repeats ran on nodes whose hardware differs (results
+    and times may then differ by node, not by seed); None when it is the same everywhere."""
+    seen: dict[str, dict[str, Any]] = {}
+    for summary in summaries.values():
+        place = summary.get("placement") or {}
+        if place.get("node") and isinstance(place.get("hardware"), dict):
+            seen.setdefault(str(place["node"]), place["hardware"])
+    kinds = {repr(sorted(h.items())) for h in seen.values()}
+    if len(kinds) < 2:
+        return None
+
+    def said(h: dict[str, Any]) -> str:
+        gpus = ", ".join(map(str, h.get("gpus") or [])) or "no GPU"
+        return f"{h.get('cpu')} ({h.get('cpu_threads')} threads), {gpus}"
+
+    return ("the repeats ran on nodes whose hardware differs: "
+            + "; ".join(f"{node}: {said(h)}" for node, h in sorted(seen.items())))
+
+
 def slurm_slot(environ: dict[str, str]) -> tuple[Slot, dict[str, str]]:
     """A SLURM task's own share, as SLURM gave it, and the environment its repeat runs with: the
     head's, with the head's own SLURM variables (an allocation it may run in) replaced by the
@@ -246,6 +278,8 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
     except Exception as err:  # noqa: BLE001 - a crash of one repeat is recorded, not lost
         return Landed(error=err, traceback=redact.redact_text(traceback.format_exc()))
     summary["placement"] = placement(slot, environ, launcher)
+    if launcher == "slurm":
+        summary["placement"]["hardware"] = node_hardware()
     run.write_repeat_summary(k, summary)  # still before the head chains it
     return Landed(summary=summary)
 

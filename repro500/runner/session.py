@@ -288,6 +288,9 @@ class Session:
                     if summaries[k]["status"] == REPEAT_FAILED:
                         queue.clear()
                 time.sleep(0.1)
+            note = fanout.hardware_note(self.run.summaries(self.recipe.repeats, finished_only=False))
+            if note:
+                self.console.print(f"[yellow]note:[/] {shown(note)}", highlight=False, soft_wrap=True)
         except BaseException as err:  # Ctrl-C, or the run stopping (MLflow failed): no task outlives the head
             reason = "interrupted by the user" if isinstance(err, KeyboardInterrupt) else "the run stopped"
             for k in tasks.stop():
