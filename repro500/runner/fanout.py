@@ -82,7 +82,8 @@ def _gpu_count() -> int:
 
 
 def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
-    """The slots of ``--launcher local --parallel K`` on this node (None: the repeats run in turn)."""
+    """How the repeats fan out: ``--launcher local``'s slots on this node, or ``--launcher slurm``'s
+    array and task resources, the recipe's launcher section under the options (None: in turn)."""
     if options.launcher is None:  # check_launcher has refused any other launcher
         return None
     # the recipe's launcher section under the command line's choices (a later --slurm pair wins)
@@ -151,14 +152,14 @@ def hardware_note(summaries: dict[int, dict[str, Any]]) -> str | None:
         place = summary.get("placement") or {}
         if place.get("node") and isinstance(place.get("hardware"), dict):
             seen.setdefault(str(place["node"]), place["hardware"])
-    kinds = {repr(sorted(h.items())) for h in seen.values()}
-    if len(kinds) < 2:
-        return None
 
-    def said(h: dict[str, Any]) -> str:
+    def said(h: dict[str, Any]) -> str:  # what is compared is what is shown: a note never lists equal lines
         gpus = ", ".join(map(str, h.get("gpus") or [])) or "no GPU"
-        return f"{h.get('cpu')} ({h.get('cpu_threads')} threads), {gpus}"
+        driver = f" (driver {h['gpu_driver']})" if h.get("gpu_driver") else ""
+        return f"{h.get('cpu')} ({h.get('cpu_threads')} threads), {gpus}{driver}"
 
+    if len({said(h) for h in seen.values()}) < 2:
+        return None
     return ("the repeats ran on nodes whose hardware differs: "
             + "; ".join(f"{node}: {said(h)}" for node, h in sorted(seen.items())))
 

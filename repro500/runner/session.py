@@ -253,7 +253,8 @@ class Session:
     def _fan_out(self, todo: list[int], summaries: dict[int, dict[str, Any]], display: Display) -> None:
         """The repeats as tasks, ``launch.parallel`` at a time (runner/fanout.py); each is linked,
         logged and shown as it lands.  After a failed repeat no new one starts (the rest would fail
-        alike); Ctrl-C stops the running ones and keeps what finished."""
+        alike; a SLURM array's tasks were all submitted at once and run on); Ctrl-C stops the
+        running ones (scancels the array) and keeps what finished."""
         assert self.launch is not None
         self.meta["launcher"] = self.launch.record()
         self.run.write_meta(self.meta)
