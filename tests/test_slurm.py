@@ -561,20 +561,29 @@ def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(
                             cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run = checkout / "runs" / "lost"
     deadline = time.monotonic() + 120
-    while not (run / "repeats/2/stdout.txt").exists():
+    while not all((run / f"repeats/{k}/stdout.txt").exists() for k in (2, 3)):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.2)
     meta = json.loads((run / "run.json").read_text())
     array_id = slurm.run("squeue", "-h", "-r", "-o", "%i").stdout.split()[0].split("_")[0]
+    # repeat 2's task is cancelled (SIGTERM: it stops its repeat and says so); repeat 3's process is
+    # killed outright, as a node dying would take it, and leaves no result at all
     assert slurm.run("scancel", f"{array_id}_2").returncode == 0
-    (checkout / "go").write_text("")  # repeat 3 finishes
+    (pid_file,) = (checkout / "runs" / ".tasks").glob("lost-*/task-3.pid")
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
     out, err = proc.communicate(timeout=180)
     assert proc.returncode == 5, out + err
     said = " ".join(err.split())
     assert "repeat 2 failed: RuntimeError: the repeat's task was stopped by a signal" in said, out + err
+    assert "repeat 3 (4 of 4): failed after" in " ".join(out.split()), out
+    summary = json.loads((run / "repeats/3/summary.json").read_text())
+    assert re.search(rf"RuntimeError: SLURM task {array_id}_3 on n[12] ended without a result \(cancelled, out of "
+                     rf"time or memory, or its node failed; scontrol show job {array_id}_3 says which",
+                     summary["error"]), summary
     assert "repro500 run --resume runs/lost" in said and "Traceback" not in said, err
     statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
-    assert statuses == ["completed", "completed", "failed", "completed"]
+    assert statuses == ["completed", "completed", "failed", "failed"]
+    (checkout / "go").write_text("")
     assert meta["launcher"]["parallel"] == 2  # --array=0-3%2
     assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5}
     assert "launcher" not in (run / "recipe.yaml").read_text()  # how it ran, not what the benchmark is
@@ -583,6 +592,7 @@ def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(
                        env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert "repeat 2 (3 of 4): running on n" in " ".join(resumed.stdout.split())
+    assert "repeat 3 (4 of 4): running on n" in " ".join(resumed.stdout.split())
     checked = repro500("verify", "runs/lost", cwd=checkout, env=env)
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
 

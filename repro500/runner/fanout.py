@@ -372,7 +372,8 @@ class Local:
 # squeue's states of a task that has not ended (anything else, or no line: it has)
 _ALIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED")
 _POLL_S = 1.0  # squeue at most this often: the controller serves every user of the cluster
-_MISSED_POLLS = 3  # a task gone from squeue without a result for this many polls ended without one
+_GONE_S = 5.0  # a task gone from squeue this long without a result ended without one (a network
+# filesystem may show its result file a little after SLURM has ended the task)
 _CANCEL_WAIT_S = 120.0  # after scancel: SLURM's KillWait (30 s by default) plus the repeat's own grace
 
 
@@ -423,7 +424,7 @@ class Slurm:
         self.jobs: dict[int, Any] = {}  # repeat -> its task (a submitit job)
         self._since: dict[int, float] = {}  # repeat -> when it was submitted, then when it was seen running
         self._node: dict[int, str] = {}  # repeat -> the node it runs on, once seen running
-        self._missed: dict[int, int] = {}
+        self._gone: dict[int, float] = {}  # repeat -> when squeue first no longer showed its task alive
         self._queue: dict[str, tuple[str, str]] = {}  # task id -> (state, node), as squeue said last
         self._polled = 0.0
         self._submitted = False
@@ -495,10 +496,10 @@ class Slurm:
             if job.paths.result_pickle.exists():
                 outcome = Local._outcome(job)
             elif self._queue.get(job.job_id, ("",))[0] in _ALIVE or self._polled < self._since[k]:
+                self._gone.pop(k, None)
                 continue
             else:  # gone from the queue: its result may still be on its way over a network filesystem
-                self._missed[k] = self._missed.get(k, 0) + 1
-                if self._missed[k] < _MISSED_POLLS:
+                if time.monotonic() - self._gone.setdefault(k, time.monotonic()) < _GONE_S:
                     continue
                 on = f" on {self._node[k]}" if k in self._node else ""
                 outcome = Landed(error=RuntimeError(
