@@ -79,7 +79,7 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
               help="With --sandbox: also let the run read PATH (read-only; repeatable).")
 @click.option("--launcher", type=click.Choice(["local", "slurm"]),
               help="Run the repeats side by side: local (this node, each on its own CPU set or GPU) or slurm "
-                   "(docs/distributed.md, \"Repeats side by side\").")
+                   "(one SLURM job array; docs/distributed.md, \"Repeats side by side\").")
 @click.option("--parallel", type=int, metavar="K",
               help="With --launcher: repeats at once.  [default: one per GPU, else per CPU core, at most the repeats; "
                    "slurm: every repeat]")
