@@ -218,3 +218,10 @@ def test_nodes_whose_hardware_differs_are_named_and_alike_ones_are_not():
     differ = {**alike, 3: at("n3", "EPYC 7763", ["H100"])}
     assert hardware_note(differ) == ("the repeats ran on nodes whose hardware differs: n1: EPYC 7763 (64 threads), "
                                      "A100; n2: EPYC 7763 (64 threads), A100; n3: EPYC 7763 (64 threads), H100")
+
+
+def test_reproduce_refuses_slurm_resources_without_launcher_slurm_before_anything_is_written(in_tmp):
+    result = invoke("reproduce", "pub", "--out", "again", "--launcher", "local", "--slurm", "partition=gpu")
+    assert result.exit_code == 2, result.output
+    assert "--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm" in result.text
+    assert not (in_tmp / "again").exists()
