@@ -298,6 +298,7 @@ class Local:
         self.executor.update_parameters(timeout_min=_TASK_DAYS * 24 * 60)
         self.free = list(launch.slots)
         self.jobs: dict[int, tuple[Any, Slot, float]] = {}  # repeat -> (job, slot, start time)
+        self.expected: dict[str, str] | None = None  # this node's tasks need not check it is this node
 
     def room(self) -> int:
         """How many more repeats may start now."""

@@ -258,22 +258,26 @@ class Session:
         assert self.launch is not None
         self.meta["launcher"] = self.launch.record()
         self.run.write_meta(self.meta)
+        # each SLURM task checks, before its repeat, that its node runs what this one planned
+        expected = fanout.node_fingerprint(self.plan, str(self.meta["run_id"])) \
+            if self.launch.launcher == "slurm" else None
         tasks = fanout.tasks(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
-        if isinstance(tasks, fanout.Slurm):  # each node checks it runs what this one planned, before its repeat
-            tasks.expected = fanout.node_fingerprint(self.plan, str(self.meta["run_id"]))
+        tasks.expected = expected
         queue = list(todo)
         display.queued(queue)
         try:
             while queue or tasks.jobs:
                 room = tasks.room()
                 starting, queue = queue[:room], queue[room:]
+                # submitted first: an array sbatch refuses leaves no MLflow repeat open (a task waits
+                # for its MLflow run's file, so it may start before the run does)
+                events = tasks.submit({k: self._mlflow_target(k, waits=False) for k in starting}) if starting else []
                 for k in starting:
                     if self.tracking:
                         self.tracking.start_repeat(k, self.plan.seeds(k).as_dict(), self.meta["run_id"],
                                                    self.recipe.flat_params())
                     self._in_flight.add(k)
-                batch = {k: self._mlflow_target(k, waits=False) for k in starting}
-                for k, state, where in [*(tasks.submit(batch) if batch else []), *tasks.progress()]:
+                for k, state, where in [*events, *tasks.progress()]:
                     if state == "running":
                         display.started(k, where)
                     else:
