@@ -184,14 +184,44 @@ def test_ctrl_c_stops_the_running_tasks_keeps_finished_repeats_and_resume_comple
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
 
 
-def test_launcher_slurm_where_sbatch_exists_is_refused_until_it_is_built(in_tmp):
+def test_launcher_slurm_where_slurm_cannot_be_asked_for_its_partitions_is_refused(in_tmp):
     bare = in_tmp / "bin"
     bare.mkdir()
     (bare / "python").symlink_to(sys.executable)
-    (bare / "sbatch").write_text("#!/bin/sh\nexit 0\n")
-    (bare / "sbatch").chmod(0o755)
+    for name, script in (("sbatch", "exit 0"), ("sinfo", "echo 'slurm_load_partitions: Unable to contact slurm controller' >&2; exit 1")):
+        (bare / name).write_text(f"#!/bin/sh\n{script}\n")
+        (bare / name).chmod(0o755)
     result = invoke("run", "--launcher", "slurm", "--no-tracking", *COMMAND, "python", "-c", "print('score 1')",
                     env={"PATH": str(bare)})
-    assert result.exit_code == 2, result.output
-    assert "--launcher slurm (the repeats as a SLURM job array) is not available" in result.text
+    assert result.exit_code == 4, result.output
+    assert ("--launcher slurm cannot ask SLURM for its partitions (sinfo: slurm_load_partitions: Unable to contact "
+            "slurm controller)") in result.text
     assert not (in_tmp / "runs").exists()
+
+
+def test_slurm_resources_without_launcher_slurm_are_refused(in_tmp):
+    result = invoke("run", "--launcher", "local", "--slurm", "partition=gpu", "--no-tracking", *COMMAND,
+                    sys.executable, "-c", "print('score 1')")
+    assert result.exit_code == 2, result.output
+    assert "--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm" in result.text
+    assert not (in_tmp / "runs").exists()
+
+
+def test_nodes_whose_hardware_differs_are_named_and_alike_ones_are_not():
+    from repro500.runner.fanout import hardware_note
+
+    def at(node: str, cpu: str, gpus: list[str]) -> dict:
+        return {"placement": {"node": node, "hardware": {"cpu": cpu, "cpu_threads": 64, "gpus": gpus}}}
+
+    alike = {0: at("n1", "EPYC 7763", ["A100"]), 1: at("n2", "EPYC 7763", ["A100"]), 2: {"status": "killed"}}
+    assert hardware_note(alike) is None
+    differ = {**alike, 3: at("n3", "EPYC 7763", ["H100"])}
+    assert hardware_note(differ) == ("the repeats ran on nodes whose hardware differs: n1: EPYC 7763 (64 threads), "
+                                     "A100; n2: EPYC 7763 (64 threads), A100; n3: EPYC 7763 (64 threads), H100")
+
+
+def test_reproduce_refuses_slurm_resources_without_launcher_slurm_before_anything_is_written(in_tmp):
+    result = invoke("reproduce", "pub", "--out", "again", "--launcher", "local", "--slurm", "partition=gpu")
+    assert result.exit_code == 2, result.output
+    assert "--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm" in result.text
+    assert not (in_tmp / "again").exists()

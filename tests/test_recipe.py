@@ -203,3 +203,19 @@ def test_every_shipped_recipe_is_valid():
         assert ds["name"] in DATASETS, path
         assert set(ds["params"]) - {"seed"} <= PARAMS[ds["name"]], path
         assert r.fixed["target"]["metric"] in r.acceptance or r.acceptance, path
+
+
+def test_a_launcher_section_is_kept_out_of_the_runs_recipe_and_checked_like_any_section(tmp_path):
+    from repro500.recipe.schema import SLURM_SCHEMA
+    from repro500.runner.plan import SLURM_KEYS
+
+    assert list(SLURM_SCHEMA) == list(SLURM_KEYS)  # the recipe's keys are --slurm's
+    text = GOOD + "launcher:\n  parallel: 2\n  slurm: {partition: gpu, time: 30, mem: 8G}\n"
+    r = recipes.load(write(tmp_path, text))
+    assert r.launcher == {"parallel": 2, "slurm": {"partition": "gpu", "time": 30, "mem": "8G"}}
+    assert "launcher" not in r.to_yaml()  # how the repeats ran: run.json records it, a publication does not carry it
+    for bad, message in (("  parallel: 0", "r.yaml:19: launcher.parallel must be at least 1, got 0"),
+                         ("  slurm: {nodes: 2}", "r.yaml:19: unknown key launcher.slurm.nodes"),
+                         ("  slurm: {time: soon}", "r.yaml:19: launcher.slurm.time must be an integer, got 'soon'")):
+        with pytest.raises(InvalidInput, match=message):
+            recipes.load(write(tmp_path, GOOD + "launcher:\n" + bad + "\n"))

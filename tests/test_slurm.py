@@ -7,7 +7,8 @@ accounting. Two nodes on this one machine: both slurmd listen on 127.0.0.1 on po
 where its node-local scratch directory holds its own files, as another host's disk would. The test
 submits examples/slurm_ddp.sbatch itself, with sbatch's own options for the CPU sizes, and checks
 what a user would: the job's exit code and output, the run directory, `repro500 verify`, the
-manifest's SLURM facts and MLflow.
+manifest's SLURM facts and MLflow.  The same cluster runs `repro500 run --launcher slurm`: a run's
+repeats as one job array, on both nodes at once.
 
 Where slurm, munge or root are missing the tests skip saying why, except under CI
 (.ci/run sets REPRO500_REQUIRE_SLURM=1 where it can install them), where they fail.
@@ -398,3 +399,220 @@ def test_a_node_without_the_venv_or_the_recipe_or_with_other_data_stops_the_job_
     sentence = f"repro500: error: the nodes disagree before the first step: data:{slurm.scratch / 'cosmo-eval.h5'} is "
     assert said.count(sentence) == 2 and " on node 0 but " in said and f"; data:{slurm.scratch / 'cosmo.h5'} is " in said, said
     assert not (checkout / "runs").exists() and not (checkout / "mlflow.db").exists()
+
+
+# A deterministic seeded 1-thread workload: its score depends on REPRO500_SEED only.
+SEEDED = """\
+import os, random
+rng = random.Random(int(os.environ["REPRO500_SEED"]))
+print(f"score {sum(rng.random() for _ in range(20000)) / 20000:.9f}")
+"""
+SEEDED_RUN = ("--repeats", "4", "--no-tracking", "--command", "--metric", "score=regex:score ([0-9.]+)",
+              "--accept", "score>=0.4", "--")
+
+
+def _command_recipe(path: Path, **launcher: object) -> Path:
+    """A recipe running work.py four times, with the launcher section given."""
+    import sys
+
+    path.write_text(json.dumps({
+        "schema": "repro500/recipe/v1", "name": "seeded", "fixed": {"command": [sys.executable, "work.py"]},
+        "metrics": {"score": {"regex": "score ([0-9.]+)"}}, "acceptance": {"score": {"target": 0.5, "tolerance": 0.1}},
+        "repeats": 4, "seed": 4, "launcher": launcher}))
+    return path
+
+
+def _tool_env(slurm: Cluster) -> dict[str, str]:
+    """The cluster's environment with this interpreter first on PATH (repro500 passes PYTHONUNBUFFERED itself)."""
+    import sys
+
+    env = {k: v for k, v in slurm.env.items() if k != "PYTHONUNBUFFERED"}
+    return dict(env, PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}")
+
+
+def test_four_repeats_as_a_job_array_on_two_nodes_make_the_serial_runs_verdict_with_each_node_recorded(slurm,
+                                                                                                      checkout):
+    import sys
+
+    (checkout / "work.py").write_text(SEEDED)
+    env = _tool_env(slurm)
+    array = repro500("run", "--run-id", "array", "--launcher", "slurm", "--slurm", "time=5", "--slurm", "mem=500M",
+                     "--slurm", "cpus=1", *SEEDED_RUN,
+                     sys.executable, "work.py", cwd=checkout, env=env, timeout=300)
+    said = array.stdout + array.stderr
+    assert array.returncode == 0, said
+    serial = repro500("run", "--run-id", "serial", *SEEDED_RUN, sys.executable, "work.py", cwd=checkout, env=env)
+    assert serial.returncode == 0, serial.stdout + serial.stderr
+    assert sorted(p.name for p in (checkout / "runs").iterdir()) == ["array", "serial"]  # no task folder left
+    flat = " ".join(said.split())
+    assert "queued as SLURM job " in flat and "running on n1 (SLURM job " in flat and "running on n2" in flat, said
+
+    run = checkout / "runs" / "array"
+    checked = repro500("verify", str(run), cwd=checkout, env=env)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "repeat chain intact" in " ".join(checked.stdout.split())
+    chain = [json.loads(line) for line in (run / "chain.jsonl").read_text().splitlines()]
+    assert sorted(r["repeat"] for r in chain[1:]) == [0, 1, 2, 3]  # one link each
+
+    mine, theirs = ({k: json.loads((checkout / "runs" / r / f"repeats/{k}/summary.json").read_text())
+                     for k in range(4)} for r in ("array", "serial"))
+    assert [mine[k]["metrics"]["score"] for k in range(4)] == [theirs[k]["metrics"]["score"] for k in range(4)]
+    verdicts = [json.loads((checkout / "runs" / r / "verdict.json").read_text()) for r in ("array", "serial")]
+    assert verdicts[0]["status"] == verdicts[1]["status"] == "PASS"
+    places = [mine[k]["placement"] for k in range(4)]
+    assert {p["node"] for p in places} == {"n1", "n2"}  # one CPU each: the array filled both nodes
+    assert all(p["hardware"]["cpu_threads"] >= 1 and "gpus" in p["hardware"] for p in places), places
+    assert "hardware differs" not in flat  # both nodes are this machine
+    assert all(p["launcher"] == "slurm" and p["partition"] == slurm.partition and p["threads"] == 1
+               and re.fullmatch(r"\d+_[0-3]", p["job_id"]) and p["host"] for p in places), places
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["launcher"]["kind"] == "slurm" and meta["launcher"]["parallel"] == 4
+    assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5, "cpus": 1, "mem": "500M"}
+
+
+def test_launcher_slurm_refuses_an_unknown_partition_and_parallel_0_before_anything_is_submitted(slurm, checkout):
+    import sys
+
+    env = _tool_env(slurm)
+    for options, sentence in (
+            (["--slurm", "partition=gpu"], f"SLURM has no partition gpu (partitions: {slurm.partition})"),
+            (["--parallel", "0"], "--parallel must be a whole number of repeats of at least 1, not 0"),
+            (["--slurm", "time=soon"], "--slurm time= takes a whole number of minutes of at least 1, not soon"),
+            (["--slurm", "nodes=2"], "--slurm nodes is not one of partition, time, cpus, gpus, mem, account, qos"),
+            (["--slurm", "time=61"], f"--slurm time=61 is more than partition {slurm.partition} allows (60 minutes)")):
+        done = repro500("run", "--launcher", "slurm", *options, *SEEDED_RUN, sys.executable, "-c", "print(1)",
+                        cwd=checkout, env=env)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert sentence in " ".join(done.stderr.split()) and "Traceback" not in done.stderr, done.stderr
+        assert not (checkout / "runs").exists()
+        assert slurm.run("squeue", "-h").stdout.strip() == ""
+    # what only sbatch can refuse (more memory than any node has): said in sbatch's words, nothing queued
+    done = repro500("run", "--run-id", "big", "--launcher", "slurm", "--slurm", "mem=999999G", *SEEDED_RUN,
+                    sys.executable, "-c", "print('score 1')", cwd=checkout, env=env)
+    assert done.returncode == 4, done.stdout + done.stderr
+    said = " ".join(done.stderr.split())
+    assert said == ("repro500: error: sbatch refused the repeats' job array: Memory specification can not be "
+                    "satisfied; Batch job submission failed: Requested node configuration is not available"), said
+    assert slurm.run("squeue", "-h").stdout.strip() == ""
+    shutil.rmtree(checkout / "runs")
+    # a recipe's partition is checked as --slurm's is
+    (checkout / "work.py").write_text(SEEDED)
+    _command_recipe(checkout / "exp.yaml", slurm={"partition": "nope"})
+    done = repro500("run", "exp.yaml", "--no-tracking", "--launcher", "slurm", cwd=checkout, env=env)
+    assert done.returncode == 2 and "SLURM has no partition nope (partitions: debug)" in done.stderr, done.stderr
+    assert not (checkout / "runs").exists() and slurm.run("squeue", "-h").stdout.strip() == ""
+
+
+# Repeats 2 and 3 wait until a file "go" exists: the run is interrupted while they run.
+WAITING = """\
+import os, time
+k = int(os.environ["REPRO500_REPEAT"])
+while k >= 2 and not os.path.exists("go"):
+    time.sleep(0.1)
+print("score 0.5")
+"""
+
+
+def test_ctrl_c_scancels_the_array_keeps_finished_repeats_and_resume_completes_the_run(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(WAITING)
+    env = _tool_env(slurm)
+    # a session of its own, as a terminal's foreground job: Ctrl-C reaches every process of the group
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "--run-id", "cut", "--launcher", "slurm",
+                             "--slurm", "time=5", *SEEDED_RUN, sys.executable, "work.py"], cwd=checkout, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    run = checkout / "runs" / "cut"
+    deadline = time.monotonic() + 120
+    while not all((run / "repeats" / str(k) / "stdout.txt").exists() for k in (2, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 130, out + err
+    said = " ".join(out.split())
+    assert "complete the run with: repro500 run --resume runs/cut --launcher slurm --parallel 4 --slurm " \
+           f"partition={slurm.partition} --slurm time=5" in said, out + err
+    assert slurm.run("squeue", "-h").stdout.strip() == ""  # nothing of the array left queued or running
+    statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
+    assert statuses == ["completed", "completed", "killed", "killed"]
+    assert not (checkout / "runs" / ".tasks").exists()  # the pickled tasks (the run's environment) are gone
+
+    (checkout / "go").write_text("")
+    resumed = repro500("run", "--resume", "runs/cut", "--launcher", "slurm", "--slurm", "time=5", cwd=checkout,
+                       env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    places = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["placement"] for k in (2, 3)]
+    assert all(p["node"] in ("n1", "n2") for p in places), places
+    checked = repro500("verify", "runs/cut", cwd=checkout, env=env)
+    assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(WAITING)
+    env = _tool_env(slurm)
+    # the resources from the recipe's launcher section this time
+    _command_recipe(checkout / "exp.yaml", parallel=2, slurm={"partition": slurm.partition, "time": 5})
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "exp.yaml", "--run-id", "lost",
+                             "--no-tracking", "--launcher", "slurm"],
+                            cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = checkout / "runs" / "lost"
+    deadline = time.monotonic() + 120
+    while not all((run / f"repeats/{k}/stdout.txt").exists() for k in (2, 3)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    meta = json.loads((run / "run.json").read_text())
+    array_id = slurm.run("squeue", "-h", "-r", "-o", "%i").stdout.split()[0].split("_")[0]
+    # repeat 2's task is cancelled (SIGTERM: it stops its repeat and says so); repeat 3's process is
+    # killed outright, as a node dying would take it, and leaves no result at all
+    assert slurm.run("scancel", f"{array_id}_2").returncode == 0
+    (pid_file,) = (checkout / "runs" / ".tasks").glob("lost-*/task-3.pid")
+    os.kill(int(pid_file.read_text()), signal.SIGKILL)
+    out, err = proc.communicate(timeout=180)
+    assert proc.returncode == 5, out + err
+    said = " ".join(err.split())
+    assert "repeat 2 failed: RuntimeError: the repeat's task was stopped by a signal" in said, out + err
+    assert "repeat 3 (4 of 4): failed after" in " ".join(out.split()), out
+    summary = json.loads((run / "repeats/3/summary.json").read_text())
+    assert re.search(rf"RuntimeError: SLURM task {array_id}_3 on n[12] ended without a result \(cancelled, out of "
+                     rf"time or memory, or its node failed; scontrol show job {array_id}_3 says which",
+                     summary["error"]), summary
+    assert "repro500 run --resume runs/lost" in said and "Traceback" not in said, err
+    statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
+    assert statuses == ["completed", "completed", "failed", "failed"]
+    (checkout / "go").write_text("")
+    assert meta["launcher"]["parallel"] == 2  # --array=0-3%2
+    assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5}
+    assert "launcher" not in (run / "recipe.yaml").read_text()  # how it ran, not what the benchmark is
+
+    resumed = repro500("run", "--resume", "runs/lost", "--launcher", "slurm", "--slurm", "time=5", cwd=checkout,
+                       env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "repeat 2 (3 of 4): running on n" in " ".join(resumed.stdout.split())
+    assert "repeat 3 (4 of 4): running on n" in " ".join(resumed.stdout.split())
+    checked = repro500("verify", "runs/lost", cwd=checkout, env=env)
+    assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+def test_a_node_with_other_data_is_refused_with_its_name_before_its_repeat(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(SEEDED)
+    (slurm.scratch / "input.txt").write_text("the head's data\n")
+    (slurm.scratch_n2 / "input.txt").write_text("n2's own data!!\n")  # the same path, another disk's file
+    env = _tool_env(slurm)
+    done = repro500("run", "--run-id", "split", "--launcher", "slurm", "--slurm", "time=5", "--repeats", "2",
+                    "--no-tracking", "--command", "--input", str(slurm.scratch / "input.txt"), "--metric",
+                    "score=regex:score ([0-9.]+)", "--accept", "score>=0.4", "--", sys.executable, "work.py",
+                    cwd=checkout, env=env, timeout=300)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"node n2 does not run what the head planned: data:{slurm.scratch / 'input.txt'} is " in said, said
+    assert " on node n2 but " in said and " on the head; every node needs the same code, environment and data" in said
+    assert "Traceback" not in done.stderr
+    run = checkout / "runs" / "split"
+    statuses = {json.loads((run / f"repeats/{k}/summary.json").read_text())["status"] for k in (0, 1)}
+    assert statuses == {"completed", "failed"}  # n1's repeat ran and is kept

@@ -59,12 +59,15 @@ from repro500.statuses import DEFAULT_ALPHA
 @click.option("--launcher", type=click.Choice(["local", "slurm"]),
               help="Run the rerun's repeats side by side, as repro500 run --launcher does.")
 @click.option("--parallel", type=int, metavar="K", help="With --launcher: the rerun's repeats at once.")
+@click.option("--slurm", "slurm", multiple=True, metavar="KEY=VALUE",
+              help="With --launcher slurm: a task's resources, as repro500 run --slurm takes them.")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
               run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None,
               env_mode: str, find_links: tuple[str, ...], indexes: tuple[str, ...], network: bool,
-              sandbox_ro: tuple[Path, ...], no_sandbox: bool, launcher: str | None, parallel: int | None) -> None:
+              sandbox_ro: tuple[Path, ...], no_sandbox: bool, launcher: str | None, parallel: int | None,
+              slurm: tuple[str, ...]) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -93,8 +96,9 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
     from repro500.publish.reproduce import reproduce as run_reproduce
     from repro500.runner.plan import RunOptions, check_launcher
 
-    check_launcher(RunOptions(launcher=launcher, parallel=parallel, until_decided=until_decided))  # before anything is written
-    launch = [*(["--launcher", launcher] if launcher else []), *(["--parallel", str(parallel)] if parallel else [])]
+    check_launcher(RunOptions(launcher=launcher, parallel=parallel, until_decided=until_decided, slurm=slurm))  # before anything is written
+    launch = [*(["--launcher", launcher] if launcher else []), *(["--parallel", str(parallel)] if parallel else []),
+              *[arg for pair in slurm for arg in ("--slurm", pair)]]
     result = run_reproduce(source, out=out, repeats=repeats, rev=rev, subpath=subpath, alpha=alpha,
                            margins=margins or None, data_root=data_root, tracking=tracking, run_code=run_code,
                            allow_data_differences=allow_data_differences, until_decided=until_decided,

@@ -85,9 +85,13 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
               help="With --sandbox: also let the run read PATH (read-only; repeatable).")
 @click.option("--launcher", type=click.Choice(["local", "slurm"]),
               help="Run the repeats side by side: local (this node, each on its own CPU set or GPU) or slurm "
-                   "(docs/distributed.md, \"Repeats side by side\").")
+                   "(one SLURM job array; docs/distributed.md, \"Repeats side by side\").")
 @click.option("--parallel", type=int, metavar="K",
-              help="With --launcher: repeats at once.  [default: one per GPU, else per CPU core, at most the repeats]")
+              help="With --launcher: repeats at once.  [default: one per GPU, else per CPU core, at most the repeats; "
+                   "slurm: every repeat]")
+@click.option("--slurm", "slurm", multiple=True, metavar="KEY=VALUE",
+              help="With --launcher slurm: a task's resources, repeatable: partition=NAME, time=MINUTES, cpus=N, "
+                   "gpus=N, mem=8G, account=NAME, qos=NAME.  [default: the default partition, its time limit, 1 CPU]")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, run_id_from_dvc: bool, metrics_path: Path | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
@@ -96,7 +100,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
         experiment: str | None, artifacts: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
         max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float], vary: str | None,
         repeats_per_cell: int | None, sandboxed: bool, network: bool, sandbox_ro: tuple[str, ...],
-        launcher: str | None, parallel: int | None) -> None:
+        launcher: str | None, parallel: int | None, slurm: tuple[str, ...]) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
@@ -139,7 +143,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          rdzv_endpoint=rdzv_endpoint, argv=["repro500", *sys.argv[1:]],
                          sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,
                          until_decided=until_decided, max_repeats=max_repeats, spending=spending, against=against,
-                         margins=margins, repeats_per_cell=repeats_per_cell, launcher=launcher, parallel=parallel,
+                         margins=margins, repeats_per_cell=repeats_per_cell, launcher=launcher, parallel=parallel, slurm=slurm,
                          vary=[name.strip() for name in vary.split(",")] if vary is not None else None,
                          started_ms=started_ms)
     outcome = run_recipe(options)

@@ -69,6 +69,8 @@ class Recipe:
     # params.yaml's run.tracking (log to MLflow or not); None when the params file does not say.
     # Not part of the benchmark: never written into recipe.yaml, and --tracking/--no-tracking wins.
     tracking: bool | None = None
+    # the recipe's launcher section (schema.LAUNCHER_SCHEMA): like tracking, how it runs, not what
+    launcher: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_command(self) -> bool:
@@ -233,6 +235,7 @@ def from_data(
         overrides=applied,
         metrics=copy.deepcopy(data.get("metrics") or {}),
         tracking=tracking,
+        launcher=copy.deepcopy(data.get("launcher") or {}),
     )
 
 

@@ -112,7 +112,14 @@ ACCEPTANCE_ENTRY_SCHEMA: dict[str, Any] = {
     "direction": list(DIRECTIONS),
     "tolerance": NUMBER,
 }
-TOP_LEVEL = ("schema", "name", "description", "fixed", "mutable", "acceptance", "metrics", "repeats", "seed")
+TOP_LEVEL = ("schema", "name", "description", "fixed", "mutable", "acceptance", "metrics", "repeats", "seed",
+             "launcher")
+# How the repeats fan out where the command line chooses a launcher (runner/fanout.py): not part of
+# the benchmark (a reproducer's cluster is not the publisher's), so never written into a run's
+# recipe.yaml; what a run used is recorded in run.json's launcher.  --parallel and --slurm win.
+SLURM_SCHEMA: dict[str, Any] = {"partition": str, "time": int, "cpus": int, "gpus": int, "mem": str,
+                                "account": str, "qos": str}
+LAUNCHER_SCHEMA: dict[str, Any] = {"parallel": int, "slurm": SLURM_SCHEMA}
 
 DEFAULT_MUTABLE: dict[str, Any] = {
     "batch_size": 64,
@@ -276,6 +283,15 @@ def validate(data: Any, loc: Located) -> None:
             raise InvalidInput(f"{loc.where(path)}: {path}.target is required")
         if entry.get("tolerance", 0) < 0:
             raise InvalidInput(f"{loc.where(path + '.tolerance')}: {path}.tolerance must not be negative")
+    if "launcher" in data:
+        _check_value(data["launcher"], LAUNCHER_SCHEMA, "launcher", loc)
+        slurm = data["launcher"].get("slurm") or {}
+        for path, value, least in (("launcher.parallel", data["launcher"].get("parallel"), 1),
+                                   ("launcher.slurm.time", slurm.get("time"), 1),
+                                   ("launcher.slurm.cpus", slurm.get("cpus"), 1),
+                                   ("launcher.slurm.gpus", slurm.get("gpus"), 0)):
+            if value is not None and value < least:
+                raise InvalidInput(f"{loc.where(path)}: {path} must be at least {least}, got {value}")
     for key in ("repeats", "seed"):
         if key in data:
             _check_value(data[key], int, key, loc)

@@ -88,6 +88,13 @@ class Display:
             return
         self._states = {k: self._bars.add_task(f"repeat {k}: queued", total=None, start=False) for k in ks}
 
+    def waiting(self, k: int, state: str) -> None:
+        """A repeat handed to a scheduler that has not started it yet (queued as SLURM job ...)."""
+        if self._bars is None:
+            self.say(f"repeat {k} ({k + 1} of {self.planned}): {state}")
+            return
+        self._bars.update(self._states[k], description=f"repeat {k}: {state}")
+
     def started(self, k: int, where: str) -> None:
         if self._bars is None:
             self.say(f"repeat {k} ({k + 1} of {self.planned}): running on {where}")

@@ -1,4 +1,5 @@
-"""A run's repeats side by side: tasks of submitit's local executor, each on its own share of the node.
+"""A run's repeats side by side: tasks of submitit's local executor, each on its own share of the
+node, or the tasks of one SLURM job array, each on whatever node SLURM gives it.
 
 The head process (``repro500 run``) plans, captures, chains, logs to MLflow and verifies, as
 in a serial run; only the repeats move into tasks.  A task rebuilds the run's plan from the run
@@ -8,26 +9,30 @@ runs :func:`repro500.runner.repeat.run_one`, the serial loop's own function, int
 directory.  What it returns is the repeat's summary or the error it met; the head links and
 logs each one as it lands, in whatever order they finish.
 
-submitit rather than a pool of our own: it is how these repeats reach a SLURM array as well, and
-it runs each task in a fresh interpreter (no state shared with the head, as on a cluster node).
+submitit rather than a pool of our own: one task function and one head loop for both launchers
+(only :class:`Local` and :class:`Slurm` differ), and each task in a fresh interpreter (no state
+shared with the head, as on a cluster node).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro500 import redact
-from repro500.errors import ReproError, UsageError
+from repro500.errors import InvalidInput, ReproError, UsageError
 from repro500.rundir import layout
 from repro500.runner.plan import Plan, RunOptions
 from repro500.workloads.workload import Progress
@@ -48,6 +53,7 @@ class Slot:
     index: int
     cpus: tuple[int, ...]
     gpu: int | None
+    threads: int | None = None  # None: one per CPU; a SLURM task: the CPUs SLURM gave it (its CPU set may be wider)
 
     @property
     def where(self) -> str:
@@ -61,10 +67,12 @@ class Launch:
 
     launcher: str
     parallel: int
-    slots: tuple[Slot, ...]
+    slots: tuple[Slot, ...]  # local: this node's shares; slurm: none (SLURM places each task)
+    resources: dict[str, Any] = field(default_factory=dict)  # slurm: a task's (plan.slurm_resources)
 
     def record(self) -> dict[str, Any]:
-        return {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots]}
+        recorded = {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots]}
+        return {**recorded, "slurm": dict(self.resources)} if self.launcher == "slurm" else recorded
 
 
 def _gpu_count() -> int:
@@ -74,12 +82,21 @@ def _gpu_count() -> int:
 
 
 def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
-    """The slots of ``--launcher local --parallel K`` on this node (None: the repeats run in turn)."""
-    if options.launcher is None:  # check_launcher has refused any other launcher than local
+    """How the repeats fan out: ``--launcher local``'s slots on this node, or ``--launcher slurm``'s
+    array and task resources, the recipe's launcher section under the options (None: in turn)."""
+    if options.launcher is None:  # check_launcher has refused any other launcher
         return None
+    # the recipe's launcher section under the command line's choices (a later --slurm pair wins)
+    section = plan.recipe.launcher
+    wanted = options.parallel or section.get("parallel")
+    if options.launcher == "slurm":  # every repeat at once unless --parallel says fewer: SLURM queues the rest
+        from repro500.runner.plan import slurm_resources
+
+        pairs = [f"{key}={value}" for key, value in (section.get("slurm") or {}).items()] + list(options.slurm)
+        return Launch("slurm", min(wanted or todo, max(todo, 1)), (), slurm_resources(pairs))
     cpus = sorted(os.sched_getaffinity(0))
     gpus = _gpu_count()
-    parallel = options.parallel or max(1, min(todo, gpus or len(cpus)))
+    parallel = wanted or max(1, min(todo, gpus or len(cpus)))
     if parallel > len(cpus):
         raise UsageError(f"--parallel {parallel} needs a CPU core per repeat, but this process may use {len(cpus)}; "
                          f"give --parallel {len(cpus)} or fewer")
@@ -95,7 +112,7 @@ def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
 def placement_env(slot: Slot, environ: dict[str, str]) -> dict[str, str]:
     """The variables a task's repeat runs with on top of the run's environment: its thread count
     (a count the user exported is kept, as under SLURM) and its GPU."""
-    env = {name: str(len(slot.cpus)) for name in THREAD_VARIABLES if name not in environ}
+    env = {name: str(slot.threads or len(slot.cpus)) for name in THREAD_VARIABLES if name not in environ}
     if slot.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(slot.gpu)
     return env
@@ -105,8 +122,61 @@ def placement(slot: Slot, environ: dict[str, str], launcher: str) -> dict[str, A
     """What a repeat's summary records of where it ran."""
     env = {**environ, **placement_env(slot, environ)}
     threads = env.get("OMP_NUM_THREADS")
-    return {"launcher": launcher, "slot": slot.index, "host": socket.gethostname(), "cpus": list(slot.cpus),
-            "threads": int(threads) if threads and threads.isdigit() else len(slot.cpus), "gpu": slot.gpu}
+    where = {"launcher": launcher, "slot": slot.index, "host": socket.gethostname(), "cpus": list(slot.cpus),
+             "threads": int(threads) if threads and threads.isdigit() else slot.threads or len(slot.cpus),
+             "gpu": slot.gpu}
+    if launcher == "slurm":  # the node by SLURM's name (several may share a host name), the task, what it was given
+        where.update(node=environ.get("SLURMD_NODENAME"), partition=environ.get("SLURM_JOB_PARTITION"),
+                     job_id=f"{environ.get('SLURM_ARRAY_JOB_ID')}_{environ.get('SLURM_ARRAY_TASK_ID')}",
+                     gpus=environ.get("CUDA_VISIBLE_DEVICES"))
+    return where
+
+
+def node_hardware() -> dict[str, Any]:
+    """The hardware a SLURM task's node gives its repeat, in the few facts that change results or
+    speed (the head's manifest has the head's whole hardware facet, not the nodes')."""
+    from repro500.capture.gpus import gpu_info
+    from repro500.capture.hardware import cpu_info, memory_info
+
+    cpu, gpus = cpu_info(), gpu_info()
+    return {"cpu": cpu.get("model"), "cpu_threads": cpu.get("threads"),
+            "memory_bytes": memory_info().get("total_bytes"),
+            "gpus": [g.get("name") for g in gpus.get("gpus") or []], "gpu_driver": gpus.get("driver_version")}
+
+
+def hardware_note(summaries: dict[int, dict[str, Any]]) -> str | None:
+    """A sentence naming the nodes when the repeats ran on nodes whose hardware differs (results
+    and times may then differ by node, not by seed); None when it is the same everywhere."""
+    seen: dict[str, dict[str, Any]] = {}
+    for summary in summaries.values():
+        place = summary.get("placement") or {}
+        if place.get("node") and isinstance(place.get("hardware"), dict):
+            seen.setdefault(str(place["node"]), place["hardware"])
+
+    def said(h: dict[str, Any]) -> str:  # what is compared is what is shown: a note never lists equal lines
+        gpus = ", ".join(map(str, h.get("gpus") or [])) or "no GPU"
+        driver = f" (driver {h['gpu_driver']})" if h.get("gpu_driver") else ""
+        return f"{h.get('cpu')} ({h.get('cpu_threads')} threads), {gpus}{driver}"
+
+    if len({said(h) for h in seen.values()}) < 2:
+        return None
+    return ("the repeats ran on nodes whose hardware differs: "
+            + "; ".join(f"{node}: {said(h)}" for node, h in sorted(seen.items())))
+
+
+def slurm_slot(environ: dict[str, str]) -> tuple[Slot, dict[str, str]]:
+    """A SLURM task's own share, as SLURM gave it, and the environment its repeat runs with: the
+    head's, with the head's own SLURM variables (an allocation it may run in) replaced by the
+    task's, and the GPUs SLURM gave the task."""
+    own = {name: value for name, value in os.environ.items()
+           if name.startswith(("SLURM_", "SLURMD_")) or name in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
+    env = {name: value for name, value in environ.items()
+           if not name.startswith(("SLURM_", "SLURMD_")) and name not in ("CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES")}
+    env.update(own)
+    cpus = tuple(sorted(os.sched_getaffinity(0)))
+    given = env.get("SLURM_CPUS_PER_TASK", "")
+    threads = int(given) if given.isdigit() and int(given) > 0 else len(cpus)
+    return Slot(int(env.get("SLURM_ARRAY_TASK_ID") or 0), cpus, None, threads), env
 
 
 @dataclass
@@ -133,10 +203,42 @@ def _stop_on_signal(interruptible: bool) -> None:
         signal.signal(signal.SIGINT, handler)
 
 
-def run_task(run_dir: str, k: int, slot: Slot, environ: dict[str, str], tracking: bool, mlflow: Any,
-             launcher: str, pid_file: str, interruptible: bool = True) -> Landed:
-    """One repeat in a task's process: pinned, its plan rebuilt from the run directory, run by the
-    serial loop's own function.  Never raises: the head records what it returns."""
+def node_fingerprint(plan: Plan, run_id: str) -> dict[str, str]:
+    """What a SLURM task checks against the head before its repeat: the recipe, the code (repro500,
+    the experiment's files, plug-ins, torch for a trained workload) and the data digests, a
+    command's declared inputs included (multinode.fingerprint, as the nodes of one repeat compare)."""
+    from repro500.capture.data import digest_paths
+    from repro500.runner import multinode
+
+    out = multinode.fingerprint(plan, run_id, with_torch=plan.recipe.kind == "trained")
+    inputs = getattr(plan.workload, "input_paths", None)
+    for entry in digest_paths(inputs() if callable(inputs) else []):
+        out[f"data:{entry['path']}"] = entry["md5"]
+    return out
+
+
+def _differs(expected: dict[str, str], plan: Plan, run_id: str, node: str) -> InvalidInput | None:
+    """The sentence refusing this node, when it would not run what the head planned."""
+    try:
+        mine = node_fingerprint(plan, run_id)
+    except ReproError as err:  # an input or data file missing here
+        return InvalidInput(f"node {node} cannot run what the head planned: {err}")
+    keys = sorted(key for key in set(expected) | set(mine) if expected.get(key) != mine.get(key))
+    if not keys:
+        return None
+    shown = "; ".join(f"{key} is {mine.get(key, 'absent')} on node {node} but {expected.get(key, 'absent')} on "
+                      f"the head" for key in keys[:3])
+    more = f" (and {len(keys) - 3} more)" if len(keys) > 3 else ""
+    return InvalidInput(f"node {node} does not run what the head planned: {shown}{more}; every node needs the same "
+                        "code, environment and data")
+
+
+def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], tracking: bool, mlflow: Any,
+             launcher: str, pid_file: str, interruptible: bool = True,
+             expected: dict[str, str] | None = None) -> Landed:
+    """One repeat in a task's process: pinned (by the head's *slot*, or by SLURM where it is None),
+    its plan rebuilt from the run directory, run by the serial loop's own function.  Never raises:
+    the head records what it returns."""
     from repro500.recipe import load as recipes
     from repro500.runner.plan import recorded_plan
     from repro500.runner.repeat import run_one
@@ -144,19 +246,31 @@ def run_task(run_dir: str, k: int, slot: Slot, environ: dict[str, str], tracking
 
     _stop_on_signal(interruptible)
     Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")  # for the head, should it have to kill it
-    os.sched_setaffinity(0, slot.cpus)
+    if slot is None:  # a SLURM task: SLURM chose its CPUs and GPUs
+        slot, environ = slurm_slot(environ)
+    else:
+        os.sched_setaffinity(0, slot.cpus)
     env = {**environ, **placement_env(slot, environ)}
     os.environ.update(placement_env(slot, environ))  # before torch reads them (a trained repeat)
-    if slot.gpu is None:  # the run's own setting, not the empty one submitit gives a task without GPUs
+    if slot.gpu is None and launcher == "local":  # the run's own setting, not the empty one submitit gives a task without GPUs
         if "CUDA_VISIBLE_DEVICES" in environ:
             os.environ["CUDA_VISIBLE_DEVICES"] = environ["CUDA_VISIBLE_DEVICES"]
         else:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     run = layout.RunDir(run_dir)
+    if not run.is_run():  # a node that does not see the head's filesystem: said, and nothing written there
+        return Landed(error=InvalidInput(f"the run directory {run_dir} does not exist on node "
+                                         f"{environ.get('SLURMD_NODENAME') or socket.gethostname()}: the "
+                                         "repeats' tasks need a filesystem every node sees"))
     try:
         with launchenv.frozen(env):
             meta = run.meta()
             plan = recorded_plan(recipes.from_run_dir(run.path), meta, tracking=tracking, run_id=meta.get("run_id"))
+            if expected is not None:  # before anything of the repeat is written
+                refused = _differs(expected, plan, str(meta["run_id"]), environ.get("SLURMD_NODENAME")
+                                   or socket.gethostname())
+                if refused is not None:
+                    return Landed(error=refused)
             summary = run_one(plan, run, k, str(meta["run_id"]), Progress(), mlflow)
     except KeyboardInterrupt:
         return Landed(interrupted=True)
@@ -165,6 +279,8 @@ def run_task(run_dir: str, k: int, slot: Slot, environ: dict[str, str], tracking
     except Exception as err:  # noqa: BLE001 - a crash of one repeat is recorded, not lost
         return Landed(error=err, traceback=redact.redact_text(traceback.format_exc()))
     summary["placement"] = placement(slot, environ, launcher)
+    if launcher == "slurm":
+        summary["placement"]["hardware"] = node_hardware()
     run.write_repeat_summary(k, summary)  # still before the head chains it
     return Landed(summary=summary)
 
@@ -182,8 +298,21 @@ class Local:
         self.executor.update_parameters(timeout_min=_TASK_DAYS * 24 * 60)
         self.free = list(launch.slots)
         self.jobs: dict[int, tuple[Any, Slot, float]] = {}  # repeat -> (job, slot, start time)
+        self.expected: dict[str, str] | None = None  # this node's tasks need not check it is this node
 
-    def submit(self, k: int, mlflow: Any) -> Slot:
+    def room(self) -> int:
+        """How many more repeats may start now."""
+        return len(self.free)
+
+    def submit(self, batch: dict[int, Any]) -> list[tuple[int, str, str]]:
+        """Start each repeat of *batch* (repeat -> its MLflow target): (repeat, state, where)."""
+        return [(k, "running", self._submit(k, mlflow).where) for k, mlflow in batch.items()]
+
+    def progress(self) -> list[tuple[int, str, str]]:
+        """Repeats whose state changed since they were submitted: none here, a task runs at once."""
+        return []
+
+    def _submit(self, k: int, mlflow: Any) -> Slot:
         slot = self.free.pop(0)
         # The controller starts with SIGINT ignored (inherited): a terminal's Ctrl-C reaches every
         # process of its group, and a controller that gets it SIGKILLs its task a second later, before
@@ -239,3 +368,171 @@ class Local:
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# squeue's states of a task that has not ended (anything else, or no line: it has)
+_ALIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED")
+_POLL_S = 1.0  # squeue at most this often: the controller serves every user of the cluster
+_GONE_S = 5.0  # a task gone from squeue this long without a result ended without one (a network
+# filesystem may show its result file a little after SLURM has ended the task)
+_CANCEL_WAIT_S = 120.0  # after scancel: SLURM's KillWait (30 s by default) plus the repeat's own grace
+
+
+@dataclass
+class _Kept:
+    text: str = ""
+
+
+@contextlib.contextmanager
+def _stderr_kept() -> Any:
+    """Keep what a child writes on our stderr (submitit runs sbatch with ours): sbatch's refusal
+    reaches the user once, in the head's sentence, not as its own lines before it."""
+    kept = _Kept()
+    with tempfile.TemporaryFile() as sink:
+        saved = os.dup(2)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield kept
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            kept.text = sink.read().decode("utf-8", "replace")
+
+
+class Slurm:
+    """The repeats as one SLURM job array (submitit's executor, ``slurm_array_parallelism`` at a
+    time), each task on the node SLURM gives it; the head follows them with ``squeue``, which
+    needs no accounting database (submitit's own states come from ``sacct``)."""
+
+    def __init__(self, launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool) -> None:
+        import submitit
+
+        self.launch, self.run, self.environ, self.tracking = launch, run, environ, tracking
+        # Beside the run directory, on the filesystem the tasks must share with it, but not in it:
+        # the pickled tasks hold the run's environment (secrets included); removed when the head ends.
+        self.folder = run.path.resolve().parent / ".tasks" / f"{run.path.name}-{secrets.token_hex(4)}"
+        self.folder.mkdir(parents=True, mode=0o700)
+        self.executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm")
+        r = launch.resources
+        self.expected: dict[str, str] | None = None  # the head's fingerprint (set by the session before submit)
+        self.executor.update_parameters(
+            slurm_array_parallelism=launch.parallel, slurm_partition=r["partition"], slurm_time=r["time"],
+            slurm_cpus_per_task=r.get("cpus", 1), slurm_gpus_per_task=r.get("gpus") or None,
+            slurm_account=r.get("account"), slurm_qos=r.get("qos"), slurm_job_name=f"repro500-{run.path.name}",
+            # as given (8G, 500M): submitit's own mem parameter reads a number of GB
+            slurm_additional_parameters={"mem": r["mem"]} if r.get("mem") else None)
+        self.jobs: dict[int, Any] = {}  # repeat -> its task (a submitit job)
+        self._since: dict[int, float] = {}  # repeat -> when it was submitted, then when it was seen running
+        self._node: dict[int, str] = {}  # repeat -> the node it runs on, once seen running
+        self._gone: dict[int, float] = {}  # repeat -> when squeue first no longer showed its task alive
+        self._queue: dict[str, tuple[str, str]] = {}  # task id -> (state, node), as squeue said last
+        self._polled = 0.0
+        self._submitted = False
+
+    def room(self) -> int:
+        return 0 if self._submitted else 1 << 30  # the whole array, once
+
+    def submit(self, batch: dict[int, Any]) -> list[tuple[int, str, str]]:
+        """The repeats of *batch* as one job array (one sbatch: it is queued whole or not at all)."""
+        self._submitted = True
+        run_dir = str(self.run.path.resolve())
+        # Ctrl-C waits until sbatch has answered: an array queued but not yet known here could not
+        # be cancelled (stop scancels what self.jobs holds)
+        interrupted: list[int] = []
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
+        try:
+            with _stderr_kept() as said, self.executor.batch():
+                pending = [(k, self.executor.submit(run_task, run_dir, k, None, self.environ, self.tracking, mlflow,
+                                                    "slurm", str(self.folder / f"task-{k}.pid"), True,
+                                                    self.expected))
+                           for k, mlflow in batch.items()]
+        except Exception as err:  # noqa: BLE001 - sbatch's refusal, said in its own words
+            lines = [line.strip().removeprefix("sbatch: error:").strip()
+                     for line in (said.text or str(err)).splitlines() if line.strip()]
+            raise InvalidInput(f"sbatch refused the repeats' job array: {'; '.join(lines[-2:]) or type(err).__name__}"
+                               ) from None
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if said.text.strip():  # sbatch's warnings on an array it queued: the user's to read
+            print(said.text.rstrip(), file=sys.stderr)
+        now = time.monotonic()
+        for k, job in pending:
+            self.jobs[k], self._since[k] = job, now
+        if interrupted:
+            raise KeyboardInterrupt
+        return [(k, "queued", f"SLURM job {job.job_id}") for k, job in pending]
+
+    def _poll(self) -> None:
+        if time.monotonic() - self._polled < _POLL_S or not self.jobs:
+            return
+        arrays = sorted({job.job_id.split("_")[0] for job in self.jobs.values()})
+        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%N", "-j", ",".join(arrays)],
+                              capture_output=True, text=True, timeout=60, check=False)
+        self._polled = time.monotonic()
+        if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+            return  # the controller busy or restarting: the tasks keep their last states
+        # (an array SLURM no longer knows, past its MinJobAge, has left the queue: an empty answer)
+        self._queue = {}
+        for line in done.stdout.splitlines():
+            task, state, node = (line.strip().split("|") + ["", ""])[:3]
+            self._queue[task] = (state, node)
+
+    def progress(self) -> list[tuple[int, str, str]]:
+        """Repeats SLURM has started since the last call: (repeat, "running", node and task)."""
+        self._poll()
+        out = []
+        for k, job in self.jobs.items():
+            state, node = self._queue.get(job.job_id, ("", ""))
+            if k not in self._node and state == "RUNNING" and node:
+                self._node[k], self._since[k] = node, time.monotonic()
+                out.append((k, "running", f"{node} (SLURM job {job.job_id})"))
+        return out
+
+    def landed(self) -> list[tuple[int, Landed, float]]:
+        """The tasks that ended since the last call: (repeat, outcome, seconds it ran)."""
+        self._poll()
+        out = []
+        for k, job in list(self.jobs.items()):
+            if job.paths.result_pickle.exists():
+                outcome = Local._outcome(job)
+            elif self._queue.get(job.job_id, ("",))[0] in _ALIVE or self._polled < self._since[k]:
+                self._gone.pop(k, None)
+                continue
+            else:  # gone from the queue: its result may still be on its way over a network filesystem
+                if time.monotonic() - self._gone.setdefault(k, time.monotonic()) < _GONE_S:
+                    continue
+                on = f" on {self._node[k]}" if k in self._node else ""
+                outcome = Landed(error=RuntimeError(
+                    f"SLURM task {job.job_id}{on} ended without a result (cancelled, out of time or memory, or its "
+                    f"node failed; scontrol show job {job.job_id} says which, while SLURM remembers it)"))
+            del self.jobs[k]
+            out.append((k, outcome, time.monotonic() - self._since[k]))
+        return out
+
+    def stop(self) -> list[int]:
+        """scancel the array (its queued tasks never start; a running one stops its repeat as on
+        Ctrl-C), wait (bounded) until SLURM has ended them, and say which repeats were submitted."""
+        submitted = list(self.jobs)
+        arrays = sorted({job.job_id.split("_")[0] for job in self.jobs.values()})
+        if arrays:
+            subprocess.run(["scancel", *arrays], capture_output=True, timeout=60, check=False)
+        deadline = time.monotonic() + _CANCEL_WAIT_S
+        while arrays and time.monotonic() < deadline:
+            self._polled = 0.0
+            self._poll()
+            if not any(state in _ALIVE for state, _ in self._queue.values()):
+                break
+            time.sleep(_POLL_S)
+        self.jobs.clear()
+        return submitted
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+        with contextlib.suppress(OSError):  # the other runs' tasks may be there
+            self.folder.parent.rmdir()
+
+
+def tasks(launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool) -> Local | Slurm:
+    """The launcher's tasks, behind one interface (room, submit, progress, landed, stop, close)."""
+    return (Slurm if launch.launcher == "slurm" else Local)(launch, run, environ, tracking)

@@ -23,21 +23,23 @@ from repro500.runner.plan import Plan, RunOptions
 from repro500.workloads.engines import nodes
 
 
-def fingerprint(plan: Plan, run_id: str, sequential: bool = False) -> dict[str, str]:
+def fingerprint(plan: Plan, run_id: str, sequential: bool = False, with_torch: bool = True) -> dict[str, str]:
     """What a node is about to run, key by key (values scrubbed of secrets, as they are shown):
     the recipe with every override, the topology, the study design (a factorial run's sources and
     cells, whether it is sequential; --max-repeats shows as the repeats it plans), the code
     (repro500's, the experiment's plug-in modules, the plug-in distributions' versions, torch's) and
-    the data digests."""
-    import torch
-
+    the data digests.  *with_torch* false: torch is left out (a command's repeat never imports it,
+    and importing it costs each of a job array's tasks seconds)."""
     recipe = plan.recipe
     out = {"run_id": run_id, "engine": plan.engine, "nproc": str(plan.nproc), "nnodes": str(plan.nnodes),
            "device": plan.device, "same_seed": str(plan.same_seed).lower(),
            "design.vary": ",".join(plan.vary or []) or "-", "design.repeats_per_cell": str(plan.per_cell or "-"),
            "design.until_decided": str(sequential).lower(),
-           "code.repro500": f"{repro500.__version__}+{package_digest(Path(repro500.__file__).parent)[:16]}",
-           "code.torch": f"{torch.__version__} (cuda {torch.version.cuda})"}
+           "code.repro500": f"{repro500.__version__}+{package_digest(Path(repro500.__file__).parent)[:16]}"}
+    if with_torch:
+        import torch
+
+        out["code.torch"] = f"{torch.__version__} (cuda {torch.version.cuda})"
     describe = getattr(plan.workload, "describe", None)
     plugins = (describe() if callable(describe) else {}).get("plugins") or {}
     out.update({f"code.plugin.{name}": str(version) for name, version in plugins.items()})

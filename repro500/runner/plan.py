@@ -66,6 +66,7 @@ class RunOptions:
     started_ms: int | None = None  # when the user started the run (epoch ms; None: when its session is made)
     launcher: str | None = None  # where repeats run side by side: local (this node) | slurm (runner/fanout.py)
     parallel: int | None = None  # repeats at once (None with a launcher: one per CPU set or GPU)
+    slurm: tuple[str, ...] = ()  # --slurm KEY=VALUE: a SLURM task's resources (slurm_resources)
 
 
 @dataclass
@@ -213,14 +214,101 @@ def check_launcher(options: RunOptions) -> None:
     if options.nproc is not None and options.nproc > 1:
         raise UsageError(f"--launcher {options.launcher} runs each repeat as one process on its share of the node; "
                          "a repeat of several ranks (--nproc) runs without it")
+    if options.slurm and options.launcher != "slurm":
+        raise UsageError("--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm")
     if options.launcher == "slurm":
         import shutil
 
         if shutil.which("sbatch") is None:
             raise InvalidInput("--launcher slurm submits the repeats with sbatch, which is not on PATH here; "
                                "run on a SLURM login node, or use --launcher local")
-        raise UsageError("--launcher slurm (the repeats as a SLURM job array) is not available in this version; "
-                         "use --launcher local, or one job per run (examples/slurm_ddp.sbatch)")
+        if "partition" in slurm_pairs(options.slurm):  # the default one may come from the recipe's launcher section
+            slurm_resources(options.slurm)
+
+
+# --slurm KEY=VALUE: what each key asks of SLURM for one repeat's task, and how its value reads
+# (the keys of a recipe's launcher.slurm, recipe.schema.SLURM_SCHEMA).
+SLURM_KEYS = {"partition": "a partition name", "time": "minutes", "cpus": "CPUs", "gpus": "GPUs",
+              "mem": "memory (SLURM's --mem: 8G, 500M)", "account": "an account", "qos": "a QOS"}
+_SLURM_COUNTS = {"time": 1, "cpus": 1, "gpus": 0}  # the smallest whole number each count may be
+
+
+def slurm_resources(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """The resources ``--slurm KEY=VALUE`` asks for each repeat's task (a later pair wins), checked
+    (one sentence for a bad pair), with the partition checked against the ones SLURM knows and the
+    time defaulted to its limit: nothing is submitted before."""
+    resources = slurm_pairs(pairs)
+    limits, default = slurm_partitions()
+    partition = resources.get("partition") or default
+    if partition is None:
+        raise UsageError("SLURM has no default partition here: give one with --slurm partition=NAME "
+                         f"(partitions: {', '.join(sorted(limits)) or 'none'})")
+    if partition not in limits:
+        raise UsageError(f"SLURM has no partition {partition} (partitions: {', '.join(sorted(limits)) or 'none'})")
+    resources["partition"] = partition
+    limit = limits[partition]
+    if limit is not None and resources.get("time", 0) > limit:  # SLURM would keep such tasks pending forever
+        raise UsageError(f"--slurm time={resources['time']} is more than partition {partition} allows "
+                         f"({limit} minutes)")
+    # without a time sbatch would get submitit's default of 5 minutes: the partition's own limit instead
+    resources.setdefault("time", limit or _NO_LIMIT_MIN)
+    return {key: resources[key] for key in SLURM_KEYS if key in resources}  # one order: run.json, the resume line
+
+
+def slurm_pairs(pairs: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``--slurm KEY=VALUE`` pairs as resources, each checked (a later pair wins); SLURM not asked."""
+    resources: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        key, value = key.strip(), value.strip()
+        if not eq or not value:
+            raise UsageError(f"--slurm {pair} is not KEY=VALUE (keys: {', '.join(SLURM_KEYS)})")
+        if key not in SLURM_KEYS:
+            raise UsageError(f"--slurm {key} is not one of {', '.join(SLURM_KEYS)}")
+        if key in _SLURM_COUNTS:
+            if not value.isdigit() or int(value) < _SLURM_COUNTS[key]:
+                raise UsageError(f"--slurm {key}= takes a whole number of {SLURM_KEYS[key]} of at least "
+                                 f"{_SLURM_COUNTS[key]}, not {value}")
+            resources[key] = int(value)
+        else:
+            resources[key] = value
+    return resources
+
+
+_NO_LIMIT_MIN = 7 * 24 * 60  # a task's time where its partition sets no limit
+
+
+def slurm_partitions() -> tuple[dict[str, int | None], str | None]:
+    """The partitions SLURM knows (``sinfo``), each with its time limit in minutes (None:
+    unlimited), and the default one."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["sinfo", "-h", "-o", "%P|%l"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise InvalidInput(f"--launcher slurm cannot ask SLURM for its partitions (sinfo: {err})") from None
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise InvalidInput(f"--launcher slurm cannot ask SLURM for its partitions (sinfo: {said})")
+    limits: dict[str, int | None] = {}
+    default = None
+    for line in done.stdout.splitlines():
+        name, _, limit = line.strip().partition("|")
+        if name.endswith("*"):
+            name = default = name[:-1]
+        if name:
+            limits[name] = _minutes(limit)
+    return limits, default
+
+
+def _minutes(limit: str) -> int | None:
+    """sinfo's time limit ([days-]hours:minutes:seconds, minutes:seconds, or infinite) in whole minutes."""
+    days, _, clock = limit.rpartition("-") if "-" in limit else ("0", "", limit)
+    parts = clock.split(":")
+    if not days.isdigit() or not all(p.isdigit() for p in parts) or not 1 <= len(parts) <= 3:
+        return None
+    h, m, sec = ([0] * (3 - len(parts)) + [int(p) for p in parts]) if len(parts) > 1 else (0, int(parts[0]), 0)
+    return max(1, int(days) * 1440 + h * 60 + m + (1 if sec else 0))
 
 
 def recorded_plan(recipe: recipes.Recipe, meta: dict[str, Any], *, tracking: bool, nnodes: int = 1,

@@ -94,7 +94,12 @@ class Session:
     @property
     def resume_command(self) -> str:
         """What completes this run: ``run --resume``, or the reproduction it is the rerun of."""
-        return self.reproduction or f"repro500 run --resume {self.run}"
+        if self.reproduction:
+            return self.reproduction
+        again = "" if self.launch is None else f" --launcher {self.launch.launcher} --parallel {self.launch.parallel}"
+        # the resources as they were asked for, so that the rest of the repeats fan out as the first did
+        again += "".join(f" --slurm {key}={value}" for key, value in (self.launch.resources if self.launch else {}).items())
+        return f"repro500 run --resume {self.run}{again}"
 
     # ----- the stages -----------------------------------------------------------------------
     def execute(self) -> RunOutcome:
@@ -248,22 +253,36 @@ class Session:
     def _fan_out(self, todo: list[int], summaries: dict[int, dict[str, Any]], display: Display) -> None:
         """The repeats as tasks, ``launch.parallel`` at a time (runner/fanout.py); each is linked,
         logged and shown as it lands.  After a failed repeat no new one starts (the rest would fail
-        alike); Ctrl-C stops the running ones and keeps what finished."""
+        alike; a SLURM array's tasks were all submitted at once and run on); Ctrl-C stops the
+        running ones (scancels the array) and keeps what finished."""
         assert self.launch is not None
-        tasks = fanout.Local(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
         self.meta["launcher"] = self.launch.record()
         self.run.write_meta(self.meta)
+        # each SLURM task checks, before its repeat, that its node runs what this one planned
+        expected = fanout.node_fingerprint(self.plan, str(self.meta["run_id"])) \
+            if self.launch.launcher == "slurm" else None
+        tasks = fanout.tasks(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
+        tasks.expected = expected
         queue = list(todo)
         display.queued(queue)
         try:
             while queue or tasks.jobs:
-                while queue and tasks.free:
-                    k = queue.pop(0)
+                room = tasks.room()
+                starting, queue = queue[:room], queue[room:]
+                # submitted first: an array sbatch refuses leaves no MLflow repeat open (a task waits
+                # for its MLflow run's file, so it may start before the run does)
+                events = tasks.submit({k: self._mlflow_target(k, waits=False) for k in starting}) if starting else []
+                for k in starting:
                     if self.tracking:
                         self.tracking.start_repeat(k, self.plan.seeds(k).as_dict(), self.meta["run_id"],
                                                    self.recipe.flat_params())
                     self._in_flight.add(k)
-                    display.started(k, tasks.submit(k, self._mlflow_target(k, waits=False)).where)
+                for k, state, where in [*events, *tasks.progress()]:
+                    if state == "running":
+                        display.started(k, where)
+                    else:
+                        display.waiting(k, f"{state} as {where}")
+                if starting:
                     self._launched.set()
                 for k, landed, elapsed in tasks.landed():
                     self._in_flight.discard(k)
@@ -274,6 +293,9 @@ class Session:
                     if summaries[k]["status"] == REPEAT_FAILED:
                         queue.clear()
                 time.sleep(0.1)
+            note = fanout.hardware_note(self.run.summaries(self.recipe.repeats, finished_only=False))
+            if note:
+                self.console.print(f"[yellow]note:[/] {shown(note)}", highlight=False, soft_wrap=True)
         except BaseException as err:  # Ctrl-C, or the run stopping (MLflow failed): no task outlives the head
             reason = "interrupted by the user" if isinstance(err, KeyboardInterrupt) else "the run stopped"
             for k in tasks.stop():
