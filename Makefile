@@ -13,7 +13,7 @@ export DO_NOT_TRACK := 1
 # (1.2-1.5 s more per process here), so the bytecode cache is written as Python normally does.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install demo test fuzz test-slow test-horovod install-horovod ops lint bench clean
+.PHONY: install demo test fuzz test-slow test-online test-horovod install-horovod ops lint bench clean
 
 # The install: uv where it is on PATH, else bootstrapped into the new venv with pip (it is a test
 # dependency anyway); pip where uv cannot be had or fails. REPRO500_INSTALLER=pip forces pip.
@@ -100,7 +100,12 @@ fuzz: $(STAMP)
 # make test does (one at a time they took 22 of CI's minutes on a Zen 4, most of it waiting on children).
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m "slow and measures"
-	$(PY) -m pytest -q -m "slow and not measures" -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -m "slow and not measures and not online" -n $(TEST_WORKERS) --dist loadfile
+
+# Long tests that download large distributions from the package index (a rebuilt venv with torch and
+# its CUDA libraries, about 2 GB): minutes of network the CI budget does not hold.
+test-online: $(STAMP)
+	$(PY) -m pytest -q -m online
 
 # Horovod 0.28.1 built from its sdist with the C++20 fix (docs/distributed.md), then its tests:
 # the adapter's inside 2 horovodrun ranks, then `repro500 run --set engine=horovod` end to end

@@ -80,6 +80,9 @@ def test_an_experiments_own_editable_package_is_rebuilt_from_the_publications_so
     assert labpkg["version"] == "0.4.0" and labpkg["source"]["editable"] is True
 
 
+# torch and its CUDA libraries from PyPI, about 2 GB: make test-online (the install path itself, in
+# the sandbox, is the editable package's test above, which CI runs)
+@pytest.mark.online
 def test_the_quickstart_is_rebuilt_with_torch_and_reproduced(tmp_path):
     proj = tmp_path / "proj"
     (proj / "experiments").mkdir(parents=True)
