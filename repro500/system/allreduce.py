@@ -57,7 +57,7 @@ def _case(rank: int, world: int, case: Case, seed: int, budget: timing.Budget, d
     if rank != 0:
         return {}
     total = sum(_message(seed, r, numel, case.dtype, "cpu").to(torch.float64) for r in range(world))
-    t = timing.summarize(times.tolist(), max(1, budget.warmup))
+    t = timing.summarize(times, max(1, budget.warmup))
     moved = case.dims["bytes"] * 2.0 * (world - 1) / world
     return {"id": case.id, "op": case.op, "dtype": case.dtype, "device": case.device, "shape": case.dims,
             "ranks": world, "time": t.as_dict(), "flops": None, "bytes": moved,
