@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers.runs import invoke, tool_env
+from helpers.runs import interrupt_once_started, invoke, tool_env
 
 # A deterministic seeded workload: its score depends on REPRO500_SEED only, and it reports the CPU
 # set and thread count it ran with, so the test sees the pinning from inside the program.
@@ -155,24 +155,13 @@ print("score 0.5")
 
 @TWO_CORES
 def test_ctrl_c_stops_the_running_tasks_keeps_finished_repeats_and_resume_completes_the_run(tmp_path):
-    import signal
-    import time
 
     (tmp_path / "work.py").write_text(WAITING)
     args = ["--run-id", "cut", "--repeats", "4", "--no-tracking", "--launcher", "local", "--parallel", "2",
             *COMMAND, sys.executable, "work.py"]
-    # a session of its own, as a terminal's foreground job: Ctrl-C reaches every process of the group
-    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", *args], cwd=tmp_path, env=tool_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     run = tmp_path / "runs" / "cut"
-    deadline = time.monotonic() + 300
-    while not all((run / "repeats" / str(k) / "stdout.txt").exists() for k in (2, 3)):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.1)
-    time.sleep(1)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, out + err
+    code, out, err = interrupt_once_started(args, cwd=tmp_path, env=tool_env(), run=run, end_timeout_s=120)
+    assert code == 130, out + err
     assert "complete the run with: repro500 run --resume runs/cut" in " ".join(out.split())
     statuses = [json.loads((run / "repeats" / str(k) / "summary.json").read_text())["status"] for k in range(4)]
     assert statuses == ["completed", "completed", "killed", "killed"]

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers.runs import COSMO, repro500, write_recipe
+from helpers.runs import COSMO, interrupt_once_started, repro500, write_recipe
 
 pytestmark = pytest.mark.slow  # real daemons and two-node torch runs: about two minutes on 2 cores
 
@@ -518,19 +518,11 @@ def test_ctrl_c_scancels_the_array_keeps_finished_repeats_and_resume_completes_t
 
     (checkout / "work.py").write_text(WAITING)
     env = _tool_env(slurm)
-    # a session of its own, as a terminal's foreground job: Ctrl-C reaches every process of the group
-    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "--run-id", "cut", "--launcher", "slurm",
-                             "--slurm", "time=5", *SEEDED_RUN, sys.executable, "work.py"], cwd=checkout, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     run = checkout / "runs" / "cut"
-    deadline = time.monotonic() + 120
-    while not all((run / "repeats" / str(k) / "stdout.txt").exists() for k in (2, 3)):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.2)
-    time.sleep(1)
-    os.killpg(proc.pid, signal.SIGINT)
-    out, err = proc.communicate(timeout=180)
-    assert proc.returncode == 130, out + err
+    code, out, err = interrupt_once_started(["--run-id", "cut", "--launcher", "slurm", "--slurm", "time=5", *SEEDED_RUN,
+                                             sys.executable, "work.py"], cwd=checkout, env=env, run=run,
+                                            start_timeout_s=120)
+    assert code == 130, out + err
     said = " ".join(out.split())
     assert "complete the run with: repro500 run --resume runs/cut --launcher slurm --parallel 4 --slurm " \
            f"partition={slurm.partition} --slurm time=5" in said, out + err

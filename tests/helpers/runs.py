@@ -204,3 +204,24 @@ def plugin_recipe(tmp: Path, **changes: object) -> Path:
         "repeats": 2, "seed": 5,
     }
     return write_recipe(tmp / "mine.yaml", recipe, **changes)
+
+
+def interrupt_once_started(args: list[str], *, cwd: Path, env: dict, run: Path, repeats: tuple[int, ...] = (2, 3),
+                           start_timeout_s: float = 300, end_timeout_s: float = 180) -> tuple[int, str, str]:
+    """Start ``repro500 run ARGS`` in a session of its own (as a terminal's foreground job, so Ctrl-C
+    reaches every process of the group), send it SIGINT a second after *repeats* of *run* started,
+    and return (exit code, stdout, stderr)."""
+    import signal
+    import subprocess
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + start_timeout_s
+    while not all((run / "repeats" / str(k) / "stdout.txt").exists() for k in repeats):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1)
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=end_timeout_s)
+    return proc.returncode, out, err
