@@ -247,6 +247,9 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
     _stop_on_signal(interruptible)
     Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")  # for the head, should it have to kill it
     if slot is None:  # a SLURM task: SLURM chose its CPUs and GPUs
+        # the node, for the head to name should this task die without a result before squeue showed it running
+        Path(pid_file).with_suffix(".node").write_text(environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                                                       encoding="utf-8")
         slot, environ = slurm_slot(environ)
     else:
         os.sched_setaffinity(0, slot.cpus)
@@ -502,13 +505,21 @@ class Slurm:
             else:  # gone from the queue: its result may still be on its way over a network filesystem
                 if time.monotonic() - self._gone.setdefault(k, time.monotonic()) < _GONE_S:
                     continue
-                on = f" on {self._node[k]}" if k in self._node else ""
+                node = self._node.get(k) or self._task_node(k)
+                on = f" on {node}" if node else ""
                 outcome = Landed(error=RuntimeError(
                     f"SLURM task {job.job_id}{on} ended without a result (cancelled, out of time or memory, or its "
                     f"node failed; scontrol show job {job.job_id} says which, while SLURM remembers it)"))
             del self.jobs[k]
             out.append((k, outcome, time.monotonic() - self._since[k]))
         return out
+
+    def _task_node(self, k: int) -> str:
+        """The node repeat *k*'s task said it started on ("" if it never started)."""
+        try:
+            return (self.folder / f"task-{k}.node").read_text(encoding="utf-8").strip()
+        except OSError:
+            return ""
 
     def stop(self) -> list[int]:
         """scancel the array (its queued tasks never start; a running one stops its repeat as on
