@@ -90,3 +90,60 @@ def test_a_reproduction_elsewhere_places_the_data_where_the_command_looks_or_ref
     assert verdict["status"] == "REPRODUCED", verdict
     assert verdict["provenance"]["result_relevant"] == 0, verdict["provenance"]
     assert (fresh / "again" / "data" / "values.csv").read_text() == "5\n6\n7\n"
+
+
+def _recipe(path: Path, workdir: str, data: str = "../data/scale.txt") -> None:
+    path.write_text(textwrap.dedent(f"""\
+        name: sub
+        fixed:
+          workload: command
+          command: [{json.dumps(PY)}, train.py]
+          workdir: {workdir}
+          inputs: [{data}]
+        acceptance:
+          accuracy: {{target: 0.5, direction: higher, tolerance: 0.1}}
+        metrics:
+          accuracy: {{regex: "Acc ([0-9.]+)"}}
+        repeats: 2
+        """))
+
+
+def test_a_recipe_whose_command_runs_in_a_subdirectory_reproduces_from_there(tmp_path):
+    """A recipe at the repository's root runs its command in ``sub`` (fixed.workdir), which reads
+    ``../data``: the rerun runs in ``OUT/source/sub``, its data at ``OUT/source/data``."""
+    repo = tmp_path / "repo"
+    (repo / "sub").mkdir(parents=True)
+    (repo / "data").mkdir()
+    (repo / "data" / "scale.txt").write_text("0.75")
+    (repo / "sub" / "train.py").write_text("print(f\"Acc {float(open('../data/scale.txt').read()):.4f}\")\n")
+    _recipe(repo / "exp.yaml", "sub")
+    ran = repro500("run", "exp.yaml", "--no-tracking", "--run-id", "orig", cwd=repo, env=VENV)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    published = repro500("publish", "runs/orig", "--out", str(tmp_path / "pub"), cwd=repo, env=VENV)
+    assert published.returncode == 0, published.stdout + published.stderr
+
+    done = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--data-root", str(repo), "--out", "out",
+                    cwd=tmp_path, env=VENV)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "../data/scale.txt: read at out/source/data/scale.txt" in " ".join(done.stdout.split())
+    assert (tmp_path / "out" / "source" / "sub" / "train.py").is_file()
+    verdict = json.loads((tmp_path / "out" / "verdict.json").read_text())
+    assert verdict["status"] == "REPRODUCED" and verdict["provenance"]["result_relevant"] == 0, verdict
+
+
+def test_a_recipe_whose_command_runs_outside_its_experiment_is_refused_before_anything_runs(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "exp").mkdir(parents=True)
+    (repo / "data").mkdir()
+    (repo / "data" / "scale.txt").write_text("0.75")
+    (repo / "train.py").write_text("print(f\"Acc {float(open('data/scale.txt').read()):.4f}\")\n")
+    _recipe(repo / "exp" / "exp.yaml", "..", data="data/scale.txt")  # run from exp/: the command runs in repo/
+    ran = repro500("run", "exp.yaml", "--no-tracking", "--run-id", "orig", cwd=repo / "exp", env=VENV)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert repro500("publish", "runs/orig", "--out", str(tmp_path / "pub"), cwd=repo / "exp", env=VENV).returncode == 0
+
+    refused = repro500("reproduce", str(tmp_path / "pub"), "--run-code", "--out", "out", cwd=tmp_path, env=VENV)
+    assert refused.returncode == 4, refused.stdout + refused.stderr
+    said = " ".join(refused.stderr.split())
+    assert "runs its command in fixed.workdir .., outside the directory its source was kept from" in said, said
+    assert "Traceback" not in refused.stderr and not (tmp_path / "out" / "runs").exists()

@@ -121,12 +121,13 @@ class _Places:
     workdir: Path
     data_root: Path
     never: tuple[Path, ...]
+    experiment: Path  # where the experiment's source is placed, the command's working directory
 
     @classmethod
     def of(cls, pub: opened.Publication, src: sources.Source, workdir: Path, data_root: Path) -> _Places:
         own = [src.path / name for name in (*bundle.read_sums(pub.root), bundle.SUMS_NAME)] \
             if src.path.is_dir() else [src.path]
-        return cls(workdir, data_root, (pub.root, *own))
+        return cls(workdir, data_root, (pub.root, *own), experiment_dir(pub, workdir))
 
     def out(self, text: Any, field: str, file: Any) -> Path:
         return recorded_paths.resolve(text, field=field, file=file, root=self.workdir, never=self.never)
@@ -191,22 +192,20 @@ def _recorded_inputs(pub: opened.Publication) -> list[dict[str, Any]]:
 def _as_opened(entry: dict[str, Any], root: Any, fixed: Any) -> dict[str, Any]:
     """*entry* with how the command addresses it, where the record does not say (a declared input,
     or a run recorded before inputs kept that): a relative ``fixed.inputs`` path naming it is
-    opened as written from the experiment's directory *root* (``../data/x``: ``OUT/data/x`` for the
-    rerun, whose capture reads it there); else one inside *root* is at the same place in
-    ``OUT/source`` (gitignored data beside the code); else it is read at its recorded path."""
+    opened as written from the command's working directory *root*, the directory its source was
+    kept from (``../data/x``: ``OUT/data/x`` for a rerun in ``OUT/source``); else one inside *root*
+    is at the same place in the rerun's copy of it (gitignored data beside the code); else it is
+    read at its recorded path."""
     path = entry.get("path")
     if entry.get("opened") or not isinstance(root, str) or not isinstance(path, str) or not os.path.isabs(path) \
             or not os.path.isabs(root):
         return entry
     path, root = os.path.normpath(path), os.path.normpath(root)
-    workdir = fixed.get("workdir") if isinstance(fixed, dict) and isinstance(fixed.get("workdir"), str) else "."
     texts = fixed.get("inputs") if isinstance(fixed, dict) and isinstance(fixed.get("inputs"), list) else []
     for text in texts:  # placeholders ({mutable.KEY}) were filled by the run: only literal paths match
         if isinstance(text, str) and text and "{" not in text and not os.path.isabs(os.path.expanduser(text)) \
-                and os.path.normpath(os.path.join(root, workdir, text)) == path:
-            # as the rerun's command opens it from OUT/source, where the recipe's workdir is
-            return {**entry, "opened": os.path.normpath(os.path.join(workdir, text)),
-                    "experiment": os.path.relpath(path, root)}
+                and os.path.normpath(os.path.join(root, text)) == path:
+            return {**entry, "opened": os.path.normpath(text), "experiment": os.path.relpath(path, root)}
     if not Path(path).is_relative_to(root):
         return entry
     return {**entry, "opened": os.path.relpath(path, root), "experiment": os.path.relpath(path, root)}
@@ -218,7 +217,7 @@ def _place_inputs(pub: opened.Publication, places: _Places, allow: bool,
     will read it, before anything runs: one plan line each.  One not there (or other bytes there)
     is refused, naming the path the command will open, unless ``--allow-data-differences``: then
     it is a warning and the verdict names the difference.  (the inputs as placed, the warnings)"""
-    placed = placing.place_inputs(_recorded_inputs(pub), cwd=places.workdir / "source", tree=places.workdir,
+    placed = placing.place_inputs(_recorded_inputs(pub), cwd=places.experiment, tree=places.workdir,
                                   data_root=places.data_root, protected=places.never)
     for item in placed:
         console.print(f"  {untrusted.shown(item.line(), untrusted.SENTENCE_CHARS)}", highlight=False, soft_wrap=True)
@@ -277,13 +276,30 @@ def _rerun_id(workdir: Path) -> str:
     return rid
 
 
+def experiment_dir(pub: opened.Publication, workdir: Path) -> Path:
+    """Where the experiment's source goes: ``OUT/source``, the rerun's working directory, or below it
+    at the recipe's ``fixed.workdir`` (a command run in ``sub`` keeps ``sub``'s files as its source, and
+    its rerun runs ``OUT/source/sub``).  A working directory outside the experiment's own (absolute,
+    or through ``..``) cannot be one inside ``OUT``: InvalidInput, before anything is placed."""
+    fixed = rundir.read_optional_yaml(pub.root / pubs.RECIPE).get("fixed")
+    text = fixed.get("workdir", ".") if isinstance(fixed, dict) and fixed.get("workload") == "command" else "."
+    if not isinstance(text, str) or os.path.normpath(text) == ".":
+        return workdir / "source"
+    if os.path.isabs(text) or ".." in Path(os.path.normpath(text)).parts:
+        raise InvalidInput(f"the publication's recipe runs its command in fixed.workdir {untrusted.plain(text)}, outside "
+                           "the directory its source was kept from, which a reproduction cannot recreate inside OUT: "
+                           "a publication reproduces when fixed.workdir is '.' or a directory below the experiment's")
+    return recorded_paths.resolve(os.path.normpath(text), field="fixed.workdir", file=pubs.RECIPE,
+                                  root=workdir / "source")
+
+
 def _place_source(pub: opened.Publication, workdir: Path) -> Path | None:
     """Copy the reference run's ``source/`` (already checked against its SHA256SUMS when the
-    publication was opened) to ``OUT/source``: the directory the experiment runs from."""
+    publication was opened) to :func:`experiment_dir`: the directory the experiment runs from."""
     src = pub.reference / "source"
     if not src.is_dir():
         return None
-    target = workdir / "source"
+    target = experiment_dir(pub, workdir)
     # Over what is there: data the reproducer put beside the code (inputs the publication does not
     # carry) stays; every published file is written anew.
     # by content, not mode: the snapshot's files are read-only, the experiment's copy is its own
@@ -337,7 +353,8 @@ def _rerun(pub: opened.Publication, workdir: Path, repeats: int | None, tracking
         # stop `import helpers` beside the script).
         env = {k: v for k, v in env.items() if k != "PYTHONSAFEPATH"}
         env.update(_rerooted_pythonpath(pub, placed, env))
-        cmd, cwd = [python or sys.executable, "-E", "-P", *args], placed
+        # the recipe's fixed.workdir, relative to OUT/source, is where the source was placed
+        cmd, cwd = [python or sys.executable, "-E", "-P", *args], workdir / "source"
     else:
         # PYTHONSAFEPATH keeps the working directory (publication files, pulled data) off sys.path
         # of the rerun and of every process it starts (torchrun's workers), so no file there is
@@ -472,9 +489,9 @@ def reproduce(
             source, tmp, out, rev, subpath, margins, data_root, console,
             lambda pub, workdir: _check_options(pub, workdir, repeats, until_decided, max_repeats, console))
         code = _consent(pub, run_code, console)
+        places = _Places.of(pub, src, workdir, Path(data_root))  # a workdir out of the experiment refused here
         tracking = _tracking(pub, tracking, workdir, env, console)
         placed = _place_source(pub, workdir) if code else None
-        places = _Places.of(pub, src, workdir, Path(data_root))
         lines, warnings, inputs = _put_data(pub, places, src, tmp, allow_data_differences, console)
         sequential = _sequential_flags(workdir, max_repeats, margins) if until_decided else None
         env, python, used = _environment(env_mode, pub, placed, code, workdir, links, env, console, indexes,
