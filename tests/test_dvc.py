@@ -63,9 +63,10 @@ def test_dvc_repro_from_a_fresh_clone_records_the_verdict_and_experiments_diff_i
     (clone / "params.yaml").write_text(yaml.safe_dump(TINY_PARAMS, sort_keys=False))
 
     _dvc("repro", cwd=clone)
-    run_dir = clone / "runs" / "dvc" / "quickstart"
-    assert (run_dir / "SHA256SUMS").is_file() and (clone / "runs" / "dvc" / "report.html").is_file()
-    recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text())
+    (first,) = (clone / "runs" / "dvc").iterdir()  # the run under its dated id
+    assert (first / "SHA256SUMS").is_file() and (clone / "reports" / "quickstart.html").is_file()
+    assert first.name in (clone / "reports" / "quickstart.html").read_text()  # the report of the run just made
+    recipe = yaml.safe_load((first / "recipe.yaml").read_text())
     assert recipe["repeats"] == 2 and recipe["fixed"]["epochs"] == 1 and recipe["open_division"] is True
     verdict = json.loads((clone / "metrics" / "verdict.json").read_text())
     # a tiny run misses the quickstart's band; the verdict is still recorded, the pipeline goes on
@@ -81,10 +82,15 @@ def test_dvc_repro_from_a_fresh_clone_records_the_verdict_and_experiments_diff_i
     again = _dvc("repro", cwd=clone).stdout
     assert "didn't change, skipping" in again and "Running stage" not in again
 
-    exp = _dvc("exp", "run", "-S", "run.mutable.optimizer.lr=0.05", cwd=clone).stdout
+    exp = _dvc("exp", "run", "-n", "lr-half", "-S", "run.mutable.optimizer.lr=0.05", cwd=clone).stdout
     assert "Running stage 'run'" in exp and "Running stage 'generate'" not in exp  # data unchanged
-    assert yaml.safe_load((run_dir / "recipe.yaml").read_text())["mutable"]["optimizer"]["lr"] == 0.05
+    # the experiment's run beside the first, which is kept as it was
+    assert sorted(p.name for p in (clone / "runs" / "dvc").iterdir()) == sorted([first.name, "lr-half"])
+    assert yaml.safe_load((first / "recipe.yaml").read_text())["mutable"]["optimizer"]["lr"] == 0.1
+    assert yaml.safe_load((clone / "runs/dvc/lr-half/recipe.yaml").read_text())["mutable"]["optimizer"]["lr"] == 0.05
     diff = json.loads(_dvc("metrics", "diff", "--all", "--json", cwd=clone).stdout)
     accuracy = diff["metrics/verdict.json"]["accuracy.mean"]
     assert accuracy["old"] == verdict["accuracy"]["mean"] and isinstance(accuracy["new"], float)
     assert "status" in diff["metrics/verdict.json"]
+    listed = _run(sys.executable, "-m", "repro500.cli", "history", "runs/dvc", "accuracy", "--json", cwd=clone)
+    assert [r["run_id"] for r in json.loads(listed.stdout)["runs"]] == [first.name, "lr-half"]
