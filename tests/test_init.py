@@ -98,7 +98,7 @@ def _through_dvc(path: Path, script: str, metric: list[str], *, name: str | None
     assert len(dvc_names) == 1 and (name is None or dvc_names == [name])
     index = json.loads((path / "runs/dvc" / _normal(dvc_names[0]) / "source.json").read_text())
     assert "train.py" in [f["path"] for f in index["files"]]
-    assert not {"params.yaml", "dvc.lock", "metrics/verdict.json"} & {f["path"] for f in index["files"]}
+    assert not {"params.yaml", "dvc.lock", "metrics/verdict.json", "plots/repeats.json"} & {f["path"] for f in index["files"]}
 
     # MLflow itself: one parent run per DVC run, each with its verdict and the metric's mean
     parents = sorted(_parent_runs(path / "mlflow.db"), key=lambda r: r.info.start_time)
@@ -138,6 +138,11 @@ def test_every_dvc_experiment_is_a_run_of_its_own_that_history_and_diff_read(in_
     parents = _through_dvc(in_tmp, SCRIPT, ["--metric", "accuracy=regex:Acc@1 ([0-9.]+)"], name="lr@0.5")
     dvc = str(BIN / "dvc")
     _sh(in_tmp, dvc, "exp", "run", "-S", "run.mutable.lr=0.7")
+    # dvc plots show draws this run's value of each repeat (DVC's own reading of the files); a command
+    # records no epochs, so there is no per-epoch file
+    points = _plotted(in_tmp)
+    assert sorted(p["repeat"] for p in points) == [0, 1] and all(90.7 <= p["accuracy"] < 90.8 for p in points)
+    assert sorted(p.name for p in (in_tmp / "plots").iterdir()) == ["repeats.json"]
     # a third experiment whose name normalises to the first one's run id is refused, and that run kept
     kept = (in_tmp / "runs/dvc/lr-0.5/SHA256SUMS").read_bytes()
     clash = subprocess.run([dvc, "exp", "run", "-S", "run.mutable.lr=0.9", "-n", "lr-0.5"], cwd=in_tmp, env=tool_env(),
@@ -178,6 +183,26 @@ def test_every_dvc_experiment_is_a_run_of_its_own_that_history_and_diff_read(in_
     gone.rename(in_tmp / "elsewhere")
     found = _history(in_tmp, "repro500/train")
     assert [r["run_id"] for r in found["runs"]] == ids and found["skipped"] == [] and not gone.exists()
+
+    # that run published into a results repository and cloned: its own dvc.yaml reproduces it
+    results = in_tmp / "results"
+    results.mkdir()
+    _repo(results)
+    published = repro500("publish", f"runs/dvc/{ids[2]}", "--out", str(results / "lr-0.7"), "--margin", "accuracy=0.05",
+                         cwd=in_tmp, env=ENV)
+    assert published.returncode == 0, published.stderr[-2000:]
+    _commit(results, "the published run")
+    _sh(in_tmp, "git", "clone", "-q", str(results), "clone")
+    _sh(in_tmp / "clone" / "lr-0.7", dvc, "repro")
+    verdict = json.loads((in_tmp / "clone/lr-0.7/metrics/verdict.json").read_text())
+    assert verdict["status"] == "REPRODUCED" and verdict["accuracy"]["reproduced"]["status"] == "REPRODUCED", verdict
+    assert sorted(p["repeat"] for p in _plotted(in_tmp / "clone" / "lr-0.7")) == [0, 1]
+
+
+def _plotted(path: Path) -> list[dict]:
+    """The points ``dvc plots show`` draws from plots/repeats.json in *path*."""
+    shown = json.loads(_sh(path, str(BIN / "dvc"), "plots", "show", "--json").stdout)
+    return shown["data"]["plots/repeats.json"][0]["content"]["data"]["values"]
 
 
 def test_a_dvc_experiment_name_is_normalised_recorded_as_given_and_never_overwritten(in_tmp):

@@ -320,3 +320,9 @@ def test_the_publications_own_dvc_pipeline_reproduces_it(project: Path, in_tmp: 
     assert "Running stage 'generate'" in ran and "Running stage 'verify'" in ran
     metrics = json.loads((pub / "metrics" / "verdict.json").read_text())
     assert metrics["status"] == "REPRODUCED" and metrics["accuracy"]["reproduced"]["status"] == "REPRODUCED"
+    # dvc plots show draws accuracy per repeat and at each epoch of each repeat (DVC's own reading)
+    shown = json.loads(_dvc("plots", "show", "--json", cwd=pub).stdout)["data"]
+    per_repeat, per_epoch = ([p for plot in shown[f"plots/{name}"] for p in plot["content"]["data"]["values"]]
+                             for name in ("repeats.json", "epochs.json"))
+    assert sorted(p["repeat"] for p in per_repeat) == sorted({p["repeat"] for p in per_epoch}) and per_repeat
+    assert all(0.0 <= p["accuracy"] <= 1.0 for p in per_repeat + per_epoch) and {p["epoch"] for p in per_epoch} >= {1}

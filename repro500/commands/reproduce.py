@@ -24,7 +24,9 @@ from repro500.statuses import DEFAULT_ALPHA
 @click.option("--margin", "margins", multiple=True, metavar="METRIC=DELTA", callback=parse_margins,
               help="Override a published equivalence margin (repeatable).")
 @click.option("--data-root", type=click.Path(file_okay=False, path_type=Path), default=Path("."),
-              help="Where to look for data that cannot be regenerated (copied when its md5 matches).")
+              envvar="REPRO500_DATA_ROOT", show_envvar=True,
+              help="Where to look for data that cannot be regenerated (copied when its md5 matches); a publication's "
+                   "dvc.yaml stage takes it from REPRO500_DATA_ROOT.")
 @click.option("--tracking/--no-tracking", default=None,
               help="Log the rerun to MLflow (MLFLOW_TRACKING_URI, default OUT/mlflow.db); on by itself when the "
                    "publication reads a metric from MLflow.  [default: no-tracking]")
@@ -61,13 +63,17 @@ from repro500.statuses import DEFAULT_ALPHA
 @click.option("--parallel", type=int, metavar="K", help="With --launcher: the rerun's repeats at once.")
 @click.option("--slurm", "slurm", multiple=True, metavar="KEY=VALUE",
               help="With --launcher slurm: a task's resources, as repro500 run --slurm takes them.")
+@click.option("--metrics", "metrics_path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also write the verdict's numbers as flat JSON for `dvc metrics show/diff` (as verify --metrics).")
+@click.option("--plots", "plots_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the rerun's values for `dvc plots show` (as repro500 run --plots).")
 @click.pass_context
 def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | None, rev: str | None,
               subpath: str | None, alpha: float, margins: dict[str, float], data_root: Path, tracking: bool | None,
               run_code: bool, allow_data_differences: bool, until_decided: bool, max_repeats: int | None,
               env_mode: str, find_links: tuple[str, ...], indexes: tuple[str, ...], network: bool,
               sandbox_ro: tuple[Path, ...], no_sandbox: bool, launcher: str | None, parallel: int | None,
-              slurm: tuple[str, ...]) -> None:
+              slurm: tuple[str, ...], metrics_path: Path | None, plots_dir: Path | None) -> None:
     """Rerun a published result from SOURCE and verify it against the publication.
 
     SOURCE is a publication directory (repro500 publish), a git URL or repository path
@@ -105,4 +111,10 @@ def reproduce(ctx: click.Context, source: str, out: Path | None, repeats: int | 
                            max_repeats=max_repeats, env_mode=env_mode, find_links=list(find_links),
                            indexes=list(indexes), no_sandbox=no_sandbox, network=network,
                            sandbox_ro=[str(p) for p in sandbox_ro], launch=launch)
+    from repro500.rundir.dvcmetrics import write_metrics, write_plots
+
+    if metrics_path is not None:
+        write_metrics(result.verdict.to_dict(), metrics_path)
+    if plots_dir is not None:
+        write_plots(result.rerun, plots_dir)
     ctx.exit(result.exit_code)

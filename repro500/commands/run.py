@@ -44,6 +44,9 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
 @click.option("--report", "report_path", metavar="FILE", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also write the run's HTML report to FILE once it is judged (as repro500 report RUN --out FILE): "
                    "a pipeline stage's report of the run it made, whatever its run id.")
+@click.option("--plots", "plots_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Also write the run's values for `dvc plots show`: DIR/repeats.json (a record per repeat) and "
+                   "DIR/epochs.json (a record per epoch of each repeat).")
 @click.option("--deterministic", is_flag=True, help="Use torch's deterministic algorithms (recorded in the manifest).")
 @click.option("--same-seed", is_flag=True, help="Give every repeat repeat 0's seeds: a determinism check.")
 @click.option("--open-division", is_flag=True, help="Allow overriding fixed keys; recorded with the results.")
@@ -97,7 +100,7 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
                    "gpus=N, mem=8G, account=NAME, qos=NAME.  [default: the default partition, its time limit, 1 CPU]")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
-        run_id: str | None, run_id_from_dvc: bool, metrics_path: Path | None, report_path: Path | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
+        run_id: str | None, run_id_from_dvc: bool, metrics_path: Path | None, report_path: Path | None, plots_dir: Path | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
         nnodes: int, node_rank: int, rdzv_endpoint: str | None, resume: str | None, run_code: bool,
         tracking: bool | None,
         experiment: str | None, artifacts: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
@@ -154,6 +157,10 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
         from repro500.rundir.dvcmetrics import write_metrics
 
         write_metrics(outcome.verdict.to_dict(), metrics_path)
+    if plots_dir is not None and outcome.verdict is not None:
+        from repro500.rundir.dvcmetrics import write_plots
+
+        write_plots(outcome.run_dir, plots_dir)
     if report_path is not None and outcome.verdict is not None:
         from repro500.report import write_report
 

@@ -192,7 +192,9 @@ def describe_design(design: dict[str, Any]) -> str:
     return "fixed"
 
 
-def _dvc_yaml(entries: list[DataEntry], flags: list[str]) -> str:
+def _dvc_yaml(entries: list[DataEntry], flags: list[str], headline: list[str], runs_code: str | None) -> str:
+    if runs_code:
+        return _dvc_yaml_reproduce(headline, runs_code)
     commands, outs, skipped = [], [], []
     for entry in entries:
         for spec in entry.generate or []:
@@ -211,10 +213,11 @@ def _dvc_yaml(entries: list[DataEntry], flags: list[str]) -> str:
     stages["run"] = {
         "desc": "Rerun the published recipe with the published seed and repeats",
         "cmd": " ".join(["repro500 run", RECIPE, "--params", PARAMS, "--out runs --run-id", RERUN_ID,
-                         *flags, "--no-tracking", dvcfile.RESULT_OK]),
+                         *flags, "--no-tracking", "--plots", dvcfile.PLOTS, dvcfile.RESULT_OK]),
         "deps": [RECIPE, *[e.path for e in entries]],
         "params": ["run"],
         "outs": [f"runs/{RERUN_ID}"],
+        "plots": dvcfile.plots_entries(headline),
     }
     stages["verify"] = {
         "desc": "Verify the rerun against the published results",
@@ -228,6 +231,32 @@ def _dvc_yaml(entries: list[DataEntry], flags: list[str]) -> str:
             "A FAIL (1) or INCONCLUSIVE (3) verdict is recorded in metrics/verdict.json, not an error."]
     if skipped:
         head.append(f"Not generated here (use repro500 reproduce, dvc pull or a copy): {', '.join(skipped)}")
+    return dvcfile.render(head, stages)
+
+
+REPRODUCTION = "reproduction"  # where a publication's own dvc.yaml reproduces it
+
+
+def _dvc_yaml_reproduce(headline: list[str], runs_code: str) -> str:
+    """The pipeline of a publication whose experiment runs its own code: its source travels only in
+    the packed run, so the stage is ``repro500 reproduce`` of this directory, which places that source,
+    the data (from ``REPRO500_DATA_ROOT``, default here) and the checked recipe, and reruns in the
+    sandbox.  Running the stage is the reproducer's consent, so it says ``--run-code``."""
+    stages = {"reproduce": {
+        "desc": f"Rerun the publication's own code ({runs_code}) in repro500's sandbox and verify it against the "
+                "published results",
+        "cmd": f"repro500 reproduce . --run-code --out {REPRODUCTION} --metrics {dvcfile.VERDICT_METRICS} "
+               f"--plots {dvcfile.PLOTS} {dvcfile.RESULT_OK}",
+        "deps": [bundle.SUMS_NAME],
+        "outs": [REPRODUCTION],
+        "metrics": [dvcfile.metrics_entry()],
+        "plots": dvcfile.plots_entries(headline, epochs=runs_code != "command"),
+    }}
+    head = ["Written by repro500 publish (docs/publish.md). Inside a DVC project (or after",
+            "`dvc init --no-scm` here): dvc repro runs `repro500 reproduce . --run-code`: the experiment's",
+            f"own code ({runs_code}, in the packed run's source/) runs in repro500's sandbox. Read it first.",
+            "Data it cannot recreate is looked for under REPRO500_DATA_ROOT (default: this directory).",
+            "A NOT REPRODUCED (1) or INCONCLUSIVE (3) verdict is recorded in metrics/verdict.json, not an error."]
     return dvcfile.render(head, stages)
 
 
@@ -414,10 +443,10 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         _write_clean(staging / RECIPE, f"# The resolved recipe of run {run.run_id} (repro500 publish).\n"
                           + yaml.safe_dump(recipe, sort_keys=False, width=100))
         rerun = _write_params(staging, run, plan.entries)
-        _write_clean(staging / DVC_FILE, _dvc_yaml(plan.entries, flags))
+        code = own_code(root)
+        _write_clean(staging / DVC_FILE, _dvc_yaml(plan.entries, flags, list(metrics), code[0] if code else None))
         index = _write_index(staging, root, run, recipe, archive, rerun, verdict.status, used, left_out, notes)
         notes = index["notes"]
-        code = own_code(root)
         readme = _readme(index, published, plan.entries, flags, code[0] if code else None)
         _write_clean(staging / README, readme)
         bundle.write_sums(staging)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from repro500.rundir import names
+from repro500.rundir import dvcmetrics, names
 
 DVC_FILE = names.DVC_FILE
 # A FAIL (1) or INCONCLUSIVE (3) verdict is a result, not a failed stage: the stage succeeds and
@@ -22,6 +22,7 @@ RESULT_OK = "|| test $? -eq 1 -o $? -eq 3"
 VERDICT_METRICS = "metrics/verdict.json"  # repro500's flat verdict view (rundir/dvcmetrics.py)
 # Where repro500 init's stage keeps its runs side by side, one directory per DVC experiment
 RUNS = "runs/dvc"
+PLOTS = "plots"  # the folder ``--plots`` fills for ``dvc plots show`` (rundir/dvcmetrics.py)
 
 
 def metrics_entry(path: str = VERDICT_METRICS) -> dict[str, dict[str, bool]]:
@@ -32,6 +33,17 @@ def metrics_entry(path: str = VERDICT_METRICS) -> dict[str, dict[str, bool]]:
 def persistent(path: str) -> dict[str, dict[str, bool]]:
     """An ``outs:`` entry DVC neither deletes before the stage runs nor restores from its run-cache."""
     return {path: {"persist": True}}
+
+
+def plots_entries(headline: list[str], *, epochs: bool = True) -> list[dict[str, dict[str, Any]]]:
+    """A stage's ``plots:`` for what ``--plots PLOTS`` writes: each repeat's final value of the first
+    *headline* metric, and (*epochs*: a workload that records epochs) its value at each epoch of each
+    repeat, as points (``scatter``: the repeats are not one series).  Kept in git like the metrics."""
+    y = {"y": headline[0]} if headline else {}
+    entries = [{f"{PLOTS}/{dvcmetrics.REPEATS_PLOT}": {"x": "repeat", **y, "template": "scatter", "cache": False}}]
+    if epochs:
+        entries.append({f"{PLOTS}/{dvcmetrics.EPOCHS_PLOT}": {"x": "epoch", **y, "template": "scatter", "cache": False}})
+    return entries
 
 
 def render(head: list[str], stages: dict[str, Any]) -> str:

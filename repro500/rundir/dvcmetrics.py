@@ -1,4 +1,5 @@
-"""A verdict's numbers as a flat DVC metrics file (``repro500 verify --metrics FILE``).
+"""A verdict's numbers as a flat DVC metrics file (``repro500 verify --metrics FILE``), and a
+run's values per repeat and per epoch as DVC plots files (``repro500 run --plots DIR``).
 
 ``verdict.json`` is a deep document with lists and sentences; ``dvc metrics show`` and
 ``dvc metrics diff`` compare leaves by their dotted key, and a list makes its elements
@@ -23,11 +24,19 @@ every ``dvc exp show``).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from repro500.errors import InvalidInput
 from repro500.rundir import atomic
+from repro500.rundir import layout
+from repro500.rundir.names import METRICS
+
+# The files ``--plots DIR`` writes, each a list of flat records (``dvc plots show`` draws one
+# field against another): a record per finished repeat, and one per epoch of each repeat
+REPEATS_PLOT = "repeats.json"
+EPOCHS_PLOT = "epochs.json"
 
 DECIDED_KEYS = ("n", "mean", "std", "cv", "ci_low", "ci_high")  # metrics with a band or an equivalence test
 OTHER_KEYS = ("mean", "cv")
@@ -72,4 +81,43 @@ def write_metrics(doc: dict[str, Any], path: str | Path) -> Path:
     except OSError as err:
         raise InvalidInput(f"could not write the metrics file {target} ({err.strerror or err.__class__.__name__}): "
                            "give a writable path") from None
+    return target
+
+
+def _plain_numbers(values: Any) -> dict[str, float]:
+    """The finite numbers of a flat mapping (a plot has nothing to draw for text, null or inf)."""
+    if not isinstance(values, dict):
+        return {}
+    return {str(k): v for k, v in values.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+
+
+def plot_records(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(a record per finished repeat: ``repeat`` and its final metrics; a record per epoch of each
+    finished repeat: ``repeat``, ``epoch`` and that epoch's metrics), from the run's own files."""
+    run = layout.RunDir(run_dir)
+    planned = run.meta().get("repeats")
+    summaries = run.summaries(planned if isinstance(planned, int) else 0, finished_only=True)
+    repeats, epochs = [], []
+    for k, summary in sorted(summaries.items()):
+        repeats.append({"repeat": k, **_plain_numbers(summary.get("metrics"))})
+        records, _ = layout.metric_records(run.repeat(k) / METRICS)
+        for record in records:
+            if record.get("kind") == "epoch" and isinstance(record.get("epoch"), int):
+                epochs.append({"repeat": k, "epoch": record["epoch"], **_plain_numbers(record.get("metrics"))})
+    return repeats, epochs
+
+
+def write_plots(run_dir: str | Path, folder: str | Path) -> Path:
+    """Write :func:`plot_records` of the run to ``folder``: :data:`REPEATS_PLOT`, and :data:`EPOCHS_PLOT`
+    when the workload records epochs (a wrapped command does not)."""
+    repeats, epochs = plot_records(run_dir)
+    target = Path(folder)
+    try:
+        for name, records in ((REPEATS_PLOT, repeats), (EPOCHS_PLOT, epochs)):
+            if records or name == REPEATS_PLOT:
+                atomic.write_json(target / name, records)
+    except OSError as err:
+        raise InvalidInput(f"could not write the plots into {target} ({err.strerror or err.__class__.__name__}): "
+                           "give a writable directory") from None
     return target

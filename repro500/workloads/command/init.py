@@ -74,7 +74,7 @@ class Started:
         return out
 
 
-def _dvc_yaml(deps: list[str]) -> str:
+def _dvc_yaml(deps: list[str], headline: list[str]) -> str:
     stages = {
         "run": {
             "desc": "Repeated runs of the experiment with full provenance (repro500 run), and its verdict",
@@ -82,7 +82,7 @@ def _dvc_yaml(deps: list[str]) -> str:
             # --run-id-from-dvc: each `dvc exp run` is a run of its own, named after the DVC experiment
             # (a plain `dvc repro` gets a new dated id), so none overwrites another.
             "cmd": f"repro500 run repro500.yaml --params params.yaml --out {dvcfile.RUNS} --run-id-from-dvc "
-                   f"--metrics {dvcfile.VERDICT_METRICS} {dvcfile.RESULT_OK}",
+                   f"--metrics {dvcfile.VERDICT_METRICS} --plots {dvcfile.PLOTS} {dvcfile.RESULT_OK}",
             "deps": ["repro500.yaml", *deps],
             "params": ["run"],
             # DVC deletes a stage's outputs before running it: the runs directory persists, so the
@@ -91,11 +91,13 @@ def _dvc_yaml(deps: list[str]) -> str:
             # runs side by side is this experiment's.
             "outs": [dvcfile.persistent(dvcfile.RUNS)],
             "metrics": [dvcfile.metrics_entry()],
+            # a command records no epochs: its repeats' final values only
+            "plots": dvcfile.plots_entries(headline, epochs=False),
         },
     }
     head = ["Written by repro500 init (docs/dvc.md). dvc repro runs the experiment through repro500;",
             "dvc exp run -S run.mutable.KEY=VALUE varies a mutable value (each experiment is a run of its own",
-            f"in {dvcfile.RUNS}/); dvc metrics show prints the verdict."]
+            f"in {dvcfile.RUNS}/); dvc metrics show prints the verdict, dvc plots show each repeat's values."]
     return dvcfile.render(head, stages)
 
 
@@ -179,7 +181,7 @@ def init(directory: str | Path, recipe_data: dict[str, Any], *, force: bool = Fa
             if "${" not in dep:
                 literal.append((root / dep).resolve())
     store = set(MLFLOW_IGNORES)
-    deps = [f for f in source.candidates(root, exclude=[root / "runs", root / "metrics", *literal])
+    deps = [f for f in source.candidates(root, exclude=[root / "runs", root / "metrics", root / dvcfile.PLOTS, *literal])
             if f not in FILES and f != "dvc.lock" and f not in store]
     deps = list(dict.fromkeys([*deps, *result.inputs_as_deps.values()]))
     params = {"run": {"repeats": recipe_data.get("repeats", 3), "seed": recipe_data.get("seed", 0),
@@ -189,7 +191,7 @@ def init(directory: str | Path, recipe_data: dict[str, Any], *, force: bool = Fa
                          + yaml.safe_dump(recipe_data, sort_keys=False, width=110),
         layout.PUBLICATION_PARAMS: "# Applied by repro500 run --params (docs/dvc.md); vary with dvc exp run -S run.mutable.KEY=V.\n"
                        + yaml.safe_dump(params, sort_keys=False, width=110),
-        layout.DVC_FILE: _dvc_yaml(deps),
+        layout.DVC_FILE: _dvc_yaml(deps, list(recipe.acceptance) or list(recipe.metrics)),
     }
     gitignore = root / ".gitignore"
     missing = _missing_ignores(gitignore) if tracking else []
