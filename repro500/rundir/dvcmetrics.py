@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from repro500.errors import InvalidInput
-from repro500.rundir import atomic
-from repro500.rundir import layout
+from repro500.rundir import atomic, layout
 from repro500.rundir.names import METRICS
 
 # The files ``--plots DIR`` writes, each a list of flat records (``dvc plots show`` draws one
