@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import socket
 import time
 from datetime import timedelta
 
@@ -19,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from helpers.ports import free_port
 from torch.nn.parallel import DistributedDataParallel
 
 from repro500.ext import compressors, indexcode, ops
@@ -218,18 +218,12 @@ def _worker(rank: int, port: int, out_path: str) -> None:
     dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     # Compile (or find) the operators once here, so the two ranks only load them.
     assert ops.load_native(), ops.native_error()
     out = tmp_path_factory.mktemp("ddp") / "results.pt"
-    mp.spawn(_worker, args=(_free_port(), str(out)), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(out)), nprocs=WORLD, join=True)
     return torch.load(out, weights_only=False)
 
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from helpers.ports import free_port
 from helpers.runs import COSMO, repro500, write_recipe
 
 from repro500.capture.source import package_digest
@@ -226,15 +227,9 @@ def _start(common, node, cwd, *extra):
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def _common(recipe, run_id, port=None):
     return ["run", recipe, "--nproc", "1", "--nnodes", "2", "--no-tracking", "--run-id", run_id,
-            "--rdzv-endpoint", f"127.0.0.1:{port or _free_port()}"]
+            "--rdzv-endpoint", f"127.0.0.1:{port or free_port()}"]
 
 
 @pytest.mark.usefixtures("cosmo_data")

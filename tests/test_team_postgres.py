@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers import teamserver
+from helpers.ports import free_port
 from helpers.runs import tool_env, write_recipe
 
 from repro500.redact import REDACTED
@@ -56,7 +57,7 @@ def test_a_database_uri_is_checked_with_one_quick_connection(monkeypatch):
     from repro500.errors import InvalidInput
     from repro500.tracking import store as mlflow_store
 
-    port = teamserver.free_port()
+    port = free_port()
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"postgresql+psycopg2://mlflow:s3cret-pw@127.0.0.1:{port}/mlflow")
     started = time.monotonic()
     with pytest.raises(InvalidInput) as refused:
@@ -185,7 +186,7 @@ def test_a_password_in_a_database_uri_is_written_nowhere(team, tmp_path):
 def test_a_database_that_refuses_fails_in_one_line_and_writes_nothing(team, tmp_path, case):
     recipe = write_recipe(tmp_path / "tiny.yaml")
     wrong = "wrong-" + team.password
-    uri = team.db_uri(password=wrong) if case == "wrong password" else team.db_uri(port=teamserver.free_port())
+    uri = team.db_uri(password=wrong) if case == "wrong password" else team.db_uri(port=free_port())
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "repro500.cli", "run", str(recipe), "--run-id", "refused"],
                           cwd=tmp_path, env=tool_env(MLFLOW_TRACKING_URI=uri), capture_output=True, text=True, timeout=300)

@@ -10,6 +10,7 @@ import time
 import urllib.request
 
 import pytest
+from helpers.ports import free_port
 from helpers.runs import write_recipe
 from helpers.stores import mlflow_store
 
@@ -30,7 +31,7 @@ def test_ui_serves_repro500_runs_on_loopback(in_tmp, monkeypatch):
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     run(RunOptions(recipe=str(write_recipe(in_tmp / "tiny.yaml", repeats=1, fixed__epochs=1))))
-    port = ui.free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "ui", "--port", str(port)], cwd=in_tmp,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
@@ -65,7 +66,7 @@ def test_ui_serves_repro500_runs_on_loopback(in_tmp, monkeypatch):
 def test_ui_refuses_a_missing_store(in_tmp, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     with pytest.raises(InvalidInput, match="no MLflow store"):
-        ui.start(port=ui.free_port())
+        ui.start(port=free_port())
 
 
 @pytest.mark.slow  # starts MLflow's server: 10-30 s on a shared 2-core machine
@@ -76,7 +77,7 @@ def test_ui_stopped_by_sigterm_takes_its_server_along(in_tmp):
 
     uri = f"sqlite:///{in_tmp / 'mlflow.db'}"
     open_store(uri)
-    port = ui.free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "ui", "--port", str(port),
                              "--backend-store-uri", uri], cwd=in_tmp, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.ports import free_port
 from helpers.runs import write_recipe
 
 from repro500.runner import RunOptions, run
@@ -94,7 +95,7 @@ def test_the_printed_address_renders_the_runs_table_in_chromium(in_tmp, monkeypa
     assert abs(duration_s - wall_s) <= 0.1 * wall_s, (duration_s, wall_s)
     verdict = parent.data.tags["verdict"]
 
-    port = ui.free_port()
+    port = free_port()
     proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "ui", "--port", str(port)], cwd=in_tmp,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -153,19 +153,24 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          vary=[name.strip() for name in vary.split(",")] if vary is not None else None,
                          started_ms=started_ms)
     outcome = run_recipe(options)
-    if metrics_path is not None and outcome.verdict is not None:
-        from repro500.rundir.dvcmetrics import write_metrics
+    if outcome.verdict is not None:
+        _write_views(outcome, metrics_path, plots_dir, report_path)
+    sys.exit(outcome.exit_code)
 
+
+def _write_views(outcome: Any, metrics_path: Path | None, plots_dir: Path | None, report_path: Path | None) -> None:
+    """What a pipeline stage asked for besides the run: the verdict's numbers for DVC, the repeats'
+    values for DVC's plots, the run's HTML report."""
+    from repro500.rundir.dvcmetrics import write_metrics, write_plots
+
+    if metrics_path is not None:
         write_metrics(outcome.verdict.to_dict(), metrics_path)
-    if plots_dir is not None and outcome.verdict is not None:
-        from repro500.rundir.dvcmetrics import write_plots
-
+    if plots_dir is not None:
         write_plots(outcome.run_dir, plots_dir)
-    if report_path is not None and outcome.verdict is not None:
+    if report_path is not None:
         from repro500.report import write_report
 
         write_report(outcome.run_dir, out=report_path)
-    sys.exit(outcome.exit_code)
 
 
 # The options that describe a program run with --command, by flag and parameter name.

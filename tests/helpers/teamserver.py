@@ -16,7 +16,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,8 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from helpers.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]  # tests/helpers/ -> the repository
 TEAM_DOC = ROOT / "docs" / "team.md"
@@ -64,12 +65,6 @@ def missing() -> str | None:
     except ImportError:
         return "psycopg2 is not installed (pip install -e '.[test]')"
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _as_server_user(cmd: list[str]) -> list[str]:
