@@ -207,13 +207,9 @@ def _read_lines(run_dir: str | Path) -> tuple[dict[str, str], dict[str, str]]:
 
 
 def read_sums(run_dir: str | Path) -> dict[str, str]:
-    """Parse ``SHA256SUMS`` into {relative path: sha256} (content lines; links: :func:`read_links`)."""
+    """Parse ``SHA256SUMS`` into {relative path: sha256} (its content lines; the links it records are
+    checked by :func:`check_sums`)."""
     return _read_lines(run_dir)[0]
-
-
-def read_links(run_dir: str | Path) -> dict[str, str]:
-    """The links ``SHA256SUMS`` records: {relative path: link target}."""
-    return _read_lines(run_dir)[1]
 
 
 @dataclass
