@@ -17,6 +17,10 @@ os.environ.setdefault("DVC_NO_ANALYTICS", "1")
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("GIT_PYTHON_REFRESH", "quiet")
+# repro500's helpers (the MLflow process, background hashing) step back 10 nice levels by default;
+# beside the other test workers keeping every core busy they would get a tenth of a core, and a
+# tracked run's test took four to six times as long. The tests of the step itself set it back.
+os.environ.setdefault("REPRO500_HELPER_NICENESS", "0")
 
 # A shell that starts the suite in the background (`nohup make test &`, some CI runners) hands it
 # SIGINT ignored, and an ignored signal stays ignored across exec: the Ctrl-C an interrupt test sends

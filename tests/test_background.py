@@ -10,6 +10,8 @@ import sys
 import threading
 from types import SimpleNamespace
 
+import pytest
+
 from repro500 import priority
 from repro500.runner import background
 from repro500.runner import capture as runner_capture
@@ -23,7 +25,8 @@ def _niceness_inside(**options: bool) -> int:
     return future.result(timeout=30)
 
 
-def test_yielding_work_runs_below_the_runner_and_leaves_the_runner_as_it_was():
+def test_yielding_work_runs_below_the_runner_and_leaves_the_runner_as_it_was(monkeypatch):
+    monkeypatch.delenv(priority.ENV, raising=False)  # the default step
     mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
     assert _niceness_inside(yielding=True) == min(mine + priority.NICENESS, 19)
     assert _niceness_inside() == mine
@@ -41,9 +44,29 @@ def test_a_run_that_nice_already_lowered_keeps_its_helpers_below_it():
     probe = ("import os, threading; os.nice(12); from repro500.runner import background; "
              "print(background.call_in_background('probe', lambda: os.getpriority(os.PRIO_PROCESS, "
              "threading.get_native_id()), yielding=True).result(timeout=30))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    env = {k: v for k, v in os.environ.items() if k != priority.ENV}  # the default step
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     assert int(done.stdout) == min(os.getpriority(os.PRIO_PROCESS, 0) + 12 + priority.NICENESS, 19)
+
+
+@pytest.mark.parametrize(("given", "step"), [("0", 0), ("3", 3), ("19", 19), ("", priority.NICENESS)])
+def test_the_step_back_is_the_users_to_set(monkeypatch, given, step):
+    monkeypatch.setenv(priority.ENV, given)
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    assert _niceness_inside(yielding=True) == min(mine + step, 19)
+
+
+@pytest.mark.parametrize("given", ["-1", "20", "ten", "1.5"])
+def test_a_step_back_that_is_not_a_nice_level_is_refused_before_a_run_writes(tmp_path, given):
+    done = subprocess.run([sys.executable, "-m", "repro500.cli", "run", "--command", "--no-tracking", "--metric",
+                           "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--", sys.executable, "-c",
+                           "print('Acc 0.9')"], cwd=tmp_path, env={**os.environ, priority.ENV: given},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 4 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"repro500: error: REPRO500_HELPER_NICENESS={given}: give a whole number of nice "
+                                   "levels from 0 (repro500's helpers level with the run) to 19 (default 10)")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_work_given_an_event_waits_for_it():

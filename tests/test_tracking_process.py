@@ -87,6 +87,7 @@ def test_beside_a_wrapped_command_the_logging_process_yields_the_cpu_and_the_com
     (tmp_path / "probe.py").write_text(code)
     env = dict(os.environ, MLFLOW_TRACKING_URI=mlflow_store(tmp_path / "store.db"))
     env.pop("REPRO500_MLFLOW_PROCESS", None)
+    env.pop("REPRO500_HELPER_NICENESS", None)  # the default step: 10
     done = subprocess.run([sys.executable, "-m", "repro500.cli", "run", "--command", "-n", "1", "--run-id", "n",
                            "--metric", "accuracy=regex:Acc ([0-9.]+)", "--accept", "accuracy>=0.5", "--",
                            sys.executable, "probe.py"],

@@ -17,7 +17,7 @@ from typing import Any
 
 from rich.console import Console
 
-from repro500 import redact, untrusted
+from repro500 import priority, redact, untrusted
 from repro500.errors import REPRODUCTION_ENV, InvalidInput, UsageError
 from repro500.recipe import load as recipes
 from repro500.recipe.fields import recipe_yaml, scrub_recipe
@@ -235,6 +235,7 @@ def run_data(data: dict[str, Any], *, source: str, out_dir: str = "runs", run_id
 
 def _run(options: RunOptions, console: Console, reproduction: str | None = None) -> RunOutcome:
     check_options(options)
+    priority.niceness()  # a bad REPRO500_HELPER_NICENESS is refused here, before anything is written
     if options.node_rank > 0:
         from repro500.runner.follower import follow_node
 
