@@ -381,6 +381,21 @@ def test_sandbox_widening_options_of_run_need_sandbox(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(("args", "code", "said"), [
+    (["missing.yaml"], 4, "recipe missing.yaml does not exist"),
+    (["tiny.yaml", "--set", "no_such_key=1"], 2, "no_such_key"),
+    (["tiny.yaml", "--repeats", "2", "--params", "absent.yaml"], 4, "absent.yaml"),
+])
+def test_a_bad_recipe_or_option_of_a_sandboxed_run_is_said_before_the_sandbox_is_set_up(tmp_path, args, code, said):
+    """Said once, in one line, by the run itself: no plan line of a sandbox, no runs/ nor MLflow store."""
+    write_recipe(tmp_path / "tiny.yaml")
+    done = repro500("run", *args, "--sandbox", cwd=tmp_path)
+    assert done.returncode == code, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("repro500: error: ")]
+    assert len(errors) == 1 and said in errors[0] and "sandbox:" not in done.stderr, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
 LINKER = '''
 import os, sys
 from pathlib import Path

@@ -139,8 +139,6 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
     elif run_code:
         raise UsageError("--run-code goes with --resume: it consents to a run directory that this machine's repro500 "
                          "did not make (your own recipe needs no consent)")
-    if sandboxed or network or sandbox_ro:
-        _sandboxed(ctx, recipe_path, adhoc is not None)
     options = RunOptions(recipe=recipe_path, adhoc=adhoc, repeats=repeats, overrides=list(overrides), params_file=params_file,
                          out_dir=out_dir, deterministic=deterministic, same_seed=same_seed,
                          open_division=open_division, resume=resume, run_code=run_code, nproc=nproc,
@@ -152,6 +150,8 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          margins=margins, repeats_per_cell=repeats_per_cell, launcher=launcher, parallel=parallel, slurm=slurm,
                          vary=[name.strip() for name in vary.split(",")] if vary is not None else None,
                          started_ms=started_ms)
+    if sandboxed or network or sandbox_ro:
+        _sandboxed(ctx, recipe_path, adhoc is not None, options)
     outcome = run_recipe(options)
     if outcome.verdict is not None:
         _write_views(outcome, metrics_path, plots_dir, report_path)
@@ -206,9 +206,10 @@ def _recipe_file(recipe: tuple[str, ...], ctx: click.Context) -> str | None:
     return recipe[0] if recipe else None
 
 
-def _sandboxed(ctx: click.Context, recipe_path: str | None, adhoc: bool) -> None:
+def _sandboxed(ctx: click.Context, recipe_path: str | None, adhoc: bool, options: Any) -> None:
     """``--sandbox``: this run started again inside bubblewrap (repro500.runner.sandboxed), unless it
-    is that run; exits with its status."""
+    is that run; exits with its status.  The options and recipe are checked here first."""
+    from repro500.runner import check_run
     from repro500.runner import sandboxed as box
 
     p = ctx.params
@@ -216,6 +217,7 @@ def _sandboxed(ctx: click.Context, recipe_path: str | None, adhoc: bool) -> None
         return
     given = ctx.get_parameter_source("sign_key") is click.core.ParameterSource.COMMANDLINE
     box.check(p["sandboxed"], p["network"], p["sandbox_ro"], given)
+    check_run(options)
     if p["sign_key"] and not given:
         print("note: REPRO500_SIGNING_KEY is not passed into the sandbox: sign the run afterwards with "
               "repro500 sign RUN", file=sys.stderr)

@@ -223,6 +223,16 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
         tracking_process.discard()
 
 
+def check_run(options: RunOptions) -> None:
+    """What a run refuses from its options and recipe alone, before anything is written: checked
+    again by :func:`run`; ``run --sandbox`` asks first, so that a bad recipe or option is said
+    before the sandbox is set up and the run started again inside it."""
+    check_options(options)
+    priority.niceness()
+    if not options.resume:
+        load_recipe(options)
+
+
 def run_data(data: dict[str, Any], *, source: str, out_dir: str = "runs", run_id: str | None = None,
              tracking: bool | None = None, experiment: str | None = None, nproc: int | None = None,
              argv: list[str] | None = None) -> RunOutcome:
