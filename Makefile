@@ -83,8 +83,9 @@ demo: $(STAMP)
 # module-scoped fixture (a real run that several tests read) is made once, not once per worker.
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); n=$$((n + 1)); [ $$n -gt 5 ] && n=5; echo $$n)
 
+# --durations: the slowest tests and their seconds, for whoever next keeps the suites' time
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The record fuzzer for longer than make test's fixed-seed slice (docs/trust.md, "The record
 # fuzzer"): FUZZ_EXAMPLES cases, a fresh random seed, each case printed as it is tried.
@@ -100,7 +101,7 @@ fuzz: $(STAMP)
 # make test does (one at a time they took 22 of CI's minutes on a Zen 4, most of it waiting on children).
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m "slow and measures"
-	$(PY) -m pytest -q -m "slow and not measures and not online" -n $(TEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -m "slow and not measures and not online" -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Long tests that download large distributions from the package index (a rebuilt venv with torch and
 # its CUDA libraries, about 2 GB): minutes of network the CI budget does not hold.
