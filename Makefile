@@ -13,7 +13,7 @@ export DO_NOT_TRACK := 1
 # (1.2-1.5 s more per process here), so the bytecode cache is written as Python normally does.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: install demo test fuzz test-slow test-online test-horovod install-horovod ops lint bench clean
+.PHONY: install demo test fuzz test-slow test-heavy test-online test-horovod install-horovod ops lint bench clean
 
 # The install: uv where it is on PATH, else bootstrapped into the new venv with pip (it is a test
 # dependency anyway); pip where uv cannot be had or fails. REPRO500_INSTALLER=pip forces pip.
@@ -101,7 +101,14 @@ fuzz: $(STAMP)
 # make test does (one at a time they took 22 of CI's minutes on a Zen 4, most of it waiting on children).
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m "slow and measures"
-	$(PY) -m pytest -q -m "slow and not measures and not online" -n $(TEST_WORKERS) --dist loadfile --durations=15
+	$(PY) -m pytest -q -m "slow and not measures and not online and not heavy" -n $(TEST_WORKERS) --dist loadfile --durations=15
+
+# Long tests of minutes of CPU each that CI's 50 minutes do not hold (with them make test-slow took
+# 32 minutes on a 2-core Zen 3): the full quickstart verified (what make demo shows), top-k and
+# PowerSGD training it on two ranks, the CUDA sources compiled from a fresh cache (needs nvcc).
+# Run them before a change to those parts lands.
+test-heavy: $(STAMP)
+	$(PY) -m pytest -q -m "heavy" -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # Long tests that download large distributions from the package index (a rebuilt venv with torch and
 # its CUDA libraries, about 2 GB): minutes of network the CI budget does not hold.

@@ -86,6 +86,7 @@ def test_a_rank_killed_by_a_signal_is_named_its_log_kept_and_the_resume_keeps_tw
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_topk_with_error_feedback_trains_the_quickstart_on_two_ranks(in_tmp):
     """Top-k 1% + error feedback, 2 ranks, the quickstart recipe and data: each repeat trains to far
     above chance (10 classes: 0.1) while sending about 1% of the gradient.  Whether two or three such

@@ -17,6 +17,7 @@ needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA de
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 @needs_nvcc
 def test_cuda_sources_compile_from_a_fresh_cache(tmp_path):
     """What a user runs: `python -m repro500.ext.build --cuda` (no GPU needed to compile)."""

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_the_quickstart_with_powersgd_on_two_gloo_ranks_completes_and_compresses(in_tmp):
     from repro500.scaling import wire
     from repro500.workloads.models import build_model

@@ -164,6 +164,7 @@ def test_real_subprocess_exit_codes_and_json(runs):
 
 
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_verify_passes_on_a_real_quickstart_run(tmp_path):
     """The run issue's quickstart, run for real, verifies (and still does after pack/unpack)."""
     recipe = Path(__file__).resolve().parent.parent / "experiments" / "quickstart.yaml"
