@@ -89,6 +89,7 @@ PUBLICATION_FIELDS = [
     ("publication.json", "files.published", "path"), ("publication.json", "recipe_name", "string"),
     ("recipe.yaml", "metrics.accuracy.regex", "pattern"), ("recipe.yaml", "repeats", "count"),
     ("recipe.yaml", "fixed.command", "path"), ("recipe.yaml", "fixed.model", "string"),
+    ("recipe.yaml", "fixed.workdir", "path"),  # where reproduce places the source and runs the command
 ]
 # the packed run inside a publication: changed, packed again, and publication.json's digest of it updated
 ARCHIVED_FIELDS = [("archive/" + file, keys, kind) for file, keys, kind in RUN_FIELDS
