@@ -189,3 +189,65 @@ def test_mlflow_info_lines_stay_out_of_a_tracked_runs_output(tmp_path):
     assert done.returncode in (0, 1, 3), done.stdout + done.stderr
     assert "INFO mlflow" not in done.stdout + done.stderr  # "Creating initial MLflow database tables..."
     assert sorted(p.name for p in tmp_path.glob("new.db*")) == ["new.db"]
+
+
+class _SlowHealth:
+    """A tracking server's /health that takes ``delay_s`` to answer (another team's runs keeping it busy)."""
+
+    def __init__(self, delay_s: float):
+        import http.server
+        import threading
+
+        delay = delay_s
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                time.sleep(delay)
+                self.send_response(200)
+                self.end_headers()
+                self.wfile.write(b"OK")
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize("delay_s, usable", [(0.0, True), (2.5, True), (30.0, False)])
+def test_a_busy_tracking_server_is_waited_for_and_a_silent_one_refused(monkeypatch, delay_s, usable):
+    # a server that took the connection is there: a slow /health is waited for (HEALTH_ANSWER_S more),
+    # not refused as unreachable after HEALTH_CONNECT_S, as four runs at once on one server met it
+    from repro500.errors import InvalidInput
+    from repro500.tracking import store as mlflow_store
+
+    monkeypatch.setattr(mlflow_store, "HEALTH_CONNECT_S", 1)
+    monkeypatch.setattr(mlflow_store, "HEALTH_ANSWER_S", 4)
+    server = _SlowHealth(delay_s)
+    try:
+        if usable:
+            assert mlflow_store.check_usable(server.uri) == server.uri
+        else:
+            with pytest.raises(InvalidInput, match=r"unreachable \(it took the connection but did not answer "
+                                                   r"/health within 5 s\)"):
+                mlflow_store.check_usable(server.uri)
+    finally:
+        server.close()
+
+
+def test_a_tracking_server_port_nobody_listens_on_is_refused_at_once(monkeypatch):
+    from helpers.ports import free_port
+
+    from repro500.errors import InvalidInput
+    from repro500.tracking import store as mlflow_store
+
+    started = time.monotonic()
+    with pytest.raises(InvalidInput, match=r"unreachable \(\[Errno 111\] Connection refused\)"):
+        mlflow_store.check_usable(f"http://127.0.0.1:{free_port()}")
+    assert time.monotonic() - started < mlflow_store.HEALTH_CONNECT_S

@@ -262,6 +262,38 @@ def check_readable(uri: str, advice: str = "check MLFLOW_TRACKING_URI") -> None:
         raise InvalidInput(unreachable.format(reason(err))) from None
 
 
+# A host that does not take the connection within HEALTH_CONNECT_S is unreachable; a server that took it
+# but is busy (other machines' runs logging to it, its database slow) is there, and gets HEALTH_ANSWER_S
+# more to answer before the run is refused.
+HEALTH_CONNECT_S = 5
+HEALTH_ANSWER_S = 60
+
+
+def _answers_health(uri: str, unreachable: str) -> bool:
+    """Whether an HTTP tracking server answers MLflow's ``/health`` with 200; False where something
+    else answers (a proxy, an auth layer) and MLflow itself must decide. Refuses a server that cannot
+    be reached."""
+    import urllib.error  # not before a local store's run: urllib.request brings http, ssl and email
+    import urllib.request
+
+    for timeout in (HEALTH_CONNECT_S, HEALTH_ANSWER_S):
+        try:
+            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=timeout) as answer:  # noqa: S310 - the user's server
+                return answer.status == 200
+        except urllib.error.HTTPError:
+            return False
+        except urllib.error.URLError as err:  # the connection itself failed (urllib wraps only that)
+            raise InvalidInput(unreachable.format(reason(getattr(err, "reason", err)))) from None
+        except TimeoutError:
+            continue  # connected, no answer yet: a busy server gets the longer wait
+        except OSError as err:
+            raise InvalidInput(unreachable.format(reason(err))) from None
+        except Exception:  # noqa: BLE001 - a URL urllib cannot parse: MLflow decides
+            return False
+    raise InvalidInput(unreachable.format(
+        f"it took the connection but did not answer /health within {HEALTH_CONNECT_S + HEALTH_ANSWER_S} s"))
+
+
 def check_usable(uri: str | None = None) -> str:
     """:func:`check_reachable` without importing MLflow where a cheaper look decides: a local
     SQLite file (its directory writable, the file a SQLite database or new) or an HTTP server
@@ -290,18 +322,6 @@ def check_usable(uri: str | None = None) -> str:
                 raise InvalidInput(f"MLflow tracking store {safe_uri(uri)} is not writable: {db} is read-only")
         return uri
     # A URL with credentials in it (user:password@host) is MLflow's to open: urllib takes them for a port.
-    if uri.startswith(("http://", "https://")) and "@" not in uri.split("/", 3)[2]:
-        import urllib.error  # not before a local store's run: urllib.request brings http, ssl and email
-        import urllib.request
-
-        try:
-            with urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5) as answer:  # noqa: S310 - the user's server
-                if answer.status == 200:
-                    return uri
-        except urllib.error.HTTPError:
-            pass  # a proxy or an auth layer in front: let MLflow itself decide below
-        except (urllib.error.URLError, OSError) as err:
-            raise InvalidInput(unreachable.format(reason(getattr(err, "reason", err)))) from None
-        except Exception:  # noqa: BLE001, S110 - a URL urllib cannot parse: MLflow decides below
-            pass
+    if uri.startswith(("http://", "https://")) and "@" not in uri.split("/", 3)[2] and _answers_health(uri, unreachable):
+        return uri
     return check_reachable()
