@@ -35,6 +35,7 @@ from repro500 import redact
 from repro500.errors import InvalidInput, ReproError, UsageError
 from repro500.rundir import layout
 from repro500.runner.plan import Plan, RunOptions
+from repro500.statuses import REPEAT_FAILED
 from repro500.workloads.workload import Progress
 
 # Thread pools that size themselves from the machine, not from the CPU set: each gets the slot's
@@ -188,6 +189,11 @@ class Landed:
     traceback: str | None = None  # an unexpected error's, for the repeat's error.log
     interrupted: bool = False
 
+    @property
+    def failed(self) -> bool:
+        """The repeat did not finish: an error, a stop, or a summary that says so."""
+        return self.summary is None or self.summary.get("status") == REPEAT_FAILED
+
 
 def _stop_on_signal(interruptible: bool) -> None:
     """A task stops its repeat as Ctrl-C does on the terminal's SIGINT or the head's SIGTERM
@@ -299,6 +305,10 @@ class Local:
         self.folder = Path(tempfile.mkdtemp(prefix="repro500-tasks-"))
         self.executor = submitit.LocalExecutor(folder=self.folder)
         self.executor.update_parameters(timeout_min=_TASK_DAYS * 24 * 60)
+        # submitit spaces submissions 0.2 s apart to spare a cluster's scheduler; here each is a
+        # process on this node, and the spacing delays every slot but the first of each round
+        self.executor._throttling = 0.0
+        self.ended: list[Any] = []  # the controllers of tasks that have handed back their result
         self.free = list(launch.slots)
         self.jobs: dict[int, tuple[Any, Slot, float]] = {}  # repeat -> (job, slot, start time)
         self.expected: dict[str, str] | None = None  # this node's tasks need not check it is this node
@@ -335,12 +345,34 @@ class Local:
         """The tasks that ended since the last call: (repeat, outcome, seconds it ran)."""
         out = []
         for k, (job, slot, started) in list(self.jobs.items()):
-            if not job.done():
+            # the result file is there when the repeat has ended, a few tenths of a second before
+            # the task's interpreter and its controller have (what job.done() waits for)
+            if job.paths.result_pickle.exists():
+                outcome = self._result(job)
+            elif job.done():
+                outcome = self._outcome(job)
+            else:
                 continue
             del self.jobs[k]
             self.free.append(slot)
-            out.append((k, self._outcome(job), time.monotonic() - started))
+            self.ended.append(job)
+            out.append((k, outcome, time.monotonic() - started))
         return out
+
+    @staticmethod
+    def _result(job: Any) -> Landed:
+        """What a task handed back, read from its result file (submitit's own ("success", value)
+        or ("error", traceback)): job.result() would wait for the controller's end, in 1 s steps."""
+        from submitit.core.utils import pickle_load
+
+        try:
+            outcome, value = pickle_load(job.paths.result_pickle)
+        except Exception as err:  # noqa: BLE001 - a result file that cannot be read is a repeat without a result
+            return Landed(error=RuntimeError(f"the repeat's task left a result that cannot be read ({type(err).__name__})"))
+        if outcome == "success" and isinstance(value, Landed):
+            return value
+        reason = str(value).strip().splitlines()[-1] if str(value).strip() else outcome
+        return Landed(error=RuntimeError(f"the repeat's task process ended without a result ({reason})"))
 
     @staticmethod
     def _outcome(job: Any) -> Landed:
@@ -370,6 +402,9 @@ class Local:
         return running
 
     def close(self) -> None:
+        for job in self.ended:  # none left behind the head: a controller ends within moments of its task
+            with contextlib.suppress(subprocess.TimeoutExpired, AttributeError):
+                job._process.wait(timeout=STOP_GRACE_S)
         shutil.rmtree(self.folder, ignore_errors=True)
 
 

@@ -267,6 +267,11 @@ class Session:
         display.queued(queue)
         try:
             while queue or tasks.jobs:
+                # what landed frees its slot before the next repeat is submitted, and is recorded after:
+                # a task's start (a fresh interpreter, seconds) then overlaps the head's linking and logging
+                landed = tasks.landed()
+                if any(outcome.failed for _, outcome, _ in landed):  # after a failed repeat none starts
+                    queue.clear()
                 room = tasks.room()
                 starting, queue = queue[:room], queue[room:]
                 # submitted first: an array sbatch refuses leaves no MLflow repeat open (a task waits
@@ -284,14 +289,12 @@ class Session:
                         display.waiting(k, f"{state} as {where}")
                 if starting:
                     self._launched.set()
-                for k, landed, elapsed in tasks.landed():
+                for k, outcome, elapsed in landed:
                     self._in_flight.discard(k)
-                    summaries[k] = self._landed(k, landed)
+                    summaries[k] = self._landed(k, outcome)
                     self._prefetch_inputs(k, summaries[k])
                     self._sync(k)
                     display.ended(k, summaries[k], elapsed)
-                    if summaries[k]["status"] == REPEAT_FAILED:
-                        queue.clear()
                 time.sleep(0.1)
             note = fanout.hardware_note(self.run.summaries(self.recipe.repeats, finished_only=False))
             if note:
