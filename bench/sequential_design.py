@@ -21,7 +21,13 @@ difference:
   often): E[n] / n_fixed must be <= 0.70 where the true difference is 0 or >= 1.5 margins (exit
   status bit 2, so a missed ratio never hides a missed error rate, nor the reverse).
 
-Run alone (``python bench/sequential_design.py``) or as section 7 of verdict_calibration.py.
+Section 7b runs the same designs looked at after every batch of 2, 4 and 8 repeats (``run
+--until-decided`` with its repeats side by side, ``--parallel B``), each batch's levels calibrated
+for its looks: the same error-rate bound (exit status bit 1), with the power and E[n] beside the
+design that looks after every repeat.
+
+Run alone (``python bench/sequential_design.py``; ``--batches`` for 7b alone) or as section 7 of
+verdict_calibration.py.
 """
 
 from __future__ import annotations
@@ -149,14 +155,54 @@ def _cell(rng, n_max, n_ref, spending, diff, caps, missed, ratio_missed):
     print(f"   {n_max:>3} {n_ref or 'value':>5} {spending:<15}{diff:>+9.2f}  {'; '.join(cells_out):>22}  {tail}")
 
 
+BATCHES = (2, 4, 8)  # run --until-decided --launcher ... --parallel B: a look after every batch of B
+
+
+def run_batches(rng, missed, references=(60, None), spending="obrien-fleming"):
+    """The same designs looked at after every batch of B repeats side by side (their levels
+    calibrated for those looks): the wrong-decision rates must stay <= alpha + 3 SE (misses go to
+    *missed*); the power and E[n] are shown beside the design that looks after every repeat."""
+    print(f"\n7b. sequential design in batches (--until-decided with --parallel B): looks where a batch ends, "
+          f"{spending}, {DRAWS} draws per cell")
+    print(f"   {'N':>3} {'n_ref':>5} {'batch':>5} {'looks':>6}{'true diff':>10}  {'wrong decision +- 3SE':>22}  "
+          f"{'power':>6} {'E[n]':>6}")
+    for n_ref in references:
+        n_max = size(n_ref, spending)[0]
+        if n_max is None:
+            continue
+        for batch in (1, *BATCHES):
+            counts = sequential.looks(n_max, sequential.MIN_REPEATS, batch)
+            for diff in (0.0, 1.0, -1.0, 1.5):
+                decision, used = sequential_plan.simulate(n_max, diff * MARGIN, MARGIN, n_ref, ALPHA, spending,
+                                                          draws=DRAWS, rng=rng, batch=batch)
+                cells = []
+                for code in ((1, -1) if abs(diff) == 1.0 else ((1,) if abs(diff) > 1.0 else (-1,))):
+                    p = float(np.mean(decision == code))
+                    se = math.sqrt(max(p * (1 - p), 1e-12) / decision.size)
+                    ok = p <= ALPHA + Z_LIMIT * se
+                    if not ok:
+                        missed.append(f"batch {batch} N={n_max} n_ref={n_ref} diff={diff} wrong {code}")
+                    cells.append(f"{'R' if code == 1 else 'N'} {p:.4f}+-{Z_LIMIT * se:.4f}{'' if ok else ' MISSED'}")
+                right = sequential_plan.right_decision(diff * MARGIN, MARGIN, "equivalence")
+                power = f"{np.mean(decision == right):>6.3f}" if right is not None else f"{'':>6}"
+                print(f"   {n_max:>3} {n_ref or 'value':>5} {batch:>5} {len(counts):>6}{diff:>+10.2f}  "
+                      f"{'; '.join(cells):>22}  {power} {used.mean():>6.2f}")
+
+
 def main() -> int:
     errors: list[str] = []
     ratios: list[str] = []
     run_grid(np.random.default_rng(20261124), errors, ratios)
+    run_batches(np.random.default_rng(20261129), errors)
     print("RESULT (error rates): " + ("OK" if not errors else "MISSED: " + "; ".join(errors)))
     print("RESULT (expected repeats): " + ("OK" if not ratios else "MISSED: " + "; ".join(ratios)))
     return (1 if errors else 0) | (2 if ratios else 0)
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--batches"]:
+        found: list[str] = []
+        run_batches(np.random.default_rng(20261129), found)
+        print("RESULT (error rates in batches): " + ("OK" if not found else "MISSED: " + "; ".join(found)))
+        raise SystemExit(1 if found else 0)
     raise SystemExit(main())

@@ -27,7 +27,8 @@ the between-seed spread and the kernel noise, and a power case, a large spread b
 small kernel noise, where it prints the repeats each design needs for 80 % power (paired must need
 at most 1/5 of the unpaired design's) and the power simulated at those counts.
 
-Section 7 is the sequential design of ``run --until-decided`` (bench/sequential_design.py).
+Section 7 is the sequential design of ``run --until-decided`` (bench/sequential_design.py); 7b the
+same designs looked at after every batch of 2, 4 and 8 repeats side by side (``--parallel B``).
 
 Run: ``python bench/verdict_calibration.py`` (sections 1-6 about 15 s, section 7 a few minutes).
 The exit status has one bit per target, so that none hides another: 1 when an error rate
@@ -292,11 +293,12 @@ def main() -> int:
     paired_section(rng, missed, power_missed)
     elapsed = time.perf_counter() - start
     print(f"\nsections 1-6: elapsed {elapsed:.1f} s (target < 90 s, ratio {elapsed / 90:.2f})")
-    from sequential_design import run_grid  # bench/, beside this file
+    from sequential_design import run_batches, run_grid  # bench/, beside this file
 
     ratios: list[str] = []
     start = time.perf_counter()
     run_grid(rng, missed, ratios)  # 7. the sequential design of --until-decided (minutes: N up to 100)
+    run_batches(rng, missed)  # 7b. the same, looked at after each batch of repeats side by side
     print(f"\nsection 7: elapsed {time.perf_counter() - start:.1f} s")
     print("RESULT (error rates): " + (f"OK, every error rate <= alpha within {Z_LIMIT:g} SE" if not missed
                                       else "MISSED: " + "; ".join(missed)))

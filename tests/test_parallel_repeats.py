@@ -93,7 +93,6 @@ def test_a_failed_task_is_a_failed_repeat_named_as_in_a_serial_run(tmp_path):
     (["--launcher", "local", "--parallel", "two"], 2, "'two' is not a valid integer"),
     (["--parallel", "2"], 2, "--parallel 2 needs a launcher to run the repeats side by side"),
     (["--launcher", "local", "--parallel", str(len(os.sched_getaffinity(0)) + 1)], 2, "needs a CPU core per repeat"),
-    (["--launcher", "local", "--parallel", "2", "--until-decided"], 2, "--until-decided looks after every repeat"),
 ])
 def test_bad_launcher_options_are_refused_before_anything_is_written(in_tmp, options, code, sentence):
     result = invoke("run", *options, "--no-tracking", *COMMAND, sys.executable, "-c", "print('score 1')")
@@ -171,6 +170,45 @@ def test_ctrl_c_stops_the_running_tasks_keeps_finished_repeats_and_resume_comple
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     checked = repro500("verify", "runs/cut", cwd=tmp_path)
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+NOISY = "import random, sys\nrandom.seed(int(sys.argv[1]))\nprint(f'score {0.95 + random.gauss(0, 0.01):.5f}')\n"
+
+
+@TWO_CORES
+def test_until_decided_side_by_side_looks_after_each_batch_and_verifies(tmp_path):
+    from repro500.verify import sequential
+    from repro500.verify.verdict import verify_run
+
+    (tmp_path / "t.py").write_text(NOISY)
+    done = repro500("run", "--run-id", "seq", "--no-tracking", "--launcher", "local", "--parallel", "2", "--until-decided",
+                    "--max-repeats", "8", "--command", "--metric", "score=regex:score ([0-9.]+)", "--accept",
+                    "score>=0.9", "--", sys.executable, "t.py", "{seed}", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    design = json.loads((tmp_path / "runs/seq/run.json").read_text())["design"]
+    # looked at after each batch of two (the 3rd repeat is no look: its batch is still running)
+    assert design["batch"] == 2 and sequential.looks(8, 3, 2) == [4, 6, 8]
+    assert design["nominal_levels"] == list(sequential.nominal_levels(8, 0.05, "obrien-fleming", batch=2))
+    assert "look after 3 repeats" not in done.stdout and "look after 4 repeats" in done.stdout
+    assert design["stopped_at"] in (4, 6, 8) and design["decision"] == {"score": "PASS"}
+    # no repeat past the look that decided was started
+    assert sorted(int(p.name) for p in (tmp_path / "runs/seq/repeats").iterdir()) == list(range(design["stopped_at"]))
+    verdict = verify_run(tmp_path / "runs/seq")
+    assert verdict.status == "PASS" and verdict.design["look"] == design["stopped_at"]
+    assert verdict.design["stop_check"].startswith("re-derived from the repeats")
+
+
+def test_until_decided_on_slurm_without_a_batch_size_is_refused(in_tmp):
+    bare = in_tmp / "bin"
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    (bare / "sbatch").write_text("#!/bin/sh\nexit 0\n")
+    (bare / "sbatch").chmod(0o755)
+    result = invoke("run", "--launcher", "slurm", "--until-decided", "--no-tracking", *COMMAND, "python", "-c",
+                    "print('score 1')", env={"PATH": str(bare)})
+    assert result.exit_code == 2, result.output
+    assert "--until-decided --launcher slurm needs --parallel B" in result.text
+    assert not (in_tmp / "runs").exists()
 
 
 def test_launcher_slurm_where_slurm_cannot_be_asked_for_its_partitions_is_refused(in_tmp):

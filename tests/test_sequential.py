@@ -54,6 +54,28 @@ def test_t_tests_at_the_nominal_levels_cross_with_probability_alpha(spending):
     assert crossed.mean() == pytest.approx(0.05, abs=3 * np.sqrt(0.05 * 0.95 / 100_000) + 0.001)
 
 
+def test_batches_look_where_a_batch_ends_and_keep_the_error_rate():
+    assert sequential.looks(10) == list(range(3, 11))
+    assert sequential.looks(10, 3, 2) == [4, 6, 8, 10] and sequential.looks(10, 3, 4) == [4, 8, 10]
+    assert sequential.looks(10, 3, 8) == [8, 10] and sequential.looks(5, 3, 8) == [5]
+    for batch in (2, 4):
+        levels = sequential.nominal_levels(12, 0.05, "obrien-fleming", batch=batch)
+        counts = sequential.looks(12, 3, batch)
+        rng = np.random.default_rng(11)
+        x = rng.standard_normal((100_000, 12))
+        sums, squares, crossed = np.cumsum(x, 1), np.cumsum(x**2, 1), np.zeros(len(x), dtype=bool)
+        for n, level in zip(counts, levels, strict=True):
+            mean = sums[:, n - 1] / n
+            crossed |= mean / np.sqrt((squares[:, n - 1] - n * mean**2) / (n - 1) / n) > sps.t.isf(level, n - 1)
+        # as for every repeat: 3 binomial SE of these paths plus 2 of the calibration's own
+        assert crossed.mean() == pytest.approx(0.05, abs=3 * np.sqrt(0.05 * 0.95 / 100_000) + 0.001)
+        # fewer looks spend alpha in larger steps: the last look is nearer the fixed design's 0.05
+        assert levels[-1] > sequential.nominal_levels(12, 0.05, "obrien-fleming")[-1]
+    # a batch recorded in run.json is a count like the others: bounded where it is read
+    with pytest.raises(Exception, match="run.json design.batch is 0, not a count of at least 1"):
+        sequential.bounds({"max_repeats": 6, "batch": 0})
+
+
 def _experiment(tmp_path):
     (tmp_path / "t.py").write_text(NOISY)
     return ["run", "--command", "--no-tracking", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.9"]

@@ -98,8 +98,10 @@ def _new(options: RunOptions, console: Console) -> Session:
     if plan.vary:
         design = {"kind": "factorial", "sources": plan.vary, "per_cell": plan.per_cell,
                   "cells": [plan.cell(k) for k in range(recipe.repeats)]}
-    meta.update({key: value for key, value in (("design", design), ("reference", reference)) if value})
     launch = fanout.prepare(options, plan, recipe.repeats)
+    if launch is not None and design and design.get("kind") == "sequential":  # looked at after each batch
+        design = decide.in_batches(design, launch.parallel)
+    meta.update({key: value for key, value in (("design", design), ("reference", reference)) if value})
     _prepare_tracking(options)
     run.create(_recipe_yaml(recipe), meta)
     session = Session(plan, run, meta, console, resumed=False, tracking=options.tracking,

@@ -178,6 +178,25 @@ def reload(meta: dict[str, Any]) -> Any:
     return load_reference(record["against"])
 
 
+def in_batches(design: dict[str, Any], batch: int) -> dict[str, Any]:
+    """A sequential design whose repeats run *batch* at a time: looked at after each batch, its
+    nominal levels calibrated for those looks (verify/sequential.py)."""
+    from repro500.verify import sequential
+
+    return sequential.in_batches(design, batch)
+
+
+def next_look(session: Any, done: int) -> int | None:
+    """How many repeats a sequential run may have finished or running before its next look
+    (None: a fixed design runs them all)."""
+    design = session.meta.get("design") or {}
+    if design.get("kind") != "sequential":
+        return None
+    from repro500.verify import sequential
+
+    return sequential.next_look(design, done)
+
+
 def look(session: Any, summaries: dict[int, dict[str, Any]]) -> bool:
     """After a repeat of a sequential run: test at this look's nominal level; True (and the
     stopping point recorded in run.json) when every decision is taken."""

@@ -90,6 +90,9 @@ def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
     # the recipe's launcher section under the command line's choices (a later --slurm pair wins)
     section = plan.recipe.launcher
     wanted = options.parallel or section.get("parallel")
+    if options.until_decided and options.launcher == "slurm" and not wanted:
+        raise UsageError("--until-decided --launcher slurm needs --parallel B: it submits B repeats at a time and "
+                         "looks at the verdict after each batch")
     if options.launcher == "slurm":  # every repeat at once unless --parallel says fewer: SLURM queues the rest
         from repro500.runner.plan import slurm_resources
 
@@ -466,14 +469,13 @@ class Slurm:
         self._gone: dict[int, float] = {}  # repeat -> when squeue first no longer showed its task alive
         self._queue: dict[str, tuple[str, str]] = {}  # task id -> (state, node), as squeue said last
         self._polled = 0.0
-        self._submitted = False
 
     def room(self) -> int:
-        return 0 if self._submitted else 1 << 30  # the whole array, once
+        # every repeat in one array; a sequential run's next batch once the last one has landed
+        return 0 if self.jobs else 1 << 30
 
     def submit(self, batch: dict[int, Any]) -> list[tuple[int, str, str]]:
         """The repeats of *batch* as one job array (one sbatch: it is queued whole or not at all)."""
-        self._submitted = True
         run_dir = str(self.run.path.resolve())
         # Ctrl-C waits until sbatch has answered: an array queued but not yet known here could not
         # be cancelled (stop scancels what self.jobs holds)

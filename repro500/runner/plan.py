@@ -206,9 +206,6 @@ def check_launcher(options: RunOptions) -> None:
         raise UsageError(f"--launcher {options.launcher} is not one of {', '.join(LAUNCHERS)}")
     if options.parallel is not None and options.parallel < 1:
         raise UsageError(f"--parallel must be a whole number of repeats of at least 1, not {options.parallel}")
-    if options.until_decided:
-        raise UsageError("--until-decided looks after every repeat, one at a time; give a fixed --repeats N "
-                         "to run repeats side by side")
     if options.nnodes > 1 or options.node_rank > 0:
         raise UsageError(f"--launcher {options.launcher} places the repeats itself; it does not go with --nnodes")
     if options.nproc is not None and options.nproc > 1:

@@ -265,6 +265,7 @@ class Session:
         tasks.expected = expected
         queue = list(todo)
         display.queued(queue)
+        looked = len(summaries)  # a sequential run's repeats up to its next look run side by side, then it looks
         try:
             while queue or tasks.jobs:
                 # what landed frees its slot before the next repeat is submitted, and is recorded after:
@@ -272,7 +273,9 @@ class Session:
                 landed = tasks.landed()
                 if any(outcome.failed for _, outcome, _ in landed):  # after a failed repeat none starts
                     queue.clear()
-                room = tasks.room()
+                room, limit = tasks.room(), decide.next_look(self, looked)
+                if limit is not None:  # not past the next look, which waits for every repeat before it
+                    room = min(room, max(0, limit - len(summaries) - len(landed) - len(tasks.jobs)))
                 starting, queue = queue[:room], queue[room:]
                 # submitted first: an array sbatch refuses leaves no MLflow repeat open (a task waits
                 # for its MLflow run's file, so it may start before the run does)
@@ -295,6 +298,10 @@ class Session:
                     self._prefetch_inputs(k, summaries[k])
                     self._sync(k)
                     display.ended(k, summaries[k], elapsed)
+                if limit is not None and landed and not tasks.jobs and len(summaries) >= limit:
+                    looked = limit
+                    if decide.look(self, summaries):
+                        queue.clear()
                 time.sleep(0.1)
             note = fanout.hardware_note(self.run.summaries(self.recipe.repeats, finished_only=False))
             if note:

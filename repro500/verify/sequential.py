@@ -1,7 +1,8 @@
 """Stop repeating when the verdict is decided: a group-sequential version of the verdict's tests.
 
 ``repro500 run --until-decided --max-repeats N`` looks at the results after every repeat from
-the MIN_REPEATS-th to the N-th.  Each look runs the verdict's own one-sided tests (the bands'
+the MIN_REPEATS-th to the N-th; with its repeats side by side (``--launcher``, ``--parallel B``)
+after every batch of B (at B, 2B, ... from the MIN_REPEATS-th, and at N), the design's *batch*.  Each look runs the verdict's own one-sided tests (the bands'
 bounds, the equivalence test's two one-sided tests) at a *nominal* level p_k below alpha, chosen
 so that the chance of a wrong decision summed over all looks is still alpha: alpha is spent over
 the information fraction by a Lan-DeMets spending function,
@@ -54,9 +55,11 @@ def spent(t: float, alpha: float, spending: str = "obrien-fleming") -> float:
     raise ValueError(f"unknown spending function {spending!r}; choose {' or '.join(SPENDING)}")
 
 
-def looks(max_repeats: int, min_repeats: int = MIN_REPEATS) -> list[int]:
-    """The repeat counts at which the verdict is looked at."""
-    return list(range(min(min_repeats, max_repeats), max_repeats + 1))
+def looks(max_repeats: int, min_repeats: int = MIN_REPEATS, batch: int = 1) -> list[int]:
+    """The repeat counts at which the verdict is looked at: every count from *min_repeats* on, or
+    with repeats run *batch* at a time, each count a batch ends at (and the last)."""
+    first = min(min_repeats, max_repeats)
+    return [n for n in range(first, max_repeats + 1) if n % batch == 0 or n == max_repeats]
 
 
 def information(n: int, reference_repeats: int | None = None) -> float:
@@ -100,12 +103,14 @@ def calibrate(p_values: list[np.ndarray], fractions: list[float], alpha: float,
 @functools.lru_cache(maxsize=64)
 def nominal_levels(max_repeats: int, alpha: float, spending: str = "obrien-fleming",
                    min_repeats: int = MIN_REPEATS, reference_repeats: int | None = None,
-                   paths: int = SIMULATED_PATHS) -> tuple[float, ...]:
+                   paths: int = SIMULATED_PATHS, batch: int = 1) -> tuple[float, ...]:
     """The one-sided nominal level of each look (in the order of :func:`looks`) at which the
     verdict's t test (Welch's against a reference of *reference_repeats* values) crosses with
     probability *alpha* over all looks under the boundary hypothesis.  Fewer *paths* give
-    noisier levels, for a search over designs (verify/sequential_plan.py), never for a run."""
-    counts = looks(max_repeats, min_repeats)
+    noisier levels, for a search over designs (verify/sequential_plan.py), never for a run.
+    Fewer looks (a *batch* above 1) spend the same alpha in larger steps: each look's level is
+    calibrated for the looks there are."""
+    counts = looks(max_repeats, min_repeats, batch)
     rng = np.random.default_rng(SEED)
     run = rng.standard_normal((paths, max_repeats))
     squares = np.cumsum(run**2, axis=1)
@@ -132,19 +137,21 @@ def nominal_levels(max_repeats: int, alpha: float, spending: str = "obrien-flemi
 
 
 def level_at(n: int, max_repeats: int, alpha: float, spending: str = "obrien-fleming",
-             reference_repeats: int | None = None) -> float | None:
-    """The nominal level of the look after *n* repeats (None before the first look)."""
-    counts = looks(max_repeats)
+             reference_repeats: int | None = None, batch: int = 1) -> float | None:
+    """The nominal level of the look after *n* repeats (None where no look is)."""
+    counts = looks(max_repeats, MIN_REPEATS, batch)
     if n not in counts:
         return None
-    return nominal_levels(max_repeats, alpha, spending, MIN_REPEATS, reference_repeats)[counts.index(n)]
+    return nominal_levels(max_repeats, alpha, spending, MIN_REPEATS, reference_repeats, batch=batch)[counts.index(n)]
 
 
-def bounds(design_doc: dict[str, Any]) -> tuple[int, int]:
-    """(max_repeats, min_repeats) of a recorded design, each a count within untrusted's bound:
-    the looks and the simulated levels allocate a row per repeat (InvalidInput otherwise)."""
+def bounds(design_doc: dict[str, Any]) -> tuple[int, int, int]:
+    """(max_repeats, min_repeats, batch) of a recorded design, each a count within untrusted's
+    bound: the looks and the simulated levels allocate a row per repeat (InvalidInput otherwise).
+    A design recorded before batches existed looked after every repeat (batch 1)."""
     top = untrusted.count(design_doc.get("max_repeats"), "run.json design.max_repeats", MAX_DESIGN_REPEATS, least=1)
-    return top, untrusted.count(design_doc.get("min_repeats", MIN_REPEATS), "run.json design.min_repeats", top, least=1)
+    return (top, untrusted.count(design_doc.get("min_repeats", MIN_REPEATS), "run.json design.min_repeats", top, least=1),
+            untrusted.count(design_doc.get("batch", 1), "run.json design.batch", top, least=1))
 
 
 def level_of(design_doc: dict[str, Any], n: int, alpha: float | None = None) -> float | None:
@@ -155,17 +162,33 @@ def level_of(design_doc: dict[str, Any], n: int, alpha: float | None = None) -> 
     if (alpha is None or alpha == design_doc.get("alpha")) and isinstance(recorded_levels, list) \
             and len(recorded_levels) == len(counts):
         return float(recorded_levels[counts.index(n)]) if n in counts else None
-    return level_at(n, bounds(design_doc)[0], float(design_doc["alpha"] if alpha is None else alpha),
-                    str(design_doc.get("spending", "obrien-fleming")), design_doc.get("reference_repeats"))
+    top, _, batch = bounds(design_doc)
+    return level_at(n, top, float(design_doc["alpha"] if alpha is None else alpha),
+                    str(design_doc.get("spending", "obrien-fleming")), design_doc.get("reference_repeats"), batch)
 
 
 def design(max_repeats: int, alpha: float, spending: str = "obrien-fleming",
-           reference_repeats: int | None = None) -> dict[str, Any]:
+           reference_repeats: int | None = None, batch: int = 1) -> dict[str, Any]:
     """What run.json records of a sequential run before its first repeat."""
     return {"kind": "sequential", "max_repeats": max_repeats, "min_repeats": min(MIN_REPEATS, max_repeats),
-            "alpha": alpha, "spending": spending, "reference_repeats": reference_repeats,
-            "nominal_levels": list(nominal_levels(max_repeats, alpha, spending, MIN_REPEATS, reference_repeats)),
+            "batch": batch, "alpha": alpha, "spending": spending, "reference_repeats": reference_repeats,
+            "nominal_levels": list(nominal_levels(max_repeats, alpha, spending, MIN_REPEATS, reference_repeats,
+                                                  batch=batch)),
             "stopped_at": None, "decision": None}
+
+
+def in_batches(design_doc: dict[str, Any], batch: int) -> dict[str, Any]:
+    """A new design looked at after every *batch* repeats (its repeats side by side), its levels
+    calibrated for those looks; what else it records (where its maximum came from) is kept."""
+    redone = design(design_doc["max_repeats"], design_doc["alpha"], design_doc["spending"],
+                    design_doc.get("reference_repeats"), min(batch, design_doc["max_repeats"]))
+    return {**design_doc, **redone}
+
+
+def next_look(design_doc: dict[str, Any], done: int) -> int:
+    """The repeat count of the first look after *done* repeats (the maximum once past the last)."""
+    counts = looks(*bounds(design_doc))
+    return next((n for n in counts if n > done), counts[-1])
 
 
 def recorded(run_meta: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -195,9 +218,9 @@ def stop_check(run: Any, design_doc: dict[str, Any], alpha: float, ref: Any = No
     must have stopped at the first look that decided (or at its maximum), or a repeat was
     dropped or added after the fact."""
     values = {k: run.repeats[k] for k in sorted(run.repeats)}
-    stopped, (top, least) = design_doc.get("stopped_at"), bounds(design_doc)
+    stopped, (top, least, batch) = design_doc.get("stopped_at"), bounds(design_doc)
     first = None
-    for n in looks(top, least):
+    for n in looks(top, least, batch):
         if n > len(values):
             break
         partial = type(run)(path=run.path, summary={}, repeats=dict(list(values.items())[:n]),

@@ -92,17 +92,18 @@ def reference_draws(rng: np.random.Generator, n_ref: int | None, draws: int) -> 
 def simulate(n_max: int, effect: float, margin: float, n_ref: int | None, alpha: float = DEFAULT_ALPHA,
              spending: str = "obrien-fleming", question: str = "equivalence", draws: int = POWER_DRAWS,
              rng: np.random.Generator | None = None, levels: tuple[float, ...] | None = None,
-             futility: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+             futility: float = 0.0, batch: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """(decision, repeats used) of *draws* simulated sequential runs whose true difference is
-    *effect*, looked at as ``run --until-decided`` looks (every repeat from the 3rd to *n_max*)."""
+    *effect*, looked at as ``run --until-decided`` looks (every repeat from the 3rd to *n_max*,
+    or after every *batch* of repeats side by side)."""
     rng = rng if rng is not None else np.random.default_rng(SEED)
     run = rng.normal(effect, 1.0, (draws, n_max))
     ref_mean, ref_var = reference_draws(rng, n_ref, draws)
     sums, squares = np.cumsum(run, 1), np.cumsum(run**2, 1)
     decision, used = np.zeros(draws, dtype=int), np.full(draws, n_max)
     alive = np.arange(draws)  # the runs still undecided: only they are looked at again
-    levels = levels or sequential.nominal_levels(n_max, alpha, spending, sequential.MIN_REPEATS, n_ref)
-    for n, level in zip(sequential.looks(n_max), levels, strict=True):
+    levels = levels or sequential.nominal_levels(n_max, alpha, spending, sequential.MIN_REPEATS, n_ref, batch=batch)
+    for n, level in zip(sequential.looks(n_max, sequential.MIN_REPEATS, batch), levels, strict=True):
         code = decide_at(sums[alive, n - 1], squares[alive, n - 1], n, ref_mean[alive], ref_var[alive], n_ref,
                          level, margin, question)
         now = alive[code != 0]
