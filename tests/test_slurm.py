@@ -470,6 +470,33 @@ def test_four_repeats_as_a_job_array_on_two_nodes_make_the_serial_runs_verdict_w
     assert meta["launcher"]["slurm"] == {"partition": slurm.partition, "time": 5, "cpus": 1, "mem": "500M"}
 
 
+def test_until_decided_submits_a_job_array_up_to_each_look(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(SEEDED)
+    # scores 0.5 +- 0.002 against a bound at their mean: no look decides, the run goes to its maximum
+    done = repro500("run", "--run-id", "seq", "--launcher", "slurm", "--parallel", "2", "--slurm", "time=5",
+                    "--slurm", "cpus=1", "--until-decided", "--max-repeats", "6", "--no-tracking", "--command",
+                    "--metric", "score=regex:score ([0-9.]+)", "--accept", "score>=0.5", "--",
+                    sys.executable, "work.py", cwd=checkout, env=_tool_env(slurm), timeout=300)
+    said = done.stdout + done.stderr
+    assert done.returncode == 3, said
+    run = checkout / "runs" / "seq"
+    design = json.loads((run / "run.json").read_text())["design"]
+    assert design["batch"] == 2 and design["stopped_at"] is None, design
+    assert "look after 4 repeats" in said and "look after 6 repeats" in said and "look after 5" not in said
+    places = [json.loads((run / f"repeats/{k}/summary.json").read_text())["placement"] for k in range(6)]
+    arrays = [p["job_id"].split("_")[0] for p in places]
+    # the repeats before the first look in one array (two at a time), the next batch in another once it was taken
+    assert len(set(arrays[:4])) == 1 and len(set(arrays[4:])) == 1 and arrays[0] != arrays[4], \
+        [p["job_id"] for p in places]
+    from repro500.verify.verdict import verify_run
+
+    verdict = verify_run(run)
+    assert verdict.status == "INCONCLUSIVE" and verdict.design["look"] == 6
+    assert verdict.design["stop_check"].startswith("re-derived from the repeats and the bands")
+
+
 def test_launcher_slurm_refuses_an_unknown_partition_and_parallel_0_before_anything_is_submitted(slurm, checkout):
     import sys
 
