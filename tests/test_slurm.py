@@ -459,6 +459,11 @@ def test_four_repeats_as_a_job_array_on_two_nodes_make_the_serial_runs_verdict_w
     assert [mine[k]["metrics"]["score"] for k in range(4)] == [theirs[k]["metrics"]["score"] for k in range(4)]
     verdicts = [json.loads((checkout / "runs" / r / "verdict.json").read_text()) for r in ("array", "serial")]
     assert verdicts[0]["status"] == verdicts[1]["status"] == "PASS"
+    # the array's verdict splits the score by node (both nodes are this machine: no effect to name)
+    assert [(g["node"], g["n"]) for g in verdicts[0]["nodes"][0]["groups"]] in ([("n1", 2), ("n2", 2)],
+                                                                                [("n1", 1), ("n2", 3)],
+                                                                                [("n1", 3), ("n2", 1)])
+    assert verdicts[1]["nodes"] is None
     places = [mine[k]["placement"] for k in range(4)]
     assert {p["node"] for p in places} == {"n1", "n2"}  # one CPU each: the array filled both nodes
     assert all(p["hardware"]["cpu_threads"] >= 1 and "gpus" in p["hardware"] for p in places), places

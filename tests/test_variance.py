@@ -119,3 +119,50 @@ def test_bad_vary_options_are_one_sentence(in_tmp):
                        "--accept", "a>=0", "--", "python", "-c", "print('a 1')", cwd=in_tmp)
     assert command.returncode == 2 and "needs a trained workload" in command.stderr
     assert not (in_tmp / "runs").exists()
+
+
+def _on_nodes(tmp_path, name: str, values: list[float], nodes: list[str]):
+    root = make_run(tmp_path, name, values={"accuracy": values})
+    for k, node in enumerate(nodes):
+        path = root / "repeats" / str(k) / "summary.json"
+        summary = json.loads(path.read_text())
+        summary["placement"] = {"launcher": "slurm", "node": node, "job_id": f"7_{k}"}
+        path.write_text(json.dumps(summary))
+    bundle.write_sums(root)
+    return root
+
+
+def test_a_run_on_two_nodes_is_split_by_node_and_a_node_effect_is_named(tmp_path):
+    # node n2 runs 0.01 lower than n1, with a spread of 0.001 within each: the nodes differ
+    values = [0.950, 0.951, 0.949, 0.940, 0.941, 0.939]
+    root = _on_nodes(tmp_path, "apart", values, ["n1", "n1", "n1", "n2", "n2", "n2"])
+    verdict = verify_run(root)
+    (split,) = verdict.nodes
+    assert [(g.node, g.n) for g in split.groups] == [("n1", 3), ("n2", 3)]
+    assert split.groups[0].mean == pytest.approx(0.95) and split.groups[1].mean == pytest.approx(0.94)
+    assert split.p_value == pytest.approx(sps.f_oneway(values[:3], values[3:]).pvalue) and split.differs
+    assert any(a.startswith("accuracy differs by node (one-way ANOVA p = ") for a in verdict.advice)
+    assert verdict.to_dict()["nodes"][0]["groups"][1]["node"] == "n2"
+
+    # the same values interleaved over the nodes: no node effect, and no advice
+    mixed = _on_nodes(tmp_path, "mixed", values, ["n1", "n2", "n1", "n2", "n1", "n2"])
+    (split,) = verify_run(mixed).nodes
+    assert not split.differs and split.p_value > 0.05
+    assert not any("differs by node" in a for a in verify_run(mixed).advice)
+    # one node, or none recorded (a run in turn): no split at all
+    assert verify_run(_on_nodes(tmp_path, "one", values, ["n1"] * 6)).nodes is None
+    assert verify_run(make_run(tmp_path, "serial")).nodes is None
+
+
+def test_the_node_split_is_shown_by_verify_and_the_report(in_tmp):
+    _on_nodes(in_tmp / "runs", "apart", [0.950, 0.951, 0.949, 0.940, 0.941, 0.939],
+              ["n1", "n1", "n1", "n2\x1b[2J", "n2\x1b[2J", "n2\x1b[2J"])
+    said = repro500("verify", "runs/apart", cwd=in_tmp)
+    text = " ".join(said.stdout.split())
+    assert "accuracy by node (one-way ANOVA p = " in text and "differs by node" in text, said.stdout
+    assert "\x1b[2J" not in said.stdout  # a node's name is a record's text: shown, never played
+    report = repro500("report", "runs/apart", "--out", "r.html", cwd=in_tmp)
+    assert report.returncode == 0, report.stderr
+    html = (in_tmp / "r.html").read_text()
+    assert "accuracy by node" in html and "the nodes&#39; means differ" in html and "\x1b" not in html
+    assert "n2\\x1b[2J" in html  # escaped where it was read, visible as such

@@ -1,5 +1,6 @@
-"""The report's study-design blocks: a sequential run's stopping point and a factorial run's
-variance decomposition (verdict.json ``design`` and ``variance``; docs/verify.md)."""
+"""The report's study-design blocks: a sequential run's stopping point, a factorial run's
+variance decomposition and the metrics split by node (verdict.json ``design``, ``variance`` and
+``nodes``; docs/verify.md)."""
 
 from __future__ import annotations
 
@@ -33,4 +34,14 @@ def study_design(doc: dict[str, Any]) -> list[Markup]:
         out.append(subsection(f"Where the variance of {result.get('metric')} comes from (run --vary)", table(
             ["source", "n", "sd", "variance", "95% CI", "share", "90% CI of the share", "repeats were only it random"],
             rows), caption(" ".join(notes))))
+    for split in (as_dict(s) for s in as_list(doc.get("nodes"))):
+        rows = [[g.get("node"), g.get("n"), num(g.get("mean")), num(g.get("sd")) if g.get("sd") is not None else "-"]
+                for g in (as_dict(g) for g in as_list(split.get("groups")))]
+        p = split.get("p_value")
+        said = ("No test: two nodes with two repeats each are needed." if p is None else
+                f"One-way ANOVA across the nodes: p = {num(p)}"
+                + (", the nodes' means differ: part of the spread is where the repeats ran." if split.get("differs")
+                   else ", no difference between the nodes shown."))
+        out.append(subsection(f"{split.get('metric')} by node (repeats side by side on several nodes)",
+                              table(["node", "n", "mean", "sd"], rows), caption(said)))
     return out

@@ -73,6 +73,7 @@ def render(verdict: Verdict, console: Console | None = None) -> None:
         return
     _design(verdict, console)
     _variance(verdict, console)
+    _nodes(verdict, console)
     _bands(verdict, console)
     _equivalence(verdict, console)
     _statistics(verdict, console)
@@ -114,6 +115,19 @@ def _variance(verdict: Verdict, console: Console) -> None:
             console.print(f"  dominant source: {shown(result.dominant)}", highlight=False)
         for note in result.notes:
             console.print(f"  [dim]{shown(note, SENTENCE_CHARS)}[/]", highlight=False)
+
+
+def _nodes(verdict: Verdict, console: Console) -> None:
+    from rich.table import Table
+
+    for split in verdict.nodes or []:
+        p = "no test (two nodes with two repeats each needed)" if split.p_value is None else f"p = {split.p_value:.3g}"
+        table = Table(title=f"{shown(split.metric)} by node (one-way ANOVA {p})", title_justify="left", box=None)
+        for column in ("node", "n", "mean", "sd"):
+            table.add_column(column)
+        for g in split.groups:
+            table.add_row(shown(g.node, 40), str(g.n), f"{g.mean:.6g}", "-" if g.sd is None else f"{g.sd:.3g}")
+        console.print(table)
 
 
 def _integrity(verdict: Verdict, console: Console) -> None:

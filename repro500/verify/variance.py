@@ -1,4 +1,5 @@
-"""Where the variance comes from: the decomposition of a factorial run (``repro500 run --vary``).
+"""Where the variance comes from: the decomposition of a factorial run (``repro500 run --vary``),
+and the split by node of a run whose repeats ran on several (``--launcher slurm``).
 
 Each cell of the run varied one source of randomness with the others held (capture/seeds.py), so
 a cell's sample variance estimates that source's variance component.  Per metric and source:
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from repro500 import untrusted
 from repro500.tracking import names
 from repro500.verify import distributions as dist
 from repro500.verify import stats
@@ -28,6 +30,7 @@ PIVOT_DRAWS = 20_000
 SEED = 20261124
 SHARE_CONFIDENCE = 0.90
 ALL_SOURCES = "seed"  # the cell that varies every seed: the total, not a component
+NODE_CHARS = 64  # a node's name as a summary records it, cut for tables and sentences
 
 
 @dataclass
@@ -124,6 +127,67 @@ def _one(criterion: Any, by_source: dict[str, list[float]], alpha: float) -> Var
     if missing:
         result.notes.append(f"cell(s) {', '.join(missing)} have fewer than 2 completed repeats: no variance")
     return result
+
+
+@dataclass
+class NodeGroup:
+    node: str
+    n: int
+    mean: float
+    sd: float | None  # None with one repeat on the node
+
+
+@dataclass
+class NodeSplit:
+    """One metric's values grouped by the node each repeat ran on, and whether the nodes' means
+    differ more than the repeats within a node do (one-way ANOVA, scipy.stats.f_oneway)."""
+
+    metric: str
+    groups: list[NodeGroup]
+    p_value: float | None  # None where no two nodes have two repeats each, or nothing varies
+    differs: bool = False  # p_value < alpha
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def sentence(self) -> str:
+        means = "; ".join(f"{g.node}: mean {g.mean:.4g} over {g.n}" for g in self.groups)
+        return (f"{self.metric} differs by node (one-way ANOVA p = {self.p_value:.3g}; {means}): part of its spread is "
+                "where the repeats ran, not their seeds")
+
+
+def by_node(run: RunData, alpha: float) -> list[NodeSplit] | None:
+    """Each acceptance metric split by the node its repeats ran on (a repeat's summary records it
+    under ``placement.node``); None unless the completed repeats ran on two nodes or more."""
+    import warnings
+
+    from scipy import stats as sps
+
+    nodes: dict[int, str] = {}
+    for k in run.completed:
+        place = run.repeats[k].get("placement")
+        if isinstance(place, dict) and isinstance(place.get("node"), str) and place["node"]:
+            # a record's text, in sentences and tables from here on: one line, escapes visible
+            nodes[k] = untrusted.plain(place["node"], NODE_CHARS)
+    if len(set(nodes.values())) < 2:
+        return None
+    out = []
+    for criterion in run.acceptance:
+        grouped: dict[str, list[float]] = {}
+        for k, value in run.indexed_values(criterion.metric):
+            if k in nodes:
+                grouped.setdefault(nodes[k], []).append(float(value))
+        groups = [NodeGroup(node, len(v), float(np.mean(v)), float(np.std(v, ddof=1)) if len(v) > 1 else None)
+                  for node, v in sorted(grouped.items())]
+        tested = [v for v in grouped.values() if len(v) > 1]
+        p = None
+        if len(tested) >= 2:
+            with warnings.catch_warnings():  # identical values everywhere: no test (p stays None)
+                warnings.simplefilter("ignore")
+                p = float(sps.f_oneway(*tested).pvalue)
+            p = p if np.isfinite(p) else None
+        out.append(NodeSplit(criterion.metric, groups, p, p is not None and p < alpha))
+    return out
 
 
 def mlflow_metrics(results: list[VarianceResult] | None) -> dict[str, float]:

@@ -126,6 +126,7 @@ class Verdict:
     exact_replay: ExactReplay | None = None
     design: dict[str, Any] | None = None  # a sequential run's design and the look it stopped at
     variance: list[Any] | None = None  # a factorial run's decomposition (verify/variance.py)
+    nodes: list[Any] | None = None  # the metrics split by the node each repeat ran on (verify/variance.py)
     sampling: Any = None  # sampling bias per repeat (verify/sampling.py): OK, WARN, or None when not recorded
     mlperf: Any = None  # the repeats' MLPerf logs under MLPerf's compliance checker (verify/mlperf.py)
     gains: dict[str, Any] | None = None  # throughput and Valid FLOPS against a reference run (verify/gains.py)
@@ -168,6 +169,7 @@ class Verdict:
             "provenance": section(self.provenance), "valid_flops": section(self.valid_flops),
             "exact_replay": section(self.exact_replay), "design": self.design,
             "variance": None if self.variance is None else [v.to_dict() for v in self.variance],
+            "nodes": None if self.nodes is None else [n.to_dict() for n in self.nodes],
             "sampling": section(self.sampling), "mlperf": section(self.mlperf), "gains": self.gains,
             "different_benchmark": self.different_benchmark, "divergence": section(self.divergence),
         }
@@ -260,6 +262,8 @@ def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: d
         return _invalid(verdict, problems)
     verdict.bands = check_bands(run, decide_at)
     verdict.variance = variance.decompose(run, alpha)
+    verdict.nodes = variance.by_node(run, alpha)
+    verdict.advice += [split.sentence() for split in verdict.nodes or [] if split.differs]
     verdict.determinism = check_determinism(run)
     verdict.valid_flops = valid_flops(run, alpha)
     verdict.sampling = check_sampling(run.repeats)
