@@ -48,6 +48,7 @@ from repro500.errors import InvalidInput, UsageError
 
 if TYPE_CHECKING:
     import yaml
+    from rich.console import Console
 
 MAX_DOCUMENT_BYTES = 64 * 2**20  # a manifest, a recipe, a verdict: far below this
 MAX_LOG_BYTES = 4 * 2**30  # a repeat's metrics log, read line by line
@@ -366,6 +367,17 @@ def _escaped(match: re.Match[str]) -> str:
 FIELD_CHARS = 200
 SENTENCE_CHARS = 2000
 _WHITESPACE = re.compile(r"\s+")
+
+
+def record_console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """The console a command prints through when what it prints quotes a run, a recipe or a
+    publication.  Rich breaks a line that is wider than the terminal at a space, so a record's
+    words could be made to land at the start of a line of their own (a value padded to put a forged
+    ``REPRODUCED (exact)`` where the break falls, which the record fuzzer found); with soft wrap
+    rich breaks no line itself, and :func:`shown` keeps a record's text on its line."""
+    from rich.console import Console
+
+    return Console(emoji=False, stderr=stderr, width=width, soft_wrap=True)
 
 
 def shown(text: Any, width: int = FIELD_CHARS) -> str:

@@ -105,7 +105,7 @@ def test_no_hostile_field_breaks_an_invariant(base: dict[str, Path], case: tuple
 # The known attacks, one case each, whatever the slice draws (test_record_bounds.py has the rest):
 # a catastrophic pattern in a packed run, records of another shape (the fuzzer's finds: run.json's
 # design, inputs.json's observed, a data entry's path), terminal escapes in a run id, a planted plug-in named by a
-# publication's recipe.
+# publication's recipe, a forged verdict moved to a line's start by the console's wrapping (a find too).
 KNOWN = [
     (hostile.Field("packed", "recipe.yaml", ("metrics", "accuracy", "regex"), "pattern"), hostile.PATTERNS[0],
      ["verify", "{packed}"]),
@@ -116,6 +116,9 @@ KNOWN = [
     (hostile.Field("run", "run.json", ("run_id",), "string"), hostile.STRINGS[1], ["history", "{runs}", "accuracy"]),
     (hostile.Field("publication", "recipe.yaml", ("fixed", "model"), "string"), "evil:build",
      ["reproduce", "{pub}", "--out", "rerun"]),
+    # a value whose words land the forged verdict where the terminal's width wrapped the line
+    (hostile.Field("publication", "archive/recipe.yaml", ("fixed", "command"), "path"), hostile.STRINGS[0],
+     ["verify", "{ref}", "--against", "{pub}/published.yaml", "--no-write"]),
 ]
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from repro500.capture.hardware import gpu_model
 from repro500.untrusted import (  # a manifest may be somebody else's: its strings are data
     SENTENCE_CHARS,
+    record_console,
     shown,
 )
 
@@ -126,10 +127,9 @@ def summary_lines(manifest: dict[str, Any]) -> list[tuple[str, str]]:
 def render_summary(manifest: dict[str, Any], console: Any = None,
                    written: str | None = None) -> None:
     """Print the summary with rich (to ``console``, default stdout)."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(emoji=False)
+    console = console or record_console()
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold")
     table.add_column(overflow="fold")

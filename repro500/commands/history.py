@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from repro500.statuses import DEFAULT_ALPHA
+from repro500.untrusted import record_console
 
 
 @click.command()
@@ -52,14 +53,13 @@ def history(source: str, metric: str, recipe: str | None, plot_path: Path | None
 
 
 def _render(found) -> None:  # noqa: ANN001 - trend.Trend, imported lazily
-    from rich.console import Console
     from rich.table import Table
 
     from repro500.untrusted import SENTENCE_CHARS, shown
     from repro500.verify import trend
     from repro500.verify.diff import short
 
-    console = Console(emoji=False)
+    console = record_console()
     better = "higher" if found.direction == "higher" else "lower"
     several = len(found.benchmarks) > 1  # then each run says which benchmark it measured
     # every string of a run (its id, system, benchmark, what changed) goes through shown(): rich

@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from repro500.untrusted import record_console
+
 
 @click.command()
 @click.argument("a", metavar="A", type=click.Path(path_type=Path))
@@ -106,11 +108,10 @@ def _show(answer: dict[str, Any], as_json: bool, plan: Any) -> None:
     if as_json:
         click.echo(json.dumps(answer, indent=2, sort_keys=True, allow_nan=False, default=str))
         return
-    from rich.console import Console
 
     from repro500.untrusted import SENTENCE_CHARS, shown
 
-    console = Console(emoji=False)
+    console = record_console()
     a, b = answer["a"], answer["b"]
     console.print(f"[bold]repro500 locate[/] {shown(a['run'])} repeat {shown(a['repeat'])} vs {shown(b['run'])} repeat "
                   f"{shown(b['repeat'])}", highlight=False)

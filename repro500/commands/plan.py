@@ -13,6 +13,7 @@ import click
 from repro500.commands.options import parse_margins
 from repro500.rundir import archive as archives
 from repro500.statuses import DEFAULT_ALPHA
+from repro500.untrusted import record_console
 
 
 def _parse_cvs(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> dict[str, float]:
@@ -91,14 +92,13 @@ def _sequential(found: dict[str, Any] | None) -> str:
 
 
 def _render(result: Any) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from repro500.untrusted import SENTENCE_CHARS, shown
 
     # the recipe's and the run's names and notes are data, never markup
 
-    console = Console(emoji=False)
+    console = record_console()
     table = Table(title=f"Repeats needed ({shown(result.kind)} {shown(result.source)}; alpha {result.alpha:g}, "
                         f"power {result.power:.0%})")
     for column in ("metric", "spread (sd)", "decision", "repeats", "conservative", "until decided"):

@@ -9,6 +9,7 @@ import click
 
 from repro500.commands.options import parse_margins
 from repro500.statuses import DEFAULT_ALPHA
+from repro500.untrusted import record_console
 
 
 @click.command()
@@ -67,9 +68,8 @@ def verify(ctx: click.Context, run_dir: Path, against: Path | None, alpha: float
     if as_json:
         click.echo(json.dumps(verdict.to_dict(), indent=2, sort_keys=True, allow_nan=False))
     else:
-        from rich.console import Console
 
         from repro500.verify.render import render
 
-        render(verdict, Console(emoji=False))
+        render(verdict, record_console())
     ctx.exit(verdict.exit_code)

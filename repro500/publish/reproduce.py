@@ -66,6 +66,7 @@ from repro500.rundir import layout as rundir
 from repro500.rundir import sums as bundle
 from repro500.statuses import DEFAULT_ALPHA, INVALID, RUN_COMPLETED
 from repro500.tracking import store as mlflow_store
+from repro500.untrusted import record_console
 from repro500.verify import from_mlflow
 from repro500.verify.determinism import compare_with_reference
 from repro500.verify.provenance import provenance_diff
@@ -90,9 +91,8 @@ class ReproduceResult:
 
 def _console(console: Any) -> Any:
     if console is None:
-        from rich.console import Console
 
-        console = Console(emoji=False)
+        console = record_console()
     return console
 
 

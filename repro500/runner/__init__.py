@@ -38,6 +38,7 @@ from repro500.runner.summaries import aggregate, new_run_id, utc
 from repro500.runner.track import now_ms
 from repro500.statuses import RUN_COMPLETED, RUN_RUNNING
 from repro500.tracking import process as tracking_process
+from repro500.untrusted import record_console
 from repro500.workloads.command import launchenv
 from repro500.workloads.workload import SUMMARY_METRICS
 
@@ -220,7 +221,7 @@ def run(options: RunOptions, console: Console | None = None) -> RunOutcome:
     if options.started_ms is None:  # the MLflow parent starts here: planning (torch's import) is the run's too
         options = replace(options, started_ms=now_ms())
     try:
-        return _run(options, console or Console(emoji=False, stderr=False), reproduction)
+        return _run(options, console or record_console(), reproduction)
     finally:
         tracking_process.discard()
 

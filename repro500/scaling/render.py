@@ -8,6 +8,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from repro500.untrusted import record_console
+
 
 def _ms(seconds: Any) -> str:
     return "-" if seconds is None else f"{1000.0 * float(seconds):.3f}"
@@ -30,7 +32,7 @@ def _pct(value: Any, signed: bool = False) -> str:
 
 def render(doc: Mapping[str, Any], console: Console | None = None) -> None:
     """Print the predictions table, the fitted model, the check against the run and the assumptions."""
-    console = console or Console(emoji=False)
+    console = console or record_console()
     work = doc["workload"]
     compressor = work["compressor"]
     title = (f"{work['params']:,} parameters, compressor {compressor['name']}, "

@@ -30,6 +30,7 @@ from repro500.progress import human_bytes
 from repro500.untrusted import (  # what a diff prints, one of the two runs recorded
     SENTENCE_CHARS,
     plain,
+    record_console,
     shown,
 )
 
@@ -622,10 +623,9 @@ def render(diffs: list[Difference], a_label: str = "A", b_label: str = "B",
 
     Without ``show_all`` only the first 15 low-impact differences of each facet are shown.
     """
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console(emoji=False)
+    console = console or record_console()
     if not diffs:
         console.print("[green]No differences.[/green]")
         return

@@ -22,7 +22,7 @@ from repro500.statuses import (
     SKIPPED,
     WARN,
 )
-from repro500.untrusted import SENTENCE_CHARS, shown
+from repro500.untrusted import SENTENCE_CHARS, record_console, shown
 
 if TYPE_CHECKING:  # the verdict module imports this one
     from repro500.verify.verdict import Verdict
@@ -49,7 +49,7 @@ def _status(text: str) -> str:
 
 def render(verdict: Verdict, console: Console | None = None) -> None:
     """Print the verdict: status and why, then one short block per section."""
-    console = console or Console(emoji=False)
+    console = console or record_console()
     headline = _status(verdict.status) + (" [bold green](exact)[/]" if verdict.exact else "")
     if verdict.different_benchmark:  # never a bare REPRODUCED across benchmarks
         headline += f" [bold yellow](different benchmark: {shown(verdict.different_benchmark)})[/]"
