@@ -482,6 +482,7 @@ def test_sign_into_a_read_only_run_is_one_sentence(tmp_path):
 # ---------------------------------------------------------------------------- MLflow as a second record
 
 
+@pytest.mark.slow
 def test_check_tracking_compares_each_repeat_with_mlflow(tmp_path, monkeypatch):
     from repro500.attest.tracking_check import check_tracking
     from repro500.tracking import client as tracking

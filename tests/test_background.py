@@ -145,6 +145,7 @@ cli.main()
 """
 
 
+@pytest.mark.slow
 def test_a_wrapped_commands_first_repeat_waits_for_no_reader_it_does_not_need(tmp_path):
     import json
 

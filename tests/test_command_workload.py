@@ -382,6 +382,7 @@ SCRIPT_WITH_MLFLOW_HABITS = """
 """
 
 
+@pytest.mark.slow
 def test_a_scripts_own_mlflow_runs_are_tagged_and_its_metrics_read_back(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -110,6 +110,7 @@ def test_env_venv_without_run_code_is_refused_before_anything_is_written(tmp_pat
     assert not marker.exists() and not (out / "env").exists() and not out.exists()
 
 
+@pytest.mark.slow
 def test_with_run_code_the_build_asks_only_the_reproducers_index(tmp_path: Path, pth_publication: Path) -> None:
     marker = tmp_path / "MARKER"
     wheels = tmp_path / "wheels"

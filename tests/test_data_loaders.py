@@ -142,6 +142,7 @@ def test_a_file_truncated_after_opening_is_one_clear_error(tmp_path):
     assert "\n" not in str(raised.value) and "Traceback" not in str(raised.value)
 
 
+@pytest.mark.slow
 def test_the_detection_model_normalises_with_the_datasets_statistics(tmp_path):
     from repro500.workloads.trainer import train as trainer
 

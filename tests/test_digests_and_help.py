@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import sys
 
+import pytest
 from click.testing import CliRunner
 from helpers.runs import repro500
 from packaging.tags import sys_tags
@@ -16,6 +17,7 @@ from repro500.errors import InvalidInput
 from repro500.publish import rebuild
 
 
+@pytest.mark.slow
 def test_publish_labels_the_digest_expect_sums_takes(in_tmp):
     (in_tmp / "s.py").write_text("print('Acc@1 93.3')\n")
     ran = repro500("run", "--no-tracking", "--run-id", "r", "-n", "2", "--command",

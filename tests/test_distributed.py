@@ -18,6 +18,7 @@ def _final(run_dir):
     return json.loads((run_dir / "repeats/0/summary.json").read_text())
 
 
+@pytest.mark.slow
 def test_two_ranks_match_one_process_with_the_same_global_batch(in_tmp, cosmo_data):
     recipe = write_recipe(in_tmp / "c.yaml", COSMO)
     single = run(RunOptions(recipe=str(recipe), tracking=False, run_id="single",

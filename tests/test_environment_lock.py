@@ -182,6 +182,7 @@ def _env_differences(publication: Path, reproduction: Path) -> list[str]:
     return [f"{d.facet}.{d.key}" for d in diff_manifests(theirs, mine) if d.facet == "environment" and is_result_relevant(d)]
 
 
+@pytest.mark.slow
 def test_reproduce_env_venv_rebuilds_the_publishers_numpy(tmp_path, numpy_publication):
     done = repro500("reproduce", str(numpy_publication), "--run-code", "--env", "venv", "--out", str(tmp_path / "rep"),
                     cwd=tmp_path, env=path_with(Path(sys.executable).parent), timeout=900)
@@ -218,6 +219,7 @@ def test_reproduce_env_current_names_numpy(tmp_path, numpy_publication):
     assert "environment.distributions.numpy.version" in _env_differences(numpy_publication, tmp_path / "rep")
 
 
+@pytest.mark.slow
 def test_a_pin_no_index_serves_is_one_sentence_before_anything_is_installed(tmp_path, other_venv):
     proj = tmp_path / "proj"
     proj.mkdir()
@@ -262,6 +264,7 @@ def test_env_usage_errors(tmp_path):
     assert done.returncode == 2 and "--find-links" in done.stderr and "--env venv" in done.stderr
 
 
+@pytest.mark.slow
 def test_reproduce_a_run_by_its_mlflow_id(tmp_path):
     """A teammate's run seen in the MLflow UI, rerun by its id from a SQLite store (and by a repeat's runs:/ id)."""
     import mlflow

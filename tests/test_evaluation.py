@@ -245,6 +245,7 @@ def _evaluate_on_rank(rank: int, init: str, logits, labels, preds, truth, out: s
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_sync_ranks_gives_every_rank_the_whole_set(tmp_path):
     """With ``sync_ranks`` every rank reports the figures of the union of what the ranks saw."""
     import json

@@ -236,6 +236,7 @@ def test_closed_run_gets_the_closed_rules_and_the_rcp_checker(tmp_path):
     assert "not accepted by package_checker and result_summarizer" in result.stderr
 
 
+@pytest.mark.slow
 def test_runs_that_never_reached_their_target_have_no_time_to_train(tmp_path):
     # an overridden target (0.999) out of one epoch's reach: every run_stop is aborted, and MLPerf's
     # summarizer would still time the five runs

@@ -82,6 +82,7 @@ def test_report_into_dev_null_is_one_sentence(tmp_path):
     assert listing(run) == before
 
 
+@pytest.mark.slow
 def test_report_of_a_read_only_run_says_where_to_write_instead(tmp_path, read_only):
     run = make_run(tmp_path, "run")
     before = listing(run)
@@ -104,6 +105,7 @@ def test_publish_to_an_unwritable_place_is_one_sentence(tmp_path, read_only, tar
     assert list((tmp_path / "locked").iterdir()) == []  # no staging directory left behind
 
 
+@pytest.mark.slow
 def test_model_write_on_a_read_only_run_is_one_sentence(tmp_path, timings, read_only):  # noqa: F811
     run = craft_run(tmp_path)
     before = listing(run)
@@ -190,6 +192,7 @@ def test_verify_piped_into_head_keeps_the_verdicts_exit_code(tmp_path):
 
 # ------------------------------------------------------------------------------ secrets by value
 
+@pytest.mark.slow
 def test_report_and_publication_never_show_a_secret_value(tmp_path):
     """A secret's value that reached the run (here: the recipe's name) is scrubbed from the pages
     and files repro500 writes from it, whatever key it sits under."""

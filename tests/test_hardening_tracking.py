@@ -59,6 +59,7 @@ def test_four_clients_at_once_on_a_new_sqlite_store_all_land(tmp_path):
 
 
 @pytest.mark.parametrize("uri", ["http://user:s3cretpw@127.0.0.1:1", "http://user:s3cretpw@127.0.0.1/"])
+@pytest.mark.slow
 def test_mlflow_error_text_never_carries_the_tracking_password(tmp_path, uri):
     from helpers.runs import write_recipe
 
@@ -181,6 +182,7 @@ def test_a_tracking_failure_found_at_the_end_keeps_the_complete_run_and_says_so(
     _nothing_running(uri)
 
 
+@pytest.mark.slow
 def test_mlflow_info_lines_stay_out_of_a_tracked_runs_output(tmp_path):
     from helpers.runs import repro500, write_recipe
 

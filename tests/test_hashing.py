@@ -44,6 +44,7 @@ def old(path: Path, seconds: int = 10) -> None:
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds * 1_000_000_000))
 
 
+@pytest.mark.slow
 def test_digests_equal_what_dvc_add_writes(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -324,6 +325,7 @@ def _cpu_flags() -> set[str]:
 
 
 @pytest.mark.parametrize(("march", "flag"), [("x86-64-v3", "avx2"), ("x86-64-v2", "sse4_2")])
+@pytest.mark.slow
 def test_builds_for_narrower_vectors_hash_32_lanes_as_two_groups_with_the_same_digests(tmp_path, monkeypatch,
                                                                                       march, flag):
     """AVX2 and SSE4 hold a 16-lane group in 2 and 4 registers: no md5x32, and the block is transposed

@@ -126,6 +126,7 @@ def test_bad_history_sources_are_one_sentence(tmp_path):
         assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_history_shows_the_metric_moving_where_torch_changed_and_plots_it(tmp_path):
     runs = tmp_path / "runs"
     earlier_runs(runs)

@@ -98,6 +98,7 @@ def test_a_publication_file_linking_to_the_readers_files_is_refused_before_it_is
     assert not (victim / "OUT" / "publication" / "README.md").exists()
 
 
+@pytest.mark.slow
 def test_reproduce_asks_consent_for_every_door_that_imports_code(project: Path, tmp_path: Path) -> None:
     # The publisher's dataset plug-in is installed (site-packages), so the run records no source of
     # its own; the recipe names it through fixed.dataset.name, a door the consent check must see.

@@ -211,6 +211,7 @@ def _zeros_sha256(n: int) -> str:
     return digest.hexdigest()
 
 
+@pytest.mark.slow
 def test_a_git_blob_bomb_is_refused_by_its_size_without_being_read(tmp_path: Path) -> None:
     pub = _publication(tmp_path / "publisher")
     bomb = 600 * 2**20  # over git's own streaming threshold: only a reader that holds it whole grows

@@ -223,6 +223,7 @@ def _calibrate(tmp_path: Path, runs: int) -> list[dict]:
     return found
 
 
+@pytest.mark.slow
 def test_deterministic_same_seed_runs_never_part(tmp_path):
     # one run of 3 repeats here; the calibration proper, ten runs, is bench/locate_calibration.py
     # (each run with its verify and locate is about 9 s of CPU on 2 cores)
@@ -252,6 +253,7 @@ def test_the_records_find_the_planted_step(noisy):
     assert pair["steps_compared"] == 5 and pair["explanation"].endswith(dv.NO_CAUSE)
 
 
+@pytest.mark.slow
 def test_locate_names_the_planted_operator(noisy):
     cwd, run = noisy
     answer = _locate(cwd, str(run))
@@ -406,6 +408,7 @@ def test_bad_input_is_one_sentence_and_an_exit_code(tmp_path):
     assert done.returncode == 4 and "not what its run wrote" in _one_sentence(done)
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_be_replayed_is_said_so(tmp_path):
     # fabricated repeats that share a seed and part at a step, but whose recipe trains nothing
     root = make_run(tmp_path, "fabricated", values={"accuracy": [0.9, 0.9]}, torch_seeds=[3, 3],

@@ -104,6 +104,7 @@ def test_artifacts_land_beside_the_store_not_where_the_run_started(logged):
     assert (logged["store"] / "mlartifacts" / logged["parent"].info.run_id / "artifacts/run/c.tar.gz").is_file()
 
 
+@pytest.mark.slow
 def test_verify_mlflow_run_id_checks_the_sealed_run_from_the_store_alone(logged):
     elsewhere = logged["root"] / "elsewhere"
     elsewhere.mkdir(exist_ok=True)
@@ -147,6 +148,7 @@ def test_verify_mlflow_refuses_in_one_sentence(logged, tmp_path):
     assert not (tmp_path / "none.db").exists()
 
 
+@pytest.mark.slow
 def test_artifacts_option_and_its_refusal(tmp_path):
     env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     refused = repro500("run", "--no-tracking", "--artifacts", str(tmp_path / "a"), "--metric", "accuracy=regex:Acc ([0-9.]+)",
@@ -194,6 +196,7 @@ def test_check_tracking_against_a_refusing_database_fails_fast_without_the_passw
     assert "is unreachable" in problem and "hunter2-secret" not in problem and result.compared == 0
 
 
+@pytest.mark.slow
 def test_a_run_over_the_size_limit_is_not_copied_into_the_store_and_verify_says_why(tmp_path):
     env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db"), "REPRO500_MLFLOW_SEALED_MAX_MB": "0.000001"}
     done = repro500("run", "--repeats", "1", "--run-id", "big", "--metric", "accuracy=regex:Acc ([0-9.]+)",
@@ -223,6 +226,7 @@ def test_the_outcome_is_the_latest_value_even_when_it_differs_from_the_last_eval
     assert len(MlflowClient(tracker.uri).get_metric_history(run_id, "loss")) == 1  # the same value: logged once
 
 
+@pytest.mark.slow
 def test_check_tracking_with_metrics_named_like_histories_or_old_outcomes(tmp_path):
     env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     done = repro500("run", "--repeats", "1", "--run-id", "n", "--metric", "final_score=regex:S ([0-9.]+)",
@@ -234,6 +238,7 @@ def test_check_tracking_with_metrics_named_like_histories_or_old_outcomes(tmp_pa
     assert integrity["problems"] == [] and any("MLflow agrees" in n for n in integrity["notes"]), integrity
 
 
+@pytest.mark.slow
 def test_a_resumed_run_keeps_logging_into_its_own_experiment(tmp_path):
     env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     code = ("import os, sys\nif os.environ['REPRO500_REPEAT'] == '1' and not os.path.exists(sys.argv[1]):\n"

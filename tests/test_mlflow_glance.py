@@ -133,6 +133,7 @@ def test_the_experiment_opens_on_the_verdict_and_the_headline_metric(failed):
         assert key in getattr(parent.data, kind) or key in getattr(repeat.data, kind), column
 
 
+@pytest.mark.slow
 def test_report_of_a_run_named_in_mlflow(failed):
     elsewhere = failed["root"] / "report-here"
     elsewhere.mkdir()

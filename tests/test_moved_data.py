@@ -26,6 +26,9 @@ from repro500.verify import compare, diff
 from repro500.verify.divergence import SEEDS_DIFFER
 from repro500.verify.reference import Benchmark, benchmark_difference
 
+# A module of real runs moved, renamed and rerun (about 80 s of make test on 2 cores): make test-slow
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 WIDE = {"COLUMNS": "250"}
 PY = sys.executable

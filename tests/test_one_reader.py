@@ -303,6 +303,7 @@ def test_a_store_sending_more_than_it_listed_is_cut_off_while_streaming(tmp_path
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a sparse file of gigabytes needs a file system that has them")
+@pytest.mark.slow
 def test_verify_mlflow_refuses_a_sealed_run_of_30_gb_before_downloading_it(tmp_path: Path) -> None:
     env = {"MLFLOW_TRACKING_URI": mlflow_store(tmp_path / "mlflow.db")}
     done = repro500("run", "--repeats", "1", "--run-id", "big", "--metric", "accuracy=regex:Acc ([0-9.]+)",

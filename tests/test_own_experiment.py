@@ -13,6 +13,7 @@ import yaml
 from helpers.runs import PLUGIN, plugin_recipe, repro500, write_recipe
 
 
+@pytest.mark.slow
 def test_a_plugin_model_dataset_and_evaluator_train_and_verify(in_tmp):
     plugin_recipe(in_tmp)
     result = repro500("run", "mine.yaml", "--no-tracking", "--run-id", "p", cwd=in_tmp)
@@ -53,6 +54,7 @@ def test_a_broken_plugin_is_one_line_before_anything_is_written(in_tmp, change, 
     assert not (in_tmp / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_model_registered_through_an_entry_point_is_found_by_name(in_tmp):
     site = in_tmp / "site"
     (site / "labnets").mkdir(parents=True)
@@ -99,6 +101,7 @@ def command_recipe(tmp: Path, **changes: object) -> Path:
     return write_recipe(tmp / "script.yaml", recipe, **changes)
 
 
+@pytest.mark.slow
 def test_a_command_recipe_runs_with_placeholders_set_values_and_verifies(in_tmp):
     command_recipe(in_tmp)
     result = repro500("run", "script.yaml", "--no-tracking", "--run-id", "c", "--set", "lr=0.25", cwd=in_tmp)
@@ -190,6 +193,7 @@ def _h5_recipe(tmp: Path, eval_split: str) -> Path:
                                                          "eval_path": "eval.h5"})
 
 
+@pytest.mark.slow
 def test_mistakes_in_data_or_options_are_caught_before_the_run_directory_exists(in_tmp):
     import h5py
 

@@ -32,6 +32,7 @@ def _git(cwd: Path, *args: str) -> None:
                    capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_command_experiment_from_a_git_repository_publishes_and_reproduces_elsewhere(in_tmp):
     lab = in_tmp / "lab"
     lab.mkdir()

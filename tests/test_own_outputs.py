@@ -112,6 +112,7 @@ def test_a_run_directory_is_recognised_by_its_run_json_inside_a_git_work_tree(tm
     assert source.candidates(tmp_path) == ["train.py"]
 
 
+@pytest.mark.slow
 def test_mlflows_store_and_artifacts_in_the_work_tree_are_not_the_experiments_untracked_state(tmp_path):
     import json
     import subprocess

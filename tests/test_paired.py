@@ -204,6 +204,7 @@ print(f"test_ppl {100 + random.gauss(0, 25):.4f}")
 """
 
 
+@pytest.mark.slow
 def test_a_wrapped_command_rerun_is_reproduced_exact_against_its_run_and_its_publication(tmp_path):
     (tmp_path / "main.py").write_text(SCRIPT)
     common = ["run", "--command", "--no-tracking", "--metric", "test_ppl=regex:test_ppl ([0-9.]+)", "--accept",

@@ -41,6 +41,7 @@ def _repeats(run: Path) -> dict[int, dict]:
 
 
 @TWO_CORES
+@pytest.mark.slow
 def test_four_repeats_two_at_a_time_make_the_serial_runs_verdict(tmp_path):
     (tmp_path / "work.py").write_text(SCRIPT)
     fanned = _run(tmp_path, "fanned", "--launcher", "local", "--parallel", "2")
@@ -113,6 +114,7 @@ def test_launcher_slurm_without_sbatch_is_refused(in_tmp):
 
 
 @TWO_CORES
+@pytest.mark.slow
 def test_reproduce_reruns_the_publications_repeats_side_by_side(tmp_path):
     lab = tmp_path / "lab"
     lab.mkdir()
@@ -153,6 +155,7 @@ print("score 0.5")
 
 
 @TWO_CORES
+@pytest.mark.slow
 def test_ctrl_c_stops_the_running_tasks_keeps_finished_repeats_and_resume_completes_the_run(tmp_path):
 
     (tmp_path / "work.py").write_text(WAITING)
@@ -176,6 +179,7 @@ NOISY = "import random, sys\nrandom.seed(int(sys.argv[1]))\nprint(f'score {0.95 
 
 
 @TWO_CORES
+@pytest.mark.slow
 def test_until_decided_side_by_side_looks_after_each_batch_and_verifies(tmp_path):
     from repro500.verify import sequential
     from repro500.verify.verdict import verify_run

@@ -347,6 +347,7 @@ def test_a_run_killed_before_its_seal_is_still_ones_own(tmp_path: Path, monkeypa
     assert ownership.origin_of(run) == untrusted.FOREIGN_RUN
 
 
+@pytest.mark.slow
 def test_from_git_a_dvc_remote_inside_the_repository_cannot_replace_the_checked_recipe(tmp_path: Path) -> None:
     """The same attack from a git source: the forged recipe arrives by dvc pull from a remote the
     repository itself holds."""

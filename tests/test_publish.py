@@ -121,6 +121,7 @@ def test_publish_writes_a_checkable_publication(project: Path) -> None:
     assert verified.returncode in (0, 1, 3), verified.stdout + verified.stderr
 
 
+@pytest.mark.slow
 def test_reproduce_a_publication_directory_round_trips(project: Path, in_tmp: Path) -> None:
     done = repro500("reproduce", str(project / "pubs" / "ref"), "--out", "rep", "--data-root", str(project),
                     cwd=in_tmp)
@@ -138,6 +139,7 @@ def test_reproduce_a_publication_directory_round_trips(project: Path, in_tmp: Pa
     assert flat["status"] == "REPRODUCED" and flat["accuracy"]["reproduced"]["status"] == "REPRODUCED"
 
 
+@pytest.mark.slow
 def test_reproduce_from_git_clones_bare_pulls_with_dvc_and_runs_no_hook_or_filter(
         project: Path, in_tmp: Path) -> None:
     # A user whose git config installs hooks and a filter that the source's .gitattributes names:
@@ -240,6 +242,7 @@ def test_reproduce_refuses_an_archive_with_a_path_escape(project: Path, in_tmp: 
     assert not any(p.name == "escaped.txt" for p in in_tmp.rglob("escaped.txt"))
 
 
+@pytest.mark.slow
 def test_reproduce_a_packed_run_publishes_it_on_the_fly(project: Path, in_tmp: Path) -> None:
     done = repro500("reproduce", str(project / "pubs" / "ref" / "ref.tar.gz"), "--out", "rep", "--repeats", "2",
                     "--data-root", str(project), cwd=in_tmp)

@@ -54,6 +54,7 @@ RELAYED = {"pip": (f"  pip: Processing {PROBE_WHEEL}", f"  pip: Successfully ins
 
 
 @pytest.mark.parametrize("installer", ["pip", "uv"])
+@pytest.mark.slow
 def test_the_rebuild_says_each_step_on_stderr_as_it_happens(tmp_path, probe_publication, installer):
     if installer == "uv" and rebuild.uv_binary() is None:
         pytest.skip("no uv here (the test extra installs it)")

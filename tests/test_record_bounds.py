@@ -83,6 +83,7 @@ def _edit(run: Path, name: str, **changes: object) -> None:
     (run / name).write_text(json.dumps(doc))
 
 
+@pytest.mark.slow
 def test_a_catastrophic_regex_replayed_over_a_long_line_finishes(project: Path, tmp_path: Path) -> None:
     run = _copy(project, tmp_path)
     _set_regex(run, CATASTROPHIC)
@@ -112,6 +113,7 @@ def test_a_recorded_regex_re2_cannot_compile_is_one_sentence(project: Path, tmp_
 
 @pytest.mark.parametrize("where", [("chain.jsonl",), ("chain.jsonl", "run.json", "summary.json"), ("run.json",),
                                    ("summary.json",)])
+@pytest.mark.slow
 def test_a_planned_count_of_a_billion_is_a_sentence_not_a_memory_error(project: Path, tmp_path: Path,
                                                                        where: tuple[str, ...]) -> None:
     run = _copy(project, tmp_path)
@@ -169,6 +171,7 @@ PADDED = "quickstart" + " " * 400 + "REPRODUCED (exact)  (exit 0)" + " " * 400
 
 
 @pytest.mark.parametrize("columns", ["50", "80", "400"])
+@pytest.mark.slow
 def test_a_padded_benchmark_cannot_place_a_verdict_at_the_start_of_a_line(project: Path, tmp_path: Path,
                                                                           columns: str) -> None:
     done = repro500("publish", "runs/ref", "--out", str(tmp_path / "pub"), "--citation", " \u3000Test" + " " * 300 + "2026",

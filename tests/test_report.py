@@ -256,6 +256,7 @@ def test_confidence_band_is_the_verdicts_t_interval() -> None:
     assert band.mean[0] == pytest.approx(np.mean([0.5, 0.55, 0.52]))
 
 
+@pytest.mark.slow
 def test_cli_subprocess_is_fast_and_never_imports_torch(run_dir: Path) -> None:
     code = (
         "import sys, time; from repro500.cli import cli; t = time.perf_counter(); c = time.process_time()\n"
@@ -299,6 +300,7 @@ def _colourful_pixels(png: Path) -> tuple[float, int]:
     return non_white, int((saturation > 0.25).sum())
 
 
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(run_dir: Path, tmp_path: Path) -> None:
     binary = _chromium()
     if binary is None:

@@ -88,6 +88,7 @@ def test_a_tampered_publication_is_named_as_given_and_its_copy_is_taken_away(lab
     assert "m6" not in done.stderr and not (tmp_path / "m6").exists()
 
 
+@pytest.mark.slow
 def test_one_verdict_is_printed_once_with_the_reruns_own_check_as_a_section(lab: Path, tmp_path: Path) -> None:
     done = repro500("reproduce", str(lab / "pub"), "--out", "OUT", "--run-code", cwd=tmp_path)
     assert done.returncode == 0, _said(done)

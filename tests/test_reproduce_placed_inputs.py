@@ -18,6 +18,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from helpers.runs import repro500
 
 PY = sys.executable
@@ -63,6 +64,7 @@ def _published(root: Path) -> Path:
     return root / "pub"
 
 
+@pytest.mark.slow
 def test_a_reproduction_elsewhere_places_the_data_where_the_command_looks_or_refuses_first(tmp_path):
     pub = _published(tmp_path)
     # the reproducer's copy, and nothing at the publisher's paths any more
@@ -108,6 +110,7 @@ def _recipe(path: Path, workdir: str, data: str = "../data/scale.txt") -> None:
         """))
 
 
+@pytest.mark.slow
 def test_a_recipe_whose_command_runs_in_a_subdirectory_reproduces_from_there(tmp_path):
     """A recipe at the repository's root runs its command in ``sub`` (fixed.workdir), which reads
     ``../data``: the rerun runs in ``OUT/source/sub``, its data at ``OUT/source/data``."""

@@ -51,6 +51,7 @@ def _interrupt_after_first_repeat(pub: Path, cwd: Path) -> tuple[int, str]:
     return proc.returncode, out
 
 
+@pytest.mark.slow
 def test_reproduce_again_continues_the_interrupted_rerun_and_writes_its_verdict(pub: Path, tmp_path: Path) -> None:
     rc, out = _interrupt_after_first_repeat(pub, tmp_path)
     assert rc == 130, out
@@ -75,6 +76,7 @@ def test_reproduce_again_continues_the_interrupted_rerun_and_writes_its_verdict(
     assert verdict["status"] == "REPRODUCED" and Path(verdict["run_dir"]).name == rerun.name
 
 
+@pytest.mark.slow
 def test_a_rerun_that_finished_its_repeats_is_verified_not_run_again(pub: Path, tmp_path: Path) -> None:
     done = repro500("reproduce", str(pub), "--out", "OUT", "--run-code", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -69,6 +69,7 @@ def last_resume(run: Path) -> dict:
     return meta["resumes"][0]
 
 
+@pytest.mark.slow
 def test_an_unchanged_command_resumed_from_elsewhere_reports_no_change_and_stays_untracked(tmp_path):
     run, env = first_attempt(tmp_path)
     elsewhere = tmp_path / "elsewhere"

@@ -32,6 +32,7 @@ def _git(*args: str, cwd) -> str:
                           check=True, capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.slow
 def test_run_writes_a_complete_bundle_and_mlflow_structure(in_tmp, sqlite_store):
     from mlflow.tracking import MlflowClient
 
@@ -204,6 +205,7 @@ def test_summary_metrics_are_accepted_in_acceptance(in_tmp):
         preflight(recipes.load(write_recipe(in_tmp / "typo.yaml", acceptance={"throughput": {"target": 0}})))
 
 
+@pytest.mark.slow
 def test_cli_usage_and_output_mistakes_exit_2_and_4_in_one_line(in_tmp):
     write_recipe(in_tmp / "tiny.yaml")
     (in_tmp / "a-file").write_text("")
@@ -227,6 +229,7 @@ def test_cli_usage_and_output_mistakes_exit_2_and_4_in_one_line(in_tmp):
         assert named in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_cli_bad_input_one_line_and_exit_code(in_tmp):
     (in_tmp / "broken.yaml").write_text("fixed:\n  model: [\n")
     result = repro500("run", "broken.yaml", cwd=in_tmp)
@@ -243,6 +246,7 @@ def test_cli_bad_input_one_line_and_exit_code(in_tmp):
     assert not (in_tmp / "runs").exists()
 
 
+@pytest.mark.slow
 def test_sigint_keeps_finished_repeats_and_resume_completes(in_tmp):
     from mlflow.tracking import MlflowClient
 
@@ -320,6 +324,7 @@ def test_interrupt_while_logging_a_finished_repeat_keeps_it_finished(in_tmp, sql
     assert bundle.check_sums(outcome.run_dir).ok
 
 
+@pytest.mark.slow
 def test_a_crash_outside_the_repeats_fails_the_mlflow_parent(in_tmp, sqlite_store, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 from helpers.rundirs import history_run, make_run
 from helpers.runs import repro500, write_recipe
@@ -52,6 +53,7 @@ def one_sentence(done) -> str:
     return message
 
 
+@pytest.mark.slow
 def test_a_quickstart_run_is_no_reproduction_of_the_resnet44_claim(tmp_path):
     make_run(tmp_path / "runs", "q1", values={"accuracy": [0.935, 0.938, 0.940]})
     done = repro500("verify", "runs/q1", "--against", str(DEEP500), "--no-write", cwd=tmp_path, env=WIDE)
@@ -184,6 +186,7 @@ def test_verify_against_a_history_uses_the_same_rule(tmp_path):
     assert why["short"] == "another benchmark: fixed.epochs 1 vs 5 (1 set in the open division)"
 
 
+@pytest.mark.slow
 def test_real_runs_with_a_fixed_key_set_in_the_open_division(in_tmp):
     write_recipe(in_tmp / "tiny.yaml", repeats=2, fixed__epochs=1)
     for run_id, extra in (("closed", ()), ("open", ("--set", "fixed.epochs=2", "--open-division"))):

@@ -155,6 +155,7 @@ def _beating(beat: Path) -> bool:
     return beat.read_text() != first
 
 
+@pytest.mark.slow
 def test_the_sandbox_denies_each_attempt_and_the_rerun_still_reaches_its_verdict(published):
     root, listener = published
     before = listener.accepted
@@ -196,6 +197,7 @@ def test_network_grants_the_connection(published):
     assert "home file: denied" in _said(root / "networked", 1)  # the network, nothing else
 
 
+@pytest.mark.slow
 def test_no_sandbox_grants_everything_and_the_records_say_so(published):
     root, listener = published
     before = listener.accepted
@@ -347,6 +349,7 @@ except OSError as err:
 
 
 @pytest.mark.parametrize("flags", [(), ("--sandbox",)])
+@pytest.mark.slow
 def test_an_own_run_is_confined_only_with_sandbox(tmp_path, flags):
     home, proj, listener = tmp_path / "home", tmp_path / "proj", Listener()
     home.mkdir()
@@ -405,6 +408,7 @@ if Path.cwd().name == "source":
 '''
 
 
+@pytest.mark.slow
 def test_a_link_planted_in_the_rerun_leading_out_is_refused_not_followed(tmp_path):
     home, lab = tmp_path / "home", tmp_path / "lab"
     (home / ".aws").mkdir(parents=True)
@@ -434,6 +438,7 @@ def _plugin_recipe() -> dict:
             "acceptance": {"accuracy": {"target": 0.5, "tolerance": 0.5}}, "repeats": 2, "seed": 5}
 
 
+@pytest.mark.slow
 def test_a_plugin_recipe_reproduces_sandboxed_to_the_verdict_it_reaches_unconfined(tmp_path):
     """The trainer imports a publication's plug-in inside the sandboxed rerun: the plug-in's attempt on
     the reproducer's HOME fails there, and the verdict is the one an unconfined rerun reaches."""

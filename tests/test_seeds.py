@@ -52,6 +52,7 @@ def result(proc: subprocess.Popen) -> list[dict]:
     return json.loads(out)
 
 
+@pytest.mark.slow
 def test_same_master_seed_same_tensors_in_two_processes_and_repeats_differ():
     # Two processes at once (the torch import dominates); the second also draws repeat 1.
     a, b = draw(500, 0), draw(500, 0, 1)

@@ -81,6 +81,7 @@ def _experiment(tmp_path):
     return ["run", "--command", "--no-tracking", "--metric", "acc=regex:acc ([0-9.]+)", "--accept", "acc>=0.9"]
 
 
+@pytest.mark.slow
 def test_until_decided_stops_at_the_first_decided_look_and_verifies(tmp_path):
     common = _experiment(tmp_path)
     easy = repro500(*common, "--run-id", "easy", "--until-decided", "--", "python", "t.py", "{seed}", "0.95",

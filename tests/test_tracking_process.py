@@ -42,6 +42,7 @@ def _logging_processes(parent: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_tracked_run_logs_everything_without_importing_mlflow_itself(tmp_path):
     script = textwrap.dedent(f"""
         import json, sys
@@ -69,6 +70,7 @@ def test_a_tracked_run_logs_everything_without_importing_mlflow_itself(tmp_path)
 
 
 
+@pytest.mark.slow
 def test_beside_a_wrapped_command_the_logging_process_yields_the_cpu_and_the_command_does_not(tmp_path):
     """The command's repeats run at the niceness the user started repro500 with, not at the lower
     priority of the runner's background work; MLflow's process 10 below it."""
@@ -130,6 +132,7 @@ def test_a_run_refused_for_its_recipe_or_untracked_by_it_never_starts_a_logging_
     assert outcome.exit_code == 0 and started == []
 
 
+@pytest.mark.slow
 def test_a_logging_process_that_dies_stops_the_run_after_the_repeat_in_flight(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 
@@ -209,6 +212,7 @@ def test_a_batch_systems_term_leaves_the_logging_to_the_run(tmp_path, monkeypatc
     assert not tracker.alive  # and it still stops when the run is done with it
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_the_last_records_land_ends_the_parent_killed_not_running(tmp_path):
     # A real SIGINT reaches the run while it waits for the sealed run's upload, the parent's last record.
     script = textwrap.dedent(f"""
@@ -258,6 +262,7 @@ def test_a_python_without_mlflow_is_told_before_anything_is_written(tmp_path, mo
     assert list(tmp_path.iterdir()) == [] and tracking_process._warm is None
 
 
+@pytest.mark.slow
 def test_a_resume_into_another_store_holds_every_repeat(tmp_path, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -94,6 +94,7 @@ def test_two_rank_topk_traffic_reaches_the_summary_and_mlflow(in_tmp, sqlite_sto
         assert point.value == pytest.approx(wire["bytes_sent_per_step"][rank])
 
 
+@pytest.mark.slow
 def test_steps_of_a_diverged_epoch_reach_mlflow(in_tmp, sqlite_store):
     from mlflow.tracking import MlflowClient
 

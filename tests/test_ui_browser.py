@@ -73,6 +73,7 @@ def _ready_line(proc: subprocess.Popen, timeout_s: float) -> str:
 
 # in make test, as the report's browser test is: a tracked run, MLflow's server and a browser, about
 # 30 s on 2 cores
+@pytest.mark.slow
 def test_the_printed_address_renders_the_runs_table_in_chromium(in_tmp, monkeypatch):
     from mlflow.tracking import MlflowClient
 

@@ -61,6 +61,7 @@ def test_share_intervals_are_proper_and_reproducible():
     assert first[0][0] > first[2][1]  # the dominant source is told apart from the small one
 
 
+@pytest.mark.slow
 def test_vary_runs_one_cell_per_source_and_verify_attributes_the_variance(in_tmp, monkeypatch):
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_store(in_tmp / "mlflow.db"))
     recipe = write_recipe(in_tmp / "tiny.yaml", fixed__epochs=1)

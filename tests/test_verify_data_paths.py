@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from helpers.runs import repro500, write_recipe
 
 from repro500.data.generate import generate
 
 
+@pytest.mark.slow
 def test_another_file_at_a_relative_data_path_is_a_warning_not_an_invalid_run(tmp_path: Path) -> None:
     lab = tmp_path / "lab"
     generate("classification", lab / "data" / "train.h5", samples=128, seed=7, options={"noise": 0.04})

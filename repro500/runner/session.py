@@ -277,21 +277,7 @@ class Session:
                 if limit is not None:  # not past the next look, which waits for every repeat before it
                     room = min(room, max(0, limit - len(summaries) - len(landed) - len(tasks.jobs)))
                 starting, queue = queue[:room], queue[room:]
-                # submitted first: an array sbatch refuses leaves no MLflow repeat open (a task waits
-                # for its MLflow run's file, so it may start before the run does)
-                events = tasks.submit({k: self._mlflow_target(k, waits=False) for k in starting}) if starting else []
-                for k in starting:
-                    if self.tracking:
-                        self.tracking.start_repeat(k, self.plan.seeds(k).as_dict(), self.meta["run_id"],
-                                                   self.recipe.flat_params())
-                    self._in_flight.add(k)
-                for k, state, where in [*events, *tasks.progress()]:
-                    if state == "running":
-                        display.started(k, where)
-                    else:
-                        display.waiting(k, f"{state} as {where}")
-                if starting:
-                    self._launched.set()
+                self._start(tasks, starting, display)
                 for k, outcome, elapsed in landed:
                     self._in_flight.discard(k)
                     summaries[k] = self._landed(k, outcome)
@@ -314,6 +300,24 @@ class Session:
             raise
         finally:
             tasks.close()
+
+    def _start(self, tasks: Any, starting: list[int], display: Display) -> None:
+        """Submit *starting* as tasks, open their MLflow repeats, and show what each task is doing."""
+        # submitted first: an array sbatch refuses leaves no MLflow repeat open (a task waits
+        # for its MLflow run's file, so it may start before the run does)
+        events = tasks.submit({k: self._mlflow_target(k, waits=False) for k in starting}) if starting else []
+        for k in starting:
+            if self.tracking:
+                self.tracking.start_repeat(k, self.plan.seeds(k).as_dict(), self.meta["run_id"],
+                                           self.recipe.flat_params())
+            self._in_flight.add(k)
+        for k, state, where in [*events, *tasks.progress()]:
+            if state == "running":
+                display.started(k, where)
+            else:
+                display.waiting(k, f"{state} as {where}")
+        if starting:
+            self._launched.set()
 
     def _landed(self, k: int, landed: fanout.Landed) -> dict[str, Any]:
         """Record a task's outcome as the serial loop records its repeat's."""
