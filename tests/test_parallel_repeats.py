@@ -256,3 +256,23 @@ def test_reproduce_refuses_slurm_resources_without_launcher_slurm_before_anythin
     assert result.exit_code == 2, result.output
     assert "--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm" in result.text
     assert not (in_tmp / "again").exists()
+
+
+def test_a_task_reading_another_copy_of_the_run_directory_is_refused_before_its_repeat(tmp_path):
+    # a node whose path reaches a stale copy (synced earlier, not the shared filesystem): the head's
+    # mark in run.json's launcher record is not what the task was handed.  The task runs in a process
+    # of its own, as under SLURM (it takes the signals and the environment of the process it runs in).
+    from helpers.rundirs import make_run
+
+    run = make_run(tmp_path, "copied")
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    task = (f"from repro500.runner import fanout\n"
+            f"landed = fanout.run_task({str(run)!r}, 3, None, {{'SLURMD_NODENAME': 'n7'}}, False, None, 'slurm', "
+            f"{str(tmp_path / 'task.pid')!r}, expected={{fanout.SUBMISSION: 'the-heads-mark'}})\n"
+            "print(landed.failed, landed.error)\n")
+    done = subprocess.run([sys.executable, "-c", task], capture_output=True, text=True, timeout=120,
+                          env=tool_env(SLURMD_NODENAME="n7"))
+    assert done.stdout.strip() == (
+        f"True node n7 sees another copy of the run directory {run}: its run.json is not the one the head wrote "
+        "when it submitted this repeat; the repeats' tasks need a filesystem every node shares"), done.stderr
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing of repeat 3 written

@@ -45,6 +45,9 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 # command gets its own grace (workloads/command/repeat.py GRACE_S) to end first.
 STOP_GRACE_S = 20.0
 _TASK_DAYS = 30  # submitit's local executor kills a task after timeout_min (default: 2 minutes)
+# What the head writes into run.json's launcher record at each fan-out and hands each SLURM task: a
+# task whose node reads another value reads another copy of the run directory, not the head's.
+SUBMISSION = "submission"
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,9 @@ class Launch:
     resources: dict[str, Any] = field(default_factory=dict)  # slurm: a task's (plan.slurm_resources)
 
     def record(self) -> dict[str, Any]:
-        recorded = {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots]}
+        """run.json's launcher record of this fan-out, marked with a value of its own (SUBMISSION)."""
+        recorded = {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots],
+                    SUBMISSION: secrets.token_hex(8)}
         return {**recorded, "slurm": dict(self.resources)} if self.launcher == "slurm" else recorded
 
 
@@ -277,10 +282,15 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
     try:
         with launchenv.frozen(env):
             meta = run.meta()
+            node = environ.get("SLURMD_NODENAME") or socket.gethostname()
+            if expected is not None and (meta.get("launcher") or {}).get(SUBMISSION) != expected.get(SUBMISSION):
+                return Landed(error=InvalidInput(
+                    f"node {node} sees another copy of the run directory {run_dir}: its run.json is not the one the "
+                    "head wrote when it submitted this repeat; the repeats' tasks need a filesystem every node shares"))
             plan = recorded_plan(recipes.from_run_dir(run.path), meta, tracking=tracking, run_id=meta.get("run_id"))
             if expected is not None:  # before anything of the repeat is written
-                refused = _differs(expected, plan, str(meta["run_id"]), environ.get("SLURMD_NODENAME")
-                                   or socket.gethostname())
+                refused = _differs({key: v for key, v in expected.items() if key != SUBMISSION}, plan,
+                                   str(meta["run_id"]), node)
                 if refused is not None:
                     return Landed(error=refused)
             summary = run_one(plan, run, k, str(meta["run_id"]), Progress(), mlflow)

@@ -259,7 +259,9 @@ class Session:
         self.meta["launcher"] = self.launch.record()
         self.run.write_meta(self.meta)
         # each SLURM task checks, before its repeat, that its node runs what this one planned
-        expected = fanout.node_fingerprint(self.plan, str(self.meta["run_id"])) \
+        # (and, by the mark the launcher record carries, that it reads the run directory this one wrote)
+        expected = {**fanout.node_fingerprint(self.plan, str(self.meta["run_id"])),
+                    fanout.SUBMISSION: self.meta["launcher"][fanout.SUBMISSION]} \
             if self.launch.launcher == "slurm" else None
         tasks = fanout.tasks(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
         tasks.expected = expected
