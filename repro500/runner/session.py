@@ -268,6 +268,7 @@ class Session:
         queue = list(todo)
         display.queued(queue)
         looked = len(summaries)  # a sequential run's repeats up to its next look run side by side, then it looks
+        failed = False  # as in turn, a run with a failed repeat takes no look
         try:
             while queue or tasks.jobs:
                 # what landed frees its slot before the next repeat is submitted, and is recorded after:
@@ -275,6 +276,7 @@ class Session:
                 landed = tasks.landed()
                 if any(outcome.failed for _, outcome, _ in landed):  # after a failed repeat none starts
                     queue.clear()
+                    failed = True
                 room, limit = tasks.room(), decide.next_look(self, looked)
                 if limit is not None:  # not past the next look, which waits for every repeat before it
                     room = min(room, max(0, limit - len(summaries) - len(landed) - len(tasks.jobs)))
@@ -286,7 +288,7 @@ class Session:
                     self._prefetch_inputs(k, summaries[k])
                     self._sync(k)
                     display.ended(k, summaries[k], elapsed)
-                if limit is not None and landed and not tasks.jobs and len(summaries) >= limit:
+                if limit is not None and landed and not tasks.jobs and len(summaries) >= limit and not failed:
                     looked = limit
                     if decide.look(self, summaries):
                         queue.clear()
