@@ -276,3 +276,27 @@ def test_a_task_reading_another_copy_of_the_run_directory_is_refused_before_its_
         f"True node n7 sees another copy of the run directory {run}: its run.json is not the one the head wrote "
         "when it submitted this repeat; the repeats' tasks need a filesystem every node shares"), done.stderr
     assert sorted(p.relative_to(run) for p in run.rglob("*")) == before  # nothing of repeat 3 written
+
+
+def test_a_tasks_result_file_is_read_as_its_outcome_whatever_it_holds(tmp_path):
+    # the head reads a task's result as soon as submitit has written it (before the task's controller
+    # ends): a repeat's outcome as it was handed back, and a task that raised, or handed back something
+    # else, as a repeat without a result
+    import pickle
+    from types import SimpleNamespace
+
+    from repro500.runner import fanout
+
+    def job(content) -> SimpleNamespace:
+        path = tmp_path / f"result-{len(list(tmp_path.iterdir()))}.pkl"
+        path.write_bytes(content if isinstance(content, bytes) else pickle.dumps(content))
+        return SimpleNamespace(paths=SimpleNamespace(result_pickle=path))
+
+    handed = fanout.Landed(summary={"status": "completed", "metrics": {"score": 0.5}})
+    assert fanout.Local._result(job(("success", handed))) == handed and not handed.failed
+    raised = fanout.Local._result(job(("error", "Traceback (most recent call last):\n...\nMemoryError: boom")))
+    assert raised.failed and str(raised.error) == "the repeat's task process ended without a result (MemoryError: boom)"
+    other = fanout.Local._result(job(("success", 42)))
+    assert other.failed and "ended without a result" in str(other.error)
+    torn = fanout.Local._result(job(b"\x80\x04truncated"))
+    assert torn.failed and str(torn.error) == "the repeat's task left a result that cannot be read (UnpicklingError)"
