@@ -124,18 +124,25 @@ def _futility(n_max, n_ref, spending):
     print(f"      with a futility stop (chance < {sequential_plan.FUTILITY:g} from N/2): " + "; ".join(shown))
 
 
-def _cell(rng, n_max, n_ref, spending, diff, caps, missed, ratio_missed):
-    decision, used = sequential_plan.simulate(n_max, diff * MARGIN, MARGIN, n_ref, ALPHA, spending, draws=DRAWS,
-                                              rng=rng)
-    wrong_code = 1 if abs(diff) >= 1.0 else -1  # 1.0 is tested both ways
-    cells_out = []
-    for code in ((1, -1) if abs(diff) == 1.0 else (wrong_code,)):
+def _wrong_cells(decision, diff, missed, label):
+    """The wrong-decision rates at true difference *diff* (in margins), each with 3 SE: REPRODUCED
+    at or outside the margin, NOT REPRODUCED at or inside it (1.0 is tested both ways); a rate over
+    alpha + 3 SE goes to *missed* under *label*."""
+    cells = []
+    for code in ((1, -1) if abs(diff) == 1.0 else ((1,) if abs(diff) > 1.0 else (-1,))):
         p = float(np.mean(decision == code))
         se = math.sqrt(max(p * (1 - p), 1e-12) / decision.size)
         ok = p <= ALPHA + Z_LIMIT * se
         if not ok:
-            missed.append(f"sequential N={n_max} n_ref={n_ref} {spending} diff={diff} wrong {code}")
-        cells_out.append(f"{'R' if code == 1 else 'N'} {p:.4f}+-{Z_LIMIT * se:.4f}{'' if ok else ' MISSED'}")
+            missed.append(f"{label} diff={diff} wrong {code}")
+        cells.append(f"{'R' if code == 1 else 'N'} {p:.4f}+-{Z_LIMIT * se:.4f}{'' if ok else ' MISSED'}")
+    return cells
+
+
+def _cell(rng, n_max, n_ref, spending, diff, caps, missed, ratio_missed):
+    decision, used = sequential_plan.simulate(n_max, diff * MARGIN, MARGIN, n_ref, ALPHA, spending, draws=DRAWS,
+                                              rng=rng)
+    cells_out = _wrong_cells(decision, diff, missed, f"sequential N={n_max} n_ref={n_ref} {spending}")
     right = sequential_plan.right_decision(diff * MARGIN, MARGIN, "equivalence")
     tail = ""
     if right is not None:
@@ -175,14 +182,7 @@ def run_batches(rng, missed, references=(60, None), spending="obrien-fleming"):
             for diff in (0.0, 1.0, -1.0, 1.5):
                 decision, used = sequential_plan.simulate(n_max, diff * MARGIN, MARGIN, n_ref, ALPHA, spending,
                                                           draws=DRAWS, rng=rng, batch=batch)
-                cells = []
-                for code in ((1, -1) if abs(diff) == 1.0 else ((1,) if abs(diff) > 1.0 else (-1,))):
-                    p = float(np.mean(decision == code))
-                    se = math.sqrt(max(p * (1 - p), 1e-12) / decision.size)
-                    ok = p <= ALPHA + Z_LIMIT * se
-                    if not ok:
-                        missed.append(f"batch {batch} N={n_max} n_ref={n_ref} diff={diff} wrong {code}")
-                    cells.append(f"{'R' if code == 1 else 'N'} {p:.4f}+-{Z_LIMIT * se:.4f}{'' if ok else ' MISSED'}")
+                cells = _wrong_cells(decision, diff, missed, f"batch {batch} N={n_max} n_ref={n_ref}")
                 right = sequential_plan.right_decision(diff * MARGIN, MARGIN, "equivalence")
                 power = f"{np.mean(decision == right):>6.3f}" if right is not None else f"{'':>6}"
                 print(f"   {n_max:>3} {n_ref or 'value':>5} {batch:>5} {len(counts):>6}{diff:>+10.2f}  "
