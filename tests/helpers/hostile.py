@@ -76,6 +76,7 @@ RUN_FIELDS = [
     ("recipe.yaml", "acceptance.accuracy.target", "count"),
     ("repeats/0/summary.json", "metrics.accuracy", "count"), ("repeats/0/summary.json", "status", "string"),
     ("repeats/0/summary.json", "repeat", "count"), ("repeats/0/summary.json", "observed_inputs.paths", "path"),
+    ("repeats/0/summary.json", "placement.node", "string"),  # read into the verdict's split by node
     ("repeats/0/stdout.txt", "", "pattern"), ("inputs.json", "*", "path"), ("data-specs.json", "*", "path"),
     ("manifest.json", "facets.data.entries.0.path", "path"), ("manifest.json", "facets.data.entries.0.size", "count"),
     ("manifest.json", "facets.seeds.repeats", "count"), ("manifest.json", "facets.hardware.cpu.model", "string"),
