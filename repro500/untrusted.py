@@ -369,7 +369,7 @@ SENTENCE_CHARS = 2000
 _WHITESPACE = re.compile(r"\s+")
 
 
-def record_console(*, stderr: bool = False, width: int | None = None) -> Console:
+def record_console() -> Console:
     """The console a command prints through when what it prints quotes a run, a recipe or a
     publication.  Rich breaks a line that is wider than the terminal at a space, so a record's
     words could be made to land at the start of a line of their own (a value padded to put a forged
@@ -377,7 +377,7 @@ def record_console(*, stderr: bool = False, width: int | None = None) -> Console
     rich breaks no line itself, and :func:`shown` keeps a record's text on its line."""
     from rich.console import Console
 
-    return Console(emoji=False, stderr=stderr, width=width, soft_wrap=True)
+    return Console(emoji=False, soft_wrap=True)
 
 
 def shown(text: Any, width: int = FIELD_CHARS) -> str:
