@@ -26,6 +26,7 @@ from repro500 import untrusted
 from repro500.errors import UsageError
 from repro500.locate import environment as locate_env
 from repro500.publish import rebuild
+from repro500.rundir import layout
 from repro500.verify.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -226,6 +227,18 @@ def test_with_run_code_the_replay_gets_no_library_loading_variable(tmp_path: Pat
     assert seen["OMP_TOOL_LIBRARIES"] is None and seen["NCCL_NET_PLUGIN"] is None and seen["OMP_NUM_THREADS"] == "1"
     assert "OMP_TOOL_LIBRARIES" not in answer["environments"]["A"]
     assert answer["environments_not_set"]["A"] == ["NCCL_NET_PLUGIN", "OMP_TOOL_LIBRARIES"]
+
+
+def test_a_runs_own_code_is_named_the_same_way_by_every_consent(tmp_path: Path) -> None:
+    run = make_run(tmp_path, values={"accuracy": [0.9, 0.9]})
+    assert layout.own_code(run) is None  # a built-in recipe, no source/: nothing of its own runs
+    (run / layout.SOURCE_INDEX).write_text(json.dumps({"files": [{"path": f"m{i}.py"} for i in range(7)]
+                                                      + [{"path": "evil\x1b[2Jname.py"}]}))
+    code = layout.own_code(run)
+    assert code == ("plug-in", [*(f"m{i}.py" for i in range(7)), "evil\x1b[2Jname.py"])
+    assert layout.own_code_said(code) == "plug-in: m0.py, m1.py, m2.py, m3.py, m4.py and 3 more"
+    said = layout.own_code_said(("command", ["evil\x1b[2Jname.py"]))
+    assert "\x1b" not in said and said.startswith("command: evil") and layout.own_code_said(("command", [])) == "command"
 
 
 def test_the_replay_environment_takes_only_the_allow_list(tmp_path: Path) -> None:

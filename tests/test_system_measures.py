@@ -12,6 +12,7 @@ from helpers.runs import repro500, write_recipe
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.recipe import load as recipes
+from repro500.scaling import ceilings
 from repro500.system import dataio, inference, roofline
 
 needs_sysbench = pytest.mark.skipif(shutil.which("sysbench") is None,
@@ -59,7 +60,7 @@ def test_a_bandwidth_measured_in_cache_is_not_called_memory(monkeypatch):
     entry = doc["devices"]["cpu"]
     assert entry["bandwidth_level"] == "cache" and "memory_ceiling_bytes_per_s" not in entry
     assert any("measured in cache, not memory" in n for n in doc["notes"])
-    assert {r["name"] for r in roofline.table_rows(doc)} >= {"triad cache bandwidth (cpu)"}
+    assert {r["name"] for r in ceilings.rows(doc)} >= {"triad cache bandwidth (cpu)"}
     # STREAM's rule: the arrays together at least four times the last-level cache
     assert roofline.bandwidth_level("cpu", 256 * roofline.MiB)[0] == "memory"
     assert roofline.bandwidth_level("cpu", 4 * roofline.MiB)[0] == "cache"

@@ -19,7 +19,7 @@ from repro500 import sandbox
 from repro500.errors import EXIT_INCONCLUSIVE, EXIT_OK
 from repro500.locate import environment
 from repro500.locate.plan import LocatePlan, open_run, plan_locate
-from repro500.publish.publication import own_code
+from repro500.rundir import layout
 from repro500.untrusted import CODE_ENV, OWN_RUN, PACKED_RUN, consent, plain
 from repro500.verify.divergence import REL_TOL
 from repro500.verify.rundir import RunData
@@ -107,12 +107,11 @@ def locate(a: str | Path, b: str | Path | None = None, *, repeat: int | None = N
 def _consent(run: RunData, kind: str, given: Path, label: str, run_code: bool) -> bool:
     """Whether the replay of *run* may import its own code (see repro500.untrusted.consent)."""
     try:
-        code = own_code(run.path)
+        code = layout.own_code(run.path)
     except FileNotFoundError:
         code = None  # no recipe: the replay refuses the run with a sentence of its own
     if code is None:
         return consent(run_code, None, origin=kind)
-    shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "")
     where = f"repro500 unpack {plain(given)}: its source/" if kind == PACKED_RUN else "its source/"
-    return consent(run_code, f"{plain(given)} ({label}) runs its own code in its replay ({code[0]}: {shown})",
+    return consent(run_code, f"{plain(given)} ({label}) runs its own code in its replay ({layout.own_code_said(code)})",
                    origin=kind, review=f"it ({where})")

@@ -35,7 +35,6 @@ from typing import Any
 import yaml
 
 from repro500 import __version__, recorded_paths, untrusted
-from repro500.capture.source import INDEX as SOURCE_INDEX
 from repro500.digest import canonical_digest, file_digest
 from repro500.errors import InvalidInput, UsageError
 from repro500.progress import human_bytes
@@ -90,24 +89,6 @@ class PublishResult:
 
 def _utc() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def own_code(run_dir: Path) -> tuple[str, list[str]] | None:
-    """(kind, what) of the experiment's own code a rerun of the run would execute, or None (built-ins only):
-    the files of the run's ``source/``, else the recipe keys that name code to import (every such
-    door, as :func:`repro500.untrusted.import_refs` lists them)."""
-    recipe = untrusted.load_yaml(untrusted.read_text(Path(run_dir) / rundir.RECIPE, "the run's recipe"),
-                                 str(Path(run_dir) / rundir.RECIPE)) or {}
-    fixed = recipe.get("fixed") or {}
-    index = Path(run_dir) / SOURCE_INDEX
-    files = [str(e["path"]) for e in (rundir.read_optional_json(index).get("files") or [])
-             if isinstance(e, dict) and "path" in e]
-    if fixed.get("workload") == "command":
-        return "command", files
-    refs = untrusted.import_refs(recipe)
-    if files or refs:
-        return "plug-in", files or [f"{key}: {value}" for key, value in refs]
-    return None
 
 
 def runnable_recipe(resolved: dict[str, Any]) -> dict[str, Any]:
@@ -443,7 +424,7 @@ def _publish(root: Path, out: Path, benchmark: str | None, citation: str | None,
         _write_clean(staging / RECIPE, f"# The resolved recipe of run {run.run_id} (repro500 publish).\n"
                           + yaml.safe_dump(recipe, sort_keys=False, width=100))
         rerun = _write_params(staging, run, plan.entries)
-        code = own_code(root)
+        code = rundir.own_code(root)
         _write_clean(staging / DVC_FILE, _dvc_yaml(plan.entries, flags, list(metrics), code[0] if code else None))
         index = _write_index(staging, root, run, recipe, archive, rerun, verdict.status, used, left_out, notes)
         notes = index["notes"]

@@ -635,9 +635,8 @@ def _check_options(pub: opened.Publication, workdir: Path, repeats: int | None, 
 
 def _consent(pub: opened.Publication, run_code: bool, console: Any) -> tuple[str, list[str]] | None:
     """The publisher's own code the rerun would run, refused without ``--run-code``."""
-    code = pubs.own_code(pub.reference)
-    shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "") if code else ""
-    runs = f"runs its own code ({code[0]}{': ' + shown if shown else ''})" if code else None
+    code = rundir.own_code(pub.reference)
+    runs = f"runs its own code ({rundir.own_code_said(code)})" if code else None
     if not untrusted.consent(run_code, runs, review="it (in the packed run's source/)"):
         return None
     if code:

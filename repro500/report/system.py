@@ -20,6 +20,7 @@ from repro500.report import system_plots
 from repro500.report.html import Markup, image, num, para, pct, section, subsection, table
 from repro500.report.load import RunView, finite
 from repro500.rundir import layout
+from repro500.scaling import ceilings as ceilings_of
 from repro500.statuses import RUN_COMPLETED
 
 IO_BOUND = 0.5
@@ -161,9 +162,7 @@ def trained(view: RunView, roofline_run: Path | None) -> Markup:
 
 
 def measurement(view: RunView) -> Markup:
-    from repro500.system.render import first_record
-
-    doc = first_record(view.root) or {}
+    doc = layout.first_system_record(view.root) or {}
     kind = doc.get("measure")
     parts: list[Markup] = []
     if kind == "ops":
@@ -181,11 +180,9 @@ def measurement(view: RunView) -> Markup:
     elif kind == "roofline":
         for device, measured in ceilings(view.root).items():
             parts.append(image(system_plots.roofline(measured, []), f"{device} roofline"))
-        from repro500.system.roofline import table_rows
-
         parts.append(table(["figure", "repro500", "independent tool", "tool", "ratio", "unit"],
                            [[r["name"], num(r.get("value")), num(r.get("tool_value")), r.get("tool", "-"),
-                             num(r.get("ratio")), r["unit"]] for r in table_rows(doc)]))
+                             num(r.get("ratio")), r["unit"]] for r in ceilings_of.rows(doc)]))
     elif kind == "inference":
         parts.append(table(["batch", "calls", "p50 (s)", "p50 interval", "p90 (s)", "p99 (s)", "p99 interval", "samples/s"],
                            [[b["batch_size"], b["calls"], num(b["p50_s"]), b["p50_ci"], num(b["p90_s"]), num(b["p99_s"]),

@@ -63,6 +63,7 @@ from repro500.rundir.names import (  # noqa: F401 - re-exported
     RUN_JSON,
     RUN_SCHEMA,
     SCALING,
+    SOURCE_INDEX,
     STDERR,
     STDOUT,
     SUMMARY,
@@ -267,6 +268,44 @@ def metric_records(path: Path) -> tuple[list[dict[str, Any]], int]:
         else:
             records.append(record)
     return records, skipped
+
+
+def first_system_record(run_dir: Path) -> dict[str, Any] | None:
+    """The ``system.json`` of the first repeat that has one (a system workload's record)."""
+    for k in repeat_indices(run_dir):
+        try:
+            return untrusted.read_json(RunDir(run_dir).repeat(k) / SYSTEM_RECORD, "a repeat's system record")
+        except (OSError, InvalidInput):
+            continue
+    return None
+
+
+def own_code(run_dir: str | Path) -> tuple[str, list[str]] | None:
+    """(kind, what) of the experiment's own code a rerun of the run would execute, or None (built-ins
+    only): the files of the run's ``source/``, else the recipe keys that name code to import (every
+    such door, as :func:`repro500.untrusted.import_refs` lists them).  What resuming, reproducing
+    and replaying a run that is not one's own ask consent for (:func:`repro500.untrusted.consent`)."""
+    recipe = untrusted.load_yaml(untrusted.read_text(Path(run_dir) / RECIPE, "the run's recipe"),
+                                 str(Path(run_dir) / RECIPE)) or {}
+    fixed = recipe.get("fixed") or {}
+    files = [str(e["path"]) for e in (read_optional_json(Path(run_dir) / SOURCE_INDEX).get("files") or [])
+             if isinstance(e, dict) and "path" in e]
+    if fixed.get("workload") == "command":
+        return "command", files
+    refs = untrusted.import_refs(recipe)
+    if files or refs:
+        return "plug-in", files or [f"{key}: {value}" for key, value in refs]
+    return None
+
+
+def own_code_said(code: tuple[str, list[str]], first: int = 5) -> str:
+    """``kind: a, b, c, d, e and N more``, as the consent's sentence names a run's own code (names
+    are the run's, made plain for one terminal line)."""
+    kind, what = code
+    if not what:
+        return untrusted.plain(kind)
+    more = f" and {len(what) - first} more" if len(what) > first else ""
+    return untrusted.plain(f"{kind}: {', '.join(what[:first])}{more}")
 
 
 def repeat_indices(run_dir: Path) -> list[int]:

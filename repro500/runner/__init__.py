@@ -133,12 +133,8 @@ def _resume_consent(run: layout.RunDir, run_code: bool) -> None:
     origin = ownership.origin_of(run.path)
     if origin == untrusted.OWN_RUN:
         return
-    # imported here for cost: publish's imports take about a second, which a resume of one's own run skips
-    from repro500.publish.publication import own_code
-
-    code = own_code(run.path)
-    shown = ", ".join(code[1][:5]) + (f" and {len(code[1]) - 5} more" if len(code[1]) > 5 else "") if code else ""
-    runs = f"runs its own code when resumed ({code[0]}{': ' + untrusted.plain(shown) if shown else ''})" if code else None
+    code = layout.own_code(run.path)
+    runs = f"runs its own code when resumed ({layout.own_code_said(code)})" if code else None
     untrusted.consent(run_code, runs, origin=origin, review="it (its recipe.yaml and source/)")
 
 

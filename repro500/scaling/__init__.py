@@ -14,6 +14,7 @@ process counts, for a model size and a gradient compressor:
     predict   step time, communication time, efficiency and bytes at each P
     document  the ``repro500/scaling/v1`` document (RUN/derived/scaling.json)
     render    the terminal table
+    ceilings  the roofline record's ceilings (repro500 roofline), read for the terminal and the report
 
 Nothing here imports repro500.workloads (imports run one way, see DESIGN.md), and torch,
 numpy and scipy are imported only by the functions that need them.

@@ -9,20 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from repro500 import untrusted
-from repro500.errors import InvalidInput
 from repro500.rundir import layout
-
-
-def first_record(run_dir: Path) -> dict[str, Any] | None:
-    """The ``system.json`` of the first repeat that has one."""
-    for k in layout.repeat_indices(run_dir):
-        path = layout.RunDir(run_dir).repeat(k) / layout.SYSTEM_RECORD
-        try:
-            return untrusted.read_json(path, "a repeat's system record")
-        except (OSError, InvalidInput):
-            continue
-    return None
+from repro500.scaling import ceilings
 
 
 def _g(value: Any, scale: float = 1.0, digits: int = 3) -> str:
@@ -62,9 +50,7 @@ def tables(doc: dict[str, Any]) -> list[Table]:
     if measure == "ops":
         return [ops_table(doc)]
     if measure == "roofline":
-        from repro500.system.roofline import table_rows
-
-        return [rows_table("ceilings (repeat 0) and the independent tools' figures", table_rows(doc),
+        return [rows_table("ceilings (repeat 0) and the independent tools' figures", ceilings.rows(doc),
                            [("figure", "name", 1), ("repro500", "value", 1), ("independent tool", "tool_value", 1),
                             ("tool", "tool", 1), ("ratio", "ratio", 1), ("unit", "unit", 1)])]
     if measure == "inference":
@@ -78,7 +64,7 @@ def tables(doc: dict[str, Any]) -> list[Table]:
 
 
 def after_run(run_dir: Path, console: Console | None = None) -> None:
-    doc = first_record(Path(run_dir))
+    doc = layout.first_system_record(Path(run_dir))
     if doc is None:
         return
     if console is None:

@@ -287,27 +287,3 @@ def bandwidth_level(device: str, array_bytes: int) -> tuple[str, str]:
     total = 3 * array_bytes
     why = f"three arrays of {array_bytes / MiB:g} MiB against a {cache / MiB:g} MiB last-level cache"
     return ("memory" if total >= 4 * cache else "cache"), why
-
-
-def table_rows(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows for the terminal table: each ceiling and, where one exists, the tool's figure."""
-    rows = []
-    check = doc.get("cross_check") or {}
-    for device, entry in (doc.get("devices") or {}).items():
-        for dt, value in entry.get("peak_flops_per_s", {}).items():
-            tool = check.get("numpy_gemm_fp32_flops_per_s") if (device, dt) == ("cpu", "fp32") else None
-            rows.append({"name": f"peak {dt} GEMM ({device}, n={entry['gemm'][dt]['n']})", "value": value / 1e9,
-                         "tool_value": tool / 1e9 if tool else None, "tool": "numpy matmul" if tool else "-",
-                         "ratio": value / tool if tool else None, "unit": "GFLOP/s"})
-        for kernel, rec in (entry.get("bandwidth") or {}).items():
-            tool = check.get(f"sysbench_{kernel}_bytes_per_s") if device == "cpu" else None
-            level = entry.get("bandwidth_level", "memory")
-            rows.append({"name": f"{kernel} {level} bandwidth ({device})", "value": rec["bytes_per_s"] / 1e9,
-                         "tool_value": tool / 1e9 if tool else None, "tool": "sysbench memory" if tool else "-",
-                         "ratio": rec["bytes_per_s"] / tool if tool else None, "unit": "GB/s"})
-    fit = (doc.get("interconnect") or {}).get("fit")
-    if fit:
-        rows.append({"name": "all-reduce latency L", "value": fit["latency_s"] * 1e6, "unit": "us", "tool": "-"})
-        rows.append({"name": "all-reduce bandwidth 1/gamma", "value": (fit["bandwidth_bytes_per_s"] or 0) / 1e9,
-                     "unit": "GB/s", "tool": "-"})
-    return rows
