@@ -621,6 +621,55 @@ def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
 
 
+# Repeat 1's first attempt runs until SLURM preempts it; its second attempt finishes.  The mark
+# lies outside the experiment's directory, whose files every node's task checks against the head's.
+PREEMPTED = """\
+import os, time
+k = int(os.environ["REPRO500_REPEAT"])
+if k == 1 and not os.path.exists(os.environ["ATTEMPTED"]):
+    with open(os.environ["ATTEMPTED"], "w") as fh:
+        fh.write(os.environ["SLURMD_NODENAME"])
+    while True:
+        time.sleep(0.1)
+print("score 0.5")
+"""
+
+
+def test_a_preempted_task_is_requeued_and_its_repeat_runs_again_linked_once(slurm, checkout):
+    import sys
+
+    (checkout / "work.py").write_text(PREEMPTED)
+    attempted = checkout.parent / f"attempted-{checkout.name}"  # shared by both nodes (their scratch is not)
+    env = dict(_tool_env(slurm), ATTEMPTED=str(attempted))
+    proc = subprocess.Popen([sys.executable, "-m", "repro500.cli", "run", "--run-id", "pre", "--launcher", "slurm",
+                             "--slurm", "time=5", "--repeats", "2", "--no-tracking", "--command", "--metric",
+                             "score=regex:score ([0-9.]+)", "--accept", "score>=0.4", "--", sys.executable, "work.py"],
+                            cwd=checkout, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not attempted.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    array_id = slurm.run("squeue", "-h", "-r", "-o", "%i").stdout.split()[0].split("_")[0]
+    # what SLURM sends a task whose time is ending or that a preempting job displaces: submitit's
+    # signal (USR2), on which the task is checkpointed and requeued
+    assert slurm.run("scancel", "--signal=USR2", f"{array_id}_1").returncode == 0
+    out, err = proc.communicate(timeout=400)
+    assert proc.returncode == 0, out + err
+    said = " ".join(out.split())
+    assert re.search(rf"repeat 1 \(2 of 2\): requeued as SLURM job {array_id}_1 \(preempted or out of time on "
+                     r"n[12]; its repeat starts again from its beginning\)", said), said
+    assert said.count("repeat 1 (2 of 2): running on n") == 2, said
+    run = checkout / "runs" / "pre"
+    summaries = [json.loads((run / f"repeats/{k}/summary.json").read_text()) for k in (0, 1)]
+    assert [s["status"] for s in summaries] == ["completed", "completed"]
+    assert [s["placement"]["restarts"] for s in summaries] == [0, 1]
+    chain = [json.loads(line) for line in (run / "chain.jsonl").read_text().splitlines()]
+    assert sorted(r["repeat"] for r in chain[1:]) == [0, 1]  # the requeued repeat is linked once
+    checked = repro500("verify", "runs/pre", cwd=checkout, env=env)
+    assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+    assert not list((checkout / "runs").glob(".tasks/pre-*"))  # the pickled tasks went with the head
+
+
 def test_a_node_with_other_data_is_refused_with_its_name_before_its_repeat(slurm, checkout):
     import sys
 

@@ -137,7 +137,9 @@ def placement(slot: Slot, environ: dict[str, str], launcher: str) -> dict[str, A
     if launcher == "slurm":  # the node by SLURM's name (several may share a host name), the task, what it was given
         where.update(node=environ.get("SLURMD_NODENAME"), partition=environ.get("SLURM_JOB_PARTITION"),
                      job_id=f"{environ.get('SLURM_ARRAY_JOB_ID')}_{environ.get('SLURM_ARRAY_TASK_ID')}",
-                     gpus=environ.get("CUDA_VISIBLE_DEVICES"))
+                     gpus=environ.get("CUDA_VISIBLE_DEVICES"),
+                     # how often SLURM requeued the task (preempted, or out of time) before this attempt
+                     restarts=int(environ.get("SLURM_RESTART_COUNT") or 0))
     return where
 
 
@@ -307,6 +309,32 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
     return Landed(summary=summary)
 
 
+class SlurmRepeat:
+    """A repeat as a SLURM task that SLURM may preempt or run out of time: submitit signals the task
+    (USR2, ``signal_delay_s`` before its time ends, or when a preempting job needs the node), calls
+    :meth:`checkpoint` and requeues the task with what it returns, then ends this attempt.  The
+    repeat has no checkpoint of its own to resume from, so the requeued task runs it again from its
+    beginning with the same seeds, into a fresh repeat directory (:func:`run_task`); the head, which
+    chains and logs a repeat when its task's result lands, sees one result and links it once.
+    submitit knows a checkpointable task by its ``checkpoint`` method (no base class needed, so
+    this module does not import submitit for a run that never fans out)."""
+
+    def __init__(self) -> None:
+        self.requeued = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Landed:
+        landed = run_task(*args, **kwargs)
+        if self.requeued:  # SLURM's SIGTERM after the requeue stopped the repeat: no result from this attempt
+            raise SystemExit(-1)
+        return landed
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
+        from submitit.helpers import DelayedSubmission
+
+        self.requeued = True  # this attempt's result must not land: the requeued one's will
+        return DelayedSubmission(type(self)(), *args, **kwargs)
+
+
 class Local:
     """Tasks of submitit's local executor, at most one per slot at a time."""
 
@@ -423,6 +451,8 @@ class Local:
 
 # squeue's states of a task that has not ended (anything else, or no line: it has)
 _ALIVE = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED", "STOPPED")
+# a task seen running that is back in these was requeued (REQUEUED while SLURM ends its attempt)
+_REQUEUED = ("PENDING", "REQUEUED")
 _POLL_S = 1.0  # squeue at most this often: the controller serves every user of the cluster
 _GONE_S = 5.0  # a task gone from squeue this long without a result ended without one (a network
 # filesystem may show its result file a little after SLURM has ended the task)
@@ -493,7 +523,7 @@ class Slurm:
         previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.append(signum))
         try:
             with _stderr_kept() as said, self.executor.batch():
-                pending = [(k, self.executor.submit(run_task, run_dir, k, None, self.environ, self.tracking, mlflow,
+                pending = [(k, self.executor.submit(SlurmRepeat(), run_dir, k, None, self.environ, self.tracking, mlflow,
                                                     "slurm", str(self.folder / f"task-{k}.pid"), True,
                                                     self.expected))
                            for k, mlflow in batch.items()]
@@ -529,7 +559,8 @@ class Slurm:
             self._queue[task] = (state, node)
 
     def progress(self) -> list[tuple[int, str, str]]:
-        """Repeats SLURM has started since the last call: (repeat, "running", node and task)."""
+        """Repeats SLURM has started since the last call, (repeat, "running", node and task), and
+        those it requeued, (repeat, "requeued", the task and the node it left)."""
         self._poll()
         out = []
         for k, job in self.jobs.items():
@@ -537,6 +568,10 @@ class Slurm:
             if k not in self._node and state == "RUNNING" and node:
                 self._node[k], self._since[k] = node, time.monotonic()
                 out.append((k, "running", f"{node} (SLURM job {job.job_id})"))
+            elif k in self._node and state in _REQUEUED:
+                left = self._node.pop(k)
+                out.append((k, "requeued", f"SLURM job {job.job_id} (preempted or out of time on {left}; its repeat "
+                                           "starts again from its beginning)"))
         return out
 
     def landed(self) -> list[tuple[int, Landed, float]]:
