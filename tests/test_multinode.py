@@ -271,7 +271,11 @@ def test_nodes_with_other_data_stop_naming_the_data_before_anything_is_written(i
 
 
 @pytest.mark.usefixtures("cosmo_data")
-@pytest.mark.slow  # two nodes, a killed rank and a resume on both: about two minutes on 2 cores
+# two nodes, a killed rank and a resume on both: about two and a half minutes in CI's suite on 2
+# cores, make test-heavy; in CI, a killed rank named and resumed is tests/test_distributed.py's, a
+# two-node job stopped and resubmitted tests/test_slurm.py's
+@pytest.mark.slow
+@pytest.mark.heavy
 def test_a_killed_rank_on_node_1_is_named_on_both_nodes_and_the_resume_keeps_two_nodes(in_tmp,
                                                                                         port_beside_a_taken_one):
     """With the rendezvous port + 1 held by another program throughout: one free port is enough."""

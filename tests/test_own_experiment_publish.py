@@ -84,7 +84,10 @@ def test_the_same_code_by_content_is_not_different_code_but_an_edit_is():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("example", ["print_metrics", "mlflow_script"])
+# mlflow_script: three minutes of CI's 2 cores (torch and mlflow imported in every repeat); the same
+# path, a script logging its metrics to MLflow run, published and reproduced, is in CI through
+# tests/test_reproduce_mlflow_metrics.py, so this one runs in make test-heavy
+@pytest.mark.parametrize("example", ["print_metrics", pytest.param("mlflow_script", marks=pytest.mark.heavy)])
 def test_an_example_runs_verifies_publishes_and_reproduces(in_tmp, example):
     work = in_tmp / example
     shutil.copytree(EXAMPLES / example, work)
