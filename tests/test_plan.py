@@ -104,3 +104,17 @@ def test_plan_cli_on_a_run_a_recipe_and_bad_input(tmp_path):
     assert unknown.returncode == 2 and "'loss' is not a metric" in unknown.stderr
     missing = repro500("plan", str(tmp_path / "nope"), cwd=tmp_path)
     assert missing.returncode == 4 and "does not exist" in missing.stderr
+
+
+def test_plan_reads_a_packed_run_and_a_publication_as_the_run_itself(tmp_path):
+    run = make_run(tmp_path, values={"accuracy": [0.93, 0.94, 0.935]})
+    assert repro500("pack", str(run), "-o", str(tmp_path / "r.tar.gz"), cwd=tmp_path).returncode == 0
+    published = repro500("publish", str(run), "--out", str(tmp_path / "pub"), cwd=tmp_path)
+    assert published.returncode == 0, published.stdout + published.stderr
+    plans = {}
+    for given in (run, tmp_path / "r.tar.gz", tmp_path / "pub"):
+        out = repro500("plan", str(given), "--margin", "accuracy=0.01", "--json", cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        plans[given] = json.loads(out.stdout)
+        assert plans[given]["kind"] == "run" and plans[given]["source"] == str(given)
+    assert len({json.dumps(p["metrics"], sort_keys=True) for p in plans.values()}) == 1

@@ -14,14 +14,12 @@ integrity problem does: numbers from a run that cannot be trusted are not judged
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from repro500.attest import chain
-from repro500.rundir import archive as archives
-from repro500.rundir.excluded import publication_of
+from repro500.rundir.excluded import opened_run
 from repro500.statuses import INVALID
 
 
@@ -43,13 +41,8 @@ def check_run(run: str | Path, *, trust: str | Path | None = None, tracking: boo
     archive, or of the packed run of a publication directory.  *store* is the MLflow store the
     run was read from, compared with instead of the one its run.json names
     (:func:`repro500.attest.tracking_check.check_tracking`)."""
-    path = Path(run)
-    packed = publication_of(path)
-    if packed is not None or archives.is_archive(path):
-        with tempfile.TemporaryDirectory(prefix="repro500-trust-") as tmp:
-            return _check_dir(archives.unpack(packed.archive if packed is not None else path, tmp), trust, tracking,
-                              store)
-    return _check_dir(path, trust, tracking, store)
+    with opened_run(run, "repro500-trust-") as opened:
+        return _check_dir(opened.root, trust, tracking, store)
 
 
 def _check_dir(root: Path, trust: str | Path | None, tracking: bool, store: str | None) -> TrustResult:

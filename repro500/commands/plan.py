@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import click
 
 from repro500.commands.options import parse_margins
-from repro500.rundir import archive as archives
 from repro500.statuses import DEFAULT_ALPHA
 from repro500.untrusted import record_console
 
@@ -51,7 +49,7 @@ def plan(source: Path, margins: dict[str, float], cvs: dict[str, float], power: 
          spending: str, as_json: bool) -> None:
     """Say how many repeats the bands and the equivalence test need.
 
-    RUN_OR_RECIPE is a run directory (or a packed archive), whose per-repeat spread is used, or
+    RUN_OR_RECIPE is a run directory (or a packed run, or a publication), whose per-repeat spread is used, or
     a recipe, whose spread you state with --cv. For each metric with an acceptance band or a
     margin: the repeats for the band's bound to decide it, and for a reproduction to show
     equivalence within the margin (both sides fresh, and against this run's own repeats); and
@@ -63,13 +61,7 @@ def plan(source: Path, margins: dict[str, float], cvs: dict[str, float], power: 
     """
     from repro500.verify.planning import build
 
-    if source.is_file() and source.name.endswith((".tar.gz", ".tgz")):
-
-        with tempfile.TemporaryDirectory(prefix="repro500-plan-") as tmp:
-            result = build(archives.unpack(source, Path(tmp)), margins, cvs, alpha, power, shown_as=str(source),
-                           spending=spending)
-    else:
-        result = build(source, margins, cvs, alpha, power, spending=spending)
+    result = build(source, margins, cvs, alpha, power, spending=spending)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, sort_keys=True, allow_nan=False))
         return

@@ -4,16 +4,14 @@ stop at (the first step the records part at, :mod:`repro500.verify.divergence`).
 from __future__ import annotations
 
 import contextlib
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from repro500.capture.seeds import pair_repeats
 from repro500.errors import InvalidInput, UsageError
-from repro500.rundir import archive as archives
 from repro500.rundir import ownership
-from repro500.rundir.excluded import publication_of
+from repro500.rundir.excluded import opened_run
 from repro500.verify import integrity
 from repro500.verify.divergence import (
     REL_TOL,
@@ -95,13 +93,9 @@ def open_run(path: str | Path, stack: contextlib.ExitStack, what: str) -> tuple[
     given = Path(path)
     if not given.exists():
         raise InvalidInput(f"{what} {given} does not exist: give a run directory, a packed run or a publication")
-    packed = publication_of(given)
-    kind, root = "run", given
-    if packed is not None or archives.is_archive(given):
-        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="repro500-locate-run-"))
-        root = archives.unpack(packed.archive if packed is not None else given, tmp)
-        kind = "publication" if packed is not None else "bundle"
-    elif not given.is_dir():
+    opened = stack.enter_context(opened_run(given, "repro500-locate-run-"))
+    kind, root = opened.kind, opened.root
+    if kind == "run" and not given.is_dir():
         raise InvalidInput(f"{what} {given} is not a run directory, a packed run or a publication")
     check, run = integrity.check_run(root, label=what, deep=False)
     if run is None or not check.ok:

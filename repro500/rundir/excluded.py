@@ -18,9 +18,11 @@ not carried, not missing; a carried file that differs from its digest is still t
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import re
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -186,3 +188,32 @@ def publication_of(path: str | Path) -> PackedIn | None:
     if not archive.is_file() or file_digest(archive) != index["archive"].get("sha256"):
         raise InvalidInput(f"{archive} is missing or its SHA-256 differs from {index_path}: the packed run was replaced")
     return PackedIn(root, archive, index)
+
+
+@dataclass(frozen=True)
+class OpenedRun:
+    """A run as a directory to read: where it is, what the path given was, and, for a publication,
+    what it vouches for (its :class:`PackedIn`, whose ``not_carried`` the reader checks)."""
+
+    root: Path  # the run directory: the path given, or the archive unpacked
+    kind: str  # "run" (a directory), "bundle" (a packed run) or "publication"
+    packed: PackedIn | None
+    scratch: Path | None  # the temporary directory it was unpacked into, gone after the with-block
+
+
+@contextlib.contextmanager
+def opened_run(path: str | Path, prefix: str = "repro500-run-") -> Iterator[OpenedRun]:
+    """The run a path names (a run directory, a packed run, or a publication: its directory or
+    its archive), unpacked into a temporary directory for as long as the with-block lasts: the one
+    way a command reads a run it was given packed.  The publication is checked as far as it vouches
+    for its archive (:func:`publication_of`); the archive is unpacked by :func:`archives.unpack`,
+    which refuses path escapes and links.  Anything else is handed on as it is, as a directory or
+    not: what the path must be is the reader's to say."""
+    path = Path(path)
+    packed = publication_of(path)
+    if packed is None and not archives.is_archive(path):
+        yield OpenedRun(path, "run", None, None)
+        return
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        root = archives.unpack(packed.archive if packed is not None else path, tmp)
+        yield OpenedRun(root, "publication" if packed is not None else "bundle", packed, Path(tmp))

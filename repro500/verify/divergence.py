@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import fnmatch
 import math
-import tempfile
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -54,9 +53,8 @@ from typing import Any
 
 from repro500 import untrusted
 from repro500.capture.seeds import pair_repeats, seed_key
-from repro500.rundir import archive as archives
 from repro500.rundir import layout
-from repro500.rundir.excluded import publication_of
+from repro500.rundir.excluded import opened_run
 from repro500.statuses import FOUND, SKIPPED
 from repro500.tracking import names
 from repro500.verify import compare as comparison
@@ -548,12 +546,10 @@ def readable_root(reference: Any) -> Iterator[Path | None]:
         yield Path(run.path)
         return
 
-    shown = Path(reference.path)
-    with tempfile.TemporaryDirectory(prefix="repro500-divergence-") as tmp:
+    with contextlib.ExitStack() as stack:
         root: Path | None = None
         with contextlib.suppress(Exception):  # the verdict already judged the reference; records are context
-            packed = publication_of(shown)
-            root = archives.unpack(packed.archive if packed is not None else shown, tmp)
+            root = stack.enter_context(opened_run(reference.path, "repro500-divergence-")).root
         yield root
 
 

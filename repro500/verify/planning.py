@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from repro500.errors import InvalidInput, UsageError
+from repro500.rundir.excluded import opened_run
 from repro500.verify import distributions as dist
 from repro500.verify import sequential, sequential_plan, stats
 from repro500.verify.rundir import Criterion, load_run, parse_acceptance
@@ -127,38 +128,40 @@ def assumptions(alpha: float, power: float, kind: str, spending: str = "obrien-f
 
 
 def build(source: Any, margins: dict[str, float], cvs: dict[str, float], alpha: float, power: float,
-          shown_as: str | None = None, spending: str = "obrien-fleming") -> Plan:
-    """The plan for a run directory (its observed spread) or a recipe file (a stated CV)."""
+          spending: str = "obrien-fleming") -> Plan:
+    """The plan for a run (its directory, a packed run or a publication: its observed spread) or a
+    recipe file (a stated CV)."""
     from pathlib import Path
 
-
     path = Path(source)
-    if path.is_dir():
-        run = load_run(path)
-        kind, criteria, n_run = "run", run.acceptance, len(run.completed)
-        values_of, known = run.values, set(run.metric_names())
-    elif path.is_file():
-        from repro500.recipe import load as recipes
+    with opened_run(path, "repro500-plan-") as opened:
+        if opened.kind != "run" or path.is_dir():
+            run = load_run(opened.root)
+            kind, criteria, n_run = "run", run.acceptance, len(run.completed)
+            values_of, known = run.values, set(run.metric_names())
+        elif path.is_file():
+            from repro500.recipe import load as recipes
 
-        loaded = recipes.load(path)
-        kind, n_run = "recipe", None
-        criteria = parse_acceptance(loaded.acceptance, f"{path}: acceptance")
-        known = {c.metric for c in criteria}
+            loaded = recipes.load(path)
+            kind, n_run = "recipe", None
+            criteria = parse_acceptance(loaded.acceptance, f"{path}: acceptance")
+            known = {c.metric for c in criteria}
 
-        def values_of(name: str) -> list[float]:
-            return []
-    else:
-        raise InvalidInput(f"{path} does not exist: give a run directory (runs/<run-id>) or a recipe file")
-    by_metric = {c.metric: c for c in criteria}
-    for name in [*margins, *cvs]:
-        if name not in known:
-            raise UsageError(f"{name!r} is not a metric of {path} (it has: {', '.join(sorted(known)) or 'none'})")
-    chosen = {c.metric: (c.tolerance, "acceptance tolerance") for c in criteria if c.tolerance > 0}
-    chosen.update({name: (delta, "--margin") for name, delta in margins.items()})
-    names = [*by_metric, *[n for n in chosen if n not in by_metric]]
-    if not names:
-        raise UsageError(f"nothing to plan: {path} has no acceptance band; pass --margin METRIC=DELTA for the "
-                         "metrics a reproduction must match")
-    metrics = [plan_metric(name, values_of(name), by_metric.get(name), chosen.get(name), cvs.get(name),
-                           alpha, power, n_run, spending) for name in names]
-    return Plan(shown_as or str(path), kind, alpha, power, metrics, assumptions(alpha, power, kind, spending))
+            def values_of(name: str) -> list[float]:
+                return []
+        else:
+            raise InvalidInput(f"{path} does not exist: give a run directory (runs/<run-id>), a packed run, a "
+                               "publication or a recipe file")
+        by_metric = {c.metric: c for c in criteria}
+        for name in [*margins, *cvs]:
+            if name not in known:
+                raise UsageError(f"{name!r} is not a metric of {path} (it has: {', '.join(sorted(known)) or 'none'})")
+        chosen = {c.metric: (c.tolerance, "acceptance tolerance") for c in criteria if c.tolerance > 0}
+        chosen.update({name: (delta, "--margin") for name, delta in margins.items()})
+        names = [*by_metric, *[n for n in chosen if n not in by_metric]]
+        if not names:
+            raise UsageError(f"nothing to plan: {path} has no acceptance band; pass --margin METRIC=DELTA for the "
+                             "metrics a reproduction must match")
+        metrics = [plan_metric(name, values_of(name), by_metric.get(name), chosen.get(name), cvs.get(name),
+                               alpha, power, n_run, spending) for name in names]
+    return Plan(str(path), kind, alpha, power, metrics, assumptions(alpha, power, kind, spending))

@@ -31,7 +31,7 @@ from repro500.capture.seeds import pair_repeats
 from repro500.digest import canonical_digest
 from repro500.errors import InvalidInput
 from repro500.rundir import archive as archives
-from repro500.rundir.excluded import is_publication_dir, publication_of
+from repro500.rundir.excluded import is_publication_dir, opened_run, publication_of
 from repro500.verify import integrity
 from repro500.verify.published import Published, load_published
 from repro500.verify.rundir import RunData
@@ -299,17 +299,16 @@ def load_reference(against: str | Path) -> Reference:
     path = Path(against)
     if not path.exists():
         raise InvalidInput(f"reference {path} does not exist: give a run directory, a packed .tar.gz or a published-results file")
-    packed = publication_of(path)  # what a publication left out of its archive is not carried
-    if packed is None and path.is_dir():
-        return _from_run_dir(path, kind="run", shown=str(path))
-    if packed is not None or archives.is_archive(path):
-        with tempfile.TemporaryDirectory(prefix="repro500-ref-") as tmp:
-            unpacked = archives.unpack(packed.archive if packed is not None else path, tmp)
+    with opened_run(path, "repro500-ref-") as opened:  # what a publication left out of its archive is not carried
+        if opened.kind == "run" and path.is_dir():
+            return _from_run_dir(path, kind="run", shown=str(path))
+        if opened.kind != "run":
+            unpacked, packed = opened.root, opened.packed
             try:
                 not_carried = packed.not_carried(unpacked) if packed is not None else []
             except InvalidInput as err:
                 raise InvalidInput(f"reference {path}: {err}") from None
-            return _from_run_dir(unpacked, kind="publication" if packed is not None else "bundle", shown=str(path),
+            return _from_run_dir(unpacked, kind=opened.kind, shown=str(path),
                                  not_carried=not_carried)
     if path.suffix.lower() in PUBLISHED_SUFFIXES:
         if is_publication_dir(path.parent):

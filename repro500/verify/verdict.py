@@ -43,6 +43,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -52,9 +54,8 @@ from typing import Any
 from repro500 import __version__
 from repro500.errors import InvalidInput, UsageError
 from repro500.mlperf.compliance import check_mlperf
-from repro500.rundir import archive as archives
 from repro500.rundir import atomic, layout
-from repro500.rundir.excluded import publication_of
+from repro500.rundir.excluded import opened_run
 from repro500.statuses import (
     DEFAULT_ALPHA,
     EXIT_CODES,
@@ -220,22 +221,26 @@ def verify_run(
     check_comparison_options(margins, against, across_benchmarks)
     path = Path(run_dir)
     # a publication (its directory, or its archive where it lies): what it left out is not carried
-    packed = publication_of(path)
-    archive = packed.archive if packed is not None else path
-    if packed is not None or archives.is_archive(path):
-        with tempfile.TemporaryDirectory(prefix="repro500-verify-") as tmp:
-            try:
-                unpacked = archives.unpack(archive, tmp)
-                not_carried = packed.not_carried(unpacked) if packed is not None else []
-                verdict = _verify_dir(unpacked, against, alpha, margins, expect_sums_digest, not_carried,
-                                      across_benchmarks)
-            except InvalidInput as err:
-                if tmp not in str(err):
-                    raise
-                raise InvalidInput(f"{path}: {str(err).replace(tmp, '<archive>')}") from None
-        verdict.run_dir = str(path)
-        return verdict
-    return _verify_dir(path, against, alpha, margins, expect_sums_digest, across_benchmarks=across_benchmarks)
+    try:
+        with opened_run(path, _SCRATCH_PREFIX) as opened:
+            if opened.kind == "run":
+                return _verify_dir(path, against, alpha, margins, expect_sums_digest,
+                                   across_benchmarks=across_benchmarks)
+            not_carried = opened.packed.not_carried(opened.root) if opened.packed is not None else []
+            verdict = _verify_dir(opened.root, against, alpha, margins, expect_sums_digest, not_carried,
+                                  across_benchmarks)
+    except InvalidInput as err:
+        # a file of the unpacked archive is named as the archive's, not by a directory that is gone
+        said = _SCRATCH.sub("<archive>", str(err))
+        if said == str(err):
+            raise
+        raise InvalidInput(f"{path}: {said}") from None
+    verdict.run_dir = str(path)
+    return verdict
+
+
+_SCRATCH_PREFIX = "repro500-verify-"
+_SCRATCH = re.compile(re.escape(os.path.join(tempfile.gettempdir(), _SCRATCH_PREFIX)) + r"[^/\s'\"]+")
 
 
 def _verify_dir(root: Path, against: str | Path | None, alpha: float, margins: dict[str, float] | None,
