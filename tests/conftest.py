@@ -29,40 +29,8 @@ os.environ.setdefault("REPRO500_HELPER_NICENESS", "0")
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
-
-# The suite's environment, as this file leaves it: every test item starts from it.  PYTEST_CURRENT_TEST
-# is pytest's own, set and removed around each phase of a test.
-OWN = "PYTEST_CURRENT_TEST"
-SUITE_ENV = {name: value for name, value in os.environ.items() if name != OWN}
-
-
-def _back_to_the_suites_environment() -> None:
-    extra = set(os.environ) - set(SUITE_ENV) - {OWN}
-    for name in extra:
-        del os.environ[name]
-    for name, value in SUITE_ENV.items():
-        if os.environ.get(name) != value:
-            os.environ[name] = value
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_setup(item):
-    """A library imported in this process can set variables for itself (threadpoolctl sets
-    KMP_DUPLICATE_LIB_OK when imported), at collection, in a module- or session-scoped fixture or in
-    a test, and every later test on the same worker would hand them to the repro500 it starts, which
-    records them: a test would see what ran before it, and which tests ran before it differs from
-    run to run (xdist's distribution).  Each item's setup, before any fixture of it (a module's
-    fixture is set up in its first item's setup), starts from the suite's environment."""
-    _back_to_the_suites_environment()
-
-
-@pytest.fixture(autouse=True)
-def _environment_as_it_was():
-    """What a module- or session-scoped fixture's imports set is undone before the test itself, and
-    what the test set after it."""
-    _back_to_the_suites_environment()
-    yield
-    _back_to_the_suites_environment()
+# after the settings above, which are the suite's environment that each test and module starts from
+pytest_plugins = ["pytester", "helpers.suite_env"]
 
 
 @pytest.fixture
