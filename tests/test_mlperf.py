@@ -446,3 +446,15 @@ def test_verify_says_why_a_log_without_mlperf_rules_is_not_judged(tmp_path):
         ':::MLLOG {"key": "submission_benchmark", "value": "deepcam_like", "namespace": "", "time_ms": 1}\n')
     verdict = check_mlperf(_Run(tmp_path, [0]))
     assert verdict.status == "SKIPPED" and "MLPerf has no compliance rules for benchmark 'deepcam_like'" in verdict.reason
+
+
+def test_the_tree_is_rejected_by_the_package_checker_or_the_summarizer_never_by_the_rcp_checker():
+    from repro500.mlperf.checkers import CheckOutcome, rejected_by
+
+    def outcomes(package, summary, rcp):
+        return [CheckOutcome("package_checker", package, ""), CheckOutcome("result_summarizer", summary, ""),
+                CheckOutcome("rcp_checker", rcp, "")]
+
+    assert rejected_by(outcomes(True, True, False)) == []  # slow convergence is said, not a rejection
+    assert rejected_by(outcomes(True, None, None)) == []  # a tool that did not run rejects nothing
+    assert rejected_by(outcomes(False, False, True)) == ["package_checker", "result_summarizer"]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from pathlib import Path
 
 import click
 
@@ -27,35 +25,11 @@ def diff(ctx: click.Context, a: str, b: str, as_json: bool, show_all: bool) -> N
     Exit codes: 0 no result-relevant difference; 1 at least one;
     4 a manifest is missing, corrupt or was edited after capture.
     """
-    from repro500.capture.inputs import comparable
-    from repro500.capture.manifest import load_manifest
-    from repro500.errors import EXIT_FAIL, EXIT_OK, ReproError
-    from repro500.rundir import layout as rundir
-    from repro500.verify import compare, from_mlflow
+    from repro500.errors import EXIT_FAIL, EXIT_OK
+    from repro500.verify.compare import compare_sources
     from repro500.verify.diff import render, to_json
-    from repro500.verify.rundir import load_run
 
-    def view(path: Path) -> dict:
-        # a run directory's manifest with what its command was seen to read (inputs.json)
-        observed = rundir.read_inputs(path / rundir.INPUTS) if path.is_dir() else {}
-        return comparable(load_manifest(path), observed) or {}
-
-    def run_of(path: Path):  # noqa: ANN202 - RunData, or None for a bare manifest
-        if not path.is_dir():
-            return None
-        try:
-            return load_run(path)
-        except ReproError:
-            return None  # a directory with a manifest alone: its manifest is compared
-
-    with contextlib.ExitStack() as stack:
-        # a run in MLflow (mlflow:ID) is its sealed run, downloaded and unpacked for the comparison
-        paths = [stack.enter_context(from_mlflow.opened(ref)) if from_mlflow.is_reference(ref) else Path(ref)
-                 for ref in (a, b)]
-        manifests = view(paths[0]), view(paths[1])  # checked first: a missing, corrupt or edited manifest is exit 4
-        runs = run_of(paths[0]), run_of(paths[1])
-        found = (compare.compare_runs(runs[0], runs[1], manifest_b=manifests[1]) if runs[0] and runs[1]
-                 else compare.compare_manifests(*manifests))
+    found = compare_sources(a, b)
     diffs = found.differences
     if as_json:
         click.echo(json.dumps(to_json(diffs, str(a), str(b)), indent=2, default=str))

@@ -51,12 +51,12 @@ def mlperf(ctx: click.Context, run_dir: Path, out: Path, submitter: str | None, 
                f"{plain(tree.usage)} {plain(tree.ruleset)}) -> {plain(tree.path)}")
     if not check:
         return
-    from repro500.mlperf.checkers import check_tree
+    from repro500.mlperf.checkers import check_tree, rejected_by
 
     outcomes = check_tree(tree, progress)
     for outcome in outcomes:
         click.echo(plain(outcome.line, SENTENCE_CHARS))
-    rejected = [o.tool for o in outcomes if o.tool != "rcp_checker" and o.passed is False]
+    rejected = rejected_by(outcomes)
     if rejected:
         click.echo(f"not accepted by {' and '.join(rejected)}; the tree is kept in {plain(tree.path)}", err=True)
         from repro500.errors import EXIT_FAIL

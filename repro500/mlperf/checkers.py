@@ -142,6 +142,13 @@ def rcp_check(tree: ExportedTree, copy: Path, work: Path) -> CheckOutcome:
                         + (f" (batch size {batch}, submission mean epochs {epochs})" if epochs else f" (batch size {batch})"))
 
 
+def rejected_by(outcomes: list[CheckOutcome]) -> list[str]:
+    """The tools whose verdict rejects the tree: package_checker and result_summarizer.  rcp_checker
+    is said but does not reject: a reference convergence point judges how fast the run converged
+    against MLPerf's reference runs, not whether the tree is a valid submission (docs/mlperf.md)."""
+    return [o.tool for o in outcomes if o.tool != "rcp_checker" and o.passed is False]
+
+
 def check_tree(tree: ExportedTree, progress=lambda _line: None) -> list[CheckOutcome]:  # noqa: ANN001
     """Run MLPerf's tools on the exported tree; one outcome per tool, in the order they ran."""
     outcomes = []

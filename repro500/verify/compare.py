@@ -29,13 +29,19 @@ import copy
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from repro500.capture.inputs import comparable
+from repro500.capture.manifest import load_manifest
 from repro500.capture.seeds import SEED_NAMES, pair_repeats
+from repro500.errors import ReproError
 from repro500.ext import specs
 from repro500.rundir import layout
 from repro500.verify import diff as manifest_diff
+from repro500.verify import from_mlflow
 from repro500.verify.diff import Difference, counted, is_result_relevant, relevance
+from repro500.verify.rundir import load_run
 
 # recipe keys that are no recorded difference: the number of repeats and the master seed (the
 # seeds section compares the seeds themselves), the recipe's prose, and how values were set
@@ -281,3 +287,36 @@ def compare_reference(run: Any, reference: Any) -> Comparison:
     if not isinstance(recipe, Mapping) or "mutable" not in recipe:
         mine.recipe = None  # the reference says no resolved recipe: that section is not compared
     return compare(mine, Recorded(manifest=manifest or {}, recipe=recipe if mine.recipe is not None else None))
+
+
+def _manifest_view(path: Path) -> dict[str, Any]:
+    """A run directory's manifest with what its command was seen to read (inputs.json), or a bare
+    manifest file's; InvalidInput (exit 4) for one that is missing, corrupt or edited after capture."""
+    observed = layout.read_inputs(path / layout.INPUTS) if path.is_dir() else {}
+    return comparable(load_manifest(path), observed) or {}
+
+
+def _run_or_none(path: Path) -> Any:
+    """The run a directory holds, or None: a bare manifest, or a directory with a manifest alone."""
+    if not path.is_dir():
+        return None
+    try:
+        return load_run(path)
+    except ReproError:
+        return None
+
+
+def compare_sources(a: str, b: str) -> Comparison:
+    """``repro500 diff A B``: two runs compared as every command compares them, or two manifests
+    where either is not a run.  A and B are run directories, manifest files, or runs in the MLflow
+    store (``mlflow:ID``, ``runs:/ID``), whose sealed runs are downloaded for the comparison.  The
+    manifests are read first: a missing, corrupt or edited one is InvalidInput before anything else."""
+    with contextlib.ExitStack() as stack:
+        paths = [stack.enter_context(from_mlflow.opened(ref)) if from_mlflow.is_reference(ref) else Path(ref)
+                 for ref in (a, b)]
+        manifests = _manifest_view(paths[0]), _manifest_view(paths[1])
+        runs = _run_or_none(paths[0]), _run_or_none(paths[1])
+        if runs[0] is not None and runs[1] is not None:
+            return compare_runs(runs[0], runs[1], manifest_b=manifests[1])
+        return compare_manifests(*manifests)
+
