@@ -104,6 +104,33 @@ def test_an_example_runs_verifies_publishes_and_reproduces(in_tmp, example):
 
 
 @pytest.mark.slow
+def test_the_word_language_model_reproduces_sandboxed_to_the_verdict_it_reaches_unconfined(in_tmp):
+    work = in_tmp / "wlm"
+    shutil.copytree(EXAMPLES / "word_language_model", work)
+    made = subprocess.run([sys.executable, "make_corpus.py", "--out", "data/corpus", "--tokens", "20000"], cwd=work,
+                          capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    # one epoch, two repeats: the example's whole path (its band is for four epochs: this run may FAIL it)
+    ran = repro500("run", "repro500.yaml", "-n", "2", "--run-id", "w", "--no-tracking", "--set", "mutable.epochs=1",
+                   cwd=work, env=VENV_PATH, timeout=900)
+    assert ran.returncode in (0, 1, 3), ran.stdout + ran.stderr
+    manifest = json.loads((work / "runs" / "w" / "manifest.json").read_text())
+    assert "data/corpus" in json.dumps(manifest)  # the declared corpus, by digest
+    assert repro500("publish", "runs/w", "--out", str(in_tmp / "pub"), cwd=work).returncode == 0
+    verdicts = {}
+    for out, flags in (("boxed", ()), ("open", ("--no-sandbox",))):
+        done = repro500("reproduce", "pub", "--run-code", "--no-tracking", "--out", out, *flags, cwd=in_tmp,
+                        env=VENV_PATH, timeout=900)
+        assert done.returncode in (0, 3), done.stdout + done.stderr
+        verdicts[out] = json.loads((in_tmp / out / "verdict.json").read_text())
+        assert ("sandbox: bubblewrap" in done.stdout) == (out == "boxed"), done.stdout
+    assert verdicts["boxed"]["status"] == verdicts["open"]["status"] == "REPRODUCED"
+    boxed, unboxed = ({k: json.loads((in_tmp / out / f"repeats/{k}/summary.json").read_text())["metrics"]["test_ppl"]
+                       for k in (0, 1)} for out in ("boxed", "open"))
+    assert boxed == unboxed  # the same seeds, threads and corpus: the same perplexities, confined or not
+
+
+@pytest.mark.slow
 def test_the_plugin_package_example_installs_and_trains_through_its_entry_point(in_tmp):
     site = in_tmp / "site"
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",

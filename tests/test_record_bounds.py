@@ -204,9 +204,10 @@ def test_a_field_is_one_line_of_bounded_width() -> None:
 
 
 # repro500's own patterns built from its own values (a /proc key, a rank, a pid, secrets escaped
-# with re.escape, its character classes): every other pattern given to `re` is a string literal.
+# with re.escape, its character classes, its own temporary directory's name): every other pattern given to `re` is a string literal.
 OWN_PATTERNS = {("repro500/capture/hardware.py", "f'^(?:Node"), ("repro500/redact.py", "'|'.join((re.escape(v)"),
                 ("repro500/untrusted.py", "f'[\\\\x00-"), ("repro500/untrusted.py", "f'\\\\x1b(?!"),
+                ("repro500/verify/verdict.py", "re.escape(os.path.join(tempfile.gettempdir(), _SCRATCH_PREFIX))"),
                 ("repro500/workloads/engines/launch.py", "f'Process {rank}"),
                 ("repro500/workloads/engines/wire.py", "f'\\\\bpid={pid}")}
 
