@@ -53,7 +53,7 @@ def io(samples: int, size: str, formats: list[str] | None, files: list[int] | No
     system = {"samples": samples, "size": size, "formats": formats, "files": files, "access": access,
               "workers": workers, "caches": caches, "batch_size": batch_size, "scratch": scratch}
     data = recipes.io_recipe({k: v for k, v in system.items() if v is not None},
-                             {"threads": threads} if threads else {}, repeats=repeats, seed=seed)
+                             recipes.measure_mutable(threads=threads), repeats=repeats, seed=seed)
     outcome = run_data(data, source="repro500 io", out_dir=out_dir, run_id=run_id, tracking=tracking,
                           experiment=experiment, argv=["repro500", *sys.argv[1:]])
     render.after_run(outcome.run_dir)

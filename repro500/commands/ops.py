@@ -73,9 +73,7 @@ def ops(operators: tuple[str, ...], dtypes: tuple[str, ...], sizes: str, custom:
               "model": model, "tolerances": tolerance_eps, "budget_s": budget_s}
     system = {k: v for k, v in system.items() if v not in (None, {}, [])}
     device = device or "auto"
-    mutable = {"device": device, "threads": threads, "nproc": nproc,
-               "engine": "ddp" if nproc and nproc > 1 else None}
-    data = recipes.ops_recipe(system, {k: v for k, v in mutable.items() if v is not None},
+    data = recipes.ops_recipe(system, recipes.measure_mutable(device, threads, nproc),
                               device=resolve_device(device), repeats=repeats, seed=seed)
     outcome = run_data(data, source="repro500 ops", out_dir=out_dir, run_id=run_id, tracking=tracking,
                           experiment=experiment, argv=["repro500", *sys.argv[1:]])
@@ -92,8 +90,7 @@ def _inference(recipe_path: Path, device: str | None, batch_sizes: tuple[int, ..
     system = inference.options_from_recipe(recipe_path, batch_sizes=list(batch_sizes) or None, calls=calls)
     device = device or system.pop("device")  # the recipe's own device unless --device says otherwise
     system.pop("device", None)
-    mutable = {"device": device, "threads": threads}
-    data = recipes.inference_recipe(system, {k: v for k, v in mutable.items() if v is not None},
+    data = recipes.inference_recipe(system, recipes.measure_mutable(device, threads),
                                     device=resolve_device(device), name=recipe_path.stem, repeats=repeats, seed=seed)
     outcome = run_data(data, source=f"repro500 ops --inference {recipe_path}", out_dir=out_dir, run_id=run_id,
                           tracking=tracking, experiment=experiment, argv=["repro500", *sys.argv[1:]])

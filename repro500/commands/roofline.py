@@ -37,9 +37,8 @@ def roofline(dtypes: tuple[str, ...], sizes: str, device: str, nproc: int | None
 
     check_names(list(dtypes), sizes)  # before torch loads
     system = {"dtypes": list(dtypes) or None, "sizes": sizes, "budget_s": budget_s}
-    mutable = {"device": device, "threads": threads, "nproc": nproc, "engine": "ddp" if nproc and nproc > 1 else None}
     data = recipes.roofline_recipe({k: v for k, v in system.items() if v is not None},
-                                   {k: v for k, v in mutable.items() if v is not None},
+                                   recipes.measure_mutable(device, threads, nproc),
                                    device=resolve_device(device), repeats=repeats, seed=seed)
     outcome = run_data(data, source="repro500 roofline", out_dir=out_dir, run_id=run_id, tracking=tracking,
                           experiment=experiment, argv=["repro500", *sys.argv[1:]])

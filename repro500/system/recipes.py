@@ -16,6 +16,15 @@ from repro500.recipe.schema import SCHEMA
 from repro500.system import dataio, inference, ops, roofline
 
 
+def measure_mutable(device: str | None = None, threads: int | None = None, nproc: int | None = None) -> dict[str, Any]:
+    """A measurement's ``mutable`` from its command's options (what is not given is left out):
+    with more than one process it measures through the ``ddp`` engine (the all-reduce operator,
+    the interconnect's timings)."""
+    mutable = {"device": device, "threads": threads, "nproc": nproc,
+               "engine": "ddp" if nproc and nproc > 1 else None}
+    return {k: v for k, v in mutable.items() if v is not None}
+
+
 def _recipe(name: str, measure: str, system: dict[str, Any], mutable: dict[str, Any],
             acceptance: dict[str, Any], repeats: int, seed: int, description: str) -> dict[str, Any]:
     return {"schema": SCHEMA, "name": name, "description": description,
