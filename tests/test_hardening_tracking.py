@@ -194,17 +194,21 @@ def test_mlflow_info_lines_stay_out_of_a_tracked_runs_output(tmp_path):
 
 
 class _SlowHealth:
-    """A tracking server's /health that takes ``delay_s`` to answer (another team's runs keeping it busy)."""
+    """A tracking server's /health that takes ``delay_s`` to answer (another team's runs keeping it busy).
+    Closed, it ends every answer still waiting and its threads with it: a handler left sleeping would
+    write to a socket its client closed long ago, and the traceback of that would land, minutes later,
+    in whatever test of this worker captures stderr then."""
 
     def __init__(self, delay_s: float):
         import http.server
         import threading
 
-        delay = delay_s
+        delay, stop = delay_s, threading.Event()
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 - http.server's name
-                time.sleep(delay)
+                if stop.wait(delay):
+                    return  # closed before it answered
                 self.send_response(200)
                 self.end_headers()
                 self.wfile.write(b"OK")
@@ -212,14 +216,24 @@ class _SlowHealth:
             def log_message(self, *args):
                 pass
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = False
+            block_on_close = True  # server_close joins the handlers
+
+            def handle_error(self, request, client_address):
+                pass  # a client that gave up is what the test makes happen
+
+        self.stop = stop
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
 
     def close(self):
+        self.stop.set()
         self.server.shutdown()
         self.server.server_close()
+        self.thread.join()
 
 
 @pytest.mark.parametrize("delay_s, usable", [(0.0, True), (2.5, True), (30.0, False)])
