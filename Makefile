@@ -106,9 +106,11 @@ test-slow: $(STAMP)
 # Long tests of minutes of CPU each that CI's 50 minutes do not hold (with them make test-slow took
 # 32 minutes on a 2-core Zen 3): the full quickstart verified (what make demo shows), top-k and
 # PowerSGD training it on two ranks, the CUDA sources compiled from a fresh cache (needs nvcc), and
-# three end-to-end paths whose parts other slow tests cover in CI (the mlflow_script example
-# published and reproduced, README's MLflow-metrics example under DVC, a two-node run's killed rank
-# resumed). Run them before a change to those parts lands.
+# end-to-end paths whose parts other slow tests cover in CI (the mlflow_script example published
+# and reproduced, README's MLflow-metrics example under DVC, a two-node run's killed rank resumed,
+# the SLURM two-node job stopped and resubmitted, the project's dvc.yaml from a fresh clone, locate
+# naming oneDNN's convolution); each test says which cover it. Run them before a change to those
+# parts lands.
 test-heavy: $(STAMP)
 	$(PY) -m pytest -q -m "heavy" -n $(TEST_WORKERS) --dist loadfile --durations=15
 

@@ -358,7 +358,10 @@ print(hashlib.sha256(torch.nn.functional.conv2d(x, w, padding=1).numpy().tobytes
 """
 
 
+# three minutes of CI's 2 cores: make test-heavy. In CI, locate names an operator a real kernel
+# difference changes (the thread count of a float32 sum) and a planted one
 @pytest.mark.slow
+@pytest.mark.heavy
 def test_locate_names_the_convolution_onednn_computes_differently(tmp_path):
     import subprocess
     import sys

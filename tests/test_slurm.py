@@ -298,6 +298,10 @@ def _mlflow_runs(cwd: Path, run_id: str) -> list:
     return client.search_runs(experiments, filter_string=f"tags.`repro500.run_id` = '{run_id}'")
 
 
+# two and a half minutes of CI's 2 cores: make test-heavy. In CI, the same sbatch script on the same
+# two nodes is test_a_node_without_the_venv_or_the_recipe_or_with_other_data_stops_the_job_in_one_sentence,
+# a stop and a --resume that completes the run test_ctrl_c_scancels_the_array_keeps_finished_repeats...
+@pytest.mark.heavy
 def test_a_two_node_job_stopped_by_scancel_keeps_repeat_0_and_its_resubmission_finishes_the_run(slurm, checkout):
     _same_data_on_both_nodes(slurm)
     _recipe(checkout / "cosmo.yaml", slurm, repeats=2, fixed__epochs=6)  # repeat 1 lasts long enough to stop it
