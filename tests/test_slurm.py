@@ -662,7 +662,8 @@ def test_a_preempted_task_is_requeued_and_its_repeat_runs_again_linked_once(slur
     said = " ".join(out.split())
     assert re.search(rf"repeat 1 \(2 of 2\): requeued as SLURM job {array_id}_1 \(preempted or out of time on "
                      r"n[12]; its repeat starts again from its beginning\)", said), said
-    assert said.count("repeat 1 (2 of 2): running on n") == 2, said
+    # (its second start is shown too where the head's squeue, once a second, sees the task running:
+    # a short repeat may start and end between two looks)
     run = checkout / "runs" / "pre"
     summaries = [json.loads((run / f"repeats/{k}/summary.json").read_text()) for k in (0, 1)]
     assert [s["status"] for s in summaries] == ["completed", "completed"]
