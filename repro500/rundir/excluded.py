@@ -198,7 +198,6 @@ class OpenedRun:
     root: Path  # the run directory: the path given, or the archive unpacked
     kind: str  # "run" (a directory), "bundle" (a packed run) or "publication"
     packed: PackedIn | None
-    scratch: Path | None  # the temporary directory it was unpacked into, gone after the with-block
 
 
 @contextlib.contextmanager
@@ -212,8 +211,8 @@ def opened_run(path: str | Path, prefix: str = "repro500-run-") -> Iterator[Open
     path = Path(path)
     packed = publication_of(path)
     if packed is None and not archives.is_archive(path):
-        yield OpenedRun(path, "run", None, None)
+        yield OpenedRun(path, "run", None)
         return
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         root = archives.unpack(packed.archive if packed is not None else path, tmp)
-        yield OpenedRun(root, "publication" if packed is not None else "bundle", packed, Path(tmp))
+        yield OpenedRun(root, "publication" if packed is not None else "bundle", packed)
