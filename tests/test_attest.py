@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import os
 import shutil
 import subprocess
@@ -518,3 +519,50 @@ def test_check_tracking_compares_each_repeat_with_mlflow(tmp_path, monkeypatch):
     assert not (tmp_path / "mlflow.db").exists()  # never an empty store made in its place
     edit_json(root / "run.json", lambda d: d.pop("mlflow"))
     assert "records no MLflow tracking store" in check_tracking(root).problems[0]
+
+
+
+def _tracked_repeats(root: Path) -> tuple[dict[str, str], dict[str, dict]]:
+    """Two repeats on disk, their MLflow run ids, and the runs/get answers that agree with them."""
+    from helpers.fake_tracking import run_json
+
+    from repro500.tracking import names
+
+    tags = {names.NAMES_TAG: names.NAMES_VERSION, names.STATUS_TAG: "ok", names.FINAL_PARAM_DIGEST_TAG: "d1"}
+    ids = {"0": "a" * 32, "1": "b" * 32}
+    for k in ids:
+        (root / "repeats" / k).mkdir(parents=True)
+        (root / "repeats" / k / "summary.json").write_text(
+            json.dumps({"status": "ok", "metrics": {"accuracy": 0.9}, "final_param_digest": "d1"}))
+    return ids, {run_id: run_json(run_id, {"accuracy": 0.9}, tags) for run_id in ids.values()}
+
+
+@pytest.mark.parametrize("server", ["slow", "failing", "missing"])
+def test_a_store_that_answers_late_or_fails_is_never_read_as_a_run_it_lacks(tmp_path, monkeypatch, server):
+    # four verifies at once against one busy server: a get_run past the pre-flight's short timeout
+    # was reported as "not in the store", and the run called INVALID for a record it has
+    from helpers.fake_tracking import FakeTrackingServer
+
+    from repro500.attest.tracking_check import check_tracking
+    from repro500.tracking import store as mlflow_store
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setattr(mlflow_store, "HEALTH_CONNECT_S", 1)  # what a read in a hurry would time out after
+    if server == "failing":
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # the user's own setting is kept
+    root = tmp_path / "run"
+    ids, runs = _tracked_repeats(root)
+    options = {"slow": {"runs": runs, "run_delay_s": 2.5},
+               "failing": {"runs": runs, "run_status": 500},
+               "missing": {"runs": {ids["0"]: runs[ids["0"]]}}}[server]
+    with FakeTrackingServer(**options) as fake:
+        (root / "run.json").write_text(json.dumps({"mlflow": {"tracking_uri": fake.uri, "repeat_run_ids": ids}}))
+        result = check_tracking(root)
+    if server == "slow":
+        assert (result.problems, result.compared) == ([], 2)
+    elif server == "failing":
+        assert len(result.problems) == 1, result.problems
+        assert re.fullmatch(r"MLflow run a{32} could not be read from http://127\.0\.0\.1:\d+ \(.*\): "
+                            r"the repeats were not compared with their tracking records", result.problems[0])
+    else:
+        assert result.problems == [f"repeat 1: MLflow run {ids['1']} is not in the store"], result.problems

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers.fake_tracking import FakeTrackingServer
 from helpers.runs import tool_env
 
 from repro500.redact import REDACTED
@@ -193,49 +194,6 @@ def test_mlflow_info_lines_stay_out_of_a_tracked_runs_output(tmp_path):
     assert sorted(p.name for p in tmp_path.glob("new.db*")) == ["new.db"]
 
 
-class _SlowHealth:
-    """A tracking server's /health that takes ``delay_s`` to answer (another team's runs keeping it busy).
-    Closed, it ends every answer still waiting and its threads with it: a handler left sleeping would
-    write to a socket its client closed long ago, and the traceback of that would land, minutes later,
-    in whatever test of this worker captures stderr then."""
-
-    def __init__(self, delay_s: float):
-        import http.server
-        import threading
-
-        delay, stop = delay_s, threading.Event()
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's name
-                if stop.wait(delay):
-                    return  # closed before it answered
-                self.send_response(200)
-                self.end_headers()
-                self.wfile.write(b"OK")
-
-            def log_message(self, *args):
-                pass
-
-        class Server(http.server.ThreadingHTTPServer):
-            daemon_threads = False
-            block_on_close = True  # server_close joins the handlers
-
-            def handle_error(self, request, client_address):
-                pass  # a client that gave up is what the test makes happen
-
-        self.stop = stop
-        self.server = Server(("127.0.0.1", 0), Handler)
-        self.uri = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.stop.set()
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join()
-
-
 @pytest.mark.parametrize("delay_s, usable", [(0.0, True), (2.5, True), (30.0, False)])
 def test_a_busy_tracking_server_is_waited_for_and_a_silent_one_refused(monkeypatch, delay_s, usable):
     # a server that took the connection is there: a slow /health is waited for (HEALTH_ANSWER_S more),
@@ -245,7 +203,7 @@ def test_a_busy_tracking_server_is_waited_for_and_a_silent_one_refused(monkeypat
 
     monkeypatch.setattr(mlflow_store, "HEALTH_CONNECT_S", 1)
     monkeypatch.setattr(mlflow_store, "HEALTH_ANSWER_S", 4)
-    server = _SlowHealth(delay_s)
+    server = FakeTrackingServer(health_delay_s=delay_s)
     try:
         if usable:
             assert mlflow_store.check_usable(server.uri) == server.uri

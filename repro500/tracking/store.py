@@ -12,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from repro500.errors import InvalidInput, UsageError
 from repro500.redact import redact_text, redact_url
@@ -64,11 +65,11 @@ def local_store_paths(uri: str) -> list[Path]:
 
 
 @contextlib.contextmanager
-def fast_failing_http() -> Iterator[None]:
-    # MLflow retries an unreachable server with back-off for minutes; the pre-flight check must not.
-    saved = {k: os.environ.get(k) for k in ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "MLFLOW_HTTP_REQUEST_TIMEOUT")}
-    os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = "5"
+def _http_settings(settings: dict[str, str], *, override: bool) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in settings}
+    for key, value in settings.items():
+        if override or not os.environ.get(key):
+            os.environ[key] = value
     try:
         yield
     finally:
@@ -77,6 +78,38 @@ def fast_failing_http() -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
+
+
+def fast_failing_http() -> contextlib.AbstractContextManager[None]:
+    """For the one look that decides whether a store is there at all: MLflow retries an unreachable
+    server with back-off for minutes, the pre-flight must not (HEALTH_CONNECT_S, no retry, whatever
+    is set)."""
+    return _http_settings({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+                           "MLFLOW_HTTP_REQUEST_TIMEOUT": str(HEALTH_CONNECT_S)},
+                          override=True)
+
+
+def patient_http() -> contextlib.AbstractContextManager[None]:
+    """For reads from a store that has answered: a server busy with other machines' runs gets
+    HEALTH_ANSWER_S an answer and two retries, so slowness is never read as a record that is not
+    there (the user's own MLFLOW_HTTP_REQUEST_* settings, where set, are kept)."""
+    return _http_settings({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+                           "MLFLOW_HTTP_REQUEST_TIMEOUT": str(HEALTH_ANSWER_S)}, override=False)
+
+
+def read_run(client: Any, run_id: str, uri: str) -> Any:
+    """Run *run_id* of the store at *uri*, or None where the store says it holds no such run.  Any
+    other failure (a timeout, a server error, a lost connection) is not an answer about the run:
+    InvalidInput saying it could not be read, never "not there"."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        with patient_http():
+            return client.get_run(run_id)
+    except MlflowException as err:
+        if getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise InvalidInput(f"MLflow run {run_id} could not be read from {safe_uri(uri)} ({reason(err)})") from None
 
 
 def safe_uri(uri: str) -> str:
@@ -249,14 +282,18 @@ def check_reachable() -> str:
 
 def check_readable(uri: str, advice: str = "check MLFLOW_TRACKING_URI") -> None:
     """Fail fast when an existing store cannot be read (``verify mlflow:RUN_ID``, ``--check-tracking``):
-    a database server gets one connection of 5 s at most, a tracking server no retries."""
+    a database server gets one connection of 5 s at most; a tracking server 5 s to take the
+    connection, and once it has, :data:`HEALTH_ANSWER_S` to answer (a busy server is there)."""
     unreachable = f"MLflow tracking store {safe_uri(uri)} is unreachable ({{}}); {advice}"
     if uri.split(":", 1)[0].split("+", 1)[0] in DATABASE_SCHEMES:
         _check_database(uri, unreachable)
+    # a tracking server that took the connection but is busy gets its time on /health first: the
+    # search below then meets a server that has answered, and gets patience, not 5 s
+    answered = uri.startswith(("http://", "https://")) and _answers_health(uri, unreachable)
     from mlflow.tracking import MlflowClient
 
     try:
-        with fast_failing_http():
+        with patient_http() if answered else fast_failing_http():
             MlflowClient(uri).search_experiments(max_results=1)
     except Exception as err:  # noqa: BLE001 - any failure here means "unreachable"
         raise InvalidInput(unreachable.format(reason(err))) from None

@@ -51,16 +51,10 @@ def _client(uri: str) -> Any:
 
 
 def _get(client: Any, run_id: str, uri: str) -> Any:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        with mlflow_store.fast_failing_http():
-            return client.get_run(run_id)
-    except MlflowException as err:
-        if getattr(err, "error_code", "") == "RESOURCE_DOES_NOT_EXIST" or "not found" in str(err).lower():
-            raise InvalidInput(f"there is no MLflow run {run_id} in {mlflow_store.safe_uri(uri)}") from None
-        raise InvalidInput(f"MLflow run {run_id} could not be read from {mlflow_store.safe_uri(uri)} "
-                           f"({mlflow_store.reason(err)})") from None
+    run = mlflow_store.read_run(client, run_id, uri)
+    if run is None:
+        raise InvalidInput(f"there is no MLflow run {run_id} in {mlflow_store.safe_uri(uri)}")
+    return run
 
 
 def parent_run(client: Any, run_id: str, uri: str) -> Any:
@@ -91,7 +85,7 @@ def download(reference: str, dest: Path) -> Path:
     parent = parent_run(client, run_id, uri)
     parent_id, name = parent.info.run_id, parent.data.tags.get(RUN_ID_TAG, "")
     try:
-        with mlflow_store.fast_failing_http():
+        with mlflow_store.patient_http():  # the store has answered: a busy one is slow, not gone
             archives = [a for a in client.list_artifacts(parent_id, SEALED_PATH) if a.path.endswith(".tar.gz")]
             if not archives and parent.data.tags.get(SEALED_TAG):
                 raise InvalidInput(f"MLflow run {parent_id} ({name}) holds no sealed run: {parent.data.tags[SEALED_TAG]}")
