@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import os
+import re
 import shutil
 import subprocess
 import sys

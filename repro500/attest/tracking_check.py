@@ -25,7 +25,7 @@ from repro500.rundir import layout
 from repro500.rundir import sums as bundle
 from repro500.tracking import names
 from repro500.tracking.names import LEGACY_NAMES_TAG, NAMES_TAG, is_history
-from repro500.tracking.store import check_readable, patient_http, read_run, reason, safe_uri
+from repro500.tracking.store import check_readable, read_run, reason, safe_uri
 
 _REL_TOL = 1e-12
 
