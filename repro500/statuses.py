@@ -26,8 +26,9 @@ RUN_RUNNING = "running"
 RUN_INTERRUPTED = "interrupted"  # stopped by Ctrl-C: what finished is kept, ``--resume`` continues
 RUN_COMPLETED = "completed"
 RUN_FAILED = "failed"
+RUN_SUBMITTED = "submitted"  # --detach: its repeats are SLURM's tasks; ``--resume`` collects them and concludes
 # A run in one of these did not finish: nothing sealed it, or a repeat failed.
-RUN_UNFINISHED = (RUN_RUNNING, RUN_INTERRUPTED, RUN_FAILED)
+RUN_UNFINISHED = (RUN_RUNNING, RUN_INTERRUPTED, RUN_FAILED, RUN_SUBMITTED)
 
 # ----- a verdict (verdict.json "status"), and each of its checks' ----------------------------------
 PASS = "PASS"  # the run met its acceptance bands

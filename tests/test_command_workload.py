@@ -479,3 +479,45 @@ def test_a_remembered_check_no_longer_holds_once_a_module_it_loaded_is_shadowed(
     (tmp_path / "yaml.py").unlink()
     (tmp_path / "lib" / "repro500").mkdir(parents=True)
     assert shadows(modules, tmp_path, tmp_path, {"PYTHONPATH": "lib"}) != before
+
+
+# Saves its step in $REPRO500_CHECKPOINT_DIR after each one and continues from there; its first
+# attempt waits at step 2 (for the Ctrl-C) until "go" exists.
+CHECKPOINTING = """\
+import json, os, time
+saved = os.path.join(os.environ["REPRO500_CHECKPOINT_DIR"], "step.json")
+step = json.load(open(saved))["step"] if os.path.exists(saved) else 0
+print("starting at step", step)
+while step < 5:
+    step += 1
+    json.dump({"step": step}, open(saved, "w"))
+    while step == 2 and not os.path.exists("go"):
+        time.sleep(0.05)
+print("score 0.5")
+"""
+
+
+def test_a_repeat_run_again_continues_from_the_state_its_command_saved(tmp_path):
+    from helpers.runs import interrupt_once_started, repro500, tool_env
+
+    (tmp_path / "work.py").write_text(CHECKPOINTING)
+    run = tmp_path / "runs" / "ck"
+    code, out, err = interrupt_once_started(["--run-id", "ck", "--repeats", "2", "--no-tracking", "--command",
+                                             "--metric", "score=regex:score ([0-9.]+)", "--accept", "score>=0.4", "--",
+                                             PY, "work.py"], cwd=tmp_path, env=tool_env(), run=run, repeats=(0,))
+    assert code == 130, out + err
+    assert json.loads((run / "repeats/0/summary.json").read_text())["status"] == "killed"
+    assert json.loads((run / "repeats/0/checkpoint/step.json").read_text()) == {"step": 2}
+
+    (tmp_path / "go").write_text("")
+    resumed = repro500("run", "--resume", "runs/ck", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    summaries = [json.loads((run / f"repeats/{k}/summary.json").read_text()) for k in (0, 1)]
+    assert (run / "repeats/0/stdout.txt").read_text().startswith("starting at step 2")  # not from the beginning
+    assert (run / "repeats/1/stdout.txt").read_text().startswith("starting at step 0")
+    assert summaries[0]["checkpoint"]["continued"] and summaries[0]["checkpoint"]["files"] == 1
+    assert "checkpoint" not in summaries[1]  # it ran once: nothing to continue from
+    checked = repro500("verify", "runs/ck", cwd=tmp_path)
+    said = " ".join(checked.stdout.split())
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "repeat(s) 0 continued from the state their command saved in an earlier, interrupted attempt" in said

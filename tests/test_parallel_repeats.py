@@ -93,6 +93,11 @@ def test_a_failed_task_is_a_failed_repeat_named_as_in_a_serial_run(tmp_path):
     (["--launcher", "local", "--parallel", "-3"], 2, "--parallel must be a whole number of repeats of at least 1, not -3"),
     (["--launcher", "local", "--parallel", "two"], 2, "'two' is not a valid integer"),
     (["--parallel", "2"], 2, "--parallel 2 needs a launcher to run the repeats side by side"),
+    (["--detach"], 2, "--detach leaves the repeats to SLURM's queue and returns; it goes with --launcher slurm"),
+    (["--launcher", "local", "--detach"], 2, "--detach leaves the repeats to SLURM's queue and returns; it goes with "
+                                             "--launcher slurm"),
+    (["--launcher", "slurm", "--detach", "--until-decided"], 2, "--until-decided looks at the verdict after each "
+                                                                "batch of repeats, which needs the head to stay"),
     (["--launcher", "local", "--parallel", str(len(os.sched_getaffinity(0)) + 1)], 2, "needs a CPU core per repeat"),
 ])
 def test_bad_launcher_options_are_refused_before_anything_is_written(in_tmp, options, code, sentence):

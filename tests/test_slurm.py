@@ -577,6 +577,57 @@ def test_ctrl_c_scancels_the_array_keeps_finished_repeats_and_resume_completes_t
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
 
 
+def test_a_detached_head_leaves_the_array_to_slurm_and_its_resume_collects_and_concludes_the_run(slurm, checkout):
+    import sys
+
+    from mlflow.tracking import MlflowClient
+
+    (checkout / "work.py").write_text(WAITING)
+    uri = f"sqlite:///{checkout / 'mlflow.db'}"
+    env = dict(_tool_env(slurm), MLFLOW_TRACKING_URI=uri)
+    run = checkout / "runs" / "away"
+    tracked_run = [arg for arg in SEEDED_RUN if arg != "--no-tracking"]
+    left = repro500("run", "--run-id", "away", "--launcher", "slurm", "--slurm", "time=5", "--detach", *tracked_run,
+                    sys.executable, "work.py", cwd=checkout, env=env, timeout=300)
+    said = " ".join((left.stdout + left.stderr).split())
+    assert left.returncode == 0, said
+    assert re.search(r"Submitted: 4 repeat\(s\) queued as SLURM job array (\d+); the head leaves them to SLURM", said)
+    assert "Collect them and conclude the run with: repro500 run --resume runs/away --launcher slurm" in said
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "submitted" and sorted(meta["launcher"]["detached"]["jobs"]) == ["0", "1", "2", "3"]
+    assert (checkout / "runs" / ".tasks" / meta["launcher"]["detached"]["folder"]).is_dir()  # kept for the resume
+    client = MlflowClient(uri)
+    parent = client.get_run(meta["mlflow"]["parent_run_id"])
+    assert parent.info.status == "RUNNING"  # the run goes on without its head
+
+    deadline = time.monotonic() + 180  # repeats 0 and 1 finish with no head watching; 2 and 3 wait for "go"
+    while time.monotonic() < deadline and not all((run / f"repeats/{k}/summary.json").is_file() for k in (0, 1)):
+        time.sleep(0.5)
+    assert all((run / f"repeats/{k}/summary.json").is_file() for k in (0, 1))
+    before = (run / "run.json").read_bytes()
+    local = repro500("run", "--resume", "runs/away", "--launcher", "local", cwd=checkout, env=env)
+    assert local.returncode == 2 and "resume it with --launcher slurm (or no --launcher)" in " ".join(
+        local.stderr.split()), local.stdout + local.stderr
+    assert (run / "run.json").read_bytes() == before  # refused before anything was written
+
+    (checkout / "go").write_text("")
+    collected = repro500("run", "--resume", "runs/away", cwd=checkout, env=env, timeout=300)
+    flat = " ".join((collected.stdout + collected.stderr).split())
+    assert collected.returncode == 0, flat
+    assert "(submitted before the head left)" in flat, flat
+    assert slurm.run("squeue", "-h").stdout.strip() == ""
+    assert not (checkout / "runs" / ".tasks").exists()  # collected: the pickled tasks are gone
+    meta = json.loads((run / "run.json").read_text())
+    assert meta["status"] == "completed" and "detached" not in meta["launcher"]
+    chain = [json.loads(line) for line in (run / "chain.jsonl").read_text().splitlines()]
+    assert sorted(r["repeat"] for r in chain[1:]) == [0, 1, 2, 3]  # each linked once, by the head that collected it
+    checked = repro500("verify", "runs/away", "--check-tracking", cwd=checkout, env=env)
+    text = " ".join(checked.stdout.split())
+    assert checked.returncode == 0 and "repeat chain intact" in text and "MLflow agrees: 4 repeat(s)" in text, text
+    runs = client.search_runs([parent.info.experiment_id])
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 5  # the parent and one run per repeat, all ended
+
+
 def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(slurm, checkout):
     import sys
 
@@ -625,12 +676,18 @@ def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
 
 
-# Repeat 1's first attempt runs until SLURM preempts it; its second attempt finishes.  The mark
-# lies outside the experiment's directory, whose files every node's task checks against the head's.
+# Repeat 1's first attempt saves its state and runs until SLURM preempts it; its second attempt
+# continues from that state and finishes.  The mark lies outside the experiment's directory, whose
+# files every node's task checks against the head's.
 PREEMPTED = """\
 import os, time
 k = int(os.environ["REPRO500_REPEAT"])
+state = os.path.join(os.environ["REPRO500_CHECKPOINT_DIR"], "state.txt")
+if os.path.exists(state):
+    print("continued from", open(state).read())
 if k == 1 and not os.path.exists(os.environ["ATTEMPTED"]):
+    with open(state, "w") as fh:
+        fh.write("step 7")
     with open(os.environ["ATTEMPTED"], "w") as fh:
         fh.write(os.environ["SLURMD_NODENAME"])
     while True:
@@ -661,17 +718,23 @@ def test_a_preempted_task_is_requeued_and_its_repeat_runs_again_linked_once(slur
     assert proc.returncode == 0, out + err
     said = " ".join(out.split())
     assert re.search(rf"repeat 1 \(2 of 2\): requeued as SLURM job {array_id}_1 \(preempted or out of time on "
-                     r"n[12]; its repeat starts again from its beginning\)", said), said
+                     r"n[12]; its repeat starts again, from the state its command saved in \$REPRO500_CHECKPOINT_DIR "
+                     r"where it saved one\)", said), said
     # (its second start is shown too where the head's squeue, once a second, sees the task running:
     # a short repeat may start and end between two looks)
     run = checkout / "runs" / "pre"
     summaries = [json.loads((run / f"repeats/{k}/summary.json").read_text()) for k in (0, 1)]
     assert [s["status"] for s in summaries] == ["completed", "completed"]
     assert [s["placement"]["restarts"] for s in summaries] == [0, 1]
+    # the requeued attempt continued from what the first one saved, and says so
+    assert (run / "repeats/1/stdout.txt").read_text().startswith("continued from step 7")
+    assert summaries[1]["checkpoint"]["continued"] and summaries[1]["checkpoint"]["files"] == 1
+    assert "checkpoint" not in summaries[0] and not (run / "repeats/0/checkpoint").exists()
     chain = [json.loads(line) for line in (run / "chain.jsonl").read_text().splitlines()]
     assert sorted(r["repeat"] for r in chain[1:]) == [0, 1]  # the requeued repeat is linked once
     checked = repro500("verify", "runs/pre", cwd=checkout, env=env)
     assert checked.returncode == 0 and "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+    assert "repeat(s) 1 continued from the state their command saved" in " ".join(checked.stdout.split())
     assert not list((checkout / "runs").glob(".tasks/pre-*"))  # the pickled tasks went with the head
 
 

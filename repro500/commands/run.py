@@ -98,6 +98,9 @@ from repro500.errors import UsageError  # loaded with the CLI already (repro500.
 @click.option("--slurm", "slurm", multiple=True, metavar="KEY=VALUE",
               help="With --launcher slurm: a task's resources, repeatable: partition=NAME, time=MINUTES, cpus=N, "
                    "gpus=N, mem=8G, account=NAME, qos=NAME.  [default: the default partition, its time limit, 1 CPU]")
+@click.option("--detach", is_flag=True,
+              help="With --launcher slurm: return once SLURM has queued the repeats (exit 0); repro500 run --resume "
+                   "RUN_DIR later collects them and concludes the run.")
 def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], scales: dict[str, float], accepts: tuple[str, ...],
         timeout_s: float | None, name: str | None, inputs: tuple[str, ...], trace_inputs: bool, repeats: int | None, overrides: tuple[str, ...], params_file: str | None, out_dir: str,
         run_id: str | None, run_id_from_dvc: bool, metrics_path: Path | None, report_path: Path | None, plots_dir: Path | None, deterministic: bool, same_seed: bool, open_division: bool, nproc: int | None,
@@ -106,7 +109,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
         experiment: str | None, artifacts: str | None, sign_key: str | None, sign_principal: str | None, until_decided: bool,
         max_repeats: int | None, spending: str, against: str | None, margins: dict[str, float], vary: str | None,
         repeats_per_cell: int | None, sandboxed: bool, network: bool, sandbox_ro: tuple[str, ...],
-        launcher: str | None, parallel: int | None, slurm: tuple[str, ...]) -> None:
+        launcher: str | None, parallel: int | None, slurm: tuple[str, ...], detach: bool) -> None:
     """Run a benchmark RECIPE several times with full provenance, then verify it.
 
     Or run your own program: repro500 run --command --metric 'accuracy=regex:Acc ([0-9.]+)'
@@ -115,6 +118,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
     Exit code: the verdict's (0 pass, 1 fail, 3 inconclusive), 2 for a usage error (a bad
     option or --set value), 4 for invalid input (recipe, data, metric names, device, an
     unwritable --out), 130 when interrupted (finished repeats are kept; complete with --resume).
+    With --detach: 0 once SLURM has queued the repeats (the verdict comes from --resume).
     """
     import time
 
@@ -148,6 +152,7 @@ def run(recipe: tuple[str, ...], as_command: bool, metrics: tuple[str, ...], sca
                          sign_key=sign_key, sign_principal=sign_principal, trace_inputs=trace_inputs,
                          until_decided=until_decided, max_repeats=max_repeats, spending=spending, against=against,
                          margins=margins, repeats_per_cell=repeats_per_cell, launcher=launcher, parallel=parallel, slurm=slurm,
+                         detach=detach,
                          vary=[name.strip() for name in vary.split(",")] if vary is not None else None,
                          started_ms=started_ms)
     if sandboxed or network or sandbox_ro:

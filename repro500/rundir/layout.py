@@ -38,6 +38,7 @@ from repro500.rundir import sums as bundle
 from repro500.rundir.names import (  # noqa: F401 - re-exported
     ATTESTATION,
     ATTESTATION_SIG,
+    CHECKPOINT,
     CODE_DIFF,
     COMMAND_METRICS,
     DERIVED,
@@ -156,11 +157,18 @@ class RunDir:
         return bundle.repeat_dir(self.path, k)
 
     def fresh_repeat(self, k: int) -> Path:
-        """Repeat k's directory, emptied: an unfinished attempt starts afresh with the same seeds."""
+        """Repeat k's directory, emptied: an unfinished attempt starts afresh with the same seeds,
+        keeping only the state its command saved in ``checkpoint/`` to continue from."""
         out = self.repeat(k)
         if out.exists():
-            shutil.rmtree(out)
-        out.mkdir(parents=True)
+            for entry in out.iterdir():
+                if entry.name == CHECKPOINT and entry.is_dir() and not entry.is_symlink():
+                    continue
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        out.mkdir(parents=True, exist_ok=True)
         return out
 
     def repeat_summary(self, k: int) -> dict[str, Any] | None:

@@ -50,6 +50,9 @@ LAUNCHER_LOG = "launcher.log"  # a failed distributed repeat's launcher output (
 SYSTEM_RECORD = "system.json"  # a system workload's full record of the repeat (repro500.system, docs/system.md)
 SYSTEM_EPOCHS = "system.jsonl"  # a trained repeat's energy, utilization and data wait, one line per epoch
 COMMAND_METRICS = "metrics.json"  # a command's own metrics file ($REPRO500_METRICS, docs/command.md)
+# a command's own saved state ($REPRO500_CHECKPOINT_DIR): the one part of a repeat's directory kept
+# when the repeat runs again (requeued, resumed), for the command to continue from
+CHECKPOINT = "checkpoint"
 
 # ----- derived views: rewritten by verify, report, sign and model, so the digest list leaves them out
 VERDICT = "verdict.json"

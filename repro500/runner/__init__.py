@@ -109,7 +109,7 @@ def _new(options: RunOptions, console: Console) -> Session:
                       experiment=options.experiment, artifacts=options.artifacts,
                       source_name=str(options.recipe or options.adhoc_source), sign=_signing(options),
                       started_ms=options.started_ms)
-    session.reference, session.launch = loaded, launch
+    session.reference, session.launch, session.detach = loaded, launch, options.detach
     return session
 
 
@@ -163,6 +163,7 @@ def _resumed(options: RunOptions, console: Console, reproduction: str | None = N
     finished = run.summaries(recipe.repeats, finished_only=True)
     multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished],
                     str(run.path.resolve()), (meta.get("design") or {}).get("kind") == "sequential")
+    options = fanout.collecting(options, meta.get("launcher") or {})
     launch = fanout.prepare(options, plan, recipe.repeats - len(finished))
     meta["status"] = RUN_RUNNING
     _prepare_tracking(options)
@@ -173,7 +174,7 @@ def _resumed(options: RunOptions, console: Console, reproduction: str | None = N
     session = Session(plan, run, meta, console, resumed=True, tracking=options.tracking, experiment=options.experiment,
                       artifacts=options.artifacts,
                       source_name=str(meta.get("recipe_path") or "--command"), sign=_signing(options))
-    session.reference, session.launch = loaded, launch
+    session.reference, session.launch, session.detach = loaded, launch, options.detach
     return session
 
 

@@ -48,6 +48,9 @@ _TASK_DAYS = 30  # submitit's local executor kills a task after timeout_min (def
 # What the head writes into run.json's launcher record at each fan-out and hands each SLURM task: a
 # task whose node reads another value reads another copy of the run directory, not the head's.
 SUBMISSION = "submission"
+# run.json's launcher record of a head that left (--detach): the tasks' folder, beside the run, and
+# each repeat's SLURM task, for the resume to collect rather than submit again.
+DETACHED = "detached"
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,24 @@ class Launch:
         recorded = {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots],
                     SUBMISSION: secrets.token_hex(8)}
         return {**recorded, "slurm": dict(self.resources)} if self.launcher == "slurm" else recorded
+
+
+def collecting(options: RunOptions, record: dict[str, Any]) -> RunOptions:
+    """The options of a resume that collects the repeats a detached head left to SLURM (run.json's
+    launcher *record*): the same launcher, and unless given, the same parallelism and resources."""
+    left = record.get(DETACHED) or {}
+    if not left.get("jobs"):
+        return options
+    arrays = ", ".join(sorted({str(job_id).split("_")[0] for job_id in left["jobs"].values()}))
+    if options.launcher not in (None, "slurm"):
+        raise UsageError(f"the run's repeats {', '.join(sorted(left['jobs']))} are SLURM's tasks (job array {arrays}), "
+                         f"submitted by a head that left; resume it with --launcher slurm (or no --launcher) to "
+                         "collect them")
+    import dataclasses
+
+    pairs = tuple(f"{key}={value}" for key, value in (record.get("slurm") or {}).items())
+    return dataclasses.replace(options, launcher="slurm", parallel=options.parallel or record.get("parallel"),
+                               slurm=options.slurm or pairs)
 
 
 def _gpu_count() -> int:
@@ -313,8 +334,9 @@ class SlurmRepeat:
     """A repeat as a SLURM task that SLURM may preempt or run out of time: submitit signals the task
     (USR2, ``signal_delay_s`` before its time ends, or when a preempting job needs the node), calls
     :meth:`checkpoint` and requeues the task with what it returns, then ends this attempt.  The
-    repeat has no checkpoint of its own to resume from, so the requeued task runs it again from its
-    beginning with the same seeds, into a fresh repeat directory (:func:`run_task`); the head, which
+    requeued task runs the repeat again with the same seeds, into its repeat directory emptied but
+    for the state a command saved in ``checkpoint/`` (layout.fresh_repeat), which it continues from;
+    the head, which
     chains and logs a repeat when its task's result lands, sees one result and links it once.
     submitit knows a checkpointable task by its ``checkpoint`` method (no base class needed, so
     this module does not import submitit for a run that never fans out)."""
@@ -486,14 +508,20 @@ class Slurm:
     time), each task on the node SLURM gives it; the head follows them with ``squeue``, which
     needs no accounting database (submitit's own states come from ``sacct``)."""
 
-    def __init__(self, launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool) -> None:
+    def __init__(self, launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool,
+                 detached: dict[str, Any] | None = None) -> None:
         import submitit
 
         self.launch, self.run, self.environ, self.tracking = launch, run, environ, tracking
         # Beside the run directory, on the filesystem the tasks must share with it, but not in it:
-        # the pickled tasks hold the run's environment (secrets included); removed when the head ends.
-        self.folder = run.path.resolve().parent / ".tasks" / f"{run.path.name}-{secrets.token_hex(4)}"
-        self.folder.mkdir(parents=True, mode=0o700)
+        # the pickled tasks hold the run's environment (secrets included); removed when the head
+        # ends, unless it leaves them to SLURM (--detach): then the resume collects them from there.
+        tasks_dir = run.path.resolve().parent / ".tasks"
+        if detached is not None:
+            self.folder = tasks_dir / Path(str(detached.get("folder") or "")).name
+        else:
+            self.folder = tasks_dir / f"{run.path.name}-{secrets.token_hex(4)}"
+            self.folder.mkdir(parents=True, mode=0o700)
         self.executor = submitit.AutoExecutor(folder=self.folder, cluster="slurm")
         r = launch.resources
         self.expected: dict[str, str] | None = None  # the head's fingerprint (set by the session before submit)
@@ -543,6 +571,25 @@ class Slurm:
             raise KeyboardInterrupt
         return [(k, "queued", f"SLURM job {job.job_id}") for k, job in pending]
 
+    def adopt(self, detached: dict[str, Any], pending: list[int]) -> list[tuple[int, str, str]]:
+        """Follow the tasks a head that left (--detach) submitted, for the repeats in *pending*, as
+        if this head had submitted them: (repeat, "queued", the task) for each."""
+        import submitit
+
+        jobs = {int(k): str(job_id) for k, job_id in (detached.get("jobs") or {}).items() if int(k) in pending}
+        now = time.monotonic()
+        for k, job_id in jobs.items():
+            self.jobs[k] = submitit.SlurmJob(folder=self.folder, job_id=job_id)
+            self._since[k] = now
+        return [(k, "queued", f"SLURM job {job_id} (submitted before the head left)") for k, job_id in sorted(jobs.items())]
+
+    def leave(self) -> dict[str, Any]:
+        """What the resume needs to collect the tasks in flight (--detach): their folder, kept, and
+        each repeat's task.  Nothing is cancelled."""
+        submitted = {str(k): job.job_id for k, job in sorted(self.jobs.items())}
+        self.jobs.clear()
+        return {"folder": self.folder.name, "jobs": submitted}
+
     def _poll(self) -> None:
         if time.monotonic() - self._polled < _POLL_S or not self.jobs:
             return
@@ -571,7 +618,8 @@ class Slurm:
             elif k in self._node and state in _REQUEUED:
                 left = self._node.pop(k)
                 out.append((k, "requeued", f"SLURM job {job.job_id} (preempted or out of time on {left}; its repeat "
-                                           "starts again from its beginning)"))
+                                           "starts again, from the state its command saved in $REPRO500_CHECKPOINT_DIR "
+                                           "where it saved one)"))
         return out
 
     def landed(self) -> list[tuple[int, Landed, float]]:
@@ -626,6 +674,11 @@ class Slurm:
             self.folder.parent.rmdir()
 
 
-def tasks(launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool) -> Local | Slurm:
-    """The launcher's tasks, behind one interface (room, submit, progress, landed, stop, close)."""
-    return (Slurm if launch.launcher == "slurm" else Local)(launch, run, environ, tracking)
+def tasks(launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool,
+          detached: dict[str, Any] | None = None) -> Local | Slurm:
+    """The launcher's tasks, behind one interface (room, submit, progress, landed, stop, close);
+    *detached*: the record of a head that left them to SLURM (:data:`DETACHED`), whose folder the
+    tasks keep (their results land there)."""
+    if launch.launcher == "slurm":
+        return Slurm(launch, run, environ, tracking, detached)
+    return Local(launch, run, environ, tracking)

@@ -67,6 +67,7 @@ class RunOptions:
     launcher: str | None = None  # where repeats run side by side: local (this node) | slurm (runner/fanout.py)
     parallel: int | None = None  # repeats at once (None with a launcher: one per CPU set or GPU)
     slurm: tuple[str, ...] = ()  # --slurm KEY=VALUE: a SLURM task's resources (slurm_resources)
+    detach: bool = False  # --detach: return once SLURM has the repeats; --resume collects them
 
 
 @dataclass
@@ -197,6 +198,8 @@ LAUNCHERS = ("local", "slurm")
 
 def check_launcher(options: RunOptions) -> None:
     """``--launcher``/``--parallel``: refused before anything is written (one sentence each)."""
+    if options.detach and options.launcher is None:
+        raise UsageError("--detach leaves the repeats to SLURM's queue and returns; it goes with --launcher slurm")
     if options.parallel is not None and options.launcher is None:
         raise UsageError(f"--parallel {options.parallel} needs a launcher to run the repeats side by side: "
                          "add --launcher local (this node) or --launcher slurm")
@@ -213,6 +216,11 @@ def check_launcher(options: RunOptions) -> None:
                          "a repeat of several ranks (--nproc) runs without it")
     if options.slurm and options.launcher != "slurm":
         raise UsageError("--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm")
+    if options.detach and options.launcher != "slurm":
+        raise UsageError("--detach leaves the repeats to SLURM's queue and returns; it goes with --launcher slurm")
+    if options.detach and options.until_decided:
+        raise UsageError("--until-decided looks at the verdict after each batch of repeats, which needs the head to "
+                         "stay; drop --detach (or --until-decided)")
     if options.launcher == "slurm":
         import shutil
 

@@ -25,7 +25,7 @@ from rich.console import Console
 
 from repro500 import redact
 from repro500.capture import inputs, source
-from repro500.errors import EXIT_INTERRUPTED, InvalidInput, ReproError, RunFailed
+from repro500.errors import EXIT_INTERRUPTED, EXIT_OK, InvalidInput, ReproError, RunFailed
 from repro500.rundir import layout, ownership
 from repro500.runner import capture, decide, fanout
 from repro500.runner import summaries as aggregation
@@ -41,6 +41,7 @@ from repro500.statuses import (
     RUN_FAILED,
     RUN_INTERRUPTED,
     RUN_RUNNING,
+    RUN_SUBMITTED,
 )
 from repro500.tracking import store as mlflow_store
 from repro500.untrusted import shown
@@ -86,6 +87,8 @@ class Session:
         self.reference: Any = None  # what the run is verified against (runner/decide.py)
         self.launch: fanout.Launch | None = None  # the repeats side by side (--launcher), or in turn
         self._in_flight: set[int] = set()  # repeats whose tasks are running (side by side)
+        self.detach = False  # --detach: leave the submitted repeats to SLURM (runner/fanout.py)
+        self._left: dict[str, Any] | None = None  # what the head left to SLURM, once it has (fanout.DETACHED)
 
     @property
     def recipe(self) -> Any:
@@ -126,6 +129,8 @@ class Session:
         if self.tracking_on:
             self.track()
         summaries, interrupted = self.repeats()
+        if self._left is not None:
+            return self._leave()
         if not interrupted or self._gathered is None or self._gathered.done():
             self.settle()  # an interrupted run does not wait for a capture still hashing: --resume redoes it
         self.summarise(summaries, RUN_INTERRUPTED if interrupted else
@@ -225,7 +230,10 @@ class Session:
     def repeats(self) -> tuple[dict[int, dict[str, Any]], bool]:
         """Run the repeats not yet finished; stop at the first failed one (the rest would fail alike)."""
         planned = self.recipe.repeats
-        summaries = self.run.summaries(planned, finished_only=True)
+        # a repeat a detached head left to SLURM is collected from its task (linked, logged), even
+        # where the task has already written its summary
+        uncollected = self._detached_jobs()
+        summaries = {k: s for k, s in self.run.summaries(planned, finished_only=True).items() if k not in uncollected}
         todo = [k for k in range(planned) if k not in summaries]
         if self.resumed:
             self.console.print(f"Resuming [bold]{shown(self.meta['run_id'])}[/]: {len(summaries)} of {planned} repeats "
@@ -255,18 +263,7 @@ class Session:
         logged and shown as it lands.  After a failed repeat no new one starts (the rest would fail
         alike; a SLURM array's tasks were all submitted at once and run on); Ctrl-C stops the
         running ones (scancels the array) and keeps what finished."""
-        assert self.launch is not None
-        self.meta["launcher"] = self.launch.record()
-        self.run.write_meta(self.meta)
-        # each SLURM task checks, before its repeat, that its node runs what this one planned
-        # (and, by the mark the launcher record carries, that it reads the run directory this one wrote)
-        expected = {**fanout.node_fingerprint(self.plan, str(self.meta["run_id"])),
-                    fanout.SUBMISSION: self.meta["launcher"][fanout.SUBMISSION]} \
-            if self.launch.launcher == "slurm" else None
-        tasks = fanout.tasks(self.launch, self.run, launchenv.user_environ(), self.tracking is not None)
-        tasks.expected = expected
-        queue = list(todo)
-        display.queued(queue)
+        tasks, queue = self._open_tasks(todo, display)
         looked = len(summaries)  # a sequential run's repeats up to its next look run side by side, then it looks
         failed = False  # as in turn, a run with a failed repeat takes no look
         try:
@@ -284,6 +281,7 @@ class Session:
                 self._start(tasks, starting, display)
                 for k, outcome, elapsed in landed:
                     self._in_flight.discard(k)
+                    self._collected([k])
                     summaries[k] = self._landed(k, outcome)
                     self._prefetch_inputs(k, summaries[k])
                     self._sync(k)
@@ -292,6 +290,9 @@ class Session:
                     looked = limit
                     if decide.look(self, summaries):
                         queue.clear()
+                if self.detach and not queue and tasks.jobs:  # every repeat is SLURM's: the head leaves
+                    self._left = tasks.leave()
+                    return
                 time.sleep(0.1)
             note = fanout.hardware_note(self.run.summaries(self.recipe.repeats, finished_only=False))
             if note:
@@ -300,10 +301,74 @@ class Session:
             reason = "interrupted by the user" if isinstance(err, KeyboardInterrupt) else "the run stopped"
             for k in tasks.stop():
                 self._in_flight.discard(k)
+                self._collected([k])
                 self._mark_killed(k, self.plan.seeds(k), reason)
             raise
         finally:
-            tasks.close()
+            if self._left is None:
+                tasks.close()
+
+    def _open_tasks(self, todo: list[int], display: Display) -> tuple[Any, list[int]]:
+        """The launcher's tasks, with what a detached head left to SLURM adopted (followed, not
+        submitted again), and the repeats still to submit."""
+        assert self.launch is not None
+        left = (self.meta.get("launcher") or {}).get(fanout.DETACHED) if self._detached_jobs() else None
+        self.meta["launcher"] = self.launch.record()
+        if left is not None:  # the tasks submitted before carry the earlier mark: it stays the run's
+            self.meta["launcher"].update({fanout.SUBMISSION: self._recorded_mark(), fanout.DETACHED: left})
+        self.run.write_meta(self.meta)
+        # each SLURM task checks, before its repeat, that its node runs what this one planned
+        # (and, by the mark the launcher record carries, that it reads the run directory this one wrote)
+        expected = {**fanout.node_fingerprint(self.plan, str(self.meta["run_id"])),
+                    fanout.SUBMISSION: self.meta["launcher"][fanout.SUBMISSION]} \
+            if self.launch.launcher == "slurm" else None
+        tasks = fanout.tasks(self.launch, self.run, launchenv.user_environ(), self.tracking is not None, left)
+        tasks.expected = expected
+        display.queued(list(todo))
+        for k, state, where in tasks.adopt(left, todo) if left is not None else []:
+            self._in_flight.add(k)
+            display.waiting(k, f"{state} as {where}")
+        return tasks, [k for k in todo if k not in self._in_flight]
+
+    def _detached_jobs(self) -> set[int]:
+        """The repeats a head that left (--detach) handed to SLURM and no head has collected yet."""
+        left = (self.meta.get("launcher") or {}).get(fanout.DETACHED) or {}
+        return {int(k) for k in left.get("jobs") or {}}
+
+    def _recorded_mark(self) -> str:
+        return str((self.meta.get("launcher") or {}).get(fanout.SUBMISSION) or "")
+
+    def _collected(self, ks: list[int]) -> None:
+        """Repeats whose detached tasks this head has collected (landed, or stopped): a later resume
+        must not wait for them again."""
+        left = (self.meta.get("launcher") or {}).get(fanout.DETACHED)
+        if not left:
+            return
+        for k in ks:
+            left.get("jobs", {}).pop(str(k), None)
+        if not left.get("jobs"):
+            del self.meta["launcher"][fanout.DETACHED]
+        self.run.write_meta(self.meta)
+
+    def _leave(self) -> RunOutcome:
+        """--detach: the manifest and the chain written, the MLflow repeats opened and named, run.json
+        saying what SLURM was left with; the head returns and ``--resume`` concludes the run later."""
+        assert self._left is not None
+        self.settle()
+        if self.tracking:
+            self.tracking.wait_started()
+            self.tracking.record(self.meta)
+            self.tracking.leave()
+            self._notes()
+        self.meta["launcher"][fanout.DETACHED] = self._left
+        self.meta["status"] = RUN_SUBMITTED
+        self.run.write_meta(self.meta)
+        self.seal()
+        arrays = sorted({job_id.split("_")[0] for job_id in self._left["jobs"].values()})
+        self.console.print(f"Submitted: {len(self._left['jobs'])} repeat(s) queued as SLURM job array "
+                           f"{', '.join(arrays)}; the head leaves them to SLURM (squeue -j {','.join(arrays)}). "
+                           f"Collect them and conclude the run with: {self.resume_command}", soft_wrap=True)
+        return RunOutcome(self.run.path, EXIT_OK)
 
     def _start(self, tasks: Any, starting: list[int], display: Display) -> None:
         """Submit *starting* as tasks, open their MLflow repeats, and show what each task is doing."""

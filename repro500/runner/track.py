@@ -405,6 +405,22 @@ class Tracking:
                     self._terminate_after_failure("KILLED")
         self.check()
 
+    def leave(self) -> None:
+        """The head leaves its repeats to SLURM (--detach): everything queued lands, the parent and
+        the repeats' runs stay RUNNING for the resume to end (it reopens them by the ids run.json
+        holds).  The repeats' ready files stay: a task SLURM starts later still finds its own."""
+        if self.ended:
+            return
+        self.ended = True
+        try:
+            self._worker.drain(None)
+        finally:
+            self._worker.stop()
+            closing = getattr(self.tracker, "close", None)
+            if closing is not None:
+                closing(timeout_s=10.0)
+        self.check()
+
     def _terminate_after_failure(self, status: str) -> None:
         """After a failure stopped the queue, no run may stay RUNNING: end what was started, best effort."""
         if self.tracker is None:

@@ -264,6 +264,10 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
         if planned_seed is not None and seed is not None and seed != planned_seed:
             result.problems.append(f"repeat {k} ran with torch seed {seed}, not the {planned_seed} the manifest "
                                    f"planned for repeat {k}: the repeat was replaced or moved")
+    continued = [k for k in range(planned) if isinstance((run.repeats.get(k) or {}).get("checkpoint"), dict)]
+    if continued:  # said, not judged: a command's own resume is part of its method
+        result.notes.append(f"repeat(s) {_ks(continued)} continued from the state their command saved in an earlier, "
+                            "interrupted attempt (repeats/<k>/checkpoint/): their results depend on how it resumes")
     missing = run.not_run
     if not missing:
         return

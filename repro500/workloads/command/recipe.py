@@ -32,6 +32,7 @@ from repro500.workloads.command.observe import MODES as OBSERVE_MODES
 
 # Set by repro500 for every repeat: a recipe's fixed.env may not set them.
 RESERVED_ENV = frozenset({"REPRO500_SEED", "REPRO500_REPEAT", "REPRO500_REPEAT_DIR", "REPRO500_METRICS",
+                          "REPRO500_CHECKPOINT_DIR",
                           "REPRO500_DETERMINISTIC", "REPRO500_RUN_ID", "REPRO500_OBSERVE_DIR",
                           "REPRO500_MLFLOW_READY", "PYTHONHASHSEED", "MLFLOW_RUN_ID"})
 RESERVED_METRICS = frozenset({"total_time_s"})  # measured by repro500 itself

@@ -11,7 +11,9 @@ is the user's and is kept as is.
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Mapping
@@ -40,6 +42,7 @@ from repro500.workloads.command.recipe import CommandSpec, child_seed, fill, mer
 
 SCHEMA = layout.REPEAT_SUMMARY_SCHEMA
 SUMMARY = layout.REPEAT_SUMMARY
+CHECKPOINT_ENV = "REPRO500_CHECKPOINT_DIR"
 METRICS_FILE = layout.COMMAND_METRICS
 STDOUT, STDERR = layout.STDOUT, layout.STDERR
 GRACE_S = 10.0  # SIGTERM (timeout) or SIGINT (Ctrl-C) first; SIGKILL after this long
@@ -110,6 +113,7 @@ def child_env(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path,
         REPEAT_ENV: str(repeat),
         "REPRO500_REPEAT_DIR": str(out_dir),
         "REPRO500_METRICS": str(out_dir / METRICS_FILE),
+        CHECKPOINT_ENV: str(out_dir / layout.CHECKPOINT),
         "REPRO500_DETERMINISTIC": "1" if context.deterministic else "0",
         "PYTHONHASHSEED": str(seeds.python % 2**32),  # Python accepts 0 .. 2**32 - 1
     })
@@ -179,10 +183,13 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
     context = context or RepeatContext()
     out_dir = Path(out_dir).resolve()
     _fresh_repeat_dir(out_dir)
+    continued = _checkpoint(out_dir / layout.CHECKPOINT)
     argv = fill(spec, seed=child_seed(seeds), repeat=repeat, repeat_dir=str(out_dir))
     env = child_env(spec, repeat, seeds, out_dir, context)
     redactor = _Redactor(env)
     summary = _initial_summary(repeat, seeds, redactor.argv(argv))
+    if continued is not None:
+        summary["checkpoint"] = continued
     start = time.monotonic()
     watch = Watch(spec.observe)
 
@@ -190,6 +197,8 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
         summary["total_time_s"] = summary["total_time_s"] or time.monotonic() - start
         summary["metrics"]["total_time_s"] = summary["total_time_s"]
         summary.update(status=status, error=redactor.text(error) if error else None)
+        with contextlib.suppress(OSError):  # a command that saved nothing leaves no empty folder behind
+            (out_dir / layout.CHECKPOINT).rmdir()
         write_json(out_dir / SUMMARY, summary)
         return summary
 
@@ -272,6 +281,25 @@ def _collect_results(spec: CommandSpec, repeat: int, out_dir: Path, context: Rep
         return str(err)
     summary["final_param_digest"] = produced.param_digest() or _outputs_digest(summary["outputs"])
     return None
+
+
+def _checkpoint(folder: Path) -> dict[str, Any] | None:
+    """Make the folder a command saves its state in (``$REPRO500_CHECKPOINT_DIR``); what an earlier
+    attempt of this repeat left there (it continues from it), or None where it starts afresh.  The
+    record says what the attempt started from: its files, their size and one digest over them."""
+    try:
+        folder.mkdir(exist_ok=True)
+        # os.walk, not rglob: a link the command left there is not followed out of the folder
+        files = sorted(Path(top, name) for top, _, names in os.walk(folder) for name in names
+                       if not Path(top, name).is_symlink() and Path(top, name).is_file())
+        if not files:
+            return None
+        pairs = [(file_digest(p), p.relative_to(folder).as_posix()) for p in files]
+        size = sum(p.stat().st_size for p in files)
+    except OSError as err:
+        raise InvalidInput(f"the repeat's checkpoint folder {folder} cannot be read or made "
+                           f"({err.strerror or err})") from None
+    return {"continued": True, "files": len(files), "bytes": size, "sha256": tree_digest(pairs)}
 
 
 def _fresh_repeat_dir(out_dir: Path) -> None:
