@@ -506,7 +506,8 @@ def test_a_repeat_run_again_continues_from_the_state_its_command_saved(tmp_path)
                                              "--metric", "score=regex:score ([0-9.]+)", "--accept", "score>=0.4", "--",
                                              PY, "work.py"], cwd=tmp_path, env=tool_env(), run=run, repeats=(0,))
     assert code == 130, out + err
-    assert json.loads((run / "repeats/0/summary.json").read_text())["status"] == "killed"
+    first = json.loads((run / "repeats/0/summary.json").read_text())
+    assert first["status"] == "killed", (first, out, err)
     assert json.loads((run / "repeats/0/checkpoint/step.json").read_text()) == {"step": 2}
 
     (tmp_path / "go").write_text("")

@@ -208,9 +208,9 @@ def run_repeat(spec: CommandSpec, repeat: int, seeds: Seeds, out_dir: Path, cont
                                 stderr=out_dir / STDERR, echo=context.echo)
         except OSError as err:
             return finish(REPEAT_FAILED, _start_error(err, argv[0], spec.workdir, env.get("PATH")))
-        if context.started is not None:
-            context.started()
-        try:
+        try:  # from here on a Ctrl-C reaches the command (its own process group): none is left running
+            if context.started is not None:
+                context.started()
             child.wait(spec.timeout_s, grace_s)
         except KeyboardInterrupt:
             child.interrupt(grace_s)
