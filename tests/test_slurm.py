@@ -582,19 +582,24 @@ def test_a_detached_head_leaves_the_array_to_slurm_and_its_resume_collects_and_c
 
     from mlflow.tracking import MlflowClient
 
-    (checkout / "work.py").write_text(WAITING)
+    # "go" outside the experiment's directory: a task that starts after the resume checks the
+    # experiment's files against what the head planned, and a new file there would be another experiment
+    go = checkout.parent / f"go-{checkout.name}"
+    (checkout / "work.py").write_text(WAITING.replace('"go"', 'os.environ["GO"]'))
     uri = f"sqlite:///{checkout / 'mlflow.db'}"
-    env = dict(_tool_env(slurm), MLFLOW_TRACKING_URI=uri)
+    env = dict(_tool_env(slurm), MLFLOW_TRACKING_URI=uri, GO=str(go))
     run = checkout / "runs" / "away"
-    tracked_run = [arg for arg in SEEDED_RUN if arg != "--no-tracking"]
+    # five repeats on two one-CPU nodes: 0 and 1 end with no head watching, 2 and 3 wait for "go",
+    # and 4 is still pending when the resume starts (it then checks run.json as every task does)
+    tracked_run = ["--repeats", "5", *[arg for arg in SEEDED_RUN[2:] if arg != "--no-tracking"]]
     left = repro500("run", "--run-id", "away", "--launcher", "slurm", "--slurm", "time=5", "--detach", *tracked_run,
                     sys.executable, "work.py", cwd=checkout, env=env, timeout=300)
     said = " ".join((left.stdout + left.stderr).split())
     assert left.returncode == 0, said
-    assert re.search(r"Submitted: 4 repeat\(s\) queued as SLURM job array (\d+); the head leaves them to SLURM", said)
+    assert re.search(r"Submitted: 5 repeat\(s\) queued as SLURM job array (\d+); the head leaves them to SLURM", said)
     assert "Collect them and conclude the run with: repro500 run --resume runs/away --launcher slurm" in said
     meta = json.loads((run / "run.json").read_text())
-    assert meta["status"] == "submitted" and sorted(meta["launcher"]["detached"]["jobs"]) == ["0", "1", "2", "3"]
+    assert meta["status"] == "submitted" and sorted(meta["launcher"]["detached"]["jobs"]) == ["0", "1", "2", "3", "4"]
     assert (checkout / "runs" / ".tasks" / meta["launcher"]["detached"]["folder"]).is_dir()  # kept for the resume
     client = MlflowClient(uri)
     parent = client.get_run(meta["mlflow"]["parent_run_id"])
@@ -604,13 +609,19 @@ def test_a_detached_head_leaves_the_array_to_slurm_and_its_resume_collects_and_c
     while time.monotonic() < deadline and not all((run / f"repeats/{k}/summary.json").is_file() for k in (0, 1)):
         time.sleep(0.5)
     assert all((run / f"repeats/{k}/summary.json").is_file() for k in (0, 1))
+    def queued(state: str) -> list[str]:
+        return sorted(t.split("_")[1] for t in slurm.run("squeue", "-h", "-r", "-t", state, "-o", "%i").stdout.split())
+
+    while time.monotonic() < deadline and (queued("RUNNING"), queued("PENDING")) != (["2", "3"], ["4"]):
+        time.sleep(0.5)  # SLURM starts 2 and 3 on the nodes 0 and 1 left
+    assert (queued("RUNNING"), queued("PENDING")) == (["2", "3"], ["4"])
     before = (run / "run.json").read_bytes()
     local = repro500("run", "--resume", "runs/away", "--launcher", "local", cwd=checkout, env=env)
     assert local.returncode == 2 and "resume it with --launcher slurm (or no --launcher)" in " ".join(
         local.stderr.split()), local.stdout + local.stderr
     assert (run / "run.json").read_bytes() == before  # refused before anything was written
 
-    (checkout / "go").write_text("")
+    go.write_text("")
     collected = repro500("run", "--resume", "runs/away", cwd=checkout, env=env, timeout=300)
     flat = " ".join((collected.stdout + collected.stderr).split())
     assert collected.returncode == 0, flat
@@ -620,12 +631,14 @@ def test_a_detached_head_leaves_the_array_to_slurm_and_its_resume_collects_and_c
     meta = json.loads((run / "run.json").read_text())
     assert meta["status"] == "completed" and "detached" not in meta["launcher"]
     chain = [json.loads(line) for line in (run / "chain.jsonl").read_text().splitlines()]
-    assert sorted(r["repeat"] for r in chain[1:]) == [0, 1, 2, 3]  # each linked once, by the head that collected it
+    assert sorted(r["repeat"] for r in chain[1:]) == [0, 1, 2, 3, 4]  # each linked once, by the head that collected it
+    summaries = [json.loads((run / f"repeats/{k}/summary.json").read_text()) for k in range(5)]
+    assert [s["status"] for s in summaries] == ["completed"] * 5  # repeat 4 started after the resume, and ran
     checked = repro500("verify", "runs/away", "--check-tracking", cwd=checkout, env=env)
     text = " ".join(checked.stdout.split())
-    assert checked.returncode == 0 and "repeat chain intact" in text and "MLflow agrees: 4 repeat(s)" in text, text
+    assert checked.returncode == 0 and "repeat chain intact" in text and "MLflow agrees: 5 repeat(s)" in text, text
     runs = client.search_runs([parent.info.experiment_id])
-    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 5  # the parent and one run per repeat, all ended
+    assert sorted(r.info.status for r in runs) == ["FINISHED"] * 6  # the parent and one run per repeat, all ended
 
 
 def test_a_task_scancelled_from_outside_is_a_failed_repeat_and_resume_reruns_it(slurm, checkout):

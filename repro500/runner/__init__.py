@@ -164,6 +164,9 @@ def _resumed(options: RunOptions, console: Console, reproduction: str | None = N
     multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished],
                     str(run.path.resolve()), (meta.get("design") or {}).get("kind") == "sequential")
     options = fanout.collecting(options, meta.get("launcher") or {})
+    if options.detach and options.launcher != "slurm":
+        raise UsageError(f"--detach leaves the repeats to SLURM's queue and returns; run {run} has none there: "
+                         "resume it with --launcher slurm --detach")
     launch = fanout.prepare(options, plan, recipe.repeats - len(finished))
     meta["status"] = RUN_RUNNING
     _prepare_tracking(options)

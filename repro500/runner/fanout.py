@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -84,17 +85,39 @@ class Launch:
         return {**recorded, "slurm": dict(self.resources)} if self.launcher == "slurm" else recorded
 
 
+_ARRAY_TASK = re.compile(r"\d+_\d+")
+
+
+def detached_jobs(record: dict[str, Any]) -> tuple[str, dict[int, str]] | None:
+    """The task folder and each repeat's array task that run.json's launcher *record* says a head
+    left to SLURM (:data:`DETACHED`) and no head has collected yet; None when there are none.  Read
+    in one place and checked: the folder is a name under ``runs/.tasks``, never a path."""
+    left = record.get(DETACHED)
+    if not left:
+        return None
+    folder, jobs = (left.get("folder"), left.get("jobs")) if isinstance(left, dict) else (None, None)
+    if not isinstance(folder, str) or Path(folder).name != folder or folder in ("", ".", ".."):
+        raise InvalidInput(f"run.json's launcher.{DETACHED} names no task folder ({folder!r}): the tasks a head left "
+                           "to SLURM cannot be collected; remove the record to rerun those repeats")
+    if not isinstance(jobs, dict) or not all(str(k).isdigit() and _ARRAY_TASK.fullmatch(str(v))
+                                             for k, v in jobs.items()):
+        raise InvalidInput(f"run.json's launcher.{DETACHED}.jobs is not a map of repeats to SLURM array tasks: the "
+                           "tasks a head left to SLURM cannot be collected")
+    return (folder, {int(k): str(v) for k, v in jobs.items()}) if jobs else None
+
+
 def collecting(options: RunOptions, record: dict[str, Any]) -> RunOptions:
     """The options of a resume that collects the repeats a detached head left to SLURM (run.json's
     launcher *record*): the same launcher, and unless given, the same parallelism and resources."""
-    left = record.get(DETACHED) or {}
-    if not left.get("jobs"):
+    left = detached_jobs(record)
+    if left is None:
         return options
-    arrays = ", ".join(sorted({str(job_id).split("_")[0] for job_id in left["jobs"].values()}))
+    jobs = left[1]
+    arrays = ", ".join(sorted({job_id.split("_")[0] for job_id in jobs.values()}))
     if options.launcher not in (None, "slurm"):
-        raise UsageError(f"the run's repeats {', '.join(sorted(left['jobs']))} are SLURM's tasks (job array {arrays}), "
-                         f"submitted by a head that left; resume it with --launcher slurm (or no --launcher) to "
-                         "collect them")
+        raise UsageError(f"the run's repeats {', '.join(map(str, sorted(jobs)))} are SLURM's tasks (job array "
+                         f"{arrays}), submitted by a head that left; resume it with --launcher slurm (or no "
+                         "--launcher) to collect them")
     import dataclasses
 
     pairs = tuple(f"{key}={value}" for key, value in (record.get("slurm") or {}).items())
@@ -380,6 +403,10 @@ class Local:
         """How many more repeats may start now."""
         return len(self.free)
 
+    def with_results(self) -> list[int]:
+        """None kept for a resume: a local task's result lives in a folder that goes with the head."""
+        return []
+
     def submit(self, batch: dict[int, Any]) -> list[tuple[int, str, str]]:
         """Start each repeat of *batch* (repeat -> its MLflow target): (repeat, state, where)."""
         return [(k, "running", self._submit(k, mlflow).where) for k, mlflow in batch.items()]
@@ -509,7 +536,7 @@ class Slurm:
     needs no accounting database (submitit's own states come from ``sacct``)."""
 
     def __init__(self, launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool,
-                 detached: dict[str, Any] | None = None) -> None:
+                 detached: tuple[str, dict[int, str]] | None = None) -> None:
         import submitit
 
         self.launch, self.run, self.environ, self.tracking = launch, run, environ, tracking
@@ -518,7 +545,7 @@ class Slurm:
         # ends, unless it leaves them to SLURM (--detach): then the resume collects them from there.
         tasks_dir = run.path.resolve().parent / ".tasks"
         if detached is not None:
-            self.folder = tasks_dir / Path(str(detached.get("folder") or "")).name
+            self.folder = tasks_dir / detached[0]
         else:
             self.folder = tasks_dir / f"{run.path.name}-{secrets.token_hex(4)}"
             self.folder.mkdir(parents=True, mode=0o700)
@@ -537,6 +564,7 @@ class Slurm:
         self._gone: dict[int, float] = {}  # repeat -> when squeue first no longer showed its task alive
         self._queue: dict[str, tuple[str, str]] = {}  # task id -> (state, node), as squeue said last
         self._polled = 0.0
+        self._adopted: set[int] = set()  # repeats whose tasks a head that left submitted (adopt)
 
     def room(self) -> int:
         # every repeat in one array; a sequential run's next batch once the last one has landed
@@ -571,24 +599,29 @@ class Slurm:
             raise KeyboardInterrupt
         return [(k, "queued", f"SLURM job {job.job_id}") for k, job in pending]
 
-    def adopt(self, detached: dict[str, Any], pending: list[int]) -> list[tuple[int, str, str]]:
+    def adopt(self, detached: tuple[str, dict[int, str]], pending: list[int]) -> list[tuple[int, str, str]]:
         """Follow the tasks a head that left (--detach) submitted, for the repeats in *pending*, as
         if this head had submitted them: (repeat, "queued", the task) for each."""
         import submitit
 
-        jobs = {int(k): str(job_id) for k, job_id in (detached.get("jobs") or {}).items() if int(k) in pending}
+        jobs = {k: job_id for k, job_id in detached[1].items() if k in pending}
         now = time.monotonic()
         for k, job_id in jobs.items():
             self.jobs[k] = submitit.SlurmJob(folder=self.folder, job_id=job_id)
             self._since[k] = now
+            self._adopted.add(k)
         return [(k, "queued", f"SLURM job {job_id} (submitted before the head left)") for k, job_id in sorted(jobs.items())]
 
-    def leave(self) -> dict[str, Any]:
-        """What the resume needs to collect the tasks in flight (--detach): their folder, kept, and
-        each repeat's task.  Nothing is cancelled."""
-        submitted = {str(k): job.job_id for k, job in sorted(self.jobs.items())}
-        self.jobs.clear()
+    def leave(self, ks: list[int] | None = None) -> dict[str, Any]:
+        """What a resume needs to collect the tasks of *ks* (default: all in flight; --detach): their
+        folder, kept, and each repeat's task.  Nothing is cancelled."""
+        ks = sorted(self.jobs) if ks is None else sorted(ks)
+        submitted = {str(k): self.jobs.pop(k).job_id for k in ks}
         return {"folder": self.folder.name, "jobs": submitted}
+
+    def with_results(self) -> list[int]:
+        """The repeats whose tasks have handed back a result this head has not collected yet."""
+        return [k for k, job in self.jobs.items() if job.paths.result_pickle.exists()]
 
     def _poll(self) -> None:
         if time.monotonic() - self._polled < _POLL_S or not self.jobs:
@@ -641,7 +674,11 @@ class Slurm:
                     f"SLURM task {job.job_id}{on} ended without a result (cancelled, out of time or memory, or its "
                     f"node failed; scontrol show job {job.job_id} says which, while SLURM remembers it)"))
             del self.jobs[k]
-            out.append((k, outcome, time.monotonic() - self._since[k]))
+            ran = time.monotonic() - self._since[k]
+            if k not in self._node and outcome.summary is not None and k in self._adopted:
+                # ended before this head looked: the time is the repeat's own, not the wait to collect it
+                ran = float(outcome.summary.get("total_time_s") or 0.0)
+            out.append((k, outcome, ran))
         return out
 
     def _task_node(self, k: int) -> str:
@@ -675,7 +712,7 @@ class Slurm:
 
 
 def tasks(launch: Launch, run: layout.RunDir, environ: dict[str, str], tracking: bool,
-          detached: dict[str, Any] | None = None) -> Local | Slurm:
+          detached: tuple[str, dict[int, str]] | None = None) -> Local | Slurm:
     """The launcher's tasks, behind one interface (room, submit, progress, landed, stop, close);
     *detached*: the record of a head that left them to SLURM (:data:`DETACHED`), whose folder the
     tasks keep (their results land there)."""

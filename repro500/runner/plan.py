@@ -198,7 +198,7 @@ LAUNCHERS = ("local", "slurm")
 
 def check_launcher(options: RunOptions) -> None:
     """``--launcher``/``--parallel``: refused before anything is written (one sentence each)."""
-    if options.detach and options.launcher is None:
+    if options.detach and options.launcher is None and not options.resume:  # a resume may take the recorded one
         raise UsageError("--detach leaves the repeats to SLURM's queue and returns; it goes with --launcher slurm")
     if options.parallel is not None and options.launcher is None:
         raise UsageError(f"--parallel {options.parallel} needs a launcher to run the repeats side by side: "

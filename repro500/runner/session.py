@@ -281,10 +281,10 @@ class Session:
                 self._start(tasks, starting, display)
                 for k, outcome, elapsed in landed:
                     self._in_flight.discard(k)
-                    self._collected([k])
                     summaries[k] = self._landed(k, outcome)
                     self._prefetch_inputs(k, summaries[k])
                     self._sync(k)
+                    self._collected([k])  # linked: a resume after a stop here collects it again, never not at all
                     display.ended(k, summaries[k], elapsed)
                 if limit is not None and landed and not tasks.jobs and len(summaries) >= limit and not failed:
                     looked = limit
@@ -292,6 +292,10 @@ class Session:
                         queue.clear()
                 if self.detach and not queue and tasks.jobs:  # every repeat is SLURM's: the head leaves
                     self._left = tasks.leave()
+                    # recorded before anything else can stop the head: a resume then collects them
+                    self.meta["launcher"][fanout.DETACHED] = self._left
+                    self.meta["status"] = RUN_SUBMITTED
+                    self.run.write_meta(self.meta)
                     return
                 time.sleep(0.1)
             note = fanout.hardware_note(self.run.summaries(self.recipe.repeats, finished_only=False))
@@ -299,23 +303,26 @@ class Session:
                 self.console.print(f"[yellow]note:[/] {shown(note)}", highlight=False, soft_wrap=True)
         except BaseException as err:  # Ctrl-C, or the run stopping (MLflow failed): no task outlives the head
             reason = "interrupted by the user" if isinstance(err, KeyboardInterrupt) else "the run stopped"
+            self._keep_results(tasks)
             for k in tasks.stop():
                 self._in_flight.discard(k)
                 self._collected([k])
                 self._mark_killed(k, self.plan.seeds(k), reason)
             raise
         finally:
-            if self._left is None:
+            if self._left is None and not self._detached_jobs():  # a folder a resume collects from stays
                 tasks.close()
 
     def _open_tasks(self, todo: list[int], display: Display) -> tuple[Any, list[int]]:
         """The launcher's tasks, with what a detached head left to SLURM adopted (followed, not
         submitted again), and the repeats still to submit."""
         assert self.launch is not None
-        left = (self.meta.get("launcher") or {}).get(fanout.DETACHED) if self._detached_jobs() else None
+        recorded = self.meta.get("launcher") or {}
+        left = fanout.detached_jobs(recorded)
         self.meta["launcher"] = self.launch.record()
         if left is not None:  # the tasks submitted before carry the earlier mark: it stays the run's
-            self.meta["launcher"].update({fanout.SUBMISSION: self._recorded_mark(), fanout.DETACHED: left})
+            self.meta["launcher"].update({fanout.SUBMISSION: recorded[fanout.SUBMISSION],
+                                          fanout.DETACHED: recorded[fanout.DETACHED]})
         self.run.write_meta(self.meta)
         # each SLURM task checks, before its repeat, that its node runs what this one planned
         # (and, by the mark the launcher record carries, that it reads the run directory this one wrote)
@@ -332,11 +339,20 @@ class Session:
 
     def _detached_jobs(self) -> set[int]:
         """The repeats a head that left (--detach) handed to SLURM and no head has collected yet."""
-        left = (self.meta.get("launcher") or {}).get(fanout.DETACHED) or {}
-        return {int(k) for k in left.get("jobs") or {}}
+        left = fanout.detached_jobs(self.meta.get("launcher") or {})
+        return set(left[1]) if left else set()
 
-    def _recorded_mark(self) -> str:
-        return str((self.meta.get("launcher") or {}).get(fanout.SUBMISSION) or "")
+    def _keep_results(self, tasks: Any) -> None:
+        """Before the tasks are stopped: the repeats whose results have landed but were not yet
+        collected (linked, logged) are left for the resume to collect, not stopped as killed."""
+        ready = tasks.with_results()
+        if not ready:
+            return
+        kept = tasks.leave(ready)
+        left = (self.meta.get("launcher") or {}).get(fanout.DETACHED) or {"folder": kept["folder"], "jobs": {}}
+        left["jobs"].update(kept["jobs"])
+        self.meta["launcher"][fanout.DETACHED] = left
+        self.run.write_meta(self.meta)
 
     def _collected(self, ks: list[int]) -> None:
         """Repeats whose detached tasks this head has collected (landed, or stopped): a later resume
@@ -357,11 +373,9 @@ class Session:
         self.settle()
         if self.tracking:
             self.tracking.wait_started()
+            self.tracking.leave()  # everything queued has landed: run.json names every repeat's run
             self.tracking.record(self.meta)
-            self.tracking.leave()
             self._notes()
-        self.meta["launcher"][fanout.DETACHED] = self._left
-        self.meta["status"] = RUN_SUBMITTED
         self.run.write_meta(self.meta)
         self.seal()
         arrays = sorted({job_id.split("_")[0] for job_id in self._left["jobs"].values()})
