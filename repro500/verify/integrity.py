@@ -264,10 +264,7 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
         if planned_seed is not None and seed is not None and seed != planned_seed:
             result.problems.append(f"repeat {k} ran with torch seed {seed}, not the {planned_seed} the manifest "
                                    f"planned for repeat {k}: the repeat was replaced or moved")
-    continued = [k for k in range(planned) if isinstance((run.repeats.get(k) or {}).get("checkpoint"), dict)]
-    if continued:  # said, not judged: a command's own resume is part of its method
-        result.notes.append(f"repeat(s) {_ks(continued)} continued from the state their command saved in an earlier, "
-                            "interrupted attempt (repeats/<k>/checkpoint/): their results depend on how it resumes")
+    _note_continued(run, planned, result)
     missing = run.not_run
     if not missing:
         return
@@ -279,6 +276,15 @@ def check_repeats(run: RunData, result: IntegrityResult) -> None:
         said = f"run.json says the run is {state!r}" if state else "nothing says the run stopped early"
         result.problems.append(f"repeat(s) {_ks(missing)} of the {planned} planned are missing (no "
                                f"repeats/<k>/summary.json) and {said}: a repeat cannot be dropped from a run")
+
+
+def _note_continued(run: RunData, planned: int, result: IntegrityResult) -> None:
+    """Said, not judged: a repeat that continued from the state its command saved (a command's
+    own resume is part of its method)."""
+    continued = [k for k in range(planned) if isinstance((run.repeats.get(k) or {}).get("checkpoint"), dict)]
+    if continued:
+        result.notes.append(f"repeat(s) {_ks(continued)} continued from the state their command saved in an earlier, "
+                            "interrupted attempt (repeats/<k>/checkpoint/): their results depend on how it resumes")
 
 
 def _check_topology(meta: dict[str, Any], k: int, doc: dict[str, Any], result: IntegrityResult) -> None:
