@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "data": ("repro500.commands.data", "data", "Generate synthetic scientific datasets and check dataset files."),
     "run": ("repro500.commands.run", "run", "Run a benchmark recipe or your own command several times with full provenance."),
     "init": ("repro500.commands.init", "init", "Put your own experiment under repro500 and DVC (repro500.yaml, params.yaml, dvc.yaml)."),
+    "status": ("repro500.commands.status", "status", "Say where a run stands, repeat by repeat (a detached run's SLURM tasks too)."),
     "verify": ("repro500.commands.verify", "verify", "Decide statistically whether a run holds or reproduces a reference."),
     "locate": ("repro500.commands.locate", "locate", "Say where two runs part: the first step, the first operator, the likely cause."),
     "sign": ("repro500.commands.sign", "sign", "Sign a run: an in-toto attestation of its files, signed with your SSH key."),

@@ -510,6 +510,11 @@ def test_a_repeat_run_again_continues_from_the_state_its_command_saved(tmp_path)
     assert first["status"] == "killed", (first, out, err)
     assert json.loads((run / "repeats/0/checkpoint/step.json").read_text()) == {"step": 2}
 
+    standing = repro500("status", "runs/ck", cwd=tmp_path)
+    assert standing.returncode == 0 and standing.stdout.splitlines() == [
+        "run ck (runs/ck): interrupted", "  repeat 0: killed", "  repeat 1: not run",
+        "complete the run with: repro500 run --resume runs/ck"], standing.stdout + standing.stderr
+
     (tmp_path / "go").write_text("")
     resumed = repro500("run", "--resume", "runs/ck", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -522,3 +527,4 @@ def test_a_repeat_run_again_continues_from_the_state_its_command_saved(tmp_path)
     said = " ".join(checked.stdout.split())
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "repeat(s) 0 continued from the state their command saved in an earlier, interrupted attempt" in said
+    assert repro500("status", "runs/ck", cwd=tmp_path).stdout.splitlines()[-1] == "verify it with: repro500 verify runs/ck"

@@ -615,6 +615,13 @@ def test_a_detached_head_leaves_the_array_to_slurm_and_its_resume_collects_and_c
     while time.monotonic() < deadline and (queued("RUNNING"), queued("PENDING")) != (["2", "3"], ["4"]):
         time.sleep(0.5)  # SLURM starts 2 and 3 on the nodes 0 and 1 left
     assert (queued("RUNNING"), queued("PENDING")) == (["2", "3"], ["4"])
+    standing = repro500("status", "runs/away", cwd=checkout, env=env)
+    lines = standing.stdout.splitlines()
+    assert standing.returncode == 0 and "5 repeat(s) are SLURM's" in lines[0], standing.stdout + standing.stderr
+    assert re.fullmatch(r"  repeat 0: ended \(completed; SLURM job \d+_0\), its result not yet collected", lines[1])
+    assert re.fullmatch(r"  repeat 2: running on n[12] \(SLURM job \d+_2\)", lines[3]), lines
+    assert re.fullmatch(r"  repeat 4: pending \(SLURM job \d+_4\)", lines[5]), lines
+    assert lines[6] == "collect them and conclude the run with: repro500 run --resume runs/away"
     before = (run / "run.json").read_bytes()
     local = repro500("run", "--resume", "runs/away", "--launcher", "local", cwd=checkout, env=env)
     assert local.returncode == 2 and "resume it with --launcher slurm (or no --launcher)" in " ".join(

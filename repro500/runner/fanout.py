@@ -508,6 +508,62 @@ _GONE_S = 5.0  # a task gone from squeue this long without a result ended withou
 _CANCEL_WAIT_S = 120.0  # after scancel: SLURM's KillWait (30 s by default) plus the repeat's own grace
 
 
+def queue_states(job_ids: list[str]) -> dict[str, tuple[str, str]] | None:
+    """What ``squeue`` says of the array tasks *job_ids* (``<array>_<task>``): task -> (state, node);
+    a task it does not list has left the queue (an array SLURM no longer knows, past its MinJobAge,
+    is an empty answer).  None when the controller did not answer."""
+    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
+    try:
+        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%N", "-j", ",".join(arrays)],
+                              capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+        return None
+    states = {}
+    for line in done.stdout.splitlines():
+        task, state, node = (line.strip().split("|") + ["", ""])[:3]
+        states[task] = (state, node)
+    return states
+
+
+def _result_file(folder: Path, job_id: str) -> Path:
+    """Where submitit puts the result of array task *job_id* in *folder* (its own naming)."""
+    from submitit.core.utils import JobPaths
+
+    return JobPaths(folder, job_id=job_id, task_id=0).result_pickle
+
+
+def standing(run: layout.RunDir, meta: dict[str, Any], planned: int) -> list[tuple[int, str]]:
+    """Where each repeat of a run stands, in words, from its records and, for the repeats a head
+    left to SLURM (--detach), from SLURM's queue and the task's result: (repeat, state).  Reads
+    only: nothing is collected or written."""
+    left = detached_jobs(meta.get("launcher") or {})
+    folder, jobs = (run.path.resolve().parent / ".tasks" / left[0], left[1]) if left else (None, {})
+    queue = (queue_states(list(jobs.values())) if shutil.which("squeue") else None) if jobs else {}
+    out = []
+    for k in range(planned):
+        summary = run.repeat_summary(k)
+        if k in jobs:
+            job_id = jobs[k]
+            state, node = (queue or {}).get(job_id, ("", ""))
+            if folder is not None and _result_file(folder, job_id).exists():
+                said = f"ended ({summary.get('status') if summary else 'no summary'}; SLURM job {job_id}), " \
+                       "its result not yet collected"
+            elif queue is None:
+                said = f"SLURM job {job_id}: squeue did not answer"
+            elif state == "RUNNING":
+                said = f"running on {node} (SLURM job {job_id})"
+            elif state in _ALIVE:
+                said = f"{state.lower()} (SLURM job {job_id})"
+            else:
+                said = f"SLURM job {job_id} has left the queue without a result (a failed repeat once collected)"
+        else:
+            said = str(summary.get("status")) if summary else "not run"
+        out.append((k, said))
+    return out
+
+
 @dataclass
 class _Kept:
     text: str = ""
@@ -626,17 +682,10 @@ class Slurm:
     def _poll(self) -> None:
         if time.monotonic() - self._polled < _POLL_S or not self.jobs:
             return
-        arrays = sorted({job.job_id.split("_")[0] for job in self.jobs.values()})
-        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%N", "-j", ",".join(arrays)],
-                              capture_output=True, text=True, timeout=60, check=False)
+        answer = queue_states([job.job_id for job in self.jobs.values()])
         self._polled = time.monotonic()
-        if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
-            return  # the controller busy or restarting: the tasks keep their last states
-        # (an array SLURM no longer knows, past its MinJobAge, has left the queue: an empty answer)
-        self._queue = {}
-        for line in done.stdout.splitlines():
-            task, state, node = (line.strip().split("|") + ["", ""])[:3]
-            self._queue[task] = (state, node)
+        if answer is not None:  # None: the controller busy or restarting: the tasks keep their last states
+            self._queue = answer
 
     def progress(self) -> list[tuple[int, str, str]]:
         """Repeats SLURM has started since the last call, (repeat, "running", node and task), and

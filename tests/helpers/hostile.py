@@ -67,6 +67,7 @@ def _fields(form: str, spec: list[tuple[str, str, str]]) -> list[Field]:
 RUN_FIELDS = [
     ("run.json", "repeats", "count"), ("run.json", "run_id", "string"), ("run.json", "status", "string"),
     ("run.json", "design", "count"), ("run.json", "recipe_name", "string"), ("run.json", "world_size", "count"),
+    ("run.json", "launcher.detached.folder", "path"),  # where a resume and status look for a detached head's tasks
     ("summary.json", "repeats_planned", "count"), ("summary.json", "run_id", "string"),
     ("summary.json", "metrics.accuracy.values", "count"), ("summary.json", "recipe_name", "string"),
     ("chain.jsonl", "planned", "count"), ("recipe.yaml", "metrics.accuracy.regex", "pattern"),
@@ -104,7 +105,7 @@ LINKS = [Field("run", "recipe.yaml", (), "link"), Field("run", "repeats/0/stdout
 COMMANDS = {
     "run": [["verify", "{run}", "--no-write"], ["report", "{run}"], ["diff", "{run}", "{ref}"],
             ["history", "{runs}", "accuracy"], ["plan", "{run}"], ["export", "mlperf", "{run}", "--out", "exported"],
-            ["verify", "{ref}", "--against", "{run}", "--no-write"], ["locate", "{run}", "{ref}"]],
+            ["verify", "{ref}", "--against", "{run}", "--no-write"], ["locate", "{run}", "{ref}"], ["status", "{run}"]],
     "packed": [["verify", "{packed}"], ["unpack", "{packed}", "--dest", "unpacked"], ["locate", "{packed}", "{ref}"],
                ["report", "{packed}"]],
     "publication": [["verify", "{pub}"], ["verify", "{ref}", "--against", "{pub}/published.yaml", "--no-write"],
