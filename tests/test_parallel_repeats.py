@@ -305,3 +305,15 @@ def test_a_tasks_result_file_is_read_as_its_outcome_whatever_it_holds(tmp_path):
     assert other.failed and "ended without a result" in str(other.error)
     torn = fanout.Local._result(job(b"\x80\x04truncated"))
     assert torn.failed and str(torn.error) == "the repeat's task left a result that cannot be read (UnpicklingError)"
+
+
+def test_a_repeat_of_several_ranks_needs_a_cpu_core_per_rank(in_tmp):
+    from helpers.runs import write_recipe
+
+    write_recipe(in_tmp / "tiny.yaml")
+    cores = len(os.sched_getaffinity(0))
+    result = invoke("run", "tiny.yaml", "--no-tracking", "--nproc", "2", "--launcher", "local", "--parallel", str(cores))
+    assert result.exit_code == 2, result.output
+    assert (f"--parallel {cores} needs a CPU core per rank (2 ranks a repeat), but this process may use {cores}; "
+            f"give --parallel {max(1, cores // 2)} or fewer") in result.text
+    assert not (in_tmp / "runs").exists()

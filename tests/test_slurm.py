@@ -777,3 +777,29 @@ def test_a_node_with_other_data_is_refused_with_its_name_before_its_repeat(slurm
     run = checkout / "runs" / "split"
     statuses = {json.loads((run / f"repeats/{k}/summary.json").read_text())["status"] for k in (0, 1)}
     assert statuses == {"completed", "failed"}  # n1's repeat ran and is kept
+
+
+def test_repeats_of_two_ranks_each_are_tasks_of_either_launcher_with_the_serial_runs_parameters(slurm, checkout):
+    # the tiny classification recipe (synthetic data: nothing to place on the nodes), two DDP ranks a
+    # repeat: serially, as tasks of this node, and as SLURM array tasks (one CPU a node here, so the
+    # two ranks share it: --slurm cpus=1; by default a task asks for a CPU per rank)
+    write_recipe(checkout / "tiny.yaml", fixed__epochs=1)
+    env = _tool_env(slurm)
+    common = ("tiny.yaml", "--no-tracking", "--nproc", "2")
+    runs = {"serial": (), "local": ("--launcher", "local"),
+            "slurm": ("--launcher", "slurm", "--slurm", "time=5", "--slurm", "cpus=1")}
+    for run_id, options in runs.items():
+        done = repro500("run", *common, "--run-id", run_id, *options, cwd=checkout, env=env, timeout=600)
+        assert done.returncode in (0, 1, 3), done.stdout + done.stderr  # a verdict, whichever
+    summaries = {run_id: [json.loads((checkout / "runs" / run_id / f"repeats/{k}/summary.json").read_text())
+                          for k in range(2)] for run_id in runs}
+    for run_id in ("local", "slurm"):  # the same training, bit for bit, wherever its ranks ran
+        assert [s["final_param_digest"] for s in summaries[run_id]] == \
+               [s["final_param_digest"] for s in summaries["serial"]], run_id
+        assert all(s["world_size"] == 2 and s["placement"]["ranks"] == 2 and s["placement"]["threads"] == 1
+                   for s in summaries[run_id]), [s["placement"] for s in summaries[run_id]]
+    assert {s["placement"]["node"] for s in summaries["slurm"]} <= {"n1", "n2"}
+    assert json.loads((checkout / "runs/slurm/run.json").read_text())["launcher"]["ranks"] == 2
+    for run_id in ("local", "slurm"):
+        checked = repro500("verify", f"runs/{run_id}", cwd=checkout, env=env)
+        assert "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout

@@ -56,17 +56,24 @@ DETACHED = "detached"
 
 @dataclass(frozen=True)
 class Slot:
-    """One share of the node: the CPUs a task runs on and the GPU it sees (None: no GPU)."""
+    """One share of the node: the CPUs a task runs on and the GPU it sees (None: no GPU); a
+    repeat of several ranks (``mutable.nproc``) sees its GPUs in ``gpus``, one per rank."""
 
     index: int
     cpus: tuple[int, ...]
     gpu: int | None
-    threads: int | None = None  # None: one per CPU; a SLURM task: the CPUs SLURM gave it (its CPU set may be wider)
+    # per rank: None: one per CPU; a SLURM task: the CPUs SLURM gave it (its CPU set may be wider)
+    threads: int | None = None
+    ranks: int = 1
+    gpus: tuple[int, ...] = ()
 
     @property
     def where(self) -> str:
         cpus = f"cpu{'s' if len(self.cpus) > 1 else ''} {','.join(map(str, self.cpus))}"
-        return cpus + (f", GPU {self.gpu}" if self.gpu is not None else "")
+        ranks = f", {self.ranks} ranks" if self.ranks > 1 else ""
+        if self.gpus:
+            return cpus + ranks + f", GPUs {','.join(map(str, self.gpus))}"
+        return cpus + ranks + (f", GPU {self.gpu}" if self.gpu is not None else "")
 
 
 @dataclass(frozen=True)
@@ -77,11 +84,12 @@ class Launch:
     parallel: int
     slots: tuple[Slot, ...]  # local: this node's shares; slurm: none (SLURM places each task)
     resources: dict[str, Any] = field(default_factory=dict)  # slurm: a task's (plan.slurm_resources)
+    ranks: int = 1  # the processes of one repeat (mutable.nproc): each gets a CPU of its task's share
 
     def record(self) -> dict[str, Any]:
         """run.json's launcher record of this fan-out, marked with a value of its own (SUBMISSION)."""
         recorded = {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots],
-                    SUBMISSION: secrets.token_hex(8)}
+                    "ranks": self.ranks, SUBMISSION: secrets.token_hex(8)}
         return {**recorded, "slurm": dict(self.resources)} if self.launcher == "slurm" else recorded
 
 
@@ -142,31 +150,40 @@ def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
     if options.until_decided and options.launcher == "slurm" and not wanted:
         raise UsageError("--until-decided --launcher slurm needs --parallel B: it submits B repeats at a time and "
                          "looks at the verdict after each batch")
+    ranks = max(1, int(plan.nproc))  # a repeat of several ranks: one task, its ranks on its share
     if options.launcher == "slurm":  # every repeat at once unless --parallel says fewer: SLURM queues the rest
-        from repro500.runner.plan import slurm_resources
+        from repro500.runner.plan import slurm_pairs, slurm_resources
 
         pairs = [f"{key}={value}" for key, value in (section.get("slurm") or {}).items()] + list(options.slurm)
-        return Launch("slurm", min(wanted or todo, max(todo, 1)), (), slurm_resources(pairs))
+        resources = slurm_resources(pairs)
+        if ranks > 1 and "cpus" not in slurm_pairs(pairs):  # a CPU per rank unless the user sized the task
+            resources["cpus"] = ranks
+        return Launch("slurm", min(wanted or todo, max(todo, 1)), (), resources, ranks)
     cpus = sorted(os.sched_getaffinity(0))
     gpus = _gpu_count()
-    parallel = wanted or max(1, min(todo, gpus or len(cpus)))
-    if parallel > len(cpus):
-        raise UsageError(f"--parallel {parallel} needs a CPU core per repeat, but this process may use {len(cpus)}; "
-                         f"give --parallel {len(cpus)} or fewer")
-    if plan.device == "cuda" and gpus < parallel:
-        raise UsageError(f"--parallel {parallel} needs a GPU per repeat of a device cuda run, but this node has "
-                         f"{gpus}; give --parallel {max(gpus, 1)} or fewer")
+    parallel = wanted or max(1, min(todo, (gpus or len(cpus)) // ranks))
+    per = "repeat" if ranks == 1 else f"rank ({ranks} ranks a repeat)"
+    if parallel * ranks > len(cpus):
+        raise UsageError(f"--parallel {parallel} needs a CPU core per {per}, but this process may use {len(cpus)}; "
+                         f"give --parallel {max(1, len(cpus) // ranks)} or fewer")
+    if plan.device == "cuda" and gpus < parallel * ranks:
+        raise UsageError(f"--parallel {parallel} needs a GPU per {per} of a device cuda run, but this node has "
+                         f"{gpus}; give --parallel {max(1, gpus // ranks)} or fewer")
     share = len(cpus) // parallel
-    slots = tuple(Slot(i, tuple(cpus[i * share:(i + 1) * share]), i if gpus >= parallel else None)
+    slots = tuple(Slot(i, tuple(cpus[i * share:(i + 1) * share]), i if ranks == 1 and gpus >= parallel else None,
+                       max(1, share // ranks) if ranks > 1 else None, ranks,
+                       tuple(range(i * ranks, (i + 1) * ranks)) if ranks > 1 and gpus >= parallel * ranks else ())
                   for i in range(parallel))
-    return Launch("local", parallel, slots)
+    return Launch("local", parallel, slots, ranks=ranks)
 
 
 def placement_env(slot: Slot, environ: dict[str, str]) -> dict[str, str]:
     """The variables a task's repeat runs with on top of the run's environment: its thread count
     (a count the user exported is kept, as under SLURM) and its GPU."""
     env = {name: str(slot.threads or len(slot.cpus)) for name in THREAD_VARIABLES if name not in environ}
-    if slot.gpu is not None:
+    if slot.gpus:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, slot.gpus))
+    elif slot.gpu is not None:
         env["CUDA_VISIBLE_DEVICES"] = str(slot.gpu)
     return env
 
@@ -177,7 +194,9 @@ def placement(slot: Slot, environ: dict[str, str], launcher: str) -> dict[str, A
     threads = env.get("OMP_NUM_THREADS")
     where = {"launcher": launcher, "slot": slot.index, "host": socket.gethostname(), "cpus": list(slot.cpus),
              "threads": int(threads) if threads and threads.isdigit() else slot.threads or len(slot.cpus),
-             "gpu": slot.gpu}
+             "gpu": slot.gpu, "ranks": slot.ranks}
+    if slot.gpus:
+        where["gpus"] = ",".join(map(str, slot.gpus))
     if launcher == "slurm":  # the node by SLURM's name (several may share a host name), the task, what it was given
         where.update(node=environ.get("SLURMD_NODENAME"), partition=environ.get("SLURM_JOB_PARTITION"),
                      job_id=f"{environ.get('SLURM_ARRAY_JOB_ID')}_{environ.get('SLURM_ARRAY_TASK_ID')}",
@@ -219,7 +238,7 @@ def hardware_note(summaries: dict[int, dict[str, Any]]) -> str | None:
             + "; ".join(f"{node}: {said(h)}" for node, h in sorted(seen.items())))
 
 
-def slurm_slot(environ: dict[str, str]) -> tuple[Slot, dict[str, str]]:
+def slurm_slot(environ: dict[str, str], ranks: int = 1) -> tuple[Slot, dict[str, str]]:
     """A SLURM task's own share, as SLURM gave it, and the environment its repeat runs with: the
     head's, with the head's own SLURM variables (an allocation it may run in) replaced by the
     task's, and the GPUs SLURM gave the task."""
@@ -231,7 +250,7 @@ def slurm_slot(environ: dict[str, str]) -> tuple[Slot, dict[str, str]]:
     cpus = tuple(sorted(os.sched_getaffinity(0)))
     given = env.get("SLURM_CPUS_PER_TASK", "")
     threads = int(given) if given.isdigit() and int(given) > 0 else len(cpus)
-    return Slot(int(env.get("SLURM_ARRAY_TASK_ID") or 0), cpus, None, threads), env
+    return Slot(int(env.get("SLURM_ARRAY_TASK_ID") or 0), cpus, None, max(1, threads // ranks), ranks), env
 
 
 @dataclass
@@ -295,7 +314,7 @@ def _differs(expected: dict[str, str], plan: Plan, run_id: str, node: str) -> In
 
 def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], tracking: bool, mlflow: Any,
              launcher: str, pid_file: str, interruptible: bool = True,
-             expected: dict[str, str] | None = None) -> Landed:
+             expected: dict[str, str] | None = None, ranks: int = 1) -> Landed:
     """One repeat in a task's process: pinned (by the head's *slot*, or by SLURM where it is None),
     its plan rebuilt from the run directory, run by the serial loop's own function.  Never raises:
     the head records what it returns."""
@@ -310,7 +329,7 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
         # the node, for the head to name should this task die without a result before squeue showed it running
         Path(pid_file).with_suffix(".node").write_text(environ.get("SLURMD_NODENAME") or socket.gethostname(),
                                                        encoding="utf-8")
-        slot, environ = slurm_slot(environ)
+        slot, environ = slurm_slot(environ, ranks)
     else:
         os.sched_setaffinity(0, slot.cpus)
     env = {**environ, **placement_env(slot, environ)}
@@ -637,7 +656,7 @@ class Slurm:
             with _stderr_kept() as said, self.executor.batch():
                 pending = [(k, self.executor.submit(SlurmRepeat(), run_dir, k, None, self.environ, self.tracking, mlflow,
                                                     "slurm", str(self.folder / f"task-{k}.pid"), True,
-                                                    self.expected))
+                                                    self.expected, self.launch.ranks))
                            for k, mlflow in batch.items()]
         except Exception as err:  # noqa: BLE001 - sbatch's refusal, said in its own words
             lines = [line.strip().removeprefix("sbatch: error:").strip()

@@ -211,9 +211,6 @@ def check_launcher(options: RunOptions) -> None:
         raise UsageError(f"--parallel must be a whole number of repeats of at least 1, not {options.parallel}")
     if options.nnodes > 1 or options.node_rank > 0:
         raise UsageError(f"--launcher {options.launcher} places the repeats itself; it does not go with --nnodes")
-    if options.nproc is not None and options.nproc > 1:
-        raise UsageError(f"--launcher {options.launcher} runs each repeat as one process on its share of the node; "
-                         "a repeat of several ranks (--nproc) runs without it")
     if options.slurm and options.launcher != "slurm":
         raise UsageError("--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm")
     if options.detach and options.launcher != "slurm":
