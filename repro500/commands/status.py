@@ -19,7 +19,7 @@ def status(run_dir: Path) -> None:
     """
     from repro500.errors import InvalidInput
     from repro500.rundir import layout
-    from repro500.runner.fanout import detached_jobs, standing
+    from repro500.runner.fanout import arrays, detached_jobs, standing
     from repro500.statuses import RUN_COMPLETED, RUN_SUBMITTED
     from repro500.untrusted import count, plain
 
@@ -32,8 +32,7 @@ def status(run_dir: Path) -> None:
     left = detached_jobs(meta.get("launcher") or {})
     said = f"run {plain(meta.get('run_id'))} ({run_dir}): {plain(state)}"
     if left:
-        arrays = ", ".join(sorted({job_id.split("_")[0] for job_id in left[1].values()}))
-        said += f"; {len(left[1])} repeat(s) are SLURM's (job array {plain(arrays)}), not yet collected"
+        said += f"; {len(left[1])} repeat(s) are SLURM's (job array {', '.join(arrays(left[1].values()))}), not yet collected"
     click.echo(said)
     for k, where in standing(run, meta, planned):
         click.echo(f"  repeat {k}: {plain(where)}")

@@ -28,14 +28,15 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from repro500 import redact
 from repro500.errors import InvalidInput, ReproError, UsageError
 from repro500.rundir import layout
-from repro500.runner.plan import Plan, RunOptions
+from repro500.runner.plan import Plan, RunOptions, slurm_pairs, slurm_resources
 from repro500.statuses import REPEAT_FAILED
 from repro500.workloads.workload import Progress
 
@@ -121,15 +122,12 @@ def collecting(options: RunOptions, record: dict[str, Any]) -> RunOptions:
     if left is None:
         return options
     jobs = left[1]
-    arrays = ", ".join(sorted({job_id.split("_")[0] for job_id in jobs.values()}))
     if options.launcher not in (None, "slurm"):
         raise UsageError(f"the run's repeats {', '.join(map(str, sorted(jobs)))} are SLURM's tasks (job array "
-                         f"{arrays}), submitted by a head that left; resume it with --launcher slurm (or no "
+                         f"{', '.join(arrays(jobs.values()))}), submitted by a head that left; resume it with --launcher slurm (or no "
                          "--launcher) to collect them")
-    import dataclasses
-
     pairs = tuple(f"{key}={value}" for key, value in (record.get("slurm") or {}).items())
-    return dataclasses.replace(options, launcher="slurm", parallel=options.parallel or record.get("parallel"),
+    return replace(options, launcher="slurm", parallel=options.parallel or record.get("parallel"),
                                slurm=options.slurm or pairs)
 
 
@@ -152,8 +150,6 @@ def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
                          "looks at the verdict after each batch")
     ranks = max(1, int(plan.nproc))  # a repeat of several ranks: one task, its ranks on its share
     if options.launcher == "slurm":  # every repeat at once unless --parallel says fewer: SLURM queues the rest
-        from repro500.runner.plan import slurm_pairs, slurm_resources
-
         pairs = [f"{key}={value}" for key, value in (section.get("slurm") or {}).items()] + list(options.slurm)
         resources = slurm_resources(pairs)
         if ranks > 1 and "cpus" not in slurm_pairs(pairs):  # a CPU per rank unless the user sized the task
@@ -527,13 +523,17 @@ _GONE_S = 5.0  # a task gone from squeue this long without a result ended withou
 _CANCEL_WAIT_S = 120.0  # after scancel: SLURM's KillWait (30 s by default) plus the repeat's own grace
 
 
+def arrays(job_ids: Iterable[str]) -> list[str]:
+    """The SLURM job arrays of the array tasks *job_ids* (``<array>_<task>``), in order."""
+    return sorted({job_id.split("_")[0] for job_id in job_ids})
+
+
 def queue_states(job_ids: list[str]) -> dict[str, tuple[str, str]] | None:
     """What ``squeue`` says of the array tasks *job_ids* (``<array>_<task>``): task -> (state, node);
     a task it does not list has left the queue (an array SLURM no longer knows, past its MinJobAge,
     is an empty answer).  None when the controller did not answer."""
-    arrays = sorted({job_id.split("_")[0] for job_id in job_ids})
     try:
-        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%N", "-j", ",".join(arrays)],
+        done = subprocess.run(["squeue", "-h", "-r", "-o", "%i|%T|%N", "-j", ",".join(arrays(job_ids))],
                               capture_output=True, text=True, timeout=60, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
@@ -760,11 +760,11 @@ class Slurm:
         """scancel the array (its queued tasks never start; a running one stops its repeat as on
         Ctrl-C), wait (bounded) until SLURM has ended them, and say which repeats were submitted."""
         submitted = list(self.jobs)
-        arrays = sorted({job.job_id.split("_")[0] for job in self.jobs.values()})
-        if arrays:
-            subprocess.run(["scancel", *arrays], capture_output=True, timeout=60, check=False)
+        submitted_arrays = arrays(job.job_id for job in self.jobs.values())
+        if submitted_arrays:
+            subprocess.run(["scancel", *submitted_arrays], capture_output=True, timeout=60, check=False)
         deadline = time.monotonic() + _CANCEL_WAIT_S
-        while arrays and time.monotonic() < deadline:
+        while submitted_arrays and time.monotonic() < deadline:
             self._polled = 0.0
             self._poll()
             if not any(state in _ALIVE for state, _ in self._queue.values()):

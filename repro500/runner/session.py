@@ -321,7 +321,7 @@ class Session:
         left = fanout.detached_jobs(recorded)
         self.meta["launcher"] = self.launch.record()
         if left is not None:  # the tasks submitted before carry the earlier mark: it stays the run's
-            self.meta["launcher"].update({fanout.SUBMISSION: recorded[fanout.SUBMISSION],
+            self.meta["launcher"].update({fanout.SUBMISSION: recorded.get(fanout.SUBMISSION),
                                           fanout.DETACHED: recorded[fanout.DETACHED]})
         self.run.write_meta(self.meta)
         # each SLURM task checks, before its repeat, that its node runs what this one planned
@@ -378,9 +378,9 @@ class Session:
             self._notes()
         self.run.write_meta(self.meta)
         self.seal()
-        arrays = sorted({job_id.split("_")[0] for job_id in self._left["jobs"].values()})
+        queued = fanout.arrays(self._left["jobs"].values())
         self.console.print(f"Submitted: {len(self._left['jobs'])} repeat(s) queued as SLURM job array "
-                           f"{', '.join(arrays)}; the head leaves them to SLURM (squeue -j {','.join(arrays)}). "
+                           f"{', '.join(queued)}; the head leaves them to SLURM (squeue -j {','.join(queued)}). "
                            f"Collect them and conclude the run with: {self.resume_command}", soft_wrap=True)
         return RunOutcome(self.run.path, EXIT_OK)
 
