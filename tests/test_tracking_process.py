@@ -80,10 +80,14 @@ def test_beside_a_wrapped_command_the_logging_process_yields_the_cpu_and_the_com
         def nice(pid):  # field 19 of /proc/PID/stat, after "pid (comm)"
             stat = Path(f"/proc/{pid}/stat").read_text()
             return int(stat[stat.rfind(")") + 2:].split()[16])
+        def logging_child(entry, parent):  # a process may end between listing /proc and reading it
+            try:
+                return (b"repro500.tracking.process" in (entry / "cmdline").read_bytes()
+                        and f"PPid:\t{parent}" in (entry / "status").read_text())
+            except OSError:
+                return False
         parent = os.getppid()
-        logging = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
-                   and b"repro500.tracking.process" in (p / "cmdline").read_bytes()
-                   and f"PPid:\t{parent}" in (p / "status").read_text()]
+        logging = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and logging_child(p, parent)]
         print(f"Acc 0.9 own={nice(os.getpid())} runner={nice(parent)} logging={[nice(p) for p in logging]}")
     """)
     (tmp_path / "probe.py").write_text(code)
