@@ -14,6 +14,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers.ports import free_port
@@ -209,6 +210,16 @@ def test_a_disagreement_still_reaches_every_node_through_the_published_store():
                for r in (0, 1)), got
 
 
+def test_a_node_that_refused_itself_stops_every_node_with_its_own_sentence():
+    # a SLURM task's node whose data differs from what the head planned: it states only its refusal,
+    # and node 0 (whose fingerprint differs on every key) says that sentence, not a key-by-key diff
+    refusal = "node n2 does not run what the head planned: data:/d/x is 1f on node n2 but 9c on the head"
+    assert nodes.disagreement({0: {"recipe": "a"}, 1: {nodes.REFUSED: refusal}}) == refusal
+    with _rendezvous_port_with_the_next_one_taken() as port:
+        _, got = _agree_on_two_nodes(port, follower_print={nodes.REFUSED: refusal})
+    assert all(isinstance(got[r], UsageError) and str(got[r]) == refusal for r in (0, 1)), got
+
+
 def test_a_taken_rendezvous_port_is_one_sentence_naming_it():
     with socket.socket() as holder:
         holder.bind(("0.0.0.0", 0))
@@ -318,3 +329,16 @@ def test_a_killed_rank_on_node_1_is_named_on_both_nodes_and_the_resume_keeps_two
     meta = json.loads((in_tmp / "runs/mk/run.json").read_text())
     assert meta["status"] == "completed" and meta["world_size"] == 2
     assert json.loads((repeat / "summary.json").read_text())["world_size"] == 2
+
+
+def test_a_run_of_two_node_slurm_tasks_is_resumed_as_slurm_tasks_or_says_how():
+    from repro500.runner import multinode
+
+    meta = {"nnodes": 2, "world_size": 2, "launcher": {"kind": "slurm", "nodes": 2, "ranks": 1}}
+    with pytest.raises(UsageError) as raised:
+        multinode.check_resume("runs/x", meta, RunOptions(resume="runs/x"), None)
+    assert str(raised.value) == ("run runs/x ran each repeat as a SLURM task of 2 nodes (world size 2); resume it "
+                                 "with `repro500 run --resume runs/x --launcher slurm`, whose tasks keep 2 nodes")
+    # with the launcher, the resume plans tasks of the recorded node count (runner._resumed), which passes
+    planned = SimpleNamespace(world_size=2, nproc=1)
+    multinode.check_resume("runs/x", meta, RunOptions(resume="runs/x", launcher="slurm", nnodes=2), planned)

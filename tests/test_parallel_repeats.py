@@ -99,6 +99,11 @@ def test_a_failed_task_is_a_failed_repeat_named_as_in_a_serial_run(tmp_path):
     (["--launcher", "slurm", "--detach", "--until-decided"], 2, "--until-decided looks at the verdict after each "
                                                                 "batch of repeats, which needs the head to stay"),
     (["--launcher", "local", "--parallel", str(len(os.sched_getaffinity(0)) + 1)], 2, "needs a CPU core per repeat"),
+    (["--launcher", "local", "--nnodes", "2"], 2, "--launcher local runs each repeat on this node; a repeat of "
+                                                  "several nodes (--nnodes) is a task of --launcher slurm"),
+    (["--launcher", "slurm", "--nnodes", "2", "--rdzv-endpoint", "n1:29500"], 2,
+     "--launcher slurm starts the nodes of each repeat's task itself, and they find each other: drop --node-rank "
+     "and --rdzv-endpoint"),
 ])
 def test_bad_launcher_options_are_refused_before_anything_is_written(in_tmp, options, code, sentence):
     result = invoke("run", *options, "--no-tracking", *COMMAND, sys.executable, "-c", "print('score 1')")

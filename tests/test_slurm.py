@@ -779,27 +779,35 @@ def test_a_node_with_other_data_is_refused_with_its_name_before_its_repeat(slurm
     assert statuses == {"completed", "failed"}  # n1's repeat ran and is kept
 
 
-def test_repeats_of_two_ranks_each_are_tasks_of_either_launcher_with_the_serial_runs_parameters(slurm, checkout):
+def test_repeats_of_two_ranks_are_tasks_of_either_launcher_or_of_two_nodes_with_the_serial_runs_parameters(
+        slurm, checkout):
     # the tiny classification recipe (synthetic data: nothing to place on the nodes), two DDP ranks a
-    # repeat: serially, as a task of this node, and as a SLURM array task (one CPU a node here, so the
-    # two ranks share it: --slurm cpus=1; by default a task asks for a CPU per rank)
-    write_recipe(checkout / "tiny.yaml", fixed__epochs=1, repeats=1)  # one repeat each: three trainings in all
+    # repeat: serially, as a task of this node, as a SLURM array task (one CPU a node here, so the
+    # two ranks share it: --slurm cpus=1; by default a task asks for a CPU per rank), and as a SLURM
+    # task of both nodes, one rank on each (the world size of the others, so the same training)
+    write_recipe(checkout / "tiny.yaml", fixed__epochs=1, repeats=1)  # one repeat each: four trainings in all
     env = _tool_env(slurm)
-    common = ("tiny.yaml", "--no-tracking", "--nproc", "2")
-    runs = {"serial": (), "local": ("--launcher", "local"),
-            "slurm": ("--launcher", "slurm", "--slurm", "time=5", "--slurm", "cpus=1")}
+    runs = {"serial": ("--nproc", "2"), "local": ("--nproc", "2", "--launcher", "local"),
+            "slurm": ("--nproc", "2", "--launcher", "slurm", "--slurm", "time=5", "--slurm", "cpus=1"),
+            "nodes": ("--nproc", "1", "--nnodes", "2", "--launcher", "slurm", "--slurm", "time=5")}
     for run_id, options in runs.items():
-        done = repro500("run", *common, "--run-id", run_id, *options, cwd=checkout, env=env, timeout=600)
+        done = repro500("run", "tiny.yaml", "--no-tracking", "--run-id", run_id, *options, cwd=checkout, env=env,
+                        timeout=600)
         assert done.returncode in (0, 1, 3), done.stdout + done.stderr  # a verdict, whichever
     summaries = {run_id: [json.loads((checkout / "runs" / run_id / "repeats/0/summary.json").read_text())]
                  for run_id in runs}
-    for run_id in ("local", "slurm"):  # the same training, bit for bit, wherever its ranks ran
+    for run_id, ranks in (("local", 2), ("slurm", 2), ("nodes", 1)):  # the same training, bit for bit, wherever its ranks ran
         assert [s["final_param_digest"] for s in summaries[run_id]] == \
                [s["final_param_digest"] for s in summaries["serial"]], run_id
-        assert all(s["world_size"] == 2 and s["placement"]["ranks"] == 2 and s["placement"]["threads"] == 1
+        assert all(s["world_size"] == 2 and s["placement"]["ranks"] == ranks and s["placement"]["threads"] == 1
                    for s in summaries[run_id]), [s["placement"] for s in summaries[run_id]]
     assert {s["placement"]["node"] for s in summaries["slurm"]} <= {"n1", "n2"}
-    assert json.loads((checkout / "runs/slurm/run.json").read_text())["launcher"]["ranks"] == 2
-    for run_id in ("local", "slurm"):
+    assert [s["placement"]["nodes"] for s in summaries["nodes"]] == [["n1", "n2"]]  # node 0 first: it wrote the repeat
+    assert summaries["nodes"][0]["placement"]["node"] == "n1"
+    launchers = {run_id: json.loads((checkout / "runs" / run_id / "run.json").read_text()) for run_id in ("slurm", "nodes")}
+    assert launchers["slurm"]["launcher"]["ranks"] == 2 and launchers["slurm"]["launcher"]["nodes"] == 1
+    assert (launchers["nodes"]["launcher"]["nodes"], launchers["nodes"]["nnodes"], launchers["nodes"]["world_size"]) \
+        == (2, 2, 2)
+    for run_id in ("local", "slurm", "nodes"):
         checked = repro500("verify", f"runs/{run_id}", cwd=checkout, env=env)
         assert "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout

@@ -157,13 +157,15 @@ def _resumed(options: RunOptions, console: Console, reproduction: str | None = N
                          f"--{'' if options.tracking else 'no-'}tracking (or start a new run)")
     options = replace(options, tracking=recorded)
     _prestart_tracking(options)
+    options = fanout.collecting(options, meta.get("launcher") or {})
+    if options.launcher == "slurm" and options.nnodes == 1:  # the repeats stay tasks of the run's node count
+        options = replace(options, nnodes=int(meta.get("nnodes") or 1))
     plan = recorded_plan(recipe, meta, tracking=bool(options.tracking), nnodes=options.nnodes,
-                         rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"))
+                         rdzv_endpoint=options.rdzv_endpoint, run_id=meta.get("run_id"), launcher=options.launcher)
     multinode.check_resume(run, meta, options, plan)
     finished = run.summaries(recipe.repeats, finished_only=True)
     multinode.agree(plan, str(meta.get("run_id")), [k for k in range(recipe.repeats) if k not in finished],
                     str(run.path.resolve()), (meta.get("design") or {}).get("kind") == "sequential")
-    options = fanout.collecting(options, meta.get("launcher") or {})
     if options.detach and options.launcher != "slurm":
         raise UsageError(f"--detach leaves the repeats to SLURM's queue and returns; run {run} has none there: "
                          "resume it with --launcher slurm --detach")

@@ -85,12 +85,13 @@ class Launch:
     parallel: int
     slots: tuple[Slot, ...]  # local: this node's shares; slurm: none (SLURM places each task)
     resources: dict[str, Any] = field(default_factory=dict)  # slurm: a task's (plan.slurm_resources)
-    ranks: int = 1  # the processes of one repeat (mutable.nproc): each gets a CPU of its task's share
+    ranks: int = 1  # the processes of one repeat on each of its nodes (mutable.nproc): a CPU each
+    nodes: int = 1  # slurm: the nodes of one repeat's task (--nnodes), its ranks `ranks` on each
 
     def record(self) -> dict[str, Any]:
         """run.json's launcher record of this fan-out, marked with a value of its own (SUBMISSION)."""
         recorded = {"kind": self.launcher, "parallel": self.parallel, "slots": [asdict(s) for s in self.slots],
-                    "ranks": self.ranks, SUBMISSION: secrets.token_hex(8)}
+                    "ranks": self.ranks, "nodes": self.nodes, SUBMISSION: secrets.token_hex(8)}
         return {**recorded, "slurm": dict(self.resources)} if self.launcher == "slurm" else recorded
 
 
@@ -154,7 +155,7 @@ def prepare(options: RunOptions, plan: Plan, todo: int) -> Launch | None:
         resources = slurm_resources(pairs)
         if ranks > 1 and "cpus" not in slurm_pairs(pairs):  # a CPU per rank unless the user sized the task
             resources["cpus"] = ranks
-        return Launch("slurm", min(wanted or todo, max(todo, 1)), (), resources, ranks)
+        return Launch("slurm", min(wanted or todo, max(todo, 1)), (), resources, ranks, max(1, plan.nnodes))
     cpus = sorted(os.sched_getaffinity(0))
     gpus = _gpu_count()
     parallel = wanted or max(1, min(todo, (gpus or len(cpus)) // ranks))
@@ -308,53 +309,117 @@ def _differs(expected: dict[str, str], plan: Plan, run_id: str, node: str) -> In
                         "code, environment and data")
 
 
-def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], tracking: bool, mlflow: Any,
-             launcher: str, pid_file: str, interruptible: bool = True,
-             expected: dict[str, str] | None = None, ranks: int = 1) -> Landed:
-    """One repeat in a task's process: pinned (by the head's *slot*, or by SLURM where it is None),
-    its plan rebuilt from the run directory, run by the serial loop's own function.  Never raises:
-    the head records what it returns."""
+def _task_rendezvous(pid_file: Path, environ: dict[str, str], nnodes: int, node_rank: int) -> dict[str, Any]:
+    """Where the nodes of one SLURM task meet (torchrun's static rendezvous, and the nodes' store of
+    multinode.agree): node 0 takes a free port on its host and writes ``HOST:PORT`` beside the
+    task's files, on the filesystem every node shares with the run directory; the others read it.
+    A port of the task's own, since several tasks may share a node; a file per attempt, so that a
+    requeued task never reads the endpoint of the attempt before."""
+    from repro500.workloads.engines.nodes import START_WAIT_S
+
+    where = pid_file.with_name(f"{pid_file.stem}-{environ.get('SLURM_RESTART_COUNT') or 0}.rendezvous")
+    if node_rank == 0:
+        with socket.socket() as probe:  # the OS's free port; node 0's store takes it at once (NodeLink)
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        written = where.with_suffix(".tmp")
+        written.write_text(f"{socket.gethostname()}:{port}", encoding="utf-8")
+        written.replace(where)  # whole or not at all: a node never reads half an endpoint
+    else:
+        deadline = time.monotonic() + START_WAIT_S
+        while not where.exists():
+            if time.monotonic() > deadline:
+                raise InvalidInput(f"node {node_rank} of the task waited {START_WAIT_S} s for node 0 to say where "
+                                   f"they meet ({where} never appeared): the task's nodes need the filesystem "
+                                   "of the run directory")
+            time.sleep(_POLL_S)
+    return {"nnodes": nnodes, "node_rank": node_rank, "endpoint": where.read_text(encoding="utf-8").strip()}
+
+
+def _checked_plan(run: layout.RunDir, node: str, expected: dict[str, str] | None, tracking: bool,
+                  meeting: dict[str, Any] | None) -> tuple[Plan | None, str, InvalidInput | None]:
+    """The run's plan as this node rebuilds it from the run directory, and its run id; or the
+    sentence refusing this node (it does not see the head's run directory, or would not run what
+    the head planned), with nothing of the repeat written."""
     from repro500.recipe import load as recipes
     from repro500.runner.plan import recorded_plan
-    from repro500.runner.repeat import run_one
-    from repro500.workloads.command import launchenv
 
-    _stop_on_signal(interruptible)
-    Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")  # for the head, should it have to kill it
+    if not run.is_run():  # a node that does not see the head's filesystem: said, and nothing written there
+        return None, "", InvalidInput(f"the run directory {run.path} does not exist on node {node}: the repeats' "
+                                      "tasks need a filesystem every node sees")
+    meta = run.meta()
+    if expected is not None and (meta.get("launcher") or {}).get(SUBMISSION) != expected.get(SUBMISSION):
+        return None, "", InvalidInput(
+            f"node {node} sees another copy of the run directory {run.path}: its run.json is not the one the head "
+            "wrote when it submitted this repeat; the repeats' tasks need a filesystem every node shares")
+    run_id = str(meta["run_id"])
+    plan = recorded_plan(recipes.from_run_dir(run.path), meta, tracking=tracking, run_id=run_id,
+                         **({"nnodes": meeting["nnodes"], "node_rank": meeting["node_rank"],
+                             "rdzv_endpoint": meeting["endpoint"]} if meeting else {}))
+    if expected is not None:  # before anything of the repeat is written
+        refused = _differs({key: v for key, v in expected.items() if key != SUBMISSION}, plan, run_id, node)
+        if refused is not None:
+            return None, run_id, refused
+    return plan, run_id, None
+
+
+def _pinned(slot: Slot | None, environ: dict[str, str], launcher: str, ranks: int,
+            pid_file: Path | None) -> tuple[Slot, dict[str, str], dict[str, str]]:
+    """This task process on its share (the head's *slot*, or SLURM's where it is None), with the
+    thread counts and GPUs of its placement in its own environment (before torch reads them):
+    the slot, the run's environment as the task sees it, and the one its repeat runs with."""
     if slot is None:  # a SLURM task: SLURM chose its CPUs and GPUs
-        # the node, for the head to name should this task die without a result before squeue showed it running
-        Path(pid_file).with_suffix(".node").write_text(environ.get("SLURMD_NODENAME") or socket.gethostname(),
-                                                       encoding="utf-8")
+        if pid_file is not None:  # the node, for the head to name should this task die before squeue showed it running
+            pid_file.with_suffix(".node").write_text(environ.get("SLURMD_NODENAME") or socket.gethostname(),
+                                                     encoding="utf-8")
         slot, environ = slurm_slot(environ, ranks)
     else:
         os.sched_setaffinity(0, slot.cpus)
-    env = {**environ, **placement_env(slot, environ)}
-    os.environ.update(placement_env(slot, environ))  # before torch reads them (a trained repeat)
+    os.environ.update(placement_env(slot, environ))
     if slot.gpu is None and launcher == "local":  # the run's own setting, not the empty one submitit gives a task without GPUs
         if "CUDA_VISIBLE_DEVICES" in environ:
             os.environ["CUDA_VISIBLE_DEVICES"] = environ["CUDA_VISIBLE_DEVICES"]
         else:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    return slot, environ, {**environ, **placement_env(slot, environ)}
+
+
+def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], tracking: bool, mlflow: Any,
+             launcher: str, pid_file: str, interruptible: bool = True,
+             expected: dict[str, str] | None = None, ranks: int = 1, nnodes: int = 1) -> Landed:
+    """One repeat in a task's process: pinned (by the head's *slot*, or by SLURM where it is None),
+    its plan rebuilt from the run directory, run by the serial loop's own function.  A SLURM task of
+    *nnodes* nodes runs this on each: node 0 (SLURM's task 0) runs the repeat and writes it, the
+    others host their ranks, as the nodes of a multi-node run do.  Never raises: the head records
+    what node 0 returns."""
+    from repro500.runner import multinode
+    from repro500.runner.repeat import run_one
+    from repro500.workloads.command import launchenv
+    from repro500.workloads.engines import nodes
+
+    _stop_on_signal(interruptible)
+    node_rank = int(os.environ.get("SLURM_PROCID") or 0) if nnodes > 1 else 0  # one task per node
+    if node_rank == 0:
+        Path(pid_file).write_text(str(os.getpid()), encoding="utf-8")  # for the head, should it have to kill it
+    slot, environ, env = _pinned(slot, environ, launcher, ranks, Path(pid_file) if node_rank == 0 else None)
     run = layout.RunDir(run_dir)
-    if not run.is_run():  # a node that does not see the head's filesystem: said, and nothing written there
-        return Landed(error=InvalidInput(f"the run directory {run_dir} does not exist on node "
-                                         f"{environ.get('SLURMD_NODENAME') or socket.gethostname()}: the "
-                                         "repeats' tasks need a filesystem every node sees"))
+    node = environ.get("SLURMD_NODENAME") or socket.gethostname()
     try:
+        meeting = _task_rendezvous(Path(pid_file), environ, nnodes, node_rank) if nnodes > 1 else None
         with launchenv.frozen(env):
-            meta = run.meta()
-            node = environ.get("SLURMD_NODENAME") or socket.gethostname()
-            if expected is not None and (meta.get("launcher") or {}).get(SUBMISSION) != expected.get(SUBMISSION):
-                return Landed(error=InvalidInput(
-                    f"node {node} sees another copy of the run directory {run_dir}: its run.json is not the one the "
-                    "head wrote when it submitted this repeat; the repeats' tasks need a filesystem every node shares"))
-            plan = recorded_plan(recipes.from_run_dir(run.path), meta, tracking=tracking, run_id=meta.get("run_id"))
-            if expected is not None:  # before anything of the repeat is written
-                refused = _differs({key: v for key, v in expected.items() if key != SUBMISSION}, plan,
-                                   str(meta["run_id"]), node)
-                if refused is not None:
-                    return Landed(error=refused)
-            summary = run_one(plan, run, k, str(meta["run_id"]), Progress(), mlflow)
+            plan, run_id, refused = _checked_plan(run, node, expected, tracking, meeting)
+            if meeting is not None:  # every node states what it runs, or why it cannot, before any trains
+                assert plan is not None or refused is not None
+                stated = {nodes.REFUSED: str(refused)} if refused else multinode.fingerprint(plan, run_id)  # type: ignore[arg-type]
+                nodes.link(meeting).agree(stated, [k], run_dir)  # on a refusal, every node stops with it
+            elif refused is not None:
+                return Landed(error=refused)
+            assert plan is not None
+            if node_rank > 0:
+                with tempfile.TemporaryDirectory(prefix="repro500-node-") as scratch:
+                    multinode.follow_repeat(plan, k, Path(scratch))
+                return Landed()
+            summary = run_one(plan, run, k, run_id, Progress(), mlflow)
     except KeyboardInterrupt:
         return Landed(interrupted=True)
     except ReproError as err:
@@ -364,6 +429,10 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
     summary["placement"] = placement(slot, environ, launcher)
     if launcher == "slurm":
         summary["placement"]["hardware"] = node_hardware()
+    if meeting is not None:  # the task's nodes by SLURM's names, node 0 first (placement's node)
+        import submitit
+
+        summary["placement"]["nodes"] = list(submitit.JobEnvironment().hostnames)
     run.write_repeat_summary(k, summary)  # still before the head chains it
     return Landed(summary=summary)
 
@@ -481,8 +550,8 @@ class Local:
 
     @staticmethod
     def _outcome(job: Any) -> Landed:
-        try:
-            return job.result()
+        try:  # task 0's: a SLURM task of several nodes runs the repeat on its node 0
+            return job.task(0).result()
         except Exception as err:  # noqa: BLE001 - the task's process died without a result
             reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             return Landed(error=RuntimeError(f"the repeat's task process ended without a result ({reason})"))
@@ -629,6 +698,8 @@ class Slurm:
         self.expected: dict[str, str] | None = None  # the head's fingerprint (set by the session before submit)
         self.executor.update_parameters(
             slurm_array_parallelism=launch.parallel, slurm_partition=r["partition"], slurm_time=r["time"],
+            # a repeat of several nodes is one task of each: SLURM starts run_task on every node
+            slurm_nodes=launch.nodes, slurm_ntasks_per_node=1,
             slurm_cpus_per_task=r.get("cpus", 1), slurm_gpus_per_task=r.get("gpus") or None,
             slurm_account=r.get("account"), slurm_qos=r.get("qos"), slurm_job_name=f"repro500-{run.path.name}",
             # as given (8G, 500M): submitit's own mem parameter reads a number of GB
@@ -656,7 +727,7 @@ class Slurm:
             with _stderr_kept() as said, self.executor.batch():
                 pending = [(k, self.executor.submit(SlurmRepeat(), run_dir, k, None, self.environ, self.tracking, mlflow,
                                                     "slurm", str(self.folder / f"task-{k}.pid"), True,
-                                                    self.expected, self.launch.ranks))
+                                                    self.expected, self.launch.ranks, self.launch.nodes))
                            for k, mlflow in batch.items()]
         except Exception as err:  # noqa: BLE001 - sbatch's refusal, said in its own words
             lines = [line.strip().removeprefix("sbatch: error:").strip()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import tempfile
 from pathlib import Path
 
@@ -14,8 +13,6 @@ from repro500.runner.session import RunOutcome
 
 
 def follow_node(options: RunOptions, console: Console) -> RunOutcome:
-    from repro500.workloads.engines import launch
-
     options = design_repeats(options)  # a factorial run's repeats, as node 0 plans them
     recipe = load_recipe(options)
     if recipe.is_command:
@@ -23,17 +20,11 @@ def follow_node(options: RunOptions, console: Console) -> RunOutcome:
 
         raise UsageError("--node-rank is for trained workloads on a multi-node engine")
     plan = make_plan(recipe, options)
-    spec = plan.workload.spec()  # type: ignore[attr-defined]
     assert options.run_id is not None
     # node 0 says which repeats (a resume runs the missing ones)
     todo = multinode.agree(plan, options.run_id, sequential=options.until_decided)
     with tempfile.TemporaryDirectory(prefix="repro500-node-") as scratch:
         for k in todo:
             console.print(f"node {options.node_rank}: repeat {k} of run {options.run_id}")
-            out = Path(scratch) / str(k)
-            out.mkdir()
-            at_k = dataclasses.replace(spec, deterministic=plan.deterministic_at(k))  # a factorial run's kernels cell
-            launch.run_distributed(plan.engine, plan.nproc, at_k, k, plan.seeds(k), out, rendezvous=plan.rendezvous,
-                                   varied=plan.varied(k),
-                                   expect_summary=False)
+            multinode.follow_repeat(plan, k, Path(scratch))
     return RunOutcome(Path(options.out_dir) / options.run_id, 0)

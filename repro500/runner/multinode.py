@@ -10,6 +10,7 @@ result.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,10 @@ def check_resume(run: Any, meta: dict[str, Any], options: RunOptions, plan: Plan
     """A resume runs the missing repeats on the run's own topology, or says how to relaunch it."""
     nnodes = int(meta.get("nnodes") or 1)
     world = meta.get("world_size")
+    tasks = meta.get("launcher") or {}
+    if nnodes > 1 and tasks.get("kind") == "slurm" and options.launcher != "slurm":
+        raise UsageError(f"run {run} ran each repeat as a SLURM task of {nnodes} nodes (world size {world}); resume "
+                         f"it with `repro500 run --resume {run} --launcher slurm`, whose tasks keep {nnodes} nodes")
     if nnodes > 1 and options.nnodes != nnodes:
         given = "on one node" if options.nnodes == 1 else f"on {options.nnodes} nodes"
         raise UsageError(
@@ -87,3 +92,17 @@ def check_resume(run: Any, meta: dict[str, Any], options: RunOptions, plan: Plan
                          f"recipe.yaml plans {plan.world_size} rank(s) (mutable.nproc {plan.nproc} on {nnodes} "
                          f"node(s)): its records disagree, so it cannot be resumed as it ran; start a new run with "
                          f"`repro500 run {recipe} --nproc {max(1, int(world) // nnodes)}`")
+
+
+def follow_repeat(plan: Plan, k: int, scratch: Path) -> None:
+    """Host this node's ranks of repeat *k* (a node other than 0): they train with the others, and
+    what they write goes to *scratch*, since node 0 alone writes the run directory."""
+    # the trainer imports torch: not before a node has to train (a refused run never pays for it)
+    from repro500.workloads.engines import launch
+
+    out = scratch / str(k)
+    out.mkdir()
+    spec = plan.workload.spec()  # type: ignore[attr-defined]
+    at_k = dataclasses.replace(spec, deterministic=plan.deterministic_at(k))  # a factorial run's kernels cell
+    launch.run_distributed(plan.engine, plan.nproc, at_k, k, plan.seeds(k), out, rendezvous=plan.rendezvous,
+                           varied=plan.varied(k), expect_summary=False)

@@ -144,8 +144,10 @@ def comm_backend(engine: str, device: str) -> str | None:
 
 
 def rendezvous(options: RunOptions) -> dict[str, Any] | None:
-    """torchrun's multi-node rendezvous (static: node 0 hosts rank 0)."""
-    if options.nnodes <= 1:
+    """torchrun's multi-node rendezvous (static: node 0 hosts rank 0); none for the head of a run
+    whose repeats are SLURM tasks of several nodes: each task's nodes make their own
+    (runner/fanout.py), the head takes part in none."""
+    if options.nnodes <= 1 or options.launcher == "slurm":
         return None
     return {"nnodes": options.nnodes, "node_rank": options.node_rank, "endpoint": options.rdzv_endpoint}
 
@@ -153,7 +155,7 @@ def rendezvous(options: RunOptions) -> dict[str, Any] | None:
 def check_options(options: RunOptions) -> None:
     if options.run_id_from_dvc and options.run_id:
         raise UsageError("give --run-id or --run-id-from-dvc, not both: each names the run directory")
-    if options.nnodes > 1:
+    if options.nnodes > 1 and options.launcher is None:  # a SLURM task's nodes find each other (check_launcher)
         if not options.rdzv_endpoint or not (options.run_id or options.resume):
             raise UsageError("a multi-node run needs --rdzv-endpoint HOST:PORT and the same --run-id on every node")
         if not 0 <= options.node_rank < options.nnodes:
@@ -176,7 +178,7 @@ def check_options(options: RunOptions) -> None:
                          "sequential design may plan (its levels are simulated for every repeat)")
     if options.until_decided and options.repeats is not None:
         raise UsageError("--until-decided runs up to --max-repeats repeats; --repeats is for a fixed design")
-    if options.until_decided and options.nnodes > 1:
+    if options.until_decided and options.nnodes > 1 and options.launcher != "slurm":
         raise UsageError("--until-decided runs on one node: node 0 alone decides when to stop, and the other nodes "
                          "would wait for repeats that never start; give a fixed --repeats N on several nodes")
     if options.repeats_per_cell is not None and options.vary is None:
@@ -209,8 +211,12 @@ def check_launcher(options: RunOptions) -> None:
         raise UsageError(f"--launcher {options.launcher} is not one of {', '.join(LAUNCHERS)}")
     if options.parallel is not None and options.parallel < 1:
         raise UsageError(f"--parallel must be a whole number of repeats of at least 1, not {options.parallel}")
-    if options.nnodes > 1 or options.node_rank > 0:
-        raise UsageError(f"--launcher {options.launcher} places the repeats itself; it does not go with --nnodes")
+    if options.launcher == "local" and (options.nnodes > 1 or options.node_rank > 0):
+        raise UsageError("--launcher local runs each repeat on this node; a repeat of several nodes (--nnodes) is a "
+                         "task of --launcher slurm")
+    if options.launcher == "slurm" and (options.node_rank > 0 or options.rdzv_endpoint):
+        raise UsageError("--launcher slurm starts the nodes of each repeat's task itself, and they find each other: "
+                         "drop --node-rank and --rdzv-endpoint (--nnodes N makes each repeat a task of N nodes)")
     if options.slurm and options.launcher != "slurm":
         raise UsageError("--slurm sets the resources of the repeats' SLURM tasks; it goes with --launcher slurm")
     if options.detach and options.launcher != "slurm":
@@ -314,13 +320,16 @@ def _minutes(limit: str) -> int | None:
 
 
 def recorded_plan(recipe: recipes.Recipe, meta: dict[str, Any], *, tracking: bool, nnodes: int = 1,
-                  rdzv_endpoint: str | None = None, run_id: str | None = None) -> Plan:
+                  rdzv_endpoint: str | None = None, run_id: str | None = None, node_rank: int = 0,
+                  launcher: str | None = None) -> Plan:
     """The plan of a run as run.json recorded it: what ``--resume`` and a fanned-out repeat's task
-    run (the same seeds, design and world size as the attempt that started the run)."""
+    (each of its nodes, *node_rank*) run: the same seeds, design and world size as the attempt
+    that started the run."""
     factorial = meta.get("design") if (meta.get("design") or {}).get("kind") == "factorial" else {}
     return make_plan(recipe, RunOptions(same_seed=bool(meta.get("same_seed")), tracking=tracking,
                                         vary=factorial.get("sources"), repeats_per_cell=factorial.get("per_cell"),
-                                        nnodes=nnodes, node_rank=0, rdzv_endpoint=rdzv_endpoint, run_id=run_id))
+                                        nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint,
+                                        run_id=run_id, launcher=launcher))
 
 
 def check_factorial(options: RunOptions) -> None:

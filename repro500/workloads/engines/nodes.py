@@ -34,6 +34,10 @@ STORE_PORT_KEY = "repro500/nodes-store-port"  # what node 0 publishes on the ren
 START_WAIT_S = 600  # nodes are started by hand, one after the other: wait this long for the rest
 REPORT_WAIT_S = 30  # after a failure, how long a node waits for the other nodes' reports
 LOG_CHUNK_BYTES = 4 * 1024 * 1024  # a node's launcher log travels to node 0 whole, in store values of this size
+# A node that cannot run the repeat (it checked itself against what the head planned, or cannot
+# read the run) still joins the agreement, stating only this key: every node stops with its
+# sentence at once instead of waiting START_WAIT_S for a node that never states its fingerprint.
+REFUSED = "refused"
 _GONE = (InvalidInput, RuntimeError, OSError)  # the store's server went away or a wait timed out
 _LOST_PEER = re.compile(r"connection (closed|reset)|broken pipe|timed out|timeout|socket|peer|gloo|nccl", re.I)
 
@@ -186,7 +190,11 @@ def _first_line(err: BaseException) -> str:
 
 
 def disagreement(prints: dict[int, dict[str, str]]) -> str | None:
-    """One sentence naming the first keys on which the nodes' fingerprints differ, or None."""
+    """One sentence naming the first keys on which the nodes' fingerprints differ, or None; a node
+    that refused to run (its fingerprint is only :data:`REFUSED`, its own sentence) is said first."""
+    refusals = [fp[REFUSED] for _, fp in sorted(prints.items()) if fp.get(REFUSED)]
+    if refusals:
+        return refusals[0]
     keys = sorted({key for fp in prints.values() for key in fp})
     differ = [key for key in keys if len({fp.get(key) for fp in prints.values()}) > 1]
     if not differ:
