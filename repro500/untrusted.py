@@ -79,6 +79,9 @@ MAX_INDEX_PAGE_BYTES = 64 * 2**20  # a package index page (torch's, every releas
 # grid for hundreds.  Readers build sets and lists of that many indices (and verify lists the
 # missing ones), so a count of 10^9 in a record must stop here, not in a MemoryError.
 MAX_REPEATS = 100_000
+# Nodes a record may say one repeat ran on (run.json's nnodes): a rerun asks SLURM for that many,
+# so it is bounded before it is used; more than the largest clusters have.
+MAX_RUN_NODES = 100_000
 UNPACK_ENV = "REPRO500_MAX_UNPACK_BYTES"  # raises (or lowers) MAX_UNPACK_BYTES
 CODE_ENV = "REPRO500_FOREIGN_CODE"  # "refuse": no import path, no search path (reproduce without --run-code)
 

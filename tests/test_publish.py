@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import hostile
 from helpers.runs import repro500
 
 from repro500.rundir.dvcmetrics import verdict_metrics
@@ -205,6 +206,24 @@ def test_reproduce_a_tampered_publication_exits_4_before_running(project: Path, 
     assert "Traceback" not in done.stderr
     expected = "differ from the packed run" if resum else "was changed after repro500 publish wrote it"
     assert expected in done.stderr and "published.yaml" in done.stderr
+    assert not (in_tmp / "rep" / "runs").exists()  # nothing ran
+
+
+@pytest.mark.parametrize(("nnodes", "code", "said"), [
+    (2, 2, "the published run ran each repeat on 2 nodes (world size 1), and its rerun needs as many: rerun it on "
+           "a SLURM cluster with --launcher slurm, whose tasks span 2 nodes each"),
+    (10**9, 4, "run.json: nnodes is 1,000,000,000, over the 100,000 repro500 accepts from a record: refused"),
+])
+def test_a_publication_whose_repeats_ran_on_several_nodes_is_rerun_as_slurm_tasks_or_refused(
+        project: Path, in_tmp: Path, nnodes: int, code: int, said: str) -> None:
+    pub = in_tmp / "pub"
+    shutil.copytree(project / "pubs" / "ref", pub)
+    # the packed run's run.json says its repeats were tasks of several nodes (re-sealed, as a publisher's is)
+    hostile.mutate_archived(pub, hostile.Field("run", "run.json", ("nnodes",), "count"), nnodes, in_tmp)
+    hostile.reseal_publication(pub)
+    done = repro500("reproduce", str(pub), "--out", "rep", "--data-root", str(project), cwd=in_tmp)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert said in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
     assert not (in_tmp / "rep" / "runs").exists()  # nothing ran
 
 

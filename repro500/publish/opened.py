@@ -54,6 +54,7 @@ class Publication:
     not_carried: list[excluded.LeftOut] = field(default_factory=list)
     # the packed run's design (publication.run_design): a factorial is rerun as a factorial
     design: dict[str, Any] | None = None
+    nnodes: int = 1  # the packed run's nodes a repeat: its rerun needs as many (SLURM tasks of them)
 
     @property
     def run_id(self) -> str:
@@ -204,9 +205,12 @@ def open_publication(root: str | Path, workdir: str | Path, snapshot_dir: str | 
     design = run_design(run.run or {})
     if "design" in run_meta and run_meta["design"] != design:
         raise InvalidInput(f"{root / INDEX}: run.design differs from the packed run's design")
+    # a count from the record, bounded here: the rerun's --nnodes is built from it
+    nnodes = untrusted.count((run.run or {}).get("nnodes") or 1, f"{reference}/run.json: nnodes",
+                             cap=untrusted.MAX_RUN_NODES, least=1)
     read_only(reference)
     return Publication(root=root, index=index, reference=reference, data=data, repeats=repeats, seed=seed,
-                       integrity=check, not_carried=not_carried, design=design)
+                       integrity=check, not_carried=not_carried, design=design, nnodes=nnodes)
 
 
 def _unpack_run(root: Path, index: dict[str, Any], workdir: str | Path) -> tuple[Path, Any, list[Any]]:

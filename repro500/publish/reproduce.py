@@ -396,6 +396,8 @@ def _rerun_args(pub: opened.Publication, workdir: Path, rid: str, repeats: int |
     if repeats is not None:
         args += ["--repeats", str(repeats)]
     args += [*(sequential or []), *(launch or [])]  # launch: --launcher/--parallel, the repeats side by side
+    if pub.nnodes > 1:  # _check_options has refused a rerun that is not SLURM's: its tasks span as many nodes
+        args += ["--nnodes", str(pub.nnodes)]
     # the child imports the workload and captures the environment before its first line
     console.print(f"starting the rerun {workdir / 'runs' / rid} (loading the workload and capturing "
                   "the environment)", highlight=False, soft_wrap=True)
@@ -487,7 +489,7 @@ def reproduce(
         tmp = Path(tmp_name)
         src, (pub, pending), workdir = _open(
             source, tmp, out, rev, subpath, margins, data_root, console,
-            lambda pub, workdir: _check_options(pub, workdir, repeats, until_decided, max_repeats, console))
+            lambda pub, workdir: _check_options(pub, workdir, repeats, until_decided, max_repeats, console, launch))
         code = _consent(pub, run_code, console)
         places = _Places.of(pub, src, workdir, Path(data_root))  # a workdir out of the experiment refused here
         tracking = _tracking(pub, tracking, workdir, env, console)
@@ -610,9 +612,16 @@ def _check_margins(published_yaml: Path, margins: dict[str, float] | None) -> No
 
 
 def _check_options(pub: opened.Publication, workdir: Path, repeats: int | None, until_decided: bool,
-                   max_repeats: int | None, console: Any) -> Path | None:
+                   max_repeats: int | None, console: Any, launch: list[str] | None = None) -> Path | None:
     """The options against the publication's design and what ``OUT`` holds; the unfinished rerun of
     this reproduction to continue, or None."""
+    words = list(launch or [])
+    launcher = words[words.index("--launcher") + 1] if "--launcher" in words else None
+    if pub.nnodes > 1 and launcher != "slurm":
+        world = (pub.index.get("run") or {}).get("world_size")
+        raise UsageError(f"the published run ran each repeat on {pub.nnodes} nodes (world size {world}), and its "
+                         f"rerun needs as many: rerun it on a SLURM cluster with --launcher slurm, whose tasks span "
+                         f"{pub.nnodes} nodes each")
     design = pub.design or {}
     if design.get("kind") == "factorial":
         given = [flag for flag, value in (("--repeats", repeats is not None), ("--until-decided", until_decided))

@@ -219,14 +219,14 @@ def build(case_dir: Path, base: dict[str, Path], field: Field, value: Any) -> di
     if field.kind == "link":
         link_in_place(pub, field.file, case_dir / f"outside-{Path(field.file).name}")
     elif field.file.startswith("archive/"):
-        _mutate_archived(pub, Field("run", field.file[len("archive/"):], field.keys, field.kind), value, case_dir)
+        mutate_archived(pub, Field("run", field.file[len("archive/"):], field.keys, field.kind), value, case_dir)
     else:
         change(pub, field, value)
     reseal_publication(pub)
     return names
 
 
-def _mutate_archived(pub: Path, field: Field, value: Any, case_dir: Path) -> None:
+def mutate_archived(pub: Path, field: Field, value: Any, case_dir: Path) -> None:
     """The publication's packed run unpacked, changed and re-sealed, packed again in its place."""
     doc = json.loads((pub / "publication.json").read_text())
     archive = pub / doc["archive"]["name"]
