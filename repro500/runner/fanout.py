@@ -411,7 +411,10 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
             if meeting is not None:  # every node states what it runs, or why it cannot, before any trains
                 assert plan is not None or refused is not None
                 stated = {nodes.REFUSED: str(refused)} if refused else multinode.fingerprint(plan, run_id)  # type: ignore[arg-type]
-                nodes.link(meeting).agree(stated, [k], run_dir)  # on a refusal, every node stops with it
+                try:  # on a refusal, every node stops with it
+                    nodes.link(meeting).agree(stated, [k], run_dir)
+                except UsageError as err:  # as a one-node task's refusal: the nodes' data or code, exit 4
+                    return Landed(error=InvalidInput(str(err)))
             elif refused is not None:
                 return Landed(error=refused)
             assert plan is not None
