@@ -101,6 +101,8 @@ def test_a_failed_task_is_a_failed_repeat_named_as_in_a_serial_run(tmp_path):
     (["--launcher", "local", "--parallel", str(len(os.sched_getaffinity(0)) + 1)], 2, "needs a CPU core per repeat"),
     (["--launcher", "local", "--nnodes", "2"], 2, "--launcher local runs each repeat on this node; a repeat of "
                                                   "several nodes (--nnodes) is a task of --launcher slurm"),
+    (["--nnodes", "2"], 2, "a multi-node run started on each node needs --rdzv-endpoint HOST:PORT and the same "
+                           "--run-id on every node; or let SLURM start each repeat's nodes: --launcher slurm"),
     (["--launcher", "slurm", "--nnodes", "2", "--rdzv-endpoint", "n1:29500"], 2,
      "--launcher slurm starts the nodes of each repeat's task itself, and they find each other: drop --node-rank "
      "and --rdzv-endpoint"),

@@ -825,3 +825,20 @@ def test_repeats_of_two_ranks_are_tasks_of_either_launcher_or_of_two_nodes_with_
     for run_id in ("local", "slurm", "nodes"):
         checked = repro500("verify", f"runs/{run_id}", cwd=checkout, env=env)
         assert "repeat chain intact" in " ".join(checked.stdout.split()), checked.stdout
+
+
+def test_a_task_of_two_nodes_whose_second_node_has_other_data_stops_both_nodes_naming_it(slurm, checkout):
+    # the head and n1 read the data SLURM's n2 sees under the same path with other bytes: n2 refuses
+    # itself before the first step, node 0 (n1) stops with n2's sentence, nothing trains
+    _cosmo(slurm.scratch, "2")
+    _cosmo(slurm.scratch_n2, "3")
+    _recipe(checkout / "cosmo.yaml", slurm, repeats=1)
+    done = repro500("run", "cosmo.yaml", "--run-id", "apart", "--no-tracking", "--nproc", "1", "--nnodes", "2",
+                    "--launcher", "slurm", "--slurm", "time=5", cwd=checkout, env=_tool_env(slurm), timeout=300)
+    said = " ".join(done.stderr.split())
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert f"node n2 does not run what the head planned: data:{slurm.scratch / 'cosmo-eval.h5'} is " in said, said
+    assert " on node n2 but " in said and "every node needs the same code, environment and data" in said
+    assert "Traceback" not in done.stderr
+    summary = json.loads((checkout / "runs/apart/repeats/0/summary.json").read_text())
+    assert summary["status"] == "failed" and "final_param_digest" not in summary

@@ -157,7 +157,8 @@ def check_options(options: RunOptions) -> None:
         raise UsageError("give --run-id or --run-id-from-dvc, not both: each names the run directory")
     if options.nnodes > 1 and options.launcher is None:  # a SLURM task's nodes find each other (check_launcher)
         if not options.rdzv_endpoint or not (options.run_id or options.resume):
-            raise UsageError("a multi-node run needs --rdzv-endpoint HOST:PORT and the same --run-id on every node")
+            raise UsageError("a multi-node run started on each node needs --rdzv-endpoint HOST:PORT and the same "
+                             "--run-id on every node; or let SLURM start each repeat's nodes: --launcher slurm")
         if not 0 <= options.node_rank < options.nnodes:
             raise UsageError(f"--node-rank must be in 0..{options.nnodes - 1}")
         if options.resume and options.node_rank != 0:
