@@ -34,10 +34,16 @@ from pathlib import Path
 from typing import Any
 
 from repro500 import redact
+from repro500.capture.data import digest_paths
 from repro500.errors import InvalidInput, ReproError, UsageError
+from repro500.recipe import load as recipes
 from repro500.rundir import layout
-from repro500.runner.plan import Plan, RunOptions, slurm_pairs, slurm_resources
+from repro500.runner import multinode
+from repro500.runner.plan import Plan, RunOptions, recorded_plan, slurm_pairs, slurm_resources
+from repro500.runner.repeat import run_one
 from repro500.statuses import REPEAT_FAILED
+from repro500.workloads.command import launchenv
+from repro500.workloads.engines import nodes
 from repro500.workloads.workload import Progress
 
 # Thread pools that size themselves from the machine, not from the CPU set: each gets the slot's
@@ -283,9 +289,6 @@ def node_fingerprint(plan: Plan, run_id: str) -> dict[str, str]:
     """What a SLURM task checks against the head before its repeat: the recipe, the code (repro500,
     the experiment's files, plug-ins, torch for a trained workload) and the data digests, a
     command's declared inputs included (multinode.fingerprint, as the nodes of one repeat compare)."""
-    from repro500.capture.data import digest_paths
-    from repro500.runner import multinode
-
     out = multinode.fingerprint(plan, run_id, with_torch=plan.recipe.kind == "trained")
     inputs = getattr(plan.workload, "input_paths", None)
     for entry in digest_paths(inputs() if callable(inputs) else []):
@@ -315,8 +318,6 @@ def _task_rendezvous(pid_file: Path, environ: dict[str, str], nnodes: int, node_
     task's files, on the filesystem every node shares with the run directory; the others read it.
     A port of the task's own, since several tasks may share a node; a file per attempt, so that a
     requeued task never reads the endpoint of the attempt before."""
-    from repro500.workloads.engines.nodes import START_WAIT_S
-
     where = pid_file.with_name(f"{pid_file.stem}-{environ.get('SLURM_RESTART_COUNT') or 0}.rendezvous")
     if node_rank == 0:
         with socket.socket() as probe:  # the OS's free port; node 0's store takes it at once (NodeLink)
@@ -326,11 +327,11 @@ def _task_rendezvous(pid_file: Path, environ: dict[str, str], nnodes: int, node_
         written.write_text(f"{socket.gethostname()}:{port}", encoding="utf-8")
         written.replace(where)  # whole or not at all: a node never reads half an endpoint
     else:
-        deadline = time.monotonic() + START_WAIT_S
+        deadline = time.monotonic() + nodes.START_WAIT_S
         while not where.exists():
             if time.monotonic() > deadline:
-                raise InvalidInput(f"node {node_rank} of the task waited {START_WAIT_S} s for node 0 to say where "
-                                   f"they meet ({where} never appeared): the task's nodes need the filesystem "
+                raise InvalidInput(f"node {node_rank} of the task waited {nodes.START_WAIT_S} s for node 0 to say "
+                                   f"where they meet ({where} never appeared): the task's nodes need the filesystem "
                                    "of the run directory")
             time.sleep(_POLL_S)
     return {"nnodes": nnodes, "node_rank": node_rank, "endpoint": where.read_text(encoding="utf-8").strip()}
@@ -341,9 +342,6 @@ def _checked_plan(run: layout.RunDir, node: str, expected: dict[str, str] | None
     """The run's plan as this node rebuilds it from the run directory, and its run id; or the
     sentence refusing this node (it does not see the head's run directory, or would not run what
     the head planned), with nothing of the repeat written."""
-    from repro500.recipe import load as recipes
-    from repro500.runner.plan import recorded_plan
-
     if not run.is_run():  # a node that does not see the head's filesystem: said, and nothing written there
         return None, "", InvalidInput(f"the run directory {run.path} does not exist on node {node}: the repeats' "
                                       "tasks need a filesystem every node sees")
@@ -392,10 +390,6 @@ def run_task(run_dir: str, k: int, slot: Slot | None, environ: dict[str, str], t
     *nnodes* nodes runs this on each: node 0 (SLURM's task 0) runs the repeat and writes it, the
     others host their ranks, as the nodes of a multi-node run do.  Never raises: the head records
     what node 0 returns."""
-    from repro500.runner import multinode
-    from repro500.runner.repeat import run_one
-    from repro500.workloads.command import launchenv
-    from repro500.workloads.engines import nodes
 
     _stop_on_signal(interruptible)
     node_rank = int(os.environ.get("SLURM_PROCID") or 0) if nnodes > 1 else 0  # one task per node
