@@ -104,7 +104,7 @@ def test_no_hostile_field_breaks_an_invariant(base: dict[str, Path], case: tuple
 
 # The known attacks, one case each, whatever the slice draws (test_record_bounds.py has the rest):
 # a catastrophic pattern in a packed run, records of another shape (the fuzzer's finds: run.json's
-# design, inputs.json's observed, a data entry's path), terminal escapes in a run id, a planted plug-in named by a
+# design, inputs.json's observed, a data entry's path), terminal escapes in a run id, a node count, a planted plug-in named by a
 # publication's recipe, a forged verdict moved to a line's start by the console's wrapping (a find too).
 KNOWN = [
     (hostile.Field("packed", "recipe.yaml", ("metrics", "accuracy", "regex"), "pattern"), hostile.PATTERNS[0],
@@ -115,6 +115,9 @@ KNOWN = [
      [sys.executable, "evil.py"], ["report", "{packed}"]),
     (hostile.Field("run", "run.json", ("run_id",), "string"), hostile.STRINGS[1], ["history", "{runs}", "accuracy"]),
     (hostile.Field("publication", "recipe.yaml", ("fixed", "model"), "string"), "evil:build",
+     ["reproduce", "{pub}", "--out", "rerun"]),
+    # a node count the rerun would ask SLURM for, from the packed run's run.json
+    (hostile.Field("publication", "archive/run.json", ("nnodes",), "count"), 2**63,
      ["reproduce", "{pub}", "--out", "rerun"]),
     # a value whose words land the forged verdict where the terminal's width wrapped the line
     (hostile.Field("publication", "archive/recipe.yaml", ("fixed", "command"), "path"), hostile.STRINGS[0],

@@ -68,6 +68,7 @@ RUN_FIELDS = [
     ("run.json", "repeats", "count"), ("run.json", "run_id", "string"), ("run.json", "status", "string"),
     ("run.json", "design", "count"), ("run.json", "recipe_name", "string"), ("run.json", "world_size", "count"),
     ("run.json", "launcher.detached.folder", "path"),  # where a resume and status look for a detached head's tasks
+    ("run.json", "nnodes", "count"),  # the nodes a publication's rerun asks SLURM for
     ("summary.json", "repeats_planned", "count"), ("summary.json", "run_id", "string"),
     ("summary.json", "metrics.accuracy.values", "count"), ("summary.json", "recipe_name", "string"),
     ("chain.jsonl", "planned", "count"), ("recipe.yaml", "metrics.accuracy.regex", "pattern"),
